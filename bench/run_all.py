@@ -24,9 +24,12 @@ BENCHES = {
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("names", nargs="*", choices=[*BENCHES, []], help="benchmarks to run (default: all)")
+    parser.add_argument("names", nargs="*", help=f"benchmarks to run, of {', '.join(BENCHES)} (default: all)")
     parser.add_argument("--quick", action="store_true", help="pass --quick to every benchmark")
     args = parser.parse_args()
+    unknown = sorted(set(args.names) - set(BENCHES))
+    if unknown:
+        parser.error(f"unknown benchmark(s): {', '.join(unknown)}")
     failures = []
     for name in args.names or list(BENCHES):
         script = HERE / BENCHES[name]

@@ -56,6 +56,14 @@ class EngineSettings(BaseSettings):
     hybrid: bool = Field(True, description="Fuse dense and BM25 results by reciprocal rank.")
     rerank_model: str | None = Field(None, description="Cross-encoder model (path or name); unset = no rerank.")
     max_top_k: int = Field(300, ge=1, description="Upper bound for /retrieve max_node_count.")
+    hnsw_ef_construction: int = Field(80, ge=8, description="HNSW build breadth (higher = better recall, slower build).")
+    rerank_candidates: int = Field(50, ge=1, description="Fused candidates given to the cross-encoder.")
+    embedding_max_tokens: int | None = Field(
+        None, ge=16, description="Max tokens per chunk for a remote embedder (local models report their own)."
+    )
+    snapshot_journal_bytes: int = Field(
+        64 * 1024 * 1024, ge=0, description="Snapshot an index when its journal grows past this; 0 = only on shutdown."
+    )
 
     # --- generation --------------------------------------------------------------------------------
     llm_url: str | None = Field(
@@ -67,6 +75,11 @@ class EngineSettings(BaseSettings):
     )
     llm_model: str | None = Field(None, description="Model name sent upstream; discovered from /v1/models when unset.")
     llm_api_key: str | None = Field(None, description="Bearer token sent to the LLM.")
+    llm_tokenizer: str | None = Field(
+        None,
+        description="Local tokenizer of the served model (a .gguf file, tokenizer.json or HF directory), used "
+        "when the LLM server has no tokenize endpoint; unset = a conservative estimate.",
+    )
     llm_timeout_s: float = Field(300.0, gt=0, description="Read timeout for one LLM request.")
     llm_connect_timeout_s: float = Field(5.0, gt=0)
     llm_retries: int = Field(2, ge=0, le=10, description="Retries on connection errors (never after bytes were sent).")
@@ -86,6 +99,19 @@ class EngineSettings(BaseSettings):
         None, description="SQLAlchemy URL for sessions; unset = an SQLite file in data_dir."
     )
     session_ttl_s: int = Field(7 * 24 * 3600, ge=0, description="Sessions idle longer than this are deleted; 0 = never.")
+    reformulate_prompt: str | None = Field(
+        None, description="System prompt for query reformulation; unset = the built-in standalone-question prompt."
+    )
+    conversation_index: str = Field("conversations", description="Index that holds files uploaded to conversations.")
+    max_upload_bytes: int = Field(20 * 1024 * 1024, ge=1, description="Uploaded files larger than this get 413.")
+    session_history_messages: int = Field(20, ge=0, description="Earlier messages of a thread sent to the LLM.")
+    conversation_top_k: int = Field(5, ge=1, description="Chunks retrieved per session message (and tool call default).")
+    tool_max_iterations: int = Field(4, ge=1, le=16, description="Rounds of tool calls before the model must answer.")
+    groundedness_threshold: float = Field(
+        0.5, ge=0.0, le=1.0, description="Answers whose groundedness score is below this are flagged."
+    )
+    sse_keepalive_s: float = Field(10.0, gt=0, description="Idle seconds before a ': keep-alive' SSE comment.")
+    session_cleanup_interval_s: float = Field(300.0, gt=0, description="How often expired sessions are deleted.")
 
     @field_validator("llm_url", "embedding_url")
     @classmethod

@@ -1,13 +1,68 @@
-"""Routes for chat (scaffold: the owner of this module replaces it)."""
+"""OpenAI-compatible routes: ``POST /v1/chat/completions`` and ``GET /v1/models``. Adapters only."""
 
+from __future__ import annotations
+
+import json
+import time
 from contextlib import AsyncExitStack
 
-from fastapi import APIRouter, FastAPI
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.responses import JSONResponse, StreamingResponse
 
+from ragengine.chat.service import ChatService, JSONOutcome
+from ragengine.chat.stream import SSE_HEADERS
+from ragengine.errors import BadRequest, PayloadTooLarge
+from ragengine.llm.client import LLMClient
+from ragengine.protocol.openai import MODEL_ALIAS_PREFIX, ChatCompletionRequest, ModelCard, ModelList
 from ragengine.settings import EngineSettings
 
-router = APIRouter()
+router = APIRouter(tags=["openai"])
 
 
 async def startup(app: FastAPI, settings: EngineSettings, stack: AsyncExitStack) -> None:
-    """Build this part's services onto app.state and push their clean-up onto stack."""
+    llm = LLMClient(settings)
+    stack.push_async_callback(llm.aclose)
+    app.state.llm = llm
+    app.state.chat = ChatService(settings, llm, getattr(app.state, "registry", None))
+
+
+async def read_json(request: Request, limit: int):
+    """The body as JSON, refusing more than ``limit`` bytes before reading them all. Any content type is
+    read as JSON (curl's default form type included), as OpenAI-compatible servers do."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise PayloadTooLarge(f"Request body is larger than {limit} bytes.")
+    data = bytearray()
+    async for part in request.stream():
+        data += part
+        if len(data) > limit:
+            raise PayloadTooLarge(f"Request body is larger than {limit} bytes.")
+    try:
+        return json.loads(data)
+    except ValueError as exc:
+        raise BadRequest(f"Malformed JSON body: {exc}") from None
+
+
+@router.post(
+    "/v1/chat/completions",
+    summary="OpenAI chat completions with retrieval (index_name) or pass-through",
+    openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
+        "schema": ChatCompletionRequest.model_json_schema(ref_template="#/components/schemas/{model}")}}}},
+)
+async def chat_completions(request: Request):
+    received = time.perf_counter()
+    body = await read_json(request, request.app.state.settings.max_body_bytes)
+    outcome = await request.app.state.chat.create(body, received=received)
+    if isinstance(outcome, JSONOutcome):
+        return JSONResponse(outcome.body, headers=outcome.headers)
+    return StreamingResponse(outcome.events, media_type="text/event-stream", headers={**SSE_HEADERS, **outcome.headers})
+
+
+@router.get("/v1/models", response_model=ModelList, summary="The served model, and rag:<index> aliases")
+async def list_models(request: Request) -> ModelList:
+    llm: LLMClient = request.app.state.llm
+    cards = [ModelCard(**m) for m in await llm.list_models()] if llm.configured else []
+    registry = getattr(request.app.state, "registry", None)
+    for name in sorted(registry.names()) if registry is not None else []:
+        cards.append(ModelCard(id=f"{MODEL_ALIAS_PREFIX}{name}", owned_by="ragengine"))
+    return ModelList(data=cards)

@@ -1,13 +1,241 @@
-"""Routes for conversations (scaffold: the owner of this module replaces it)."""
+"""Routes for conversations: reformulation, file uploads, sessions, threads and (streamed) messages.
 
+Thin adapters: parse, call the store / service on ``app.state``, pick JSON or SSE. The API is
+documented with curl examples in docs/conversations.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
 from contextlib import AsyncExitStack
+from typing import Any, AsyncIterator
 
-from fastapi import APIRouter, FastAPI
+from fastapi import APIRouter, FastAPI, File, Form, Query, Request, UploadFile
+from fastapi.responses import JSONResponse, StreamingResponse
 
+from ragengine.conversations import metrics
+from ragengine.conversations.events import DONE, error_event, frame, with_keepalive
+from ragengine.conversations.ingestion import IngestionWorker
+from ragengine.conversations.reformulate import reformulate_query
+from ragengine.conversations.service import ConversationService
+from ragengine.conversations.store import SessionStore
+from ragengine.errors import EngineError, PayloadTooLarge
+from ragengine.protocol.conversations import (
+    AttachFilesRequest, CreateSessionRequest, CreateThreadRequest, MessageRequest, ReformulateRequest,
+)
 from ragengine.settings import EngineSettings
 
-router = APIRouter()
+log = logging.getLogger(__name__)
+router = APIRouter(tags=["conversations"])
 
 
+def _store(request: Request) -> SessionStore:
+    return request.app.state.sessions
+
+
+# --- reformulation ---------------------------------------------------------------------------------
+@router.post("/v1/chat/reformulate")
+async def reformulate(body: ReformulateRequest, request: Request) -> dict:
+    state = request.app.state
+    result = await reformulate_query(state.llm, state.settings, body.userMessage, body.conversation,
+                                     system_prompt=body.systemPrompt, last_n=body.historyMessages)
+    metrics.record_reformulation(result)
+    return {"reformulatedMessage": result.query, "userMessage": result.original, "reformulated": result.reformulated,
+            "reason": result.reason, "endpoint": result.endpoint, "historyUsed": result.history_used,
+            "latencyMs": round(result.latency_ms, 2)}
+
+
+# --- files -----------------------------------------------------------------------------------------
+@router.post("/v1/files", status_code=202)
+async def upload_file(request: Request, file: UploadFile = File(...), session_id: str | None = Form(None)) -> dict:
+    limit = request.app.state.settings.max_upload_bytes
+    data = bytearray()
+    while chunk := await file.read(1 << 20):
+        data += chunk
+        if len(data) > limit:
+            raise PayloadTooLarge(f"The file is larger than the upload limit of {limit} bytes.")
+    if session_id:
+        await _store(request).get_session(session_id)  # 404 before storing anything
+    info = await request.app.state.ingestion.accept(file.filename or "upload", file.content_type, bytes(data))
+    if session_id:
+        await _store(request).attach_files(session_id, [info.id])
+    return {**info.to_dict(), "file_id": info.id, "ingestion_status": info.status}
+
+
+def _file_out(info) -> dict:
+    return {**info.to_dict(), "file_id": info.id, "ingestion_status": info.status}
+
+
+@router.get("/v1/files")
+async def list_files(request: Request, status: str | None = None, limit: int = Query(100, ge=1, le=1000)) -> dict:
+    return {"data": [_file_out(f) for f in await _store(request).list_files(status=status, limit=limit)]}
+
+
+@router.get("/v1/files/{file_id}")
+async def get_file(file_id: str, request: Request) -> dict:
+    return _file_out(await _store(request).get_file(file_id))
+
+
+@router.delete("/v1/files/{file_id}")
+async def delete_file(file_id: str, request: Request) -> dict:
+    await request.app.state.ingestion.delete(file_id)
+    return {"id": file_id, "deleted": True}
+
+
+# --- sessions --------------------------------------------------------------------------------------
+@router.post("/v1/sessions", status_code=201)
+async def create_session(body: CreateSessionRequest, request: Request) -> dict:
+    store = _store(request)
+    for fid in body.file_ids:
+        await store.get_file(fid)  # 404 before creating the session
+    info = await store.create_session(user_id=body.user_id, title=body.title, index_name=body.index_name,
+                                      metadata=body.metadata)
+    if body.file_ids:
+        await store.attach_files(info.id, body.file_ids)
+    return info.to_dict()
+
+
+@router.get("/v1/sessions")
+async def list_sessions(request: Request, user_id: str | None = None, limit: int = Query(100, ge=1, le=1000),
+                        offset: int = Query(0, ge=0)) -> dict:
+    sessions = await _store(request).list_sessions(user_id=user_id, limit=limit, offset=offset)
+    return {"data": [s.to_dict() for s in sessions]}
+
+
+@router.get("/v1/sessions/{session_id}")
+async def get_session(session_id: str, request: Request) -> dict:
+    store = _store(request)
+    info = await store.get_session(session_id)
+    files = await store.session_files(session_id)
+    return {**info.to_dict(), "files": [_file_out(f) for f in files],
+            "threads": [t.to_dict() for t in await store.list_threads(session_id)]}
+
+
+@router.delete("/v1/sessions/{session_id}")
+async def delete_session(session_id: str, request: Request) -> dict:
+    await _store(request).delete_session(session_id)
+    return {"id": session_id, "deleted": True}
+
+
+@router.get("/v1/sessions/{session_id}/messages")
+async def get_messages(session_id: str, request: Request, thread_id: str = "main",
+                       last: int | None = Query(None, ge=1, le=100_000)) -> dict:
+    messages = await _store(request).history(session_id, thread_id, last=last)
+    return {"session_id": session_id, "thread_id": thread_id, "data": [m.to_dict() for m in messages]}
+
+
+@router.post("/v1/sessions/{session_id}/messages")
+async def post_message(session_id: str, body: MessageRequest, request: Request):
+    service: ConversationService = request.app.state.conversations
+    events = service.run(session_id, body)
+    first = await anext(events)  # unknown session/thread → 404 before any stream starts
+    if body.stream:
+        interval = request.app.state.settings.sse_keepalive_s
+        return StreamingResponse(with_keepalive(_sse(first, events), interval), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    last = first
+    async for evt in events:
+        last = evt
+    return JSONResponse({"session_id": session_id, "thread_id": body.thread_id, "user_message": first["user_message"],
+                         "assistant_message": last["assistant_message"]})
+
+
+async def _sse(first: dict, events: AsyncIterator[dict]) -> AsyncIterator[str]:
+    yield frame(first)
+    try:
+        async for evt in events:
+            yield frame(evt)
+    except EngineError as exc:
+        yield frame(error_event(exc.message, status=exc.status_code, error_type=exc.error_type))
+    except Exception as exc:  # after the 200 went out an error can only be an event
+        log.exception("session message failed mid-stream")
+        yield frame(error_event(f"Internal error: {exc.__class__.__name__}"))
+    yield DONE
+
+
+# --- files of a session ----------------------------------------------------------------------------
+@router.get("/v1/sessions/{session_id}/files")
+async def session_files(session_id: str, request: Request) -> dict:
+    return {"data": [_file_out(f) for f in await _store(request).session_files(session_id)]}
+
+
+@router.post("/v1/sessions/{session_id}/files")
+async def attach_files(session_id: str, body: AttachFilesRequest, request: Request) -> dict:
+    await _store(request).attach_files(session_id, body.file_ids)
+    return await session_files(session_id, request)
+
+
+@router.delete("/v1/sessions/{session_id}/files/{file_id}")
+async def detach_file(session_id: str, file_id: str, request: Request) -> dict:
+    await _store(request).detach_file(session_id, file_id)
+    return {"session_id": session_id, "file_id": file_id, "detached": True}
+
+
+# --- threads ---------------------------------------------------------------------------------------
+@router.post("/v1/sessions/{session_id}/threads", status_code=201)
+async def create_thread(session_id: str, body: CreateThreadRequest, request: Request) -> dict:
+    return (await _store(request).create_thread(session_id, body.parent_message_id, title=body.title)).to_dict()
+
+
+@router.get("/v1/sessions/{session_id}/threads")
+async def list_threads(session_id: str, request: Request) -> dict:
+    return {"data": [t.to_dict() for t in await _store(request).list_threads(session_id)]}
+
+
+@router.get("/v1/sessions/{session_id}/threads/{thread_id}")
+async def get_thread(session_id: str, thread_id: str, request: Request) -> dict:
+    store = _store(request)
+    thread = await store.get_thread(session_id, thread_id)
+    messages = await store.history(session_id, thread_id)
+    return {**thread.to_dict(), "messages": [m.to_dict() for m in messages]}
+
+
+# --- start-up --------------------------------------------------------------------------------------
 async def startup(app: FastAPI, settings: EngineSettings, stack: AsyncExitStack) -> None:
-    """Build this part's services onto app.state and push their clean-up onto stack."""
+    """Session store (tables created), ingestion worker and TTL clean-up; all stopped on shutdown."""
+    if settings.database_url is None:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+    store = SessionStore(settings.sessions_url)
+    await asyncio.to_thread(store.create_tables)
+    stack.callback(store.close)
+    registry = getattr(app.state, "registry", None)
+    ingestion = IngestionWorker(store, registry, settings)
+    await ingestion.start()
+    stack.push_async_callback(ingestion.stop)
+    app.state.sessions = store
+    app.state.ingestion = ingestion
+    app.state.conversations = ConversationService(settings, store, registry, app.state.llm,
+                                                  getattr(app.state, "embedder", None))
+    if settings.session_ttl_s > 0:
+        task = asyncio.create_task(_cleanup_loop(store, ingestion, settings), name="session-ttl-cleanup")
+
+        async def stop() -> None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+        stack.push_async_callback(stop)
+
+
+async def cleanup_once(store: SessionStore, ingestion: IngestionWorker, ttl_s: int) -> dict[str, Any]:
+    sessions = await store.delete_expired(ttl_s)
+    files = await store.orphan_files(ttl_s)
+    for f in files:
+        await ingestion.delete(f.id)
+    if sessions or files:
+        log.info("TTL clean-up removed %d sessions and %d unattached files", len(sessions), len(files))
+    return {"sessions": sessions, "files": [f.id for f in files]}
+
+
+async def _cleanup_loop(store: SessionStore, ingestion: IngestionWorker, settings: EngineSettings) -> None:
+    interval = min(settings.session_cleanup_interval_s, max(1.0, settings.session_ttl_s / 4))
+    while True:
+        try:
+            await cleanup_once(store, ingestion, settings.session_ttl_s)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("session clean-up failed; retrying in %.0f s", interval)
+        await asyncio.sleep(interval)

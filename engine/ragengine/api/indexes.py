@@ -1,13 +1,125 @@
-"""Routes for indexes (scaffold: the owner of this module replaces it)."""
+"""KAITO-compatible index routes: thin adapters from HTTP to ``IndexRegistry``."""
 
+from __future__ import annotations
+
+import asyncio
+import logging
 from contextlib import AsyncExitStack
 
-from fastapi import APIRouter, FastAPI
+from fastapi import APIRouter, FastAPI, Query, Request
 
+from ragengine.errors import Unprocessable
+from ragengine.protocol.indexes import (
+    DeleteDocumentsRequest,
+    DeleteDocumentsResponse,
+    DocumentOut,
+    IndexRequest,
+    ListDocumentsResponse,
+    MessageResponse,
+    RetrieveResponse,
+    RetrieveRequest,
+    UpdateDocumentsRequest,
+    UpdateDocumentsResponse,
+)
 from ragengine.settings import EngineSettings
 
-router = APIRouter()
+log = logging.getLogger(__name__)
+router = APIRouter(tags=["indexes"])
+
+
+def _registry(request: Request):
+    return request.app.state.registry
+
+
+@router.post("/index", response_model=list[DocumentOut])
+async def index_documents(body: IndexRequest, request: Request) -> list[dict]:
+    chunking = body.chunking.model_dump(exclude_none=True) if body.chunking else None
+    docs = [d.model_dump(include={"text", "metadata", "doc_id"}) for d in body.documents]
+    return await _registry(request).add_documents(body.index_name, docs, chunking)
+
+
+@router.get("/indexes", response_model=list[str])
+async def list_indexes(request: Request) -> list[str]:
+    return _registry(request).names()
+
+
+@router.get("/indexes/{index_name}/documents", response_model=ListDocumentsResponse)
+async def list_documents(
+    index_name: str,
+    request: Request,
+    limit: int = Query(10, ge=1, le=100),
+    offset: int = Query(0, ge=0),
+    max_text_length: int | None = Query(1000, ge=1),
+    metadata_filter: str | None = Query(None, description="JSON object; exact match on every key."),
+) -> dict:
+    return await _registry(request).list_documents(index_name, limit=limit, offset=offset,
+                                                   max_text_length=max_text_length, metadata_filter=metadata_filter)
+
+
+@router.post("/indexes/{index_name}/documents", response_model=UpdateDocumentsResponse)
+async def update_documents(index_name: str, body: UpdateDocumentsRequest, request: Request) -> dict:
+    docs = [d.model_dump(include={"text", "metadata", "doc_id"}) for d in body.documents]
+    return await _registry(request).update_documents(index_name, docs)
+
+
+@router.post("/indexes/{index_name}/documents/delete", response_model=DeleteDocumentsResponse)
+async def delete_documents(index_name: str, body: DeleteDocumentsRequest, request: Request) -> dict:
+    return await _registry(request).delete_documents(index_name, body.doc_ids)
+
+
+@router.delete("/indexes/{index_name}", response_model=MessageResponse)
+async def delete_index(index_name: str, request: Request) -> dict:
+    await _registry(request).delete_index(index_name)
+    return {"message": f"Successfully deleted index {index_name}."}
+
+
+@router.post("/persist/{index_name}", response_model=MessageResponse)
+async def persist_index(index_name: str, request: Request, path: str | None = Query(None)) -> dict:
+    where = await _registry(request).persist(index_name, path)
+    return {"message": f"Successfully persisted index {index_name} to {path or where}."}
+
+
+@router.post("/load/{index_name}", response_model=MessageResponse)
+async def load_index(index_name: str, request: Request, path: str | None = Query(None),
+                     overwrite: bool = Query(False)) -> dict:
+    where = await _registry(request).load(index_name, path, overwrite)
+    return {"message": f"Successfully loaded index {index_name} from {path or where}."}
+
+
+@router.post("/retrieve", response_model=RetrieveResponse)
+async def retrieve(body: RetrieveRequest, request: Request) -> dict:
+    settings = request.app.state.settings
+    if body.max_node_count > settings.max_top_k:
+        raise Unprocessable(f"max_node_count must be between 1 and {settings.max_top_k}.")
+    nodes = await _registry(request).retrieve(body.index_name, body.query, body.max_node_count,
+                                             filters=body.filters, metadata_filter=body.metadata_filter)
+    results = [n.to_result() for n in nodes]
+    return {"query": body.query, "results": results, "count": len(results)}
 
 
 async def startup(app: FastAPI, settings: EngineSettings, stack: AsyncExitStack) -> None:
-    """Build this part's services onto app.state and push their clean-up onto stack."""
+    """Build the embedder, reranker and index registry (restoring every index) onto app.state."""
+    from ragengine.embedding import build_embedder
+    from ragengine.index.registry import IndexRegistry
+
+    embedder = getattr(app.state, "embedder", None)
+    if embedder is None:
+        embedder = await asyncio.to_thread(build_embedder, settings)
+        app.state.embedder = embedder
+        stack.callback(embedder.close)
+    reranker = getattr(app.state, "reranker", None)
+    if reranker is None and settings.rerank_model:
+        from ragengine.retrieval.rerank import Reranker
+
+        cache = str(settings.embedding_cache_dir) if settings.embedding_cache_dir else None
+        reranker = await asyncio.to_thread(Reranker, settings.rerank_model, settings.device, cache)
+        app.state.reranker = reranker
+        stack.callback(reranker.close)
+    registry = IndexRegistry(settings, embedder, reranker)
+    await registry.start()
+    app.state.registry = registry
+    stack.push_async_callback(registry.close)
+    if settings.load_sample_index and not registry.exists("sample"):
+        from ragengine.sample import load_sample_index
+
+        await load_sample_index(registry)

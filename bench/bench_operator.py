@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+"""Operator latency and scale against the local control plane (hack/cluster.sh up first).
+
+  1. RAGEngine created -> all six children exist             (target < 1 s)
+  2. both Deployments available -> RAGEngine Ready=True      (target < 2 s)
+  3. 50 RAGEngines created at once -> all Ready: total time, operator RSS
+
+Runs the real console script (`ragengine-operator --namespace <bench ns>`), prints a table and
+writes bench/results/operator.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+KUBECONFIG = ROOT / ".cluster" / "kubeconfig"
+os.environ["KUBECONFIG"] = str(KUBECONFIG)
+
+from kubernetes import client as k8s  # noqa: E402
+from kubernetes import config as k8s_config  # noqa: E402
+from kubernetes.client.rest import ApiException  # noqa: E402
+
+G, V, P = "ragengine.io", "v1alpha1", "ragengines"
+SPEC = {"inference": {"model": "Qwen/Qwen2.5-0.5B-Instruct"}, "storage": {"size": "1Gi"}}
+
+
+def children(n: str) -> list[tuple[str, str]]:
+    return [("pvc", f"{n}-model-cache"), ("dep", f"{n}-inference"), ("svc", f"{n}-inference"),
+            ("pvc", f"{n}-data"), ("dep", f"{n}-engine"), ("svc", n)]
+
+
+class Bench:
+    def __init__(self, ns: str) -> None:
+        api = k8s_config.new_client_from_config(config_file=str(KUBECONFIG))
+        self.core, self.apps, self.custom, self.ns = k8s.CoreV1Api(api), k8s.AppsV1Api(api), k8s.CustomObjectsApi(api), ns
+
+    def create(self, name: str) -> None:
+        body = {"apiVersion": f"{G}/{V}", "kind": "RAGEngine", "metadata": {"name": name}, "spec": SPEC}
+        self.custom.create_namespaced_custom_object(G, V, self.ns, P, body)
+
+    def exists(self, kind: str, name: str) -> bool:
+        read = {"pvc": self.core.read_namespaced_persistent_volume_claim, "svc": self.core.read_namespaced_service,
+                "dep": self.apps.read_namespaced_deployment}[kind]
+        try:
+            read(name, self.ns)
+            return True
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+
+    def available(self, name: str) -> bool:
+        try:
+            d = self.apps.read_namespaced_deployment_status(name, self.ns)
+        except ApiException:
+            return False
+        return (d.status.available_replicas or 0) >= d.spec.replicas and (d.status.updated_replicas or 0) >= d.spec.replicas
+
+    def ready_names(self) -> set[str]:
+        out = set()
+        for item in self.custom.list_namespaced_custom_object(G, V, self.ns, P)["items"]:
+            st = item.get("status") or {}
+            if st.get("observedGeneration") == item["metadata"]["generation"] and any(
+                c["type"] == "Ready" and c["status"] == "True" for c in st.get("conditions") or []
+            ):
+                out.add(item["metadata"]["name"])
+        return out
+
+
+def poll(fn, timeout: float, interval: float = 0.005):
+    deadline = time.perf_counter() + timeout
+    while time.perf_counter() < deadline:
+        if fn():
+            return time.perf_counter()
+        time.sleep(interval)
+    raise TimeoutError(fn)
+
+
+def rss_mb(pid: int) -> tuple[float, float]:
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    kb = lambda k: int(fields[k].split()[0]) / 1024  # noqa: E731
+    return kb("VmRSS"), kb("VmHWM")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=5, help="latency samples")
+    ap.add_argument("--scale", type=int, default=50, help="RAGEngines in the scale run")
+    args = ap.parse_args()
+    if not KUBECONFIG.exists():
+        sys.exit("the local control plane is not up: run `hack/cluster.sh up`")
+    ns = f"bench-{uuid.uuid4().hex[:6]}"
+    b = Bench(ns)
+    b.core.create_namespace({"metadata": {"name": ns}})
+    log = open(ROOT / "bench" / "results" / "operator-bench.log.tmp", "wb")
+    env = {**os.environ, "RAGENGINE_OPERATOR_METRICS_PORT": "0", "RAGENGINE_OPERATOR_LIVENESS_PORT": "0"}
+    exe = Path(sys.executable).with_name("ragengine-operator")
+    op = subprocess.Popen([str(exe), "--namespace", ns], stdout=log, stderr=subprocess.STDOUT, env=env)
+    try:
+        b.create("warmup")  # operator start-up and first watch are not what we measure
+        poll(lambda: "warmup" in b.ready_names(), 60, 0.05)
+        created, ready = [], []
+        for i in range(args.runs):
+            n = f"lat-{i}"
+            t0 = time.perf_counter()
+            b.create(n)
+            t1 = poll(lambda: all(b.exists(k, x) for k, x in children(n)), 30)
+            created.append(t1 - t0)
+            t_avail = poll(lambda: b.available(f"{n}-inference") and b.available(f"{n}-engine"), 60)
+            t_ready = poll(lambda: n in b.ready_names(), 30)
+            ready.append(max(0.0, t_ready - t_avail))
+        rss_before, _ = rss_mb(op.pid)
+        names = [f"scale-{i:03d}" for i in range(args.scale)]
+        t0 = time.perf_counter()
+        for n in names:
+            b.create(n)
+        t_all = poll(lambda: set(names) <= b.ready_names(), 300, 0.1) - t0
+        rss_after, rss_peak = rss_mb(op.pid)
+    finally:
+        # delete while the operator runs (it drops kopf's finalizers), then stop it
+        subprocess.run(["kubectl", "delete", "namespace", ns, "--wait=true", "--timeout=120s"], capture_output=True)
+        op.send_signal(signal.SIGTERM)
+        try:
+            op.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            op.kill()
+    rows = [
+        ("CR created -> all 6 children exist (median / max)", f"{statistics.median(created):.3f} / {max(created):.3f} s", "< 1 s"),
+        ("Deployments available -> Ready=True (median / max)", f"{statistics.median(ready):.3f} / {max(ready):.3f} s", "< 2 s"),
+        (f"{args.scale} RAGEngines created -> all Ready", f"{t_all:.1f} s", ""),
+        ("operator RSS before / after / peak", f"{rss_before:.0f} / {rss_after:.0f} / {rss_peak:.0f} MiB", ""),
+    ]
+    width = max(len(r[0]) for r in rows)
+    print(f"{'metric':<{width}}  {'value':<24} target")
+    for name, value, target in rows:
+        print(f"{name:<{width}}  {value:<24} {target}")
+    result = {
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "runs": args.runs,
+        "children_created_s": created,
+        "available_to_ready_s": ready,
+        "scale": {"ragengines": args.scale, "all_ready_s": t_all, "rss_mib_before": rss_before,
+                  "rss_mib_after": rss_after, "rss_mib_peak": rss_peak},
+        "targets": {"children_created_s": 1.0, "available_to_ready_s": 2.0},
+        "pass": statistics.median(created) < 1.0 and statistics.median(ready) < 2.0,
+    }
+    out = ROOT / "bench" / "results" / "operator.json"
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {out.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

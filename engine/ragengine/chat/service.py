@@ -1,0 +1,245 @@
+"""Runs a chat plan: validate → (bypass | retrieve → select context → LLM) → response or SSE events.
+
+Returns values (``JSONOutcome`` / ``StreamOutcome``) and raises domain errors; the router only picks
+``JSONResponse`` or ``StreamingResponse``. Streams are opened before the router answers, so an upstream
+4xx or an unreachable LLM still gets its own HTTP status (or the extractive fallback) instead of a 200
+followed by an error event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator
+
+from pydantic import ValidationError
+
+from ragengine.chat import metrics
+from ragengine.chat.context import select_context
+from ragengine.chat.extractive import NO_ANSWER, extractive_answer
+from ragengine.chat.plan import (
+    Target,
+    build_messages,
+    bypass_reason,
+    plan_budget,
+    reply_max_tokens,
+    resolve_target,
+    split_messages,
+)
+from ragengine.chat.stream import chunk, extractive_stream, relay
+from ragengine.errors import BadRequest, NotFound
+from ragengine.llm.client import LLMClient, LLMUnavailable
+from ragengine.llm.tokens import estimate_tokens
+from ragengine.protocol.openai import ChatCompletionRequest, RagInfo, new_completion_id, upstream_body
+from ragengine.settings import EngineSettings
+
+log = logging.getLogger(__name__)
+NO_LLM = "No LLM is configured (RAGENGINE_LLM_URL is unset)."
+EXTRACTIVE_MODEL = "ragengine-extractive"
+
+
+@dataclass
+class JSONOutcome:
+    body: dict[str, Any]
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class StreamOutcome:
+    events: AsyncIterator[str]
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def parse_request(body: Any) -> ChatCompletionRequest:
+    if not isinstance(body, dict):
+        raise BadRequest("Invalid request format: the body must be a JSON object.")
+    try:
+        req = ChatCompletionRequest.model_validate(body)
+    except ValidationError as exc:
+        errors = exc.errors()
+        parts = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in errors[:5]]
+        param = str(errors[0]["loc"][0]) if errors and errors[0]["loc"] else None
+        raise BadRequest("Invalid request format: " + "; ".join(parts), param=param) from None
+    if not req.messages:
+        raise BadRequest("Invalid request format: 'messages' must be a non-empty list.", param="messages")
+    return req
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:.2f}"
+
+
+class ChatService:
+    def __init__(self, settings: EngineSettings, llm: LLMClient, registry: Any) -> None:
+        self.settings = settings
+        self.llm = llm
+        self.registry = registry
+
+    async def create(self, body: Any, *, received: float | None = None) -> JSONOutcome | StreamOutcome:
+        t0 = received if received is not None else time.perf_counter()
+        req = parse_request(body)
+        target = resolve_target(req, self.settings.context_token_ratio)
+        if target.index_name is not None and (self.registry is None or not self.registry.exists(target.index_name)):
+            raise NotFound(f"No such index: '{target.index_name}' exists.", param="index_name")
+        reason = bypass_reason(req, target.index_name)
+        if reason is not None:
+            return await self._passthrough(body, req, target, RagInfo(applied=False, reason=reason), t0)
+        return await self._rag(body, req, target, t0)
+
+    # --- RAG --------------------------------------------------------------------------------------
+    async def _rag(self, body: dict, req: ChatCompletionRequest, target: Target, t0: float):
+        split = split_messages(req.messages)
+        window = await self.llm.context_window()
+        prompt_tokens, query_tokens = await asyncio.gather(
+            self.llm.count_tokens(req.messages), self.llm.count_tokens(split.user_prompt)
+        )
+        budget = plan_budget(
+            window=window, prompt_tokens=prompt_tokens, query_tokens=query_tokens,
+            max_tokens=req.max_completion_tokens or req.max_tokens, ratio=target.ratio,
+            node_token_approximation=self.settings.node_token_approximation,
+        )
+        t_retrieve = time.perf_counter()
+        nodes = await self.registry.retrieve(target.index_name, split.user_prompt, budget.top_k)
+        retrieve_s = time.perf_counter() - t_retrieve
+        threshold = self.settings.similarity_threshold
+        candidates = [n for n in nodes if (n.score or 0.0) >= threshold] if threshold else list(nodes)
+        counts = dict(zip((n.text for n in candidates), await self.llm.count_tokens_many([n.text for n in candidates])))
+        selected = select_context(candidates, budget.context_budget, counts.__getitem__, threshold)
+        context_tokens = sum(counts[n.text] for n in selected)
+        max_tokens = reply_max_tokens(budget, context_tokens)
+        info = RagInfo(
+            applied=bool(selected), reason=None if selected else "no_context", index_name=target.index_name,
+            top_k=budget.top_k, retrieved=len(nodes), selected=len(selected), context_tokens=context_tokens,
+            context_budget=budget.context_budget, prompt_tokens=prompt_tokens, max_tokens=max_tokens,
+            max_tokens_requested=budget.max_tokens_requested, token_counter=self.llm.tokens.method,
+        )
+        timing = {"retrieve": retrieve_s}
+        if not selected:
+            # The seed: nothing relevant fits → the request goes to the LLM as sent.
+            return await self._passthrough(body, req, target, info, t0, fallback_nodes=candidates[:5], timing=timing)
+        if not self.llm.configured:
+            return self._extractive(req, target, info, selected, NO_LLM, t0)
+
+        payload = upstream_body(body)
+        payload["messages"] = build_messages(split.history, split.user_prompt, [n.text for n in selected])
+        payload["model"] = target.model or await self.llm.model_name()
+        if payload["model"] is None:
+            del payload["model"]
+        if max_tokens is not None:
+            for name in ("max_tokens", "max_completion_tokens"):
+                if body.get(name) is not None:
+                    payload[name] = max_tokens
+        sources = [n.to_source_node() for n in selected]
+        completion_id = new_completion_id()
+
+        if req.stream:
+            try:
+                stream = await self.llm.open_stream(payload)
+            except LLMUnavailable as exc:
+                return self._extractive(req, target, info, selected, exc.message, t0)
+            info.endpoint = stream.endpoint
+            model = payload.get("model") or ""
+            final = chunk(completion_id, model, int(time.time()), [], source_nodes=sources,
+                          generation_method="llm", rag=info.model_dump(exclude_none=True))
+            return StreamOutcome(relay(
+                stream.__aiter__(), completion_id=completion_id, final=lambda: final,
+                on_first=self._first_token_observer(t0, stream, "rag"), on_close=stream.aclose,
+            ))
+        try:
+            result = await self.llm.chat(payload)
+        except LLMUnavailable as exc:
+            return self._extractive(req, target, info, selected, exc.message, t0)
+        info.endpoint = result.endpoint
+        out = result.body if isinstance(result.body, dict) else {"response": result.body}
+        out.update(id=completion_id, source_nodes=sources, generation_method="llm", rag=info.model_dump(exclude_none=True))
+        return self._json(out, t0, "rag", llm_s=result.elapsed_s, endpoint=result.endpoint, timing=timing)
+
+    # --- pass-through -----------------------------------------------------------------------------
+    async def _passthrough(self, body: dict, req: ChatCompletionRequest, target: Target, info: RagInfo, t0: float,
+                           *, fallback_nodes: list | None = None, timing: dict | None = None):
+        if not self.llm.configured:
+            if fallback_nodes is not None:
+                return self._extractive(req, target, info, fallback_nodes, NO_LLM, t0)
+            raise LLMUnavailable(
+                f"{NO_LLM} Without an LLM only RAG requests (with index_name) can be answered, extractively.",
+                status_code=503,
+            )
+        payload = upstream_body(body)
+        if not payload.get("model") or target.model is None:
+            name = await self.llm.model_name()
+            if name:
+                payload["model"] = name
+            elif target.index_name:  # a rag:<index> alias means nothing upstream
+                payload.pop("model", None)
+        try:
+            if req.stream:
+                stream = await self.llm.open_stream(payload)
+            else:
+                result = await self.llm.chat(payload)
+        except LLMUnavailable as exc:
+            if fallback_nodes is None:
+                raise
+            return self._extractive(req, target, info, fallback_nodes, exc.message, t0)
+        if req.stream:
+            info.endpoint = stream.endpoint
+            final = None
+            if target.index_name:  # the caller asked for RAG: the last chunk says why it did not happen
+                final = chunk("", payload.get("model") or "", int(time.time()), [], source_nodes=None,
+                              generation_method="llm", rag=info.model_dump(exclude_none=True))
+            return StreamOutcome(relay(
+                stream.__aiter__(), completion_id=None, final=lambda: final,
+                on_first=self._first_token_observer(t0, stream, "passthrough"), on_close=stream.aclose,
+            ))
+        info.endpoint = result.endpoint
+        out = result.body if isinstance(result.body, dict) else {"response": result.body}
+        out.update(source_nodes=None, generation_method="llm", rag=info.model_dump(exclude_none=True))
+        return self._json(out, t0, "passthrough", llm_s=result.elapsed_s, endpoint=result.endpoint, timing=timing)
+
+    # --- extractive fallback ----------------------------------------------------------------------
+    def _extractive(self, req: ChatCompletionRequest, target: Target, info: RagInfo, nodes: list, reason: str, t0: float):
+        log.info("answering extractively: %s", reason)
+        query = split_messages(req.messages).user_prompt
+        text = extractive_answer(query, nodes) or NO_ANSWER
+        n = req.n or 1
+        sources = [node.to_source_node() for node in nodes] or None
+        completion_id = new_completion_id()
+        model = req.model or EXTRACTIVE_MODEL
+        extra = {"source_nodes": sources, "generation_method": "extractive_fallback", "fallback_reason": reason,
+                 "rag": info.model_dump(exclude_none=True)}
+        if req.stream:
+            final = chunk(completion_id, model, int(time.time()), [], **extra)
+            on_first = lambda: metrics.observe_rag_ttft(time.perf_counter() - t0, "extractive")  # noqa: E731
+            return StreamOutcome(extractive_stream(text, completion_id=completion_id, model=model, n=n, final=final,
+                                                   on_first=on_first))
+        completion = estimate_tokens(text)
+        out = {
+            "id": completion_id, "object": "chat.completion", "created": int(time.time()), "model": model,
+            "choices": [{"index": i, "message": {"role": "assistant", "content": text}, "finish_reason": "stop",
+                         "logprobs": None} for i in range(n)],
+            "usage": {"prompt_tokens": info.prompt_tokens or 0, "completion_tokens": completion * n,
+                      "total_tokens": (info.prompt_tokens or 0) + completion * n},
+            **extra,
+        }
+        return self._json(out, t0, "extractive")
+
+    # --- helpers ----------------------------------------------------------------------------------
+    def _json(self, out: dict, t0: float, mode: str, *, llm_s: float = 0.0, endpoint: str | None = None,
+              timing: dict | None = None) -> JSONOutcome:
+        total = time.perf_counter() - t0
+        metrics.observe_rag_ttft(total, mode)
+        parts = [f"engine;dur={_ms(total - llm_s)}"]
+        if endpoint is not None:
+            metrics.observe_llm_ttft(llm_s, endpoint)
+            parts.append(f"llm;dur={_ms(llm_s)}")
+        for name, seconds in (timing or {}).items():
+            parts.append(f"{name};dur={_ms(seconds)}")
+        return JSONOutcome(out, {"Server-Timing": ", ".join(parts)})
+
+    def _first_token_observer(self, t0: float, stream, mode: str):
+        def observe() -> None:
+            metrics.observe_rag_ttft(time.perf_counter() - t0, mode)
+            if stream.first_chunk_s is not None:
+                metrics.observe_llm_ttft(stream.first_chunk_s, stream.endpoint)
+        return observe

@@ -1,0 +1,95 @@
+"""SQLAlchemy 2.0 tables for sessions, threads, messages and uploaded files.
+
+One schema for SQLite (the default file in ``data_dir``) and PostgreSQL (psycopg 3). Portable types
+only: string ids (uuid4 hex), ``JSON`` for metadata, timestamps as naive UTC.
+Messages carry an integer ``seq`` primary key so "in the order they were written" is one index scan on
+both databases, whatever the clock resolution.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import JSON, DateTime, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+MAIN_THREAD = "main"
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex}"
+
+
+def utcnow() -> datetime:
+    # Naive UTC: SQLite has no time zones, so aware values would compare differently per database.
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {dict[str, Any]: JSON, datetime: DateTime()}
+
+
+class SessionRow(Base):
+    __tablename__ = "conv_sessions"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    user_id: Mapped[str | None] = mapped_column(String(256), index=True)
+    title: Mapped[str | None] = mapped_column(String(512))
+    index_name: Mapped[str | None] = mapped_column(String(256))
+    meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSON, default=dict)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
+
+
+class ThreadRow(Base):
+    __tablename__ = "conv_threads"
+
+    # The id is unique per session only ("main" exists in every session), hence the composite key.
+    session_id: Mapped[str] = mapped_column(ForeignKey("conv_sessions.id", ondelete="CASCADE"), primary_key=True)
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    parent_thread_id: Mapped[str | None] = mapped_column(String(64))
+    parent_message_id: Mapped[str | None] = mapped_column(String(64))
+    title: Mapped[str | None] = mapped_column(String(512))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class MessageRow(Base):
+    __tablename__ = "conv_messages"
+    __table_args__ = (Index("ix_conv_messages_thread", "session_id", "thread_id", "seq"),)
+
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    id: Mapped[str] = mapped_column(String(64), unique=True)
+    session_id: Mapped[str] = mapped_column(ForeignKey("conv_sessions.id", ondelete="CASCADE"))
+    thread_id: Mapped[str] = mapped_column(String(64))
+    role: Mapped[str] = mapped_column(String(32))
+    content: Mapped[str] = mapped_column(Text)
+    meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSON, default=dict)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class FileRow(Base):
+    __tablename__ = "conv_files"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    filename: Mapped[str] = mapped_column(String(1024))
+    content_type: Mapped[str] = mapped_column(String(128))
+    size_bytes: Mapped[int] = mapped_column(Integer)
+    status: Mapped[str] = mapped_column(String(32), index=True)
+    progress: Mapped[float] = mapped_column(Float, default=0.0)
+    reason: Mapped[str | None] = mapped_column(Text)
+    # Extracted text: sent inline to the LLM while ingestion is not completed.
+    text: Mapped[str | None] = mapped_column(Text)
+    documents: Mapped[int] = mapped_column(Integer, default=0)
+    doc_ids: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class SessionFileRow(Base):
+    __tablename__ = "conv_session_files"
+
+    session_id: Mapped[str] = mapped_column(ForeignKey("conv_sessions.id", ondelete="CASCADE"), primary_key=True)
+    file_id: Mapped[str] = mapped_column(ForeignKey("conv_files.id", ondelete="CASCADE"), primary_key=True)
+    attached_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -1,0 +1,60 @@
+"""Prompt layout for session messages (pure): instructions + context, history, the user's message."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are a helpful assistant in a conversation about the user's documents. Answer using the context "
+    "below; when it does not contain the answer, say that you do not know rather than guessing. Keep "
+    "answers concise and mention the file a fact comes from when it helps."
+)
+TOOLS_SYSTEM_PROMPT = (
+    "You are a helpful assistant in a conversation about the user's documents. Use the semantic_search "
+    "tool to find passages in the documents attached to this conversation before answering questions "
+    "about them; answer only from what the tool returns, and say that you do not know when it returns "
+    "nothing relevant."
+)
+NO_CONTEXT_NOTE = "No document passages were found for this message."
+
+
+@dataclass(frozen=True)
+class InlineDoc:
+    """A conversation file still being ingested: its text goes into the prompt directly."""
+
+    file_id: str
+    filename: str
+    text: str
+    truncated: bool = False
+
+
+def source_label(metadata: dict) -> str:
+    name = metadata.get("filename") or metadata.get("file_id") or "document"
+    return f"{name}, page {metadata['page']}" if metadata.get("page") else str(name)
+
+
+def format_context(nodes: list, inline: list[InlineDoc]) -> str:
+    blocks = []
+    for doc in inline:
+        note = " (truncated)" if doc.truncated else ""
+        blocks.append(f"[file: {doc.filename}{note}]\n{doc.text.strip()}")
+    for i, node in enumerate(nodes, 1):
+        blocks.append(f"[{i}] ({source_label(node.metadata)})\n{node.text.strip()}")
+    return "\n\n".join(blocks)
+
+
+def system_message(instructions: str, context: str | None) -> dict[str, Any]:
+    if context is None:  # plain chat or tool mode without inline files: instructions only
+        return {"role": "system", "content": instructions}
+    body = context if context.strip() else NO_CONTEXT_NOTE
+    return {"role": "system", "content": f"{instructions}\n\nContext:\n---------------------\n{body}\n---------------------"}
+
+
+def build_messages(instructions: str, context: str | None, history: list[dict[str, str]], user_message: str) -> list[dict]:
+    return [system_message(instructions, context), *history, {"role": "user", "content": user_message}]
+
+
+def history_turns(messages: list[Any]) -> list[dict[str, str]]:
+    """Stored messages → OpenAI turns (user/assistant only; empty ones dropped)."""
+    return [{"role": m.role, "content": m.content} for m in messages if m.role in ("user", "assistant") and m.content]

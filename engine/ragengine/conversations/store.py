@@ -1,0 +1,370 @@
+"""The session store: sessions, threads, messages and uploaded files in SQL, behind async methods.
+
+A synchronous SQLAlchemy engine run in worker threads (``asyncio.to_thread``): the same code path for
+SQLite and PostgreSQL (psycopg 3), no async driver needed, and a slow database never blocks the
+event loop. Records leave the store as frozen dataclasses, never live ORM objects, so nothing lazy
+loads after its session closed.
+
+Threads: every session has a ``main`` thread. A branch is created from any message; its history is
+its parent thread's history up to and including that message, followed by its own messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Callable, TypeVar
+
+from sqlalchemy import create_engine, delete, event, func, select, update
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from ragengine.conversations.models import (
+    MAIN_THREAD, Base, FileRow, MessageRow, SessionFileRow, SessionRow, ThreadRow, new_id, utcnow,
+)
+from ragengine.errors import BadRequest, NotFound
+
+T = TypeVar("T")
+MAX_THREAD_DEPTH = 64
+
+
+def iso(value: datetime | None) -> str | None:
+    return value.isoformat(timespec="milliseconds") + "Z" if value else None
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    id: str
+    user_id: str | None
+    title: str | None
+    index_name: str | None
+    metadata: dict
+    created_at: str
+    updated_at: str
+    message_count: int = 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ThreadInfo:
+    id: str
+    session_id: str
+    parent_thread_id: str | None
+    parent_message_id: str | None
+    title: str | None
+    created_at: str
+    message_count: int = 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class MessageInfo:
+    id: str
+    session_id: str
+    thread_id: str
+    role: str
+    content: str
+    metadata: dict
+    created_at: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    id: str
+    filename: str
+    content_type: str
+    size_bytes: int
+    status: str
+    progress: float
+    reason: str | None
+    documents: int
+    created_at: str
+    updated_at: str
+    text: str | None = field(default=None, repr=False)
+    doc_ids: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out.pop("text")
+        out.pop("doc_ids")
+        return out
+
+
+def _session(row: SessionRow, count: int = 0) -> SessionInfo:
+    return SessionInfo(row.id, row.user_id, row.title, row.index_name, dict(row.meta or {}), iso(row.created_at),
+                       iso(row.updated_at), count)
+
+
+def _thread(row: ThreadRow, count: int = 0) -> ThreadInfo:
+    return ThreadInfo(row.id, row.session_id, row.parent_thread_id, row.parent_message_id, row.title,
+                      iso(row.created_at), count)
+
+
+def _message(row: MessageRow) -> MessageInfo:
+    return MessageInfo(row.id, row.session_id, row.thread_id, row.role, row.content, dict(row.meta or {}),
+                       iso(row.created_at))
+
+
+def _file(row: FileRow) -> FileInfo:
+    ids = tuple((row.doc_ids or {}).get("ids", []))
+    return FileInfo(row.id, row.filename, row.content_type, row.size_bytes, row.status, row.progress, row.reason,
+                    row.documents, iso(row.created_at), iso(row.updated_at), row.text, ids)
+
+
+def make_engine(url: str) -> Engine:
+    if url.startswith("sqlite"):
+        engine = create_engine(url, connect_args={"timeout": 30})
+
+        @event.listens_for(engine, "connect")
+        def _pragmas(conn, _record) -> None:  # cascades and concurrent readers need these on SQLite
+            cur = conn.cursor()
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.close()
+
+        return engine
+    if url.startswith("postgresql://") or url.startswith("postgres://"):
+        url = "postgresql+psycopg://" + url.split("://", 1)[1]  # psycopg 3, not the absent psycopg2
+    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+
+
+class SessionStore:
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.engine = make_engine(url)
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
+
+    def create_tables(self) -> None:
+        Base.metadata.create_all(self.engine)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    async def _run(self, fn: Callable[[Session], T]) -> T:
+        def work() -> T:
+            with self._sessions.begin() as s:
+                return fn(s)
+        return await asyncio.to_thread(work)
+
+    # --- sessions ----------------------------------------------------------------------------------
+    async def create_session(self, *, user_id: str | None = None, title: str | None = None,
+                             index_name: str | None = None, metadata: dict | None = None) -> SessionInfo:
+        def fn(s: Session) -> SessionInfo:
+            row = SessionRow(id=new_id("sess"), user_id=user_id, title=title, index_name=index_name,
+                             meta=metadata or {})
+            s.add(row)
+            s.flush()
+            s.add(ThreadRow(session_id=row.id, id=MAIN_THREAD, title="main"))
+            return _session(row)
+        return await self._run(fn)
+
+    def _get_session(self, s: Session, session_id: str) -> SessionRow:
+        row = s.get(SessionRow, session_id)
+        if row is None:
+            raise NotFound(f"No such session: '{session_id}'.")
+        return row
+
+    async def get_session(self, session_id: str) -> SessionInfo:
+        def fn(s: Session) -> SessionInfo:
+            row = self._get_session(s, session_id)
+            count = s.scalar(select(func.count()).select_from(MessageRow).where(MessageRow.session_id == session_id))
+            return _session(row, count or 0)
+        return await self._run(fn)
+
+    async def list_sessions(self, *, user_id: str | None = None, limit: int = 100, offset: int = 0) -> list[SessionInfo]:
+        def fn(s: Session) -> list[SessionInfo]:
+            q = select(SessionRow).order_by(SessionRow.updated_at.desc(), SessionRow.id)
+            if user_id is not None:
+                q = q.where(SessionRow.user_id == user_id)
+            return [_session(r) for r in s.scalars(q.limit(limit).offset(offset))]
+        return await self._run(fn)
+
+    async def delete_session(self, session_id: str) -> None:
+        def fn(s: Session) -> None:
+            self._get_session(s, session_id)
+            # Explicit child deletes: correct even where the database ignores ON DELETE CASCADE.
+            for table in (MessageRow, ThreadRow, SessionFileRow):
+                s.execute(delete(table).where(table.session_id == session_id))
+            s.execute(delete(SessionRow).where(SessionRow.id == session_id))
+        await self._run(fn)
+
+    async def delete_expired(self, ttl_s: int) -> list[str]:
+        """Delete sessions idle for longer than ``ttl_s``; returns their ids."""
+        cutoff = utcnow() - timedelta(seconds=ttl_s)
+
+        def fn(s: Session) -> list[str]:
+            ids = list(s.scalars(select(SessionRow.id).where(SessionRow.updated_at < cutoff)))
+            for i in range(0, len(ids), 500):
+                batch = ids[i:i + 500]
+                for table in (MessageRow, ThreadRow, SessionFileRow):
+                    s.execute(delete(table).where(table.session_id.in_(batch)))
+                s.execute(delete(SessionRow).where(SessionRow.id.in_(batch)))
+            return ids
+        return await self._run(fn)
+
+    # --- threads and messages ----------------------------------------------------------------------
+    async def add_message(self, session_id: str, thread_id: str, role: str, content: str,
+                          metadata: dict | None = None) -> MessageInfo:
+        def fn(s: Session) -> MessageInfo:
+            session = self._get_session(s, session_id)
+            if s.get(ThreadRow, (session_id, thread_id)) is None:
+                raise NotFound(f"No such thread: '{thread_id}' in session '{session_id}'.")
+            row = MessageRow(id=new_id("msg"), session_id=session_id, thread_id=thread_id, role=role,
+                             content=content, meta=metadata or {})
+            s.add(row)
+            session.updated_at = utcnow()
+            s.flush()
+            return _message(row)
+        return await self._run(fn)
+
+    async def create_thread(self, session_id: str, parent_message_id: str, *, title: str | None = None) -> ThreadInfo:
+        def fn(s: Session) -> ThreadInfo:
+            self._get_session(s, session_id)
+            parent = s.scalar(select(MessageRow).where(MessageRow.id == parent_message_id))
+            if parent is None or parent.session_id != session_id:
+                raise NotFound(f"No such message: '{parent_message_id}' in session '{session_id}'.")
+            row = ThreadRow(session_id=session_id, id=new_id("thr"), parent_thread_id=parent.thread_id,
+                            parent_message_id=parent.id, title=title)
+            s.add(row)
+            s.flush()
+            return _thread(row)
+        return await self._run(fn)
+
+    async def list_threads(self, session_id: str) -> list[ThreadInfo]:
+        def fn(s: Session) -> list[ThreadInfo]:
+            self._get_session(s, session_id)
+            counts = dict(s.execute(
+                select(MessageRow.thread_id, func.count()).where(MessageRow.session_id == session_id)
+                .group_by(MessageRow.thread_id)
+            ).all())
+            rows = s.scalars(select(ThreadRow).where(ThreadRow.session_id == session_id).order_by(ThreadRow.created_at))
+            return [_thread(r, counts.get(r.id, 0)) for r in rows]
+        return await self._run(fn)
+
+    async def get_thread(self, session_id: str, thread_id: str) -> ThreadInfo:
+        def fn(s: Session) -> ThreadInfo:
+            self._get_session(s, session_id)
+            row = s.get(ThreadRow, (session_id, thread_id))
+            if row is None:
+                raise NotFound(f"No such thread: '{thread_id}' in session '{session_id}'.")
+            return _thread(row)
+        return await self._run(fn)
+
+    async def history(self, session_id: str, thread_id: str = MAIN_THREAD, *, last: int | None = None) -> list[MessageInfo]:
+        """The thread's messages in order, inherited ones first; ``last`` keeps only the newest few."""
+        def fn(s: Session) -> list[MessageInfo]:
+            self._get_session(s, session_id)
+            rows = self._thread_rows(s, session_id, thread_id, None, 0)
+            return [_message(r) for r in (rows[-last:] if last else rows)]
+        return await self._run(fn)
+
+    def _thread_rows(self, s: Session, session_id: str, thread_id: str, upto_seq: int | None, depth: int) -> list[MessageRow]:
+        thread = s.get(ThreadRow, (session_id, thread_id))
+        if thread is None:
+            raise NotFound(f"No such thread: '{thread_id}' in session '{session_id}'.")
+        if depth > MAX_THREAD_DEPTH:
+            raise BadRequest(f"Thread '{thread_id}' is nested deeper than {MAX_THREAD_DEPTH} branches.")
+        q = select(MessageRow).where(MessageRow.session_id == session_id, MessageRow.thread_id == thread_id)
+        if upto_seq is not None:
+            q = q.where(MessageRow.seq <= upto_seq)
+        own = list(s.scalars(q.order_by(MessageRow.seq)))
+        if not thread.parent_message_id:
+            return own
+        parent = s.scalar(select(MessageRow).where(MessageRow.id == thread.parent_message_id))
+        if parent is None:  # the branch point is gone (cannot happen without manual edits): own only
+            return own
+        return self._thread_rows(s, session_id, parent.thread_id, parent.seq, depth + 1) + own
+
+    # --- files ------------------------------------------------------------------------------------
+    async def create_file(self, *, filename: str, content_type: str, size_bytes: int, text: str | None = None) -> FileInfo:
+        def fn(s: Session) -> FileInfo:
+            row = FileRow(id=new_id("file"), filename=filename, content_type=content_type, size_bytes=size_bytes,
+                          status="uploaded", progress=0.0, text=text, doc_ids={})
+            s.add(row)
+            s.flush()
+            return _file(row)
+        return await self._run(fn)
+
+    async def get_file(self, file_id: str) -> FileInfo:
+        def fn(s: Session) -> FileInfo:
+            row = s.get(FileRow, file_id)
+            if row is None:
+                raise NotFound(f"No such file: '{file_id}'.")
+            return _file(row)
+        return await self._run(fn)
+
+    async def list_files(self, *, status: str | None = None, limit: int = 1000) -> list[FileInfo]:
+        def fn(s: Session) -> list[FileInfo]:
+            q = select(FileRow).order_by(FileRow.created_at)
+            if status is not None:
+                q = q.where(FileRow.status == status)
+            return [_file(r) for r in s.scalars(q.limit(limit))]
+        return await self._run(fn)
+
+    async def update_file(self, file_id: str, **values: Any) -> None:
+        allowed = {"status", "progress", "reason", "text", "documents", "doc_ids"}
+        if set(values) - allowed:
+            raise ValueError(f"cannot update {sorted(set(values) - allowed)}")
+        if "doc_ids" in values:
+            values["doc_ids"] = {"ids": list(values["doc_ids"])}
+
+        def fn(s: Session) -> None:
+            s.execute(update(FileRow).where(FileRow.id == file_id).values(**values, updated_at=utcnow()))
+        await self._run(fn)
+
+    async def delete_file(self, file_id: str) -> None:
+        def fn(s: Session) -> None:
+            s.execute(delete(SessionFileRow).where(SessionFileRow.file_id == file_id))
+            s.execute(delete(FileRow).where(FileRow.id == file_id))
+        await self._run(fn)
+
+    async def attach_files(self, session_id: str, file_ids: list[str]) -> None:
+        def fn(s: Session) -> None:
+            self._get_session(s, session_id)
+            have = set(s.scalars(select(SessionFileRow.file_id).where(SessionFileRow.session_id == session_id)))
+            for fid in dict.fromkeys(file_ids):
+                if s.get(FileRow, fid) is None:
+                    raise NotFound(f"No such file: '{fid}'.")
+                if fid not in have:
+                    s.add(SessionFileRow(session_id=session_id, file_id=fid))
+        await self._run(fn)
+
+    async def detach_file(self, session_id: str, file_id: str) -> None:
+        def fn(s: Session) -> None:
+            self._get_session(s, session_id)
+            gone = s.execute(delete(SessionFileRow).where(SessionFileRow.session_id == session_id,
+                                                          SessionFileRow.file_id == file_id))
+            if not gone.rowcount:
+                raise NotFound(f"File '{file_id}' is not attached to session '{session_id}'.")
+        await self._run(fn)
+
+    async def session_files(self, session_id: str) -> list[FileInfo]:
+        def fn(s: Session) -> list[FileInfo]:
+            self._get_session(s, session_id)
+            q = (select(FileRow).join(SessionFileRow, SessionFileRow.file_id == FileRow.id)
+                 .where(SessionFileRow.session_id == session_id).order_by(SessionFileRow.attached_at, FileRow.id))
+            return [_file(r) for r in s.scalars(q)]
+        return await self._run(fn)
+
+    async def orphan_files(self, ttl_s: int) -> list[FileInfo]:
+        """Files attached to no session and untouched for ``ttl_s``: candidates for clean-up."""
+        cutoff = utcnow() - timedelta(seconds=ttl_s)
+
+        def fn(s: Session) -> list[FileInfo]:
+            attached = select(SessionFileRow.file_id)
+            q = select(FileRow).where(FileRow.updated_at < cutoff, FileRow.id.not_in(attached))
+            return [_file(r) for r in s.scalars(q)]
+        return await self._run(fn)

@@ -1,0 +1,127 @@
+"""Where an index lives on disk and how it is restored.
+
+``<data_dir>/indexes/<quoted name>/``: ``index.json`` (name, dimension, chunking config),
+``journal.log`` (writes since the snapshot) and ``snapshot/`` (see snapshot.py). Restoring = newest
+valid snapshot + journal replay; any failure raises ``IndexLoadError`` with a message for the logs and
+``/health``, and the index stays unloaded rather than half-loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from pathlib import Path
+from urllib.parse import quote
+
+from ragengine.errors import BadRequest
+from ragengine.index.journal import Journal, JournalCorrupt, fsync_dir
+from ragengine.index.snapshot import SnapshotError, read_snapshot
+from ragengine.index.state import IndexState
+from ragengine.index.types import ChunkingConfig
+
+INDEXES = "indexes"
+MAX_NAME = 200
+
+
+class IndexLoadError(Exception):
+    pass
+
+
+def validate_name(name: str) -> str:
+    if not isinstance(name, str) or not name.strip():
+        raise BadRequest("Index name cannot be empty.")
+    if len(name) > MAX_NAME or any(ord(c) < 32 or c == "\x7f" for c in name):
+        raise BadRequest(f"Invalid index name: at most {MAX_NAME} printable characters.")
+    return name
+
+
+def dir_name(name: str) -> str:
+    quoted = quote(name, safe="-_.")
+    return "%2E" + quoted[1:] if quoted.startswith(".") else quoted
+
+
+def index_root(data_dir: Path) -> Path:
+    return Path(data_dir) / INDEXES
+
+
+def safe_path(data_dir: Path, path: str) -> Path:
+    """``path`` (relative to data_dir, or absolute) resolved and confined under data_dir, outside the
+    engine's own ``indexes/`` folder; anything else is a 400."""
+    if "\x00" in path:
+        raise BadRequest("Invalid path.")
+    base = Path(data_dir).resolve()
+    candidate = (Path(path) if os.path.isabs(path) else base / path).resolve()
+    if candidate == base or not candidate.is_relative_to(base):
+        raise BadRequest(f"Invalid path {path!r}: it must be a folder under the data directory ({base}).")
+    if candidate.is_relative_to(base / INDEXES):
+        raise BadRequest(f"Invalid path {path!r}: the '{INDEXES}' folder is reserved for live indexes.")
+    return candidate
+
+
+def write_json_atomic(path: Path, data: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(data, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def create_index_dir(data_dir: Path, state: IndexState) -> Path:
+    path = index_root(data_dir) / dir_name(state.name)
+    path.mkdir(parents=True, exist_ok=True)
+    fsync_dir(path.parent)
+    write_json_atomic(path / "index.json", {"name": state.name, "dim": state.dim, "config": state.config.to_dict()})
+    return path
+
+
+def remove_dir(path: Path) -> None:
+    """Delete an index folder: rename it aside first (atomic), then remove the files."""
+    if not path.exists():
+        return
+    trash = path.with_name(f".trash-{uuid.uuid4().hex}")
+    os.replace(path, trash)
+    fsync_dir(path.parent)
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+def clean_trash(data_dir: Path) -> None:
+    root = index_root(data_dir)
+    if root.exists():
+        for entry in root.iterdir():
+            if entry.name.startswith(".trash-"):
+                shutil.rmtree(entry, ignore_errors=True)
+
+
+def load_index_dir(path: Path, dim: int, store_kwargs: dict) -> tuple[str, IndexState]:
+    """Restore one index folder (runs in a worker thread at start-up)."""
+    try:
+        meta = json.loads((path / "index.json").read_text(encoding="utf-8"))
+        name = meta["name"]
+    except (OSError, ValueError, KeyError) as exc:
+        raise IndexLoadError(f"{path}: index.json missing or unreadable ({exc})") from exc
+    try:
+        snap = path / "snapshot"
+        if not snap.exists() and (path / "snapshot.old").exists():
+            snap = path / "snapshot.old"  # crash between the two renames of a snapshot swap
+        if snap.exists():
+            state = read_snapshot(snap, name, dim, store_kwargs)
+        else:
+            if meta.get("dim") != dim:
+                raise SnapshotError(f"{path}: index has dimension {meta.get('dim')}, the embedding model {dim}")
+            state = IndexState(name, dim, ChunkingConfig.from_dict(meta.get("config")), store_kwargs)
+        journal = Journal(path / "journal.log", dim)
+        for record in journal.read():
+            if record.seq <= state.seq:
+                continue  # already in the snapshot (crash before the journal was reset)
+            state.apply(record.op, record.vectors)
+            state.seq = record.seq
+    except (SnapshotError, JournalCorrupt) as exc:
+        raise IndexLoadError(str(exc)) from exc
+    except (ValueError, KeyError, TypeError, IndexError) as exc:
+        raise IndexLoadError(f"{path}: inconsistent data ({exc})") from exc
+    state.journal = journal
+    return name, state

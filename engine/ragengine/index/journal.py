@@ -1,0 +1,150 @@
+"""Append-only write-ahead journal, one file per index.
+
+Record = header ``<4s I I Q>`` (magic ``RGJ1``, payload length, CRC32 of seq+payload, sequence number)
+then the payload: ``u32`` JSON length, the JSON (op description), then raw float32 vectors. Every
+append is fsync'ed before the write is acknowledged. Reading stops cleanly at a torn tail (a crash
+mid-append: short header, short payload, or a bad checksum on the very last record), which is
+truncated away; a bad record followed by more data is corruption and raises ``JournalCorrupt``.
+Only JSON and raw floats are ever decoded: no pickle, no eval.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import struct
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+MAGIC = b"RGJ1"
+HEADER = struct.Struct("<4sIIQ")
+MAX_RECORD = 1 << 31
+
+
+class JournalCorrupt(Exception):
+    pass
+
+
+@dataclass
+class Record:
+    seq: int
+    op: dict
+    vectors: np.ndarray | None
+
+
+def encode(seq: int, op: dict, vectors: np.ndarray | None) -> bytes:
+    meta = json.dumps(op, ensure_ascii=False, separators=(",", ":")).encode()
+    body = struct.pack("<I", len(meta)) + meta
+    if vectors is not None and len(vectors):
+        body += np.ascontiguousarray(vectors, dtype="<f4").tobytes()
+    crc = zlib.crc32(struct.pack("<Q", seq) + body)
+    return HEADER.pack(MAGIC, len(body), crc, seq) + body
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class Journal:
+    def __init__(self, path: Path, dim: int) -> None:
+        self.path = path
+        self.dim = dim
+        self._fh = None
+
+    def open(self) -> None:
+        new = not self.path.exists()
+        self._fh = open(self.path, "ab", buffering=0)
+        if new:
+            os.fsync(self._fh.fileno())
+            fsync_dir(self.path.parent)
+
+    @property
+    def size(self) -> int:
+        return self.path.stat().st_size if self.path.exists() else 0
+
+    def append(self, seq: int, op: dict, vectors: np.ndarray | None) -> None:
+        """Write and fsync one record (runs in a worker thread)."""
+        if self._fh is None:
+            self.open()
+        data = encode(seq, op, vectors)
+        offset = self._fh.seek(0, os.SEEK_END)
+        try:
+            self._fh.write(data)
+            os.fsync(self._fh.fileno())
+        except BaseException:
+            # Never leave half a record in front of the next one (that would read as corruption).
+            self._fh.truncate(offset)
+            raise
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+    def reset(self) -> None:
+        """Start an empty journal (after a snapshot covered every record): write-then-rename."""
+        self.close()
+        tmp = self.path.with_suffix(".tmp")
+        with open(tmp, "wb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.path)
+        fsync_dir(self.path.parent)
+        self.open()
+
+    def read(self) -> Iterator[Record]:
+        """Yield every complete record; truncate a torn tail; raise JournalCorrupt on damage."""
+        if not self.path.exists():
+            return
+        size = self.path.stat().st_size
+        with open(self.path, "rb") as fh:
+            offset = 0
+            while offset < size:
+                header = fh.read(HEADER.size)
+                if len(header) < HEADER.size:
+                    self._torn(offset, "short header")
+                    return
+                magic, length, crc, seq = HEADER.unpack(header)
+                end = offset + HEADER.size + length
+                if magic != MAGIC or length > MAX_RECORD:
+                    if magic == b"\0\0\0\0" and not fh.read().strip(b"\0"):
+                        self._torn(offset, "zero-filled tail")
+                        return
+                    raise JournalCorrupt(f"{self.path}: bad record header at byte {offset}")
+                body = fh.read(length)
+                if len(body) < length:
+                    self._torn(offset, "short record")
+                    return
+                if zlib.crc32(struct.pack("<Q", seq) + body) != crc:
+                    if end >= size:
+                        self._torn(offset, "checksum mismatch in the last record")
+                        return
+                    raise JournalCorrupt(f"{self.path}: checksum mismatch in record {seq} at byte {offset}")
+                (meta_len,) = struct.unpack_from("<I", body)
+                try:
+                    op = json.loads(body[4 : 4 + meta_len])
+                except ValueError as exc:
+                    raise JournalCorrupt(f"{self.path}: unreadable record {seq} at byte {offset}") from exc
+                raw = body[4 + meta_len :]
+                if len(raw) % (4 * self.dim):
+                    raise JournalCorrupt(f"{self.path}: record {seq} holds vectors of the wrong dimension")
+                vectors = np.frombuffer(raw, dtype="<f4").reshape(-1, self.dim).astype(np.float32) if raw else None
+                yield Record(seq, op, vectors)
+                offset = end
+
+    def _torn(self, offset: int, why: str) -> None:
+        log.warning("%s: dropping a torn record at byte %d (%s): the write was never acknowledged",
+                    self.path, offset, why)
+        with open(self.path, "r+b") as fh:
+            fh.truncate(offset)
+            os.fsync(fh.fileno())

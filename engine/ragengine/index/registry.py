@@ -1,0 +1,388 @@
+"""The named indexes of one engine: writes (journal first), reads, persistence, restore at start-up."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ragengine import metrics
+from ragengine.errors import BadRequest, Conflict, EngineError, NotFound, PayloadTooLarge
+from ragengine.index import disk
+from ragengine.index.chunking import Chunker, validate_config
+from ragengine.index.journal import Journal
+from ragengine.index.search import search_index
+from ragengine.index.snapshot import SnapshotError, read_snapshot, write_snapshot
+from ragengine.index.state import IndexState
+from ragengine.index.types import ChunkingConfig, RetrievedNode
+from ragengine.retrieval import filters as flt
+
+log = logging.getLogger(__name__)
+MAX_DOC_ID = 512
+
+
+class IndexRegistry:
+    def __init__(self, settings: Any, embedder: Any, reranker: Any = None) -> None:
+        self.settings = settings
+        self.embedder = embedder
+        self.reranker = reranker
+        self.data_dir = Path(settings.data_dir)
+        self._indexes: dict[str, IndexState] = {}
+        self.corrupt: dict[str, str] = {}  # index folder or name → why it was not loaded
+        self._registry_lock = asyncio.Lock()
+        from ragengine.index.store import gpu_available
+
+        self.store_kwargs = {"hnsw_threshold": settings.hnsw_threshold, "hnsw_m": settings.hnsw_m,
+                             "ef_search": settings.hnsw_ef_search, "ef_construction": settings.hnsw_ef_construction,
+                             "use_gpu": settings.device in ("auto", "cuda") and gpu_available()}
+
+    # -- lookup ------------------------------------------------------------------------------------
+    def exists(self, name: str) -> bool:
+        return name in self._indexes
+
+    def names(self) -> list[str]:
+        return sorted(self._indexes)
+
+    def get(self, name: str) -> IndexState:
+        state = self._indexes.get(name)
+        if state is None:
+            if name in self.corrupt:
+                raise Conflict(f"Index '{name}' could not be loaded from disk: {self.corrupt[name]}. "
+                               f"Delete it (DELETE /indexes/{name}) or restore its files.")
+            raise NotFound(f"No such index: '{name}' exists.")
+        return state
+
+    def status(self) -> dict:
+        return {
+            "indexes": {n: {"documents": s.n_docs, "chunks": s.n_chunks, "kind": s.store.kind}
+                        for n, s in sorted(self._indexes.items())},
+            "corrupt": dict(self.corrupt),
+        }
+
+    # -- start / stop ------------------------------------------------------------------------------
+    async def start(self) -> None:
+        root = disk.index_root(self.data_dir)
+        root.mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(disk.clean_trash, self.data_dir)
+        for path in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
+            try:
+                name, state = await asyncio.to_thread(disk.load_index_dir, path, self.embedder.dim, self.store_kwargs)
+            except disk.IndexLoadError as exc:
+                key = _name_from_dir(path)
+                self.corrupt[key] = str(exc)
+                metrics.INDEX_CORRUPT.labels(key).set(1)
+                log.error("index %r NOT loaded (corrupt data, left untouched on disk): %s", key, exc)
+                continue
+            self._attach(state, on_disk=True)
+            if state.store.should_migrate():
+                await self._migrate(state)
+            log.info("restored index %r: %d documents, %d chunks", name, state.n_docs, state.n_chunks)
+
+    async def close(self) -> None:
+        """Snapshot every index whose journal is not empty, so the next start replays nothing."""
+        for state in list(self._indexes.values()):
+            async with state.lock:
+                try:
+                    if state.journal is not None and state.journal.size > 0:
+                        await self._snapshot(state)
+                except Exception:  # noqa: BLE001 - the journal still holds every write
+                    log.exception("snapshot of %r at shutdown failed; the journal will be replayed", state.name)
+                if state.journal is not None:
+                    state.journal.close()
+
+    def _attach(self, state: IndexState, *, on_disk: bool) -> None:
+        state.chunker = Chunker(self.embedder, state.config)
+        state.on_disk = on_disk  # type: ignore[attr-defined]
+        self._indexes[state.name] = state
+        self.corrupt.pop(state.name, None)
+        metrics.INDEX_CORRUPT.labels(state.name).set(0)
+        self._gauges(state)
+
+    def _gauges(self, state: IndexState) -> None:
+        metrics.INDEX_DOCUMENTS.labels(state.name).set(state.n_docs)
+        metrics.INDEX_CHUNKS.labels(state.name).set(state.n_chunks)
+
+    def _dir(self, name: str) -> Path:
+        return disk.index_root(self.data_dir) / disk.dir_name(name)
+
+    # -- validation --------------------------------------------------------------------------------
+    def _clean_docs(self, documents: list[dict], *, need_id: bool = False) -> list[tuple[str, str, dict]]:
+        out: dict[str, tuple[str, str, dict]] = {}
+        for i, doc in enumerate(documents):
+            text = doc.get("text")
+            if not isinstance(text, str) or not text.strip():
+                raise BadRequest(f"documents[{i}]: Document text cannot be empty.")
+            if len(text) > self.settings.max_document_chars:
+                raise PayloadTooLarge(f"documents[{i}]: text has {len(text)} characters; the limit is "
+                                      f"{self.settings.max_document_chars}.")
+            doc_id = doc.get("doc_id")
+            if doc_id is None and need_id:
+                raise BadRequest(f"documents[{i}]: doc_id is required.")
+            if doc_id is None:
+                doc_id = hashlib.sha256(text.encode("utf-8")).hexdigest()
+            if not isinstance(doc_id, str) or not doc_id or len(doc_id) > MAX_DOC_ID:
+                raise BadRequest(f"documents[{i}]: doc_id must be a non-empty string of at most {MAX_DOC_ID} characters.")
+            metadata = doc.get("metadata") or {}
+            if not isinstance(metadata, dict):
+                raise BadRequest(f"documents[{i}]: metadata must be an object.")
+            if doc_id in out and out[doc_id][1] != text:
+                raise BadRequest(f"documents[{i}]: doc_id {doc_id!r} appears twice with different text.")
+            out[doc_id] = (doc_id, text, metadata)
+        return list(out.values())
+
+    # -- writes ------------------------------------------------------------------------------------
+    async def _state_for_write(self, name: str, chunking: dict | None) -> IndexState:
+        disk.validate_name(name)
+        async with self._registry_lock:
+            if name in self._indexes:
+                return self._indexes[name]
+            self.get(name) if name in self.corrupt else None
+            config = validate_config(ChunkingConfig.from_dict(chunking), self.embedder.chunk_token_limit)
+            state = IndexState(name, self.embedder.dim, config, self.store_kwargs)
+            self._attach(state, on_disk=False)
+            return state
+
+    async def _prepare(self, state: IndexState, docs: list[tuple[str, str, dict]]) -> tuple[list[dict], np.ndarray]:
+        """Chunk (in a thread) and embed (in the embedding thread) new documents."""
+        def split() -> list[dict]:
+            return [{"id": d, "text": t, "meta": m, "spans": state.chunker.split(t, m)} for d, t, m in docs]
+
+        adds = await asyncio.to_thread(split)
+        texts = [_span_text(a["text"], s) for a in adds for s in a["spans"]]
+        vectors = await self.embedder.embed_texts(texts)
+        for a in adds:
+            a["spans"] = [list(s) if isinstance(s, tuple) else s for s in a["spans"]]
+        return adds, vectors
+
+    async def _commit(self, state: IndexState, op: dict, vectors: np.ndarray | None) -> None:
+        """Journal (fsync) then apply; the caller holds ``state.lock``."""
+        if not getattr(state, "on_disk", False):
+            path = await asyncio.to_thread(disk.create_index_dir, self.data_dir, state)
+            state.journal = Journal(path / "journal.log", state.dim)
+            state.on_disk = True  # type: ignore[attr-defined]
+        seq = state.seq + 1
+        try:
+            await asyncio.to_thread(state.journal.append, seq, op, vectors)
+        except OSError as exc:
+            raise EngineError(f"Could not write to the index journal: {exc}", status_code=507) from exc
+
+        def apply() -> None:
+            with state.rw.write():
+                state.apply(op, vectors)
+                state.seq = seq
+
+        await asyncio.to_thread(apply)
+        self._gauges(state)
+        if state.store.should_migrate():
+            await self._migrate(state)
+            await self._snapshot(state)
+        elif 0 < self.settings.snapshot_journal_bytes < state.journal.size:
+            await self._snapshot(state)
+
+    def _drop_if_empty(self, state: IndexState) -> None:
+        if not getattr(state, "on_disk", False) and state.n_docs == 0 and self._indexes.get(state.name) is state:
+            del self._indexes[state.name]
+            metrics.INDEX_DOCUMENTS.remove(state.name)
+            metrics.INDEX_CHUNKS.remove(state.name)
+
+    async def add_documents(self, index_name: str, documents: list[dict], chunking: dict | None = None) -> list[dict]:
+        docs = self._clean_docs(documents)
+        if not docs:
+            return []
+        start = time.perf_counter()
+        state = await self._state_for_write(index_name, chunking)
+        async with state.lock:
+            try:
+                new = []
+                for doc_id, text, meta in docs:
+                    rec = state.docs.get(doc_id)
+                    if rec is None:
+                        new.append((doc_id, text, meta))
+                    elif rec.text != text:
+                        raise Conflict(f"Document '{doc_id}' already exists in index '{index_name}' with different "
+                                       f"text; update it with POST /indexes/{index_name}/documents.")
+                if new:
+                    adds, vectors = await self._prepare(state, new)
+                    await self._commit(state, {"add": adds}, vectors)
+            finally:
+                self._drop_if_empty(state)
+        metrics.INGEST_SECONDS.observe(time.perf_counter() - start)
+        return [_doc_out(d, t, state.docs[d].metadata if d in state.docs else m) for d, t, m in docs]
+
+    async def add_precomputed(self, index_name: str, texts: list[str], vectors: np.ndarray,
+                              metadatas: list[dict] | None = None) -> None:
+        """Insert one-chunk documents with given unit vectors (benchmarks, imports): no chunking, no embedding."""
+        state = await self._state_for_write(index_name, None)
+        async with state.lock:
+            adds = [{"id": hashlib.sha256(t.encode()).hexdigest(), "text": t,
+                     "meta": (metadatas[i] if metadatas else {}), "spans": [[0, len(t)]]} for i, t in enumerate(texts)]
+            await self._commit(state, {"add": adds}, np.ascontiguousarray(vectors, dtype=np.float32))
+
+    async def update_documents(self, index_name: str, documents: list[dict]) -> dict:
+        state = self.get(index_name)
+        docs = self._clean_docs(documents, need_id=True)
+        result: dict[str, list] = {"updated_documents": [], "unchanged_documents": [], "not_found_documents": []}
+        async with state.lock:
+            changed_text, meta_only = [], []
+            for doc_id, text, meta in docs:
+                rec = state.docs.get(doc_id)
+                if rec is None:
+                    result["not_found_documents"].append(_doc_out(doc_id, text, meta))
+                elif rec.text == text and rec.metadata == meta:
+                    result["unchanged_documents"].append(_doc_out(doc_id, text, meta))
+                else:
+                    (meta_only if rec.text == text and not _split_keys_changed(rec.metadata, meta) else changed_text).append(
+                        (doc_id, text, meta))
+                    result["updated_documents"].append(_doc_out(doc_id, text, meta))
+            if changed_text or meta_only:
+                adds, vectors = await self._prepare(state, changed_text) if changed_text else ([], None)
+                reused = []
+                for doc_id, text, meta in meta_only:  # same text: keep chunks and vectors, no re-embedding
+                    rec = state.docs[doc_id]
+                    adds.append({"id": doc_id, "text": text, "meta": meta,
+                                 "spans": [list(s) if isinstance(s, tuple) else s for s in rec.spans]})
+                    reused.append(state.doc_vectors(rec))
+                parts = ([vectors] if vectors is not None else []) + reused
+                all_vectors = np.concatenate(parts) if parts else None
+                op = {"delete": [d for d, _, _ in changed_text + meta_only], "add": adds}
+                await self._commit(state, op, all_vectors)
+        return result
+
+    async def delete_documents(self, index_name: str, doc_ids: list[str]) -> dict:
+        state = self.get(index_name)
+        async with state.lock:
+            found = [d for d in dict.fromkeys(doc_ids) if d in state.docs]
+            missing = [d for d in dict.fromkeys(doc_ids) if d not in state.docs]
+            if found:
+                await self._commit(state, {"delete": found}, None)
+        return {"deleted_doc_ids": found, "not_found_doc_ids": missing}
+
+    async def delete_index(self, name: str) -> None:
+        async with self._registry_lock:
+            state = self._indexes.get(name)
+            if state is None and name not in self.corrupt:
+                raise NotFound(f"No such index: '{name}' exists.")
+            if state is not None:
+                async with state.lock:
+                    del self._indexes[name]
+                    if state.journal is not None:
+                        state.journal.close()
+            self.corrupt.pop(name, None)
+            await asyncio.to_thread(disk.remove_dir, self._dir(name))
+            for gauge in (metrics.INDEX_DOCUMENTS, metrics.INDEX_CHUNKS, metrics.INDEX_CORRUPT):
+                try:
+                    gauge.remove(name)
+                except KeyError:
+                    pass
+
+    # -- maintenance -------------------------------------------------------------------------------
+    async def _migrate(self, state: IndexState) -> None:
+        """Flat → HNSW once the index outgrows hnsw_threshold; searches keep using flat meanwhile."""
+        def build() -> tuple[Any, np.ndarray]:
+            with state.rw.read():
+                vectors = np.array(state.store.vectors())
+                alive = state.store.alive[: state.store.ntotal].copy()
+            return state.store.build_hnsw(vectors), alive
+
+        log.info("index %r has %d vectors: building HNSW", state.name, state.n_chunks)
+        start = time.perf_counter()
+        hnsw, alive = await asyncio.to_thread(build)
+
+        def swap() -> None:
+            with state.rw.write():
+                state.store.replace(hnsw, alive)
+
+        await asyncio.to_thread(swap)
+        log.info("index %r now HNSW (built in %.1f s)", state.name, time.perf_counter() - start)
+
+    async def _snapshot(self, state: IndexState) -> None:
+        start = time.perf_counter()
+        if state.tombstones() > max(1000, state.store.ntotal // 5):
+            def compact() -> None:
+                with state.rw.write():
+                    state.compact()
+
+            await asyncio.to_thread(compact)
+        await asyncio.to_thread(write_snapshot, state, self._dir(state.name) / "snapshot")
+        await asyncio.to_thread(state.journal.reset)
+        metrics.SNAPSHOT_SECONDS.observe(time.perf_counter() - start)
+
+    async def persist(self, name: str, path: str | None) -> str:
+        state = self.get(name)
+        target = disk.safe_path(self.data_dir, path or f"persist/{disk.dir_name(name)}")
+        async with state.lock:
+            await asyncio.to_thread(write_snapshot, state, target)
+        return str(target)
+
+    async def load(self, name: str, path: str | None, overwrite: bool) -> str:
+        disk.validate_name(name)
+        source = disk.safe_path(self.data_dir, path or f"persist/{disk.dir_name(name)}")
+        if not source.exists():
+            raise NotFound(f"Path does not exist: {path or source}")
+        if self.exists(name) and not overwrite:
+            raise Conflict(f"Index '{name}' already exists. Use a different name or delete the existing index first.")
+        try:
+            state = await asyncio.to_thread(read_snapshot, source, name, self.embedder.dim, self.store_kwargs)
+        except SnapshotError as exc:
+            raise BadRequest(f"Loading failed: {exc}") from exc
+        if self.exists(name) or name in self.corrupt:
+            await self.delete_index(name)
+        async with self._registry_lock:
+            if self.exists(name):
+                raise Conflict(f"Index '{name}' already exists. Use a different name or delete the existing index first.")
+            path_ = await asyncio.to_thread(disk.create_index_dir, self.data_dir, state)
+            await asyncio.to_thread(write_snapshot, state, path_ / "snapshot")
+            state.journal = Journal(path_ / "journal.log", state.dim)
+            await asyncio.to_thread(state.journal.reset)
+            self._attach(state, on_disk=True)
+        return str(source)
+
+    # -- reads -------------------------------------------------------------------------------------
+    async def list_documents(self, index_name: str, *, limit: int = 10, offset: int = 0, max_text_length: int | None = 1000,
+                             metadata_filter: Any = None) -> dict:
+        state = self.get(index_name)
+        f = flt.from_metadata_filter(metadata_filter)
+        with state.rw.read():
+            page, total = state.list_documents(f, offset, limit)
+            docs = []
+            for rec in page:
+                truncated = max_text_length is not None and len(rec.text) > max_text_length
+                text = rec.text[:max_text_length] if truncated else rec.text
+                docs.append({"doc_id": rec.doc_id, "text": text, "hash_value": None, "metadata": rec.metadata,
+                             "is_truncated": truncated})
+        return {"documents": docs, "count": len(docs), "total_items": total}
+
+    async def retrieve(self, index_name: str, query: str, top_k: int, *, filters: dict | None = None,
+                       metadata_filter: dict | None = None, query_embedding: np.ndarray | None = None) -> list[RetrievedNode]:
+        state = self.get(index_name)
+        if not isinstance(query, str) or not query.strip():
+            raise BadRequest("Query string cannot be empty.")
+        if top_k < 1:
+            raise BadRequest("top_k must be at least 1.")
+        f = flt.combine(flt.parse_filters(filters) if filters is not None else None,
+                        flt.from_metadata_filter(metadata_filter))
+        return await search_index(state, self.embedder, self.settings, query, min(top_k, self.settings.max_top_k),
+                                  f, query_embedding, self.reranker)
+
+
+def _span_text(text: str, span: Any) -> str:
+    return span if isinstance(span, str) else text[span[0]:span[1]]
+
+
+def _split_keys_changed(old: dict, new: dict) -> bool:
+    return any(old.get(k) != new.get(k) for k in ("split_type", "language"))
+
+
+def _doc_out(doc_id: str, text: str, metadata: dict) -> dict:
+    return {"doc_id": doc_id, "text": text, "metadata": metadata, "hash_value": None, "is_truncated": False}
+
+
+def _name_from_dir(path: Path) -> str:
+    from urllib.parse import unquote
+
+    return unquote(path.name)

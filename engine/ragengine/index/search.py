@@ -1,0 +1,98 @@
+"""Retrieval over one index: dense (FAISS) + BM25 fused by reciprocal rank, then optional rerank.
+
+The query embedding (embedding thread) and the BM25 search (a worker thread) run at the same time;
+the dense search, fusion and result assembly then run under the index's read lock. Filters become a
+slot mask applied inside both searches, before top-k.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import numpy as np
+
+from ragengine import metrics
+from ragengine.index.state import IndexState, node_id
+from ragengine.index.types import RetrievedNode, cosine_to_score
+from ragengine.retrieval.hybrid import rrf
+
+
+def _pool_size(top_k: int, reranking: bool, settings: Any) -> int:
+    want = max(top_k, settings.rerank_candidates) if reranking else top_k
+    return max(want * 2, 20)
+
+
+def _bm25(state: IndexState, query: str, pool: int, f: Any) -> tuple[int, np.ndarray, np.ndarray]:
+    start = time.perf_counter()
+    with state.rw.read():
+        allowed = state.allowed_mask(f)
+        slots, scores = state.bm25.search(query, pool, state.store.alive, allowed)
+        version = state.version
+    metrics.SEARCH_SECONDS.labels(stage="sparse").observe(time.perf_counter() - start)
+    return version, slots, scores
+
+
+def _dense_and_fuse(state: IndexState, qvec: np.ndarray, query: str, pool: int, n_out: int, f: Any,
+                    sparse: tuple[int, np.ndarray, np.ndarray] | None, hybrid: bool) -> list[RetrievedNode]:
+    with state.rw.read():
+        if hybrid and (sparse is None or sparse[0] != state.version):
+            # A write landed between the two phases: BM25 slots may be stale, search again.
+            _v = state.version
+            allowed = state.allowed_mask(f)
+            s_slots, s_scores = state.bm25.search(query, pool, state.store.alive, allowed)
+        elif hybrid:
+            _, s_slots, s_scores = sparse
+        allowed = state.allowed_mask(f)
+        start = time.perf_counter()
+        d_slots, d_cos = state.store.search(qvec, pool, allowed)
+        metrics.SEARCH_SECONDS.labels(stage="dense").observe(time.perf_counter() - start)
+        start = time.perf_counter()
+        dense = {int(s): float(c) for s, c in zip(d_slots, d_cos)}
+        if hybrid:
+            sparse_map = {int(s): float(v) for s, v in zip(s_slots, s_scores)}
+            order = [slot for slot, _ in rrf(list(dense), list(sparse_map))][:n_out]
+        else:
+            sparse_map = {}
+            order = list(dense)[:n_out]
+        missing = [s for s in order if s not in dense]
+        extra = dict(zip(missing, state.store.cosines(qvec, np.asarray(missing)).tolist())) if missing else {}
+        nodes = []
+        for slot in order:
+            rec, i, text = state.chunk(slot)
+            cos = dense.get(slot, extra.get(slot, 0.0))
+            score = cosine_to_score(cos)
+            nodes.append(RetrievedNode(
+                doc_id=rec.doc_id, node_id=node_id(rec.doc_id, i, text), text=text, score=score,
+                metadata=dict(rec.metadata), dense_score=score if slot in dense else None,
+                sparse_score=sparse_map.get(slot),
+            ))
+        metrics.SEARCH_SECONDS.labels(stage="fusion").observe(time.perf_counter() - start)
+        return nodes
+
+
+async def search_index(state: IndexState, embedder: Any, settings: Any, query: str, top_k: int, f: Any,
+                       query_embedding: np.ndarray | None, reranker: Any) -> list[RetrievedNode]:
+    start = time.perf_counter()
+    hybrid = bool(settings.hybrid)
+    pool = _pool_size(top_k, reranker is not None, settings)
+    n_out = max(top_k, settings.rerank_candidates) if reranker is not None else top_k
+    sparse_task = asyncio.create_task(asyncio.to_thread(_bm25, state, query, pool, f)) if hybrid else None
+    try:
+        if query_embedding is None:
+            qvec = await embedder.embed_query(query)
+        else:
+            qvec = np.asarray(query_embedding, dtype=np.float32).reshape(-1)
+            qvec = qvec / max(float(np.linalg.norm(qvec)), 1e-12)
+    except BaseException:
+        if sparse_task is not None:
+            sparse_task.cancel()
+        raise
+    sparse = await sparse_task if sparse_task is not None else None
+    nodes = await asyncio.to_thread(_dense_and_fuse, state, qvec, query, pool, n_out, f, sparse, hybrid)
+    if reranker is not None and len(nodes) > 1:
+        order = await reranker.order(query, [n.text for n in nodes])
+        nodes = [nodes[i] for i in order]
+    metrics.RETRIEVE_SECONDS.observe(time.perf_counter() - start)
+    return nodes[:top_k]

@@ -1,0 +1,188 @@
+"""One index in memory: documents, chunk slots, FAISS vectors and BM25, plus the locks around them.
+
+Writers are serialised by ``lock`` (asyncio, per index). The in-memory structures are also guarded by
+``rw`` (a threading reader-writer lock) because searches and mutations run in worker threads: many
+searches at once, a mutation alone. Mutations are short (the slow parts, chunking and embedding,
+happen before them), so searches wait at most a few milliseconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from array import array
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+import numpy as np
+
+from ragengine.index.store import VectorStore
+from ragengine.index.types import ChunkingConfig, DocRecord
+from ragengine.retrieval import filters as flt
+from ragengine.retrieval.bm25 import BM25Index
+
+_NODE_NS = uuid.UUID("5f6c1c39-51a4-4f05-9f1b-8c4a3b7a2d10")
+
+
+class RWLock:
+    """Readers share, a writer is alone; a waiting writer blocks new readers (no writer starvation)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._readers = 0
+        self._writer = False
+        self._waiting = 0
+
+    @contextmanager
+    def read(self) -> Iterator[None]:
+        with self._cond:
+            while self._writer or self._waiting:
+                self._cond.wait()
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._readers -= 1
+                self._cond.notify_all()
+
+    @contextmanager
+    def write(self) -> Iterator[None]:
+        with self._cond:
+            self._waiting += 1
+            while self._writer or self._readers:
+                self._cond.wait()
+            self._waiting -= 1
+            self._writer = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._writer = False
+                self._cond.notify_all()
+
+
+def node_id(doc_id: str, seq: int, text: str) -> str:
+    """Stable node id: a UUID derived from the document, the chunk's position and its text."""
+    return str(uuid.uuid5(_NODE_NS, f"{doc_id}\x00{seq}\x00{text}"))
+
+
+class IndexState:
+    def __init__(self, name: str, dim: int, config: ChunkingConfig, store_kwargs: dict) -> None:
+        self.name = name
+        self.dim = dim
+        self.config = config
+        self.store_kwargs = store_kwargs
+        self.store = VectorStore(dim, **store_kwargs)
+        self.bm25 = BM25Index()
+        self.docs: dict[str, DocRecord] = {}
+        self.slot_doc: list[DocRecord | None] = []
+        self.slot_seq = array("I")
+        self.lock = asyncio.Lock()
+        self.rw = RWLock()
+        self.seq = 0  # last journal sequence number applied
+        self.version = 0  # bumps on every mutation; keys the filter-mask cache
+        self._mask_cache: dict[Any, tuple[int, np.ndarray]] = {}
+        self.chunker: Any = None  # set by the registry (needs the embedder)
+        self.journal: Any = None
+
+    # -- counts ------------------------------------------------------------------------------------
+    @property
+    def n_docs(self) -> int:
+        return len(self.docs)
+
+    @property
+    def n_chunks(self) -> int:
+        return self.store.n_alive
+
+    # -- mutations (call under rw.write) -----------------------------------------------------------
+    def apply(self, op: dict, vectors: np.ndarray | None) -> None:
+        """Apply one journal op: ``{"delete": [doc_id], "add": [{"id","text","meta","spans"}]}``."""
+        for doc_id in op.get("delete", ()):
+            self._delete(doc_id)
+        adds = op.get("add", ())
+        if adds:
+            n = sum(len(d["spans"]) for d in adds)
+            if vectors is None or len(vectors) != n:
+                raise ValueError(f"journal op has {n} chunks but {0 if vectors is None else len(vectors)} vectors")
+            slots = self.store.add(vectors) if n else np.zeros(0, np.int64)
+            pos = 0
+            for d in adds:
+                spans = [tuple(s) if isinstance(s, list) else s for s in d["spans"]]
+                rec = DocRecord(d["id"], d["text"], d.get("meta") or {}, [], spans)
+                for i in range(len(spans)):
+                    slot = int(slots[pos])
+                    pos += 1
+                    rec.slots.append(slot)
+                    self._set_slot(slot, rec, i)
+                    self.bm25.add(slot, rec.chunk_text(i))
+                self.docs[rec.doc_id] = rec
+        self.version += 1
+        self._mask_cache.clear()
+
+    def _set_slot(self, slot: int, rec: DocRecord, i: int) -> None:
+        while len(self.slot_doc) <= slot:
+            self.slot_doc.append(None)
+            self.slot_seq.append(0)
+        self.slot_doc[slot] = rec
+        self.slot_seq[slot] = i
+
+    def _delete(self, doc_id: str) -> None:
+        rec = self.docs.pop(doc_id, None)
+        if rec is None:
+            return
+        for i, slot in enumerate(rec.slots):
+            self.bm25.remove(slot, rec.chunk_text(i))
+            self.slot_doc[slot] = None
+        self.store.remove(rec.slots)
+
+    def doc_vectors(self, rec: DocRecord) -> np.ndarray:
+        return np.array(self.store.vectors()[np.asarray(rec.slots, dtype=np.int64)], dtype=np.float32)
+
+    def tombstones(self) -> int:
+        return self.store.ntotal - self.store.n_alive
+
+    def compact(self) -> None:
+        """Renumber slots densely, dropping deleted vectors (rebuilds FAISS and BM25)."""
+        order: list[int] = []
+        for rec in self.docs.values():
+            order.extend(rec.slots)
+        vectors = self.store.vectors()[np.asarray(order, dtype=np.int64)] if order else np.zeros((0, self.dim), np.float32)
+        store = VectorStore.from_vectors(np.ascontiguousarray(vectors), dim=self.dim, **self.store_kwargs)
+        self.slot_doc, self.slot_seq = [], array("I")
+        pos = 0
+        for rec in self.docs.values():
+            rec.slots = list(range(pos, pos + len(rec.slots)))
+            for i, slot in enumerate(rec.slots):
+                self._set_slot(slot, rec, i)
+            pos += len(rec.slots)
+        self.store = store
+        self.bm25.rebuild((s, r.chunk_text(self.slot_seq[s])) for s, r in enumerate(self.slot_doc) if r is not None)
+        self.version += 1
+        self._mask_cache.clear()
+
+    # -- reads (call under rw.read) ----------------------------------------------------------------
+    def allowed_mask(self, f: flt.Filter | None) -> np.ndarray | None:
+        if f is None:
+            return None
+        cached = self._mask_cache.get(f)
+        if cached and cached[0] == self.version:
+            return cached[1]
+        mask = np.zeros(max(self.store.ntotal, 1), dtype=bool)
+        for rec in self.docs.values():
+            if flt.matches(f, rec.metadata):
+                mask[rec.slots] = True
+        if len(self._mask_cache) > 64:
+            self._mask_cache.clear()
+        self._mask_cache[f] = (self.version, mask)
+        return mask
+
+    def chunk(self, slot: int) -> tuple[DocRecord, int, str]:
+        rec = self.slot_doc[slot]
+        i = self.slot_seq[slot]
+        return rec, i, rec.chunk_text(i)
+
+    def list_documents(self, f: flt.Filter | None, offset: int, limit: int) -> tuple[list[DocRecord], int]:
+        matching = [r for r in self.docs.values() if flt.matches(f, r.metadata)] if f else list(self.docs.values())
+        return matching[offset : offset + limit], len(matching)

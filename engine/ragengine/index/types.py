@@ -1,0 +1,85 @@
+"""Plain data types shared by the index, retrieval and chat code."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class RetrievedNode:
+    """One retrieved chunk.
+
+    ``score`` is always a similarity in [0, 1], higher is better: the cosine similarity of the chunk's
+    embedding to the query's, negatives clamped to 0 (also for hits that only BM25 found). The order
+    of a result list is the fused (reciprocal-rank) order when hybrid search is on, and the
+    cross-encoder's order when reranking is on. ``dense_score`` repeats the cosine when the dense
+    search found the chunk; ``sparse_score`` is the raw BM25 score when BM25 found it.
+
+    KAITO reported FAISS squared L2 distances ``d2`` (lower = better). For unit vectors
+    ``d2 = 2 - 2 * cos``, so a KAITO distance threshold ``d2`` corresponds to ``score >= 1 - d2 / 2``.
+    """
+
+    doc_id: str
+    node_id: str
+    text: str
+    score: float
+    metadata: dict
+    dense_score: float | None = None
+    sparse_score: float | None = None
+
+    def to_source_node(self) -> dict:
+        return {"doc_id": self.doc_id, "node_id": self.node_id, "text": self.text, "score": self.score,
+                "metadata": self.metadata}
+
+    def to_result(self) -> dict:
+        return {**self.to_source_node(), "dense_score": self.dense_score, "sparse_score": self.sparse_score}
+
+
+def cosine_to_score(cos: float) -> float:
+    """Cosine in [-1, 1] → the engine's score in [0, 1] (negatives clamp to 0: unrelated is 0)."""
+    return float(min(1.0, max(0.0, cos)))
+
+
+def kaito_l2_to_score(squared_l2: float) -> float:
+    """A KAITO/FAISS squared L2 distance between unit vectors → the engine's similarity score."""
+    return cosine_to_score(1.0 - squared_l2 / 2.0)
+
+
+@dataclass(slots=True)
+class DocRecord:
+    """A stored document: its text, metadata and the slots (vector ids) of its chunks.
+
+    A chunk's text is ``text[start:end]`` when it is an exact span of the document (the usual case),
+    else kept in ``own_text`` so chunk text is not stored twice.
+    """
+
+    doc_id: str
+    text: str
+    metadata: dict
+    slots: list[int]
+    spans: list[Any]  # per chunk: (start, end) into text, or the chunk's own text
+
+    def chunk_text(self, i: int) -> str:
+        span = self.spans[i]
+        return span if isinstance(span, str) else self.text[span[0]:span[1]]
+
+
+@dataclass
+class ChunkingConfig:
+    """How an index splits documents; fixed when the index is created."""
+
+    chunk_size: int = 0  # tokens; 0 = the embedder's limit
+    chunk_overlap: int = 32
+    splitter: str = "sentence"  # "sentence" | "token"
+    code_chunk_lines: int = 40
+    extra: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"chunk_size": self.chunk_size, "chunk_overlap": self.chunk_overlap, "splitter": self.splitter,
+                "code_chunk_lines": self.code_chunk_lines}
+
+    @classmethod
+    def from_dict(cls, data: dict | None) -> "ChunkingConfig":
+        data = data or {}
+        return cls(**{k: data[k] for k in ("chunk_size", "chunk_overlap", "splitter", "code_chunk_lines") if k in data})

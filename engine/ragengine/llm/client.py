@@ -1,0 +1,236 @@
+"""OpenAI-compatible LLM client with a fallback chain.
+
+Endpoints are ``settings.llm_url`` then each of ``settings.llm_fallback_urls``. A connection error is
+retried ``llm_retries`` times on the same endpoint (nothing was sent, so it is safe); a 5xx or a
+timeout moves on to the next endpoint; an endpoint that failed is tried last for ``COOLDOWN_S``, so a
+dead primary does not cost every request a connect attempt. Upstream 4xx answers are the caller's
+problem and come back as ``UpstreamError`` with the upstream status and message (401, 400, 404,
+429 ...). When every endpoint failed: ``LLMUnavailable`` (502, or 504 when the last one timed out).
+
+Streams fail over only before the first byte: once a chunk has been forwarded, a failure is the
+stream's to report.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, AsyncIterator
+
+import httpx
+
+from ragengine import __version__
+from ragengine.errors import UpstreamError
+from ragengine.llm.tokens import TokenCounter
+from ragengine.settings import EngineSettings
+
+log = logging.getLogger(__name__)
+
+COOLDOWN_S = 10.0
+# Used when neither settings nor the server say how long the context window is (llama.cpp's server
+# does not report n_ctx); small on purpose: a too-small window only shrinks the context budget.
+DEFAULT_CONTEXT_WINDOW = 2048
+
+
+class LLMUnavailable(UpstreamError):
+    """No configured LLM endpoint answered (connection errors, 5xx, timeouts)."""
+
+
+@dataclass
+class LLMResult:
+    body: dict[str, Any]
+    endpoint: str
+    elapsed_s: float
+
+
+class LLMStream:
+    """An open upstream SSE response: iterate for parsed chunk dicts; ``aclose()`` cancels upstream."""
+
+    def __init__(self, response: httpx.Response, endpoint: str, started: float) -> None:
+        self.response = response
+        self.endpoint = endpoint
+        self.started = started
+        self.first_chunk_s: float | None = None
+
+    async def __aiter__(self) -> AsyncIterator[dict[str, Any]]:
+        try:
+            async for line in self.response.aiter_lines():
+                if not line.startswith("data:"):
+                    continue  # blank separators, comments, "event:" lines
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    break
+                try:
+                    chunk = json.loads(data)
+                except ValueError:
+                    raise UpstreamError(f"LLM at {self.endpoint} sent a malformed stream event: {data[:200]!r}")
+                if isinstance(chunk, dict) and "error" in chunk and "choices" not in chunk:
+                    status, message = _error_of(chunk, 502)
+                    raise UpstreamError(f"LLM stream failed: {message}", status_code=status)
+                if self.first_chunk_s is None:
+                    self.first_chunk_s = time.perf_counter() - self.started
+                yield chunk
+        except httpx.TimeoutException:
+            raise LLMUnavailable(f"LLM at {self.endpoint} stopped sending (read timeout).", status_code=504)
+        except httpx.HTTPError as exc:
+            raise LLMUnavailable(f"LLM stream from {self.endpoint} broke: {exc!r}")
+        finally:
+            await self.response.aclose()
+
+    async def aclose(self) -> None:
+        await self.response.aclose()
+
+
+def _error_of(body: Any, status: int) -> tuple[int, str]:
+    """Status and message from the error shapes of OpenAI, vLLM, llama.cpp and FastAPI."""
+    if isinstance(body, dict):
+        err = body.get("error", body)
+        if isinstance(err, dict):
+            message = err.get("message") or err.get("detail") or json.dumps(err)[:500]
+            code = err.get("code")
+            if isinstance(code, int) and 400 <= code < 600 and status == 502:
+                status = code
+            return status, str(message)
+        if isinstance(err, str):
+            return status, err
+    return status, str(body)[:500]
+
+
+def _message_of(response: httpx.Response) -> str:
+    try:
+        return _error_of(response.json(), response.status_code)[1]
+    except ValueError:
+        return response.text[:500] or response.reason_phrase
+
+
+class LLMClient:
+    def __init__(self, settings: EngineSettings, *, transport: httpx.AsyncBaseTransport | None = None) -> None:
+        self.settings = settings
+        self.endpoints: list[str] = [u.rstrip("/") for u in [settings.llm_url, *settings.llm_fallback_urls] if u]
+        self.configured = bool(self.endpoints)
+        headers = {"User-Agent": f"ragengine/{__version__}"}
+        if settings.llm_api_key:
+            headers["Authorization"] = f"Bearer {settings.llm_api_key}"
+        timeout = httpx.Timeout(settings.llm_timeout_s, connect=settings.llm_connect_timeout_s)
+        limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
+        self._http = httpx.AsyncClient(headers=headers, timeout=timeout, limits=limits, transport=transport)
+        self._down_until: dict[str, float] = {}
+        self._models: dict[str, list[dict[str, Any]]] = {}
+        self._model_name: str | None = settings.llm_model
+        self._window: int | None = settings.context_window
+        roots = [u[:-3] if u.endswith("/v1") else u for u in self.endpoints]
+        self.tokens = TokenCounter(self._http, roots, self.model_name, settings.llm_tokenizer)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    # --- discovery --------------------------------------------------------------------------------
+    async def list_models(self) -> list[dict[str, Any]]:
+        """``/v1/models`` of the first endpoint that answers (cached once it did)."""
+        for endpoint in self._ordered():
+            if endpoint in self._models:
+                return self._models[endpoint]
+            try:
+                resp = await self._http.get(f"{endpoint}/models", timeout=self.settings.llm_connect_timeout_s + 5)
+                resp.raise_for_status()
+                data = resp.json().get("data") or []
+            except (httpx.HTTPError, ValueError, AttributeError) as exc:
+                log.warning("model discovery at %s failed: %s", endpoint, exc)
+                continue
+            self._models[endpoint] = [m for m in data if isinstance(m, dict) and m.get("id")]
+            return self._models[endpoint]
+        return []
+
+    async def model_name(self) -> str | None:
+        if self._model_name is None:
+            models = await self.list_models()
+            if models:
+                self._model_name = str(models[0]["id"])
+        return self._model_name
+
+    async def context_window(self) -> int:
+        if self._window is None:
+            name = await self.model_name()
+            for model in await self.list_models():
+                if model.get("max_model_len") and (name is None or model["id"] == name):
+                    self._window = int(model["max_model_len"])
+                    break
+            else:
+                if self.configured and not self._models:
+                    return DEFAULT_CONTEXT_WINDOW  # server not reachable yet: ask again next time
+                log.warning("context window unknown (set RAGENGINE_CONTEXT_WINDOW); assuming %d", DEFAULT_CONTEXT_WINDOW)
+                self._window = DEFAULT_CONTEXT_WINDOW
+        return self._window
+
+    async def count_tokens(self, text_or_messages: str | list[dict[str, Any]]) -> int:
+        return await self.tokens.count(text_or_messages)
+
+    async def count_tokens_many(self, texts: list[str]) -> list[int]:
+        return await self.tokens.count_many(texts)
+
+    # --- completions ------------------------------------------------------------------------------
+    async def chat(self, payload: dict[str, Any]) -> LLMResult:
+        response, endpoint, started = await self._send(payload, stream=False)
+        try:
+            body = response.json()
+        except ValueError:
+            raise UpstreamError(f"LLM at {endpoint} answered with invalid JSON.")
+        return LLMResult(body=body, endpoint=endpoint, elapsed_s=time.perf_counter() - started)
+
+    async def open_stream(self, payload: dict[str, Any]) -> LLMStream:
+        """Send a streaming request; returns once upstream answered 200 (errors before that raise)."""
+        response, endpoint, started = await self._send({**payload, "stream": True}, stream=True)
+        return LLMStream(response, endpoint, started)
+
+    async def stream_chat(self, payload: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        stream = await self.open_stream(payload)
+        async for chunk in stream:
+            yield chunk
+
+    def _ordered(self) -> list[str]:
+        now = time.monotonic()
+        healthy = [e for e in self.endpoints if self._down_until.get(e, 0) <= now]
+        return healthy + [e for e in self.endpoints if e not in healthy]
+
+    async def _send(self, payload: dict[str, Any], *, stream: bool) -> tuple[httpx.Response, str, float]:
+        if not self.configured:
+            raise LLMUnavailable("No LLM is configured (set RAGENGINE_LLM_URL).", status_code=503)
+        failures: list[str] = []
+        timed_out = False
+        for endpoint in self._ordered():
+            for attempt in range(self.settings.llm_retries + 1):
+                started = time.perf_counter()
+                request = self._http.build_request("POST", f"{endpoint}/chat/completions", json=payload)
+                try:
+                    response = await self._http.send(request, stream=stream)
+                except httpx.ConnectError as exc:
+                    failure, timed_out = f"{endpoint}: cannot connect ({exc.__class__.__name__})", False
+                    if attempt < self.settings.llm_retries:
+                        await asyncio.sleep(0.05 * 2**attempt)
+                        continue
+                except httpx.TimeoutException as exc:
+                    failure, timed_out = f"{endpoint}: timed out ({exc.__class__.__name__})", True
+                except httpx.HTTPError as exc:
+                    failure, timed_out = f"{endpoint}: {exc!r}", False
+                else:
+                    if response.status_code < 400:
+                        self._down_until.pop(endpoint, None)
+                        return response, endpoint, started
+                    if stream:
+                        await response.aread()
+                        await response.aclose()
+                    message = _message_of(response)
+                    if response.status_code < 500:
+                        raise UpstreamError(message, status_code=response.status_code)
+                    failure = f"{endpoint}: HTTP {response.status_code}: {message}"
+                    timed_out = response.status_code == 504
+                break
+            failures.append(failure)
+            self._down_until[endpoint] = time.monotonic() + COOLDOWN_S
+            log.warning("LLM endpoint failed: %s", failure)
+        raise LLMUnavailable(
+            "The LLM is unavailable: " + "; ".join(failures), status_code=504 if timed_out else 502
+        )

@@ -1,0 +1,219 @@
+"""Token counts in the served model's own tokenizer.
+
+Sources, best first:
+1. The inference server: vLLM's ``POST /tokenize`` (``{"count", "max_model_len", "tokens"}``), or
+   llama-cpp-python's ``POST /extras/tokenize/count``. Probed once, then remembered.
+2. A local tokenizer of the same model (``settings.llm_tokenizer``: a .gguf file read vocab-only by
+   llama-cpp, a tokenizer.json, or a Hugging Face directory).
+3. An estimate: ``ceil(utf8_bytes / 3)`` per text. BPE vocabularies of current models average about
+   4 bytes per token on English prose and 3 on code, so this over-counts ordinary text (budgets come
+   out smaller, never overflowing the window); it can under-count only unusual input (long digit runs,
+   rare scripts), and then the LLM's own length check still answers with its 400.
+
+Exact counts are cached by text (chunk texts repeat across requests); estimates are not cached, so a
+server that comes back is used again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+from collections import OrderedDict
+from typing import Any, Awaitable, Callable, Iterable
+
+import httpx
+
+log = logging.getLogger(__name__)
+
+# Chat templates add role markers per message; without the server's template we add this many.
+MESSAGE_OVERHEAD_TOKENS = 4
+CACHE_SIZE = 200_000
+_CONCURRENCY = 16
+
+
+def estimate_tokens(text: str) -> int:
+    """The documented conservative estimate (see module docstring)."""
+    return math.ceil(len(text.encode("utf-8")) / 3) if text else 0
+
+
+def message_text(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+    return ""
+
+
+def _load_local(path: str) -> Callable[[str], int]:
+    if path.endswith(".gguf"):
+        import llama_cpp
+
+        vocab = llama_cpp.Llama(model_path=path, vocab_only=True, verbose=False)
+        return lambda text: len(vocab.tokenize(text.encode("utf-8"), add_bos=False, special=False))
+    if path.endswith(".json"):
+        from tokenizers import Tokenizer
+
+        tok = Tokenizer.from_file(path)
+        return lambda text: len(tok.encode(text, add_special_tokens=False).ids)
+    from transformers import AutoTokenizer
+
+    hf = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    return lambda text: len(hf.encode(text, add_special_tokens=False))
+
+
+class TokenCounter:
+    """Counts tokens against the first endpoint that can, with a text cache."""
+
+    def __init__(
+        self,
+        http: httpx.AsyncClient,
+        roots: list[str],
+        model_name: Callable[[], Awaitable[str | None]],
+        local_tokenizer: str | None = None,
+    ) -> None:
+        self._http = http
+        self._roots = roots  # server roots (base URL without /v1)
+        self._model_name = model_name
+        self._local_path = local_tokenizer
+        self._local: Callable[[str], int] | None = None
+        self._cache: OrderedDict[tuple[int, int], int] = OrderedDict()
+        self._remote_kind: str | None = None  # "vllm" | "llama.cpp" | "none", decided on first use
+        self._probe_lock = asyncio.Lock()
+        self._sem = asyncio.Semaphore(_CONCURRENCY)
+        self.last_method = "estimate"
+
+    @property
+    def method(self) -> str:
+        if self._remote_kind in ("vllm", "llama.cpp"):
+            return self._remote_kind
+        return "local" if self._local_path else "estimate"
+
+    # --- public -----------------------------------------------------------------------------------
+    def cached(self, text: str) -> int | None:
+        key = (len(text), hash(text))
+        value = self._cache.get(key)
+        if value is not None:
+            self._cache.move_to_end(key)
+        return value
+
+    async def count(self, text_or_messages: str | list[dict[str, Any]]) -> int:
+        if isinstance(text_or_messages, str):
+            return (await self.count_many([text_or_messages]))[0]
+        return await self._count_messages(text_or_messages)
+
+    async def count_many(self, texts: Iterable[str]) -> list[int]:
+        texts = list(texts)
+        out: list[int | None] = [self.cached(t) for t in texts]
+        missing = [i for i, v in enumerate(out) if v is None]
+        if missing:
+            counted = await asyncio.gather(*(self._count_text(texts[i]) for i in missing))
+            for i, value in zip(missing, counted):
+                out[i] = value
+        return out  # type: ignore[return-value]
+
+    # --- internals --------------------------------------------------------------------------------
+    def _remember(self, text: str, value: int) -> int:
+        self._cache[(len(text), hash(text))] = value
+        if len(self._cache) > CACHE_SIZE:
+            self._cache.popitem(last=False)
+        return value
+
+    async def _count_text(self, text: str) -> int:
+        if not text:
+            return 0
+        value = await self._remote(text=text)
+        if value is not None:
+            return self._remember(text, value)
+        local = self._local_counter()
+        if local is not None:
+            self.last_method = "local"
+            return self._remember(text, local(text))
+        self.last_method = "estimate"
+        return estimate_tokens(text)
+
+    async def _count_messages(self, messages: list[dict[str, Any]]) -> int:
+        key_text = json.dumps(messages, sort_keys=True, default=str)
+        cached = self.cached(key_text)
+        if cached is not None:
+            return cached
+        if self._remote_kind in (None, "vllm"):
+            value = await self._remote(messages=messages)
+            if value is not None and self._remote_kind == "vllm":
+                return self._remember(key_text, value)
+        counts = await self.count_many([message_text(m) for m in messages])
+        total = sum(counts) + MESSAGE_OVERHEAD_TOKENS * len(messages)
+        return self._remember(key_text, total) if self.last_method != "estimate" else total
+
+    def _local_counter(self) -> Callable[[str], int] | None:
+        if self._local is None and self._local_path:
+            try:
+                self._local = _load_local(self._local_path)
+            except Exception as exc:  # a broken path must not break chat: fall back to the estimate
+                log.warning("local tokenizer %s unusable (%s); estimating token counts", self._local_path, exc)
+                self._local_path = None
+        return self._local
+
+    async def _remote(self, *, text: str | None = None, messages: list | None = None) -> int | None:
+        if not self._roots or self._remote_kind == "none":
+            return None
+        if self._remote_kind is None:
+            async with self._probe_lock:
+                if self._remote_kind is None:
+                    return await self._probe(text=text, messages=messages)
+        if self._remote_kind == "llama.cpp" and messages is not None:
+            return None
+        async with self._sem:
+            return await self._ask(self._remote_kind, text=text, messages=messages)
+
+    async def _probe(self, *, text: str | None, messages: list | None) -> int | None:
+        for kind in ("vllm", "llama.cpp"):
+            if kind == "llama.cpp" and messages is not None:
+                text, messages = "probe", None
+            try:
+                value = await self._ask(kind, text=text, messages=messages, probing=True)
+            except _NotSupported:
+                continue
+            if value is None:  # unreachable: decide later
+                return None
+            self._remote_kind = kind
+            log.info("token counts come from the inference server (%s tokenize endpoint)", kind)
+            return value if (messages is not None or text != "probe") else None
+        self._remote_kind = "none"
+        log.info("inference server has no tokenize endpoint; counting with %s", self.method)
+        return None
+
+    async def _ask(self, kind: str, *, text: str | None, messages: list | None, probing: bool = False) -> int | None:
+        for root in self._roots:
+            try:
+                if kind == "vllm":
+                    body: dict[str, Any] = {"model": await self._model_name()}
+                    if messages is not None:
+                        body.update(messages=messages, add_generation_prompt=True)
+                    else:
+                        body.update(prompt=text, add_special_tokens=False)
+                    resp = await self._http.post(f"{root}/tokenize", json=body)
+                    if resp.status_code in (404, 405) and probing:
+                        raise _NotSupported
+                    resp.raise_for_status()
+                    data = resp.json()
+                    self.last_method = "vllm"
+                    return int(data["count"]) if "count" in data else len(data["tokens"])
+                resp = await self._http.post(f"{root}/extras/tokenize/count", json={"input": text})
+                if resp.status_code in (404, 405) and probing:
+                    raise _NotSupported
+                resp.raise_for_status()
+                self.last_method = "llama.cpp"
+                return int(resp.json()["count"])
+            except _NotSupported:
+                raise
+            except (httpx.HTTPError, ValueError, KeyError) as exc:
+                log.debug("tokenize at %s failed: %s", root, exc)
+                continue
+        return None
+
+
+class _NotSupported(Exception):
+    pass

@@ -1,0 +1,177 @@
+"""Prometheus metrics for the whole engine, defined once, plus the ASGI middlewares that record requests
+and cap request bodies.
+
+Metrics live in their own ``REGISTRY`` (not the process-global default) so several apps in one test
+process do not collide, and ``/metrics`` shows exactly the engine's series.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+_FAST = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+_SLOW = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+HTTP_REQUESTS = Counter(
+    "ragengine_http_requests_total", "HTTP requests by method, route template and status.",
+    ["method", "path", "status"], registry=REGISTRY,
+)
+HTTP_SECONDS = Histogram(
+    "ragengine_http_request_seconds", "HTTP request latency until the response starts (headers sent).",
+    ["method", "path"], buckets=_FAST + (30, 60, 120), registry=REGISTRY,
+)
+HTTP_IN_FLIGHT = Gauge("ragengine_http_requests_in_flight", "Requests being served.", registry=REGISTRY)
+
+EMBED_SECONDS = Histogram(
+    "ragengine_embed_seconds", "Time in the embedding model per call (kind=query|documents).",
+    ["kind"], buckets=_FAST + (30, 60), registry=REGISTRY,
+)
+EMBEDDED_TEXTS = Counter("ragengine_embedded_texts_total", "Texts embedded.", ["kind"], registry=REGISTRY)
+SEARCH_SECONDS = Histogram(
+    "ragengine_search_seconds", "Index search time per stage (dense, sparse, fusion).",
+    ["stage"], buckets=_FAST, registry=REGISTRY,
+)
+RERANK_SECONDS = Histogram("ragengine_rerank_seconds", "Cross-encoder rerank time.", buckets=_FAST, registry=REGISTRY)
+RETRIEVE_SECONDS = Histogram(
+    "ragengine_retrieve_seconds", "Whole retrieval (embed + search + fuse + rerank).", buckets=_FAST, registry=REGISTRY
+)
+INGEST_SECONDS = Histogram(
+    "ragengine_ingest_seconds", "One write request: chunk + embed + journal + apply.", buckets=_SLOW, registry=REGISTRY
+)
+INDEX_DOCUMENTS = Gauge("ragengine_index_documents", "Documents per index.", ["index"], registry=REGISTRY)
+INDEX_CHUNKS = Gauge("ragengine_index_chunks", "Chunks (vectors) per index.", ["index"], registry=REGISTRY)
+INDEX_CORRUPT = Gauge("ragengine_index_corrupt", "1 when an index failed to load from disk.", ["index"], registry=REGISTRY)
+SNAPSHOT_SECONDS = Histogram("ragengine_snapshot_seconds", "Snapshot write time.", buckets=_SLOW, registry=REGISTRY)
+
+# Observed by the chat helper: time to first token of a RAG answer, and of the upstream LLM alone.
+RAG_TTFT_SECONDS = Histogram(
+    "rag_ttft_seconds", "Chat request received → first content token sent to the client.", buckets=_SLOW, registry=REGISTRY
+)
+LLM_TTFT_SECONDS = Histogram(
+    "llm_ttft_seconds", "LLM request sent → first token received from upstream.", buckets=_SLOW, registry=REGISTRY
+)
+
+
+def route_template(scope: dict) -> str:
+    """The matched route's path template (``/indexes/{index_name}``) so labels stay low-cardinality."""
+    route = scope.get("route")
+    path = getattr(route, "path", None)
+    if path:
+        return path
+    app = scope.get("app")
+    for candidate in getattr(app, "routes", ()):
+        path = getattr(candidate, "path", None)
+        if not path:
+            continue
+        try:
+            match, _ = candidate.matches(scope)
+        except Exception:  # noqa: BLE001 - a route that cannot match this scope
+            continue
+        if match.name == "FULL":
+            return path
+    return "<unmatched>"
+
+
+class MetricsMiddleware:
+    """Counts every HTTP request by method, route template and status; times it to the first byte."""
+
+    def __init__(self, app: Callable) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        status = {"code": 500}
+
+        async def _send(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+                HTTP_SECONDS.labels(scope["method"], route_template(scope)).observe(time.perf_counter() - start)
+            await send(message)
+
+        HTTP_IN_FLIGHT.inc()
+        try:
+            await self.app(scope, receive, _send)
+        finally:
+            HTTP_IN_FLIGHT.dec()
+            HTTP_REQUESTS.labels(scope["method"], route_template(scope), str(status["code"])).inc()
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+class BodyLimitMiddleware:
+    """413 for request bodies over ``max_bytes``: by Content-Length up front, else while streaming."""
+
+    def __init__(self, app: Callable, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length":
+                try:
+                    too_big = int(value) > self.max_bytes
+                except ValueError:
+                    too_big = False
+                if too_big:
+                    await self._reject(scope, send)
+                    return
+        seen = 0
+        started = False
+
+        async def _receive() -> dict:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    raise _BodyTooLarge
+            return message
+
+        async def _send(message: dict) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, _receive, _send)
+        except _BodyTooLarge:
+            if not started:
+                await self._reject(scope, send)
+
+    async def _reject(self, scope: dict, send: Callable) -> None:
+        message = f"Request body too large: the limit is {self.max_bytes} bytes."
+        if scope.get("path", "").startswith("/v1/"):
+            body: Any = {"error": {"message": message, "type": "invalid_request_error", "code": 413, "param": None}}
+        else:
+            body = {"detail": message}
+        payload = json.dumps(body).encode()
+        await send({
+            "type": "http.response.start", "status": 413,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()),
+                        (b"connection", b"close")],
+        })
+        await send({"type": "http.response.body", "body": payload})
+
+
+def install_middleware(app: Any, settings: Any) -> None:
+    """Add the body limit and request metrics middlewares to ``app`` (idempotent; call in create_app)."""
+    if getattr(app.state, "_core_middleware", False):
+        return
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(MetricsMiddleware)  # added last = outermost: it also counts the 413s
+    app.state._core_middleware = True

@@ -1,0 +1,149 @@
+"""OpenAI chat-completions wire models, with ragengine's extensions.
+
+Tolerant on purpose (``extra="allow"``): any OpenAI field we do not model (temperature, top_p, stop,
+seed, response_format, logprobs, whatever the SDK adds next) is kept and reaches the LLM unchanged.
+The engine validates only what it uses itself. The models double as the API reference.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+log = logging.getLogger(__name__)
+
+# Fields that are ours, never sent upstream.
+ENGINE_FIELDS = ("index_name", "context_token_ratio")
+MODEL_ALIAS_PREFIX = "rag:"
+
+
+class OpenAIBaseModel(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+
+class ChatCompletionRequest(OpenAIBaseModel):
+    """``POST /v1/chat/completions``: OpenAI's request plus ``index_name`` and ``context_token_ratio``."""
+
+    model: str | None = Field(
+        None,
+        description="Model sent upstream; when unset, the one the LLM server serves. 'rag:<index>' is an alias "
+        "that routes the request to RAG on <index> (for clients that cannot add fields).",
+    )
+    messages: list[dict[str, Any]] = Field(description="OpenAI chat messages (kept as sent).")
+    stream: bool = Field(False, description="Answer as OpenAI chat.completion.chunk server-sent events.")
+    stream_options: dict[str, Any] | None = None
+    max_tokens: int | None = Field(None, ge=1, description="Upper bound on generated tokens; lowered to fit the window.")
+    max_completion_tokens: int | None = Field(None, ge=1, description="Newer name for max_tokens; same handling.")
+    n: int | None = Field(
+        None, ge=1, le=128, description="Choices to generate; passed to the LLM (all choices share one context)."
+    )
+    tools: list[Any] | None = None
+    functions: list[Any] | None = None
+    index_name: str | None = Field(None, description="Index to retrieve context from; unset = plain pass-through.")
+    context_token_ratio: float | None = Field(
+        None, description="Share (0.2-0.8) of the free token window given to retrieved context; default from settings."
+    )
+
+
+class SourceNode(OpenAIBaseModel):
+    """A retrieved chunk that went into the prompt (KAITO's ``source_nodes`` item)."""
+
+    doc_id: str
+    node_id: str
+    text: str
+    score: float = Field(description="Cosine similarity of the chunk to the query, in [0, 1].")
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class RagInfo(OpenAIBaseModel):
+    """What the engine did with the request (extension field ``rag``)."""
+
+    applied: bool = Field(description="True when retrieved context went into the prompt.")
+    reason: str | None = Field(None, description="Why RAG was not applied (bypass rule, no_context, ...).")
+    index_name: str | None = None
+    endpoint: str | None = Field(None, description="Base URL of the LLM that answered.")
+    top_k: int | None = None
+    retrieved: int | None = None
+    selected: int | None = None
+    context_tokens: int | None = None
+    context_budget: int | None = None
+    prompt_tokens: int | None = None
+    max_tokens: int | None = Field(None, description="max_tokens sent upstream after fitting the window.")
+    max_tokens_requested: int | None = None
+    token_counter: str | None = Field(None, description="How tokens were counted: vllm, llama.cpp, local, estimate.")
+
+
+class ChatMessage(OpenAIBaseModel):
+    role: str
+    content: str | None = None
+
+
+class Choice(OpenAIBaseModel):
+    index: int
+    message: ChatMessage
+    finish_reason: str | None = None
+    logprobs: Any = None
+
+
+class Usage(OpenAIBaseModel):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+
+
+class ChatCompletionResponse(OpenAIBaseModel):
+    id: str = Field(default_factory=lambda: new_completion_id())
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int = Field(default_factory=lambda: int(time.time()))
+    model: str
+    choices: list[Choice]
+    usage: Usage | None = None
+    source_nodes: list[SourceNode] | None = None
+    generation_method: Literal["llm", "extractive_fallback"] = "llm"
+    fallback_reason: str | None = None
+    rag: RagInfo | None = None
+
+
+class DeltaMessage(OpenAIBaseModel):
+    role: str | None = None
+    content: str | None = None
+
+
+class ChunkChoice(OpenAIBaseModel):
+    index: int
+    delta: DeltaMessage
+    finish_reason: str | None = None
+    logprobs: Any = None
+
+
+class ChatCompletionChunk(OpenAIBaseModel):
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    choices: list[ChunkChoice]
+
+
+class ModelCard(OpenAIBaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int = 0
+    owned_by: str = "ragengine"
+
+
+class ModelList(OpenAIBaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+def new_completion_id() -> str:
+    return f"chatcmpl-{uuid.uuid4().hex}"
+
+
+def upstream_body(body: dict[str, Any]) -> dict[str, Any]:
+    """The request minus the engine's own fields: what an OpenAI server accepts."""
+    return {k: v for k, v in body.items() if k not in ENGINE_FIELDS}

@@ -1,0 +1,120 @@
+"""An incremental BM25 index (Lucene's idf, k1=1.2, b=0.75) kept up to date on every write.
+
+KAITO rebuilt BM25 from the whole docstore on every query; here each chunk's terms are appended to
+compact per-term posting arrays (uint32 slot, uint16 term frequency) when it is written, deletions
+adjust document frequencies at once and leave postings masked until the next compaction. A query
+scores only the postings of its own terms with numpy.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from array import array
+from typing import Iterable
+
+import numpy as np
+
+_TOKEN = re.compile(r"\w+", re.UNICODE)
+STOPWORDS = frozenset(
+    "a an and are as at be but by for from has have he her his i if in into is it its me my no not of on or our "
+    "she so such that the their them then there these they this to was we were what when where which who will "
+    "with you your do does did can could would should how why".split()
+)
+
+
+def _stem(word: str) -> str:
+    # Plural folding only: cheap, and enough for FAQ-style matching ("packages" ~ "package").
+    if len(word) > 4 and word.endswith("ies"):
+        return word[:-3] + "y"
+    if len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")):
+        return word[:-1]
+    return word
+
+
+def tokenize(text: str) -> list[str]:
+    return [_stem(t) for t in _TOKEN.findall(text.lower()) if t not in STOPWORDS and len(t) < 64]
+
+
+class BM25Index:
+    def __init__(self, k1: float = 1.2, b: float = 0.75) -> None:
+        self.k1, self.b = k1, b
+        self.vocab: dict[str, int] = {}
+        self.postings: list[array] = []  # term id → slots ("I")
+        self.freqs: list[array] = []  # term id → term frequency in that slot ("H")
+        self.df: array = array("I")  # live document frequency per term
+        self.doc_len: array = array("I")  # per slot; 0 = deleted or empty
+        self.live = 0
+        self.total_len = 0
+
+    def _term_counts(self, text: str) -> dict[int, int]:
+        counts: dict[int, int] = {}
+        for tok in tokenize(text):
+            tid = self.vocab.get(tok)
+            if tid is None:
+                tid = len(self.postings)
+                self.vocab[tok] = tid
+                self.postings.append(array("I"))
+                self.freqs.append(array("H"))
+                self.df.append(0)
+            counts[tid] = counts.get(tid, 0) + 1
+        return counts
+
+    def add(self, slot: int, text: str) -> None:
+        counts = self._term_counts(text)
+        if slot >= len(self.doc_len):
+            self.doc_len.extend([0] * (slot + 1 - len(self.doc_len)))
+        length = sum(counts.values())
+        self.doc_len[slot] = length
+        self.live += 1
+        self.total_len += length
+        for tid, tf in counts.items():
+            self.postings[tid].append(slot)
+            self.freqs[tid].append(min(tf, 65535))
+            self.df[tid] += 1
+
+    def remove(self, slot: int, text: str) -> None:
+        if slot >= len(self.doc_len):
+            return
+        self.live -= 1
+        self.total_len -= self.doc_len[slot]
+        self.doc_len[slot] = 0
+        for tok in set(tokenize(text)):
+            tid = self.vocab.get(tok)
+            if tid is not None and self.df[tid] > 0:
+                self.df[tid] -= 1
+
+    def rebuild(self, items: Iterable[tuple[int, str]]) -> None:
+        """Start again from the live chunks (after a compaction renumbered the slots)."""
+        self.__init__(self.k1, self.b)
+        for slot, text in items:
+            self.add(slot, text)
+
+    def search(self, query: str, k: int, alive: np.ndarray, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Top ``k`` (slots, scores) with score > 0 among live (and allowed) slots."""
+        n = len(self.doc_len)
+        terms = {self.vocab[t] for t in tokenize(query) if t in self.vocab}
+        if not terms or self.live <= 0 or n == 0:
+            return np.zeros(0, np.int64), np.zeros(0, np.float32)
+        doc_len = np.frombuffer(self.doc_len, dtype=np.uint32)
+        avgdl = max(self.total_len / self.live, 1.0)
+        scores = np.zeros(n, dtype=np.float32)
+        k1, b = self.k1, self.b
+        for tid in terms:
+            df = self.df[tid]
+            if df == 0:
+                continue
+            idf = math.log(1.0 + (self.live - df + 0.5) / (df + 0.5))
+            ids = np.frombuffer(self.postings[tid], dtype=np.uint32)
+            tf = np.frombuffer(self.freqs[tid], dtype=np.uint16).astype(np.float32)
+            dl = doc_len[ids].astype(np.float32)
+            scores[ids] += idf * tf * (k1 + 1.0) / (tf + k1 * (1.0 - b + b * dl / avgdl))
+            del ids, tf  # release the buffer views before any later append
+        del doc_len
+        mask = alive[:n] if allowed is None else (alive[:n] & allowed[:n])
+        scores[~mask] = 0.0
+        hits = np.flatnonzero(scores > 0)
+        if hits.size > k:
+            hits = hits[np.argpartition(-scores[hits], k - 1)[:k]]
+        hits = hits[np.argsort(-scores[hits], kind="stable")]
+        return hits.astype(np.int64), scores[hits]

@@ -1,0 +1,17 @@
+"""Reciprocal-rank fusion of the dense and BM25 candidate lists."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+RRF_K = 60  # the constant from Cormack et al. (2009); damps the head of each list
+
+
+def rrf(*ranked: Sequence[int], k: int = RRF_K) -> list[tuple[int, float]]:
+    """Fuse ranked id lists: score(id) = sum over lists of 1 / (k + rank), rank from 1. Ties keep the
+    order in which ids first appeared (dense first), so fusion is deterministic."""
+    scores: dict[int, float] = {}
+    for ids in ranked:
+        for rank, item in enumerate(ids, start=1):
+            scores[item] = scores.get(item, 0.0) + 1.0 / (k + rank)
+    return sorted(scores.items(), key=lambda kv: -kv[1])

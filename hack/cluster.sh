@@ -1,0 +1,172 @@
+#!/usr/bin/env bash
+# A local Kubernetes control plane for the operator's tests and benchmarks:
+# etcd + kube-apiserver + kube-controller-manager + kube-scheduler + kwok (fake nodes, some with
+# nvidia.com/gpu), on loopback, built once from Go modules (hack/control-plane/build.sh).
+#
+#   hack/cluster.sh build   build the binaries into the cache (once; progress on stderr)
+#   hack/cluster.sh up      build if needed, start everything, write .cluster/kubeconfig (idempotent)
+#   hack/cluster.sh down    stop every component by its recorded PID and wipe etcd's data
+#   hack/cluster.sh env     print `export KUBECONFIG=...` and PATH (for eval)
+#   hack/cluster.sh status  show which components run
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+STATE=${RAGENGINE_CLUSTER_DIR:-$ROOT/.cluster}
+PKI=$STATE/pki LOGS=$STATE/logs RUN=$STATE/run
+ETCD_PORT=${ETCD_PORT:-12379} ETCD_PEER_PORT=${ETCD_PEER_PORT:-12380}
+API_PORT=${API_PORT:-16443}
+KCM_PORT=${KCM_PORT:-16257} SCHED_PORT=${SCHED_PORT:-16259}
+KWOK_PORT=${KWOK_PORT:-16280}
+COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
+. "$ROOT/hack/control-plane/versions.env"
+BIN=${K8S_BIN_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/ragengine/k8s-bin/$BIN_KEY}
+
+log() { echo "[cluster] $*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+# A PID is ours only if it is alive and runs the binary we started (PIDs get reused).
+alive() {
+  local f=$RUN/$1.pid pid
+  [[ -f $f ]] || return 1
+  pid=$(cat "$f")
+  [[ -r /proc/$pid/cmdline ]] && tr '\0' ' ' < "/proc/$pid/cmdline" | grep -q "$BIN/$1"
+}
+
+stop() {
+  local c=$1 pid i
+  if alive "$c"; then
+    pid=$(cat "$RUN/$c.pid"); kill "$pid" 2>/dev/null || true
+    for i in $(seq 50); do alive "$c" || break; sleep 0.1; done
+    alive "$c" && kill -9 "$pid" 2>/dev/null || true
+  fi
+  rm -f "$RUN/$c.pid"
+}
+
+start() {  # start NAME ARGS...: detached from this shell, PID recorded
+  local c=$1; shift
+  setsid "$BIN/$c" "$@" > "$LOGS/$c.log" 2>&1 < /dev/null &
+  echo $! > "$RUN/$c.pid"
+}
+
+wait_for() {  # wait_for SECONDS DESCRIPTION COMMAND...
+  local t=$1 what=$2 end; shift 2
+  end=$(( $(date +%s) + t ))
+  until "$@" > /dev/null 2>&1; do
+    [[ $(date +%s) -lt $end ]] || die "timed out after ${t}s waiting for $what (logs: $LOGS)"
+    sleep 0.2
+  done
+}
+
+api_ready() {
+  curl -sf --cacert "$PKI/ca.crt" -H "Authorization: Bearer $(cat "$STATE/token")" \
+    "https://127.0.0.1:$API_PORT/readyz"
+}
+
+pki() {
+  [[ -f $PKI/apiserver.crt && -f $STATE/token ]] && return
+  log "creating PKI and an admin token in $PKI"
+  mkdir -p "$PKI"
+  (
+    cd "$PKI"
+    openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=ragengine-local-ca" \
+      -keyout ca.key -out ca.crt 2>/dev/null
+    openssl req -newkey rsa:2048 -nodes -subj "/CN=kube-apiserver" -keyout apiserver.key -out apiserver.csr 2>/dev/null
+    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost,IP:10.96.0.1,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc\nextendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\n' > san.ext
+    openssl x509 -req -in apiserver.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 \
+      -extfile san.ext -out apiserver.crt 2>/dev/null
+    openssl genrsa -out sa.key 2048 2>/dev/null && openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
+  )
+  openssl rand -hex 24 > "$STATE/token"
+  # token,user,uid,groups: the admin is in system:masters (a local, loopback-only cluster).
+  echo "$(cat "$STATE/token"),admin,admin,system:masters" > "$PKI/tokens.csv"
+}
+
+kubeconfig() {
+  cat > "$STATE/kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: ragengine-local
+  cluster: {server: "https://127.0.0.1:$API_PORT", certificate-authority: "$PKI/ca.crt"}
+users:
+- name: admin
+  user: {token: "$(cat "$STATE/token")"}
+contexts:
+- name: ragengine-local
+  context: {cluster: ragengine-local, user: admin, namespace: default}
+current-context: ragengine-local
+EOF
+  chmod 600 "$STATE/kubeconfig"
+}
+
+all_up() { for c in "${COMPONENTS[@]}"; do alive "$c" || return 1; done; api_ready > /dev/null 2>&1; }
+
+up() {
+  BIN=$("$ROOT/hack/control-plane/build.sh")
+  mkdir -p "$STATE" "$LOGS" "$RUN"
+  if all_up; then log "already up: export KUBECONFIG=$STATE/kubeconfig"; return; fi
+  # A partial or stale cluster: stop what still runs (by PID), then start clean.
+  for c in kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do stop "$c"; done
+  rm -rf "$STATE/etcd"
+  pki
+  local t0; t0=$(date +%s)
+  log "starting etcd on 127.0.0.1:$ETCD_PORT"
+  start etcd --name local --data-dir "$STATE/etcd" --unsafe-no-fsync \
+    --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+    --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+    --initial-cluster "local=http://127.0.0.1:$ETCD_PEER_PORT" --listen-metrics-urls "" --log-level warn
+  wait_for 30 etcd curl -sf "http://127.0.0.1:$ETCD_PORT/health"
+  log "starting kube-apiserver on https://127.0.0.1:$API_PORT"
+  # ServiceAccount admission off: pods created right after their namespace would race the SA controller.
+  start kube-apiserver --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
+    --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$API_PORT" \
+    --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
+    --client-ca-file="$PKI/ca.crt" --token-auth-file="$PKI/tokens.csv" \
+    --authorization-mode=Node,RBAC --service-cluster-ip-range=10.96.0.0/16 \
+    --service-account-issuer=https://kubernetes.default.svc.cluster.local \
+    --service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
+    --allow-privileged=true --disable-admission-plugins=ServiceAccount \
+    --enable-priority-and-fairness=false --profiling=false --v=0
+  wait_for 90 kube-apiserver api_ready
+  kubeconfig
+  local kc=$STATE/kubeconfig
+  log "starting kube-controller-manager, kube-scheduler, kwok"
+  # hostpath provisioner: PVCs bind (dev-only provisioner, dirs under /tmp/hostpath_pv), so pods with
+  # volumes schedule. Controllers: all defaults (GC, deployments, PV binder, namespaces).
+  start kube-controller-manager --kubeconfig="$kc" \
+    --authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" \
+    --bind-address=127.0.0.1 --secure-port="$KCM_PORT" --leader-elect=false \
+    --service-account-private-key-file="$PKI/sa.key" --root-ca-file="$PKI/ca.crt" \
+    --cluster-signing-cert-file="$PKI/ca.crt" --cluster-signing-key-file="$PKI/ca.key" \
+    --service-cluster-ip-range=10.96.0.0/16 --use-service-account-credentials=false \
+    --enable-hostpath-provisioner=true --concurrent-deployment-syncs=10 \
+    --concurrent-gc-syncs=20 --kube-api-qps=200 --kube-api-burst=400 --profiling=false
+  start kube-scheduler --kubeconfig="$kc" \
+    --authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" \
+    --bind-address=127.0.0.1 --secure-port="$SCHED_PORT" --leader-elect=false --profiling=false
+  # kwok manages only nodes annotated kwok.x-k8s.io/node=fake and drives their pods to Running.
+  start kwok --kubeconfig="$kc" --manage-all-nodes=false \
+    --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
+    --manage-nodes-with-label-selector= --manage-single-node= \
+    --server-address="127.0.0.1:$KWOK_PORT" \
+    --cidr=10.244.0.0/16 --node-ip=10.0.0.1 --node-lease-duration-seconds=40
+  for c in "${COMPONENTS[@]}"; do sleep 0.1; alive "$c" || die "$c exited; see $LOGS/$c.log"; done
+  KUBECONFIG=$kc kubectl apply -f "$ROOT/hack/control-plane/cluster-objects.yaml" > /dev/null
+  wait_for 60 "fake nodes Ready" env KUBECONFIG="$kc" kubectl wait --for=condition=Ready node --all --timeout=2s
+  wait_for 60 "default ServiceAccount" env KUBECONFIG="$kc" kubectl get serviceaccount default -n default
+  log "up in $(( $(date +%s) - t0 )) s: export KUBECONFIG=$kc"
+}
+
+down() {
+  for c in kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do stop "$c"; done
+  rm -rf "$STATE/etcd"
+  log "down"
+}
+
+case ${1:-} in
+  build) "$ROOT/hack/control-plane/build.sh" > /dev/null ;;
+  up) up ;;
+  down) down ;;
+  env) echo "export KUBECONFIG=$STATE/kubeconfig PATH=$BIN:\$PATH" ;;
+  status) for c in "${COMPONENTS[@]}"; do alive "$c" && echo "$c: running (pid $(cat "$RUN/$c.pid"))" || echo "$c: stopped"; done ;;
+  *) echo "usage: $0 build|up|down|env|status" >&2; exit 2 ;;
+esac

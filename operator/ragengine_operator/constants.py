@@ -1,0 +1,45 @@
+"""Names shared by the CRD, the builders and the controller (one place, so they cannot drift)."""
+
+GROUP = "ragengine.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "RAGEngine"
+PLURAL = "ragengines"
+SINGULAR = "ragengine"
+SHORT_NAMES = ["rag"]
+CRD_NAME = f"{PLURAL}.{GROUP}"
+
+FIELD_MANAGER = "ragengine-operator"
+FINALIZER = f"operator.{GROUP}/finalizer"
+# kopf's own bookkeeping lives in annotations under our group, so status stays strictly typed.
+KOPF_ANNOTATION_PREFIX = f"operator.{GROUP}"
+
+# Labels: the recommended app.kubernetes.io set, plus two stable selector labels of our own.
+LABEL_NAME = "app.kubernetes.io/name"
+LABEL_INSTANCE = "app.kubernetes.io/instance"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_PART_OF = "app.kubernetes.io/part-of"
+SELECTOR_NAME = f"{GROUP}/ragengine"
+SELECTOR_COMPONENT = f"{GROUP}/component"
+CONFIG_HASH_ANNOTATION = f"{GROUP}/config-hash"
+
+COMPONENT_ENGINE = "engine"
+COMPONENT_INFERENCE = "inference"
+
+# Condition types (positive polarity, per the API conventions) and the status values.
+READY = "Ready"
+INFERENCE_READY = "InferenceReady"
+ENGINE_READY = "EngineReady"
+PROGRESSING = "Progressing"
+DEGRADED = "Degraded"
+CONDITION_TYPES = (READY, INFERENCE_READY, ENGINE_READY, PROGRESSING, DEGRADED)
+
+# Container-side facts of the two workloads.
+ENGINE_PORT = 8000
+ENGINE_SERVICE_PORT = 80
+ENGINE_DATA_DIR = "/data"
+ENGINE_MODEL_CACHE_DIR = "/data/models"
+VLLM_PORT = 8000
+VLLM_CACHE_DIR = "/root/.cache/huggingface"
+GPU_RESOURCE = "nvidia.com/gpu"

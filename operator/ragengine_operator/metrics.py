@@ -1,0 +1,42 @@
+"""Prometheus metrics, named like controller-runtime's so existing dashboards read them."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
+
+RECONCILE_TOTAL = Counter(
+    "ragengine_operator_reconcile_total", "Reconciles of RAGEngines, by result.", ["result"]
+)
+RECONCILE_ERRORS = Counter(
+    "ragengine_operator_reconcile_errors_total", "Failed reconciles, by reason.", ["reason"]
+)
+RECONCILE_TIME = Histogram(
+    "ragengine_operator_reconcile_time_seconds", "Duration of one reconcile (apply + observe + status).",
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
+STATUS_WRITES = Counter("ragengine_operator_status_writes_total", "Status patches written.")
+READY = Gauge("ragengine_operator_ragengines_ready", "RAGEngines whose Ready condition is True (last seen).")
+
+
+@contextmanager
+def track() -> Iterator[None]:
+    start = time.perf_counter()
+    try:
+        yield
+    except Exception as exc:
+        RECONCILE_TOTAL.labels(result="error").inc()
+        RECONCILE_ERRORS.labels(reason=type(exc).__name__).inc()
+        raise
+    else:
+        RECONCILE_TOTAL.labels(result="success").inc()
+    finally:
+        RECONCILE_TIME.observe(time.perf_counter() - start)
+
+
+def serve(port: int) -> None:
+    if port:
+        start_http_server(port)

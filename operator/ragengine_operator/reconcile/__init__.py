@@ -1,0 +1,1 @@
+"""Pure planning (spec -> objects) and status computation (observed children -> conditions)."""

@@ -1,0 +1,154 @@
+"""Observed children -> status (conditions, observedGeneration, endpoint). Pure: `now` is an argument."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import constants as c
+from ..build.engine import endpoint
+from ..build.engine_env import llm_url, served_model
+from ..build.labels import Owner
+from ..spec import RAGEngineSpec
+
+AVAILABLE, PROGRESSING, FAILED = "Available", "Progressing", "Failed"
+
+
+@dataclass
+class Observed:
+    """What the API server says about the children (None = does not exist)."""
+
+    deployments: dict[str, dict[str, Any] | None] = field(default_factory=dict)  # component -> Deployment
+    pods: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # component -> its pods
+
+
+@dataclass(frozen=True)
+class WorkloadState:
+    state: str  # AVAILABLE | PROGRESSING | FAILED
+    reason: str
+    message: str
+
+
+def _unschedulable(pods: list[dict[str, Any]]) -> str | None:
+    for pod in pods:
+        for cond in (pod.get("status") or {}).get("conditions") or []:
+            if cond.get("type") == "PodScheduled" and cond.get("status") == "False" and cond.get("reason") == "Unschedulable":
+                return f"pod {pod['metadata']['name']} is unschedulable: {cond.get('message', '')}"
+    return None
+
+
+def workload_state(what: str, dep: dict[str, Any] | None, pods: list[dict[str, Any]]) -> WorkloadState:
+    if dep is None:
+        return WorkloadState(PROGRESSING, "Creating", f"{what} Deployment does not exist yet")
+    want = (dep.get("spec") or {}).get("replicas", 1)
+    st = dep.get("status") or {}
+    conds = {x.get("type"): x for x in st.get("conditions") or []}
+    prog, failure = conds.get("Progressing", {}), conds.get("ReplicaFailure", {})
+    if prog.get("status") == "False" and prog.get("reason") == "ProgressDeadlineExceeded":
+        return WorkloadState(FAILED, "ProgressDeadlineExceeded", f"{what}: {prog.get('message', '')}")
+    if failure.get("status") == "True":
+        return WorkloadState(FAILED, "ReplicaFailure", f"{what}: {failure.get('message', '')}")
+    if st.get("observedGeneration", 0) < dep["metadata"].get("generation", 0):
+        return WorkloadState(PROGRESSING, "RolloutPending", f"{what} Deployment change not yet observed")
+    updated, available, total = (st.get(k, 0) for k in ("updatedReplicas", "availableReplicas", "replicas"))
+    if updated >= want and available >= want and total <= want:
+        return WorkloadState(AVAILABLE, "DeploymentAvailable", f"{what}: {available}/{want} replicas available")
+    unschedulable = _unschedulable(pods)
+    if unschedulable:
+        return WorkloadState(FAILED, "Unschedulable", f"{what}: {unschedulable}")
+    return WorkloadState(
+        PROGRESSING, "RollingOut", f"{what}: {available}/{want} available, {updated}/{want} updated"
+    )
+
+
+def _cond(ctype: str, ok: bool, reason: str, message: str) -> dict[str, Any]:
+    return {"type": ctype, "status": "True" if ok else "False", "reason": reason, "message": message}
+
+
+def conditions_for(spec: RAGEngineSpec | None, observed: Observed, error: tuple[str, str] | None) -> list[dict]:
+    """The five conditions, without timestamps. error = (reason, message) of a failed reconcile."""
+    if spec is None:  # invalid spec: nothing else can be said
+        reason, message = error or ("InvalidSpec", "spec is invalid")
+        return [
+            _cond(c.READY, False, reason, message),
+            _cond(c.INFERENCE_READY, False, reason, message),
+            _cond(c.ENGINE_READY, False, reason, message),
+            _cond(c.PROGRESSING, False, reason, message),
+            _cond(c.DEGRADED, True, reason, message),
+        ]
+    states: dict[str, WorkloadState] = {}
+    if spec.inference is None:
+        inference = _cond(c.INFERENCE_READY, True, "NotRequired", "retrieval-only: no inference configured")
+    elif not spec.runs_vllm:
+        inference = _cond(c.INFERENCE_READY, True, "ExternalEndpoint", f"using {spec.inference.url}")
+    else:
+        s = states[c.COMPONENT_INFERENCE] = workload_state(
+            "vLLM", observed.deployments.get(c.COMPONENT_INFERENCE), observed.pods.get(c.COMPONENT_INFERENCE, [])
+        )
+        inference = _cond(c.INFERENCE_READY, s.state == AVAILABLE, s.reason, s.message)
+    if spec.engine.replicas == 0:
+        engine = _cond(c.ENGINE_READY, False, "ScaledToZero", "spec.engine.replicas is 0")
+    else:
+        s = states[c.COMPONENT_ENGINE] = workload_state(
+            "engine", observed.deployments.get(c.COMPONENT_ENGINE), observed.pods.get(c.COMPONENT_ENGINE, [])
+        )
+        engine = _cond(c.ENGINE_READY, s.state == AVAILABLE, s.reason, s.message)
+    failed = [s for s in states.values() if s.state == FAILED]
+    rolling = [s for s in states.values() if s.state == PROGRESSING]
+    if error:
+        degraded = _cond(c.DEGRADED, True, *error)
+    elif failed:
+        degraded = _cond(c.DEGRADED, True, failed[0].reason, "; ".join(s.message for s in failed))
+    else:
+        degraded = _cond(c.DEGRADED, False, "AsExpected", "no child reports a failure")
+    progressing = (
+        _cond(c.PROGRESSING, True, "RollingOut", "; ".join(s.message for s in rolling))
+        if rolling
+        else _cond(c.PROGRESSING, False, "Complete", "all children are up to date")
+    )
+    not_ready = [x for x in (inference, engine) if x["status"] != "True"]
+    if error:
+        ready = _cond(c.READY, False, error[0], error[1])
+    elif not_ready:
+        ready = _cond(c.READY, False, not_ready[0]["reason"], "; ".join(x["message"] for x in not_ready))
+    else:
+        ready = _cond(c.READY, True, "Available", "inference and engine are available")
+    return [ready, inference, engine, progressing, degraded]
+
+
+def stamp(new: list[dict], old: list[dict], now: str, generation: int | None) -> list[dict]:
+    """lastTransitionTime changes only when a condition's status flips (API conventions)."""
+    previous = {x.get("type"): x for x in old or []}
+    out = []
+    for cond in new:
+        prev = previous.get(cond["type"])
+        keep = prev is not None and prev.get("status") == cond["status"] and prev.get("lastTransitionTime")
+        stamped = {**cond, "lastTransitionTime": prev["lastTransitionTime"] if keep else now}
+        if generation is not None:
+            stamped["observedGeneration"] = generation
+        out.append(stamped)
+    return out
+
+
+def transitions(new: list[dict], old: list[dict]) -> list[dict]:
+    """Conditions whose status changed (or appeared): each becomes an Event."""
+    previous = {x.get("type"): x.get("status") for x in old or []}
+    return [x for x in new if previous.get(x["type"]) != x["status"]]
+
+
+def compute_status(
+    owner: Owner,
+    spec: RAGEngineSpec | None,
+    generation: int | None,
+    observed: Observed,
+    old_conditions: list[dict],
+    now: str,
+    error: tuple[str, str] | None = None,
+) -> tuple[dict[str, Any], list[dict]]:
+    """-> (status patch, condition transitions)."""
+    conds = stamp(conditions_for(spec, observed, error), old_conditions, now, generation)
+    status: dict[str, Any] = {"observedGeneration": generation, "conditions": conds, "endpoint": endpoint(owner)}
+    if spec is not None:
+        status["inferenceUrl"] = llm_url(owner, spec)
+        status["model"] = served_model(spec)
+    return status, transitions(conds, old_conditions)

@@ -1,0 +1,23 @@
+"""Operator configuration (pydantic-settings, env prefix RAGENGINE_OPERATOR_), loaded once at start."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class OperatorSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="RAGENGINE_OPERATOR_", extra="ignore")
+
+    engine_image: str = Field("ghcr.io/ragengine/engine:0.1.0", description="Engine image when spec.engine.image is unset.")
+    vllm_image: str = Field("vllm/vllm-openai:v0.10.2", description="vLLM image when spec.inference.image is unset.")
+    resync_seconds: float = Field(30.0, gt=0, description="Level-based re-reconcile period per RAGEngine.")
+    metrics_port: int = Field(8080, ge=0, le=65535, description="Prometheus /metrics port; 0 = off.")
+    liveness_port: int = Field(8081, ge=0, le=65535, description="kopf liveness endpoint /healthz; 0 = off.")
+    max_workers: int = Field(16, ge=1, description="Threads running sync handlers (reconciles in parallel).")
+    post_events: bool = Field(True, description="Write Kubernetes Events on condition transitions.")
+    # Fault injection for the crash-recovery test: exit hard after this many server-side applies.
+    crash_after_applies: int | None = Field(None, ge=1)
+    watch_timeout_seconds: int = Field(
+        120, ge=1, description="Server-side watch timeout: idle watches are re-opened (kopf #698/#204)."
+    )

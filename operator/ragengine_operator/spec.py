@@ -1,0 +1,208 @@
+"""RAGEngine spec and status: THE schema source.
+
+hack/gen_crds.py turns these models into the CRD's structural schema (plus the CEL rules, printer
+columns and short names in crds/overlay.yaml); the controller parses every object's spec with the
+same models. Rules that the API server enforces with CEL are mirrored in the validators below so a
+spec that slipped past an old CRD still fails loudly in the operator instead of half-working.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
+from pydantic.alias_generators import to_camel
+
+# A resource quantity ("10Gi", "500m", 2): int-or-string in the schema, like core/v1.
+Quantity = Annotated[str | int, WithJsonSchema({"x-kubernetes-int-or-string": True})]
+# A size for a volume: a string so CEL can compare it with quantity() (see overlay.yaml).
+Size = Annotated[str, Field(max_length=32)]
+Name = Annotated[str, Field(min_length=1, max_length=253)]
+Url = Annotated[str, Field(max_length=2048)]
+
+
+def _is_http(url: str) -> bool:
+    return url.startswith(("http://", "https://"))
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+
+class SecretKeyRef(_Model):
+    """A key of a Secret in the RAGEngine's namespace."""
+
+    name: Name = Field(description="Secret name.")
+    key: Annotated[str, Field(min_length=1, max_length=253)] = Field("api-key", description="Key in the Secret.")
+
+
+class HFTokenSecretRef(SecretKeyRef):
+    """The Secret key holding a Hugging Face token."""
+
+    key: Annotated[str, Field(min_length=1, max_length=253)] = Field("token", description="Key in the Secret.")
+
+
+class ResourceRequirements(_Model):
+    """Compute resources of a container, as in core/v1 (requests and limits)."""
+
+    requests: dict[str, Quantity] | None = None
+    limits: dict[str, Quantity] | None = None
+
+
+class Toleration(_Model):
+    """A core/v1 toleration."""
+
+    key: str | None = None
+    operator: Literal["Exists", "Equal"] | None = None
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    toleration_seconds: int | None = None
+
+
+class VolumeSpec(_Model):
+    size: Size = Field("20Gi", description="Requested size; it can grow but never shrink.")
+    storage_class_name: Annotated[str, Field(max_length=253)] | None = Field(
+        None, description="StorageClass; the cluster default when unset. Immutable (data would be lost)."
+    )
+
+
+class ModelCacheSpec(VolumeSpec):
+    """The PVC that holds downloaded model weights, so restarts do not download them again."""
+
+    size: Size = Field("100Gi", description="Requested size; it can grow but never shrink.")
+    access_mode: Literal["ReadWriteOnce", "ReadWriteMany"] = Field(
+        "ReadWriteOnce",
+        description="ReadWriteMany lets replicas on several nodes share the cache (and enables rolling updates).",
+    )
+
+
+class InferenceSpec(_Model):
+    """Either run vLLM in the cluster (model) or use an existing OpenAI-compatible endpoint (url)."""
+
+    model: Annotated[str, Field(max_length=512)] | None = Field(
+        None, description="Hugging Face model id served by vLLM in the cluster. Exactly one of model/url."
+    )
+    url: Url | None = Field(None, description="Existing OpenAI-compatible base URL ending in /v1. Exactly one of model/url.")
+    served_model_name: Annotated[str, Field(max_length=512)] | None = Field(
+        None,
+        description="Model name clients and the engine use; defaults to model. Setting it keeps the engine "
+        "untouched when the model changes.",
+    )
+    api_key_secret_ref: SecretKeyRef | None = Field(None, description="Bearer token for url (url mode only).")
+    context_window: int | None = Field(
+        None, ge=256, le=10_000_000, description="Tokens; vLLM --max-model-len and the engine's prompt budget."
+    )
+    image: Annotated[str, Field(max_length=512)] | None = Field(
+        None, description="vLLM OpenAI server image; the operator's default when unset."
+    )
+    gpus: int = Field(1, ge=1, le=64, description="GPUs per replica (nvidia.com/gpu), = --tensor-parallel-size.")
+    replicas: int = Field(1, ge=1, le=100)
+    args: list[Annotated[str, Field(max_length=1024)]] = Field(
+        default_factory=list, max_length=64, description="Extra vLLM arguments, appended."
+    )
+    node_selector: dict[str, str] | None = None
+    tolerations: list[Toleration] | None = Field(
+        None, max_length=32, description="Added to the default nvidia.com/gpu toleration."
+    )
+    resources: ResourceRequirements | None = Field(
+        None, description="Extra requests/limits; nvidia.com/gpu is always set from gpus."
+    )
+    model_cache: ModelCacheSpec = Field(default_factory=ModelCacheSpec, json_schema_extra={"default": {}})
+    hf_token_secret_ref: HFTokenSecretRef | None = Field(
+        None, description="Hugging Face token for gated models (model mode only)."
+    )
+
+    @model_validator(mode="after")
+    def _one_mode(self) -> InferenceSpec:
+        if (self.model is None) == (self.url is None):
+            raise ValueError("exactly one of inference.model or inference.url must be set")
+        if self.url is not None and not _is_http(self.url):
+            raise ValueError("inference.url must be an http:// or https:// URL")
+        if self.url is not None and self.hf_token_secret_ref is not None:
+            raise ValueError("inference.hfTokenSecretRef applies to inference.model only")
+        if self.model is not None and self.api_key_secret_ref is not None:
+            raise ValueError("inference.apiKeySecretRef applies to inference.url only")
+        return self
+
+
+class EmbeddingSpec(_Model):
+    """The embedding model run inside the engine, or a remote OpenAI-compatible embeddings endpoint."""
+
+    model: Annotated[str, Field(max_length=512)] | None = Field(
+        None, description="'package:<module>', a path, or a sentence-transformers model name."
+    )
+    url: Url | None = Field(None, description="OpenAI-compatible embeddings base URL ending in /v1.")
+    api_key_secret_ref: SecretKeyRef | None = Field(None, description="Bearer token for url.")
+
+    @model_validator(mode="after")
+    def _at_most_one(self) -> EmbeddingSpec:
+        if self.model is not None and self.url is not None:
+            raise ValueError("at most one of embedding.model or embedding.url may be set")
+        if self.url is not None and not _is_http(self.url):
+            raise ValueError("embedding.url must be an http:// or https:// URL")
+        if self.api_key_secret_ref is not None and self.url is None:
+            raise ValueError("embedding.apiKeySecretRef needs embedding.url")
+        return self
+
+
+class RetrievalSpec(_Model):
+    context_token_ratio: float = Field(0.5, ge=0.2, le=0.8, description="Share of the free window given to context.")
+    similarity_threshold: float = Field(0.0, ge=0.0, le=1.0, description="Minimum cosine similarity for a chunk.")
+    hybrid: bool = Field(True, description="Fuse dense and BM25 results.")
+    rerank_model: Annotated[str, Field(max_length=512)] | None = Field(None, description="Cross-encoder; unset = none.")
+
+
+class EngineSpec(_Model):
+    image: Annotated[str, Field(max_length=512)] | None = Field(
+        None, description="Engine image; the operator's default when unset."
+    )
+    replicas: int = Field(
+        1, ge=0, le=1, description="0 or 1: the engine owns a ReadWriteOnce index volume (single writer)."
+    )
+    resources: ResourceRequirements | None = None
+
+
+class StorageSpec(VolumeSpec):
+    """The PVC for the engine's indexes, journals and embedding model cache."""
+
+
+class AuthSpec(_Model):
+    api_key_secret_ref: SecretKeyRef | None = Field(
+        None, description="When set the engine requires 'Authorization: Bearer <key>' on every API call."
+    )
+
+
+class RAGEngineSpec(_Model):
+    """Desired state of a RAGEngine: inference (optional), embedding, retrieval, engine, storage, auth."""
+
+    inference: InferenceSpec | None = Field(
+        None, description="Generation backend; omit for retrieval-only (extractive answers)."
+    )
+    embedding: EmbeddingSpec = Field(default_factory=EmbeddingSpec, json_schema_extra={"default": {}})
+    retrieval: RetrievalSpec = Field(default_factory=RetrievalSpec, json_schema_extra={"default": {}})
+    engine: EngineSpec = Field(default_factory=EngineSpec, json_schema_extra={"default": {}})
+    storage: StorageSpec = Field(default_factory=StorageSpec, json_schema_extra={"default": {}})
+    auth: AuthSpec = Field(default_factory=AuthSpec, json_schema_extra={"default": {}})
+
+    @property
+    def runs_vllm(self) -> bool:
+        return self.inference is not None and self.inference.model is not None
+
+
+class Condition(_Model):
+    """A metav1.Condition."""
+
+    type: Annotated[str, Field(max_length=316)]
+    status: Literal["True", "False", "Unknown"]
+    reason: Annotated[str, Field(max_length=1024)]
+    message: Annotated[str, Field(max_length=32768)] = ""
+    last_transition_time: str
+    observed_generation: int | None = None
+
+
+class RAGEngineStatus(_Model):
+    observed_generation: int | None = Field(None, description="The generation the conditions describe.")
+    endpoint: str | None = Field(None, description="In-cluster URL of the engine's OpenAI-compatible API.")
+    inference_url: str | None = Field(None, description="The LLM base URL the engine uses.")
+    model: str | None = Field(None, description="The served model name.")
+    conditions: list[Condition] = Field(default_factory=list)

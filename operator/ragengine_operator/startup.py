@@ -1,0 +1,43 @@
+"""kopf settings, explicit and explained, plus the operator's shared state on kopf's memo."""
+
+from __future__ import annotations
+
+import logging
+
+import kopf
+
+from . import constants as c
+from . import metrics
+from .controller import Controller
+from .kube.client import new_api_client
+from .settings import OperatorSettings
+
+
+def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.Logger) -> None:
+    ours: OperatorSettings = getattr(memo, "settings", None) or OperatorSettings()
+    memo.settings = ours
+    # One operator instance (Deployment with 1 replica, Recreate): no peering objects or freezes.
+    settings.peering.standalone = True
+    # Finalizer and kopf's bookkeeping under our group, in annotations: status stays strictly typed
+    # (the CRD does not preserve unknown status fields) and no clash with other kopf operators.
+    settings.persistence.finalizer = c.FINALIZER
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=c.KOPF_ANNOTATION_PREFIX)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=c.KOPF_ANNOTATION_PREFIX, key="last-handled-configuration"
+    )
+    # Bounded watches and requests: idle watch connections are re-opened instead of going silent
+    # (kopf #698, #204; dask-kubernetes uses the same pattern), and a dead API server fails fast.
+    settings.watching.server_timeout = ours.watch_timeout_seconds
+    settings.watching.client_timeout = ours.watch_timeout_seconds + 30
+    settings.watching.connect_timeout = 5
+    settings.networking.request_timeout = 30
+    settings.networking.connect_timeout = 5
+    # Sync handlers run in this many threads: independent RAGEngines reconcile in parallel.
+    settings.execution.max_workers = ours.max_workers
+    settings.execution.default_backoff = 5
+    # kopf's own per-handler "succeeded" events would flood `kubectl get events`; we post
+    # transitions ourselves. Keep kopf's for errors only.
+    settings.posting.level = logging.WARNING
+    memo.controller = Controller(new_api_client(pool_size=ours.max_workers * 2), ours)
+    metrics.serve(ours.metrics_port)
+    logger.info("ragengine-operator configured: resync=%ss metrics=:%s", ours.resync_seconds, ours.metrics_port)

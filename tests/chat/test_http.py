@@ -1,0 +1,339 @@
+"""The chat endpoint over real HTTP: engine (uvicorn) → fake vLLM (uvicorn), asserting what the LLM received."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from ragengine.chat.plan import ADDITION_PROMPT_TOKENS, build_messages
+from tests.chat.conftest import DOCS, FakeRegistry, node, tokens
+from tests.llm_server import count_message_tokens
+
+SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
+TEXTS = [d[1] for d in DOCS]
+
+
+def post(base: str, body, **kw) -> httpx.Response:
+    return httpx.post(f"{base}/v1/chat/completions", json=body, timeout=30, **kw)
+
+
+def sse_events(response: httpx.Response) -> list:
+    out = []
+    for line in response.iter_lines():
+        if line.startswith("data: "):
+            data = line[6:]
+            out.append(data if data == "[DONE]" else json.loads(data))
+    return out
+
+
+# --- RAG ----------------------------------------------------------------------------------------
+def test_rag_sends_context_query_and_history(engine, fake_llm):
+    base = engine()
+    msgs = [SYSTEM, {"role": "user", "content": "What is KAITO?"}]
+    r = post(base, {"index_name": "docs", "messages": msgs})
+    assert r.status_code == 200, r.text
+    sent = fake_llm.last_chat()
+    # Exactly: the served model (discovered), the llama-index context layout, nothing else added.
+    assert sent == {"model": "fake-llm", "messages": build_messages([SYSTEM], "What is KAITO?", TEXTS)}
+    body = r.json()
+    assert body["id"].startswith("chatcmpl-") and body["object"] == "chat.completion"
+    assert body["choices"][0]["message"]["content"] == "Echo : What is KAITO ?"
+    assert body["choices"][0]["finish_reason"] == "stop"
+    assert body["usage"]["prompt_tokens"] == count_message_tokens(sent["messages"])  # the LLM's own usage
+    assert [s["doc_id"] for s in body["source_nodes"]] == [d[0] for d in DOCS]
+    assert set(body["source_nodes"][0]) == {"doc_id", "node_id", "text", "score", "metadata"}
+    assert body["generation_method"] == "llm"
+    rag = body["rag"]
+    assert rag["applied"] is True and rag["endpoint"] == fake_llm_url(engine)
+    assert rag["top_k"] == 100 and rag["token_counter"] == "vllm"
+    assert rag["prompt_tokens"] == count_message_tokens(msgs)
+    assert "engine;dur=" in r.headers["server-timing"]
+
+
+def fake_llm_url(engine) -> str:
+    return engine.app.state.settings.llm_url
+
+
+def test_multi_turn_history_and_joined_query(engine, fake_llm):
+    base = engine()
+    msgs = [SYSTEM, {"role": "user", "content": "What is KAITO?"},
+            {"role": "assistant", "content": "KAITO is a Kubernetes operator."},
+            {"role": "user", "content": "Tell me more about it."},
+            {"role": "user", "content": "Specifically about GPU support."}]
+    assert post(base, {"index_name": "docs", "messages": msgs}).status_code == 200
+    query = "Tell me more about it.\n\nSpecifically about GPU support."
+    assert fake_llm.last_chat()["messages"] == build_messages(msgs[:3], query, TEXTS)
+    assert engine.app.state.chat.registry.calls[-1]["query"] == query
+
+
+def test_budget_skips_what_does_not_fit_and_lowers_max_tokens(engine, fake_llm):
+    big = "word " * 500
+    registry = FakeRegistry({"docs": [node("a", "alpha beta gamma", 0.9), node("big", big, 0.8),
+                                      node("c", "delta epsilon", 0.7)]})
+    fake_llm.max_model_len = 1000
+    base = engine(registry=registry)
+    msgs = [{"role": "user", "content": "Explain KAITO"}]
+    r = post(base, {"index_name": "docs", "messages": msgs, "max_tokens": 5000, "context_token_ratio": 0.5})
+    assert r.status_code == 200, r.text
+    prompt = count_message_tokens(msgs)
+    query = tokens("Explain KAITO")
+    budget = int(min(1000 - prompt, 1000 - query - ADDITION_PROMPT_TOKENS) * 0.5)
+    assert budget < 500  # the big chunk cannot fit, the smaller, less relevant one after it still does
+    rag = r.json()["rag"]
+    assert rag["context_budget"] == budget and rag["selected"] == 2
+    assert rag["max_tokens_requested"] == 5000
+    context = tokens("alpha beta gamma") + tokens("delta epsilon")
+    assert rag["context_tokens"] == context
+    sent = fake_llm.last_chat()
+    assert sent["max_tokens"] == 1000 - prompt - ADDITION_PROMPT_TOKENS - context == rag["max_tokens"]
+    assert sent["messages"] == build_messages([], "Explain KAITO", ["alpha beta gamma", "delta epsilon"])
+    assert [s["doc_id"] for s in r.json()["source_nodes"]] == ["a", "c"]
+
+
+def test_max_completion_tokens_is_handled_like_max_tokens(engine, fake_llm):
+    fake_llm.max_model_len = 1000
+    base = engine()
+    r = post(base, {"index_name": "docs", "messages": [{"role": "user", "content": "q"}], "max_completion_tokens": 50})
+    assert r.status_code == 200
+    assert fake_llm.last_chat()["max_completion_tokens"] == 50 and "max_tokens" not in fake_llm.last_chat()
+
+
+def test_similarity_threshold(engine, fake_llm):
+    base = engine(similarity_threshold=0.8)
+    r = post(base, {"index_name": "docs", "messages": [{"role": "user", "content": "What is KAITO?"}]})
+    assert [s["doc_id"] for s in r.json()["source_nodes"]] == ["kaito-1", "kaito-2"]
+
+
+def test_no_context_survives_passes_through(engine, fake_llm):
+    base = engine(similarity_threshold=0.99)
+    body = {"index_name": "docs", "model": "fake-llm", "messages": [{"role": "user", "content": "hi"}], "seed": 3}
+    r = post(base, body)
+    assert r.status_code == 200
+    assert fake_llm.last_chat() == {"model": "fake-llm", "messages": body["messages"], "seed": 3}
+    out = r.json()
+    assert out["source_nodes"] is None and out["rag"]["applied"] is False and out["rag"]["reason"] == "no_context"
+
+
+def test_top_k_grows_with_window(engine, fake_llm):
+    fake_llm.max_model_len = 128_000
+    base = engine(node_token_approximation=100)
+    post(base, {"index_name": "docs", "messages": [{"role": "user", "content": "q"}]})
+    prompt = count_message_tokens([{"role": "user", "content": "q"}])
+    assert engine.app.state.chat.registry.calls[-1]["top_k"] == (128_000 - prompt) // 100
+
+
+def test_openai_fields_reach_the_llm_unchanged(engine, fake_llm):
+    base = engine()
+    extra = {"temperature": 0.2, "top_p": 0.9, "stop": ["\n\n"], "seed": 42, "presence_penalty": 0.1,
+             "response_format": {"type": "json_object"}, "logprobs": True, "top_logprobs": 2, "user": "u1",
+             "some_future_field": {"x": [1, 2]}}
+    post(base, {"index_name": "docs", "messages": [{"role": "user", "content": "q"}], **extra})
+    sent = fake_llm.last_chat()
+    assert {k: sent[k] for k in extra} == extra
+    assert "index_name" not in sent and "context_token_ratio" not in sent
+
+
+def test_n_greater_than_one_is_passed_through(engine, fake_llm):
+    base = engine()
+    r = post(base, {"index_name": "docs", "messages": [{"role": "user", "content": "q"}], "n": 2})
+    assert fake_llm.last_chat()["n"] == 2 and len(r.json()["choices"]) == 2
+
+
+def test_model_alias_routes_to_rag(engine, fake_llm):
+    base = engine()
+    r = post(base, {"model": "rag:docs", "messages": [{"role": "user", "content": "What is KAITO?"}]})
+    assert r.status_code == 200 and r.json()["rag"]["applied"] is True
+    assert fake_llm.last_chat()["model"] == "fake-llm"
+    models = httpx.get(f"{base}/v1/models").json()["data"]
+    assert [m["id"] for m in models] == ["fake-llm", "rag:docs"]
+    assert models[0]["max_model_len"] == 4096
+
+
+def test_token_counts_fall_back_to_estimate(engine, fake_llm):
+    fake_llm.tokenize_enabled = False
+    base = engine()
+    r = post(base, {"index_name": "docs", "messages": [{"role": "user", "content": "What is KAITO?"}]})
+    assert r.status_code == 200 and r.json()["rag"]["token_counter"] == "estimate"
+
+
+# --- bypass -------------------------------------------------------------------------------------
+def test_no_index_passes_body_as_is(engine, fake_llm):
+    base = engine()
+    body = {"model": "fake-llm", "messages": [{"role": "user", "content": "Hello"}], "temperature": 0, "x_extra": 1}
+    r = post(base, body)
+    assert r.status_code == 200
+    assert fake_llm.last_chat() == body
+    assert r.json()["source_nodes"] is None and r.json()["rag"]["reason"] == "no_index_name"
+
+
+def test_no_index_without_model_gets_the_served_model(engine, fake_llm):
+    base = engine()
+    post(base, {"messages": [{"role": "user", "content": "Hello"}]})
+    assert fake_llm.last_chat()["model"] == "fake-llm"
+
+
+@pytest.mark.parametrize("extra, reason", [
+    ({"tools": [{"type": "function", "function": {"name": "get_weather"}}]}, "tools_or_functions"),
+    ({"messages": [{"role": "tool", "content": "75F", "tool_call_id": "1"}, {"role": "user", "content": "ok"}]},
+     "unsupported_role:tool"),
+    ({"messages": [{"role": "user", "content": [{"type": "text", "text": "what?"},
+                                                {"type": "image_url", "image_url": {"url": "data:,"}}]}]},
+     "non_text_content"),
+])
+def test_bypass_rules_pass_through(engine, fake_llm, extra, reason):
+    base = engine()
+    body = {"model": "fake-llm", "index_name": "docs", "messages": [{"role": "user", "content": "q"}], **extra}
+    r = post(base, body)
+    assert r.status_code == 200, r.text
+    expected = {k: v for k, v in body.items() if k != "index_name"}
+    assert fake_llm.last_chat() == expected
+    assert r.json()["rag"]["reason"] == reason and engine.app.state.chat.registry.calls == []
+
+
+# --- errors -------------------------------------------------------------------------------------
+def error_of(r: httpx.Response) -> tuple[int, str]:
+    return r.status_code, r.json()["error"]["message"]
+
+
+def test_unknown_index_is_404(engine):
+    base = engine()
+    r = post(base, {"index_name": "nope", "messages": [{"role": "user", "content": "q"}]})
+    assert error_of(r) == (404, "No such index: 'nope' exists.")
+
+
+@pytest.mark.parametrize("body, message", [
+    ({"index_name": "docs", "messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]},
+     "There must be a user prompt since the latest assistant message."),
+    ({"index_name": "docs", "messages": [{"content": "q"}]}, "Invalid request format: messages must contain 'role'."),
+    ({"index_name": "docs", "messages": [{"role": "user", "content": "q"}], "context_token_ratio": 0.9},
+     "Invalid context_token_ratio: 0.9. Must be between 0.2 and 0.8."),
+    ({"index_name": "docs", "messages": []}, "Invalid request format: 'messages' must be a non-empty list."),
+    ({"index_name": "docs"}, "Invalid request format: messages: Field required"),
+    ({"messages": [{"role": "user", "content": "q"}], "max_tokens": 0},
+     "Invalid request format: max_tokens: Input should be greater than or equal to 1"),
+    ({"messages": [{"role": "user", "content": "q"}], "max_tokens": -5},
+     "Invalid request format: max_tokens: Input should be greater than or equal to 1"),
+    ({"messages": [{"role": "user", "content": "q"}], "max_tokens": "lots"},
+     "Invalid request format: max_tokens: Input should be a valid integer, unable to parse string as an integer"),
+    ({"messages": [{"role": "user", "content": "q"}], "n": 0},
+     "Invalid request format: n: Input should be greater than or equal to 1"),
+    ({"messages": [{"role": "user", "content": "q"}], "n": 1000},
+     "Invalid request format: n: Input should be less than or equal to 128"),
+    ([1, 2], "Invalid request format: the body must be a JSON object."),
+])
+def test_bad_requests(engine, fake_llm, body, message):
+    base = engine()
+    r = post(base, body)
+    assert error_of(r) == (400, message)
+    assert fake_llm.chat_requests() == []
+
+
+def test_prompt_longer_than_window(engine, fake_llm):
+    fake_llm.max_model_len = 300
+    base = engine()
+    r = post(base, {"index_name": "docs", "messages": [{"role": "user", "content": "word " * 400}]})
+    assert error_of(r) == (400, "Prompt length exceeds context window.")
+
+
+def test_absurd_max_tokens_is_lowered_not_sent(engine, fake_llm):
+    base = engine()
+    r = post(base, {"index_name": "docs", "messages": [{"role": "user", "content": "q"}], "max_tokens": 10**12})
+    assert r.status_code == 200
+    assert fake_llm.last_chat()["max_tokens"] < 4096
+
+
+def test_malformed_json_and_too_large(engine):
+    base = engine(max_body_bytes=2048)
+    r = httpx.post(f"{base}/v1/chat/completions", content=b'{"messages": [', headers={"content-type": "application/json"})
+    assert r.status_code == 400 and r.json()["error"]["message"].startswith("Malformed JSON body")
+    r = post(base, {"messages": [{"role": "user", "content": "x" * 5000}]})
+    assert r.status_code == 413 and "larger than 2048 bytes" in r.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("status", [400, 401, 404, 429])
+@pytest.mark.parametrize("index", [None, "docs"])
+def test_upstream_errors_keep_status_and_message(engine, fake_llm, status, index):
+    base = engine()
+    fake_llm.fail_next.append((status, f"upstream says {status}"))
+    body = {"messages": [{"role": "user", "content": "q"}], **({"index_name": index} if index else {})}
+    assert error_of(post(base, body)) == (status, f"upstream says {status}")
+    fake_llm.fail_next.append((status, f"upstream says {status}"))
+    r = post(base, {**body, "stream": True})
+    assert error_of(r) == (status, f"upstream says {status}")
+
+
+def test_upstream_context_overflow_keeps_its_400(engine, fake_llm):
+    base = engine()
+    r = post(base, {"messages": [{"role": "user", "content": "q"}], "max_tokens": 10**6})  # pass-through: as is
+    assert r.status_code == 400 and "maximum context length" in r.json()["error"]["message"]
+
+
+def test_unreachable_llm(engine, dead_url):
+    base = engine(llm_url=dead_url)
+    r = post(base, {"messages": [{"role": "user", "content": "q"}]})
+    assert r.status_code == 502 and "cannot connect" in r.json()["error"]["message"]
+    assert dead_url in r.json()["error"]["message"]
+
+
+def test_timeout_is_504(engine, fake_llm):
+    fake_llm.first_token_delay_s = 2.0
+    base = engine(llm_timeout_s=0.3)
+    r = post(base, {"messages": [{"role": "user", "content": "q"}]})
+    assert r.status_code == 504 and "timed out" in r.json()["error"]["message"]
+
+
+def test_fallback_chain(engine, fake_llm, dead_url, llm_url):
+    base = engine(llm_url=dead_url, llm_fallback_urls=[llm_url])
+    r = post(base, {"index_name": "docs", "messages": [{"role": "user", "content": "What is KAITO?"}]})
+    assert r.status_code == 200 and r.json()["rag"]["endpoint"] == llm_url
+    assert r.json()["generation_method"] == "llm"
+
+
+def test_fallback_on_5xx(engine, fake_llm, llm_url):
+    base = engine(llm_fallback_urls=[llm_url])  # same server twice: the first answer is a 503
+    fake_llm.fail_next.append((503, "overloaded"))
+    r = post(base, {"messages": [{"role": "user", "content": "q"}]})
+    assert r.status_code == 200 and len(fake_llm.chat_requests()) == 2
+
+
+def test_all_5xx_is_502_with_message(engine, fake_llm):
+    base = engine()
+    fake_llm.fail_next.append((500, "boom"))
+    r = post(base, {"messages": [{"role": "user", "content": "q"}]})
+    assert r.status_code == 502 and "HTTP 500: boom" in r.json()["error"]["message"]
+
+
+# --- extractive fallback ------------------------------------------------------------------------
+def test_extractive_when_llm_unreachable(engine, dead_url):
+    base = engine(llm_url=dead_url)
+    r = post(base, {"index_name": "docs", "messages": [{"role": "user", "content": "What is KAITO?"}]})
+    assert r.status_code == 200
+    body = r.json()
+    assert body["generation_method"] == "extractive_fallback"
+    assert "cannot connect" in body["fallback_reason"]
+    assert "KAITO is a Kubernetes operator" in body["choices"][0]["message"]["content"]
+    assert body["source_nodes"] and body["id"].startswith("chatcmpl-")
+
+
+def test_extractive_when_no_llm_configured(engine):
+    base = engine(llm_url=None)
+    r = post(base, {"index_name": "docs", "messages": [{"role": "user", "content": "Which library does similarity search?"}]})
+    body = r.json()
+    assert body["generation_method"] == "extractive_fallback" and "No LLM is configured" in body["fallback_reason"]
+    assert body["choices"][0]["message"]["content"].startswith("FAISS is a library")
+    r = post(base, {"messages": [{"role": "user", "content": "hi"}]})
+    assert r.status_code == 503 and "No LLM is configured" in r.json()["error"]["message"]
+
+
+def test_extractive_streamed(engine):
+    base = engine(llm_url=None)
+    with httpx.stream("POST", f"{base}/v1/chat/completions", timeout=30,
+                      json={"index_name": "docs", "stream": True, "messages": [{"role": "user", "content": "What is KAITO?"}]}) as r:
+        events = sse_events(r)
+    assert events[-1] == "[DONE]"
+    final = events[-2]
+    assert final["generation_method"] == "extractive_fallback" and final["source_nodes"]
+    text = "".join(e["choices"][0]["delta"].get("content", "") for e in events[:-2] if e["choices"])
+    assert text.startswith("KAITO is a Kubernetes operator")

@@ -1,0 +1,266 @@
+"""The KAITO-compatible index API over a real uvicorn server, real FAISS and the real embedding model."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+
+import httpx
+import pytest
+
+DOCS = [
+    {"text": "FAISS searches unit vectors by inner product, which equals cosine similarity.",
+     "metadata": {"topic": "vectors", "year": 2023, "tags": ["faiss", "search"]}},
+    {"text": "The journal is fsynced before the engine acknowledges a write, so data survives kill -9.",
+     "metadata": {"topic": "durability", "year": 2024, "author": "O'Brien \"Bob\""}},
+    {"text": "BM25 ranks documents by term frequency and inverse document frequency of keywords.",
+     "metadata": {"topic": "keywords", "year": 2025}},
+]
+
+
+def _index(base: str, name: str = "kb", docs=DOCS, **extra) -> httpx.Response:
+    return httpx.post(f"{base}/index", json={"index_name": name, "documents": docs, **extra}, timeout=60)
+
+
+def test_index_list_retrieve_roundtrip(server):
+    resp = _index(server)
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    assert [d["doc_id"] for d in body] == [hashlib.sha256(d["text"].encode()).hexdigest() for d in DOCS]
+    assert body[0]["metadata"]["topic"] == "vectors" and body[0]["is_truncated"] is False
+    assert httpx.get(f"{server}/indexes").json() == ["kb"]
+
+    # Same text again: no duplicate.
+    assert _index(server).status_code == 200
+    listing = httpx.get(f"{server}/indexes/kb/documents").json()
+    assert listing["total_items"] == 3 and listing["count"] == 3
+
+    resp = httpx.post(f"{server}/retrieve", json={"index_name": "kb", "query": "does my data survive a crash?",
+                                                   "max_node_count": 2})
+    assert resp.status_code == 200, resp.text
+    out = resp.json()
+    assert out["count"] == 2 and out["query"] == "does my data survive a crash?"
+    top = out["results"][0]
+    assert "journal" in top["text"]
+    assert set(top) >= {"doc_id", "node_id", "text", "score", "dense_score", "sparse_score", "metadata"}
+    assert 0.0 <= top["score"] <= 1.0 and top["score"] >= out["results"][1]["score"] - 0.2
+    # node ids are stable across calls
+    again = httpx.post(f"{server}/retrieve", json={"index_name": "kb", "query": "does my data survive a crash?",
+                                                    "max_node_count": 2}).json()
+    assert again["results"][0]["node_id"] == top["node_id"]
+
+
+def test_client_doc_id_honoured_and_conflict(server):
+    docs = [{"doc_id": "my-id", "text": "hello world", "metadata": {"a": 1}}]
+    assert _index(server, docs=docs).json()[0]["doc_id"] == "my-id"
+    resp = _index(server, docs=[{"doc_id": "my-id", "text": "other text"}])
+    assert resp.status_code == 409 and "already exists" in resp.json()["detail"]
+
+
+def test_list_documents_pagination_and_filter(server):
+    _index(server)
+    page = httpx.get(f"{server}/indexes/kb/documents", params={"limit": 1, "offset": 1, "max_text_length": 10}).json()
+    assert page["count"] == 1 and page["total_items"] == 3
+    assert len(page["documents"][0]["text"]) == 10 and page["documents"][0]["is_truncated"] is True
+    flt = httpx.get(f"{server}/indexes/kb/documents", params={"metadata_filter": json.dumps({"topic": "keywords"})}).json()
+    assert flt["total_items"] == 1 and flt["documents"][0]["metadata"]["topic"] == "keywords"
+    bad = httpx.get(f"{server}/indexes/kb/documents", params={"metadata_filter": "{not json"})
+    assert bad.status_code == 400
+    assert bad.json()["detail"] == "Invalid metadata filter format. Must be a valid JSON string."
+    assert httpx.get(f"{server}/indexes/kb/documents", params={"limit": 101}).status_code == 422
+    missing = httpx.get(f"{server}/indexes/nope/documents")
+    assert missing.status_code == 404 and missing.json()["detail"] == "No such index: 'nope' exists."
+
+
+def test_update_and_delete_documents(server):
+    ids = [d["doc_id"] for d in _index(server).json()]
+    resp = httpx.post(f"{server}/indexes/kb/documents", json={"documents": [
+        {"doc_id": ids[0], "text": DOCS[0]["text"], "metadata": DOCS[0]["metadata"]},  # unchanged
+        {"doc_id": ids[1], "text": "Snapshots are renamed into place atomically.", "metadata": {"topic": "durability"}},
+        {"doc_id": ids[2], "text": DOCS[2]["text"], "metadata": {"topic": "bm25"}},  # metadata only
+        {"doc_id": "ghost", "text": "nobody"},
+    ]}, timeout=60)
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    assert [d["doc_id"] for d in body["unchanged_documents"]] == [ids[0]]
+    assert [d["doc_id"] for d in body["updated_documents"]] == [ids[1], ids[2]]
+    assert [d["doc_id"] for d in body["not_found_documents"]] == ["ghost"]
+    hits = httpx.post(f"{server}/retrieve", json={"index_name": "kb", "query": "atomic rename of snapshots",
+                                                   "max_node_count": 1}).json()["results"]
+    assert hits[0]["doc_id"] == ids[1] and "renamed" in hits[0]["text"]
+    hits = httpx.post(f"{server}/retrieve", json={"index_name": "kb", "query": "keywords",
+                                                   "metadata_filter": {"topic": "bm25"}}).json()["results"]
+    assert [h["doc_id"] for h in hits] == [ids[2]]
+
+    resp = httpx.post(f"{server}/indexes/kb/documents/delete", json={"doc_ids": [ids[0], "ghost"]})
+    assert resp.json() == {"deleted_doc_ids": [ids[0]], "not_found_doc_ids": ["ghost"]}
+    hits = httpx.post(f"{server}/retrieve", json={"index_name": "kb", "query": "cosine similarity inner product",
+                                                   "max_node_count": 5}).json()["results"]
+    assert ids[0] not in {h["doc_id"] for h in hits} and len(hits) == 2
+
+
+def test_retrieve_filters_restrict_before_top_k(server):
+    docs = [{"text": f"note number {i} about gardening and tomatoes", "metadata": {"n": i, "kind": "even" if i % 2 == 0 else "odd"}}
+            for i in range(40)]
+    assert _index(server, name="notes", docs=docs).status_code == 200
+    resp = httpx.post(f"{server}/retrieve", json={
+        "index_name": "notes", "query": "tomatoes", "max_node_count": 10,
+        "filters": {"type": "and", "filters": [{"type": "eq", "key": "kind", "value": "odd"},
+                                               {"type": "or", "filters": [{"type": "lt", "key": "n", "value": 10},
+                                                                          {"type": "in", "key": "n", "value": [31, 33]}]}]}})
+    assert resp.status_code == 200, resp.text
+    got = sorted(r["metadata"]["n"] for r in resp.json()["results"])
+    assert got == [1, 3, 5, 7, 9, 31, 33]
+    bad = httpx.post(f"{server}/retrieve", json={"index_name": "notes", "query": "x",
+                                                  "filters": {"type": "regex", "key": "n", "value": "."}})
+    assert bad.status_code == 400 and "unknown type" in bad.json()["detail"]
+
+
+def test_bad_input(make_server):
+    with make_server(max_document_chars=1000, max_body_bytes=64 * 1024, max_top_k=50) as (base, _):
+        r = httpx.post(f"{base}/index", content=b'{"index_name": "x", "documents": [', headers={"content-type": "application/json"})
+        assert r.status_code == 400 and "Malformed JSON" in r.json()["detail"]
+        r = _index(base, docs=[{"text": "   "}])
+        assert r.status_code == 400 and "empty" in r.json()["detail"]
+        r = _index(base, docs=[{"text": "x" * 1001}])
+        assert r.status_code == 413 and "limit is 1000" in r.json()["detail"]
+        r = httpx.post(f"{base}/index", json={"index_name": "x", "documents": [{"text": "y" * 100_000}]})
+        assert r.status_code == 413 and "too large" in r.json()["detail"]
+        r = _index(base, docs=[{"text": "def f(): pass", "metadata": {"split_type": "code"}}])
+        assert r.status_code == 400 and "Language not specified" in r.json()["detail"]
+        assert httpx.get(f"{base}/indexes").json() == []  # failed writes create no index
+        r = httpx.post(f"{base}/retrieve", json={"index_name": "nope", "query": "q"})
+        assert r.status_code == 404 and r.json()["detail"] == "No such index: 'nope' exists."
+        _index(base, name="ok", docs=[{"text": "something"}])
+        r = httpx.post(f"{base}/retrieve", json={"index_name": "ok", "query": "  "})
+        assert r.status_code == 400 and r.json()["detail"] == "Query string cannot be empty."
+        r = httpx.post(f"{base}/retrieve", json={"index_name": "ok", "query": "q", "max_node_count": 51})
+        assert r.status_code == 422
+        r = httpx.post(f"{base}/retrieve", json={"index_name": "ok", "query": "q", "max_node_count": 0})
+        assert r.status_code == 422
+        r = httpx.post(f"{base}/index", json={"index_name": "ok", "documents": [{"text": 5}]})
+        assert r.status_code == 422
+        for path in ("../outside", "/etc", "indexes/ok", "a/../../b"):
+            r = httpx.post(f"{base}/persist/ok", params={"path": path})
+            assert r.status_code == 400, (path, r.text)
+            r = httpx.post(f"{base}/load/ok2", params={"path": path})
+            assert r.status_code == 400, (path, r.text)
+        r = httpx.delete(f"{base}/indexes/nope")
+        assert r.status_code == 404
+
+
+def test_persist_load_and_delete_removes_files(server, settings):
+    data_dir = settings.data_dir
+    _index(server)
+    r = httpx.post(f"{server}/persist/kb", params={"path": "backups/kb1"})
+    assert r.status_code == 200 and r.json()["message"] == "Successfully persisted index kb to backups/kb1."
+    assert (data_dir / "backups/kb1/manifest.json").exists()
+    r = httpx.post(f"{server}/load/kb", params={"path": "backups/kb1"})
+    assert r.status_code == 409
+    assert r.json()["detail"] == "Index 'kb' already exists. Use a different name or delete the existing index first."
+    r = httpx.post(f"{server}/load/kb-copy", params={"path": "backups/kb1"})
+    assert r.status_code == 200, r.text
+    assert sorted(httpx.get(f"{server}/indexes").json()) == ["kb", "kb-copy"]
+    hits = httpx.post(f"{server}/retrieve", json={"index_name": "kb-copy", "query": "keyword ranking"}).json()
+    assert hits["count"] == 3
+    r = httpx.post(f"{server}/load/kb", params={"path": "backups/kb1", "overwrite": "true"})
+    assert r.status_code == 200
+    r = httpx.post(f"{server}/load/zz", params={"path": "backups/missing"})
+    assert r.status_code == 404 and r.json()["detail"].startswith("Path does not exist")
+
+    index_dir = data_dir / "indexes" / "kb-copy"
+    assert index_dir.exists()
+    r = httpx.delete(f"{server}/indexes/kb-copy")
+    assert r.status_code == 200 and r.json() == {"message": "Successfully deleted index kb-copy."}
+    assert not index_dir.exists()
+    assert httpx.get(f"{server}/indexes").json() == ["kb"]
+
+
+def test_restart_restores_indexes_without_reembedding(make_server):
+    with make_server() as (base, _):
+        _index(base)
+        httpx.post(f"{base}/indexes/kb/documents/delete", json={"doc_ids": [hashlib.sha256(DOCS[0]["text"].encode()).hexdigest()]})
+    with make_server() as (base, app):
+        assert httpx.get(f"{base}/indexes/kb/documents").json()["total_items"] == 2
+        hits = httpx.post(f"{base}/retrieve", json={"index_name": "kb", "query": "kill -9"}).json()["results"]
+        assert "journal" in hits[0]["text"]
+        health = httpx.get(f"{base}/health").json()
+        assert health["status"] == "Healthy" and health["indexes"]["kb"]["documents"] == 2
+
+
+def test_corrupt_index_reported_not_half_loaded(make_server, settings):
+    with make_server() as (base, _):
+        _index(base)
+        _index(base, name="good", docs=[{"text": "fine"}])
+    snap = settings.data_dir / "indexes" / "kb" / "snapshot" / "docs.jsonl"
+    data = bytearray(snap.read_bytes())
+    data[10] ^= 0xFF
+    snap.write_bytes(bytes(data))
+    with make_server() as (base, _):
+        health = httpx.get(f"{base}/health").json()
+        assert health["status"] == "Degraded" and "kb" in health["detail"] and "checksum" in health["detail"]
+        assert httpx.get(f"{base}/indexes").json() == ["good"]
+        r = httpx.post(f"{base}/retrieve", json={"index_name": "kb", "query": "x"})
+        assert r.status_code == 409 and "could not be loaded" in r.json()["detail"]
+        assert httpx.delete(f"{base}/indexes/kb").status_code == 200
+        assert httpx.get(f"{base}/health").json()["status"] == "Healthy"
+
+
+def test_health_and_queries_stay_fast_during_big_ingestion(server):
+    _index(server)
+    big = [{"text": " ".join(f"word{j} sentence {i} about ingestion load." for j in range(60))} for i in range(60)]
+    done = threading.Event()
+    result = {}
+
+    def ingest():
+        result["resp"] = httpx.post(f"{server}/index", json={"index_name": "big", "documents": big}, timeout=300)
+        done.set()
+
+    thread = threading.Thread(target=ingest)
+    thread.start()
+    time.sleep(0.5)
+    health_times, query_times = [], []
+    while not done.is_set() and len(health_times) < 30:
+        t = time.perf_counter()
+        assert httpx.get(f"{server}/health", timeout=5).status_code == 200
+        health_times.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        r = httpx.post(f"{server}/retrieve", json={"index_name": "kb", "query": "cosine"}, timeout=10)
+        assert r.status_code == 200
+        query_times.append(time.perf_counter() - t)
+    thread.join()
+    assert result["resp"].status_code == 200
+    assert health_times, "ingestion finished before we could probe"
+    assert max(health_times) < 0.5, health_times
+    assert sorted(query_times)[len(query_times) // 2] < 1.0, query_times
+
+
+def test_metrics_exposed(server):
+    _index(server)
+    httpx.post(f"{server}/retrieve", json={"index_name": "kb", "query": "vectors"})
+    httpx.post(f"{server}/retrieve", json={"index_name": "missing", "query": "vectors"})
+    text = httpx.get(f"{server}/metrics").text
+    assert 'ragengine_http_requests_total{method="POST",path="/retrieve",status="200"}' in text
+    assert 'ragengine_http_requests_total{method="POST",path="/retrieve",status="404"}' in text
+    assert 'ragengine_index_documents{index="kb"} 3.0' in text
+    for name in ("ragengine_embed_seconds", "ragengine_search_seconds", "rag_ttft_seconds", "llm_ttft_seconds"):
+        assert name in text
+
+
+def test_sample_index_loads(make_server):
+    with make_server(load_sample_index=True) as (base, _):
+        assert "sample" in httpx.get(f"{base}/indexes").json()
+        hits = httpx.post(f"{base}/retrieve", json={"index_name": "sample", "query": "what survives kill -9?"}).json()
+        assert hits["results"][0]["metadata"]["source"].endswith("durability.md")
+
+
+@pytest.mark.parametrize("chunking", [{"chunk_size": 32, "chunk_overlap": 4}, {"splitter": "token", "chunk_size": 40}])
+def test_per_index_chunking(server, chunking, embedder):
+    text = " ".join(f"Sentence {i} talks about topic {i % 7} in some detail." for i in range(80))
+    r = _index(server, name="chunky", docs=[{"text": text}], chunking=chunking)
+    assert r.status_code == 200, r.text
+    hits = httpx.post(f"{server}/retrieve", json={"index_name": "chunky", "query": "topic 3", "max_node_count": 50}).json()
+    assert hits["count"] > 5
+    assert all(embedder.count_tokens(h["text"]) <= chunking["chunk_size"] for h in hits["results"])

@@ -1,0 +1,143 @@
+"""The operator against the real control plane: children, scheduling on GPU nodes, Ready, updates,
+URL mode, a failure surfacing as Degraded, and garbage collection on delete."""
+
+from __future__ import annotations
+
+from ragengine.settings import EngineSettings
+from ragengine_operator import constants as c
+
+from .kube import wait_for
+
+MODEL_SPEC = {
+    "inference": {"model": "Qwen/Qwen2.5-0.5B-Instruct", "gpus": 1, "contextWindow": 4096, "modelCache": {"size": "10Gi"}},
+    "retrieval": {"contextTokenRatio": 0.5, "similarityThreshold": 0.1},
+    "storage": {"size": "1Gi"},
+}
+CHILDREN = [
+    ("PersistentVolumeClaim", "{n}-model-cache"), ("Deployment", "{n}-inference"), ("Service", "{n}-inference"),
+    ("PersistentVolumeClaim", "{n}-data"), ("Deployment", "{n}-engine"), ("Service", "{n}"),
+]
+
+
+def env_of(dep: dict) -> dict:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
+
+
+def template_hash(dep: dict) -> str:
+    return dep["spec"]["template"]["metadata"]["annotations"][c.CONFIG_HASH_ANNOTATION]
+
+
+def test_model_mode_children_scheduling_and_ready(kube, namespace):
+    ns, n = namespace, "rag"
+    rag = kube.create_rag(ns, n, MODEL_SPEC)
+    uid = rag["metadata"]["uid"]
+    wait_for(lambda: all(kube.exists(k, ns, name.format(n=n)) for k, name in CHILDREN), 20, "all children")
+    vllm, engine = kube.deployment(ns, f"{n}-inference"), kube.deployment(ns, f"{n}-engine")
+    for dep in (vllm, engine):
+        (ref,) = dep["metadata"]["ownerReferences"]
+        assert ref["uid"] == uid and ref["kind"] == c.KIND and ref["controller"] is True
+    ctr = vllm["spec"]["template"]["spec"]["containers"][0]
+    assert ctr["args"][:4] == ["--model", "Qwen/Qwen2.5-0.5B-Instruct", "--served-model-name", "Qwen/Qwen2.5-0.5B-Instruct"]
+    assert "--max-model-len" in ctr["args"] and ctr["resources"]["limits"][c.GPU_RESOURCE] == "1"
+    env = env_of(engine)
+    assert env[EngineSettings.env_name("llm_url")] == f"http://{n}-inference.{ns}.svc.cluster.local:8000/v1"
+    assert env[EngineSettings.env_name("context_token_ratio")] == "0.5"
+    assert env[EngineSettings.env_name("context_window")] == "4096"
+    svc = kube.core.read_namespaced_service(n, ns)
+    assert svc.spec.ports[0].port == 80 and svc.spec.ports[0].target_port == "http"
+    pvc = kube.core.read_namespaced_persistent_volume_claim(f"{n}-data", ns)
+    assert pvc.spec.resources.requests["storage"] == "1Gi" and pvc.spec.storage_class_name == "standard"
+
+    rag = kube.wait_ready(ns, n, timeout=60)
+    # vLLM only on GPU nodes (it requests nvidia.com/gpu and tolerates their taint); the engine not there.
+    vllm_pods = kube.pods(ns, f"{c.SELECTOR_NAME}={n},{c.SELECTOR_COMPONENT}=inference")
+    engine_pods = kube.pods(ns, f"{c.SELECTOR_NAME}={n},{c.SELECTOR_COMPONENT}=engine")
+    assert vllm_pods and all(p.spec.node_name.startswith("kwok-gpu-") for p in vllm_pods)
+    assert engine_pods and all(p.spec.node_name.startswith("kwok-cpu-") for p in engine_pods)
+    assert all(p.status.phase == "Running" for p in vllm_pods + engine_pods)
+    status = rag["status"]
+    assert status["endpoint"] == f"http://{n}.{ns}.svc.cluster.local"
+    assert status["model"] == "Qwen/Qwen2.5-0.5B-Instruct"
+    conds = {x["type"]: x for x in status["conditions"]}
+    assert set(conds) == set(c.CONDITION_TYPES)
+    assert conds["InferenceReady"]["status"] == conds["EngineReady"]["status"] == "True"
+    assert conds["Degraded"]["status"] == "False" and conds["Progressing"]["status"] == "False"
+    assert all(x["reason"] and x["message"] and x["lastTransitionTime"] for x in conds.values())
+    # printer columns and Events on transitions
+    out = kube.kubectl("get", "rag", n, "-n", ns, "--no-headers").stdout.split()
+    assert out[:3] == [n, "True", "Qwen/Qwen2.5-0.5B-Instruct"]
+    events = wait_for(lambda: [e for e in kube.core.list_namespaced_event(ns).items
+                               if e.involved_object.name == n and e.reason == "Available"], 10, "a Ready event")
+    assert events[0].source.component == c.FIELD_MANAGER
+
+
+def test_spec_update_rolls_only_the_affected_deployment(kube, namespace):
+    ns, n = namespace, "upd"
+    kube.create_rag(ns, n, MODEL_SPEC)
+    kube.wait_ready(ns, n)
+    v0, e0 = kube.deployment(ns, f"{n}-inference"), kube.deployment(ns, f"{n}-engine")
+
+    kube.patch_rag(ns, n, {"spec": {"retrieval": {"contextTokenRatio": 0.3}}})
+    wait_for(lambda: template_hash(kube.deployment(ns, f"{n}-engine")) != template_hash(e0), 20, "engine template change")
+    kube.wait_ready(ns, n)
+    v1, e1 = kube.deployment(ns, f"{n}-inference"), kube.deployment(ns, f"{n}-engine")
+    assert env_of(e1)[EngineSettings.env_name("context_token_ratio")] == "0.3"
+    assert e1["metadata"]["generation"] == e0["metadata"]["generation"] + 1
+    assert v1["metadata"]["generation"] == v0["metadata"]["generation"]  # vLLM untouched
+    assert v1["metadata"]["resourceVersion"] == v0["metadata"]["resourceVersion"] or template_hash(v1) == template_hash(v0)
+
+    kube.patch_rag(ns, n, {"spec": {"inference": {"image": "vllm/vllm-openai:v0.11.0"}}})
+    wait_for(lambda: template_hash(kube.deployment(ns, f"{n}-inference")) != template_hash(v1), 20, "vLLM template change")
+    kube.wait_ready(ns, n)
+    v2, e2 = kube.deployment(ns, f"{n}-inference"), kube.deployment(ns, f"{n}-engine")
+    assert v2["spec"]["template"]["spec"]["containers"][0]["image"] == "vllm/vllm-openai:v0.11.0"
+    assert e2["metadata"]["generation"] == e1["metadata"]["generation"]  # engine untouched
+
+    # switching to an external endpoint removes vLLM and repoints the engine
+    kube.patch_rag(ns, n, {"spec": {"inference": {"model": None, "image": None, "url": "http://llm.example:8000/v1"}}})
+    wait_for(lambda: not kube.exists("Deployment", ns, f"{n}-inference"), 20, "vLLM Deployment removed")
+    rag = kube.wait_ready(ns, n)
+    assert rag["status"]["inferenceUrl"] == "http://llm.example:8000/v1"
+    assert env_of(kube.deployment(ns, f"{n}-engine"))[EngineSettings.env_name("llm_url")] == "http://llm.example:8000/v1"
+
+
+def test_url_mode_creates_no_vllm(kube, namespace):
+    ns, n = namespace, "ext"
+    kube.core.create_namespaced_secret(ns, {"metadata": {"name": "llm"}, "stringData": {"api-key": "s3cr3t"}})
+    kube.create_rag(ns, n, {"inference": {"url": "https://llm.example/v1", "apiKeySecretRef": {"name": "llm"}}})
+    rag = kube.wait_ready(ns, n)
+    assert not kube.exists("Deployment", ns, f"{n}-inference") and not kube.exists("Service", ns, f"{n}-inference")
+    assert not kube.exists("PersistentVolumeClaim", ns, f"{n}-model-cache")
+    env = env_of(kube.deployment(ns, f"{n}-engine"))
+    assert env[EngineSettings.env_name("llm_url")] == "https://llm.example/v1"
+    assert env[EngineSettings.env_name("llm_api_key")] == {"secretKeyRef": {"name": "llm", "key": "api-key"}}
+    conds = {x["type"]: x for x in rag["status"]["conditions"]}
+    assert conds["InferenceReady"]["reason"] == "ExternalEndpoint"
+
+
+def test_unschedulable_vllm_reports_degraded(kube, namespace):
+    ns, n = namespace, "big"
+    spec = {"inference": {"model": "m", "gpus": 64}}  # no fake node has 64 GPUs
+    kube.create_rag(ns, n, spec)
+    cond = wait_for(lambda: (x := kube.condition(ns, n, c.DEGRADED)) and x["status"] == "True" and x, 30, "Degraded=True")
+    assert cond["reason"] == "Unschedulable" and "nvidia.com/gpu" in cond["message"]
+    assert kube.condition(ns, n, c.READY)["status"] == "False"
+
+
+def test_delete_garbage_collects_children(kube, namespace):
+    ns, n = namespace, "gone"
+    kube.create_rag(ns, n, MODEL_SPEC)
+    wait_for(lambda: all(kube.exists(k, ns, name.format(n=n)) for k, name in CHILDREN), 20, "all children")
+    kube.delete_rag(ns, n)
+    wait_for(lambda: not any(kube.exists(k, ns, name.format(n=n)) for k, name in CHILDREN), 60,
+             "children garbage-collected by kube-controller-manager")
+
+
+def test_deleted_child_is_recreated(kube, namespace):
+    ns, n = namespace, "heal"
+    kube.create_rag(ns, n, {"inference": {"url": "http://x/v1"}})
+    kube.wait_ready(ns, n)
+    uid = kube.deployment(ns, f"{n}-engine")["metadata"]["uid"]
+    kube.apps.delete_namespaced_deployment(f"{n}-engine", ns)
+    wait_for(lambda: (d := kube.deployment(ns, f"{n}-engine")) and d["metadata"]["uid"] != uid, 20, "engine recreated")
+    kube.wait_ready(ns, n)

@@ -1,0 +1,61 @@
+"""The API server itself rejects invalid RAGEngines (structural schema + CEL), with clear messages."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+from kubernetes.client.rest import ApiException
+
+from ..cases import GOOD_MODEL, INVALID
+
+
+@pytest.fixture(scope="module")
+def validation_ns(kube):
+    name = f"v-{uuid.uuid4().hex[:6]}"
+    kube.core.create_namespace({"metadata": {"name": name}})
+    yield name
+    kube.delete_all_ragengines(name, force=True)
+    kube.core.delete_namespace(name)
+
+
+def rejection(fn) -> str:
+    with pytest.raises(ApiException) as info:
+        fn()
+    assert info.value.status == 422, info.value.body
+    return json.loads(info.value.body)["message"]
+
+
+@pytest.mark.parametrize(("case", "spec", "message", "_"), INVALID, ids=[c[0] for c in INVALID])
+def test_invalid_manifest_rejected(kube, validation_ns, case, spec, message, _):
+    text = rejection(lambda: kube.create_rag(validation_ns, f"bad-{case}"[:40], spec))
+    assert message in text, text
+
+
+@pytest.mark.parametrize("name", ["1starts-with-digit", "x" * 41])
+def test_bad_names_rejected(kube, validation_ns, name):
+    text = rejection(lambda: kube.create_rag(validation_ns, name, GOOD_MODEL))
+    assert "DNS-1035" in text
+
+
+def test_unknown_field_rejected_with_strict_validation(kube, validation_ns):
+    text = rejection(lambda: kube.create_rag(validation_ns, "unknown", {**GOOD_MODEL, "replicaz": 3}, field_validation="Strict"))
+    assert 'unknown field "spec.replicaz"' in text
+
+
+def test_defaults_applied_by_the_api_server(kube, validation_ns):
+    rag = kube.create_rag(validation_ns, "defaults", GOOD_MODEL)
+    spec = rag["spec"]
+    assert spec["inference"]["gpus"] == 1 and spec["inference"]["modelCache"]["size"] == "100Gi"
+    assert spec["retrieval"] == {"contextTokenRatio": 0.5, "similarityThreshold": 0.0, "hybrid": True}
+    assert spec["storage"]["size"] == "20Gi" and spec["engine"]["replicas"] == 1
+
+
+def test_immutable_and_non_shrinking_volumes(kube, validation_ns):
+    kube.create_rag(validation_ns, "vols", {**GOOD_MODEL, "storage": {"size": "10Gi", "storageClassName": "standard"}})
+    text = rejection(lambda: kube.patch_rag(validation_ns, "vols", {"spec": {"storage": {"storageClassName": "fast"}}}))
+    assert "storageClassName is immutable" in text
+    text = rejection(lambda: kube.patch_rag(validation_ns, "vols", {"spec": {"storage": {"size": "5Gi"}}}))
+    assert "size can grow but never shrink" in text
+    kube.patch_rag(validation_ns, "vols", {"spec": {"storage": {"size": "20Gi"}}})  # growing is fine

@@ -1,0 +1,120 @@
+"""Pure builders: every child's spec, from a spec, without a cluster."""
+
+import copy
+
+from ragengine_operator import constants as c
+from ragengine_operator.build.engine import engine_data_pvc, engine_deployment, engine_service, endpoint
+from ragengine_operator.build.inference import inference_deployment, inference_service, model_cache_pvc
+from ragengine_operator.build.labels import Owner
+from ragengine_operator.reconcile.plan import plan
+from ragengine_operator.spec import RAGEngineSpec
+
+OWNER = Owner("team-a", "docs", "uid-1", engine_image="engine:1", vllm_image="vllm:1")
+FULL = {
+    "inference": {
+        "model": "Qwen/Qwen2.5-7B-Instruct", "gpus": 2, "replicas": 1, "contextWindow": 8192,
+        "args": ["--enable-prefix-caching"], "nodeSelector": {"pool": "a100"},
+        "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"}],
+        "resources": {"requests": {"memory": "64Gi"}}, "modelCache": {"size": "200Gi", "storageClassName": "fast"},
+        "hfTokenSecretRef": {"name": "hf"},
+    },
+    "storage": {"size": "50Gi"},
+}
+
+
+def vllm(spec=FULL):
+    return inference_deployment(OWNER, RAGEngineSpec.model_validate(spec))
+
+
+def test_vllm_deployment():
+    d = vllm()
+    pod = d["spec"]["template"]["spec"]
+    (ctr,) = pod["containers"]
+    assert d["metadata"]["name"] == "docs-inference" and d["metadata"]["namespace"] == "team-a"
+    assert ctr["image"] == "vllm:1"
+    args = ctr["args"]
+    assert args[args.index("--model") + 1] == "Qwen/Qwen2.5-7B-Instruct"
+    assert args[args.index("--served-model-name") + 1] == "Qwen/Qwen2.5-7B-Instruct"
+    assert args[args.index("--tensor-parallel-size") + 1] == "2"
+    assert args[args.index("--max-model-len") + 1] == "8192"
+    assert args[-1] == "--enable-prefix-caching"
+    assert ctr["resources"]["limits"][c.GPU_RESOURCE] == "2" and ctr["resources"]["requests"]["memory"] == "64Gi"
+    assert {"key": c.GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+    assert {"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"} in pod["tolerations"]
+    assert pod["nodeSelector"] == {"pool": "a100"}
+    vols = {v["name"]: v for v in pod["volumes"]}
+    assert vols["dshm"]["emptyDir"]["medium"] == "Memory"
+    assert vols["model-cache"]["persistentVolumeClaim"]["claimName"] == "docs-model-cache"
+    assert {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}} in ctr["env"]
+    assert ctr["startupProbe"]["httpGet"]["path"] == "/health"
+    assert ctr["startupProbe"]["periodSeconds"] * ctr["startupProbe"]["failureThreshold"] >= 1800
+    assert ctr["readinessProbe"]["httpGet"]["path"] == "/health"
+    assert d["spec"]["strategy"] == {"type": "Recreate"}  # ReadWriteOnce cache
+    ref = d["metadata"]["ownerReferences"][0]
+    assert ref["uid"] == "uid-1" and ref["controller"] and ref["blockOwnerDeletion"]
+
+
+def test_vllm_service_and_cache():
+    spec = RAGEngineSpec.model_validate(FULL)
+    svc = inference_service(OWNER)
+    assert svc["spec"]["ports"][0]["port"] == 8000 and svc["spec"]["selector"][c.SELECTOR_COMPONENT] == "inference"
+    pvc = model_cache_pvc(OWNER, spec)
+    assert pvc["spec"]["resources"]["requests"]["storage"] == "200Gi" and pvc["spec"]["storageClassName"] == "fast"
+
+
+def test_engine_children():
+    spec = RAGEngineSpec.model_validate(FULL)
+    d = engine_deployment(OWNER, spec)
+    (ctr,) = d["spec"]["template"]["spec"]["containers"]
+    assert d["spec"]["strategy"] == {"type": "Recreate"} and d["spec"]["replicas"] == 1
+    assert ctr["command"] == ["ragengine", "serve", "--host", "0.0.0.0", "--port", "8000", "--data-dir", "/data"]
+    assert ctr["readinessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
+    assert ctr["livenessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
+    assert ctr["volumeMounts"] == [{"name": "data", "mountPath": "/data"}]
+    assert ctr["image"] == "engine:1"
+    svc = engine_service(OWNER)
+    assert svc["metadata"]["name"] == "docs" and svc["spec"]["ports"][0]["port"] == 80
+    assert svc["spec"]["ports"][0]["targetPort"] == "http"
+    assert engine_data_pvc(OWNER, spec)["spec"]["resources"]["requests"]["storage"] == "50Gi"
+    assert endpoint(OWNER) == "http://docs.team-a.svc.cluster.local"
+
+
+def hashes(spec):
+    p = plan(OWNER, RAGEngineSpec.model_validate(spec))
+    return {o["metadata"]["name"]: o["spec"]["template"]["metadata"]["annotations"][c.CONFIG_HASH_ANNOTATION]
+            for o in p.apply if o["kind"] == "Deployment"}
+
+
+def test_config_hash_rolls_only_the_affected_deployment():
+    base = hashes(FULL)
+    ratio = copy.deepcopy(FULL) | {"retrieval": {"contextTokenRatio": 0.3}}
+    image = copy.deepcopy(FULL)
+    image["inference"]["image"] = "vllm:2"
+    assert hashes(FULL) == base  # deterministic
+    changed = hashes(ratio)
+    assert changed["docs-inference"] == base["docs-inference"] and changed["docs-engine"] != base["docs-engine"]
+    changed = hashes(image)
+    assert changed["docs-inference"] != base["docs-inference"] and changed["docs-engine"] == base["docs-engine"]
+    # with servedModelName pinned, a model change does not touch the engine
+    a = copy.deepcopy(FULL)
+    a["inference"]["servedModelName"] = "chat"
+    b = copy.deepcopy(a)
+    b["inference"]["model"] = "Qwen/Qwen2.5-14B-Instruct"
+    ha, hb = hashes(a), hashes(b)
+    assert ha["docs-engine"] == hb["docs-engine"] and ha["docs-inference"] != hb["docs-inference"]
+
+
+def test_plan_modes():
+    p = plan(OWNER, RAGEngineSpec.model_validate(FULL))
+    assert p.names() == ["PersistentVolumeClaim/docs-model-cache", "Deployment/docs-inference", "Service/docs-inference",
+                         "PersistentVolumeClaim/docs-data", "Deployment/docs-engine", "Service/docs"]
+    assert p.delete == []
+    url = plan(OWNER, RAGEngineSpec.model_validate({"inference": {"url": "http://x/v1"}}))
+    assert url.names() == ["PersistentVolumeClaim/docs-data", "Deployment/docs-engine", "Service/docs"]
+    assert {r.name for r in url.delete} == {"docs-inference"}
+
+
+def test_shared_cache_rolls_without_surge():
+    spec = copy.deepcopy(FULL)
+    spec["inference"]["modelCache"]["accessMode"] = "ReadWriteMany"
+    assert vllm(spec)["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}

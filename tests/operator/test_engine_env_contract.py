@@ -1,0 +1,84 @@
+"""Contract: the env the operator renders parses back, with EngineSettings, into the spec's values.
+
+This is the test KAITO lacked (#2365: the controller set EMBEDDING_TYPE/MODEL_ID, the service read
+other names, and every RAGEngine silently embedded with the default model).
+"""
+
+import pytest
+from pydantic import BaseModel
+from ragengine.settings import EngineSettings
+from ragengine_operator.build.engine_env import OPERATOR_ONLY, SECRET_TO_ENGINE, SPEC_TO_ENGINE, engine_env
+from ragengine_operator.build.labels import Owner
+from ragengine_operator.spec import RAGEngineSpec
+
+OWNER = Owner("ns", "rag", "uid")
+
+
+def leaf_paths(model: type[BaseModel], prefix: str = "") -> set[str]:
+    """Every spec path down to scalars, lists, maps and SecretKeyRefs (what a user sets)."""
+    out = set()
+    for name, field in model.model_fields.items():
+        path = f"{prefix}{field.alias or name}"
+        ann = field.annotation
+        sub = [a for a in getattr(ann, "__args__", (ann,)) if isinstance(a, type) and issubclass(a, BaseModel)]
+        if sub and not path.endswith("SecretRef") and not path.endswith("resources") and not path.endswith("tolerations"):
+            out |= leaf_paths(sub[0], path + ".")
+        else:
+            out.add(path)
+    return out
+
+
+def parse(env: list[dict], monkeypatch, secrets: dict[str, str]) -> EngineSettings:
+    for item in env:
+        if "valueFrom" in item:
+            ref = item["valueFrom"]["secretKeyRef"]
+            monkeypatch.setenv(item["name"], secrets[f"{ref['name']}/{ref['key']}"])
+        else:
+            monkeypatch.setenv(item["name"], item["value"])
+    return EngineSettings()
+
+
+def test_every_spec_field_is_accounted_for():
+    covered = set(SPEC_TO_ENGINE) | set(SECRET_TO_ENGINE) | OPERATOR_ONLY
+    missing = leaf_paths(RAGEngineSpec) - covered
+    assert not missing, f"spec fields that reach neither the engine nor another child: {sorted(missing)}"
+    assert set(SPEC_TO_ENGINE.values()) | set(SECRET_TO_ENGINE.values()) <= set(EngineSettings.model_fields)
+
+
+@pytest.mark.parametrize("mode", ["model", "url"])
+def test_rendered_env_parses_back(monkeypatch, mode):
+    inference = (
+        {"model": "Qwen/Qwen2.5-0.5B-Instruct", "servedModelName": "qwen", "contextWindow": 4096}
+        if mode == "model"
+        else {"url": "https://llm.example/v1/", "servedModelName": "gpt-x", "contextWindow": 4096,
+              "apiKeySecretRef": {"name": "llm", "key": "token"}}
+    )
+    spec = RAGEngineSpec.model_validate({
+        "inference": inference,
+        "embedding": {"url": "http://emb.example/v1", "apiKeySecretRef": {"name": "emb"}},
+        "retrieval": {"contextTokenRatio": 0.3, "similarityThreshold": 0.42, "hybrid": False, "rerankModel": "bge-rr"},
+        "auth": {"apiKeySecretRef": {"name": "auth", "key": "key"}},
+    })
+    for key in list(__import__("os").environ):
+        if key.startswith("RAGENGINE_"):
+            monkeypatch.delenv(key)
+    s = parse(engine_env(OWNER, spec), monkeypatch, {"llm/token": "L", "emb/api-key": "E", "auth/key": "A"})
+    expected_url = "http://rag-inference.ns.svc.cluster.local:8000/v1" if mode == "model" else "https://llm.example/v1"
+    assert s.llm_url == expected_url
+    assert s.llm_model == ("qwen" if mode == "model" else "gpt-x")
+    assert s.context_window == 4096
+    assert s.context_token_ratio == 0.3 and s.similarity_threshold == 0.42
+    assert s.hybrid is False and s.rerank_model == "bge-rr"
+    assert s.embedding_url == "http://emb.example/v1" and s.embedding_api_key == "E"
+    assert str(s.embedding_cache_dir) == "/data/models"
+    assert s.api_key == "A"
+    assert s.llm_api_key == ("L" if mode == "url" else None)
+
+
+def test_embedding_model_and_retrieval_only(monkeypatch):
+    spec = RAGEngineSpec.model_validate({"embedding": {"model": "BAAI/bge-small-en-v1.5"}})
+    env = engine_env(OWNER, spec)
+    names = {e["name"] for e in env}
+    assert EngineSettings.env_name("llm_url") not in names  # retrieval-only: extractive answers
+    s = parse(env, monkeypatch, {})
+    assert s.embedding_model == "BAAI/bge-small-en-v1.5" and s.llm_url is None

@@ -1,0 +1,31 @@
+"""spec.py's own validators agree with the CRD's CEL rules (same cases as the API-server test)."""
+
+import pytest
+from pydantic import ValidationError
+from ragengine_operator.spec import RAGEngineSpec
+
+from .cases import GOOD_MODEL, GOOD_URL, INVALID
+
+
+@pytest.mark.parametrize(("case", "spec", "message", "pydantic_too"), INVALID, ids=[c[0] for c in INVALID])
+def test_invalid_specs_rejected_by_model(case, spec, message, pydantic_too):
+    if not pydantic_too:
+        pytest.skip("enforced by CEL only (string format rule)")
+    with pytest.raises(ValidationError):
+        RAGEngineSpec.model_validate(spec)
+
+
+def test_defaults():
+    spec = RAGEngineSpec.model_validate(GOOD_MODEL)
+    assert spec.runs_vllm and spec.inference.gpus == 1 and spec.inference.replicas == 1
+    assert spec.retrieval.context_token_ratio == 0.5 and spec.retrieval.hybrid is True
+    assert spec.storage.size == "20Gi" and spec.inference.model_cache.size == "100Gi"
+    assert not RAGEngineSpec.model_validate(GOOD_URL).runs_vllm
+    assert RAGEngineSpec.model_validate({}).inference is None  # retrieval-only
+
+
+def test_camel_case_round_trip():
+    spec = RAGEngineSpec.model_validate({"retrieval": {"contextTokenRatio": 0.3}, "inference": {"url": "http://x/v1"}})
+    dumped = spec.model_dump(by_alias=True, exclude_none=True)
+    assert dumped["retrieval"]["contextTokenRatio"] == 0.3
+    assert RAGEngineSpec.model_validate(dumped) == spec

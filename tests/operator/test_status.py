@@ -1,0 +1,81 @@
+"""Observed children -> conditions: Ready only when both are available; Degraded with the reason."""
+
+from ragengine_operator.build.labels import Owner
+from ragengine_operator.reconcile.status import Observed, compute_status, stamp, workload_state
+from ragengine_operator.spec import RAGEngineSpec
+
+OWNER = Owner("ns", "rag", "uid")
+MODEL = RAGEngineSpec.model_validate({"inference": {"model": "m"}})
+
+
+def dep(replicas=1, available=1, updated=1, total=None, gen=1, observed=1, conditions=()):
+    return {
+        "metadata": {"name": "d", "generation": gen},
+        "spec": {"replicas": replicas},
+        "status": {"observedGeneration": observed, "availableReplicas": available, "updatedReplicas": updated,
+                   "replicas": replicas if total is None else total, "conditions": list(conditions)},
+    }
+
+
+def conds(spec, deployments, pods=None, error=None, old=()):
+    status, changes = compute_status(OWNER, spec, 3, Observed(deployments, pods or {}), list(old), "T1", error)
+    return {x["type"]: x for x in status["conditions"]}, status, changes
+
+
+def test_ready_when_both_available():
+    c, status, changes = conds(MODEL, {"inference": dep(), "engine": dep()})
+    assert c["Ready"]["status"] == "True" and c["Degraded"]["status"] == "False"
+    assert c["Progressing"]["status"] == "False"
+    assert status["observedGeneration"] == 3 and status["endpoint"] == "http://rag.ns.svc.cluster.local"
+    assert status["model"] == "m" and status["inferenceUrl"].startswith("http://rag-inference.ns.svc")
+    assert len(changes) == 5
+    assert all(x["reason"] and x["message"] and x["lastTransitionTime"] == "T1" for x in c.values())
+
+
+def test_not_ready_while_inference_rolls():
+    c, _, _ = conds(MODEL, {"inference": dep(available=0), "engine": dep()})
+    assert c["Ready"]["status"] == "False" and c["InferenceReady"]["reason"] == "RollingOut"
+    assert c["Progressing"]["status"] == "True" and c["EngineReady"]["status"] == "True"
+
+
+def test_old_replicas_still_running_is_progressing():
+    state = workload_state("engine", dep(total=2), [])
+    assert state.state == "Progressing"
+    assert workload_state("engine", dep(gen=2, observed=1), []).reason == "RolloutPending"
+    assert workload_state("engine", None, []).reason == "Creating"
+
+
+def test_degraded_on_deadline_and_unschedulable():
+    stuck = dep(available=0, conditions=[{"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded",
+                                          "message": "too slow"}])
+    c, _, _ = conds(MODEL, {"inference": stuck, "engine": dep()})
+    assert c["Degraded"]["status"] == "True" and c["Degraded"]["reason"] == "ProgressDeadlineExceeded"
+    pod = {"metadata": {"name": "p"}, "status": {"conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/4 nodes: Insufficient nvidia.com/gpu"}]}}
+    c, _, _ = conds(MODEL, {"inference": dep(available=0), "engine": dep()}, pods={"inference": [pod]})
+    assert c["Degraded"]["reason"] == "Unschedulable" and "nvidia.com/gpu" in c["Degraded"]["message"]
+    assert c["Ready"]["status"] == "False" and c["Ready"]["reason"] == "Unschedulable"
+
+
+def test_url_and_retrieval_only_need_no_vllm():
+    url = RAGEngineSpec.model_validate({"inference": {"url": "http://x/v1"}})
+    c, _, _ = conds(url, {"engine": dep()})
+    assert c["Ready"]["status"] == "True" and c["InferenceReady"]["reason"] == "ExternalEndpoint"
+    c, status, _ = conds(RAGEngineSpec(), {"engine": dep()})
+    assert c["InferenceReady"]["reason"] == "NotRequired" and status["inferenceUrl"] is None
+
+
+def test_apply_error_and_invalid_spec():
+    c, _, _ = conds(MODEL, {"inference": dep(), "engine": dep()}, error=("ApplyFailed", "quota exceeded"))
+    assert c["Ready"]["status"] == "False" and c["Degraded"]["reason"] == "ApplyFailed"
+    c, _, _ = conds(None, {}, error=("InvalidSpec", "spec.x: bad"))
+    assert c["Degraded"]["status"] == "True" and c["Ready"]["message"] == "spec.x: bad"
+
+
+def test_transition_time_kept_while_status_unchanged():
+    first, _, _ = conds(MODEL, {"inference": dep(), "engine": dep()})
+    old = list(first.values())
+    new = stamp([{**x, "message": "changed"} for x in old], old, "T2", 4)
+    assert all(x["lastTransitionTime"] == "T1" and x["observedGeneration"] == 4 for x in new)
+    _, _, changes = conds(MODEL, {"inference": dep(available=0), "engine": dep()}, old=old)
+    assert {x["type"] for x in changes} == {"Ready", "InferenceReady", "Progressing"}

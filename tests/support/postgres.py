@@ -1,0 +1,102 @@
+"""A real, throwaway PostgreSQL server for tests: ``initdb`` + ``pg_ctl`` in a temp dir on a free port.
+
+``with postgres_server() as url:`` yields a SQLAlchemy URL (``postgresql+psycopg://...``) and stops
+the server and removes its files afterwards. PostgreSQL refuses to run as root, so when the tests run
+as root the server runs as the ``postgres`` system user (via ``runuser``) in a directory it owns.
+Missing binaries are a failure with a clear message, not a skip: CI installs PostgreSQL
+(``apt-get install postgresql``) and a silently skipped database test would hide a broken store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Iterator
+
+from tests.support.server import free_port
+
+PG_USER = "postgres"
+
+
+def find_pg_bin() -> Path:
+    """The directory holding initdb and pg_ctl (newest /usr/lib/postgresql/<v>/bin first, then PATH)."""
+    candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(p.split("/")[-2]), reverse=True)
+    for path in candidates:
+        if os.access(os.path.join(path, "initdb"), os.X_OK) and os.access(os.path.join(path, "pg_ctl"), os.X_OK):
+            return Path(path)
+    initdb, pg_ctl = shutil.which("initdb"), shutil.which("pg_ctl")
+    if initdb and pg_ctl:
+        return Path(initdb).parent
+    raise RuntimeError(
+        "PostgreSQL server binaries (initdb, pg_ctl) not found in /usr/lib/postgresql/*/bin or PATH. "
+        "Install them with `apt-get install -y postgresql` (the CI script .ci/run does this)."
+    )
+
+
+def _as_user(cmd: list[str]) -> list[str]:
+    if os.geteuid() != 0:
+        return cmd
+    try:
+        pwd.getpwnam(PG_USER)
+    except KeyError:
+        raise RuntimeError(f"running as root needs a '{PG_USER}' system user to run PostgreSQL as") from None
+    return ["runuser", "-u", PG_USER, "--", *cmd]
+
+
+def _run(cmd: list[str], what: str, timeout: float = 120) -> None:
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{what} failed ({proc.returncode}): {proc.stderr.strip() or proc.stdout.strip()}")
+
+
+@contextlib.contextmanager
+def postgres_server(*, start_timeout_s: float = 60.0) -> Iterator[str]:
+    bin_dir = find_pg_bin()
+    root = Path(tempfile.mkdtemp(prefix="ragengine-pg-"))
+    data, sock, log = root / "data", root / "sock", root / "server.log"
+    sock.mkdir()
+    if os.geteuid() == 0:
+        user = pwd.getpwnam(PG_USER)
+        for path in (root, sock):
+            os.chown(path, user.pw_uid, user.pw_gid)
+    port = free_port()
+    started = False
+    try:
+        _run(_as_user([str(bin_dir / "initdb"), "-D", str(data), "-U", PG_USER, "-A", "trust", "-E", "UTF8",
+                       "--no-sync"]), "initdb")
+        opts = f"-p {port} -k {sock} -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off"
+        _run(_as_user([str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(log), "-o", opts, "-w",
+                       "-t", str(int(start_timeout_s)), "start"]), "pg_ctl start")
+        started = True
+        url = f"postgresql+psycopg://{PG_USER}@127.0.0.1:{port}/postgres"
+        _wait_ready(url, start_timeout_s)
+        yield url
+    finally:
+        if started:
+            with contextlib.suppress(Exception):
+                _run(_as_user([str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"]),
+                     "pg_ctl stop", timeout=60)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _wait_ready(url: str, timeout_s: float) -> None:
+    import psycopg
+
+    dsn = url.replace("postgresql+psycopg://", "postgresql://")
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with psycopg.connect(dsn, connect_timeout=2) as conn:
+                conn.execute("SELECT 1")
+            return
+        except psycopg.OperationalError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
