@@ -6,7 +6,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from prometheus_client import Counter, Gauge, Histogram, start_http_server
+from prometheus_client import Counter, Histogram, start_http_server
 
 RECONCILE_TOTAL = Counter(
     "ragengine_operator_reconcile_total", "Reconciles of RAGEngines, by result.", ["result"]
@@ -19,7 +19,6 @@ RECONCILE_TIME = Histogram(
     buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
 )
 STATUS_WRITES = Counter("ragengine_operator_status_writes_total", "Status patches written.")
-READY = Gauge("ragengine_operator_ragengines_ready", "RAGEngines whose Ready condition is True (last seen).")
 
 
 @contextmanager

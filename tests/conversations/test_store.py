@@ -99,3 +99,14 @@ async def test_concurrent_writers(store):
     s = await store.create_session()
     await asyncio.gather(*(store.add_message(s.id, "main", "user", f"m{i}") for i in range(40)))
     assert len(await store.history(s.id)) == 40
+
+
+async def test_history_last_spans_branch_points(store):
+    s = await store.create_session()
+    msgs = [await store.add_message(s.id, "main", "user", f"m{i}") for i in range(6)]
+    branch = await store.create_thread(s.id, msgs[3].id)
+    await store.add_message(s.id, branch.id, "user", "b0")
+    await store.add_message(s.id, branch.id, "user", "b1")
+    assert [m.content for m in await store.history(s.id, branch.id, last=3)] == ["m3", "b0", "b1"]
+    assert [m.content for m in await store.history(s.id, branch.id, last=2)] == ["b0", "b1"]
+    assert [m.content for m in await store.history(s.id, branch.id, last=100)] == ["m0", "m1", "m2", "m3", "b0", "b1"]

@@ -210,7 +210,7 @@ def test_corrupt_index_reported_not_half_loaded(make_server, settings):
 
 def test_health_and_queries_stay_fast_during_big_ingestion(server):
     _index(server)
-    big = [{"text": " ".join(f"word{j} sentence {i} about ingestion load." for j in range(60))} for i in range(60)]
+    big = [{"text": " ".join(f"word{j} sentence {i} about ingestion load." for j in range(40))} for i in range(40)]
     done = threading.Event()
     result = {}
 

@@ -20,6 +20,7 @@ from ragengine.chat import metrics
 from ragengine.chat.context import select_context
 from ragengine.chat.extractive import NO_ANSWER, extractive_answer
 from ragengine.chat.plan import (
+    MIN_TOP_K,
     Target,
     build_messages,
     bypass_reason,
@@ -92,16 +93,30 @@ class ChatService:
     async def _rag(self, body: dict, req: ChatCompletionRequest, target: Target, t0: float):
         split = split_messages(req.messages)
         window = await self.llm.context_window()
-        prompt_tokens, query_tokens = await asyncio.gather(
-            self.llm.count_tokens(req.messages), self.llm.count_tokens(split.user_prompt)
-        )
-        budget = plan_budget(
-            window=window, prompt_tokens=prompt_tokens, query_tokens=query_tokens,
-            max_tokens=req.max_completion_tokens or req.max_tokens, ratio=target.ratio,
-            node_token_approximation=self.settings.node_token_approximation,
-        )
         t_retrieve = time.perf_counter()
-        nodes = await self.registry.retrieve(target.index_name, split.user_prompt, budget.top_k)
+        retrieval = None
+        if window / self.settings.node_token_approximation <= MIN_TOP_K:
+            # top_k is MIN_TOP_K whatever the prompt's length: search while the tokens are counted.
+            retrieval = asyncio.ensure_future(self.registry.retrieve(target.index_name, split.user_prompt, MIN_TOP_K))
+        try:
+            prompt_tokens, query_tokens = await asyncio.gather(
+                self.llm.count_tokens(req.messages), self.llm.count_tokens(split.user_prompt)
+            )
+            budget = plan_budget(
+                window=window, prompt_tokens=prompt_tokens, query_tokens=query_tokens,
+                max_tokens=req.max_completion_tokens or req.max_tokens, ratio=target.ratio,
+                node_token_approximation=self.settings.node_token_approximation,
+            )
+        except BaseException:
+            if retrieval is not None:
+                retrieval.cancel()
+            raise
+        if retrieval is None or budget.top_k != MIN_TOP_K:
+            if retrieval is not None:
+                retrieval.cancel()
+            t_retrieve = time.perf_counter()
+            retrieval = self.registry.retrieve(target.index_name, split.user_prompt, budget.top_k)
+        nodes = await retrieval
         retrieve_s = time.perf_counter() - t_retrieve
         threshold = self.settings.similarity_threshold
         candidates = [n for n in nodes if (n.score or 0.0) >= threshold] if threshold else list(nodes)

@@ -16,6 +16,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from ragengine.conversations import metrics
 from ragengine.conversations.store import FileInfo, SessionStore
 from ragengine.conversations.uploads import CANONICAL, ParseError, Part, detect_kind, extract
 from ragengine.errors import EngineError, PayloadTooLarge
@@ -79,7 +80,7 @@ class IngestionWorker:
         await self.store.delete_file(file_id)
 
     async def _drop_documents(self, file_id: str, doc_ids: list[str]) -> None:
-        if doc_ids and self.registry.exists(self.index_name):
+        if doc_ids and self.registry is not None and self.registry.exists(self.index_name):
             try:
                 await self.registry.delete_documents(self.index_name, doc_ids)
             except EngineError as exc:
@@ -117,6 +118,7 @@ class IngestionWorker:
 
     async def _fail(self, file_id: str, reason: str) -> None:
         log.warning("file %s failed: %s", file_id, reason)
+        metrics.FILES_INGESTED.labels("failed").inc()
         with contextlib.suppress(EngineError):
             await self.store.update_file(file_id, status="failed", reason=reason)
         with contextlib.suppress(FileNotFoundError):
@@ -145,6 +147,7 @@ class IngestionWorker:
             progress = PARSE_SHARE + (1 - PARSE_SHARE) * (start + len(batch)) / len(parts)
             await self.store.update_file(info.id, progress=round(progress, 4), doc_ids=done_ids)
         await self.store.update_file(info.id, status="completed", progress=1.0, documents=len(done_ids), doc_ids=done_ids)
+        metrics.FILES_INGESTED.labels("completed").inc()
         with contextlib.suppress(FileNotFoundError):
             self._path(info.id).unlink()
 

@@ -15,7 +15,6 @@ import logging
 import time
 from typing import Any, AsyncIterator
 
-from ragengine.chat.context import select_context
 from ragengine.chat.extractive import NO_ANSWER, extractive_answer
 from ragengine.conversations import metrics
 from ragengine.conversations.budget import Budget
@@ -49,8 +48,8 @@ class ConversationService:
         await self.store.get_thread(session_id, req.thread_id)
         if req.file_ids:
             await self.store.attach_files(session_id, req.file_ids)
-        past = await self.store.history(session_id, req.thread_id, last=s.session_history_messages or None)
-        history = history_turns(past) if s.session_history_messages else []
+        n_history = s.session_history_messages
+        history = history_turns(await self.store.history(session_id, req.thread_id, last=n_history)) if n_history else []
         user = await self.store.add_message(session_id, req.thread_id, "user", req.content,
                                             {"file_ids": req.file_ids} if req.file_ids else {})
         yield event("message_start", session_id=session_id, thread_id=req.thread_id, user_message=user.to_dict())
@@ -71,7 +70,11 @@ class ConversationService:
         top_k = req.top_k or s.conversation_top_k
         llm_ok = bool(getattr(self.llm, "configured", False))
         budget = await Budget.create(self.llm, s, req.max_tokens) if llm_ok else None
-        instructions = req.system_prompt or (TOOLS_SYSTEM_PROMPT if req.mode == "tools" else DEFAULT_SYSTEM_PROMPT)
+        mode = req.mode
+        if mode == "tools" and not scope.file_ids and llm_ok:
+            mode = "rag"  # nothing searchable yet: a tool round would find nothing; answer from inline text
+            meta["tools_skipped"] = "no completed files in this session"
+        instructions = req.system_prompt or (TOOLS_SYSTEM_PROMPT if mode == "tools" else DEFAULT_SYSTEM_PROMPT)
         if budget is not None:
             history = await budget.fit_history(instructions, history, req.content)
 
@@ -81,25 +84,25 @@ class ConversationService:
                         scope_file_ids=list(scope.file_ids))
         inline = await budget.fit_inline(pending) if budget is not None else [
             InlineDoc(f.id, f.filename, f.text) for f in pending]
-        if req.mode == "rag" or (req.mode == "tools" and not llm_ok):
+        if mode == "rag" or (mode == "tools" and not llm_ok):
             t_r = time.perf_counter()
-            nodes = await self._retrieve(session, scope, query, top_k)
+            nodes = await self._retrieve(session, scope, query, top_k, meta)
             if budget is not None:
                 nodes = await budget.fit_nodes(nodes)
             meta["retrieval_ms"] = round((time.perf_counter() - t_r) * 1000, 2)
-        if req.mode == "rag" or inline:
+        if mode == "rag" or inline:
             yield event("context_found", context_chunks=len(nodes), inline_files=[d.file_id for d in inline],
                         sources=[n.to_source_node() for n in nodes])
         meta["inline_files"] = [{"file_id": d.file_id, "filename": d.filename, "truncated": d.truncated} for d in inline]
 
-        context = format_context(nodes, inline) if (req.mode == "rag" or inline) else None
+        context = format_context(nodes, inline) if (mode == "rag" or inline) else None
         messages = build_messages(instructions, context, history, req.content)
         extra = {k: v for k, v in (("temperature", req.temperature), ("max_tokens", budget.answer_tokens if budget else None)) if v is not None}
         answer, gen = "", {}
         if llm_ok:
             yield event("generation_start", message="Generating the answer...", generation_method="llm")
             try:
-                if req.mode == "tools":
+                if mode == "tools":
                     async for item in self._tools(scope, messages, extra, top_k, budget, gen):
                         yield item
                     nodes = gen.pop("nodes")
@@ -122,7 +125,7 @@ class ConversationService:
             reason = gen.get("fallback_reason") or "No LLM is configured."
             yield event("generation_start", message=f"Answering from the documents: {reason}",
                         generation_method="extractive_fallback")
-            if req.mode == "tools" and not nodes and llm_ok:  # tool loop failed before searching
+            if mode == "tools" and not nodes and llm_ok:  # tool loop failed before searching
                 nodes = await self._retrieve(session, scope, query, top_k)
             pool = nodes or [RetrievedNode(d.file_id, d.file_id, d.text, 0.0, {"file_id": d.file_id,
                                                                                 "filename": d.filename}) for d in inline]
@@ -147,11 +150,13 @@ class ConversationService:
         yield event("message_complete", session_id=session_id, thread_id=req.thread_id, user_message_id=user.id,
                     assistant_message=reply.to_dict(), metadata=meta)
 
-    async def _retrieve(self, session: Any, scope: Scope, query: str, top_k: int) -> list:
+    async def _retrieve(self, session: Any, scope: Scope, query: str, top_k: int, meta: dict | None = None) -> list:
         """The session's files (scoped) plus its knowledge index (if any), best similarity first."""
         found = list(await scoped_search(self.registry, scope, query, top_k))
         if session.index_name and self.registry.exists(session.index_name):
             found += await self.registry.retrieve(session.index_name, query, top_k)
+        elif session.index_name and meta is not None:
+            meta["index_missing"] = session.index_name  # created later, or deleted: not an error
         if session.index_name:  # two result lists: merge on the shared [0, 1] cosine scale
             found.sort(key=lambda n: n.score, reverse=True)
         return found[:top_k]

@@ -2,8 +2,7 @@
 
 A synchronous SQLAlchemy engine run in worker threads (``asyncio.to_thread``): the same code path for
 SQLite and PostgreSQL (psycopg 3), no async driver needed, and a slow database never blocks the
-event loop. Records leave the store as frozen dataclasses, never live ORM objects, so nothing lazy
-loads after its session closed.
+event loop. Records leave the store as frozen dataclasses (``records.py``).
 
 Threads: every session has a ``main`` thread. A branch is created from any message; its history is
 its parent thread's history up to and including that message, followed by its own messages.
@@ -12,8 +11,7 @@ its parent thread's history up to and including that message, followed by its ow
 from __future__ import annotations
 
 import asyncio
-from dataclasses import asdict, dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, Callable, TypeVar
 
 from sqlalchemy import create_engine, delete, event, func, select, update
@@ -23,100 +21,13 @@ from sqlalchemy.orm import Session, sessionmaker
 from ragengine.conversations.models import (
     MAIN_THREAD, Base, FileRow, MessageRow, SessionFileRow, SessionRow, ThreadRow, new_id, utcnow,
 )
+from ragengine.conversations.records import (  # noqa: F401  (re-exported for callers)
+    FileInfo, MessageInfo, SessionInfo, ThreadInfo, _file, _message, _session, _thread, iso,
+)
 from ragengine.errors import BadRequest, NotFound
 
 T = TypeVar("T")
 MAX_THREAD_DEPTH = 64
-
-
-def iso(value: datetime | None) -> str | None:
-    return value.isoformat(timespec="milliseconds") + "Z" if value else None
-
-
-@dataclass(frozen=True)
-class SessionInfo:
-    id: str
-    user_id: str | None
-    title: str | None
-    index_name: str | None
-    metadata: dict
-    created_at: str
-    updated_at: str
-    message_count: int = 0
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class ThreadInfo:
-    id: str
-    session_id: str
-    parent_thread_id: str | None
-    parent_message_id: str | None
-    title: str | None
-    created_at: str
-    message_count: int = 0
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class MessageInfo:
-    id: str
-    session_id: str
-    thread_id: str
-    role: str
-    content: str
-    metadata: dict
-    created_at: str
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class FileInfo:
-    id: str
-    filename: str
-    content_type: str
-    size_bytes: int
-    status: str
-    progress: float
-    reason: str | None
-    documents: int
-    created_at: str
-    updated_at: str
-    text: str | None = field(default=None, repr=False)
-    doc_ids: tuple[str, ...] = ()
-
-    def to_dict(self) -> dict:
-        out = asdict(self)
-        out.pop("text")
-        out.pop("doc_ids")
-        return out
-
-
-def _session(row: SessionRow, count: int = 0) -> SessionInfo:
-    return SessionInfo(row.id, row.user_id, row.title, row.index_name, dict(row.meta or {}), iso(row.created_at),
-                       iso(row.updated_at), count)
-
-
-def _thread(row: ThreadRow, count: int = 0) -> ThreadInfo:
-    return ThreadInfo(row.id, row.session_id, row.parent_thread_id, row.parent_message_id, row.title,
-                      iso(row.created_at), count)
-
-
-def _message(row: MessageRow) -> MessageInfo:
-    return MessageInfo(row.id, row.session_id, row.thread_id, row.role, row.content, dict(row.meta or {}),
-                       iso(row.created_at))
-
-
-def _file(row: FileRow) -> FileInfo:
-    ids = tuple((row.doc_ids or {}).get("ids", []))
-    return FileInfo(row.id, row.filename, row.content_type, row.size_bytes, row.status, row.progress, row.reason,
-                    row.documents, iso(row.created_at), iso(row.updated_at), row.text, ids)
 
 
 def make_engine(url: str) -> Engine:
@@ -264,14 +175,15 @@ class SessionStore:
         return await self._run(fn)
 
     async def history(self, session_id: str, thread_id: str = MAIN_THREAD, *, last: int | None = None) -> list[MessageInfo]:
-        """The thread's messages in order, inherited ones first; ``last`` keeps only the newest few."""
+        """The thread's messages in order, inherited ones first; ``last`` keeps only the newest few
+        (and reads only those: long sessions do not cost a full scan per message)."""
         def fn(s: Session) -> list[MessageInfo]:
             self._get_session(s, session_id)
-            rows = self._thread_rows(s, session_id, thread_id, None, 0)
-            return [_message(r) for r in (rows[-last:] if last else rows)]
+            return [_message(r) for r in self._thread_rows(s, session_id, thread_id, None, last, 0)]
         return await self._run(fn)
 
-    def _thread_rows(self, s: Session, session_id: str, thread_id: str, upto_seq: int | None, depth: int) -> list[MessageRow]:
+    def _thread_rows(self, s: Session, session_id: str, thread_id: str, upto_seq: int | None, limit: int | None,
+                     depth: int) -> list[MessageRow]:
         thread = s.get(ThreadRow, (session_id, thread_id))
         if thread is None:
             raise NotFound(f"No such thread: '{thread_id}' in session '{session_id}'.")
@@ -280,13 +192,19 @@ class SessionStore:
         q = select(MessageRow).where(MessageRow.session_id == session_id, MessageRow.thread_id == thread_id)
         if upto_seq is not None:
             q = q.where(MessageRow.seq <= upto_seq)
-        own = list(s.scalars(q.order_by(MessageRow.seq)))
+        if limit:
+            own = list(s.scalars(q.order_by(MessageRow.seq.desc()).limit(limit)))[::-1]
+            if len(own) >= limit:
+                return own
+        else:
+            own = list(s.scalars(q.order_by(MessageRow.seq)))
         if not thread.parent_message_id:
             return own
         parent = s.scalar(select(MessageRow).where(MessageRow.id == thread.parent_message_id))
         if parent is None:  # the branch point is gone (cannot happen without manual edits): own only
             return own
-        return self._thread_rows(s, session_id, parent.thread_id, parent.seq, depth + 1) + own
+        rest = limit - len(own) if limit else None
+        return self._thread_rows(s, session_id, parent.thread_id, parent.seq, rest, depth + 1) + own
 
     # --- files ------------------------------------------------------------------------------------
     async def create_file(self, *, filename: str, content_type: str, size_bytes: int, text: str | None = None) -> FileInfo:

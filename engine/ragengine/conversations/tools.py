@@ -149,7 +149,7 @@ async def run_tool_loop(llm: Any, registry: Any, scope: Scope, messages: list[di
         try:
             message = result.body["choices"][0]["message"]
         except (KeyError, IndexError, TypeError):
-            raise UpstreamError(f"LLM at {result.endpoint} answered without a message.")
+            raise UpstreamError(f"LLM at {result.endpoint} answered without a message.") from None
         tool_calls = message.get("tool_calls") or []
         if not tool_calls or final_round:
             answer = message.get("content") or ""

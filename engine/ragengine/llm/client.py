@@ -119,6 +119,7 @@ class LLMClient:
         self._http = httpx.AsyncClient(headers=headers, timeout=timeout, limits=limits, transport=transport)
         self._down_until: dict[str, float] = {}
         self._models: dict[str, list[dict[str, Any]]] = {}
+        self._discovery_retry_at = 0.0
         self._model_name: str | None = settings.llm_model
         self._window: int | None = settings.context_window
         roots = [u[:-3] if u.endswith("/v1") else u for u in self.endpoints]
@@ -129,10 +130,14 @@ class LLMClient:
 
     # --- discovery --------------------------------------------------------------------------------
     async def list_models(self) -> list[dict[str, Any]]:
-        """``/v1/models`` of the first endpoint that answers (cached once it did)."""
+        """``/v1/models`` of the first endpoint that answers (cached once it did; after all failed, not
+        asked again for ``COOLDOWN_S`` so an unreachable LLM does not slow every request)."""
         for endpoint in self._ordered():
             if endpoint in self._models:
                 return self._models[endpoint]
+        if time.monotonic() < self._discovery_retry_at:
+            return []
+        for endpoint in self._ordered():
             try:
                 resp = await self._http.get(f"{endpoint}/models", timeout=self.settings.llm_connect_timeout_s + 5)
                 resp.raise_for_status()
@@ -142,6 +147,7 @@ class LLMClient:
                 continue
             self._models[endpoint] = [m for m in data if isinstance(m, dict) and m.get("id")]
             return self._models[endpoint]
+        self._discovery_retry_at = time.monotonic() + COOLDOWN_S
         return []
 
     async def model_name(self) -> str | None:

@@ -20,6 +20,7 @@ import asyncio
 import json
 import logging
 import math
+import time
 from collections import OrderedDict
 from typing import Any, Awaitable, Callable, Iterable
 
@@ -31,6 +32,9 @@ log = logging.getLogger(__name__)
 MESSAGE_OVERHEAD_TOKENS = 4
 CACHE_SIZE = 200_000
 _CONCURRENCY = 16
+# After the server could not be reached, count locally for this long instead of paying a connect
+# attempt (or a connect timeout) on every request.
+UNREACHABLE_COOLDOWN_S = 10.0
 
 
 def estimate_tokens(text: str) -> int:
@@ -83,6 +87,7 @@ class TokenCounter:
         self._remote_kind: str | None = None  # "vllm" | "llama.cpp" | "none", decided on first use
         self._probe_lock = asyncio.Lock()
         self._sem = asyncio.Semaphore(_CONCURRENCY)
+        self._skip_remote_until = 0.0
         self.last_method = "estimate"
 
     @property
@@ -157,7 +162,7 @@ class TokenCounter:
         return self._local
 
     async def _remote(self, *, text: str | None = None, messages: list | None = None) -> int | None:
-        if not self._roots or self._remote_kind == "none":
+        if not self._roots or self._remote_kind == "none" or time.monotonic() < self._skip_remote_until:
             return None
         if self._remote_kind is None:
             async with self._probe_lock:
@@ -212,6 +217,7 @@ class TokenCounter:
             except (httpx.HTTPError, ValueError, KeyError) as exc:
                 log.debug("tokenize at %s failed: %s", root, exc)
                 continue
+        self._skip_remote_until = time.monotonic() + UNREACHABLE_COOLDOWN_S
         return None
 
 

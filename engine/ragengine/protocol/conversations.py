@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 
 from ragengine.conversations.models import MAIN_THREAD
 
@@ -74,3 +74,10 @@ class MessageRequest(_Model):
     temperature: float | None = Field(None, ge=0.0, le=2.0)
     max_tokens: int | None = Field(None, ge=1, le=1_000_000, description="Upper bound for the answer's length.")
     groundedness_details: bool = Field(False, description="Include per-sentence support in the metadata.")
+
+    @field_validator("content")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("the message is empty")
+        return value

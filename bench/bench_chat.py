@@ -1,0 +1,166 @@
+"""Chat overhead benchmark: the engine's own time per RAG request, with the LLM taken out.
+
+Starts the fake vLLM (tests/llm_server, zero latency) and the engine (uvicorn, real embedding model,
+real IndexRegistry) as subprocesses, indexes synthetic documents, then sends RAG chat requests:
+
+- engine time = the engine's ``Server-Timing: engine;dur=`` (request received → response ready, minus
+  the time waiting for the LLM); client latency is reported beside it;
+- p50/p99 at concurrency 1 and 16, and requests/s;
+- streaming time-to-first-token overhead = TTFT through the engine minus TTFT asking the LLM directly.
+
+Token counts of chunks are cached by the engine after first use (as in production: chunk texts repeat),
+so a warm-up pass runs first. Prints a table and writes bench/results/chat.json.
+Usage: python bench/bench_chat.py [--requests 200] [--docs 300] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+WORDS = ("kubernetes operator gpu node vector index embedding search latency cluster model inference "
+         "deployment storage replica shard token context window prompt retrieval chunk document query "
+         "faiss bm25 hybrid rerank stream cache metrics health persist snapshot journal").split()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_ready(url: str, proc: subprocess.Popen, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{url}: process exited with {proc.returncode}")
+        try:
+            if httpx.get(url, timeout=2).status_code < 500:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise TimeoutError(url)
+
+
+def pct(values: list[float], p: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
+
+
+async def run_load(base: str, bodies: list[dict], concurrency: int) -> dict:
+    engine_ms: list[float] = []
+    client_ms: list[float] = []
+    queue = list(bodies)
+    async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=concurrency * 2)) as client:
+        async def worker() -> None:
+            while queue:
+                body = queue.pop()
+                t = time.perf_counter()
+                r = await client.post(f"{base}/v1/chat/completions", json=body)
+                client_ms.append((time.perf_counter() - t) * 1000)
+                r.raise_for_status()
+                timing = dict(part.strip().split(";dur=") for part in r.headers["server-timing"].split(","))
+                engine_ms.append(float(timing["engine"]))
+
+        start = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        elapsed = time.perf_counter() - start
+    return {"concurrency": concurrency, "requests": len(bodies), "rps": len(bodies) / elapsed,
+            "engine_p50_ms": statistics.median(engine_ms), "engine_p99_ms": pct(engine_ms, 99),
+            "client_p50_ms": statistics.median(client_ms), "client_p99_ms": pct(client_ms, 99)}
+
+
+async def ttft(url: str, body: dict, n: int) -> float:
+    out = []
+    async with httpx.AsyncClient(timeout=60) as client:
+        for _ in range(n):
+            t = time.perf_counter()
+            async with client.stream("POST", url, json=body) as r:
+                async for line in r.aiter_lines():
+                    if '"content":"' in line and '"content":""' not in line:
+                        out.append((time.perf_counter() - t) * 1000)
+                        break
+                async for _ in r.aiter_lines():
+                    pass
+    return statistics.median(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--requests", type=int, default=200, help="requests per concurrency level")
+    ap.add_argument("--docs", type=int, default=300)
+    ap.add_argument("--quick", action="store_true", help="50 requests, 100 docs")
+    ap.add_argument("--out", default=str(ROOT / "bench/results/chat.json"))
+    args = ap.parse_args()
+    if args.quick:
+        args.requests, args.docs = 50, 100
+    rng = random.Random(7)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    llm_port, engine_port = free_port(), free_port()
+    data_dir = tempfile.mkdtemp(prefix="bench-chat-")
+    procs = []
+    try:
+        procs.append(subprocess.Popen([sys.executable, "-m", "tests.llm_server", "--port", str(llm_port)],
+                                      cwd=ROOT, env=env))
+        wait_ready(f"http://127.0.0.1:{llm_port}/health", procs[-1])
+        engine_env = {**env, "RAGENGINE_LLM_URL": f"http://127.0.0.1:{llm_port}/v1", "RAGENGINE_DATA_DIR": data_dir}
+        procs.append(subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "ragengine.app:create_app", "--factory", "--port", str(engine_port),
+             "--log-level", "warning"], cwd=ROOT, env=engine_env))
+        base = f"http://127.0.0.1:{engine_port}"
+        wait_ready(f"{base}/v1/models", procs[-1])
+        docs = [{"text": " ".join(rng.choice(WORDS) for _ in range(rng.randint(40, 160))) + ".",
+                 "metadata": {"n": i}} for i in range(args.docs)]
+        t = time.perf_counter()
+        httpx.post(f"{base}/index", json={"index_name": "bench", "documents": docs}, timeout=600).raise_for_status()
+        index_s = time.perf_counter() - t
+        queries = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 10))) + "?" for _ in range(50)]
+        body = lambda q: {"index_name": "bench", "messages": [{"role": "user", "content": q}], "max_tokens": 32}  # noqa: E731
+        asyncio.run(run_load(base, [body(q) for q in queries], 4))  # warm-up: token counts, caches, JIT paths
+        rows = [asyncio.run(run_load(base, [body(rng.choice(queries)) for _ in range(args.requests)], c))
+                for c in (1, 16)]
+        stream_body = {**body(queries[0]), "stream": True}
+        direct = {"model": "fake-llm", "stream": True, "messages": [{"role": "user", "content": queries[0]}]}
+        engine_ttft = asyncio.run(ttft(f"{base}/v1/chat/completions", stream_body, 30))
+        llm_ttft = asyncio.run(ttft(f"http://127.0.0.1:{llm_port}/v1/chat/completions", direct, 30))
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+            p.wait(timeout=20)
+    result = {
+        "machine": f"{platform.machine()} {os.cpu_count()} cpus, load {os.getloadavg()[0]:.1f}",
+        "docs": args.docs, "index_seconds": round(index_s, 2),
+        "levels": [{k: round(v, 2) if isinstance(v, float) else v for k, v in r.items()} for r in rows],
+        "stream_ttft_ms": {"engine": round(engine_ttft, 2), "llm_direct": round(llm_ttft, 2),
+                           "overhead": round(engine_ttft - llm_ttft, 2)},
+        "targets": {"engine_p50_ms": 15, "engine_p99_ms": 50},
+    }
+    print(f"\nchat overhead ({args.docs} docs, top_k >= 100, fake LLM with zero latency; {result['machine']})")
+    print(f"{'conc':>4} {'reqs':>5} {'req/s':>7} {'engine p50':>11} {'engine p99':>11} {'client p50':>11} {'client p99':>11}")
+    for r in rows:
+        print(f"{r['concurrency']:>4} {r['requests']:>5} {r['rps']:>7.1f} {r['engine_p50_ms']:>9.2f}ms "
+              f"{r['engine_p99_ms']:>9.2f}ms {r['client_p50_ms']:>9.2f}ms {r['client_p99_ms']:>9.2f}ms")
+    s = result["stream_ttft_ms"]
+    print(f"stream TTFT: engine {s['engine']:.2f} ms, LLM direct {s['llm_direct']:.2f} ms, overhead {s['overhead']:.2f} ms")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+"""Records that leave the session store: frozen dataclasses, never live ORM objects (nothing can lazy
+load after its database session closed), with ``to_dict()`` for the API."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+
+from ragengine.conversations.models import FileRow, MessageRow, SessionRow, ThreadRow
+
+
+def iso(value: datetime | None) -> str | None:
+    return value.isoformat(timespec="milliseconds") + "Z" if value else None
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    id: str
+    user_id: str | None
+    title: str | None
+    index_name: str | None
+    metadata: dict
+    created_at: str
+    updated_at: str
+    message_count: int = 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ThreadInfo:
+    id: str
+    session_id: str
+    parent_thread_id: str | None
+    parent_message_id: str | None
+    title: str | None
+    created_at: str
+    message_count: int = 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class MessageInfo:
+    id: str
+    session_id: str
+    thread_id: str
+    role: str
+    content: str
+    metadata: dict
+    created_at: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    id: str
+    filename: str
+    content_type: str
+    size_bytes: int
+    status: str
+    progress: float
+    reason: str | None
+    documents: int
+    created_at: str
+    updated_at: str
+    text: str | None = field(default=None, repr=False)
+    doc_ids: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out.pop("text")
+        out.pop("doc_ids")
+        return out
+
+
+def _session(row: SessionRow, count: int = 0) -> SessionInfo:
+    return SessionInfo(row.id, row.user_id, row.title, row.index_name, dict(row.meta or {}), iso(row.created_at),
+                       iso(row.updated_at), count)
+
+
+def _thread(row: ThreadRow, count: int = 0) -> ThreadInfo:
+    return ThreadInfo(row.id, row.session_id, row.parent_thread_id, row.parent_message_id, row.title,
+                      iso(row.created_at), count)
+
+
+def _message(row: MessageRow) -> MessageInfo:
+    return MessageInfo(row.id, row.session_id, row.thread_id, row.role, row.content, dict(row.meta or {}),
+                       iso(row.created_at))
+
+
+def _file(row: FileRow) -> FileInfo:
+    ids = tuple((row.doc_ids or {}).get("ids", []))
+    return FileInfo(row.id, row.filename, row.content_type, row.size_bytes, row.status, row.progress, row.reason,
+                    row.documents, iso(row.created_at), iso(row.updated_at), row.text, ids)

@@ -1,0 +1,71 @@
+"""The message pipeline without an LLM (extractive answers), and TTL clean-up, against both stores."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from ragengine.api.conversations import cleanup_once
+from ragengine.conversations.ingestion import IngestionWorker
+from ragengine.conversations.service import ConversationService
+from ragengine.errors import NotFound
+from ragengine.llm.client import LLMClient
+from ragengine.protocol.conversations import MessageRequest
+from ragengine.settings import EngineSettings
+from tests.conversations.test_tools import FakeRegistry
+
+
+async def drain(service, sid, **body):
+    return [e async for e in service.run(sid, MessageRequest(**body))]
+
+
+@pytest.fixture
+async def no_llm(tmp_path):
+    settings = EngineSettings(data_dir=tmp_path)
+    llm = LLMClient(settings)
+    yield settings, llm
+    await llm.aclose()
+
+
+async def test_without_llm_answers_extractively_from_scoped_files(store, no_llm):
+    settings, llm = no_llm
+    mine = await store.create_file(filename="a.txt", content_type="text/plain", size_bytes=1)
+    other = await store.create_file(filename="b.txt", content_type="text/plain", size_bytes=1)
+    for f in (mine, other):
+        await store.update_file(f.id, status="completed")
+    registry = FakeRegistry([
+        {"doc_id": "d1", "text": "Penguins live in the southern hemisphere. They cannot fly.", "metadata": {"file_id": mine.id}},
+        {"doc_id": "d2", "text": "Penguins secretly run the stock market.", "metadata": {"file_id": other.id}},
+    ])
+    s = await store.create_session()
+    await store.attach_files(s.id, [mine.id])
+    service = ConversationService(settings, store, registry, llm, None)
+    for mode in ("rag", "tools"):
+        events = await drain(service, s.id, content="Where do penguins live?", mode=mode)
+        done = events[-1]
+        assert done["type"] == "message_complete"
+        meta = done["metadata"]
+        assert meta["generation_method"] == "extractive_fallback" and "No LLM" in meta["fallback_reason"]
+        assert [x["metadata"]["file_id"] for x in meta["sources"]] == [mine.id]
+        assert "southern hemisphere" in done["assistant_message"]["content"]
+        assert meta["groundedness"]["score"] == pytest.approx(1.0, abs=0.01)  # lexical only: no embedder
+    plain = await drain(service, s.id, content="hi", mode="none")
+    assert plain[-1]["assistant_message"]["content"] == "No language model is available to answer."
+    assert len(await store.history(s.id)) == 6
+    with pytest.raises(NotFound):
+        await drain(service, "sess_missing", content="x")
+
+
+async def test_ttl_cleanup_removes_idle_sessions_and_orphan_files(store, tmp_path):
+    settings = EngineSettings(data_dir=tmp_path)
+    worker = IngestionWorker(store, None, settings)
+    old = await store.create_session()
+    orphan = await store.create_file(filename="o.txt", content_type="text/plain", size_bytes=1)
+    await asyncio.sleep(1.2)
+    fresh = await store.create_session()
+    kept = await store.create_file(filename="k.txt", content_type="text/plain", size_bytes=1)
+    removed = await cleanup_once(store, worker, 1)
+    assert removed == {"sessions": [old.id], "files": [orphan.id]}
+    assert [s.id for s in await store.list_sessions()] == [fresh.id]
+    assert [f.id for f in await store.list_files()] == [kept.id]

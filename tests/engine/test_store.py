@@ -1,0 +1,140 @@
+"""FAISS store, BM25, journal and snapshot internals (real FAISS, no model needed)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ragengine.index.journal import Journal, JournalCorrupt
+from ragengine.index.snapshot import SnapshotError, read_snapshot, write_snapshot
+from ragengine.index.state import IndexState
+from ragengine.index.store import VectorStore
+from ragengine.index.types import ChunkingConfig, kaito_l2_to_score
+from ragengine.retrieval.bm25 import BM25Index
+from ragengine.retrieval.hybrid import rrf
+
+DIM = 16
+
+
+def unit(n: int, seed: int = 0) -> np.ndarray:
+    x = np.random.default_rng(seed).standard_normal((n, DIM)).astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def exact_top(x: np.ndarray, q: np.ndarray, k: int, ok: np.ndarray) -> list[int]:
+    sims = x @ q
+    sims[~ok] = -np.inf
+    return [int(i) for i in np.argsort(-sims)[:k] if ok[i]]
+
+
+@pytest.mark.parametrize("threshold", [10_000, 100])  # flat, then HNSW
+def test_search_deletes_and_filters_are_exact(threshold):
+    x = unit(2000)
+    store = VectorStore.from_vectors(x, hnsw_threshold=threshold, ef_search=64, ef_construction=80)
+    assert store.kind == ("flat" if threshold > 2000 else "hnsw")
+    q = x[7]
+    slots, cos = store.search(q, 5)
+    assert slots[0] == 7 and abs(cos[0] - 1.0) < 1e-5
+    store.remove([7, 8, 9])
+    slots, _ = store.search(q, 5)
+    assert 7 not in slots and len(slots) == 5
+    allowed = np.zeros(2000, bool)
+    allowed[[3, 500, 1999, 8]] = True  # 8 is deleted: never returned
+    slots, _ = store.search(q, 10, allowed)
+    assert sorted(slots) == [3, 500, 1999]
+    assert list(slots) == exact_top(x, q, 3, allowed & store.alive[:2000])
+    # A broad filter through HNSW still returns k allowed hits, best first.
+    allowed = np.arange(2000) % 3 == 0
+    slots, _ = store.search(q, 10, allowed)
+    assert len(slots) == 10 and all(s % 3 == 0 for s in slots)
+
+
+def test_score_mapping_from_kaito_distance():
+    assert kaito_l2_to_score(0.0) == 1.0
+    assert kaito_l2_to_score(2.0) == 0.0
+    assert abs(kaito_l2_to_score(0.4806) - (1 - 0.4806 / 2)) < 1e-9
+
+
+def test_bm25_is_incremental():
+    bm = BM25Index()
+    bm.add(0, "the quick brown fox")
+    bm.add(1, "lazy dogs sleep all day")
+    bm.add(2, "foxes and dogs are animals")
+    alive = np.ones(3, bool)
+    slots, scores = bm.search("dog", 10, alive)
+    assert set(slots.tolist()) == {1, 2} and (scores > 0).all()
+    bm.remove(1, "lazy dogs sleep all day")
+    alive[1] = False
+    slots, _ = bm.search("dog", 10, alive)
+    assert slots.tolist() == [2]
+    bm.add(3, "dog dog dog")
+    alive = np.ones(4, bool)
+    alive[1] = False
+    slots, _ = bm.search("dog", 10, alive)
+    assert slots.tolist()[0] == 3
+    assert bm.search("unknownword", 10, alive)[0].size == 0
+
+
+def test_rrf_fuses_ranks():
+    fused = [i for i, _ in rrf([1, 2, 3], [3, 4])]
+    assert fused[0] == 3 and set(fused) == {1, 2, 3, 4}
+
+
+def _state(tmp_path, n=50, threshold=10_000) -> IndexState:
+    state = IndexState("t", DIM, ChunkingConfig(), {"hnsw_threshold": threshold})
+    x = unit(n)
+    adds = [{"id": f"d{i}", "text": f"text {i}", "meta": {"i": i}, "spans": [[0, len(f"text {i}")]]} for i in range(n)]
+    state.apply({"add": adds}, x)
+    state.seq = 1
+    return state
+
+
+def test_journal_torn_tail_and_corruption(tmp_path):
+    path = tmp_path / "journal.log"
+    j = Journal(path, DIM)
+    for seq in range(1, 4):
+        j.append(seq, {"add": [], "n": seq}, unit(2, seq))
+    j.close()
+    good_size = path.stat().st_size
+    # A crash mid-append leaves half a record: dropped and truncated, earlier records kept.
+    with open(path, "ab") as fh:
+        fh.write(b"RGJ1\x10\x00")
+    records = list(Journal(path, DIM).read())
+    assert [r.seq for r in records] == [1, 2, 3] and path.stat().st_size == good_size
+    np.testing.assert_allclose(records[1].vectors, unit(2, 2))
+    # A flipped byte in the middle is corruption, not a torn tail.
+    data = bytearray(path.read_bytes())
+    data[40] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(JournalCorrupt):
+        list(Journal(path, DIM).read())
+
+
+def test_snapshot_roundtrip_and_checksum(tmp_path):
+    state = _state(tmp_path)
+    state.apply({"delete": ["d3"]}, None)
+    write_snapshot(state, tmp_path / "snap")
+    loaded = read_snapshot(tmp_path / "snap", "t2", DIM, {"hnsw_threshold": 10_000})
+    assert loaded.n_docs == 49 and loaded.n_chunks == 49 and "d3" not in loaded.docs
+    q = unit(50)[10]
+    assert loaded.store.search(q, 1)[0][0] == state.store.search(q, 1)[0][0]
+    (tmp_path / "snap" / "alive.bin").write_bytes(b"\x01" * 50)
+    with pytest.raises(SnapshotError, match="checksum"):
+        read_snapshot(tmp_path / "snap", "t2", DIM, {"hnsw_threshold": 10_000})
+    with pytest.raises(SnapshotError, match="dimension"):
+        write_snapshot(state, tmp_path / "snap2")
+        read_snapshot(tmp_path / "snap2", "t2", DIM + 1, {"hnsw_threshold": 10_000})
+
+
+def test_compaction_keeps_results(tmp_path):
+    state = _state(tmp_path, n=300, threshold=100)
+    assert state.store.kind == "flat"  # apply() never migrates; the registry does
+    state.apply({"delete": [f"d{i}" for i in range(0, 300, 2)]}, None)
+    q = unit(300)[11]
+    before = [state.chunk(int(s))[0].doc_id for s in state.store.search(q, 5)[0]]
+    state.compact()
+    assert state.store.ntotal == 150 and state.tombstones() == 0 and state.store.kind == "hnsw"
+    after = [state.chunk(int(s))[0].doc_id for s in state.store.search(q, 5)[0]]
+    assert before == after
+    slots, _ = state.bm25.search("text 11", 3, state.store.alive)
+    assert state.chunk(int(slots[0]))[0].doc_id == "d11"

@@ -1,0 +1,26 @@
+"""The console script's arguments and the child-event owner lookup (no cluster)."""
+
+from ragengine_operator import constants as c
+from ragengine_operator.__main__ import parse_args
+from ragengine_operator.handlers import _owner
+from ragengine_operator.settings import OperatorSettings
+
+
+def test_parse_args():
+    args = parse_args(["-n", "team-a", "--namespace", "ml-*", "--metrics-port", "0"])
+    assert args.namespace == ["team-a", "ml-*"] and args.metrics_port == 0
+    assert parse_args([]).namespace == []  # all namespaces
+
+
+def test_settings_from_env(monkeypatch):
+    monkeypatch.setenv("RAGENGINE_OPERATOR_ENGINE_IMAGE", "registry.local/engine:1")
+    monkeypatch.setenv("RAGENGINE_OPERATOR_RESYNC_SECONDS", "7.5")
+    s = OperatorSettings()
+    assert s.engine_image == "registry.local/engine:1" and s.resync_seconds == 7.5
+
+
+def test_owner_of_a_child():
+    ref = {"apiVersion": c.API_VERSION, "kind": c.KIND, "name": "docs", "uid": "u", "controller": True}
+    assert _owner({"metadata": {"ownerReferences": [ref]}}) == "docs"
+    assert _owner({"metadata": {"ownerReferences": [{**ref, "kind": "ReplicaSet"}]}}) is None
+    assert _owner({"metadata": {}}) is None
