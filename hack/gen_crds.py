@@ -63,6 +63,10 @@ def structural(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
     if "properties" in out:
         out["type"] = "object"
         out.pop("additionalProperties", None)  # unknown fields are pruned/rejected by the API server
+        if out.get("default") == {}:
+            # The API server validates a default as written (inner defaults not applied), so CEL
+            # rules on the object would see no fields: spell the inner defaults out.
+            out["default"] = {k: v["default"] for k, v in out["properties"].items() if "default" in v}
     return out
 
 

@@ -113,7 +113,12 @@ class Controller:
         status, changes = compute_status(owner, spec, generation, observed, current.get("conditions") or [], now(), error)
         if all(status.get(k) == current.get(k) for k in STATUS_KEYS):
             return
-        kube.patch_status(self.api, owner.namespace, owner.name, status)
+        try:
+            kube.patch_status(self.api, owner.namespace, owner.name, status)
+        except ApiException as exc:
+            if exc.status == 404:
+                return  # deleted since we read it: nothing to report on
+            raise
         metrics.STATUS_WRITES.inc()
         if self.settings.post_events:
             for cond in changes:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -85,14 +86,15 @@ def smollm2_url():
         pytest.fail("SmolLM2 is not installed: run hack/install-llm.sh (make install does). " + check.stderr)
     port = free_port()
     env = {**os.environ, "LLM_PORT": str(port), "LLM_N_CTX": "2048", "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.Popen([str(ROOT / "hack/serve-llm.sh")], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+    log = tempfile.TemporaryFile(mode="w+")  # not a pipe: llama.cpp logs a lot and a full pipe blocks it
+    proc = subprocess.Popen([str(ROOT / "hack/serve-llm.sh")], env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}/v1"
     try:
         deadline = time.monotonic() + 90
         while True:
             if proc.poll() is not None:
-                pytest.fail(f"llama_cpp.server exited with {proc.returncode}: {proc.stderr.read()[-2000:]}")
+                log.seek(0)
+                pytest.fail(f"llama_cpp.server exited with {proc.returncode}: {log.read()[-2000:]}")
             with contextlib.suppress(httpx.HTTPError):
                 if httpx.get(f"{url}/models", timeout=2).status_code == 200:
                     break
@@ -106,6 +108,7 @@ def smollm2_url():
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             proc.kill()
+        log.close()
 
 
 @pytest.fixture(scope="module")

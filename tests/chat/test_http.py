@@ -337,3 +337,17 @@ def test_extractive_streamed(engine):
     assert final["generation_method"] == "extractive_fallback" and final["source_nodes"]
     text = "".join(e["choices"][0]["delta"].get("content", "") for e in events[:-2] if e["choices"])
     assert text.startswith("KAITO is a Kubernetes operator")
+
+
+def test_ttft_metrics_observed(engine, fake_llm):
+    from ragengine.metrics import REGISTRY
+
+    before = REGISTRY.get_sample_value("rag_ttft_seconds_count") or 0
+    llm_before = REGISTRY.get_sample_value("llm_ttft_seconds_count") or 0
+    base = engine()
+    post(base, {"index_name": "docs", "messages": [{"role": "user", "content": "q"}]})
+    with httpx.stream("POST", f"{base}/v1/chat/completions", timeout=30,
+                      json={"index_name": "docs", "stream": True, "messages": [{"role": "user", "content": "q"}]}) as r:
+        r.read()
+    assert REGISTRY.get_sample_value("rag_ttft_seconds_count") == before + 2
+    assert REGISTRY.get_sample_value("llm_ttft_seconds_count") == llm_before + 2

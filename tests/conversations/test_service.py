@@ -69,3 +69,62 @@ async def test_ttl_cleanup_removes_idle_sessions_and_orphan_files(store, tmp_pat
     assert removed == {"sessions": [old.id], "files": [orphan.id]}
     assert [s.id for s in await store.list_sessions()] == [fresh.id]
     assert [f.id for f in await store.list_files()] == [kept.id]
+
+
+class RecordingRegistry:
+    def __init__(self):
+        self.docs: dict[str, dict] = {}
+
+    def exists(self, name):
+        return bool(self.docs)
+
+    async def add_documents(self, index_name, documents):
+        for d in documents:
+            self.docs[d["doc_id"]] = d
+        return documents
+
+    async def delete_documents(self, index_name, doc_ids):
+        for d in doc_ids:
+            self.docs.pop(d, None)
+        return {}
+
+
+async def wait_status(store, file_id, timeout=30):
+    for _ in range(int(timeout / 0.02)):
+        info = await store.get_file(file_id)
+        if info.status in ("completed", "failed"):
+            return info
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"stuck in {info.status}")
+
+
+async def test_ingestion_worker_recovers_after_restart_and_fails_broken_pdfs(store, tmp_path):
+    from tests.conversations.test_uploads import make_pdf
+
+    settings = EngineSettings(data_dir=tmp_path)
+    registry = RecordingRegistry()
+    # a file left "processing" by a crash, with a stale document from the interrupted run
+    stuck = await store.create_file(filename="s.pdf", content_type="application/pdf", size_bytes=1)
+    await store.update_file(stuck.id, status="processing", progress=0.4, doc_ids=[f"{stuck.id}-0"])
+    registry.docs[f"{stuck.id}-0"] = {"doc_id": f"{stuck.id}-0", "text": "stale"}
+    (tmp_path / "uploads").mkdir()
+    (tmp_path / "uploads" / stuck.id).write_bytes(make_pdf(["Page one text", "Page two text"]))
+    worker = IngestionWorker(store, registry, settings)
+    await worker.start()
+    try:
+        done = await wait_status(store, stuck.id)
+        assert (done.status, done.progress, done.documents) == ("completed", 1.0, 2)
+        assert {d["metadata"]["page"] for d in registry.docs.values()} == {1, 2}
+        assert all(d["metadata"]["file_id"] == stuck.id for d in registry.docs.values())
+        assert "Page one text" in done.text and not (tmp_path / "uploads" / stuck.id).exists()
+
+        broken = await worker.accept("b.pdf", "application/pdf", b"%PDF-1.7\n%garbage")
+        failed = await wait_status(store, broken.id)
+        assert failed.status == "failed" and "could not be read" in failed.reason
+        missing = await store.create_file(filename="m.txt", content_type="text/plain", size_bytes=1)
+        await worker.queue.put(missing.id)
+        assert "missing" in (await wait_status(store, missing.id)).reason
+        await worker.delete(stuck.id)
+        assert registry.docs == {}
+    finally:
+        await worker.stop()

@@ -98,6 +98,7 @@ class ChatService:
         if window / self.settings.node_token_approximation <= MIN_TOP_K:
             # top_k is MIN_TOP_K whatever the prompt's length: search while the tokens are counted.
             retrieval = asyncio.ensure_future(self.registry.retrieve(target.index_name, split.user_prompt, MIN_TOP_K))
+        t_count = time.perf_counter()
         try:
             prompt_tokens, query_tokens = await asyncio.gather(
                 self.llm.count_tokens(req.messages), self.llm.count_tokens(split.user_prompt)
@@ -111,6 +112,7 @@ class ChatService:
             if retrieval is not None:
                 retrieval.cancel()
             raise
+        count_s = time.perf_counter() - t_count
         if retrieval is None or budget.top_k != MIN_TOP_K:
             if retrieval is not None:
                 retrieval.cancel()
@@ -120,6 +122,7 @@ class ChatService:
         retrieve_s = time.perf_counter() - t_retrieve
         threshold = self.settings.similarity_threshold
         candidates = [n for n in nodes if (n.score or 0.0) >= threshold] if threshold else list(nodes)
+        t_select = time.perf_counter()
         counts = dict(zip((n.text for n in candidates), await self.llm.count_tokens_many([n.text for n in candidates])))
         selected = select_context(candidates, budget.context_budget, counts.__getitem__, threshold)
         context_tokens = sum(counts[n.text] for n in selected)
@@ -130,7 +133,7 @@ class ChatService:
             context_budget=budget.context_budget, prompt_tokens=prompt_tokens, max_tokens=max_tokens,
             max_tokens_requested=budget.max_tokens_requested, token_counter=self.llm.tokens.method,
         )
-        timing = {"retrieve": retrieve_s}
+        timing = {"tokens": count_s, "retrieve": retrieve_s, "select": time.perf_counter() - t_select}
         if not selected:
             # The seed: nothing relevant fits → the request goes to the LLM as sent.
             return await self._passthrough(body, req, target, info, t0, fallback_nodes=candidates[:5], timing=timing)

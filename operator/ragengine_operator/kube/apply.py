@@ -7,6 +7,7 @@ the operator is the authority for the fields it sets.
 
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import datetime, timezone
 from typing import Any
@@ -32,13 +33,18 @@ def path(api_version: str, kind: str, namespace: str, name: str | None = None, s
 
 def call(api: k8s.ApiClient, method: str, url: str, body: Any = None, content_type: str = "application/json",
          query: list[tuple[str, str]] | None = None) -> Any:
-    """A raw REST call returning the decoded JSON (dict)."""
+    """A raw REST call returning the decoded JSON; non-2xx raises ApiException (status, body)."""
     # dict bodies: the client serialises them as JSON for JSON and YAML content types alike.
-    data = api.call_api(
-        url, method, query_params=query or [], header_params={"Content-Type": content_type, "Accept": "application/json"},
-        body=body, auth_settings=["BearerToken"], response_type="object", _return_http_data_only=True,
+    headers = {"Content-Type": content_type, "Accept": "application/json"}
+    method, full_url, headers, body, _ = api.param_serialize(
+        method=method, resource_path=url, query_params=query or [], header_params=headers, body=body,
+        auth_settings=["BearerToken"],
     )
-    return data
+    response = api.call_api(method, full_url, header_params=headers, body=body, _request_timeout=30)
+    response.read()
+    if not 200 <= response.status <= 299:
+        raise ApiException(http_resp=response)
+    return json.loads(response.data) if response.data else None
 
 
 def server_side_apply(api: k8s.ApiClient, obj: dict[str, Any]) -> dict[str, Any]:

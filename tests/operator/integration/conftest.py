@@ -57,7 +57,10 @@ def operator(kube):
     with KopfRunner(args, timeout=60) as runner:
         yield runner
     assert runner.exception is None, runner.output[-3000:]
-    assert "Traceback (most recent call last)" not in runner.output, runner.output[-3000:]
+    output = runner.output
+    if "Traceback (most recent call last)" in output:
+        at = output.index("Traceback (most recent call last)")
+        pytest.fail(f"the operator logged a traceback:\n{output[max(0, at - 1500):at + 3000]}", pytrace=False)
 
 
 def _namespace(kube: Kube, prefix: str, request) -> str:

@@ -20,10 +20,10 @@ def validation_ns(kube):
     kube.core.delete_namespace(name)
 
 
-def rejection(fn) -> str:
+def rejection(fn, status: int = 422) -> str:
     with pytest.raises(ApiException) as info:
         fn()
-    assert info.value.status == 422, info.value.body
+    assert info.value.status == status, info.value.body
     return json.loads(info.value.body)["message"]
 
 
@@ -40,7 +40,8 @@ def test_bad_names_rejected(kube, validation_ns, name):
 
 
 def test_unknown_field_rejected_with_strict_validation(kube, validation_ns):
-    text = rejection(lambda: kube.create_rag(validation_ns, "unknown", {**GOOD_MODEL, "replicaz": 3}, field_validation="Strict"))
+    text = rejection(lambda: kube.create_rag(validation_ns, "unknown", {**GOOD_MODEL, "replicaz": 3}, field_validation="Strict"),
+                     status=400)
     assert 'unknown field "spec.replicaz"' in text
 
 

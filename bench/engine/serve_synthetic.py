@@ -1,0 +1,65 @@
+"""Run the engine on a free port with a synthetic index preloaded, for the latency/RSS benchmarks.
+
+``--embed N``: N synthetic passages indexed through the normal write path (chunk + embed + journal).
+``--precomputed N``: N passages with precomputed clustered unit vectors inserted through the registry's
+store API (``add_precomputed``: journal + FAISS + BM25, no embedding), to save the embedding time.
+Prints ``READY <port>`` when serving.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import uvicorn  # noqa: E402
+
+from bench.engine.synth import clustered_unit_vectors, passages  # noqa: E402
+from ragengine.app import create_app  # noqa: E402
+from ragengine.settings import EngineSettings  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--data-dir", required=True)
+    ap.add_argument("--embed", type=int, default=0)
+    ap.add_argument("--precomputed", type=int, default=0)
+    args = ap.parse_args()
+    settings = EngineSettings(data_dir=Path(args.data_dir), port=args.port)
+    app = create_app(settings)
+
+    async def preload() -> None:
+        registry = app.state.registry
+        if args.embed:
+            texts = passages(args.embed, seed=3)
+            for start in range(0, len(texts), 512):
+                await registry.add_documents("bench", [{"text": t} for t in texts[start : start + 512]])
+        if args.precomputed:
+            texts = passages(args.precomputed, seed=4)
+            vectors = clustered_unit_vectors(args.precomputed)
+            for start in range(0, len(texts), 10_000):
+                await registry.add_precomputed("bench", texts[start : start + 10_000], vectors[start : start + 10_000])
+            del texts, vectors
+        gc.collect()
+        print(f"READY {args.port}", flush=True)
+
+    async def run() -> None:
+        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=args.port, log_level="warning"))
+        task = asyncio.create_task(server.serve())
+        while not server.started:
+            await asyncio.sleep(0.05)
+        await preload()  # lifespan has built the registry by now
+        await task
+
+    asyncio.run(run())
+
+
+if __name__ == "__main__":
+    main()

