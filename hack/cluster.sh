@@ -159,6 +159,7 @@ up() {
 down() {
   for c in kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do stop "$c"; done
   rm -rf "$STATE/etcd"
+  rm -rf /tmp/hostpath_pv  # volumes of kube-controller-manager's dev hostpath provisioner
   log "down"
 }
 

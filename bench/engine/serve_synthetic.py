@@ -25,6 +25,13 @@ from ragengine.app import create_app  # noqa: E402
 from ragengine.settings import EngineSettings  # noqa: E402
 
 
+def _rss_kib() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, required=True)
@@ -37,15 +44,22 @@ def main() -> None:
 
     async def preload() -> None:
         registry = app.state.registry
-        if args.embed:
+        # Warm the query path on a tiny index first, then report the "empty engine" RSS baseline.
+        await registry.add_documents("warm", [{"text": t} for t in passages(20, seed=11)])
+        for i in range(30):
+            await registry.retrieve("warm", f"warm-up query {i}", 10)
+        await registry.delete_index("warm")
+        gc.collect()
+        print(f"BASE_RSS {_rss_kib()}", flush=True)
+        if args.embed:  # index "small": through the normal write path
             texts = passages(args.embed, seed=3)
             for start in range(0, len(texts), 512):
-                await registry.add_documents("bench", [{"text": t} for t in texts[start : start + 512]])
-        if args.precomputed:
+                await registry.add_documents("small", [{"text": t} for t in texts[start : start + 512]])
+        if args.precomputed:  # index "large": precomputed vectors
             texts = passages(args.precomputed, seed=4)
             vectors = clustered_unit_vectors(args.precomputed)
             for start in range(0, len(texts), 10_000):
-                await registry.add_precomputed("bench", texts[start : start + 10_000], vectors[start : start + 10_000])
+                await registry.add_precomputed("large", texts[start : start + 10_000], vectors[start : start + 10_000])
             del texts, vectors
         gc.collect()
         print(f"READY {args.port}", flush=True)

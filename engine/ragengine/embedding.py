@@ -202,4 +202,17 @@ def build_embedder(settings: EngineSettings) -> Embedder:
     st = model._model
     dim = int(st.get_embedding_dimension() if hasattr(st, "get_embedding_dimension") else st.get_sentence_embedding_dimension())
     max_tokens = int(st.max_seq_length or settings.embedding_max_tokens or 512)
-    return Embedder(model, dim=dim, max_tokens=max_tokens, tokenizer=st.tokenizer, kind="local")
+    return Embedder(model, dim=dim, max_tokens=max_tokens, tokenizer=_counting_tokenizer(st.tokenizer), kind="local")
+
+
+def _counting_tokenizer(tokenizer: Any) -> Any:
+    """A copy of the model's tokenizer for counting whole documents: without the model's length limit
+    it neither truncates nor warns "sequence length is longer than the specified maximum"."""
+    import copy
+
+    try:
+        counting = copy.deepcopy(tokenizer)
+        counting.model_max_length = 10**9
+        return counting
+    except Exception:  # noqa: BLE001 - counting with the original only costs a log line
+        return tokenizer

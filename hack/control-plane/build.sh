@@ -14,6 +14,8 @@ have_all() { for b in "${BINARIES[@]}"; do [[ -x $BIN/$b ]] || return 1; done; }
 if have_all; then echo "$BIN"; exit 0; fi
 
 log() { echo "[build $(date +%H:%M:%S)] $*" >&2; }
+# The module proxy may lack a release (seen: k8s.io/kubernetes v1.33.5's staging modules 403 here).
+trap 'log "FAILED. If a module version is not on the proxy (403/404 above), pin another patch release in $HERE/versions.env"' ERR
 # GOTOOLCHAIN=local: never try to fetch another Go; pinned releases all declare go <= 1.26.
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-trimpath
 mkdir -p "$BIN"

@@ -121,8 +121,11 @@ class Controller:
             raise
         metrics.STATUS_WRITES.inc()
         if self.settings.post_events:
+            # Ready and Degraded carry the story (kubectl describe); the component conditions'
+            # transitions are in status and would triple the Event writes at scale.
             for cond in changes:
-                self._event(body, cond)
+                if cond["type"] in (c.READY, c.DEGRADED):
+                    self._event(body, cond)
 
     def _event(self, body: dict, cond: dict[str, Any]) -> None:
         # Warning when something broke; every other transition (incl. Ready=True) is Normal.

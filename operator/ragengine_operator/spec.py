@@ -8,15 +8,26 @@ spec that slipped past an old CRD still fails loudly in the operator instead of 
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
 from pydantic.alias_generators import to_camel
 
 # A resource quantity ("10Gi", "500m", 2): int-or-string in the schema, like core/v1.
 Quantity = Annotated[str | int, WithJsonSchema({"x-kubernetes-int-or-string": True})]
-# A size for a volume: a string so CEL can compare it with quantity() (see overlay.yaml).
-Size = Annotated[str, Field(max_length=32)]
+_QUANTITY = re.compile(r"^([0-9]+(\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[numkMGTPE]|[eE][+-]?[0-9]+)?$")
+
+
+def _positive_quantity(value: str) -> str:
+    if not _QUANTITY.match(value) or float(re.sub(r"[^0-9.].*$", "", value) or 0) <= 0:
+        raise ValueError("size must be a positive resource quantity such as 20Gi")
+    return value
+
+
+# A size for a volume: a string so CEL can compare it with quantity() (see overlay.yaml); the
+# validator mirrors the CEL rule (it does not change the generated schema).
+Size = Annotated[str, Field(max_length=32), AfterValidator(_positive_quantity)]
 Name = Annotated[str, Field(min_length=1, max_length=253)]
 Url = Annotated[str, Field(max_length=2048)]
 

@@ -44,7 +44,8 @@ class FakeRegistry:
     async def retrieve(self, index_name, query, top_k, *, filters=None, metadata_filter=None, query_embedding=None):
         if index_name not in self.indexes:
             raise NotFound(f"No such index: '{index_name}' exists.")
-        self.calls.append({"index_name": index_name, "query": query, "top_k": top_k})
+        self.calls.append({"index_name": index_name, "query": query, "top_k": top_k, "filters": filters,
+                           "metadata_filter": metadata_filter})
         return self.indexes[index_name][:top_k]
 
 

@@ -150,3 +150,14 @@ def test_smollm2_passthrough_and_models(engine_on_smollm2):
         "messages": [{"role": "user", "content": "Name three colors."}], "max_tokens": 16, "temperature": 0})
     assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"].strip()
     assert r.json()["rag"]["reason"] == "no_index_name"
+
+
+def test_full_engine_scoped_by_filters(engine_on_fake, fake_llm):
+    url = f"{engine_on_fake}/v1/chat/completions"
+    r = httpx.post(url, timeout=60, json={"index_name": "docs", "messages": [{"role": "user", "content": QUESTION}],
+                                          "filters": {"type": "eq", "key": "source", "value": "menu.md"}})
+    assert r.status_code == 200, r.text
+    assert {s["metadata"]["source"] for s in r.json()["source_nodes"]} == {"menu.md"}
+    r = httpx.post(url, timeout=60, json={"index_name": "docs", "messages": [{"role": "user", "content": QUESTION}],
+                                          "filters": {"type": "bogus"}})
+    assert r.status_code == 400 and r.json()["error"]["message"]

@@ -351,3 +351,19 @@ def test_ttft_metrics_observed(engine, fake_llm):
         r.read()
     assert REGISTRY.get_sample_value("rag_ttft_seconds_count") == before + 2
     assert REGISTRY.get_sample_value("llm_ttft_seconds_count") == llm_before + 2
+
+
+def test_retrieval_filters_are_passed_to_the_index_not_the_llm(engine, fake_llm):
+    base = engine()
+    flt = {"type": "eq", "key": "source", "value": "kaito-1"}
+    post(base, {"index_name": "docs", "messages": [{"role": "user", "content": "q"}], "filters": flt,
+                "metadata_filter": {"source": "kaito-1"}})
+    assert "filters" not in fake_llm.last_chat() and "metadata_filter" not in fake_llm.last_chat()
+    call = engine.app.state.chat.registry.calls[-1]
+    assert call["filters"] == flt and call["metadata_filter"] == {"source": "kaito-1"}
+
+
+def test_kaito_style_full_llm_url_is_accepted(engine, fake_llm, llm_url):
+    base = engine(llm_url=llm_url + "/chat/completions")
+    r = post(base, {"index_name": "docs", "messages": [{"role": "user", "content": "q"}]})
+    assert r.status_code == 200 and r.json()["rag"]["token_counter"] == "vllm"

@@ -32,7 +32,7 @@ async def test_relay_rewrites_ids_appends_final_and_done():
 
     out = [e async for e in relay(upstream(), completion_id="chatcmpl-1", final=lambda: {"source_nodes": []})]
     assert [json.loads(e[6:])["id"] for e in out[:2]] == ["chatcmpl-1", "chatcmpl-1"]
-    assert out[2] == sse({"source_nodes": []}) and out[3] == DONE
+    assert out[2] == sse({"source_nodes": [], "id": "chatcmpl-1"}) and out[3] == DONE
 
 
 async def test_relay_error_after_start_is_one_event_then_done():
@@ -122,3 +122,15 @@ def test_stream_falls_back_to_extractive_when_unreachable(engine, dead_url):
     with httpx.stream("POST", base + URL, json={"index_name": "docs", "stream": True, "messages": Q}, timeout=30) as r:
         events = sse_events(r)
     assert events[-2]["generation_method"] == "extractive_fallback" and "cannot connect" in events[-2]["fallback_reason"]
+
+
+def test_bypassed_rag_stream_says_why_in_last_chunk(engine, fake_llm):
+    base = engine()
+    body = {"model": "fake-llm", "index_name": "docs", "stream": True, "messages": Q,
+            "tools": [{"type": "function", "function": {"name": "f"}}]}
+    with httpx.stream("POST", base + URL, json=body, timeout=30) as r:
+        events = sse_events(r)
+    assert fake_llm.last_chat() == {k: v for k, v in body.items() if k != "index_name"}
+    final = events[-2]
+    assert final["rag"]["reason"] == "tools_or_functions" and final["source_nodes"] is None
+    assert final["id"] == events[0]["id"]  # the upstream's id, as for every other chunk

@@ -32,7 +32,7 @@ INVALID: list[tuple[str, dict[str, Any], str, bool]] = [
      "embedding.apiKeySecretRef needs embedding.url", True),
     ("embedding-url-not-http", {"embedding": {"url": "file:///e"}}, "embedding.url must be an http:// or https:// URL", True),
     ("engine-replicas-two", {"engine": {"replicas": 2}}, "spec.engine.replicas", True),
-    ("storage-size-garbage", {"storage": {"size": "lots"}}, "size must be a positive resource quantity", False),
+    ("storage-size-garbage", {"storage": {"size": "lots"}}, "size must be a positive resource quantity", True),
     ("secret-ref-without-name", {"auth": {"apiKeySecretRef": {"key": "k"}}}, "spec.auth.apiKeySecretRef.name", True),
     ("toleration-bad-operator", {"inference": {"model": "m", "tolerations": [{"key": "a", "operator": "Maybe"}]}},
      "spec.inference.tolerations[0].operator", True),

@@ -97,7 +97,8 @@ class ChatService:
         retrieval = None
         if window / self.settings.node_token_approximation <= MIN_TOP_K:
             # top_k is MIN_TOP_K whatever the prompt's length: search while the tokens are counted.
-            retrieval = asyncio.ensure_future(self.registry.retrieve(target.index_name, split.user_prompt, MIN_TOP_K))
+            retrieval = asyncio.ensure_future(self._retrieve(req, target, split.user_prompt, MIN_TOP_K))
+            retrieval.add_done_callback(lambda t: t.cancelled() or t.exception())  # never "never retrieved"
         t_count = time.perf_counter()
         try:
             prompt_tokens, query_tokens = await asyncio.gather(
@@ -117,7 +118,7 @@ class ChatService:
             if retrieval is not None:
                 retrieval.cancel()
             t_retrieve = time.perf_counter()
-            retrieval = self.registry.retrieve(target.index_name, split.user_prompt, budget.top_k)
+            retrieval = self._retrieve(req, target, split.user_prompt, budget.top_k)
         nodes = await retrieval
         retrieve_s = time.perf_counter() - t_retrieve
         threshold = self.settings.similarity_threshold
@@ -173,6 +174,10 @@ class ChatService:
         out = result.body if isinstance(result.body, dict) else {"response": result.body}
         out.update(id=completion_id, source_nodes=sources, generation_method="llm", rag=info.model_dump(exclude_none=True))
         return self._json(out, t0, "rag", llm_s=result.elapsed_s, endpoint=result.endpoint, timing=timing)
+
+    async def _retrieve(self, req: ChatCompletionRequest, target: Target, query: str, top_k: int) -> list:
+        scoped = {k: v for k, v in (("filters", req.filters), ("metadata_filter", req.metadata_filter)) if v is not None}
+        return await self.registry.retrieve(target.index_name, query, top_k, **scoped)
 
     # --- pass-through -----------------------------------------------------------------------------
     async def _passthrough(self, body: dict, req: ChatCompletionRequest, target: Target, info: RagInfo, t0: float,

@@ -49,10 +49,13 @@ async def relay(
     ``final`` chunk (source nodes), then ``[DONE]``. Cancellation (client gone) propagates to upstream
     through ``on_close``, which closes the upstream response."""
     first = True
+    last_id = completion_id
     try:
         async for item in upstream:
             if completion_id is not None:
                 item["id"] = completion_id
+            else:
+                last_id = item.get("id", last_id)
             if first:
                 first = False
                 if on_first:
@@ -60,6 +63,8 @@ async def relay(
             yield sse(item)
         last = final() if final else None
         if last is not None:
+            if not last.get("id") and last_id:
+                last["id"] = last_id  # pass-through: the upstream's id
             yield sse(last)
     except Exception as exc:  # noqa: BLE001 - anything after the 200 becomes an error event
         log.warning("chat stream failed after start: %s", exc)

@@ -39,13 +39,21 @@ class Record:
     vectors: np.ndarray | None
 
 
-def encode(seq: int, op: dict, vectors: np.ndarray | None) -> bytes:
+def encode_parts(seq: int, op: dict, vectors: np.ndarray | None) -> list:
+    """The record as buffers (header, JSON, vectors) without concatenating the large vector block."""
     meta = json.dumps(op, ensure_ascii=False, separators=(",", ":")).encode()
-    body = struct.pack("<I", len(meta)) + meta
+    parts = [struct.pack("<I", len(meta)) + meta]
     if vectors is not None and len(vectors):
-        body += np.ascontiguousarray(vectors, dtype="<f4").tobytes()
-    crc = zlib.crc32(struct.pack("<Q", seq) + body)
-    return HEADER.pack(MAGIC, len(body), crc, seq) + body
+        parts.append(memoryview(np.ascontiguousarray(vectors, dtype="<f4")).cast("B"))
+    crc = zlib.crc32(struct.pack("<Q", seq))
+    for part in parts:
+        crc = zlib.crc32(part, crc)
+    length = sum(len(p) for p in parts)
+    return [HEADER.pack(MAGIC, length, crc, seq), *parts]
+
+
+def encode(seq: int, op: dict, vectors: np.ndarray | None) -> bytes:
+    return b"".join(bytes(p) for p in encode_parts(seq, op, vectors))
 
 
 def fsync_dir(path: Path) -> None:
@@ -77,10 +85,13 @@ class Journal:
         """Write and fsync one record (runs in a worker thread)."""
         if self._fh is None:
             self.open()
-        data = encode(seq, op, vectors)
+        parts = encode_parts(seq, op, vectors)
         offset = self._fh.seek(0, os.SEEK_END)
         try:
-            self._fh.write(data)
+            for part in parts:
+                view = memoryview(part)
+                while view:  # unbuffered file: write() may be partial
+                    view = view[self._fh.write(view):]
             os.fsync(self._fh.fileno())
         except BaseException:
             # Never leave half a record in front of the next one (that would read as corruption).

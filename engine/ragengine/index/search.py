@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -17,6 +18,10 @@ from ragengine import metrics
 from ragengine.index.state import IndexState, node_id
 from ragengine.index.types import RetrievedNode, cosine_to_score
 from ragengine.retrieval.hybrid import rrf
+
+
+# Searches only (ingestion embeds on the embedder's own thread), so queries never queue behind writes.
+_POOL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="search")
 
 
 def _pool_size(top_k: int, reranking: bool, settings: Any) -> int:
@@ -78,19 +83,24 @@ async def search_index(state: IndexState, embedder: Any, settings: Any, query: s
     hybrid = bool(settings.hybrid)
     pool = _pool_size(top_k, reranker is not None, settings)
     n_out = max(top_k, settings.rerank_candidates) if reranker is not None else top_k
-    sparse_task = asyncio.create_task(asyncio.to_thread(_bm25, state, query, pool, f)) if hybrid else None
-    try:
+    # BM25 runs in one thread while another embeds the query and then searches FAISS: one hop from
+    # the event loop, and the sparse side hides behind the embedding time.
+    sparse_future = _POOL.submit(_bm25, state, query, pool, f) if hybrid else None
+
+    def job() -> list[RetrievedNode]:
         if query_embedding is None:
-            qvec = await embedder.embed_query(query)
+            qvec = embedder.embed_query_sync(query)
         else:
             qvec = np.asarray(query_embedding, dtype=np.float32).reshape(-1)
             qvec = qvec / max(float(np.linalg.norm(qvec)), 1e-12)
-    except BaseException:
-        if sparse_task is not None:
-            sparse_task.cancel()
-        raise
-    sparse = await sparse_task if sparse_task is not None else None
-    nodes = await asyncio.to_thread(_dense_and_fuse, state, qvec, query, pool, n_out, f, sparse, hybrid)
+        sparse = sparse_future.result() if sparse_future is not None else None
+        return _dense_and_fuse(state, qvec, query, pool, n_out, f, sparse, hybrid)
+
+    try:
+        nodes = await asyncio.get_running_loop().run_in_executor(_POOL, job)
+    finally:
+        if sparse_future is not None:
+            sparse_future.cancel()
     if reranker is not None and len(nodes) > 1:
         order = await reranker.order(query, [n.text for n in nodes])
         nodes = [nodes[i] for i in order]

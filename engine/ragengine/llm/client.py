@@ -109,7 +109,9 @@ def _message_of(response: httpx.Response) -> str:
 class LLMClient:
     def __init__(self, settings: EngineSettings, *, transport: httpx.AsyncBaseTransport | None = None) -> None:
         self.settings = settings
-        self.endpoints: list[str] = [u.rstrip("/") for u in [settings.llm_url, *settings.llm_fallback_urls] if u]
+        # Base URLs ending in /v1; a KAITO-style full ".../v1/chat/completions" URL is accepted too.
+        self.endpoints: list[str] = [u.rstrip("/").removesuffix("/chat/completions")
+                                     for u in [settings.llm_url, *settings.llm_fallback_urls] if u]
         self.configured = bool(self.endpoints)
         headers = {"User-Agent": f"ragengine/{__version__}"}
         if settings.llm_api_key:

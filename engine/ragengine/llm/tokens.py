@@ -168,6 +168,8 @@ class TokenCounter:
             async with self._probe_lock:
                 if self._remote_kind is None:
                     return await self._probe(text=text, messages=messages)
+            if self._remote_kind in (None, "none"):  # another request's probe found nothing usable
+                return None
         if self._remote_kind == "llama.cpp" and messages is not None:
             return None
         async with self._sem:

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 log = logging.getLogger(__name__)
 
 # Fields that are ours, never sent upstream.
-ENGINE_FIELDS = ("index_name", "context_token_ratio")
+ENGINE_FIELDS = ("index_name", "context_token_ratio", "filters", "metadata_filter")
 MODEL_ALIAS_PREFIX = "rag:"
 
 
@@ -46,6 +46,13 @@ class ChatCompletionRequest(OpenAIBaseModel):
     index_name: str | None = Field(None, description="Index to retrieve context from; unset = plain pass-through.")
     context_token_ratio: float | None = Field(
         None, description="Share (0.2-0.8) of the free token window given to retrieved context; default from settings."
+    )
+    filters: dict[str, Any] | None = Field(
+        None, description="Restrict retrieval: OpenAI-style structured filters, as in /retrieve "
+        "({'type': 'eq', 'key': 'lang', 'value': 'en'}, or 'and'/'or' of those).",
+    )
+    metadata_filter: dict[str, Any] | None = Field(
+        None, description="Restrict retrieval to chunks whose metadata has these exact values (KAITO's form)."
     )
 
 

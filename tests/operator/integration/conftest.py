@@ -93,3 +93,11 @@ def bare_namespace(kube, request):
 def bin_dir() -> Path:
     out = subprocess.run([str(ROOT / "hack" / "cluster.sh"), "env"], capture_output=True, text=True, check=True).stdout
     return Path(out.split("PATH=")[1].split(":")[0])
+
+
+def pytest_collection_modifyitems(items):
+    """Everything here needs the control plane: mark it (deselect with -m 'not cluster')."""
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.cluster)
