@@ -130,6 +130,8 @@ def test_bad_input(make_server):
         assert r.status_code == 413 and "too large" in r.json()["detail"]
         r = _index(base, docs=[{"text": "def f(): pass", "metadata": {"split_type": "code"}}])
         assert r.status_code == 400 and "Language not specified" in r.json()["detail"]
+        r = _index(base, name="a/b", docs=[{"text": "x"}])
+        assert r.status_code == 400 and "not allowed" in r.json()["detail"]
         assert httpx.get(f"{base}/indexes").json() == []  # failed writes create no index
         r = httpx.post(f"{base}/retrieve", json={"index_name": "nope", "query": "q"})
         assert r.status_code == 404 and r.json()["detail"] == "No such index: 'nope' exists."

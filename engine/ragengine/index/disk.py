@@ -34,6 +34,9 @@ def validate_name(name: str) -> str:
         raise BadRequest("Index name cannot be empty.")
     if len(name) > MAX_NAME or any(ord(c) < 32 or c == "\x7f" for c in name):
         raise BadRequest(f"Invalid index name: at most {MAX_NAME} printable characters.")
+    if "/" in name or name in (".", ".."):
+        # Every index must stay addressable as /indexes/{index_name}.
+        raise BadRequest(f"Invalid index name {name!r}: '/', '.' and '..' are not allowed.")
     return name
 
 

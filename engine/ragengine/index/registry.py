@@ -142,7 +142,9 @@ class IndexRegistry:
             if name in self._indexes:
                 return self._indexes[name]
             self.get(name) if name in self.corrupt else None
-            config = validate_config(ChunkingConfig.from_dict(chunking), self.embedder.chunk_token_limit)
+            defaults = {"chunk_size": self.settings.chunk_size, "chunk_overlap": self.settings.chunk_overlap}
+            config = validate_config(ChunkingConfig.from_dict({**defaults, **(chunking or {})}),
+                                     self.embedder.chunk_token_limit)
             state = IndexState(name, self.embedder.dim, config, self.store_kwargs)
             self._attach(state, on_disk=False)
             return state
@@ -347,15 +349,19 @@ class IndexRegistry:
                              metadata_filter: Any = None) -> dict:
         state = self.get(index_name)
         f = flt.from_metadata_filter(metadata_filter)
-        with state.rw.read():
-            page, total = state.list_documents(f, offset, limit)
-            docs = []
-            for rec in page:
-                truncated = max_text_length is not None and len(rec.text) > max_text_length
-                text = rec.text[:max_text_length] if truncated else rec.text
-                docs.append({"doc_id": rec.doc_id, "text": text, "hash_value": None, "metadata": rec.metadata,
-                             "is_truncated": truncated})
-        return {"documents": docs, "count": len(docs), "total_items": total}
+
+        def page() -> dict:  # a thread: filtering a big index must not hold up the event loop
+            with state.rw.read():
+                records, total = state.list_documents(f, offset, limit)
+                docs = []
+                for rec in records:
+                    truncated = max_text_length is not None and len(rec.text) > max_text_length
+                    text = rec.text[:max_text_length] if truncated else rec.text
+                    docs.append({"doc_id": rec.doc_id, "text": text, "hash_value": None, "metadata": rec.metadata,
+                                 "is_truncated": truncated})
+            return {"documents": docs, "count": len(docs), "total_items": total}
+
+        return await asyncio.to_thread(page)
 
     async def retrieve(self, index_name: str, query: str, top_k: int, *, filters: dict | None = None,
                        metadata_filter: dict | None = None, query_embedding: np.ndarray | None = None) -> list[RetrievedNode]:
