@@ -30,6 +30,7 @@ from ragengine.chat.plan import (
     split_messages,
 )
 from ragengine.chat.stream import chunk, extractive_stream, relay
+from ragengine.conversations.reformulate import reformulate_query
 from ragengine.errors import BadRequest, NotFound
 from ragengine.llm.client import LLMClient, LLMUnavailable
 from ragengine.llm.tokens import estimate_tokens
@@ -92,12 +93,18 @@ class ChatService:
     # --- RAG --------------------------------------------------------------------------------------
     async def _rag(self, body: dict, req: ChatCompletionRequest, target: Target, t0: float):
         split = split_messages(req.messages)
+        # Opt-in query reformulation: a follow-up ("which of those is quickest?") is rewritten into a
+        # standalone question for retrieval only; the LLM still sees the user's own words.
+        query, reformulation = split.user_prompt, None
+        if req.reformulate if req.reformulate is not None else self.settings.reformulate:
+            reformulation = await reformulate_query(self.llm, self.settings, split.user_prompt, split.history)
+            query = reformulation.query
         window = await self.llm.context_window()
         t_retrieve = time.perf_counter()
         retrieval = None
         if window / self.settings.node_token_approximation <= MIN_TOP_K:
             # top_k is MIN_TOP_K whatever the prompt's length: search while the tokens are counted.
-            retrieval = asyncio.ensure_future(self._retrieve(req, target, split.user_prompt, MIN_TOP_K))
+            retrieval = asyncio.ensure_future(self._retrieve(req, target, query, MIN_TOP_K))
             retrieval.add_done_callback(lambda t: t.cancelled() or t.exception())  # never "never retrieved"
         t_count = time.perf_counter()
         try:
@@ -118,7 +125,7 @@ class ChatService:
             if retrieval is not None:
                 retrieval.cancel()
             t_retrieve = time.perf_counter()
-            retrieval = self._retrieve(req, target, split.user_prompt, budget.top_k)
+            retrieval = self._retrieve(req, target, query, budget.top_k)
         nodes = await retrieval
         retrieve_s = time.perf_counter() - t_retrieve
         threshold = self.settings.similarity_threshold
@@ -133,13 +140,14 @@ class ChatService:
             top_k=budget.top_k, retrieved=len(nodes), selected=len(selected), context_tokens=context_tokens,
             context_budget=budget.context_budget, prompt_tokens=prompt_tokens, max_tokens=max_tokens,
             max_tokens_requested=budget.max_tokens_requested, token_counter=self.llm.tokens.method,
+            query_used=query, reformulation=reformulation.to_dict() if reformulation else None,
         )
         timing = {"tokens": count_s, "retrieve": retrieve_s, "select": time.perf_counter() - t_select}
         if not selected:
             # The seed: nothing relevant fits → the request goes to the LLM as sent.
             return await self._passthrough(body, req, target, info, t0, fallback_nodes=candidates[:5], timing=timing)
         if not self.llm.configured:
-            return self._extractive(req, target, info, selected, NO_LLM, t0)
+            return self._extractive(req, target, info, selected, NO_LLM, t0, query=query)
 
         payload = upstream_body(body)
         payload["messages"] = build_messages(split.history, split.user_prompt, [n.text for n in selected])
@@ -157,7 +165,7 @@ class ChatService:
             try:
                 stream = await self.llm.open_stream(payload)
             except LLMUnavailable as exc:
-                return self._extractive(req, target, info, selected, exc.message, t0)
+                return self._extractive(req, target, info, selected, exc.message, t0, query=query)
             info.endpoint = stream.endpoint
             model = payload.get("model") or ""
             final = chunk(completion_id, model, int(time.time()), [], source_nodes=sources,
@@ -169,7 +177,7 @@ class ChatService:
         try:
             result = await self.llm.chat(payload)
         except LLMUnavailable as exc:
-            return self._extractive(req, target, info, selected, exc.message, t0)
+            return self._extractive(req, target, info, selected, exc.message, t0, query=query)
         info.endpoint = result.endpoint
         out = result.body if isinstance(result.body, dict) else {"response": result.body}
         out.update(id=completion_id, source_nodes=sources, generation_method="llm", rag=info.model_dump(exclude_none=True))
@@ -221,9 +229,10 @@ class ChatService:
         return self._json(out, t0, "passthrough", llm_s=result.elapsed_s, endpoint=result.endpoint, timing=timing)
 
     # --- extractive fallback ----------------------------------------------------------------------
-    def _extractive(self, req: ChatCompletionRequest, target: Target, info: RagInfo, nodes: list, reason: str, t0: float):
+    def _extractive(self, req: ChatCompletionRequest, target: Target, info: RagInfo, nodes: list, reason: str, t0: float,
+                    *, query: str | None = None):
         log.info("answering extractively: %s", reason)
-        query = split_messages(req.messages).user_prompt
+        query = query or info.query_used or split_messages(req.messages).user_prompt
         text = extractive_answer(query, nodes) or NO_ANSWER
         n = req.n or 1
         sources = [node.to_source_node() for node in nodes] or None

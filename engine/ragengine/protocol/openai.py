@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 log = logging.getLogger(__name__)
 
 # Fields that are ours, never sent upstream.
-ENGINE_FIELDS = ("index_name", "context_token_ratio", "filters", "metadata_filter")
+ENGINE_FIELDS = ("index_name", "context_token_ratio", "filters", "metadata_filter", "reformulate")
 MODEL_ALIAS_PREFIX = "rag:"
 
 
@@ -54,6 +54,10 @@ class ChatCompletionRequest(OpenAIBaseModel):
     metadata_filter: dict[str, Any] | None = Field(
         None, description="Restrict retrieval to chunks whose metadata has these exact values (KAITO's form)."
     )
+    reformulate: bool | None = Field(
+        None, description="Rewrite a follow-up into a standalone question before retrieval (LLM call when there is "
+        "history); unset = the engine's setting. The query used is reported in rag.query_used.",
+    )
 
 
 class SourceNode(OpenAIBaseModel):
@@ -82,6 +86,8 @@ class RagInfo(OpenAIBaseModel):
     max_tokens: int | None = Field(None, description="max_tokens sent upstream after fitting the window.")
     max_tokens_requested: int | None = None
     token_counter: str | None = Field(None, description="How tokens were counted: vllm, llama.cpp, local, estimate.")
+    query_used: str | None = Field(None, description="The retrieval query (after reformulation, when it ran).")
+    reformulation: dict[str, Any] | None = Field(None, description="What the reformulation step did, when requested.")
 
 
 class ChatMessage(OpenAIBaseModel):
