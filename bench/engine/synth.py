@@ -14,6 +14,9 @@ _WORDS = (
 ).split()
 
 
+SMALL_WORDS = (8, 20)  # passages indexed through the real embedding path: short, to keep the run short
+
+
 def vocabulary(size: int = 3000, seed: int = 0) -> list[str]:
     rng = np.random.default_rng(seed)
     letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))

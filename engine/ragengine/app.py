@@ -12,7 +12,9 @@ from ragengine.api import chat as chat_api
 from ragengine.api import conversations as conversations_api
 from ragengine.api import indexes as indexes_api
 from ragengine.api import ops as ops_api
+from ragengine.auth import BearerAuthMiddleware
 from ragengine.errors import install_error_handlers
+from ragengine.metrics import install_middleware
 from ragengine.settings import EngineSettings
 
 
@@ -32,6 +34,9 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
     app = FastAPI(title="ragengine", version=__version__, lifespan=lifespan)
     app.state.settings = settings
     install_error_handlers(app, settings)
+    if settings.api_key:
+        app.add_middleware(BearerAuthMiddleware, api_key=settings.api_key)
+    install_middleware(app, settings)  # body limit and request metrics; outermost, so they see 401s too
     app.include_router(ops_api.router)
     app.include_router(indexes_api.router)
     app.include_router(chat_api.router)

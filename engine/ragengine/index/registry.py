@@ -246,8 +246,7 @@ class IndexRegistry:
                 reused = []
                 for doc_id, text, meta in meta_only:  # same text: keep chunks and vectors, no re-embedding
                     rec = state.docs[doc_id]
-                    adds.append({"id": doc_id, "text": text, "meta": meta,
-                                 "spans": [list(s) if isinstance(s, tuple) else s for s in rec.spans]})
+                    adds.append({"id": doc_id, "text": text, "meta": meta, "spans": rec.span_list()})
                     reused.append(state.doc_vectors(rec))
                 parts = ([vectors] if vectors is not None else []) + reused
                 all_vectors = np.concatenate(parts) if parts else None

@@ -20,7 +20,7 @@ import numpy as np
 
 from ragengine.index.journal import fsync_dir
 from ragengine.index.state import IndexState
-from ragengine.index.types import ChunkingConfig, DocRecord
+from ragengine.index.types import ChunkingConfig, DocRecord, compact_spans
 
 FORMAT = "ragengine-index-snapshot"
 VERSION = 1
@@ -53,7 +53,7 @@ def write_snapshot(state: IndexState, target: Path, extra: dict | None = None) -
     tmp.mkdir(parents=True)
     with open(tmp / "docs.jsonl", "w", encoding="utf-8") as fh:
         for rec in state.docs.values():
-            spans = [list(s) if isinstance(s, tuple) else s for s in rec.spans]
+            spans = None if rec.spans is None else [list(s) if isinstance(s, tuple) else s for s in rec.spans]
             fh.write(json.dumps({"id": rec.doc_id, "text": rec.text, "meta": rec.metadata, "spans": spans,
                                  "slots": rec.slots}, ensure_ascii=False, separators=(",", ":")))
             fh.write("\n")
@@ -122,9 +122,9 @@ def read_snapshot(path: Path, name: str, dim: int, store_kwargs: dict) -> IndexS
         for line_no, line in enumerate(fh, 1):
             try:
                 d: Any = json.loads(line)
-                spans = [tuple(s) if isinstance(s, list) else s for s in d["spans"]]
-                rec = DocRecord(d["id"], d["text"], d.get("meta") or {}, list(d["slots"]), spans)
-            except (ValueError, KeyError, TypeError) as exc:
+                spans = d["spans"] if d["spans"] is not None else [[0, len(d["text"])]]
+                rec = DocRecord(d["id"], d["text"], d.get("meta") or {}, list(d["slots"]), compact_spans(d["text"], spans))
+            except (ValueError, KeyError, TypeError, IndexError) as exc:
                 raise SnapshotError(f"{path}: docs.jsonl line {line_no} unreadable") from exc
             if len(rec.slots) != len(spans) or any(not (0 <= s < state.store.ntotal) for s in rec.slots):
                 raise SnapshotError(f"{path}: docs.jsonl line {line_no} points at vectors that do not exist")

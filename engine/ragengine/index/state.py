@@ -18,7 +18,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from ragengine.index.store import VectorStore
-from ragengine.index.types import ChunkingConfig, DocRecord
+from ragengine.index.types import ChunkingConfig, DocRecord, compact_spans
 from ragengine.retrieval import filters as flt
 from ragengine.retrieval.bm25 import BM25Index
 
@@ -109,9 +109,8 @@ class IndexState:
             slots = self.store.add(vectors) if n else np.zeros(0, np.int64)
             pos = 0
             for d in adds:
-                spans = [tuple(s) if isinstance(s, list) else s for s in d["spans"]]
-                rec = DocRecord(d["id"], d["text"], d.get("meta") or {}, [], spans)
-                for i in range(len(spans)):
+                rec = DocRecord(d["id"], d["text"], d.get("meta") or {}, [], compact_spans(d["text"], d["spans"]))
+                for i in range(len(d["spans"])):
                     slot = int(slots[pos])
                     pos += 1
                     rec.slots.append(slot)

@@ -50,19 +50,35 @@ def kaito_l2_to_score(squared_l2: float) -> float:
 class DocRecord:
     """A stored document: its text, metadata and the slots (vector ids) of its chunks.
 
-    A chunk's text is ``text[start:end]`` when it is an exact span of the document (the usual case),
-    else kept in ``own_text`` so chunk text is not stored twice.
+    ``spans`` holds, per chunk, ``(start, end)`` into ``text`` when the chunk is an exact span of the
+    document (the usual case) or the chunk's own text otherwise, so chunk text is not stored twice.
+    ``spans is None`` means one chunk that is the whole text (small documents: no list at all).
     """
 
     doc_id: str
     text: str
     metadata: dict
     slots: list[int]
-    spans: list[Any]  # per chunk: (start, end) into text, or the chunk's own text
+    spans: list[Any] | None  # per chunk: (start, end) into text, or the chunk's own text
 
     def chunk_text(self, i: int) -> str:
+        if self.spans is None:
+            return self.text
         span = self.spans[i]
         return span if isinstance(span, str) else self.text[span[0]:span[1]]
+
+    def span_list(self) -> list[Any]:
+        """Spans in their JSON form (lists), with the whole-text case spelled out."""
+        if self.spans is None:
+            return [[0, len(self.text)]]
+        return [list(s) if isinstance(s, tuple) else s for s in self.spans]
+
+
+def compact_spans(text: str, spans: list[Any]) -> list[Any] | None:
+    """JSON spans → stored form: None for one whole-text chunk, else tuples / strings."""
+    if len(spans) == 1 and not isinstance(spans[0], str) and spans[0][0] == 0 and spans[0][1] == len(text):
+        return None
+    return [tuple(s) if isinstance(s, list) else s for s in spans]
 
 
 @dataclass
