@@ -104,6 +104,10 @@ class Embedder:
         self._tokenizer = tokenizer
         self._docs_pool = ThreadPoolExecutor(1, thread_name_prefix="embed-docs")
         self._query_pool = ThreadPoolExecutor(1, thread_name_prefix="embed-query")
+        # Queries that arrive while a query forward pass runs wait here and go through the model
+        # together in the next pass: under concurrency one batched pass beats N queued ones.
+        self._pending_queries: list[tuple[str, asyncio.Future]] = []
+        self._query_drain: asyncio.Task | None = None
 
     # -- tokens ------------------------------------------------------------------------------------
     def count_tokens(self, text: str) -> int:
@@ -159,8 +163,43 @@ class Embedder:
     async def embed_texts(self, texts: list[str]) -> np.ndarray:
         return await asyncio.get_running_loop().run_in_executor(self._docs_pool, self.embed_texts_sync, list(texts))
 
+    def embed_queries_sync(self, texts: list[str]) -> np.ndarray:
+        if len(texts) == 1:
+            return self.embed_query_sync(texts[0]).reshape(1, -1)
+        start = time.perf_counter()
+        batch_query = getattr(self.model, "_embed", None)  # HuggingFaceEmbedding: one pass, query prompt
+        if callable(batch_query):
+            vectors = batch_query(texts, prompt_name="query")
+        else:
+            vectors = [self.model.get_query_embedding(t) for t in texts]
+        metrics.EMBED_SECONDS.labels(kind="query").observe(time.perf_counter() - start)
+        metrics.EMBEDDED_TEXTS.labels(kind="query").inc(len(texts))
+        return _normalise(np.asarray(vectors, dtype=np.float32))
+
     async def embed_query(self, text: str) -> np.ndarray:
-        return await asyncio.get_running_loop().run_in_executor(self._query_pool, self.embed_query_sync, text)
+        future = asyncio.get_running_loop().create_future()
+        self._pending_queries.append((text, future))
+        if self._query_drain is None or self._query_drain.done():
+            self._query_drain = asyncio.create_task(self._drain_queries())
+        return await future
+
+    async def _drain_queries(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self._pending_queries:
+            batch, self._pending_queries = self._pending_queries[:64], self._pending_queries[64:]
+            texts = [text for text, _ in batch]
+            try:
+                vectors = await loop.run_in_executor(self._query_pool, self.embed_queries_sync, texts)
+            except BaseException as exc:  # noqa: BLE001 - every waiter must hear about it
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(exc if isinstance(exc, Exception) else RuntimeError(str(exc)))
+                if not isinstance(exc, Exception):
+                    raise
+                continue
+            for (_, future), vector in zip(batch, vectors):
+                if not future.done():  # the caller may have been cancelled meanwhile
+                    future.set_result(vector)
 
     def close(self) -> None:
         self._docs_pool.shutdown(wait=False, cancel_futures=True)
