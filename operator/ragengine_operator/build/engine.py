@@ -1,0 +1,99 @@
+"""spec -> the engine's Deployment, Service and index PVC."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import constants as c
+from ..spec import RAGEngineSpec
+from .engine_env import engine_env
+from .labels import Owner, http_probe, merge_resources, metadata, pvc, selector, stamp_template
+
+DEFAULT_RESOURCES = {"requests": {"cpu": "500m", "memory": "2Gi"}, "limits": {"memory": "8Gi"}}
+UID = 1000  # images/engine.Dockerfile runs as this user; fsGroup makes the PVC writable for it
+
+
+def engine_deployment_name(owner: Owner) -> str:
+    return owner.child("engine")
+
+
+def engine_service_name(owner: Owner) -> str:
+    return owner.name  # the endpoint is http://<name>.<ns>.svc.cluster.local
+
+
+def data_pvc_name(owner: Owner) -> str:
+    return owner.child("data")
+
+
+def endpoint(owner: Owner) -> str:
+    return f"http://{engine_service_name(owner)}.{owner.namespace}.svc.cluster.local"
+
+
+def engine_data_pvc(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
+    s = spec.storage
+    return pvc(owner, data_pvc_name(owner), c.COMPONENT_ENGINE, s.size, s.storage_class_name, "ReadWriteOnce")
+
+
+def engine_deployment(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
+    container = {
+        "name": "engine",
+        "image": spec.engine.image or owner.engine_image,
+        "command": ["ragengine", "serve", "--host", "0.0.0.0", "--port", str(c.ENGINE_PORT), "--data-dir", c.ENGINE_DATA_DIR],
+        "ports": [{"name": "http", "containerPort": c.ENGINE_PORT, "protocol": "TCP"}],
+        "env": engine_env(owner, spec),
+        "resources": merge_resources(DEFAULT_RESOURCES, spec.engine.resources),
+        "volumeMounts": [{"name": "data", "mountPath": c.ENGINE_DATA_DIR}],
+        # startup covers loading the embedding model (first start may download it into /data/models).
+        "startupProbe": http_probe("/health", "http", period=5, failures=120),
+        "readinessProbe": http_probe("/health", "http", period=5, failures=3),
+        "livenessProbe": http_probe("/health", "http", period=10, failures=6),
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "readOnlyRootFilesystem": False,
+        },
+    }
+    template = stamp_template(
+        {
+            "metadata": {"labels": metadata(owner, "", c.COMPONENT_ENGINE)["labels"]},
+            "spec": {
+                "containers": [container],
+                "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": data_pvc_name(owner)}}],
+                "securityContext": {
+                    "runAsNonRoot": True,
+                    "runAsUser": UID,
+                    "runAsGroup": UID,
+                    "fsGroup": UID,
+                    "seccompProfile": {"type": "RuntimeDefault"},
+                },
+                "terminationGracePeriodSeconds": 60,  # lets the engine flush its journal
+                "enableServiceLinks": False,
+            },
+        }
+    )
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": metadata(owner, engine_deployment_name(owner), c.COMPONENT_ENGINE),
+        "spec": {
+            "replicas": spec.engine.replicas,
+            # Recreate: the index volume is ReadWriteOnce and the engine is its single writer.
+            "strategy": {"type": "Recreate"},
+            "revisionHistoryLimit": 3,
+            "selector": {"matchLabels": selector(owner, c.COMPONENT_ENGINE)},
+            "template": template,
+        },
+    }
+
+
+def engine_service(owner: Owner) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata(owner, engine_service_name(owner), c.COMPONENT_ENGINE),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector(owner, c.COMPONENT_ENGINE),
+            "ports": [{"name": "http", "port": c.ENGINE_SERVICE_PORT, "targetPort": "http", "protocol": "TCP"}],
+        },
+    }

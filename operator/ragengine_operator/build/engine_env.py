@@ -1,0 +1,96 @@
+"""spec -> the engine container's env, with every name coming from ragengine.settings.EngineSettings.
+
+The operator never spells a RAGENGINE_* name: values go through EngineSettings.to_env and secrets
+through EngineSettings.env_name, so a renamed engine field breaks here (and in the contract test),
+not silently in a running pod (KAITO #2365). SPEC_TO_ENGINE lists every spec field that reaches the
+engine; OPERATOR_ONLY lists the spec fields used for other children. The contract test checks that
+together they cover every leaf of RAGEngineSpec.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ragengine.settings import EngineSettings
+
+from .. import constants as c
+from ..spec import RAGEngineSpec
+from .labels import Owner
+
+# spec path -> EngineSettings field (values).
+SPEC_TO_ENGINE = {
+    "inference.url": "llm_url",
+    "inference.model": "llm_url",  # in-cluster vLLM Service URL
+    "inference.servedModelName": "llm_model",
+    "inference.contextWindow": "context_window",
+    "embedding.model": "embedding_model",
+    "embedding.url": "embedding_url",
+    "retrieval.contextTokenRatio": "context_token_ratio",
+    "retrieval.similarityThreshold": "similarity_threshold",
+    "retrieval.hybrid": "hybrid",
+    "retrieval.rerankModel": "rerank_model",
+}
+# spec path of a SecretKeyRef -> EngineSettings field (valueFrom.secretKeyRef).
+SECRET_TO_ENGINE = {
+    "inference.apiKeySecretRef": "llm_api_key",
+    "embedding.apiKeySecretRef": "embedding_api_key",
+    "auth.apiKeySecretRef": "api_key",
+}
+# spec paths that shape other objects (vLLM, volumes, the engine Deployment), not engine settings.
+OPERATOR_ONLY = {
+    "inference.image", "inference.gpus", "inference.replicas", "inference.args", "inference.nodeSelector",
+    "inference.tolerations", "inference.resources", "inference.modelCache.size",
+    "inference.modelCache.storageClassName", "inference.modelCache.accessMode", "inference.hfTokenSecretRef",
+    "engine.image", "engine.replicas", "engine.resources", "storage.size", "storage.storageClassName",
+}
+
+
+def inference_service_url(owner: Owner) -> str:
+    return f"http://{owner.child('inference')}.{owner.namespace}.svc.cluster.local:{c.VLLM_PORT}/v1"
+
+
+def llm_url(owner: Owner, spec: RAGEngineSpec) -> str | None:
+    if spec.inference is None:
+        return None
+    return spec.inference.url or inference_service_url(owner)
+
+
+def served_model(spec: RAGEngineSpec) -> str | None:
+    inf = spec.inference
+    return None if inf is None else (inf.served_model_name or inf.model)
+
+
+def engine_values(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
+    """EngineSettings field -> value for everything the spec decides (None = engine default)."""
+    inf, r = spec.inference, spec.retrieval
+    return {
+        "llm_url": llm_url(owner, spec),
+        "llm_model": served_model(spec),
+        "context_window": inf.context_window if inf else None,
+        "embedding_model": spec.embedding.model,
+        "embedding_url": spec.embedding.url,
+        "embedding_cache_dir": c.ENGINE_MODEL_CACHE_DIR,  # on the data volume: downloaded once
+        "context_token_ratio": r.context_token_ratio,
+        "similarity_threshold": r.similarity_threshold,
+        "hybrid": r.hybrid,
+        "rerank_model": r.rerank_model,
+    }
+
+
+def secret_refs(spec: RAGEngineSpec) -> dict[str, Any]:
+    """EngineSettings field -> SecretKeyRef for the secrets the spec names."""
+    refs = {
+        "llm_api_key": spec.inference.api_key_secret_ref if spec.inference else None,
+        "embedding_api_key": spec.embedding.api_key_secret_ref,
+        "api_key": spec.auth.api_key_secret_ref,
+    }
+    return {k: v for k, v in refs.items() if v is not None}
+
+
+def engine_env(owner: Owner, spec: RAGEngineSpec) -> list[dict[str, Any]]:
+    env = [{"name": k, "value": v} for k, v in sorted(EngineSettings.to_env(engine_values(owner, spec)).items())]
+    for field, ref in sorted(secret_refs(spec).items()):
+        env.append(
+            {"name": EngineSettings.env_name(field), "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}
+        )
+    return env

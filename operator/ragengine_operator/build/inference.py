@@ -1,0 +1,121 @@
+"""spec -> the vLLM Deployment, its Service and the model-cache PVC (model mode only)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import constants as c
+from ..spec import RAGEngineSpec
+from .labels import Owner, http_probe, merge_resources, metadata, pvc, selector, stamp_template
+
+GPU_TOLERATION = {"key": c.GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
+DEFAULT_RESOURCES = {"requests": {"cpu": "4", "memory": "16Gi"}}
+# A first start downloads the weights: allow 30 min (10 s x 180) before liveness may kill the pod.
+STARTUP_FAILURES = 180
+
+
+def inference_name(owner: Owner) -> str:
+    return owner.child("inference")
+
+
+def model_cache_pvc_name(owner: Owner) -> str:
+    return owner.child("model-cache")
+
+
+def vllm_args(spec: RAGEngineSpec) -> list[str]:
+    inf = spec.inference
+    assert inf is not None and inf.model is not None
+    args = [
+        "--model", inf.model,
+        "--served-model-name", inf.served_model_name or inf.model,
+        "--tensor-parallel-size", str(inf.gpus),
+        "--host", "0.0.0.0",
+        "--port", str(c.VLLM_PORT),
+    ]
+    if inf.context_window is not None:
+        args += ["--max-model-len", str(inf.context_window)]
+    return args + list(inf.args)
+
+
+def model_cache_pvc(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
+    mc = spec.inference.model_cache  # type: ignore[union-attr]
+    return pvc(owner, model_cache_pvc_name(owner), c.COMPONENT_INFERENCE, mc.size, mc.storage_class_name, mc.access_mode)
+
+
+def inference_deployment(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
+    inf = spec.inference
+    assert inf is not None and inf.model is not None
+    gpus = str(inf.gpus)
+    resources = merge_resources(DEFAULT_RESOURCES, inf.resources)
+    # GPUs are an extended resource: request == limit, always from spec.inference.gpus.
+    resources.setdefault("limits", {})[c.GPU_RESOURCE] = gpus
+    resources.setdefault("requests", {})[c.GPU_RESOURCE] = gpus
+    env: list[dict[str, Any]] = [{"name": "HF_HOME", "value": c.VLLM_CACHE_DIR}]
+    if inf.hf_token_secret_ref is not None:
+        ref = inf.hf_token_secret_ref
+        env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})
+    container = {
+        "name": "vllm",
+        "image": inf.image or owner.vllm_image,
+        "args": vllm_args(spec),
+        "ports": [{"name": "http", "containerPort": c.VLLM_PORT, "protocol": "TCP"}],
+        "env": env,
+        "resources": resources,
+        "volumeMounts": [
+            {"name": "model-cache", "mountPath": c.VLLM_CACHE_DIR},
+            {"name": "dshm", "mountPath": "/dev/shm"},  # NCCL / tensor parallel need more than 64Mi
+        ],
+        "startupProbe": http_probe("/health", "http", period=10, failures=STARTUP_FAILURES),
+        "readinessProbe": http_probe("/health", "http", period=5, failures=3),
+        "livenessProbe": http_probe("/health", "http", period=15, failures=4, timeout=10),
+    }
+    tolerations = [GPU_TOLERATION] + [
+        t.model_dump(by_alias=True, exclude_none=True) for t in (inf.tolerations or [])
+    ]
+    pod_spec: dict[str, Any] = {
+        "containers": [container],
+        "tolerations": tolerations,
+        "volumes": [
+            {"name": "model-cache", "persistentVolumeClaim": {"claimName": model_cache_pvc_name(owner)}},
+            {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+        ],
+        "terminationGracePeriodSeconds": 30,
+        "enableServiceLinks": False,
+    }
+    if inf.node_selector:
+        pod_spec["nodeSelector"] = dict(inf.node_selector)
+    template = stamp_template({"metadata": {"labels": metadata(owner, "", c.COMPONENT_INFERENCE)["labels"]}, "spec": pod_spec})
+    shared_cache = inf.model_cache.access_mode == "ReadWriteMany"
+    # ReadWriteOnce cache: old and new pods cannot share it across nodes -> Recreate. With a shared
+    # cache roll one pod at a time without surging (a surge pod would need spare GPUs).
+    strategy = (
+        {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
+        if shared_cache
+        else {"type": "Recreate"}
+    )
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": metadata(owner, inference_name(owner), c.COMPONENT_INFERENCE),
+        "spec": {
+            "replicas": inf.replicas,
+            "strategy": strategy,
+            "revisionHistoryLimit": 3,
+            "progressDeadlineSeconds": 1800,  # model downloads are slow; Degraded only after this
+            "selector": {"matchLabels": selector(owner, c.COMPONENT_INFERENCE)},
+            "template": template,
+        },
+    }
+
+
+def inference_service(owner: Owner) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata(owner, inference_name(owner), c.COMPONENT_INFERENCE),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector(owner, c.COMPONENT_INFERENCE),
+            "ports": [{"name": "http", "port": c.VLLM_PORT, "targetPort": "http", "protocol": "TCP"}],
+        },
+    }

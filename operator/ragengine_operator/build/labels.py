@@ -1,0 +1,100 @@
+"""Owner identity, labels, selectors, owner references and the pod-template config hash."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from .. import constants as c
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The RAGEngine that owns the children (namespace, name, uid) and the operator's defaults."""
+
+    namespace: str
+    name: str
+    uid: str
+    engine_image: str = "ghcr.io/ragengine/engine:0.1.0"
+    vllm_image: str = "vllm/vllm-openai:v0.10.2"
+
+    def child(self, suffix: str) -> str:
+        return f"{self.name}-{suffix}" if suffix else self.name
+
+
+def selector(owner: Owner, component: str) -> dict[str, str]:
+    """Selector labels: stable for the object's life (a Deployment selector is immutable)."""
+    return {c.SELECTOR_NAME: owner.name, c.SELECTOR_COMPONENT: component}
+
+
+def labels(owner: Owner, component: str) -> dict[str, str]:
+    return {
+        **selector(owner, component),
+        c.LABEL_NAME: "ragengine" if component == c.COMPONENT_ENGINE else "vllm",
+        c.LABEL_INSTANCE: owner.name,
+        c.LABEL_COMPONENT: component,
+        c.LABEL_PART_OF: "ragengine",
+        c.LABEL_MANAGED_BY: c.FIELD_MANAGER,
+    }
+
+
+def owner_reference(owner: Owner) -> dict[str, Any]:
+    # controller=True + blockOwnerDeletion: kcm's garbage collector deletes children with the CR.
+    return {
+        "apiVersion": c.API_VERSION,
+        "kind": c.KIND,
+        "name": owner.name,
+        "uid": owner.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def metadata(owner: Owner, name: str, component: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": owner.namespace,
+        "labels": labels(owner, component),
+        "ownerReferences": [owner_reference(owner)],
+    }
+
+
+def config_hash(obj: Any) -> str:
+    """A short stable hash of rendered config: a changed hash on a pod template means a rollout."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
+
+
+def stamp_template(template: dict[str, Any]) -> dict[str, Any]:
+    """Annotate a pod template with the hash of everything else in it."""
+    digest = config_hash(template)
+    template.setdefault("metadata", {}).setdefault("annotations", {})[c.CONFIG_HASH_ANNOTATION] = digest
+    return template
+
+
+def merge_resources(base: dict[str, dict[str, Any]], extra: Any) -> dict[str, dict[str, Any]]:
+    """base requests/limits overlaid with a spec ResourceRequirements (or None)."""
+    out = {k: dict(v) for k, v in base.items()}
+    if extra is not None:
+        for kind in ("requests", "limits"):
+            values = getattr(extra, kind)
+            if values:
+                out.setdefault(kind, {}).update({k: str(v) for k, v in values.items()})
+    return {k: v for k, v in out.items() if v}
+
+
+def pvc(owner: Owner, name: str, component: str, size: str, storage_class: str | None, access_mode: str) -> dict:
+    spec: dict[str, Any] = {"accessModes": [access_mode], "resources": {"requests": {"storage": size}}}
+    if storage_class:
+        spec["storageClassName"] = storage_class
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": metadata(owner, name, component), "spec": spec}
+
+
+def http_probe(path: str, port: str, period: int, failures: int, timeout: int = 5) -> dict[str, Any]:
+    return {
+        "httpGet": {"path": path, "port": port},
+        "periodSeconds": period,
+        "failureThreshold": failures,
+        "timeoutSeconds": timeout,
+    }
