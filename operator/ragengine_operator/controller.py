@@ -101,7 +101,9 @@ class Controller:
                 spec = RAGEngineSpec.model_validate(body.get("spec") or {})
             except ValidationError:
                 return  # reconcile reports it
-            self._write_status(body, self.owner(body), spec, None, advance=False)
+            # A refused apply of the current generation still stands until a reconcile succeeds:
+            # a child's event must not flip the RAGEngine back to Ready over it.
+            self._write_status(body, self.owner(body), spec, pending_error(body), advance=False)
 
     # --- status ----------------------------------------------------------------------------------
     def _write_status(self, body: dict, owner: Owner, spec: RAGEngineSpec | None, error: tuple[str, str] | None,
@@ -135,6 +137,20 @@ class Controller:
                             f"{cond['type']}={cond['status']}: {cond['message']}")
         except ApiException as exc:  # events are best effort
             log.warning("could not post an event: %s", _api_message(exc))
+
+
+def pending_error(body: dict[str, Any]) -> tuple[str, str] | None:
+    """The apply/spec error that the last reconcile reported for a generation it did not finish."""
+    status = body.get("status") or {}
+    if status.get("observedGeneration") == body["metadata"].get("generation"):
+        return None
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == c.DEGRADED and cond.get("status") == "True" and cond.get("reason") in _SPEC_ERRORS:
+            return cond["reason"], cond.get("message", "")
+    return None
+
+
+_SPEC_ERRORS = ("ApplyFailed", "InvalidSpec")
 
 
 def _api_message(exc: ApiException) -> str:

@@ -79,3 +79,17 @@ def test_transition_time_kept_while_status_unchanged():
     assert all(x["lastTransitionTime"] == "T1" and x["observedGeneration"] == 4 for x in new)
     _, _, changes = conds(MODEL, {"inference": dep(available=0), "engine": dep()}, old=old)
     assert {x["type"] for x in changes} == {"Ready", "InferenceReady", "Progressing"}
+
+
+# --- a child's event never hides a refused apply -------------------------------------------------
+def test_pending_error_is_kept_until_that_generation_reconciles():
+    from ragengine_operator.controller import pending_error
+
+    degraded = {"type": "Degraded", "status": "True", "reason": "ApplyFailed", "message": "pvc is forbidden"}
+    body = {"metadata": {"generation": 3}, "status": {"observedGeneration": 2, "conditions": [degraded]}}
+    assert pending_error(body) == ("ApplyFailed", "pvc is forbidden")
+    reconciled = {"metadata": {"generation": 3}, "status": {"observedGeneration": 3, "conditions": [degraded]}}
+    assert pending_error(reconciled) is None
+    child_trouble = dict(degraded, reason="InferenceUnavailable")
+    other = {"metadata": {"generation": 3}, "status": {"observedGeneration": 2, "conditions": [child_trouble]}}
+    assert pending_error(other) is None
