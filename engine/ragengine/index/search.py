@@ -83,20 +83,21 @@ async def search_index(state: IndexState, embedder: Any, settings: Any, query: s
     hybrid = bool(settings.hybrid)
     pool = _pool_size(top_k, reranker is not None, settings)
     n_out = max(top_k, settings.rerank_candidates) if reranker is not None else top_k
-    # BM25 runs in one thread while another embeds the query and then searches FAISS: one hop from
-    # the event loop, and the sparse side hides behind the embedding time.
+    # BM25 runs in a worker thread while the query is embedded (micro-batched with other concurrent
+    # queries, so N queries cost one forward pass, not N contending ones); FAISS search and fusion
+    # then run in one more hop from the event loop.
     sparse_future = _POOL.submit(_bm25, state, query, pool, f) if hybrid else None
-
-    def job() -> list[RetrievedNode]:
+    try:
         if query_embedding is None:
-            qvec = embedder.embed_query_sync(query)
+            qvec = await embedder.embed_query(query)
         else:
             qvec = np.asarray(query_embedding, dtype=np.float32).reshape(-1)
             qvec = qvec / max(float(np.linalg.norm(qvec)), 1e-12)
-        sparse = sparse_future.result() if sparse_future is not None else None
-        return _dense_and_fuse(state, qvec, query, pool, n_out, f, sparse, hybrid)
 
-    try:
+        def job() -> list[RetrievedNode]:
+            sparse = sparse_future.result() if sparse_future is not None else None
+            return _dense_and_fuse(state, qvec, query, pool, n_out, f, sparse, hybrid)
+
         nodes = await asyncio.get_running_loop().run_in_executor(_POOL, job)
     finally:
         if sparse_future is not None:
