@@ -7,7 +7,7 @@ from typing import Any
 from .. import constants as c
 from ..spec import RAGEngineSpec
 from .engine_env import engine_env
-from .labels import Owner, http_probe, merge_resources, metadata, pvc, selector, stamp_template
+from .labels import Owner, http_probe, http_service, merge_resources, metadata, pvc, selector, stamp_template
 
 DEFAULT_RESOURCES = {"requests": {"cpu": "500m", "memory": "2Gi"}, "limits": {"memory": "8Gi"}}
 UID = 1000  # images/engine.Dockerfile runs as this user; fsGroup makes the PVC writable for it
@@ -87,13 +87,4 @@ def engine_deployment(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
 
 
 def engine_service(owner: Owner) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": metadata(owner, engine_service_name(owner), c.COMPONENT_ENGINE),
-        "spec": {
-            "type": "ClusterIP",
-            "selector": selector(owner, c.COMPONENT_ENGINE),
-            "ports": [{"name": "http", "port": c.ENGINE_SERVICE_PORT, "targetPort": "http", "protocol": "TCP"}],
-        },
-    }
+    return http_service(owner, engine_service_name(owner), c.COMPONENT_ENGINE, c.ENGINE_SERVICE_PORT)

@@ -6,7 +6,7 @@ from typing import Any
 
 from .. import constants as c
 from ..spec import RAGEngineSpec
-from .labels import Owner, http_probe, merge_resources, metadata, pvc, selector, stamp_template
+from .labels import Owner, http_probe, http_service, merge_resources, metadata, pvc, selector, stamp_template
 
 GPU_TOLERATION = {"key": c.GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
 DEFAULT_RESOURCES = {"requests": {"cpu": "4", "memory": "16Gi"}}
@@ -109,13 +109,4 @@ def inference_deployment(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
 
 
 def inference_service(owner: Owner) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": metadata(owner, inference_name(owner), c.COMPONENT_INFERENCE),
-        "spec": {
-            "type": "ClusterIP",
-            "selector": selector(owner, c.COMPONENT_INFERENCE),
-            "ports": [{"name": "http", "port": c.VLLM_PORT, "targetPort": "http", "protocol": "TCP"}],
-        },
-    }
+    return http_service(owner, inference_name(owner), c.COMPONENT_INFERENCE, c.VLLM_PORT)

@@ -98,3 +98,17 @@ def http_probe(path: str, port: str, period: int, failures: int, timeout: int = 
         "failureThreshold": failures,
         "timeoutSeconds": timeout,
     }
+
+
+def http_service(owner: Owner, name: str, component: str, port: int) -> dict[str, Any]:
+    """A ClusterIP Service in front of one component's pods, on their named port ``http``."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata(owner, name, component),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector(owner, component),
+            "ports": [{"name": "http", "port": port, "targetPort": "http", "protocol": "TCP"}],
+        },
+    }
