@@ -104,12 +104,12 @@ def dead_url() -> str:
 
 
 @pytest.fixture
-def engine(llm_url):
+def engine(llm_url, tmp_path):
     """``engine(**settings) -> base URL``; defaults: the fake LLM, the fixed 'docs' index."""
     stack = contextlib.ExitStack()
 
     def start(registry=None, **overrides) -> str:
-        values = {"llm_url": llm_url, "llm_retries": 0, "data_dir": "/tmp/ragengine-chat-tests", **overrides}
+        values = {"llm_url": llm_url, "llm_retries": 0, "data_dir": tmp_path / "data", **overrides}
         settings = EngineSettings(**values)
         app = chat_app(settings, registry or default_registry())
         start.app = app
