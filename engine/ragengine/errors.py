@@ -104,8 +104,10 @@ def install_error_handlers(app: FastAPI, settings: EngineSettings) -> None:
             parts.append(f"{where}: {err.get('msg')}" if where else str(err.get("msg")))
         message = "; ".join(parts) or "Invalid request."
         status = 400 if request.url.path.startswith("/v1/") else 422
-        if any(err.get("type") == "json_invalid" for err in errors):
-            status, message = 400, f"Malformed JSON body: {message}"
+        bad_json = next((err for err in errors if err.get("type") == "json_invalid"), None)
+        if bad_json is not None:
+            reason = (bad_json.get("ctx") or {}).get("error") or bad_json.get("msg")
+            status, message = 400, f"Malformed JSON body: {reason}"
         if request.url.path.startswith("/v1/"):
             return JSONResponse(error_body(request, status, message, "invalid_request_error"), status_code=status)
         return JSONResponse({"detail": message, "errors": _jsonable(errors)}, status_code=status)
