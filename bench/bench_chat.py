@@ -32,9 +32,7 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
-WORDS = ("kubernetes operator gpu node vector index embedding search latency cluster model inference "
-         "deployment storage replica shard token context window prompt retrieval chunk document query "
-         "faiss bm25 hybrid rerank stream cache metrics health persist snapshot journal").split()
+WORDS = ["kubernetes", "operator", "gpu", "node", "vector", "index", "embedding", "search", "latency", "cluster", "model", "inference", "deployment", "storage", "replica", "shard", "token", "context", "window", "prompt", "retrieval", "chunk", "document", "query", "faiss", "bm25", "hybrid", "rerank", "stream", "cache", "metrics", "health", "persist", "snapshot", "journal"]
 
 
 def free_port() -> int:

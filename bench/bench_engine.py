@@ -50,11 +50,10 @@ def load_embedder():
 def bench_ingest(emb, n: int) -> dict:
     """Engine POST /index (chunk + embed + journal fsync + FAISS + BM25) vs model.encode on the same chunks."""
     from ragengine.app import create_app
-    from ragengine.settings import EngineSettings
-    from tests.support.server import serve_app
-
     from ragengine.index.chunking import Chunker
     from ragengine.index.types import ChunkingConfig
+    from ragengine.settings import EngineSettings
+    from tests.support.server import serve_app
 
     texts = passages(n, words=(60, 160), seed=5)  # 1-2 chunks each at the 254-token default
     chunker = Chunker(emb, ChunkingConfig())
@@ -256,7 +255,7 @@ def bench_quality(emb, rerank_model: str | None) -> dict:
 
         try:
             reranker = Reranker(rerank_model)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             rerank_note = f"could not load {rerank_model}: {exc}"
     else:
         rerank_note = ("n/a: no cross-encoder ships in a PyPI package and the hub is unreachable offline "

@@ -18,11 +18,11 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-import uvicorn  # noqa: E402
+import uvicorn
 
-from bench.engine.synth import SMALL_WORDS, clustered_unit_vectors, passages  # noqa: E402
-from ragengine.app import create_app  # noqa: E402
-from ragengine.settings import EngineSettings  # noqa: E402
+from bench.engine.synth import SMALL_WORDS, clustered_unit_vectors, passages
+from ragengine.app import create_app
+from ragengine.settings import EngineSettings
 
 
 def _rss_kib() -> int:

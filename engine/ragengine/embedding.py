@@ -47,7 +47,7 @@ def pick_device(setting: str) -> str:
         import torch
 
         return "cuda" if torch.cuda.is_available() else "cpu"
-    except Exception:  # noqa: BLE001 - torch missing or broken: CPU is the safe answer
+    except Exception:
         return "cpu"
 
 
@@ -130,7 +130,7 @@ class Embedder:
         try:
             enc = self._tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
             return [tuple(o) for o in enc["offset_mapping"]]
-        except Exception:  # noqa: BLE001 - slow tokenizers have no offsets
+        except Exception:
             return None
 
     @property
@@ -190,7 +190,7 @@ class Embedder:
             texts = [text for text, _ in batch]
             try:
                 vectors = await loop.run_in_executor(self._query_pool, self.embed_queries_sync, texts)
-            except BaseException as exc:  # noqa: BLE001 - every waiter must hear about it
+            except BaseException as exc:
                 for _, future in batch:
                     if not future.done():
                         future.set_exception(exc if isinstance(exc, Exception) else RuntimeError(str(exc)))
@@ -253,5 +253,5 @@ def _counting_tokenizer(tokenizer: Any) -> Any:
         counting = copy.deepcopy(tokenizer)
         counting.model_max_length = 10**9
         return counting
-    except Exception:  # noqa: BLE001 - counting with the original only costs a log line
+    except Exception:
         return tokenizer

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -71,7 +72,7 @@ def route_template(scope: dict) -> str:
             continue
         try:
             match, _ = candidate.matches(scope)
-        except Exception:  # noqa: BLE001 - a route that cannot match this scope
+        except Exception:
             continue
         if match.name == "FULL":
             return path

@@ -8,7 +8,7 @@ This module imports pydantic only: the operator depends on it without pulling in
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -63,6 +63,23 @@ class EngineSettings(BaseSettings):
     )
     snapshot_journal_bytes: int = Field(
         64 * 1024 * 1024, ge=0, description="Snapshot an index when its journal grows past this; 0 = only on shutdown."
+    )
+
+    # --- vector store (issue: scale out) -------------------------------------------------------------
+    vector_store: Literal["faiss", "postgres", "milvus"] = Field(
+        "faiss",
+        description="Where indexes live: 'faiss' (embedded, on data_dir, one replica), 'postgres' (pgvector) or "
+        "'milvus'. The external stores let several engine replicas share the indexes.",
+    )
+    vector_store_url: str | None = Field(
+        None,
+        description="Connection for an external store: a PostgreSQL DSN (postgresql://user:pw@host/db) or a "
+        "Milvus URI (http://host:19530, or a local Milvus Lite file path). Read from a Secret in a cluster.",
+    )
+    vector_store_prefix: str = Field(
+        "ragengine",
+        pattern=r"^[a-z_][a-z0-9_]{0,39}$",
+        description="PostgreSQL schema / Milvus collection prefix, so several RAGEngines share one database.",
     )
 
     # --- generation --------------------------------------------------------------------------------

@@ -7,7 +7,11 @@ from dataclasses import dataclass, field
 import pytest
 
 from ragengine.conversations.reformulate import (
-    DEFAULT_REFORMULATE_PROMPT, build_reformulation_messages, clean_output, normalise_history, reformulate_query,
+    DEFAULT_REFORMULATE_PROMPT,
+    build_reformulation_messages,
+    clean_output,
+    normalise_history,
+    reformulate_query,
 )
 from ragengine.llm.client import LLMClient, LLMUnavailable
 from ragengine.settings import EngineSettings

@@ -8,7 +8,11 @@ from dataclasses import dataclass, field
 import pytest
 
 from ragengine.conversations.tools import (
-    SEMANTIC_SEARCH_TOOL, Scope, parse_tool_arguments, run_tool_loop, scoped_search,
+    SEMANTIC_SEARCH_TOOL,
+    Scope,
+    parse_tool_arguments,
+    run_tool_loop,
+    scoped_search,
 )
 from ragengine.index.types import RetrievedNode
 from ragengine.retrieval.filters import matches, parse_filters

@@ -8,13 +8,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-import contextlib  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Iterator  # noqa: E402
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
 
-import pytest  # noqa: E402
+import pytest
 
-from ragengine.settings import EngineSettings  # noqa: E402
+from ragengine.settings import EngineSettings
 
 
 @pytest.fixture(scope="session")

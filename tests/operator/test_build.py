@@ -3,7 +3,7 @@
 import copy
 
 from ragengine_operator import constants as c
-from ragengine_operator.build.engine import engine_data_pvc, engine_deployment, engine_service, endpoint
+from ragengine_operator.build.engine import endpoint, engine_data_pvc, engine_deployment, engine_service
 from ragengine_operator.build.inference import inference_deployment, inference_service, model_cache_pvc
 from ragengine_operator.build.labels import Owner
 from ragengine_operator.reconcile.plan import plan

@@ -6,6 +6,7 @@ other names, and every RAGEngine silently embedded with the default model).
 
 import pytest
 from pydantic import BaseModel
+
 from ragengine.settings import EngineSettings
 from ragengine_operator.build.engine_env import OPERATOR_ONLY, SECRET_TO_ENGINE, SPEC_TO_ENGINE, engine_env
 from ragengine_operator.build.labels import Owner

@@ -2,6 +2,7 @@
 
 import pytest
 from pydantic import ValidationError
+
 from ragengine_operator.spec import RAGEngineSpec
 
 from .cases import GOOD_MODEL, GOOD_URL, INVALID

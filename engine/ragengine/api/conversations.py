@@ -9,8 +9,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
-from typing import Any, AsyncIterator
+from typing import Any
 
 from fastapi import APIRouter, FastAPI, File, Form, Query, Request, UploadFile
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -23,7 +24,11 @@ from ragengine.conversations.service import ConversationService
 from ragengine.conversations.store import SessionStore
 from ragengine.errors import EngineError, PayloadTooLarge
 from ragengine.protocol.conversations import (
-    AttachFilesRequest, CreateSessionRequest, CreateThreadRequest, MessageRequest, ReformulateRequest,
+    AttachFilesRequest,
+    CreateSessionRequest,
+    CreateThreadRequest,
+    MessageRequest,
+    ReformulateRequest,
 )
 from ragengine.settings import EngineSettings
 

@@ -16,8 +16,8 @@ from ragengine.protocol.indexes import (
     IndexRequest,
     ListDocumentsResponse,
     MessageResponse,
-    RetrieveResponse,
     RetrieveRequest,
+    RetrieveResponse,
     UpdateDocumentsRequest,
     UpdateDocumentsResponse,
 )

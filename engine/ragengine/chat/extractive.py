@@ -15,9 +15,7 @@ from collections import Counter
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])|\n{2,}|\n(?=\s*[-*•]\s)")
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _STOP = frozenset(
-    "a an and are as at be but by can do does for from has have how i if in into is it its me my of on or "
-    "our so that the their them then there these they this to was we what when where which who why will "
-    "with would you your about tell please explain describe give".split()
+    ["a", "an", "and", "are", "as", "at", "be", "but", "by", "can", "do", "does", "for", "from", "has", "have", "how", "i", "if", "in", "into", "is", "it", "its", "me", "my", "of", "on", "or", "our", "so", "that", "the", "their", "them", "then", "there", "these", "they", "this", "to", "was", "we", "what", "when", "where", "which", "who", "why", "will", "with", "would", "you", "your", "about", "tell", "please", "explain", "describe", "give"]
 )
 NO_ANSWER = "I could not find anything relevant to your question in the indexed documents."
 

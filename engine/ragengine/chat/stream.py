@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Any, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 from ragengine.errors import EngineError
 
@@ -66,7 +67,7 @@ async def relay(
             if not last.get("id") and last_id:
                 last["id"] = last_id  # pass-through: the upstream's id
             yield sse(last)
-    except Exception as exc:  # noqa: BLE001 - anything after the 200 becomes an error event
+    except Exception as exc:
         log.warning("chat stream failed after start: %s", exc)
         yield error_event(exc)
     finally:

@@ -33,7 +33,7 @@ class Budget:
         self.fixed_tokens = 0
 
     @classmethod
-    async def create(cls, llm: Any, settings: Any, max_tokens: int | None) -> "Budget":
+    async def create(cls, llm: Any, settings: Any, max_tokens: int | None) -> Budget:
         return cls(llm, settings, await llm.context_window(), max_tokens)
 
     async def fit_history(self, instructions: str, history: list[dict], user_message: str) -> list[dict]:

@@ -13,7 +13,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 DONE = "data: [DONE]\n\n"
 KEEPALIVE = ": keep-alive\n\n"
@@ -56,7 +57,7 @@ async def with_keepalive(events: AsyncIterator[str], interval: float) -> AsyncIt
         while True:
             try:
                 item = await asyncio.wait_for(queue.get(), timeout=interval)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 yield KEEPALIVE
                 continue
             if item is end:

@@ -37,10 +37,7 @@ MAX_ANSWER_SENTENCES = 64
 
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _STOP = frozenset(
-    "a an and are as at be been but by can could do does did for from had has have how i if in into is it its "
-    "me my of on or our so that the their them then there these they this those to was we were what when "
-    "where which who why will with would you your about also any all not no yes just than very more most "
-    "some such only other based according context document documents provided".split()
+    ["a", "an", "and", "are", "as", "at", "be", "been", "but", "by", "can", "could", "do", "does", "did", "for", "from", "had", "has", "have", "how", "i", "if", "in", "into", "is", "it", "its", "me", "my", "of", "on", "or", "our", "so", "that", "the", "their", "them", "then", "there", "these", "they", "this", "those", "to", "was", "we", "were", "what", "when", "where", "which", "who", "why", "will", "with", "would", "you", "your", "about", "also", "any", "all", "not", "no", "yes", "just", "than", "very", "more", "most", "some", "such", "only", "other", "based", "according", "context", "document", "documents", "provided"]
 )
 
 

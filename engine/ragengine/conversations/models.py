@@ -9,7 +9,7 @@ both databases, whatever the clock resolution.
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import JSON, DateTime, Float, ForeignKey, Index, Integer, String, Text
@@ -24,7 +24,7 @@ def new_id(prefix: str) -> str:
 
 def utcnow() -> datetime:
     # Naive UTC: SQLite has no time zones, so aware values would compare differently per database.
-    return datetime.now(timezone.utc).replace(tzinfo=None)
+    return datetime.now(UTC).replace(tzinfo=None)
 
 
 class Base(DeclarativeBase):

@@ -13,7 +13,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 from ragengine.chat.extractive import NO_ANSWER, extractive_answer
 from ragengine.conversations import metrics
@@ -21,7 +22,12 @@ from ragengine.conversations.budget import Budget
 from ragengine.conversations.events import event
 from ragengine.conversations.groundedness import assess_groundedness
 from ragengine.conversations.prompting import (
-    DEFAULT_SYSTEM_PROMPT, TOOLS_SYSTEM_PROMPT, InlineDoc, build_messages, format_context, history_turns,
+    DEFAULT_SYSTEM_PROMPT,
+    TOOLS_SYSTEM_PROMPT,
+    InlineDoc,
+    build_messages,
+    format_context,
+    history_turns,
 )
 from ragengine.conversations.reformulate import reformulate_query
 from ragengine.conversations.tools import Scope, run_tool_loop, scoped_search

@@ -11,18 +11,35 @@ its parent thread's history up to and including that message, followed by its ow
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 from sqlalchemy import create_engine, delete, event, func, select, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from ragengine.conversations.models import (
-    MAIN_THREAD, Base, FileRow, MessageRow, SessionFileRow, SessionRow, ThreadRow, new_id, utcnow,
+    MAIN_THREAD,
+    Base,
+    FileRow,
+    MessageRow,
+    SessionFileRow,
+    SessionRow,
+    ThreadRow,
+    new_id,
+    utcnow,
 )
 from ragengine.conversations.records import (  # noqa: F401  (re-exported for callers)
-    FileInfo, MessageInfo, SessionInfo, ThreadInfo, _file, _message, _session, _thread, iso,
+    FileInfo,
+    MessageInfo,
+    SessionInfo,
+    ThreadInfo,
+    _file,
+    _message,
+    _session,
+    _thread,
+    iso,
 )
 from ragengine.errors import BadRequest, NotFound
 

@@ -38,7 +38,7 @@ def split_sentences(text: str) -> list[str]:
 def tree_sitter_available() -> bool:
     try:
         import tree_sitter_language_pack  # noqa: F401
-    except Exception:  # noqa: BLE001
+    except Exception:
         return False
     return True
 
@@ -83,7 +83,7 @@ class Chunker:
         else:
             try:
                 pieces = self._prose.split_text(text)
-            except Exception as exc:  # noqa: BLE001 - never fail a write on a splitter bug
+            except Exception as exc:
                 log.warning("sentence splitting failed (%s); splitting by tokens", exc)
                 pieces = self._token.split_text(text)
         bounded: list[str] = []
@@ -98,7 +98,7 @@ class Chunker:
         if splitter is not None:
             try:
                 return splitter.split_text(text)
-            except Exception as exc:  # noqa: BLE001 - a parser failure should not lose the document
+            except Exception as exc:
                 log.warning("tree-sitter split failed for %s (%s); using the line splitter", language, exc)
         return self._split_lines(text)
 
@@ -113,7 +113,7 @@ class Chunker:
                 splitter = CodeSplitter(language=language, chunk_lines=self.config.code_chunk_lines,
                                         count_mode="token", max_tokens=self.config.chunk_size,
                                         tokenizer=self.embedder.token_ids)
-            except Exception as exc:  # noqa: BLE001 - unknown language: fall back to lines
+            except Exception as exc:
                 log.info("no tree-sitter grammar for %r (%s); using the line splitter", language, exc)
         self._code[language] = splitter
         return splitter

@@ -90,7 +90,7 @@ class IndexRegistry:
                 try:
                     if state.journal is not None and state.journal.size > 0:
                         await self._snapshot(state)
-                except Exception:  # noqa: BLE001 - the journal still holds every write
+                except Exception:
                     log.exception("snapshot of %r at shutdown failed; the journal will be replayed", state.name)
                 if state.journal is not None:
                     state.journal.close()

@@ -19,7 +19,6 @@ from ragengine.index.state import IndexState, node_id
 from ragengine.index.types import RetrievedNode, cosine_to_score
 from ragengine.retrieval.hybrid import rrf
 
-
 # Searches only (ingestion embeds on the embedder's own thread), so queries never queue behind writes.
 _POOL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="search")
 

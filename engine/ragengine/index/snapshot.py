@@ -114,7 +114,7 @@ def read_snapshot(path: Path, name: str, dim: int, store_kwargs: dict) -> IndexS
     alive = np.fromfile(path / "alive.bin", dtype=bool)
     try:
         state.store.load_index(str(path / "vectors.faiss"), alive)
-    except Exception as exc:  # noqa: BLE001 - any FAISS read error means a bad file
+    except Exception as exc:
         raise SnapshotError(f"{path}: vectors.faiss unreadable: {exc}") from exc
     if state.store.ntotal != manifest["ntotal"] or alive.size != manifest["ntotal"]:
         raise SnapshotError(f"{path}: vector count does not match the manifest")

@@ -12,8 +12,9 @@ import asyncio
 import threading
 import uuid
 from array import array
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 

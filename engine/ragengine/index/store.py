@@ -116,7 +116,7 @@ class VectorStore:
                 self._gpu.add(self.vectors())
 
     @classmethod
-    def from_vectors(cls, vectors: np.ndarray, **kwargs: Any) -> "VectorStore":
+    def from_vectors(cls, vectors: np.ndarray, **kwargs: Any) -> VectorStore:
         dim = kwargs.pop("dim", None) or vectors.shape[1]
         store = cls(dim, **kwargs)
         if len(vectors) > store.hnsw_threshold and store._gpu is None:

@@ -96,6 +96,6 @@ class ChunkingConfig:
                 "code_chunk_lines": self.code_chunk_lines}
 
     @classmethod
-    def from_dict(cls, data: dict | None) -> "ChunkingConfig":
+    def from_dict(cls, data: dict | None) -> ChunkingConfig:
         data = data or {}
         return cls(**{k: data[k] for k in ("chunk_size", "chunk_overlap", "splitter", "code_chunk_lines") if k in data})

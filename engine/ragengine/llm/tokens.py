@@ -22,7 +22,8 @@ import logging
 import math
 import time
 from collections import OrderedDict
-from typing import Any, Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
 
 import httpx
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 RRF_K = 60  # the constant from Cormack et al. (2009); damps the head of each list
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Sequence
 
 from ragengine import metrics
 from ragengine.embedding import pick_device, resolve_model_path

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client as k8s
@@ -87,7 +87,7 @@ def patch_status(api: k8s.ApiClient, namespace: str, name: str, status: dict[str
 def post_event(api: k8s.ApiClient, owner: dict[str, Any], type_: str, reason: str, message: str) -> None:
     """A core/v1 Event on the RAGEngine (kubectl describe shows it)."""
     meta = owner["metadata"]
-    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     event = {
         "apiVersion": "v1",
         "kind": "Event",

@@ -38,7 +38,7 @@ def kube() -> Kube:
     api = k8s_config.new_client_from_config(config_file=str(KUBECONFIG))
     try:
         k8s.VersionApi(api).get_code(_request_timeout=5)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         pytest.fail(f"the local control plane does not answer ({exc.__class__.__name__}): run `hack/cluster.sh up`",
                     pytrace=False)
     kube = Kube(api)

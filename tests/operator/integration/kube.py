@@ -9,6 +9,7 @@ from typing import Any
 
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
+
 from ragengine_operator import constants as c
 
 
