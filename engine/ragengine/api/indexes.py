@@ -40,7 +40,7 @@ async def index_documents(body: IndexRequest, request: Request) -> list[dict]:
 
 @router.get("/indexes", response_model=list[str])
 async def list_indexes(request: Request) -> list[str]:
-    return _registry(request).names()
+    return await _registry(request).list_names()
 
 
 @router.get("/indexes/{index_name}/documents", response_model=ListDocumentsResponse)
@@ -98,9 +98,9 @@ async def retrieve(body: RetrieveRequest, request: Request) -> dict:
 
 
 async def startup(app: FastAPI, settings: EngineSettings, stack: AsyncExitStack) -> None:
-    """Build the embedder, reranker and index registry (restoring every index) onto app.state."""
+    """Build the embedder, reranker and index registry (FAISS restored from disk, or an external store) onto app.state."""
     from ragengine.embedding import build_embedder
-    from ragengine.index.registry import IndexRegistry
+    from ragengine.stores import build_registry
 
     embedder = getattr(app.state, "embedder", None)
     if embedder is None:
@@ -115,7 +115,7 @@ async def startup(app: FastAPI, settings: EngineSettings, stack: AsyncExitStack)
         reranker = await asyncio.to_thread(Reranker, settings.rerank_model, settings.device, cache)
         app.state.reranker = reranker
         stack.callback(reranker.close)
-    registry = IndexRegistry(settings, embedder, reranker)
+    registry = build_registry(settings, embedder, reranker)
     await registry.start()
     app.state.registry = registry
     stack.push_async_callback(registry.close)

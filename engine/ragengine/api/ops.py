@@ -13,16 +13,17 @@ router = APIRouter(tags=["ops"])
 
 @router.get("/health")
 async def health(request: Request) -> dict:
-    """Always fast: it reads counters only. ``Degraded`` names indexes that failed to load."""
+    """Always fast: it reads counters only. ``Degraded`` names indexes that failed to load, or the
+    external store's last error."""
     registry = getattr(request.app.state, "registry", None)
     if registry is None:
         return {"status": "Starting", "detail": "the index registry is not ready yet"}
     status = registry.status()
     corrupt = status["corrupt"]
-    detail = None
-    if corrupt:
-        detail = "; ".join(f"index '{n}' not loaded: {why}" for n, why in corrupt.items())
-    return {"status": "Degraded" if corrupt else "Healthy", "detail": detail, **status}
+    problems = [f"index '{n}' not loaded: {why}" for n, why in corrupt.items()]
+    if status.get("store_error"):
+        problems.append(f"vector store unavailable: {status['store_error']}")
+    return {"status": "Degraded" if problems else "Healthy", "detail": "; ".join(problems) or None, **status}
 
 
 @router.get("/metrics")

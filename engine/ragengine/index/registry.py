@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
+import contextlib
 import logging
 import time
 from pathlib import Path
@@ -12,9 +12,18 @@ from typing import Any
 import numpy as np
 
 from ragengine import metrics
-from ragengine.errors import BadRequest, Conflict, EngineError, NotFound, PayloadTooLarge
+from ragengine.errors import BadRequest, Conflict, EngineError, NotFound
 from ragengine.index import disk
 from ragengine.index.chunking import Chunker, validate_config
+from ragengine.index.documents import (
+    NewDoc,
+    clean_documents,
+    content_id,
+    doc_out,
+    listed,
+    new_documents,
+    plan_update,
+)
 from ragengine.index.journal import Journal
 from ragengine.index.search import search_index
 from ragengine.index.snapshot import SnapshotError, read_snapshot, write_snapshot
@@ -23,10 +32,13 @@ from ragengine.index.types import ChunkingConfig, RetrievedNode
 from ragengine.retrieval import filters as flt
 
 log = logging.getLogger(__name__)
-MAX_DOC_ID = 512
 
 
 class IndexRegistry:
+    """The embedded store: FAISS + BM25 in memory, a journal and snapshots on ``data_dir``."""
+
+    kind = "faiss"
+
     def __init__(self, settings: Any, embedder: Any, reranker: Any = None) -> None:
         self.settings = settings
         self.embedder = embedder
@@ -47,6 +59,14 @@ class IndexRegistry:
 
     def names(self) -> list[str]:
         return sorted(self._indexes)
+
+    async def list_names(self) -> list[str]:
+        return self.names()
+
+    async def health(self) -> str | None:
+        """None: the store serves. FAISS lives in this process, so it serves whenever the process does
+        (an index that failed to load is reported by ``status()``, the others still serve)."""
+        return None
 
     def get(self, name: str) -> IndexState:
         state = self._indexes.get(name)
@@ -97,7 +117,7 @@ class IndexRegistry:
 
     def _attach(self, state: IndexState, *, on_disk: bool) -> None:
         state.chunker = Chunker(self.embedder, state.config)
-        state.on_disk = on_disk  # type: ignore[attr-defined]
+        state.on_disk = on_disk
         self._indexes[state.name] = state
         self.corrupt.pop(state.name, None)
         metrics.INDEX_CORRUPT.labels(state.name).set(0)
@@ -109,31 +129,6 @@ class IndexRegistry:
 
     def _dir(self, name: str) -> Path:
         return disk.index_root(self.data_dir) / disk.dir_name(name)
-
-    # -- validation --------------------------------------------------------------------------------
-    def _clean_docs(self, documents: list[dict], *, need_id: bool = False) -> list[tuple[str, str, dict]]:
-        out: dict[str, tuple[str, str, dict]] = {}
-        for i, doc in enumerate(documents):
-            text = doc.get("text")
-            if not isinstance(text, str) or not text.strip():
-                raise BadRequest(f"documents[{i}]: Document text cannot be empty.")
-            if len(text) > self.settings.max_document_chars:
-                raise PayloadTooLarge(f"documents[{i}]: text has {len(text)} characters; the limit is "
-                                      f"{self.settings.max_document_chars}.")
-            doc_id = doc.get("doc_id")
-            if doc_id is None and need_id:
-                raise BadRequest(f"documents[{i}]: doc_id is required.")
-            if doc_id is None:
-                doc_id = hashlib.sha256(text.encode("utf-8")).hexdigest()
-            if not isinstance(doc_id, str) or not doc_id or len(doc_id) > MAX_DOC_ID:
-                raise BadRequest(f"documents[{i}]: doc_id must be a non-empty string of at most {MAX_DOC_ID} characters.")
-            metadata = doc.get("metadata") or {}
-            if not isinstance(metadata, dict):
-                raise BadRequest(f"documents[{i}]: metadata must be an object.")
-            if doc_id in out and out[doc_id][1] != text:
-                raise BadRequest(f"documents[{i}]: doc_id {doc_id!r} appears twice with different text.")
-            out[doc_id] = (doc_id, text, metadata)
-        return list(out.values())
 
     # -- writes ------------------------------------------------------------------------------------
     async def _state_for_write(self, name: str, chunking: dict | None) -> IndexState:
@@ -149,10 +144,11 @@ class IndexRegistry:
             self._attach(state, on_disk=False)
             return state
 
-    async def _prepare(self, state: IndexState, docs: list[tuple[str, str, dict]]) -> tuple[list[dict], np.ndarray]:
+    async def _prepare(self, state: IndexState, docs: list[NewDoc]) -> tuple[list[dict], np.ndarray]:
         """Chunk (in a thread) and embed (in the embedding thread) new documents."""
         def split() -> list[dict]:
-            return [{"id": d, "text": t, "meta": m, "spans": state.chunker.split(t, m)} for d, t, m in docs]
+            return [{"id": d.doc_id, "text": d.text, "meta": d.metadata, "spans": state.chunker.split(d.text, d.metadata)}
+                    for d in docs]
 
         adds = await asyncio.to_thread(split)
         texts = [_span_text(a["text"], s) for a in adds for s in a["spans"]]
@@ -163,10 +159,10 @@ class IndexRegistry:
 
     async def _commit(self, state: IndexState, op: dict, vectors: np.ndarray | None) -> None:
         """Journal (fsync) then apply; the caller holds ``state.lock``."""
-        if not getattr(state, "on_disk", False):
+        if not state.on_disk:
             path = await asyncio.to_thread(disk.create_index_dir, self.data_dir, state)
             state.journal = Journal(path / "journal.log", state.dim)
-            state.on_disk = True  # type: ignore[attr-defined]
+            state.on_disk = True
         seq = state.seq + 1
         try:
             await asyncio.to_thread(state.journal.append, seq, op, vectors)
@@ -187,72 +183,55 @@ class IndexRegistry:
             await self._snapshot(state)
 
     def _drop_if_empty(self, state: IndexState) -> None:
-        if not getattr(state, "on_disk", False) and state.n_docs == 0 and self._indexes.get(state.name) is state:
+        if not state.on_disk and state.n_docs == 0 and self._indexes.get(state.name) is state:
             del self._indexes[state.name]
             metrics.INDEX_DOCUMENTS.remove(state.name)
             metrics.INDEX_CHUNKS.remove(state.name)
 
     async def add_documents(self, index_name: str, documents: list[dict], chunking: dict | None = None) -> list[dict]:
-        docs = self._clean_docs(documents)
+        docs = clean_documents(documents, max_chars=self.settings.max_document_chars)
         if not docs:
             return []
         start = time.perf_counter()
         state = await self._state_for_write(index_name, chunking)
         async with state.lock:
             try:
-                new = []
-                for doc_id, text, meta in docs:
-                    rec = state.docs.get(doc_id)
-                    if rec is None:
-                        new.append((doc_id, text, meta))
-                    elif rec.text != text:
-                        raise Conflict(f"Document '{doc_id}' already exists in index '{index_name}' with different "
-                                       f"text; update it with POST /indexes/{index_name}/documents.")
+                new = new_documents(index_name, docs, _held(state, docs))
                 if new:
                     adds, vectors = await self._prepare(state, new)
                     await self._commit(state, {"add": adds}, vectors)
             finally:
                 self._drop_if_empty(state)
         metrics.INGEST_SECONDS.observe(time.perf_counter() - start)
-        return [_doc_out(d, t, state.docs[d].metadata if d in state.docs else m) for d, t, m in docs]
+        return [doc_out(d.doc_id, d.text, state.docs[d.doc_id].metadata if d.doc_id in state.docs else d.metadata)
+                for d in docs]
 
     async def add_precomputed(self, index_name: str, texts: list[str], vectors: np.ndarray,
                               metadatas: list[dict] | None = None) -> None:
         """Insert one-chunk documents with given unit vectors (benchmarks, imports): no chunking, no embedding."""
         state = await self._state_for_write(index_name, None)
         async with state.lock:
-            adds = [{"id": hashlib.sha256(t.encode()).hexdigest(), "text": t,
+            adds = [{"id": content_id(t), "text": t,
                      "meta": (metadatas[i] if metadatas else {}), "spans": [[0, len(t)]]} for i, t in enumerate(texts)]
             await self._commit(state, {"add": adds}, np.ascontiguousarray(vectors, dtype=np.float32))
 
     async def update_documents(self, index_name: str, documents: list[dict]) -> dict:
         state = self.get(index_name)
-        docs = self._clean_docs(documents, need_id=True)
-        result: dict[str, list] = {"updated_documents": [], "unchanged_documents": [], "not_found_documents": []}
+        docs = clean_documents(documents, max_chars=self.settings.max_document_chars, need_id=True)
         async with state.lock:
-            changed_text, meta_only = [], []
-            for doc_id, text, meta in docs:
-                rec = state.docs.get(doc_id)
-                if rec is None:
-                    result["not_found_documents"].append(_doc_out(doc_id, text, meta))
-                elif rec.text == text and rec.metadata == meta:
-                    result["unchanged_documents"].append(_doc_out(doc_id, text, meta))
-                else:
-                    (meta_only if rec.text == text and not _split_keys_changed(rec.metadata, meta) else changed_text).append(
-                        (doc_id, text, meta))
-                    result["updated_documents"].append(_doc_out(doc_id, text, meta))
-            if changed_text or meta_only:
-                adds, vectors = await self._prepare(state, changed_text) if changed_text else ([], None)
+            plan = plan_update(docs, _held(state, docs))
+            if plan.writes:
+                adds, vectors = await self._prepare(state, plan.changed_text) if plan.changed_text else ([], None)
                 reused = []
-                for doc_id, text, meta in meta_only:  # same text: keep chunks and vectors, no re-embedding
-                    rec = state.docs[doc_id]
-                    adds.append({"id": doc_id, "text": text, "meta": meta, "spans": rec.span_list()})
+                for doc in plan.meta_only:  # same text: keep chunks and vectors, no re-embedding
+                    rec = state.docs[doc.doc_id]
+                    adds.append({"id": doc.doc_id, "text": doc.text, "meta": doc.metadata, "spans": rec.span_list()})
                     reused.append(state.doc_vectors(rec))
                 parts = ([vectors] if vectors is not None else []) + reused
                 all_vectors = np.concatenate(parts) if parts else None
-                op = {"delete": [d for d, _, _ in changed_text + meta_only], "add": adds}
+                op = {"delete": [d.doc_id for d in plan.writes], "add": adds}
                 await self._commit(state, op, all_vectors)
-        return result
+        return plan.result
 
     async def delete_documents(self, index_name: str, doc_ids: list[str]) -> dict:
         state = self.get(index_name)
@@ -276,10 +255,8 @@ class IndexRegistry:
             self.corrupt.pop(name, None)
             await asyncio.to_thread(disk.remove_dir, self._dir(name))
             for gauge in (metrics.INDEX_DOCUMENTS, metrics.INDEX_CHUNKS, metrics.INDEX_CORRUPT):
-                try:
+                with contextlib.suppress(KeyError):
                     gauge.remove(name)
-                except KeyError:
-                    pass
 
     # -- maintenance -------------------------------------------------------------------------------
     async def _migrate(self, state: IndexState) -> None:
@@ -352,12 +329,7 @@ class IndexRegistry:
         def page() -> dict:  # a thread: filtering a big index must not hold up the event loop
             with state.rw.read():
                 records, total = state.list_documents(f, offset, limit)
-                docs = []
-                for rec in records:
-                    truncated = max_text_length is not None and len(rec.text) > max_text_length
-                    text = rec.text[:max_text_length] if truncated else rec.text
-                    docs.append({"doc_id": rec.doc_id, "text": text, "hash_value": None, "metadata": rec.metadata,
-                                 "is_truncated": truncated})
+                docs = [listed(rec.doc_id, rec.text, rec.metadata, max_text_length) for rec in records]
             return {"documents": docs, "count": len(docs), "total_items": total}
 
         return await asyncio.to_thread(page)
@@ -379,12 +351,9 @@ def _span_text(text: str, span: Any) -> str:
     return span if isinstance(span, str) else text[span[0]:span[1]]
 
 
-def _split_keys_changed(old: dict, new: dict) -> bool:
-    return any(old.get(k) != new.get(k) for k in ("split_type", "language"))
-
-
-def _doc_out(doc_id: str, text: str, metadata: dict) -> dict:
-    return {"doc_id": doc_id, "text": text, "metadata": metadata, "hash_value": None, "is_truncated": False}
+def _held(state: IndexState, docs: list[NewDoc]) -> dict[str, tuple[str, dict]]:
+    """What the index holds of these documents, as the shared document operations see it."""
+    return {d.doc_id: (rec.text, rec.metadata) for d in docs if (rec := state.docs.get(d.doc_id)) is not None}
 
 
 def _name_from_dir(path: Path) -> str:

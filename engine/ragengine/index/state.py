@@ -87,6 +87,7 @@ class IndexState:
         self._mask_cache: dict[Any, tuple[int, np.ndarray]] = {}
         self.chunker: Any = None  # set by the registry (needs the embedder)
         self.journal: Any = None
+        self.on_disk = False  # the index folder exists (created by the first committed write)
 
     # -- counts ------------------------------------------------------------------------------------
     @property

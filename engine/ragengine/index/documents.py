@@ -1,0 +1,119 @@
+"""Document operations every store shares: input validation and the add / update classification.
+
+Pure functions: they see documents as plain values and what a store already holds as a mapping
+``doc_id -> (text, metadata)``, and they decide; the stores (FAISS registry, PostgreSQL, Milvus) only
+carry the decision out. So ``POST /index`` and ``POST /indexes/{name}/documents`` mean the same on every
+backend:
+
+- ``add``: a new ``doc_id`` is written; an existing one with the same text is left as it is (the call
+  is idempotent); an existing one with other text is a 409 (use the update route).
+- ``update``: unknown ids are reported as not found, identical ones as unchanged; a change of text
+  re-chunks and re-embeds; a change of metadata alone keeps the chunks and their vectors unless it
+  changes how the text is split (``split_type`` / ``language``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from ragengine.errors import BadRequest, Conflict, PayloadTooLarge
+
+MAX_DOC_ID = 512
+SPLIT_KEYS = ("split_type", "language")
+
+
+@dataclass(frozen=True)
+class NewDoc:
+    doc_id: str
+    text: str
+    metadata: dict
+
+
+@dataclass
+class UpdatePlan:
+    """What an update does: re-embed ``changed_text``, keep vectors for ``meta_only``."""
+
+    changed_text: list[NewDoc] = field(default_factory=list)
+    meta_only: list[NewDoc] = field(default_factory=list)
+    result: dict[str, list] = field(
+        default_factory=lambda: {"updated_documents": [], "unchanged_documents": [], "not_found_documents": []})
+
+    @property
+    def writes(self) -> list[NewDoc]:
+        return self.changed_text + self.meta_only
+
+
+def content_id(text: str) -> str:
+    """The id a document gets when the client sends none: its text's SHA-256 (KAITO's choice)."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def clean_documents(documents: list[dict], *, max_chars: int, need_id: bool = False) -> list[NewDoc]:
+    """Validate request documents; duplicates of one id with the same text collapse into one."""
+    out: dict[str, NewDoc] = {}
+    for i, doc in enumerate(documents):
+        text = doc.get("text")
+        if not isinstance(text, str) or not text.strip():
+            raise BadRequest(f"documents[{i}]: Document text cannot be empty.")
+        if len(text) > max_chars:
+            raise PayloadTooLarge(f"documents[{i}]: text has {len(text)} characters; the limit is {max_chars}.")
+        doc_id = doc.get("doc_id")
+        if doc_id is None and need_id:
+            raise BadRequest(f"documents[{i}]: doc_id is required.")
+        if doc_id is None:
+            doc_id = content_id(text)
+        if not isinstance(doc_id, str) or not doc_id or len(doc_id) > MAX_DOC_ID:
+            raise BadRequest(f"documents[{i}]: doc_id must be a non-empty string of at most {MAX_DOC_ID} characters.")
+        metadata = doc.get("metadata") or {}
+        if not isinstance(metadata, dict):
+            raise BadRequest(f"documents[{i}]: metadata must be an object.")
+        if doc_id in out and out[doc_id].text != text:
+            raise BadRequest(f"documents[{i}]: doc_id {doc_id!r} appears twice with different text.")
+        out[doc_id] = NewDoc(doc_id, text, metadata)
+    return list(out.values())
+
+
+def new_documents(index_name: str, docs: list[NewDoc], existing: Mapping[str, tuple[str, dict]]) -> list[NewDoc]:
+    """The documents an add must write; raises 409 for an id that exists with other text."""
+    new = []
+    for doc in docs:
+        held = existing.get(doc.doc_id)
+        if held is None:
+            new.append(doc)
+        elif held[0] != doc.text:
+            raise Conflict(f"Document '{doc.doc_id}' already exists in index '{index_name}' with different "
+                           f"text; update it with POST /indexes/{index_name}/documents.")
+    return new
+
+
+def plan_update(docs: list[NewDoc], existing: Mapping[str, tuple[str, dict]]) -> UpdatePlan:
+    plan = UpdatePlan()
+    for doc in docs:
+        held = existing.get(doc.doc_id)
+        out = doc_out(doc.doc_id, doc.text, doc.metadata)
+        if held is None:
+            plan.result["not_found_documents"].append(out)
+        elif held[0] == doc.text and held[1] == doc.metadata:
+            plan.result["unchanged_documents"].append(out)
+        else:
+            same_split = held[0] == doc.text and not split_keys_changed(held[1], doc.metadata)
+            (plan.meta_only if same_split else plan.changed_text).append(doc)
+            plan.result["updated_documents"].append(out)
+    return plan
+
+
+def split_keys_changed(old: dict, new: dict) -> bool:
+    return any(old.get(k) != new.get(k) for k in SPLIT_KEYS)
+
+
+def doc_out(doc_id: str, text: str, metadata: dict) -> dict:
+    return {"doc_id": doc_id, "text": text, "metadata": metadata, "hash_value": None, "is_truncated": False}
+
+
+def listed(doc_id: str, text: str, metadata: dict, max_text_length: int | None) -> dict:
+    """A document as ``GET /indexes/{name}/documents`` shows it (text cut at ``max_text_length``)."""
+    truncated = max_text_length is not None and len(text) > max_text_length
+    return {"doc_id": doc_id, "text": text[:max_text_length] if truncated else text, "hash_value": None,
+            "metadata": metadata, "is_truncated": truncated}

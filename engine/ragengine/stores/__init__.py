@@ -1,0 +1,39 @@
+"""External vector stores (PostgreSQL + pgvector, Milvus) behind one adapter contract (``base``).
+
+``build_registry(settings, embedder, reranker)`` picks the index registry the engine serves from:
+the embedded FAISS registry (``ragengine.index.registry``) or ``StoreRegistry`` over an adapter.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def build_registry(settings: Any, embedder: Any, reranker: Any = None) -> Any:
+    if settings.vector_store == "faiss":
+        from ragengine.index.registry import IndexRegistry
+
+        return IndexRegistry(settings, embedder, reranker)
+    from ragengine.stores.registry import StoreRegistry
+
+    return StoreRegistry(settings, embedder, build_adapter(settings, embedder.dim), reranker)
+
+
+def build_adapter(settings: Any, dim: int) -> Any:
+    from ragengine.errors import BadRequest
+
+    if not settings.vector_store_url:
+        raise BadRequest(f"vector_store={settings.vector_store} needs vector_store_url (RAGENGINE_VECTOR_STORE_URL).")
+    if settings.vector_store == "postgres":
+        from ragengine.stores.postgres.store import PostgresStore
+
+        return PostgresStore(settings.vector_store_url, schema=settings.vector_store_prefix, dim=dim,
+                             hnsw_m=settings.hnsw_m, ef_construction=settings.hnsw_ef_construction,
+                             ef_search=settings.hnsw_ef_search)
+    if settings.vector_store == "milvus":
+        from ragengine.stores.milvus import MilvusStore
+
+        return MilvusStore(settings.vector_store_url, prefix=settings.vector_store_prefix, dim=dim,
+                           hnsw_m=settings.hnsw_m, ef_construction=settings.hnsw_ef_construction,
+                           ef_search=settings.hnsw_ef_search)
+    raise BadRequest(f"Unknown vector_store {settings.vector_store!r}.")

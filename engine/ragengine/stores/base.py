@@ -1,0 +1,113 @@
+"""The contract between the engine's shared index logic and an external vector store.
+
+An adapter is synchronous (the registry calls it from worker threads) and knows nothing of HTTP,
+chunking or embedding: it stores what it is given and answers searches. What it must guarantee:
+
+- ``write`` is atomic: the index row (created on first write), the deleted documents, the new
+  documents, their chunks and vectors are committed together or not at all. When it returns, every
+  replica sees the write.
+- ``write`` refuses, with ``DocumentRace``, to add a document that another writer added meanwhile
+  with other text (the check the registry did before embedding is repeated inside the transaction).
+- Scores: ``dense`` and ``keyword`` return the cosine similarity between the query vector and each
+  hit's stored vector, computed by the store from the same unit vectors the FAISS backend holds, so a
+  ``similarity_threshold`` means the same on every backend. ``keyword_score`` is the store's own
+  keyword rank (BM25 in FAISS, ``ts_rank_cd`` in PostgreSQL): comparable within one result list only.
+- Filters arrive as the parsed tree of ``ragengine.retrieval.filters`` and must select exactly the
+  documents ``filters.matches`` selects, with values bound as parameters (never formatted into a query).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from ragengine.retrieval.filters import Filter
+
+
+class StoreUnavailable(Exception):
+    """The store cannot serve (unreachable, wrong credentials, missing extension, schema mismatch)."""
+
+
+class DocumentRace(Exception):
+    """Another writer added the same document id with other text between the check and the write."""
+
+    def __init__(self, doc_id: str) -> None:
+        super().__init__(doc_id)
+        self.doc_id = doc_id
+
+
+@dataclass(frozen=True)
+class ChunkWrite:
+    seq: int
+    text: str
+
+
+@dataclass(frozen=True)
+class DocWrite:
+    doc_id: str
+    text: str
+    metadata: dict
+    chunks: list[ChunkWrite]
+
+
+@dataclass(frozen=True)
+class StoredDoc:
+    doc_id: str
+    text: str
+    metadata: dict
+
+
+@dataclass(frozen=True)
+class Hit:
+    doc_id: str
+    seq: int
+    text: str
+    metadata: dict
+    cosine: float
+    keyword_score: float | None = None
+
+
+class StoreAdapter(Protocol):
+    kind: str
+
+    def open(self) -> None:
+        """Connect and bring the schema to the current version; raises StoreUnavailable with the reason."""
+
+    def close(self) -> None: ...
+
+    def ping(self) -> None:
+        """Raise StoreUnavailable when the store cannot serve right now."""
+
+    def indexes(self) -> dict[str, dict]:
+        """Every index name with its chunking config."""
+
+    def counts(self) -> dict[str, tuple[int, int]]:
+        """Every index name with (documents, chunks)."""
+
+    def drop_index(self, name: str) -> bool: ...
+
+    def get_documents(self, name: str, doc_ids: list[str]) -> dict[str, StoredDoc]: ...
+
+    def chunk_vectors(self, name: str, doc_id: str) -> tuple[list[ChunkWrite], np.ndarray]:
+        """A document's chunks and their stored vectors (metadata-only updates reuse them)."""
+
+    def write(self, name: str, config: dict, delete: list[str], add: list[DocWrite], vectors: np.ndarray | None,
+              *, add_only: bool) -> None:
+        """Atomically: ensure the index, delete ``delete``, insert ``add`` (vectors row-aligned with the
+        chunks of ``add`` in order). ``add_only``: skip documents that exist with the same text and raise
+        DocumentRace for one that exists with other text."""
+
+    def list_documents(self, name: str, flt: Filter | None, offset: int, limit: int) -> tuple[list[StoredDoc], int]: ...
+
+    def dense(self, name: str, query: np.ndarray, k: int, flt: Filter | None) -> list[Hit]: ...
+
+    def keyword(self, name: str, query: str, query_vector: np.ndarray, k: int, flt: Filter | None) -> list[Hit]: ...
+
+
+def describe(exc: BaseException) -> str:
+    """A one-line reason from a driver exception (first line, no traceback)."""
+    text = str(getattr(exc, "orig", None) or exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+

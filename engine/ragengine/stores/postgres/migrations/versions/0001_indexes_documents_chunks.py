@@ -1,0 +1,40 @@
+"""Indexes, documents and chunks with pgvector HNSW and a full-text column.
+
+Revision ID: 0001
+Revises:
+"""
+
+from __future__ import annotations
+
+from alembic import op
+from sqlalchemy import Index
+
+from ragengine.stores.postgres.schema import tables
+
+revision = "0001"
+down_revision = None
+
+
+def upgrade() -> None:
+    attrs = op.get_context().config.attributes
+    schema, dim = attrs["schema"], attrs["dim"]
+    t = tables(schema, dim)
+    bind = op.get_bind()
+    t.indexes.create(bind)
+    t.documents.create(bind)
+    t.chunks.create(bind)
+    Index("documents_pos", t.documents.c.index_name, t.documents.c.pos).create(bind)
+    Index("chunks_doc", t.chunks.c.index_name, t.chunks.c.doc_id).create(bind)
+    Index("chunks_tsv", t.chunks.c.tsv, postgresql_using="gin").create(bind)
+    Index("chunks_embedding_hnsw", t.chunks.c.embedding, postgresql_using="hnsw",
+          postgresql_with={"m": int(attrs["hnsw_m"]), "ef_construction": int(attrs["ef_construction"])},
+          postgresql_ops={"embedding": "vector_cosine_ops"}).create(bind)
+
+
+def downgrade() -> None:
+    attrs = op.get_context().config.attributes
+    t = tables(attrs["schema"], attrs["dim"])
+    bind = op.get_bind()
+    t.chunks.drop(bind)
+    t.documents.drop(bind)
+    t.indexes.drop(bind)

@@ -1,0 +1,336 @@
+"""The index API over an external store (PostgreSQL + pgvector, Milvus): stateless, so replicas share it.
+
+Same public surface and the same document semantics as the embedded FAISS registry
+(``ragengine.index.registry``): both use ``ragengine.index.documents`` for validation and the add /
+update decisions, the same chunker, the same embedder, the same filter parser, the same fusion and
+reranker. What differs is where the data lives: every read goes to the store, every write is one
+store transaction (``StoreAdapter.write``), so a 200 means committed and visible to every replica.
+
+The engine keeps no index state of its own beyond a short-lived cache of index names and counts for
+the synchronous ``exists()`` / ``names()`` / ``status()`` (``/health`` and ``/v1/models`` must not
+wait on the database): a miss in ``exists()`` asks the store, so an index created through another
+replica is found at once; counts in ``/health`` may lag by ``REFRESH_S``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any
+
+import numpy as np
+
+from ragengine import metrics
+from ragengine.errors import BadRequest, Conflict, EngineError, NotFound
+from ragengine.index import disk
+from ragengine.index.chunking import Chunker, validate_config
+from ragengine.index.documents import (
+    NewDoc,
+    clean_documents,
+    content_id,
+    doc_out,
+    listed,
+    new_documents,
+    plan_update,
+)
+from ragengine.index.state import node_id
+from ragengine.index.types import ChunkingConfig, RetrievedNode, cosine_to_score
+from ragengine.retrieval import filters as flt
+from ragengine.retrieval.hybrid import rrf
+from ragengine.stores.base import ChunkWrite, DocumentRace, DocWrite, Hit, StoreAdapter, StoreUnavailable, describe
+
+log = logging.getLogger(__name__)
+REFRESH_S = 2.0
+
+
+class StoreRegistry:
+    def __init__(self, settings: Any, embedder: Any, adapter: StoreAdapter, reranker: Any = None) -> None:
+        self.settings = settings
+        self.embedder = embedder
+        self.reranker = reranker
+        self.adapter = adapter
+        self.kind = adapter.kind
+        self._configs: dict[str, dict] = {}
+        self._counts: dict[str, tuple[int, int]] = {}
+        self._chunkers: dict[str, tuple[dict, Chunker]] = {}
+        self._fresh_at = 0.0
+        self._unavailable: str | None = None
+        self._refresher: asyncio.Task | None = None
+
+    # -- start / stop / health ---------------------------------------------------------------------
+    async def start(self) -> None:
+        """Open the store (migrations included). An unreachable store does not stop the engine: it
+        starts, reports the reason on /health and /ready (503), and keeps trying in the background."""
+        try:
+            await asyncio.to_thread(self.adapter.open)
+            await self._refresh()
+        except StoreUnavailable as exc:
+            self._unavailable = str(exc)
+            log.error("vector store %s unavailable: %s", self.kind, exc)
+        self._refresher = asyncio.create_task(self._refresh_loop(), name="store-refresh")
+
+    async def close(self) -> None:
+        if self._refresher is not None:
+            self._refresher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._refresher
+        await asyncio.to_thread(self.adapter.close)
+
+    async def _refresh_loop(self) -> None:
+        while True:
+            await asyncio.sleep(REFRESH_S)
+            try:
+                if self._unavailable is not None:
+                    await asyncio.to_thread(self.adapter.open)
+                await self._refresh()
+                if self._unavailable is not None:
+                    log.info("vector store %s reachable again", self.kind)
+                self._unavailable = None
+            except StoreUnavailable as exc:
+                self._unavailable = str(exc)
+            except Exception as exc:  # keep refreshing; health() reports the reason
+                self._unavailable = describe(exc)
+
+    async def _refresh(self) -> None:
+        configs, counts = await asyncio.to_thread(lambda: (self.adapter.indexes(), self.adapter.counts()))
+        for name in set(self._counts) - set(counts):  # dropped through another replica
+            metrics.forget_index(name)
+        self._configs, self._counts, self._fresh_at = configs, counts, time.monotonic()
+        for name, (docs, chunks) in counts.items():
+            metrics.INDEX_DOCUMENTS.labels(name).set(docs)
+            metrics.INDEX_CHUNKS.labels(name).set(chunks)
+
+    async def health(self) -> str | None:
+        """None when the store serves; else the reason (for /ready and the operator's conditions)."""
+        try:
+            await asyncio.to_thread(self.adapter.ping)
+        except StoreUnavailable as exc:
+            self._unavailable = str(exc)
+        else:
+            if self._unavailable is not None:
+                try:
+                    await asyncio.to_thread(self.adapter.open)
+                    self._unavailable = None
+                except StoreUnavailable as exc:
+                    self._unavailable = str(exc)
+        return None if self._unavailable is None else f"{self.kind} store unavailable: {self._unavailable}"
+
+    def status(self) -> dict:
+        indexes = {n: {"documents": d, "chunks": c, "kind": self.kind} for n, (d, c) in sorted(self._counts.items())}
+        out: dict[str, Any] = {"indexes": indexes, "corrupt": {}}
+        if self._unavailable is not None:
+            out["store_error"] = self._unavailable
+        return out
+
+    # -- lookup ------------------------------------------------------------------------------------
+    def names(self) -> list[str]:
+        return sorted(self._configs)
+
+    async def list_names(self) -> list[str]:
+        configs = await self._call(self.adapter.indexes)
+        self._configs = configs
+        return sorted(configs)
+
+    def exists(self, name: str) -> bool:
+        if name in self._configs and time.monotonic() - self._fresh_at < REFRESH_S * 2:
+            return True
+        try:  # a miss asks the store (one indexed lookup), so a fresh index on another replica counts
+            configs = self.adapter.indexes()
+        except StoreUnavailable as exc:
+            raise EngineError(f"The {self.kind} store is unavailable: {exc}", status_code=503) from exc
+        self._configs, self._fresh_at = configs, time.monotonic()
+        return name in configs
+
+    async def _config(self, name: str) -> dict:
+        configs = await self._call(self.adapter.indexes)
+        self._configs = configs
+        if name not in configs:
+            raise NotFound(f"No such index: '{name}' exists.")
+        return configs[name]
+
+    async def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await asyncio.to_thread(fn, *args, **kwargs)
+        except StoreUnavailable as exc:
+            self._unavailable = str(exc)
+            raise EngineError(f"The {self.kind} store is unavailable: {exc}", status_code=503) from exc
+
+    def _chunker(self, name: str, config: dict) -> Chunker:
+        cached = self._chunkers.get(name)
+        if cached is None or cached[0] != config:
+            cached = (config, Chunker(self.embedder, ChunkingConfig.from_dict(config)))
+            self._chunkers[name] = cached
+        return cached[1]
+
+    # -- writes ------------------------------------------------------------------------------------
+    def _new_config(self, chunking: dict | None) -> dict:
+        defaults = {"chunk_size": self.settings.chunk_size, "chunk_overlap": self.settings.chunk_overlap}
+        config = validate_config(ChunkingConfig.from_dict({**defaults, **(chunking or {})}), self.embedder.chunk_token_limit)
+        return config.to_dict()
+
+    async def _prepare(self, chunker: Chunker, docs: list[NewDoc]) -> tuple[list[DocWrite], np.ndarray | None]:
+        def split() -> list[DocWrite]:
+            out = []
+            for d in docs:
+                spans = chunker.split(d.text, d.metadata)
+                chunks = [ChunkWrite(i, s if isinstance(s, str) else d.text[s[0]:s[1]]) for i, s in enumerate(spans)]
+                out.append(DocWrite(d.doc_id, d.text, d.metadata, chunks))
+            return out
+
+        writes = await asyncio.to_thread(split)
+        texts = [c.text for w in writes for c in w.chunks]
+        vectors = await self.embedder.embed_texts(texts) if texts else None
+        return writes, vectors
+
+    async def add_documents(self, index_name: str, documents: list[dict], chunking: dict | None = None) -> list[dict]:
+        docs = clean_documents(documents, max_chars=self.settings.max_document_chars)
+        if not docs:
+            return []
+        _validate_name(index_name)
+        start = time.perf_counter()
+        configs = await self._call(self.adapter.indexes)
+        config = configs.get(index_name) or self._new_config(chunking)
+        held = await self._held(index_name, docs) if index_name in configs else {}
+        new = new_documents(index_name, docs, held)
+        if new:
+            writes, vectors = await self._prepare(self._chunker(index_name, config), new)
+            try:
+                await self._call(self.adapter.write, index_name, config, [], writes, vectors, add_only=True)
+            except DocumentRace as exc:
+                raise Conflict(f"Document '{exc.doc_id}' already exists in index '{index_name}' with different "
+                               f"text; update it with POST /indexes/{index_name}/documents.") from exc
+            self._configs[index_name] = config
+        metrics.INGEST_SECONDS.observe(time.perf_counter() - start)
+        return [doc_out(d.doc_id, d.text, held[d.doc_id][1] if d.doc_id in held else d.metadata) for d in docs]
+
+    async def add_precomputed(self, index_name: str, texts: list[str], vectors: np.ndarray,
+                              metadatas: list[dict] | None = None) -> None:
+        """One-chunk documents with given unit vectors (benchmarks, migration): no chunking, no embedding."""
+        _validate_name(index_name)
+        configs = await self._call(self.adapter.indexes)
+        config = configs.get(index_name) or self._new_config(None)
+        writes = [DocWrite(content_id(t), t, (metadatas[i] if metadatas else {}), [ChunkWrite(0, t)])
+                  for i, t in enumerate(texts)]
+        await self._call(self.adapter.write, index_name, config, [], writes,
+                         np.ascontiguousarray(vectors, dtype=np.float32), add_only=True)
+
+    async def import_documents(self, index_name: str, config: dict, docs: list[DocWrite], vectors: np.ndarray) -> None:
+        """Write documents with their chunks and vectors as they are (``ragengine migrate``): no embedding."""
+        _validate_name(index_name)
+        await self._call(self.adapter.write, index_name, config, [d.doc_id for d in docs], docs, vectors, add_only=False)
+        self._configs[index_name] = config
+
+    async def update_documents(self, index_name: str, documents: list[dict]) -> dict:
+        config = await self._config(index_name)
+        docs = clean_documents(documents, max_chars=self.settings.max_document_chars, need_id=True)
+        plan = plan_update(docs, await self._held(index_name, docs))
+        if plan.writes:
+            writes, vectors = await self._prepare(self._chunker(index_name, config), plan.changed_text)
+            parts = [vectors] if vectors is not None else []
+            for doc in plan.meta_only:  # same text and split: keep the chunks and their vectors
+                chunks, kept = await self._call(self.adapter.chunk_vectors, index_name, doc.doc_id)
+                writes.append(DocWrite(doc.doc_id, doc.text, doc.metadata, chunks))
+                parts.append(kept)
+            all_vectors = np.concatenate(parts) if parts else None
+            await self._call(self.adapter.write, index_name, config, [d.doc_id for d in plan.writes], writes,
+                             all_vectors, add_only=False)
+        return plan.result
+
+    async def delete_documents(self, index_name: str, doc_ids: list[str]) -> dict:
+        config = await self._config(index_name)
+        unique = list(dict.fromkeys(doc_ids))
+        held = await self._call(self.adapter.get_documents, index_name, unique)
+        found = [d for d in unique if d in held]
+        if found:
+            await self._call(self.adapter.write, index_name, config, found, [], None, add_only=False)
+        return {"deleted_doc_ids": found, "not_found_doc_ids": [d for d in unique if d not in held]}
+
+    async def delete_index(self, name: str) -> None:
+        if not await self._call(self.adapter.drop_index, name):
+            raise NotFound(f"No such index: '{name}' exists.")
+        self._configs.pop(name, None)
+        self._counts.pop(name, None)
+        self._chunkers.pop(name, None)
+        metrics.forget_index(name)
+
+    async def persist(self, name: str, path: str | None) -> str:
+        raise BadRequest(f"POST /persist is for the embedded FAISS store; with vector_store={self.kind} every "
+                         f"write is already committed to the store.")
+
+    async def load(self, name: str, path: str | None, overwrite: bool) -> str:
+        raise BadRequest(f"POST /load is for the embedded FAISS store; move a FAISS index into {self.kind} with "
+                         f"`ragengine migrate` instead.")
+
+    async def _held(self, index_name: str, docs: list[NewDoc]) -> dict[str, tuple[str, dict]]:
+        stored = await self._call(self.adapter.get_documents, index_name, [d.doc_id for d in docs])
+        return {k: (v.text, v.metadata) for k, v in stored.items()}
+
+    # -- reads -------------------------------------------------------------------------------------
+    async def list_documents(self, index_name: str, *, limit: int = 10, offset: int = 0,
+                             max_text_length: int | None = 1000, metadata_filter: Any = None) -> dict:
+        f = flt.from_metadata_filter(metadata_filter)
+        await self._config(index_name)
+        records, total = await self._call(self.adapter.list_documents, index_name, f, offset, limit)
+        docs = [listed(r.doc_id, r.text, r.metadata, max_text_length) for r in records]
+        return {"documents": docs, "count": len(docs), "total_items": total}
+
+    async def retrieve(self, index_name: str, query: str, top_k: int, *, filters: dict | None = None,
+                       metadata_filter: dict | None = None, query_embedding: np.ndarray | None = None) -> list[RetrievedNode]:
+        if not isinstance(query, str) or not query.strip():
+            raise BadRequest("Query string cannot be empty.")
+        if top_k < 1:
+            raise BadRequest("top_k must be at least 1.")
+        f = flt.combine(flt.parse_filters(filters) if filters is not None else None, flt.from_metadata_filter(metadata_filter))
+        if not self.exists(index_name):
+            raise NotFound(f"No such index: '{index_name}' exists.")
+        start = time.perf_counter()
+        top_k = min(top_k, self.settings.max_top_k)
+        reranking = self.reranker is not None
+        n_out = max(top_k, self.settings.rerank_candidates) if reranking else top_k
+        pool = max(n_out * 2, 20)
+        if query_embedding is None:
+            qvec = await self.embedder.embed_query(query)
+        else:
+            qvec = np.asarray(query_embedding, dtype=np.float32).reshape(-1)
+            qvec = qvec / max(float(np.linalg.norm(qvec)), 1e-12)
+        dense_task = self._call(self.adapter.dense, index_name, qvec, pool, f)
+        if self.settings.hybrid:
+            dense, sparse = await asyncio.gather(dense_task, self._call(self.adapter.keyword, index_name, query, qvec, pool, f))
+        else:
+            dense, sparse = await dense_task, []
+        nodes = fuse_hits(dense, sparse, n_out)
+        if reranking and len(nodes) > 1:
+            order = await self.reranker.order(query, [n.text for n in nodes])
+            nodes = [nodes[i] for i in order]
+        metrics.RETRIEVE_SECONDS.observe(time.perf_counter() - start)
+        return nodes[:top_k]
+
+
+def fuse_hits(dense: list[Hit], sparse: list[Hit], n_out: int) -> list[RetrievedNode]:
+    """Reciprocal-rank fusion of the store's dense and keyword lists, as the FAISS path fuses them."""
+    def key(h: Hit) -> tuple[str, int]:
+        return (h.doc_id, h.seq)
+
+    by_key = {key(h): h for h in sparse}
+    by_key.update({key(h): h for h in dense})
+    dense_keys = {key(h) for h in dense}
+    sparse_scores = {key(h): h.keyword_score for h in sparse}
+    if sparse:
+        order = [k for k, _ in rrf([key(h) for h in dense], [key(h) for h in sparse])][:n_out]
+    else:
+        order = [key(h) for h in dense][:n_out]
+    nodes = []
+    for k in order:
+        h = by_key[k]
+        score = cosine_to_score(h.cosine)
+        nodes.append(RetrievedNode(doc_id=h.doc_id, node_id=node_id(h.doc_id, h.seq, h.text), text=h.text, score=score,
+                                   metadata=dict(h.metadata), dense_score=score if k in dense_keys else None,
+                                   sparse_score=sparse_scores.get(k)))
+    return nodes
+
+
+def _validate_name(name: str) -> None:
+    disk.validate_name(name)  # the same names on every backend (each stays addressable as /indexes/{name})
+
