@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sqlalchemy import Numeric, and_, case, cast, false, func, literal, not_, or_
+from sqlalchemy import Numeric, Text, and_, case, cast, false, func, literal, not_, or_
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -42,7 +42,7 @@ def _json(value: Any) -> ColumnElement:
 def _eq(stored: Any, value: Any) -> ColumnElement[bool]:
     wanted = _json(value)
     is_array = func.jsonb_typeof(stored) == "array"
-    return func.coalesce(case((is_array, stored.op("@>")(func.jsonb_build_array(wanted))), else_=stored == wanted), false())
+    return func.coalesce(case((is_array, stored.op("@>", is_comparison=True)(func.jsonb_build_array(wanted))), else_=stored == wanted), false())
 
 
 def _condition(c: Condition, column: Any) -> ColumnElement[bool]:
@@ -55,7 +55,7 @@ def _condition(c: Condition, column: Any) -> ColumnElement[bool]:
         return or_(*[_eq(stored, v) for v in c.value])
     if c.op == "nin":
         return not_(or_(*[_eq(stored, v) for v in c.value]))
-    text = column.op("->>")(literal(c.key))
+    text = column.op("->>", return_type=Text)(literal(c.key))
     if isinstance(c.value, str):
         compared = getattr(text.collate("C"), _ORDER[c.op])(literal(c.value))
         return case((func.jsonb_typeof(stored) == "string", compared), else_=false())

