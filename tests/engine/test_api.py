@@ -153,6 +153,7 @@ def test_bad_input(make_server):
         assert r.status_code == 404
 
 
+@pytest.mark.stores("faiss")  # the embedded store's own files
 def test_persist_load_and_delete_removes_files(server, settings):
     data_dir = settings.data_dir
     _index(server)
@@ -192,6 +193,7 @@ def test_restart_restores_indexes_without_reembedding(make_server):
         assert health["status"] == "Healthy" and health["indexes"]["kb"]["documents"] == 2
 
 
+@pytest.mark.stores("faiss")  # the embedded store's own files
 def test_corrupt_index_reported_not_half_loaded(make_server, settings):
     with make_server() as (base, _):
         _index(base)
@@ -210,6 +212,7 @@ def test_corrupt_index_reported_not_half_loaded(make_server, settings):
         assert httpx.get(f"{base}/health").json()["status"] == "Healthy"
 
 
+@pytest.mark.stores("faiss")  # the embedded store's own files
 def test_health_and_queries_stay_fast_during_big_ingestion(server):
     _index(server)
     big = [{"text": " ".join(f"word{j} sentence {i} about ingestion load." for j in range(40))} for i in range(40)]

@@ -154,7 +154,7 @@ def test_postgres_write_is_all_or_nothing(request, store_prefix, tmp_path):
 def test_postgres_dimension_mismatch_is_reported(request, store_prefix, tmp_path):
     make_adapter("postgres", request, store_prefix, tmp_path).open()
     other = make_adapter("postgres", request, store_prefix, tmp_path, dim=16)
-    with pytest.raises(StoreUnavailable, match="dimension mismatch.*8-dimensional.*16-dimensional"):
+    with pytest.raises(StoreUnavailable, match=r"dimension mismatch.*8-dimensional.*16-dimensional"):
         other.open()
 
 
@@ -162,7 +162,7 @@ def test_postgres_unreachable_and_unknown_user_are_reported(request, store_prefi
     from ragengine.stores.postgres.store import PostgresStore
     from tests.support.server import free_port
 
-    with pytest.raises(StoreUnavailable, match="(?i)connection"):
+    with pytest.raises(StoreUnavailable, match=r"(?i)connection"):
         PostgresStore(f"postgresql://postgres@127.0.0.1:{free_port()}/postgres", schema=store_prefix, dim=DIM).open()
     url = request.getfixturevalue("pgvector_url").replace("postgres@", "nobody@")
     with pytest.raises(StoreUnavailable, match='role "nobody" does not exist'):
@@ -181,5 +181,5 @@ def test_postgres_missing_vector_extension_is_reported(request, store_prefix):
         conn.execute(f'CREATE ROLE "{role}" LOGIN')
         conn.execute(f'CREATE DATABASE "{db}" OWNER "{role}"')
     url = admin.replace("postgres@", f"{role}@").rsplit("/", 1)[0] + f"/{db}"
-    with pytest.raises(StoreUnavailable, match="'vector' extension.*not installed"):
+    with pytest.raises(StoreUnavailable, match=r"'vector' extension.*not installed"):
         PostgresStore(url, schema=store_prefix, dim=DIM).open()

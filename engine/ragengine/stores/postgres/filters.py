@@ -42,7 +42,8 @@ def _json(value: Any) -> ColumnElement:
 def _eq(stored: Any, value: Any) -> ColumnElement[bool]:
     wanted = _json(value)
     is_array = func.jsonb_typeof(stored) == "array"
-    return func.coalesce(case((is_array, stored.op("@>", is_comparison=True)(func.jsonb_build_array(wanted))), else_=stored == wanted), false())
+    contains = stored.op("@>", is_comparison=True)(func.jsonb_build_array(wanted))
+    return func.coalesce(case((is_array, contains), else_=stored == wanted), false())
 
 
 def _condition(c: Condition, column: Any) -> ColumnElement[bool]:
