@@ -17,11 +17,12 @@ export TRANSFORMERS_OFFLINE := 1
 export HF_HUB_DISABLE_TELEMETRY := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: help install run test test-engine test-operator bench crds crds-check cluster-up cluster-down clean
+.PHONY: help install run lint test test-engine test-operator bench crds crds-check cluster-up cluster-down clean
 
 help:
 	@echo "make install   create $(VENV) and install the project, its test tools and the local LLM"
 	@echo "make run       start the engine on http://$(HOST):$(PORT) with a sample index"
+	@echo "make lint      ruff (lint) and mypy (types) over the packages, tests, bench and hack"
 	@echo "make test      run every test (starts the local control plane and PostgreSQL as needed)"
 	@echo "make bench     run the benchmarks and print their tables (bench/results/*.json)"
 	@echo "make crds      regenerate crds/ and the chart's CRD from the typed spec"
@@ -40,6 +41,10 @@ $(VENV)/.installed: pyproject.toml hack/install-llm.sh
 
 run: install
 	VENV=$(VENV) HOST=$(HOST) PORT=$(PORT) DATA=$(DATA) bash hack/run.sh
+
+lint: install
+	$(VENV)/bin/ruff check engine operator tests bench hack
+	$(VENV)/bin/mypy
 
 cluster-up:
 	bash hack/cluster.sh up

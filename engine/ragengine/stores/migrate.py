@@ -83,7 +83,9 @@ def migrate(data_dir: Path, target: StoreAdapter, *, only: list[str] | None = No
 def _write(target: StoreAdapter, name: str, config: dict, docs: list[DocWrite], vectors: np.ndarray,
            report: MigrationReport) -> None:
     held = target.get_documents(name, [d.doc_id for d in docs])
-    fresh, rows, offset = [], [], 0
+    fresh: list[DocWrite] = []
+    rows: list[int] = []
+    offset = 0
     for doc in docs:
         n = len(doc.chunks)
         if doc.doc_id in held:

@@ -102,6 +102,13 @@ class StoreRegistry:
             metrics.INDEX_DOCUMENTS.labels(name).set(docs)
             metrics.INDEX_CHUNKS.labels(name).set(chunks)
 
+    async def _after_write(self) -> None:
+        """Counts and names as this replica now knows them (/health and the gauges show the write at once)."""
+        try:
+            await self._refresh()
+        except StoreUnavailable as exc:  # the write is committed; only the gauges wait for the next refresh
+            log.warning("refreshing index counts after a write failed: %s", exc)
+
     async def health(self) -> str | None:
         """None when the store serves; else the reason (for /ready and the operator's conditions)."""
         try:
@@ -157,6 +164,13 @@ class StoreRegistry:
             self._unavailable = str(exc)
             raise EngineError(f"The {self.kind} store is unavailable: {exc}", status_code=503) from exc
 
+    async def _timed(self, stage: str, fn: Any, *args: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return await self._call(fn, *args)
+        finally:
+            metrics.SEARCH_SECONDS.labels(stage=stage).observe(time.perf_counter() - start)
+
     def _chunker(self, name: str, config: dict) -> Chunker:
         cached = self._chunkers.get(name)
         if cached is None or cached[0] != config:
@@ -201,7 +215,7 @@ class StoreRegistry:
             except DocumentRace as exc:
                 raise Conflict(f"Document '{exc.doc_id}' already exists in index '{index_name}' with different "
                                f"text; update it with POST /indexes/{index_name}/documents.") from exc
-            self._configs[index_name] = config
+            await self._after_write()
         metrics.INGEST_SECONDS.observe(time.perf_counter() - start)
         return [doc_out(d.doc_id, d.text, held[d.doc_id][1] if d.doc_id in held else d.metadata) for d in docs]
 
@@ -215,12 +229,13 @@ class StoreRegistry:
                   for i, t in enumerate(texts)]
         await self._call(self.adapter.write, index_name, config, [], writes,
                          np.ascontiguousarray(vectors, dtype=np.float32), add_only=True)
+        await self._after_write()
 
     async def import_documents(self, index_name: str, config: dict, docs: list[DocWrite], vectors: np.ndarray) -> None:
         """Write documents with their chunks and vectors as they are (``ragengine migrate``): no embedding."""
         _validate_name(index_name)
         await self._call(self.adapter.write, index_name, config, [d.doc_id for d in docs], docs, vectors, add_only=False)
-        self._configs[index_name] = config
+        await self._after_write()
 
     async def update_documents(self, index_name: str, documents: list[dict]) -> dict:
         config = await self._config(index_name)
@@ -236,6 +251,7 @@ class StoreRegistry:
             all_vectors = np.concatenate(parts) if parts else None
             await self._call(self.adapter.write, index_name, config, [d.doc_id for d in plan.writes], writes,
                              all_vectors, add_only=False)
+            await self._after_write()
         return plan.result
 
     async def delete_documents(self, index_name: str, doc_ids: list[str]) -> dict:
@@ -245,6 +261,7 @@ class StoreRegistry:
         found = [d for d in unique if d in held]
         if found:
             await self._call(self.adapter.write, index_name, config, found, [], None, add_only=False)
+            await self._after_write()
         return {"deleted_doc_ids": found, "not_found_doc_ids": [d for d in unique if d not in held]}
 
     async def delete_index(self, name: str) -> None:
@@ -283,9 +300,8 @@ class StoreRegistry:
         if top_k < 1:
             raise BadRequest("top_k must be at least 1.")
         f = flt.combine(flt.parse_filters(filters) if filters is not None else None, flt.from_metadata_filter(metadata_filter))
-        if not self.exists(index_name):
-            raise NotFound(f"No such index: '{index_name}' exists.")
         start = time.perf_counter()
+        await self._config(index_name)  # asks the store: an index dropped through another replica is a 404 here too
         top_k = min(top_k, self.settings.max_top_k)
         reranking = self.reranker is not None
         n_out = max(top_k, self.settings.rerank_candidates) if reranking else top_k
@@ -295,9 +311,10 @@ class StoreRegistry:
         else:
             qvec = np.asarray(query_embedding, dtype=np.float32).reshape(-1)
             qvec = qvec / max(float(np.linalg.norm(qvec)), 1e-12)
-        dense_task = self._call(self.adapter.dense, index_name, qvec, pool, f)
+        dense_task = self._timed("dense", self.adapter.dense, index_name, qvec, pool, f)
         if self.settings.hybrid:
-            dense, sparse = await asyncio.gather(dense_task, self._call(self.adapter.keyword, index_name, query, qvec, pool, f))
+            sparse_task = self._timed("sparse", self.adapter.keyword, index_name, query, qvec, pool, f)
+            dense, sparse = await asyncio.gather(dense_task, sparse_task)
         else:
             dense, sparse = await dense_task, []
         nodes = fuse_hits(dense, sparse, n_out)

@@ -151,8 +151,10 @@ class PostgresStore:
     def counts(self) -> dict[str, tuple[int, int]]:
         t = self.t
         with self._errors(), self.engine.connect() as conn:
-            docs = dict(conn.execute(select(t.documents.c.index_name, func.count()).group_by(t.documents.c.index_name)).all())
-            chunks = dict(conn.execute(select(t.chunks.c.index_name, func.count()).group_by(t.chunks.c.index_name)).all())
+            docs = {str(n): int(c) for n, c in conn.execute(
+                select(t.documents.c.index_name, func.count()).group_by(t.documents.c.index_name))}
+            chunks = {str(n): int(c) for n, c in conn.execute(
+                select(t.chunks.c.index_name, func.count()).group_by(t.chunks.c.index_name))}
             names = conn.execute(select(t.indexes.c.name)).scalars().all()
         return {n: (int(docs.get(n, 0)), int(chunks.get(n, 0))) for n in names}
 

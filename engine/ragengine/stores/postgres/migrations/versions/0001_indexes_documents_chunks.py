@@ -15,8 +15,14 @@ revision = "0001"
 down_revision = None
 
 
+def _attributes() -> dict:
+    config = op.get_context().config
+    assert config is not None, "run through PostgresStore.open(), which passes the schema and dimension"
+    return config.attributes
+
+
 def upgrade() -> None:
-    attrs = op.get_context().config.attributes
+    attrs = _attributes()
     schema, dim = attrs["schema"], attrs["dim"]
     t = tables(schema, dim)
     bind = op.get_bind()
@@ -32,7 +38,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    attrs = op.get_context().config.attributes
+    attrs = _attributes()
     t = tables(attrs["schema"], attrs["dim"])
     bind = op.get_bind()
     t.chunks.drop(bind)
