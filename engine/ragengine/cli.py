@@ -10,12 +10,6 @@ from typing import Any
 
 import click
 
-CODE_LANGUAGES = {
-    ".py": "python", ".go": "go", ".js": "javascript", ".ts": "typescript", ".java": "java", ".rs": "rust",
-    ".c": "c", ".h": "c", ".cc": "cpp", ".cpp": "cpp", ".hpp": "cpp", ".rb": "ruby", ".sh": "bash",
-    ".cs": "c_sharp", ".kt": "kotlin", ".php": "php", ".scala": "scala", ".swift": "swift",
-}
-
 
 @click.group()
 @click.version_option(package_name="ragengine")
@@ -84,18 +78,16 @@ def _collect(folder: Path, pattern: str) -> list[Path]:
 
 
 def _document(path: Path, folder: Path, code_aware: bool) -> dict | None:
+    from ragengine.filetypes import Extracted, to_document
+
     try:
-        text = path.read_text(encoding="utf-8")
-    except (UnicodeDecodeError, OSError):
+        found = to_document(path.name, path.read_bytes(), code_aware=code_aware)
+    except OSError:
         return None
-    if not text.strip():
+    if not isinstance(found, Extracted):
         return None
-    rel = str(path.relative_to(folder))
-    metadata: dict[str, Any] = {"source": rel, "file_name": path.name}
-    lang = CODE_LANGUAGES.get(path.suffix.lower())
-    if code_aware and lang:
-        metadata.update(split_type="code", language=lang)
-    return {"text": text, "metadata": metadata}
+    metadata: dict[str, Any] = {"source": str(path.relative_to(folder)), "file_name": path.name, **found.metadata}
+    return {"text": found.text, "metadata": metadata}
 
 
 @main.command("index")

@@ -1,0 +1,84 @@
+"""The engine's HTTP API as a source sync uses it: what an index holds for a source, and the writes.
+
+Writes go through the same routes clients use (``POST /index``, ``POST /indexes/{name}/documents``,
+``POST /indexes/{name}/documents/delete``), with the engine's API key when auth is on, so a sync
+behaves the same on FAISS and on an external store and needs no access to the engine's storage.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import httpx
+
+from ragengine_operator.sources.plan import HASH_KEY, SOURCE_KEY, SyncPlan
+
+PAGE = 100
+BATCH = 32
+
+
+class EngineUnavailable(Exception):
+    """The engine did not answer or refused a write; the sync is retried later."""
+
+
+@dataclass
+class Applied:
+    added: int = 0
+    updated: int = 0
+    deleted: int = 0
+
+
+class EngineClient:
+    def __init__(self, base_url: str, api_key: str | None = None, timeout: float = 600.0) -> None:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout)
+
+    def close(self) -> None:
+        self.http.close()
+
+    def _call(self, method: str, path: str, **kwargs) -> httpx.Response:
+        try:
+            resp = self.http.request(method, path, **kwargs)
+        except httpx.HTTPError as exc:
+            raise EngineUnavailable(f"engine unreachable: {exc}") from exc
+        if resp.status_code >= 400 and resp.status_code != 404:
+            raise EngineUnavailable(f"{method} {path} answered {resp.status_code}: {resp.text[:300]}")
+        return resp
+
+    def indexed(self, index: str, source: str) -> dict[str, str | None]:
+        """id -> source_hash of every document of ``source`` in ``index`` (empty when there is no index)."""
+        out: dict[str, str | None] = {}
+        offset = 0
+        while True:
+            resp = self._call("GET", f"/indexes/{index}/documents", params={
+                "limit": PAGE, "offset": offset, "max_text_length": 1, "metadata_filter": json.dumps({SOURCE_KEY: source})})
+            if resp.status_code == 404:
+                return out
+            page = resp.json()
+            out.update({d["doc_id"]: (d.get("metadata") or {}).get(HASH_KEY) for d in page["documents"]})
+            offset += PAGE
+            if offset >= page["total_items"] or not page["documents"]:
+                return out
+
+    def apply(self, index: str, plan: SyncPlan, chunking: dict | None = None) -> Applied:
+        done = Applied()
+        for i in range(0, len(plan.add), BATCH):
+            body: dict = {"index_name": index, "documents": [d.body() for d in plan.add[i:i + BATCH]]}
+            if chunking:
+                body["chunking"] = chunking
+            self._call("POST", "/index", json=body)
+            done.added += len(body["documents"])
+        for i in range(0, len(plan.update), BATCH):
+            docs = [d.body() for d in plan.update[i:i + BATCH]]
+            self._call("POST", f"/indexes/{index}/documents", json={"documents": docs})
+            done.updated += len(docs)
+        for i in range(0, len(plan.delete), 500):
+            ids = plan.delete[i:i + 500]
+            self._call("POST", f"/indexes/{index}/documents/delete", json={"doc_ids": ids})
+            done.deleted += len(ids)
+        return done
+
+    def chunks(self, index: str) -> int | None:
+        resp = self._call("GET", "/health")
+        return ((resp.json().get("indexes") or {}).get(index) or {}).get("chunks")

@@ -1,0 +1,127 @@
+"""The ``spec.sources[]`` models (part of the RAGEngine spec; the CRD schema is generated from them).
+
+Credentials only ever come from a Secret in the RAGEngine's namespace: a git URL or HTTP URL with a
+user or password in it is refused, here and by a CEL rule in the CRD.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+from urllib.parse import urlsplit
+
+from pydantic import Field, field_validator, model_validator
+
+from ragengine_operator.spec import Url, _Model
+
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+DURATION = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"  # Go durations, as Flux's interval: 30s, 5m, 1h30m
+_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)")
+_SCP_LIKE = re.compile(r"^[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:[^/].*$")  # git@host:org/repo.git
+
+
+def duration_seconds(value: str) -> float:
+    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
+    return sum(float(n) * units[u] for n, u in _DURATION_PART.findall(value))
+
+
+def _no_userinfo(url: str) -> str:
+    if _SCP_LIKE.match(url):
+        return url  # ssh in scp form: the user is the ssh login (git@), the key comes from the Secret
+    parts = urlsplit(url)
+    if parts.scheme not in ("https", "http", "ssh"):
+        raise ValueError("url must be https://, http://, ssh:// or user@host:path")
+    if parts.password is not None or (parts.username is not None and parts.scheme != "ssh"):
+        raise ValueError("url must not contain credentials; put them in a Secret and name it in secretRef")
+    return url
+
+
+class LocalSecretRef(_Model):
+    """A Secret in the RAGEngine's namespace."""
+
+    name: Annotated[str, Field(min_length=1, max_length=253)]
+
+
+class ConfigMapSource(_Model):
+    """Each key of a ConfigMap (or the listed ones) is one document."""
+
+    name: Annotated[str, Field(min_length=1, max_length=253)]
+    keys: list[Annotated[str, Field(min_length=1, max_length=253)]] | None = Field(
+        None, max_length=1000, description="Only these keys; default: every key.")
+
+
+class GitSource(_Model):
+    """Files of a git repository at a branch, tag or commit. HTTPS credentials: a Secret with
+    ``username`` and ``password`` (or ``token``); SSH: a Secret with ``identity`` and ``known_hosts``."""
+
+    url: Url = Field(description="https://host/org/repo.git, ssh://git@host/org/repo.git or git@host:org/repo.git.")
+    ref: Annotated[str, Field(min_length=1, max_length=255)] = Field("main", description="Branch, tag or commit id.")
+    paths: list[Annotated[str, Field(min_length=1, max_length=1024)]] = Field(
+        default_factory=lambda: ["**"], max_length=100, description="Globs (gitignore syntax) of the files to index.",
+        json_schema_extra={"default": ["**"]})
+    secret_ref: LocalSecretRef | None = None
+
+    _url = field_validator("url")(classmethod(lambda cls, v: _no_userinfo(v)))
+
+
+class HttpSource(_Model):
+    """Each URL is one document, fetched again on the interval with ETag / Last-Modified."""
+
+    urls: list[Url] = Field(min_length=1, max_length=100)
+    secret_ref: LocalSecretRef | None = Field(None, description="A Secret whose 'token' is sent as a bearer token.")
+
+    @field_validator("urls")
+    @classmethod
+    def _urls(cls, urls: list[str]) -> list[str]:
+        for url in urls:
+            if urlsplit(url).scheme not in ("http", "https"):
+                raise ValueError(f"{url}: http:// or https:// only")
+            _no_userinfo(url)
+        return urls
+
+
+class SourceChunking(_Model):
+    chunk_size: int | None = Field(None, ge=16, le=8192, description="Tokens per chunk; default: the index's.")
+    chunk_overlap: int | None = Field(None, ge=0, le=4096)
+
+
+class Source(_Model):
+    """One source of documents for one index. Exactly one of configMap, git, http."""
+
+    name: Annotated[str, Field(pattern=DNS_LABEL, max_length=63)]
+    index: Annotated[str, Field(min_length=1, max_length=200)] | None = Field(
+        None, description="The index this source fills; default: the source's name.")
+    interval: Annotated[str, Field(pattern=DURATION, max_length=32)] | None = Field(
+        None, description="Re-sync period (Go duration: 30s, 5m, 1h); unset = on changes of the spec only.")
+    chunking: SourceChunking | None = None
+    metadata: dict[str, Annotated[str, Field(max_length=1024)]] | None = Field(
+        None, description="Extra metadata on every document of this source.")
+    config_map: ConfigMapSource | None = None
+    git: GitSource | None = None
+    http: HttpSource | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> Source:
+        given = [k for k in ("config_map", "git", "http") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError("a source needs exactly one of configMap, git, http")
+        if self.interval is not None and duration_seconds(self.interval) < 10:
+            raise ValueError("interval must be at least 10s")
+        return self
+
+    @property
+    def kind(self) -> str:
+        return "configMap" if self.config_map else "git" if self.git else "http"
+
+    @property
+    def index_name(self) -> str:
+        return self.index or self.name
+
+
+def unique_names(sources: list[Source]) -> list[Source]:
+    seen: set[str] = set()
+    for s in sources:
+        if s.name in seen:
+            raise ValueError(f"two sources are named '{s.name}'; source names must be unique")
+        seen.add(s.name)
+    return sources

@@ -1,0 +1,134 @@
+"""Git sources end to end: a real engine (FAISS), the real sync code, a real git server (Debian's
+``git http-backend`` with Basic auth) and commits that add, modify, rename and delete files."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import httpx
+import pytest
+
+from ragengine_operator.sources.engine import EngineClient
+from ragengine_operator.sources.spec import Source
+from ragengine_operator.sources.sync import fetch, sync_source
+from tests.support.git_server import Repo, git_http_server
+from tests.support.server import free_port, serve_app
+
+AUTH = ("reader", "s3cret-token")
+
+
+@pytest.fixture
+def engine(embedder, tmp_path):
+    from ragengine.app import create_app
+    from ragengine.settings import EngineSettings
+
+    app = create_app(EngineSettings(data_dir=tmp_path / "data"))
+    app.state.embedder = embedder
+    with serve_app(app) as base:
+        yield base
+
+
+@pytest.fixture
+def git(tmp_path):
+    root = tmp_path / "git"
+    root.mkdir()
+    repo = Repo(root)
+    with git_http_server(root, auth=AUTH) as base:
+        yield repo, f"{base}/docs.git"
+
+
+def embedded(base: str) -> float:
+    text = httpx.get(f"{base}/metrics").text
+    found = re.search(r'^ragengine_embedded_texts_total\{kind="documents"\} (\S+)$', text, re.M)
+    return float(found.group(1)) if found else 0.0
+
+
+def held(base: str, index: str = "docs") -> dict[str, dict]:
+    page = httpx.get(f"{base}/indexes/{index}/documents", params={"limit": 100, "max_text_length": 100000}).json()
+    return {d["doc_id"]: d for d in page["documents"]}
+
+
+def run(source: Source, engine: str, tmp_path: Path, secret: dict | None, previous: str | None = None):
+    client = EngineClient(engine)
+    try:
+        return sync_source(source, client, lambda: fetch(source, cache=tmp_path / "cache", secret=secret,
+                                                         previous_revision=previous, previous_validators=None), previous)
+    finally:
+        client.close()
+
+
+def test_index_follows_each_commit_and_an_unchanged_resync_embeds_nothing(engine, git, tmp_path):
+    repo, url = git
+    secret = {"username": AUTH[0], "password": AUTH[1]}
+    source = Source.model_validate({"name": "handbook", "index": "docs", "git": {"url": url, "paths": ["**/*"]}})
+    # A document a user added by API to the same index: no sync may touch it.
+    httpx.post(f"{engine}/index", json={"index_name": "docs", "documents": [{"doc_id": "manual", "text": "Added by hand."}]})
+
+    repo.write("guide.md", "# Guide\n\nThe engine answers questions from the handbook.\n")
+    repo.write("ref/api.rst", "API\n===\n\nPOST /retrieve returns chunks.\n")
+    repo.write("site/page.html", "<html><head><style>x{}</style></head><body><h1>Page</h1><p>Hello there.</p></body></html>")
+    repo.write("tools/run.py", "def main():\n    return 42\n")
+    repo.write("logo.png", b"\x89PNG\r\n\x1a\n\x00\x00binary")
+    repo.write("latin1.txt", "caf\xe9".encode("latin-1"))
+    first = repo.commit("first")
+    result = run(source, engine, tmp_path, secret)
+    assert result.ok, result.message
+    assert result.revision == first and result.documents == 4 and result.skipped == 2
+    docs = held(engine)
+    assert set(docs) == {"manual", "handbook:guide.md", "handbook:ref/api.rst", "handbook:site/page.html",
+                         "handbook:tools/run.py"}
+    page = docs["handbook:site/page.html"]
+    assert page["text"] == "Page\n\nHello there." and page["metadata"]["revision"] == first
+    assert docs["handbook:tools/run.py"]["metadata"]["language"] == "python"
+    assert docs["handbook:guide.md"]["metadata"]["source"] == "handbook"
+
+    repo.write("guide.md", "# Guide\n\nThe engine answers questions from the handbook, with sources.\n")
+    repo.move("ref/api.rst", "reference/api.rst")
+    repo.remove("site/page.html")
+    repo.write("new.txt", "A new file.")
+    second = repo.commit("second")
+    result = run(source, engine, tmp_path, secret, previous=first)
+    assert result.ok and result.revision == second, result.message
+    docs = held(engine)
+    assert set(docs) == {"manual", "handbook:guide.md", "handbook:reference/api.rst", "handbook:tools/run.py",
+                         "handbook:new.txt"}
+    assert "with sources" in docs["handbook:guide.md"]["text"] and docs["handbook:guide.md"]["metadata"]["revision"] == second
+    assert docs["handbook:tools/run.py"]["metadata"]["revision"] == first  # unchanged files keep their revision
+    hits = httpx.post(f"{engine}/retrieve", json={"index_name": "docs", "query": "POST /retrieve returns chunks"}).json()
+    assert hits["results"][0]["doc_id"] == "handbook:reference/api.rst"
+
+    before = embedded(engine)
+    again = run(source, engine, tmp_path, secret, previous=second)  # same commit: nothing read, nothing written
+    assert again.ok and again.message == "up to date"
+    repo.write("logo.png", b"\x89PNG\r\n\x1a\n\x00\x01other")  # a new commit that changes no indexed text
+    third = repo.commit("third")
+    result = run(source, engine, tmp_path, secret, previous=second)
+    assert result.ok and result.revision == third and result.written == 0, result.message
+    assert embedded(engine) == before
+    assert held(engine)["manual"]["text"] == "Added by hand."
+
+
+def test_bad_sources_report_a_reason_and_lose_nothing(engine, git, tmp_path):
+    repo, url = git
+    repo.write("a.md", "Alpha document.")
+    repo.write("big.txt", "x" * (21 * 1024 * 1024))
+    repo.commit("one")
+    good = {"username": AUTH[0], "password": AUTH[1]}
+    source = Source.model_validate({"name": "s", "index": "docs", "git": {"url": url}})
+    ok = run(source, engine, tmp_path, good)
+    assert ok.ok and ok.documents == 1 and "big.txt: too large" in ok.message
+
+    cases = [
+        (source, {"username": AUTH[0], "password": "wrong"}, "refused the credentials"),
+        (Source.model_validate({"name": "s", "index": "docs", "git": {"url": url, "ref": "no-such-branch"}}), good,
+         "ref not found"),
+        (Source.model_validate({"name": "s", "index": "docs", "git": {"url": url, "paths": ["*.pdf"]}}), good,
+         "matches paths"),
+        (Source.model_validate({"name": "s", "index": "docs", "git": {"url": f"http://127.0.0.1:{free_port()}/x.git"}}),
+         good, "unreachable"),
+    ]
+    for bad, secret, reason in cases:
+        result = run(bad, engine, tmp_path / bad.git.ref, secret)
+        assert not result.ok and reason in result.message, result.message
+        assert set(held(engine)) == {"s:a.md"}  # nothing already indexed is lost
