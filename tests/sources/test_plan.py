@@ -42,3 +42,9 @@ def test_extra_metadata_is_part_of_the_content():
 def test_long_paths_keep_ids_within_the_engine_limit_and_distinct():
     a, b = "x/" * 300 + "a.md", "y/" + "x/" * 300 + "a.md"
     assert len(doc_id("docs", a)) <= 512 and doc_id("docs", a) != doc_id("docs", b)
+
+
+def test_paths_kept_unread_are_neither_deleted_nor_rewritten():
+    files = [SourceFile("http://x/a", "alpha"), SourceFile("http://x/b", "beta")]
+    plan = plan_sync("web", "r2", [SourceFile("http://x/b", "beta 2")], _indexed("web", "r1", files), kept=["http://x/a"])
+    assert plan.delete == [] and [d.doc_id for d in plan.update] == ["web:http://x/b"] and plan.unchanged == 1

@@ -45,14 +45,17 @@ class Fetched:
     files: list[SourceFile] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)  # path -> reason
     unchanged: bool = False  # the revision is the one already synced: nothing was read
+    kept: list[str] = field(default_factory=list)  # paths not read because unchanged (HTTP 304): keep them
     validators: dict[str, dict] = field(default_factory=dict)  # http: url -> {etag, last_modified}
 
 
-def extract(path: str, data: bytes, into: Fetched, url: str | None = None) -> None:
+def extract(path: str, data: bytes, into: Fetched, url: str | None = None, typed_as: str | None = None) -> None:
+    """Add the file's document to ``into`` (or its reason to be skipped); ``typed_as``: a name whose
+    suffix tells the file type when ``path`` has none (a URL served as text/html)."""
     if len(data) > MAX_FILE_BYTES:
         into.skipped[path] = f"too large: {len(data)} bytes (the limit is {MAX_FILE_BYTES})"
         return
-    found = to_document(path, data, max_chars=MAX_CHARS)
+    found = to_document(typed_as or path, data, max_chars=MAX_CHARS)
     if isinstance(found, Extracted):
         into.files.append(SourceFile(path, found.text, found.metadata, url))
     else:
@@ -182,6 +185,7 @@ def fetch_http(urls: list[str], previous: dict[str, dict], token: str | None = N
                 raise FetchError(f"{url} unreachable ({exc})") from exc
             if resp.status_code == 304:
                 out.validators[url] = seen
+                out.kept.append(url)
                 continue
             if resp.status_code in (401, 403):
                 raise FetchError(f"{url} refused the credentials (HTTP {resp.status_code})")
@@ -191,15 +195,14 @@ def fetch_http(urls: list[str], previous: dict[str, dict], token: str | None = N
             digest = hashlib.sha256(resp.content).hexdigest()
             out.validators[url] = {"etag": resp.headers.get("etag"), "last_modified": resp.headers.get("last-modified"),
                                    "digest": digest}
-            name = _url_path(url, resp.headers.get("content-type", ""))
-            extract(name, resp.content, out, url=url)
+            extract(url, resp.content, out, url=url, typed_as=_typed_name(url, resp.headers.get("content-type", "")))
     tags = "".join(f"{u}={out.validators[u].get('digest') or out.validators[u].get('etag')}" for u in urls)
     out.revision = "sha256:" + hashlib.sha256(tags.encode()).hexdigest()[:16]
     out.unchanged = all_unchanged and out.revision == last_revision
     return out
 
 
-def _url_path(url: str, content_type: str) -> str:
+def _typed_name(url: str, content_type: str) -> str:
     """A path for a URL whose suffix tells the extractor the type (from the URL, else the content type)."""
     path = httpx.URL(url).path.rstrip("/") or "/index"
     if Path(path).suffix:

@@ -83,8 +83,9 @@ def documents(source: str, revision: str, files: list[SourceFile], extra: dict |
 
 
 def plan_sync(source: str, revision: str, files: list[SourceFile], indexed: dict[str, str | None],
-              extra: dict | None = None) -> SyncPlan:
-    """``indexed``: id -> source_hash of the documents the index holds for this source."""
+              extra: dict | None = None, kept: list[str] | None = None) -> SyncPlan:
+    """``indexed``: id -> source_hash of the documents the index holds for this source; ``kept``: paths
+    the reader knows are unchanged without reading them (HTTP 304), which stay as they are."""
     plan = SyncPlan()
     wanted = documents(source, revision, files, extra)
     for doc in wanted:
@@ -96,5 +97,8 @@ def plan_sync(source: str, revision: str, files: list[SourceFile], indexed: dict
         else:
             plan.unchanged += 1
     keep = {d.doc_id for d in wanted}
+    held_kept = {doc_id(source, p) for p in kept or ()} & set(indexed)
+    plan.unchanged += len(held_kept)
+    keep |= held_kept
     plan.delete = sorted(d for d in indexed if d not in keep)
     return plan

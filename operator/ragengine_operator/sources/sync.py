@@ -67,14 +67,14 @@ def sync_source(source: Source, engine: EngineClient, read: Callable[[], Fetched
     chunking = source.chunking.model_dump(exclude_none=True) if source.chunking else None
     try:
         indexed = engine.indexed(source.index_name, source.name)
-        plan = plan_sync(source.name, fetched.revision, fetched.files, indexed, source.metadata)
+        plan = plan_sync(source.name, fetched.revision, fetched.files, indexed, source.metadata, fetched.kept)
         applied = engine.apply(source.index_name, plan, chunking)
         result.chunks = engine.chunks(source.index_name)
     except EngineUnavailable as exc:
         result.message = f"not synced: {exc}"
         return result
     result.ok = True
-    result.documents = len(fetched.files)
+    result.documents = len(fetched.files) + len(fetched.kept)
     result.written = applied.added + applied.updated + applied.deleted
     result.message = (f"{applied.added} added, {applied.updated} updated, {applied.deleted} deleted, "
                       f"{plan.unchanged} unchanged, {result.skipped} skipped")
