@@ -30,6 +30,7 @@ from ragengine.protocol.conversations import (
     MessageRequest,
     ReformulateRequest,
 )
+from ragengine.protocol.paging import MAX_OFFSET
 from ragengine.settings import EngineSettings
 
 log = logging.getLogger(__name__)
@@ -104,7 +105,7 @@ async def create_session(body: CreateSessionRequest, request: Request) -> dict:
 
 @router.get("/v1/sessions")
 async def list_sessions(request: Request, user_id: str | None = None, limit: int = Query(100, ge=1, le=1000),
-                        offset: int = Query(0, ge=0)) -> dict:
+                        offset: int = Query(0, ge=0, le=MAX_OFFSET)) -> dict:
     sessions = await _store(request).list_sessions(user_id=user_id, limit=limit, offset=offset)
     return {"data": [s.to_dict() for s in sessions]}
 

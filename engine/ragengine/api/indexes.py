@@ -21,6 +21,7 @@ from ragengine.protocol.indexes import (
     UpdateDocumentsRequest,
     UpdateDocumentsResponse,
 )
+from ragengine.protocol.paging import MAX_OFFSET, MAX_TEXT_LENGTH
 from ragengine.settings import EngineSettings
 
 log = logging.getLogger(__name__)
@@ -48,8 +49,8 @@ async def list_documents(
     index_name: str,
     request: Request,
     limit: int = Query(10, ge=1, le=100),
-    offset: int = Query(0, ge=0),
-    max_text_length: int | None = Query(1000, ge=1),
+    offset: int = Query(0, ge=0, le=MAX_OFFSET),
+    max_text_length: int | None = Query(1000, ge=1, le=MAX_TEXT_LENGTH),
     metadata_filter: str | None = Query(None, description="JSON object; exact match on every key."),
 ) -> dict:
     return await _registry(request).list_documents(index_name, limit=limit, offset=offset,
