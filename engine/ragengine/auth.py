@@ -1,6 +1,7 @@
 """Bearer-token authentication for the whole API when ``settings.api_key`` is set.
 
-Probes (/health) and Prometheus (/metrics) stay open so kubelets and scrapers need no secret. The
+Probes (/health, /ready) and Prometheus (/metrics) stay open so kubelets and scrapers need no secret;
+they reveal no documents and accept no writes. Everything else (/openapi.json and /docs too) needs the key. The
 token is compared in constant time. The 401 carries the same error shapes as every other error.
 """
 
@@ -12,7 +13,7 @@ from typing import Any
 
 from ragengine.errors import error_body_for
 
-OPEN_PATHS = frozenset({"/health", "/metrics"})
+OPEN_PATHS = frozenset({"/health", "/ready", "/metrics"})
 
 
 class BearerAuthMiddleware:

@@ -1,4 +1,7 @@
-"""Contract fixtures: one real engine process (and its test LLM) for the whole module, with a seeded index."""
+"""Contract fixtures: one real engine process (and its test LLM) per run, seeded with an index, a session, a file.
+
+The fuzz test starts an engine of its own: what it creates and deletes must not reach the other tests.
+"""
 
 from __future__ import annotations
 
@@ -8,28 +11,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-import httpx
 import pytest
 
+from tests.contract.fuzz import seed_engine
 from tests.support.engine_process import EngineProcess, engine_process
 
-SEEDED_INDEX = "seeded"
-SEEDED_DOCS = [
-    {"doc_id": "doc-vectors", "text": "FAISS searches unit vectors by inner product.", "metadata": {"topic": "vectors"}},
-    {"doc_id": "doc-journal", "text": "The journal is fsynced before a write is acknowledged.",
-     "metadata": {"topic": "durability"}},
-    {"doc_id": "doc-bm25", "text": "BM25 ranks documents by term frequency.", "metadata": {"topic": "keywords"}},
-]
 
-
-def seed(base_url: str) -> None:
-    """The index the fuzzer's document routes reach (``index_name`` is bound to it part of the time)."""
-    resp = httpx.post(f"{base_url}/index", json={"index_name": SEEDED_INDEX, "documents": SEEDED_DOCS}, timeout=120)
-    resp.raise_for_status()
-
-
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def engine(tmp_path_factory) -> EngineProcess:
     with engine_process(tmp_path_factory.mktemp("engine")) as proc:
-        seed(proc.base_url)
+        proc.known_ids = seed_engine(proc.base_url)
         yield proc

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -25,12 +25,13 @@ from tests.support.server import free_port
 REPO = Path(__file__).resolve().parents[2]
 
 
-@dataclass(frozen=True)
+@dataclass
 class EngineProcess:
     base_url: str
     llm_url: str
     data_dir: Path
     pid: int
+    known_ids: dict[str, list[str]] = field(default_factory=dict)  # what a test seeded, by parameter name
 
 
 def _env() -> dict[str, str]:
