@@ -21,6 +21,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -40,7 +41,11 @@ class FuzzResult:
     returncode: int
     output: str
     seconds: float
-    statuses: collections.Counter = field(default_factory=collections.Counter)
+    responses: list[tuple[str, str, int]] = field(default_factory=list)  # (method, URL path, status) per request
+
+    @property
+    def statuses(self) -> collections.Counter:
+        return collections.Counter(status for _method, _path, status in self.responses)
 
     @property
     def requests(self) -> int:
@@ -77,18 +82,18 @@ def write_config(path: Path, known: dict[str, list[str]]) -> None:
                 "body.documents[*].doc_id": "doc_id", "path.session_id": "session_id", "path.thread_id": "thread_id",
                 "query.thread_id": "thread_id", "body.thread_id": "thread_id", "path.file_id": "file_id",
                 "body.file_ids[*]": "file_id", "body.parent_message_id": "message_id"}
-    lines = ["[dictionaries]"]
+    lines = ["[cache]", "enabled = false", "", "[dictionaries]"]  # no state left in the checkout
     lines += [f"{name} = {{ values = {json.dumps(values)} }}" for name, values in known.items()]
     lines += ["", "[parameters]"]
     lines += [f'"{key}" = {{ dictionary = "{name}", probability = 0.7 }}' for key, name in bindings.items()]
     path.write_text("\n".join(lines) + "\n")
 
 
-def _count_statuses(har: Path) -> collections.Counter:
+def _responses(har: Path) -> list[tuple[str, str, int]]:
     if not har.exists():
-        return collections.Counter()
+        return []
     entries = json.loads(har.read_text())["log"]["entries"]
-    return collections.Counter(e["response"]["status"] for e in entries)
+    return [(e["request"]["method"], urlsplit(e["request"]["url"]).path, e["response"]["status"]) for e in entries]
 
 
 def run_fuzz(base_url: str, known: dict[str, list[str]], *, seed: int, max_examples: int,
@@ -107,7 +112,7 @@ def run_fuzz(base_url: str, known: dict[str, list[str]], *, seed: int, max_examp
         started = time.monotonic()
         proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "SCHEMATHESIS_TELEMETRY": "false"})
         seconds = time.monotonic() - started
-        return FuzzResult(proc.returncode, proc.stdout + proc.stderr, seconds, _count_statuses(har))
+        return FuzzResult(proc.returncode, proc.stdout + proc.stderr, seconds, _responses(har))
 
 
 def main() -> int:
