@@ -19,6 +19,7 @@ BENCHES = {
     "chat": "bench_chat.py",
     "conversations": "bench_conversations.py",
     "operator": "bench_operator.py",
+    "responsiveness": "bench_responsiveness.py",
 }
 
 
