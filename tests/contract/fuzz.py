@@ -102,7 +102,7 @@ def run_fuzz(base_url: str, known: dict[str, list[str]], *, seed: int, max_examp
     with tempfile.TemporaryDirectory(prefix="fuzz-") as tmp:
         har, config = Path(tmp) / "requests.har", Path(tmp) / "schemathesis.toml"
         write_config(config, known)
-        cmd = [str(Path(sys.executable).with_name("st")), "--config-file", str(config), "--no-color", "run",
+        cmd = [sys.executable, "-m", "schemathesis.cli", "--config-file", str(config), "--no-color", "run",
                f"{base_url}/openapi.json", "--checks", ",".join(CHECKS), "--seed", str(seed),
                "--max-examples", str(max_examples), "--phases", phases, "--workers", str(workers),
                "--request-timeout", "60", "--generation-database", "none", "--suppress-health-check", "all",
