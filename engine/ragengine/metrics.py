@@ -27,13 +27,13 @@ HTTP_REQUESTS = Counter(
 )
 HTTP_SECONDS = Histogram(
     "ragengine_http_request_seconds", "HTTP request latency until the response starts (headers sent).",
-    ["method", "path"], buckets=_FAST + (30, 60, 120), registry=REGISTRY,
+    ["method", "path"], buckets=(*_FAST, 30, 60, 120), registry=REGISTRY,
 )
 HTTP_IN_FLIGHT = Gauge("ragengine_http_requests_in_flight", "Requests being served.", registry=REGISTRY)
 
 EMBED_SECONDS = Histogram(
     "ragengine_embed_seconds", "Time in the embedding model per call (kind=query|documents).",
-    ["kind"], buckets=_FAST + (30, 60), registry=REGISTRY,
+    ["kind"], buckets=(*_FAST, 30, 60), registry=REGISTRY,
 )
 EMBEDDED_TEXTS = Counter("ragengine_embedded_texts_total", "Texts embedded.", ["kind"], registry=REGISTRY)
 SEARCH_SECONDS = Histogram(
