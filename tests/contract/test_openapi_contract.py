@@ -11,6 +11,7 @@ import httpx
 import jsonschema_rs
 import pytest
 
+from tests.support.engine_process import engine_process
 from tests.support.routes import operations
 
 HUGE = "10079115782532462804992"
@@ -81,3 +82,14 @@ def test_v1_errors_are_openai_shaped_and_kaito_errors_are_detail(spec):
                 ref = response["content"]["application/json"]["schema"]["$ref"]
                 expected = "OpenAIErrorResponse" if path.startswith("/v1/") else "ErrorDetail"
                 assert ref.endswith(f"/{expected}"), (method, path, status, ref)
+
+
+def test_chat_without_an_llm_is_a_declared_503(tmp_path):
+    """A retrieval-only engine (no LLM configured) refuses plain chat with a 503 its spec declares."""
+    with engine_process(tmp_path, llm=False) as engine:
+        spec = httpx.get(f"{engine.base_url}/openapi.json", timeout=30).json()
+        resp = httpx.post(f"{engine.base_url}/v1/chat/completions", timeout=60,
+                          json={"messages": [{"role": "user", "content": "hello"}]})
+        assert resp.status_code == 503, resp.text
+        assert_conforms(spec, "POST", "/v1/chat/completions", resp)
+        assert "RAGENGINE_LLM_URL" in resp.json()["error"]["message"]

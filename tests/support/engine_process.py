@@ -66,29 +66,33 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 @contextlib.contextmanager
-def engine_process(work_dir: Path, *, settings: dict[str, str] | None = None, start_timeout_s: float = 180.0,
-                   ) -> Iterator[EngineProcess]:
-    """An engine process and its test LLM; ``settings`` are extra ``--set KEY=VALUE`` engine settings."""
+def engine_process(work_dir: Path, *, settings: dict[str, str] | None = None, llm: bool = True,
+                   start_timeout_s: float = 180.0) -> Iterator[EngineProcess]:
+    """An engine process and its test LLM (none with ``llm=False``: a retrieval-only engine);
+    ``settings`` are extra ``--set KEY=VALUE`` engine settings."""
     work_dir.mkdir(parents=True, exist_ok=True)
     env = _env()
     llm_port, port = free_port(), free_port()
     llm_log, engine_log = work_dir / "llm.log", work_dir / "engine.log"
     procs: list[subprocess.Popen] = []
     try:
-        with llm_log.open("wb") as out:
-            procs.append(subprocess.Popen([sys.executable, "-m", "tests.llm_server", "--port", str(llm_port)],
-                                          cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT))
-        llm_url = f"http://127.0.0.1:{llm_port}/v1"
-        _wait(f"{llm_url}/models", procs[0], llm_log, 60)
         cmd = [sys.executable, "-m", "ragengine.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
-               "--data-dir", str(work_dir / "data"), "--llm-url", llm_url, "--log-level", "warning"]
+               "--data-dir", str(work_dir / "data"), "--log-level", "warning"]
+        llm_url = ""
+        if llm:
+            with llm_log.open("wb") as out:
+                procs.append(subprocess.Popen([sys.executable, "-m", "tests.llm_server", "--port", str(llm_port)],
+                                              cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT))
+            llm_url = f"http://127.0.0.1:{llm_port}/v1"
+            _wait(f"{llm_url}/models", procs[0], llm_log, 60)
+            cmd += ["--llm-url", llm_url]
         for key, value in (settings or {}).items():
             cmd += ["--set", f"{key}={value}"]
         with engine_log.open("wb") as out:
             procs.append(subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT))
         base = f"http://127.0.0.1:{port}"
-        _wait(f"{base}/health", procs[1], engine_log, start_timeout_s)
-        yield EngineProcess(base_url=base, llm_url=llm_url, data_dir=work_dir / "data", pid=procs[1].pid)
+        _wait(f"{base}/health", procs[-1], engine_log, start_timeout_s)
+        yield EngineProcess(base_url=base, llm_url=llm_url, data_dir=work_dir / "data", pid=procs[-1].pid)
     finally:
         for proc in reversed(procs):
             _stop(proc)

@@ -47,7 +47,7 @@ async def read_json(request: Request, limit: int):
 @router.post(
     "/v1/chat/completions",
     summary="OpenAI chat completions with retrieval (index_name) or pass-through",
-    responses=error_responses(404, 409, 422, 429, 502, 504),
+    responses=error_responses(404, 409, 422, 429, 502, 503, 504),
     openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
         "schema": ChatCompletionRequest.model_json_schema(ref_template="#/components/schemas/{model}")}}}},
 )
