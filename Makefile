@@ -17,7 +17,7 @@ export TRANSFORMERS_OFFLINE := 1
 export HF_HUB_DISABLE_TELEMETRY := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: help install run lint test test-engine test-operator bench crds crds-check cluster-up cluster-down clean
+.PHONY: help install run lint test test-engine test-operator bench fuzz crds crds-check cluster-up cluster-down clean
 
 help:
 	@echo "make install   create $(VENV) and install the project, its test tools and the local LLM"
@@ -25,6 +25,7 @@ help:
 	@echo "make lint      ruff (lint) and mypy (types) over the packages, tests, bench and hack"
 	@echo "make test      run every test (starts the local control plane and PostgreSQL as needed)"
 	@echo "make bench     run the benchmarks and print their tables (bench/results/*.json)"
+	@echo "make fuzz      fuzz the engine's API with Schemathesis, random seed (FUZZ_ARGS='--seed N' repeats one)"
 	@echo "make crds      regenerate crds/ and the chart's CRD from the typed spec"
 
 install: $(VENV)/.installed
@@ -63,6 +64,10 @@ test-operator: install cluster-up
 
 bench: install cluster-up
 	$(PY) bench/run_all.py $(BENCH_ARGS)
+
+# Longer than the contract test in `make test`: every phase, more examples, a random seed printed first.
+fuzz: install
+	$(PY) -m tests.contract.fuzz $(FUZZ_ARGS)
 
 crds: install
 	$(PY) hack/gen_crds.py

@@ -12,6 +12,7 @@ from ragengine.api import chat as chat_api
 from ragengine.api import conversations as conversations_api
 from ragengine.api import indexes as indexes_api
 from ragengine.api import ops as ops_api
+from ragengine.api.openapi import document_error_responses
 from ragengine.auth import BearerAuthMiddleware
 from ragengine.errors import install_error_handlers
 from ragengine.metrics import install_middleware
@@ -41,4 +42,5 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
     app.include_router(indexes_api.router)
     app.include_router(chat_api.router)
     app.include_router(conversations_api.router)
+    document_error_responses(app, auth=bool(settings.api_key))
     return app

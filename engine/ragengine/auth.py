@@ -1,6 +1,7 @@
 """Bearer-token authentication for the whole API when ``settings.api_key`` is set.
 
-Probes (/health) and Prometheus (/metrics) stay open so kubelets and scrapers need no secret. The
+Probes (/health, /ready) and Prometheus (/metrics) stay open so kubelets and scrapers need no secret;
+they reveal no documents and accept no writes. Everything else (/openapi.json and /docs too) needs the key. The
 token is compared in constant time. The 401 carries the same error shapes as every other error.
 """
 
@@ -10,7 +11,9 @@ import hmac
 import json
 from typing import Any
 
-OPEN_PATHS = frozenset({"/health", "/metrics"})
+from ragengine.errors import error_body_for
+
+OPEN_PATHS = frozenset({"/health", "/ready", "/metrics"})
 
 
 class BearerAuthMiddleware:
@@ -27,11 +30,7 @@ class BearerAuthMiddleware:
             await self.app(scope, receive, send)
             return
         message = "Missing or invalid API key: send 'Authorization: Bearer <key>'."
-        if scope["path"].startswith("/v1/"):
-            body = {"error": {"message": message, "type": "authentication_error", "code": 401, "param": None}}
-        else:
-            body = {"detail": message}
-        payload = json.dumps(body).encode()
+        payload = json.dumps(error_body_for(scope["path"], 401, message, "authentication_error")).encode()
         await send({"type": "http.response.start", "status": 401, "headers": [
             (b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()),
             (b"www-authenticate", b"Bearer"),

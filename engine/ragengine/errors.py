@@ -80,10 +80,24 @@ class CorruptData(EngineError):
     error_type = "corrupt_data"
 
 
-def error_body(request: Request, status: int, message: str, error_type: str, param: str | None = None) -> dict:
-    if request.url.path.startswith("/v1/"):
-        return {"error": {"message": message, "type": error_type, "code": status, "param": param}}
+def openai_error(message: str, error_type: str, status: int, param: str | None = None) -> dict:
+    """OpenAI's error object ``{"error": {"message", "type", "code", "param"}}``: the one place it is built.
+
+    Used for ``/v1/`` responses, 401/413 answered by middleware and ``error`` events of streams, so the
+    official SDKs raise the right exception class whichever layer refused the request.
+    """
+    return {"error": {"message": message, "type": error_type, "code": status, "param": param}}
+
+
+def error_body_for(path: str, status: int, message: str, error_type: str, param: str | None = None) -> dict:
+    """The error body a route answers: OpenAI's shape under ``/v1/``, KAITO's ``{"detail"}`` elsewhere."""
+    if path.startswith("/v1/"):
+        return openai_error(message, error_type, status, param)
     return {"detail": message}
+
+
+def error_body(request: Request, status: int, message: str, error_type: str, param: str | None = None) -> dict:
+    return error_body_for(request.url.path, status, message, error_type, param)
 
 
 def install_error_handlers(app: FastAPI, settings: EngineSettings) -> None:
@@ -109,13 +123,23 @@ def install_error_handlers(app: FastAPI, settings: EngineSettings) -> None:
             reason = (bad_json.get("ctx") or {}).get("error") or bad_json.get("msg")
             status, message = 400, f"Malformed JSON body: {reason}"
         if request.url.path.startswith("/v1/"):
-            return JSONResponse(error_body(request, status, message, "invalid_request_error"), status_code=status)
+            body = error_body(request, status, message, "invalid_request_error", _first_param(errors))
+            return JSONResponse(body, status_code=status)
         return JSONResponse({"detail": message, "errors": _jsonable(errors)}, status_code=status)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         body = error_body(request, exc.status_code, str(exc.detail), "invalid_request_error")
         return JSONResponse(body, status_code=exc.status_code, headers=getattr(exc, "headers", None))
+
+
+def _first_param(errors: list[dict]) -> str | None:
+    """The field or parameter the first validation error names (OpenAI's ``param``), if any."""
+    for err in errors:
+        names = [str(p) for p in err.get("loc", ()) if p not in ("body", "query", "path", "header", "cookie")]
+        if names:
+            return ".".join(names)
+    return None
 
 
 def _jsonable(errors: list[dict]) -> list[dict]:

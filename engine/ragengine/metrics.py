@@ -15,6 +15,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from ragengine.errors import error_body_for
+
 REGISTRY = CollectorRegistry(auto_describe=True)
 
 _FAST = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
@@ -26,13 +28,13 @@ HTTP_REQUESTS = Counter(
 )
 HTTP_SECONDS = Histogram(
     "ragengine_http_request_seconds", "HTTP request latency until the response starts (headers sent).",
-    ["method", "path"], buckets=_FAST + (30, 60, 120), registry=REGISTRY,
+    ["method", "path"], buckets=(*_FAST, 30, 60, 120), registry=REGISTRY,
 )
 HTTP_IN_FLIGHT = Gauge("ragengine_http_requests_in_flight", "Requests being served.", registry=REGISTRY)
 
 EMBED_SECONDS = Histogram(
     "ragengine_embed_seconds", "Time in the embedding model per call (kind=query|documents).",
-    ["kind"], buckets=_FAST + (30, 60), registry=REGISTRY,
+    ["kind"], buckets=(*_FAST, 30, 60), registry=REGISTRY,
 )
 EMBEDDED_TEXTS = Counter("ragengine_embedded_texts_total", "Texts embedded.", ["kind"], registry=REGISTRY)
 SEARCH_SECONDS = Histogram(
@@ -165,11 +167,7 @@ class BodyLimitMiddleware:
 
     async def _reject(self, scope: dict, send: Callable) -> None:
         message = f"Request body too large: the limit is {self.max_bytes} bytes."
-        if scope.get("path", "").startswith("/v1/"):
-            body: Any = {"error": {"message": message, "type": "invalid_request_error", "code": 413, "param": None}}
-        else:
-            body = {"detail": message}
-        payload = json.dumps(body).encode()
+        payload = json.dumps(error_body_for(scope.get("path", ""), 413, message, "invalid_request_error")).encode()
         await send({
             "type": "http.response.start", "status": 413,
             "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()),

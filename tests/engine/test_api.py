@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-import time
 
 import httpx
 import pytest
@@ -102,8 +101,8 @@ def test_update_and_delete_documents(server):
 
 
 def test_retrieve_filters_restrict_before_top_k(server):
-    docs = [{"text": f"note number {i} about gardening and tomatoes", "metadata": {"n": i, "kind": "even" if i % 2 == 0 else "odd"}}
-            for i in range(40)]
+    docs = [{"text": f"note number {i} about gardening and tomatoes",
+             "metadata": {"n": i, "kind": "even" if i % 2 == 0 else "odd"}} for i in range(40)]
     assert _index(server, name="notes", docs=docs).status_code == 200
     resp = httpx.post(f"{server}/retrieve", json={
         "index_name": "notes", "query": "tomatoes", "max_node_count": 10,
@@ -120,7 +119,8 @@ def test_retrieve_filters_restrict_before_top_k(server):
 
 def test_bad_input(make_server):
     with make_server(max_document_chars=1000, max_body_bytes=64 * 1024, max_top_k=50) as (base, _):
-        r = httpx.post(f"{base}/index", content=b'{"index_name": "x", "documents": [', headers={"content-type": "application/json"})
+        r = httpx.post(f"{base}/index", content=b'{"index_name": "x", "documents": [',
+                       headers={"content-type": "application/json"})
         assert r.status_code == 400 and "Malformed JSON" in r.json()["detail"]
         r = _index(base, docs=[{"text": "   "}])
         assert r.status_code == 400 and "empty" in r.json()["detail"]
@@ -184,8 +184,9 @@ def test_persist_load_and_delete_removes_files(server, settings):
 def test_restart_restores_indexes_without_reembedding(make_server):
     with make_server() as (base, _):
         _index(base)
-        httpx.post(f"{base}/indexes/kb/documents/delete", json={"doc_ids": [hashlib.sha256(DOCS[0]["text"].encode()).hexdigest()]})
-    with make_server() as (base, app):
+        first_id = hashlib.sha256(DOCS[0]["text"].encode()).hexdigest()
+        httpx.post(f"{base}/indexes/kb/documents/delete", json={"doc_ids": [first_id]})
+    with make_server() as (base, _app):
         assert httpx.get(f"{base}/indexes/kb/documents").json()["total_items"] == 2
         hits = httpx.post(f"{base}/retrieve", json={"index_name": "kb", "query": "kill -9"}).json()["results"]
         assert "journal" in hits[0]["text"]
@@ -212,8 +213,12 @@ def test_corrupt_index_reported_not_half_loaded(make_server, settings):
         assert httpx.get(f"{base}/health").json()["status"] == "Healthy"
 
 
-@pytest.mark.stores("faiss")  # the embedded store's own files
-def test_health_and_queries_stay_fast_during_big_ingestion(server):
+def test_health_and_queries_answered_during_big_ingestion(server):
+    """The event loop is not blocked by an ingestion: probes and queries are answered while it runs.
+
+    Ordering, not timing: some answers arrive before the ingestion's own response. How fast they are
+    is measured by bench/bench_responsiveness.py.
+    """
     _index(server)
     big = [{"text": " ".join(f"word{j} sentence {i} about ingestion load." for j in range(40))} for i in range(40)]
     done = threading.Event()
@@ -225,21 +230,17 @@ def test_health_and_queries_stay_fast_during_big_ingestion(server):
 
     thread = threading.Thread(target=ingest)
     thread.start()
-    time.sleep(0.5)
-    health_times, query_times = [], []
-    while not done.is_set() and len(health_times) < 30:
-        t = time.perf_counter()
-        assert httpx.get(f"{server}/health", timeout=5).status_code == 200
-        health_times.append(time.perf_counter() - t)
-        t = time.perf_counter()
-        r = httpx.post(f"{server}/retrieve", json={"index_name": "kb", "query": "cosine"}, timeout=10)
-        assert r.status_code == 200
-        query_times.append(time.perf_counter() - t)
+    answered_during = 0
+    while not done.is_set():
+        health = httpx.get(f"{server}/health", timeout=60)
+        query = httpx.post(f"{server}/retrieve", json={"index_name": "kb", "query": "cosine"}, timeout=60)
+        assert health.status_code == 200 and query.status_code == 200, (health.text, query.text)
+        assert "FAISS" in query.json()["results"][0]["text"]
+        answered_during += not done.is_set()
     thread.join()
     assert result["resp"].status_code == 200
-    assert health_times, "ingestion finished before we could probe"
-    assert max(health_times) < 0.5, health_times
-    assert sorted(query_times)[len(query_times) // 2] < 1.0, query_times
+    assert answered_during >= 1, "no probe was answered before the ingestion finished"
+    assert httpx.get(f"{server}/indexes/big/documents").json()["total_items"] == len(big)
 
 
 def test_metrics_exposed(server):

@@ -13,6 +13,7 @@ from ragengine.chat.service import ChatService, JSONOutcome
 from ragengine.chat.stream import SSE_HEADERS
 from ragengine.errors import BadRequest, PayloadTooLarge
 from ragengine.llm.client import LLMClient
+from ragengine.protocol.errors import error_responses
 from ragengine.protocol.openai import MODEL_ALIAS_PREFIX, ChatCompletionRequest, ModelCard, ModelList
 from ragengine.settings import EngineSettings
 
@@ -46,6 +47,7 @@ async def read_json(request: Request, limit: int):
 @router.post(
     "/v1/chat/completions",
     summary="OpenAI chat completions with retrieval (index_name) or pass-through",
+    responses=error_responses(404, 409, 422, 429, 502, 503, 504),
     openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
         "schema": ChatCompletionRequest.model_json_schema(ref_template="#/components/schemas/{model}")}}}},
 )
@@ -58,7 +60,8 @@ async def chat_completions(request: Request):
     return StreamingResponse(outcome.events, media_type="text/event-stream", headers={**SSE_HEADERS, **outcome.headers})
 
 
-@router.get("/v1/models", response_model=ModelList, summary="The served model, and rag:<index> aliases")
+@router.get("/v1/models", response_model=ModelList, summary="The served model, and rag:<index> aliases",
+            responses=error_responses(502, 504))
 async def list_models(request: Request) -> ModelList:
     llm: LLMClient = request.app.state.llm
     cards = [ModelCard(**m) for m in await llm.list_models()] if llm.configured else []

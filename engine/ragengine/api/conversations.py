@@ -30,6 +30,8 @@ from ragengine.protocol.conversations import (
     MessageRequest,
     ReformulateRequest,
 )
+from ragengine.protocol.errors import error_responses
+from ragengine.protocol.paging import MAX_OFFSET
 from ragengine.settings import EngineSettings
 
 log = logging.getLogger(__name__)
@@ -41,7 +43,7 @@ def _store(request: Request) -> SessionStore:
 
 
 # --- reformulation ---------------------------------------------------------------------------------
-@router.post("/v1/chat/reformulate")
+@router.post("/v1/chat/reformulate", responses=error_responses(502, 504))
 async def reformulate(body: ReformulateRequest, request: Request) -> dict:
     state = request.app.state
     result = await reformulate_query(state.llm, state.settings, body.userMessage, body.conversation,
@@ -53,7 +55,7 @@ async def reformulate(body: ReformulateRequest, request: Request) -> dict:
 
 
 # --- files -----------------------------------------------------------------------------------------
-@router.post("/v1/files", status_code=202)
+@router.post("/v1/files", status_code=202, responses=error_responses(404, 415, 500))
 async def upload_file(request: Request, file: UploadFile = File(...), session_id: str | None = Form(None)) -> dict:
     limit = request.app.state.settings.max_upload_bytes
     data = bytearray()
@@ -78,19 +80,19 @@ async def list_files(request: Request, status: str | None = None, limit: int = Q
     return {"data": [_file_out(f) for f in await _store(request).list_files(status=status, limit=limit)]}
 
 
-@router.get("/v1/files/{file_id}")
+@router.get("/v1/files/{file_id}", responses=error_responses(404))
 async def get_file(file_id: str, request: Request) -> dict:
     return _file_out(await _store(request).get_file(file_id))
 
 
-@router.delete("/v1/files/{file_id}")
+@router.delete("/v1/files/{file_id}", responses=error_responses(404))
 async def delete_file(file_id: str, request: Request) -> dict:
     await request.app.state.ingestion.delete(file_id)
     return {"id": file_id, "deleted": True}
 
 
 # --- sessions --------------------------------------------------------------------------------------
-@router.post("/v1/sessions", status_code=201)
+@router.post("/v1/sessions", status_code=201, responses=error_responses(404))
 async def create_session(body: CreateSessionRequest, request: Request) -> dict:
     store = _store(request)
     for fid in body.file_ids:
@@ -104,12 +106,12 @@ async def create_session(body: CreateSessionRequest, request: Request) -> dict:
 
 @router.get("/v1/sessions")
 async def list_sessions(request: Request, user_id: str | None = None, limit: int = Query(100, ge=1, le=1000),
-                        offset: int = Query(0, ge=0)) -> dict:
+                        offset: int = Query(0, ge=0, le=MAX_OFFSET)) -> dict:
     sessions = await _store(request).list_sessions(user_id=user_id, limit=limit, offset=offset)
     return {"data": [s.to_dict() for s in sessions]}
 
 
-@router.get("/v1/sessions/{session_id}")
+@router.get("/v1/sessions/{session_id}", responses=error_responses(404))
 async def get_session(session_id: str, request: Request) -> dict:
     store = _store(request)
     info = await store.get_session(session_id)
@@ -118,20 +120,20 @@ async def get_session(session_id: str, request: Request) -> dict:
             "threads": [t.to_dict() for t in await store.list_threads(session_id)]}
 
 
-@router.delete("/v1/sessions/{session_id}")
+@router.delete("/v1/sessions/{session_id}", responses=error_responses(404))
 async def delete_session(session_id: str, request: Request) -> dict:
     await _store(request).delete_session(session_id)
     return {"id": session_id, "deleted": True}
 
 
-@router.get("/v1/sessions/{session_id}/messages")
+@router.get("/v1/sessions/{session_id}/messages", responses=error_responses(404))
 async def get_messages(session_id: str, request: Request, thread_id: str = "main",
                        last: int | None = Query(None, ge=1, le=100_000)) -> dict:
     messages = await _store(request).history(session_id, thread_id, last=last)
     return {"session_id": session_id, "thread_id": thread_id, "data": [m.to_dict() for m in messages]}
 
 
-@router.post("/v1/sessions/{session_id}/messages")
+@router.post("/v1/sessions/{session_id}/messages", responses=error_responses(404, 409, 422, 429, 502, 504))
 async def post_message(session_id: str, body: MessageRequest, request: Request):
     service: ConversationService = request.app.state.conversations
     events = service.run(session_id, body)
@@ -161,35 +163,35 @@ async def _sse(first: dict, events: AsyncIterator[dict]) -> AsyncIterator[str]:
 
 
 # --- files of a session ----------------------------------------------------------------------------
-@router.get("/v1/sessions/{session_id}/files")
+@router.get("/v1/sessions/{session_id}/files", responses=error_responses(404))
 async def session_files(session_id: str, request: Request) -> dict:
     return {"data": [_file_out(f) for f in await _store(request).session_files(session_id)]}
 
 
-@router.post("/v1/sessions/{session_id}/files")
+@router.post("/v1/sessions/{session_id}/files", responses=error_responses(404))
 async def attach_files(session_id: str, body: AttachFilesRequest, request: Request) -> dict:
     await _store(request).attach_files(session_id, body.file_ids)
     return await session_files(session_id, request)
 
 
-@router.delete("/v1/sessions/{session_id}/files/{file_id}")
+@router.delete("/v1/sessions/{session_id}/files/{file_id}", responses=error_responses(404))
 async def detach_file(session_id: str, file_id: str, request: Request) -> dict:
     await _store(request).detach_file(session_id, file_id)
     return {"session_id": session_id, "file_id": file_id, "detached": True}
 
 
 # --- threads ---------------------------------------------------------------------------------------
-@router.post("/v1/sessions/{session_id}/threads", status_code=201)
+@router.post("/v1/sessions/{session_id}/threads", status_code=201, responses=error_responses(404))
 async def create_thread(session_id: str, body: CreateThreadRequest, request: Request) -> dict:
     return (await _store(request).create_thread(session_id, body.parent_message_id, title=body.title)).to_dict()
 
 
-@router.get("/v1/sessions/{session_id}/threads")
+@router.get("/v1/sessions/{session_id}/threads", responses=error_responses(404))
 async def list_threads(session_id: str, request: Request) -> dict:
     return {"data": [t.to_dict() for t in await _store(request).list_threads(session_id)]}
 
 
-@router.get("/v1/sessions/{session_id}/threads/{thread_id}")
+@router.get("/v1/sessions/{session_id}/threads/{thread_id}", responses=error_responses(404))
 async def get_thread(session_id: str, thread_id: str, request: Request) -> dict:
     store = _store(request)
     thread = await store.get_thread(session_id, thread_id)

@@ -9,6 +9,7 @@ from contextlib import AsyncExitStack
 from fastapi import APIRouter, FastAPI, Query, Request
 
 from ragengine.errors import Unprocessable
+from ragengine.protocol.errors import error_responses
 from ragengine.protocol.indexes import (
     DeleteDocumentsRequest,
     DeleteDocumentsResponse,
@@ -21,6 +22,7 @@ from ragengine.protocol.indexes import (
     UpdateDocumentsRequest,
     UpdateDocumentsResponse,
 )
+from ragengine.protocol.paging import MAX_OFFSET, MAX_TEXT_LENGTH
 from ragengine.settings import EngineSettings
 
 log = logging.getLogger(__name__)
@@ -31,7 +33,7 @@ def _registry(request: Request):
     return request.app.state.registry
 
 
-@router.post("/index", response_model=list[DocumentOut])
+@router.post("/index", response_model=list[DocumentOut], responses=error_responses(409, 500, 502, 504))
 async def index_documents(body: IndexRequest, request: Request) -> list[dict]:
     chunking = body.chunking.model_dump(exclude_none=True) if body.chunking else None
     docs = [d.model_dump(include={"text", "metadata", "doc_id"}) for d in body.documents]
@@ -43,50 +45,52 @@ async def list_indexes(request: Request) -> list[str]:
     return await _registry(request).list_names()
 
 
-@router.get("/indexes/{index_name}/documents", response_model=ListDocumentsResponse)
+@router.get("/indexes/{index_name}/documents", response_model=ListDocumentsResponse, responses=error_responses(400, 404, 409))
 async def list_documents(
     index_name: str,
     request: Request,
     limit: int = Query(10, ge=1, le=100),
-    offset: int = Query(0, ge=0),
-    max_text_length: int | None = Query(1000, ge=1),
+    offset: int = Query(0, ge=0, le=MAX_OFFSET),
+    max_text_length: int | None = Query(1000, ge=1, le=MAX_TEXT_LENGTH),
     metadata_filter: str | None = Query(None, description="JSON object; exact match on every key."),
 ) -> dict:
     return await _registry(request).list_documents(index_name, limit=limit, offset=offset,
                                                    max_text_length=max_text_length, metadata_filter=metadata_filter)
 
 
-@router.post("/indexes/{index_name}/documents", response_model=UpdateDocumentsResponse)
+@router.post("/indexes/{index_name}/documents", response_model=UpdateDocumentsResponse,
+             responses=error_responses(404, 409, 500, 502, 504))
 async def update_documents(index_name: str, body: UpdateDocumentsRequest, request: Request) -> dict:
     docs = [d.model_dump(include={"text", "metadata", "doc_id"}) for d in body.documents]
     return await _registry(request).update_documents(index_name, docs)
 
 
-@router.post("/indexes/{index_name}/documents/delete", response_model=DeleteDocumentsResponse)
+@router.post("/indexes/{index_name}/documents/delete", response_model=DeleteDocumentsResponse,
+             responses=error_responses(404, 409, 500))
 async def delete_documents(index_name: str, body: DeleteDocumentsRequest, request: Request) -> dict:
     return await _registry(request).delete_documents(index_name, body.doc_ids)
 
 
-@router.delete("/indexes/{index_name}", response_model=MessageResponse)
+@router.delete("/indexes/{index_name}", response_model=MessageResponse, responses=error_responses(400, 404, 500))
 async def delete_index(index_name: str, request: Request) -> dict:
     await _registry(request).delete_index(index_name)
     return {"message": f"Successfully deleted index {index_name}."}
 
 
-@router.post("/persist/{index_name}", response_model=MessageResponse)
+@router.post("/persist/{index_name}", response_model=MessageResponse, responses=error_responses(400, 404, 409, 500))
 async def persist_index(index_name: str, request: Request, path: str | None = Query(None)) -> dict:
     where = await _registry(request).persist(index_name, path)
     return {"message": f"Successfully persisted index {index_name} to {path or where}."}
 
 
-@router.post("/load/{index_name}", response_model=MessageResponse)
+@router.post("/load/{index_name}", response_model=MessageResponse, responses=error_responses(400, 404, 409, 500))
 async def load_index(index_name: str, request: Request, path: str | None = Query(None),
                      overwrite: bool = Query(False)) -> dict:
     where = await _registry(request).load(index_name, path, overwrite)
     return {"message": f"Successfully loaded index {index_name} from {path or where}."}
 
 
-@router.post("/retrieve", response_model=RetrieveResponse)
+@router.post("/retrieve", response_model=RetrieveResponse, responses=error_responses(404, 409, 502, 504))
 async def retrieve(body: RetrieveRequest, request: Request) -> dict:
     settings = request.app.state.settings
     if body.max_node_count > settings.max_top_k:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
-from fastapi.responses import Response
+from fastapi.responses import PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from ragengine import metrics
@@ -26,6 +26,6 @@ async def health(request: Request) -> dict:
     return {"status": "Degraded" if problems else "Healthy", "detail": "; ".join(problems) or None, **status}
 
 
-@router.get("/metrics")
+@router.get("/metrics", response_class=PlainTextResponse, responses={200: {"description": "Prometheus text format."}})
 async def prometheus_metrics() -> Response:
     return Response(generate_latest(metrics.REGISTRY), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,82 @@
+"""``/openapi.json`` that says what the engine really answers, errors included.
+
+FastAPI documents a route's success response and, for routes with parameters, a 422 with its own
+``HTTPValidationError`` body. The engine answers differently (see ``errors.py``): ``{"detail": str}``
+on the KAITO routes, OpenAI's ``{"error": {...}}`` under ``/v1/`` (where validation errors are 400),
+a 413 from the body limit and a 401 from the API key, both answered by middleware. Clients generated
+from the spec, and the Schemathesis contract test, rely on every status and body being declared.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+
+from ragengine.auth import OPEN_PATHS
+from ragengine.protocol.errors import ERROR_DESCRIPTIONS, ErrorDetail, OpenAIErrorResponse
+
+METHODS = ("get", "put", "post", "delete", "patch")
+
+
+def declared_statuses(path: str, operation: dict[str, Any], *, auth: bool) -> set[int]:
+    """Error statuses an operation can answer: its own (``responses=``) plus what its request shape implies."""
+    responses = operation.get("responses", {})
+    statuses = {int(s) for s in responses if str(s).isdigit() and int(s) >= 400}
+    if _is_fastapi_validation_error(responses.get("422")):
+        statuses.discard(422)  # FastAPI's default; re-added below where the engine really answers 422
+    has_body = "requestBody" in operation
+    if has_body:
+        statuses |= {400, 413}  # malformed JSON; the body limit
+    if has_body or operation.get("parameters"):
+        statuses.add(400 if path.startswith("/v1/") else 422)
+    if auth and path not in OPEN_PATHS:
+        statuses.add(401)
+    return statuses
+
+
+def _is_fastapi_validation_error(response: dict[str, Any] | None) -> bool:
+    schema = ((response or {}).get("content") or {}).get("application/json", {}).get("schema", {})
+    return schema.get("$ref", "").endswith("/HTTPValidationError")
+
+
+def error_schema_for(path: str) -> str:
+    return "OpenAIErrorResponse" if path.startswith("/v1/") else "ErrorDetail"
+
+
+def add_error_responses(spec: dict[str, Any], *, auth: bool) -> dict[str, Any]:
+    """Rewrite ``spec`` in place: every operation declares each error status it answers, with its body."""
+    schemas = spec.setdefault("components", {}).setdefault("schemas", {})
+    for model in (ErrorDetail, OpenAIErrorResponse):
+        schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        schemas.update(schema.pop("$defs", {}))
+        schemas[model.__name__] = schema
+    for path, item in spec.get("paths", {}).items():
+        for method in METHODS:
+            operation = item.get(method)
+            if operation is None:
+                continue
+            statuses = declared_statuses(path, operation, auth=auth)
+            responses = operation.setdefault("responses", {})
+            if _is_fastapi_validation_error(responses.get("422")):
+                del responses["422"]
+            for status in sorted(statuses):
+                entry = responses.setdefault(str(status), {})
+                entry.setdefault("description", ERROR_DESCRIPTIONS.get(status, "Error."))
+                entry["content"] = {"application/json": {"schema": {"$ref": f"#/components/schemas/{error_schema_for(path)}"}}}
+    # FastAPI's own validation-error schemas are no longer referenced by any operation.
+    for unused in ("HTTPValidationError", "ValidationError"):
+        schemas.pop(unused, None)
+    return spec
+
+
+def document_error_responses(app: FastAPI, *, auth: bool) -> None:
+    """Make ``app.openapi()`` (and so ``/openapi.json``) publish the engine's real error responses."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = add_error_responses(generate(), auth=auth)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
