@@ -20,6 +20,7 @@ BENCHES = {
     "conversations": "bench_conversations.py",
     "operator": "bench_operator.py",
     "stores": "bench_stores.py",
+    "sources": "bench_sources.py",
     "responsiveness": "bench_responsiveness.py",
 }
 

@@ -42,5 +42,5 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
     app.include_router(indexes_api.router)
     app.include_router(chat_api.router)
     app.include_router(conversations_api.router)
-    document_error_responses(app, auth=bool(settings.api_key))
+    document_error_responses(app, auth=bool(settings.api_key), external_store=settings.vector_store != "faiss")
     return app

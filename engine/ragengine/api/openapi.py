@@ -19,7 +19,10 @@ from ragengine.protocol.errors import ERROR_DESCRIPTIONS, ErrorDetail, OpenAIErr
 METHODS = ("get", "put", "post", "delete", "patch")
 
 
-def declared_statuses(path: str, operation: dict[str, Any], *, auth: bool) -> set[int]:
+OPS_PATHS = ("/health", "/ready", "/metrics")
+
+
+def declared_statuses(path: str, operation: dict[str, Any], *, auth: bool, external_store: bool = False) -> set[int]:
     """Error statuses an operation can answer: its own (``responses=``) plus what its request shape implies."""
     responses = operation.get("responses", {})
     statuses = {int(s) for s in responses if str(s).isdigit() and int(s) >= 400}
@@ -32,6 +35,8 @@ def declared_statuses(path: str, operation: dict[str, Any], *, auth: bool) -> se
         statuses.add(400 if path.startswith("/v1/") else 422)
     if auth and path not in OPEN_PATHS:
         statuses.add(401)
+    if external_store and path not in OPS_PATHS:
+        statuses.add(503)  # the PostgreSQL / Milvus store is unreachable (the body names the reason)
     return statuses
 
 
@@ -44,7 +49,7 @@ def error_schema_for(path: str) -> str:
     return "OpenAIErrorResponse" if path.startswith("/v1/") else "ErrorDetail"
 
 
-def add_error_responses(spec: dict[str, Any], *, auth: bool) -> dict[str, Any]:
+def add_error_responses(spec: dict[str, Any], *, auth: bool, external_store: bool = False) -> dict[str, Any]:
     """Rewrite ``spec`` in place: every operation declares each error status it answers, with its body."""
     schemas = spec.setdefault("components", {}).setdefault("schemas", {})
     for model in (ErrorDetail, OpenAIErrorResponse):
@@ -56,7 +61,7 @@ def add_error_responses(spec: dict[str, Any], *, auth: bool) -> dict[str, Any]:
             operation = item.get(method)
             if operation is None:
                 continue
-            statuses = declared_statuses(path, operation, auth=auth)
+            statuses = declared_statuses(path, operation, auth=auth, external_store=external_store)
             responses = operation.setdefault("responses", {})
             if _is_fastapi_validation_error(responses.get("422")):
                 del responses["422"]
@@ -70,13 +75,13 @@ def add_error_responses(spec: dict[str, Any], *, auth: bool) -> dict[str, Any]:
     return spec
 
 
-def document_error_responses(app: FastAPI, *, auth: bool) -> None:
+def document_error_responses(app: FastAPI, *, auth: bool, external_store: bool = False) -> None:
     """Make ``app.openapi()`` (and so ``/openapi.json``) publish the engine's real error responses."""
     generate = app.openapi
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            app.openapi_schema = add_error_responses(generate(), auth=auth)
+            app.openapi_schema = add_error_responses(generate(), auth=auth, external_store=external_store)
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]

@@ -45,7 +45,8 @@ ERROR_DESCRIPTIONS = {
     429: "The LLM server refused the request for now (its status, passed through).",
     500: "The engine could not write to its data volume (journal or snapshot); nothing was acknowledged.",
     502: "The LLM or the remote embedding service failed or is unreachable.",
-    503: "No LLM is configured (a retrieval-only engine) and the request needs one.",
+    503: "Unavailable: no LLM is configured for a request that needs one, or the external vector store is "
+         "unreachable (the body says which).",
     504: "The LLM or the remote embedding service timed out.",
 }
 

@@ -1,0 +1,88 @@
+"""Git source sync: a 1,000-file repository synced the first time, then again after one file changed.
+
+    .venv/bin/python bench/bench_sources.py            # 1,000 files
+    .venv/bin/python bench/bench_sources.py --quick    # 200 files
+
+A real engine (FAISS, the packaged embedding model), the real sync code and a real git server
+(``git http-backend``). The second sync must cost in proportion to the change, not to the repository:
+the table shows documents written and texts embedded by each sync. Writes bench/results/sources.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import httpx  # noqa: E402
+
+from bench.engine.synth import passages  # noqa: E402
+from tests.support.git_server import Repo, git_http_server  # noqa: E402
+from tests.support.server import serve_app  # noqa: E402
+
+
+def embedded(base: str) -> float:
+    found = re.search(r'^ragengine_embedded_texts_total\{kind="documents"\} (\S+)$', httpx.get(f"{base}/metrics").text, re.M)
+    return float(found.group(1)) if found else 0.0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    n = 200 if args.quick else 1000
+    from ragengine.app import create_app
+    from ragengine.settings import EngineSettings
+    from ragengine_operator.sources.engine import EngineClient
+    from ragengine_operator.sources.spec import Source
+    from ragengine_operator.sources.sync import fetch, sync_source
+
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        (tmp / "git").mkdir()
+        repo = Repo(tmp / "git")
+        texts = passages(n, words=(60, 120), seed=11)
+        for i, text in enumerate(texts):
+            repo.write(f"docs/section-{i // 100}/page-{i}.md", f"# Page {i}\n\n{text}\n")
+        repo.commit("a thousand pages")
+        app = create_app(EngineSettings(data_dir=tmp / "data"))
+        with git_http_server(tmp / "git") as git_base, serve_app(app, timeout_s=600) as engine:
+            source = Source.model_validate({"name": "bench", "git": {"url": f"{git_base}/docs.git"}})
+            previous = None
+            for label in ("first sync", "after one file changed"):
+                if previous is not None:
+                    repo.write("docs/section-0/page-0.md", "# Page 0\n\nRewritten: the engine now syncs from git.\n")
+                    repo.commit("one change")
+                client = EngineClient(engine)
+                before, start = embedded(engine), time.perf_counter()
+                result = sync_source(source, client, lambda p=previous: fetch(
+                    source, cache=tmp / "cache", secret=None, previous_revision=p, previous_validators=None), previous)
+                seconds = time.perf_counter() - start
+                client.close()
+                assert result.ok, result.message
+                previous = result.revision
+                rows.append({"sync": label, "files": n, "seconds": seconds, "written": result.written,
+                             "texts_embedded": embedded(engine) - before})
+                print(f"{label}: {seconds:.1f} s, {result.written} documents written, "
+                      f"{rows[-1]['texts_embedded']:.0f} texts embedded ({result.message})", flush=True)
+    print(f"\n| git sync of {n} files | seconds | documents written | texts embedded |\n|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['sync']} | {r['seconds']:.1f} | {r['written']} | {r['texts_embedded']:.0f} |")
+    out = ROOT / "bench" / "results" / "sources.json"
+    out.write_text(json.dumps(rows, indent=1) + "\n")
+    print(f"\nwrote {out.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
