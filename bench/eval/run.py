@@ -41,12 +41,14 @@ from bench.eval import datasets as ds  # noqa: E402
 from bench.eval.metrics import summarise  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "eval.json"
+DUMP = Path(os.environ["EVAL_DUMP"]) if os.environ.get("EVAL_DUMP") else None  # candidate lists, for exploring fusion
 K = 10
 POOL = 20  # the candidates per side the engine fuses for top_k=10 (index/search.py _pool_size)
-THRESHOLDS = (0.0, 0.5, 0.575, 0.6)
+THRESHOLDS = (0.0, 0.2, 0.3, 0.4, 0.5, 0.575, 0.6)
 TUNING_SET = "zaragoza-construction-faq"
+VARIANTS = ["plain", "contextual"]  # chunking variants (--variants)
 GRID = ([{"method": "rrf", "dense_weight": w, "rrf_k": k} for w in (0.3, 0.4, 0.5, 0.6, 0.7) for k in (10, 30, 60)]
-        + [{"method": "convex", "dense_weight": w} for w in (0.3, 0.4, 0.5, 0.6, 0.7, 0.8)])
+        + [{"method": "convex", "dense_weight": w} for w in (0.3, 0.4, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9)])
 PREVIOUS_DEFAULT = {"method": "rrf", "dense_weight": 0.5, "rrf_k": 60}
 
 
@@ -137,19 +139,24 @@ def docs_of(results: list[list]) -> list[list[str]]:
 
 
 def lost_at_thresholds(results: list[list], questions: list[ds.Question]) -> dict:
-    """Per threshold: questions with a relevant chunk in the top 10 at all, questions whose every
-    relevant chunk there scores below the threshold, and the share of irrelevant chunks it removes."""
+    """Per threshold, over the top 10: questions left without any relevant chunk (never retrieved, or
+    every one below the threshold), of which dropped by the threshold alone; questions without a
+    relevant chunk whose whole context the threshold empties (the chat then passes through); and the
+    share of irrelevant chunks it removes."""
     out = {}
     for t in THRESHOLDS:
-        lost = found = irrelevant = dropped = 0
+        lost = dropped_by_t = emptied = no_rel = irrelevant = dropped = 0
         for nodes, q in zip(results, questions, strict=True):
             rel = [n.score for n in nodes if n.doc_id in q.relevant]
-            found += bool(rel)
-            lost += (not rel) or max(rel) < t
             other = [n.score for n in nodes if n.doc_id not in q.relevant]
+            lost += (not rel) or max(rel) < t
+            dropped_by_t += bool(rel) and max(rel) < t
+            no_rel += not rel
+            emptied += (not rel) and all(s < t for s in other)
             irrelevant += len(other)
             dropped += sum(s < t for s in other)
-        out[str(t)] = {"questions_losing_all_relevant": lost, "questions": len(questions),
+        out[str(t)] = {"questions_losing_all_relevant": lost, "lost_by_threshold": dropped_by_t, "questions": len(questions),
+                       "without_relevant": no_rel, "without_relevant_emptied": emptied,
                        "irrelevant_chunks_dropped": dropped / irrelevant if irrelevant else 0.0}
     return out
 
@@ -170,8 +177,8 @@ async def evaluate_set(data: ds.Dataset, embedder, reranker, fusion: dict, log) 
     """Every mode for both chunking variants; also returns the tuning candidates of the plain variant."""
     out: dict = {"source": data.source, "documents": len(data.documents), "questions": len(data.questions),
                  "notes": data.notes, "variants": {}}
-    for contextual in (False, True):
-        variant = "contextual" if contextual else "plain"
+    for variant in VARIANTS:
+        contextual = variant == "contextual"
         async with SetRun(data, embedder, contextual, reranker) as run:
             log(f"  {variant}: {run.state.n_chunks} chunks indexed in {run.index_s:.0f} s")
             modes: dict = {}
@@ -188,6 +195,13 @@ async def evaluate_set(data: ds.Dataset, embedder, reranker, fusion: dict, log) 
                 modes["hybrid+rerank"] = run.score(docs_of(await run.engine(hybrid=True, fusion=fusion, rerank=True)))
             cands = run.candidates()
             grid = tune(cands, run.doc_of, data.questions)
+            if DUMP:
+                DUMP.mkdir(parents=True, exist_ok=True)
+                (DUMP / f"{data.name}.{variant}.json").write_text(json.dumps({
+                    "relevant": [sorted(q.relevant) for q in data.questions],
+                    "query_words": [len(q.text.split()) for q in data.questions],
+                    "cands": [[[[s, run.doc_of(s), c] for s, c in d], [[s, run.doc_of(s), v] for s, v in sp]]
+                              for d, sp in cands]}))
             out["variants"][variant] = {
                 "chunks": run.state.n_chunks, "index_s": run.index_s, "modes": modes,
                 "thresholds_hybrid": lost_at_thresholds(hybrid, data.questions),
@@ -210,12 +224,30 @@ def print_table(results: dict) -> None:
             for mode, m in v["modes"].items():
                 print(f"{name:<28} {variant:<11} {mode:<44} {m['mrr@10']:7.3f} {m['recall@10']:6.3f} {m['ndcg@10']:7.3f}")
     print(f"\nfusion: {json.dumps(results['fusion'])}")
-    print("\nquestions losing every relevant chunk of the top 10 (hybrid, contextual) by similarity threshold:")
+    print(f"\nquestions losing every relevant chunk of the top 10 (hybrid, {VARIANTS[0]} chunks) by similarity threshold:")
     for name, r in results["sets"].items():
-        th = r["variants"]["contextual"]["thresholds_hybrid"]
+        th = r["variants"][VARIANTS[0]]["thresholds_hybrid"]
         cells = ", ".join(f"{t}: {x['questions_losing_all_relevant']}/{x['questions']}"
                           f" (drops {100 * x['irrelevant_chunks_dropped']:.0f}% of irrelevant)" for t, x in th.items())
         print(f"  {name}: {cells}")
+
+
+def markdown(results: dict) -> str:
+    """The tables of docs/retrieval.md, from a results file (``--markdown bench/results/eval.json``)."""
+    lines = ["| set | chunks | mode | MRR@10 | Recall@10 | nDCG@10 |", "|---|---|---|---|---|---|"]
+    for name, r in results["sets"].items():
+        for variant, v in r["variants"].items():
+            for mode, m in v["modes"].items():
+                lines.append(f"| {name} | {variant} | {mode} | {m['mrr@10']:.3f} | {m['recall@10']:.3f} | {m['ndcg@10']:.3f} |")
+    lines += ["", "| set (hybrid, plain chunks) | " + " | ".join(f"t = {t}" for t in THRESHOLDS) + " |",
+              "|---|" + "---|" * len(THRESHOLDS)]
+    for name, r in results["sets"].items():
+        th = r["variants"]["plain"]["thresholds_hybrid"]
+        cells = [f"{x['questions_losing_all_relevant']} ({x['lost_by_threshold']}) / {x['questions']}; "
+                 f"{x['without_relevant_emptied']}/{x['without_relevant']}; {100 * x['irrelevant_chunks_dropped']:.0f}%"
+                 for x in th.values()]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def main() -> int:
@@ -224,8 +256,14 @@ def main() -> int:
     ap.add_argument("--max-questions", type=int, default=None, help="subsample each set's questions (seeded)")
     ap.add_argument("--rerank-model", default=os.environ.get("RAGENGINE_RERANK_MODEL"),
                     help="a local cross-encoder path: adds hybrid+rerank")
+    ap.add_argument("--variants", nargs="*", default=VARIANTS, choices=VARIANTS, help="chunking variants to index")
     ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--markdown", type=Path, help="print the markdown tables of a results file and exit")
     args = ap.parse_args()
+    if args.markdown:
+        print(markdown(json.loads(args.markdown.read_text())))
+        return 0
+    VARIANTS[:] = args.variants
     started = time.perf_counter()
     from ragengine.embedding import build_embedder
     from ragengine.settings import EngineSettings
@@ -256,7 +294,7 @@ def main() -> int:
         log(f"{name}: {len(data.documents)} documents, {len(data.questions)} questions")
         results["sets"][name] = asyncio.run(evaluate_set(data, embedder, reranker, engine_fusion, log))
     if TUNING_SET in results["sets"]:
-        for variant in ("plain", "contextual"):
+        for variant in VARIANTS:
             best = choose_fusion(results["sets"][TUNING_SET], variant)
             results["fusion"][f"tuned_{variant}"] = best
             results["fusion"][f"tuned_{variant}_on_each_set"] = {

@@ -36,7 +36,7 @@ def test_convex_normalises_each_side_before_weighting():
     assert fused["c"] == pytest.approx(0.5)
     assert fused["d"] == pytest.approx(0.25)
     # ties keep first appearance (dense first): a before c
-    assert keys(fuse(DENSE, SPARSE, params=FusionParams(method="convex")))[:2] == ["a", "c"]
+    assert keys(fuse(DENSE, SPARSE, params=FusionParams(method="convex", dense_weight=0.5)))[:2] == ["a", "c"]
 
 
 def test_convex_lifts_a_chunk_strong_on_both_sides_above_single_side_winners():
@@ -68,3 +68,10 @@ def test_params_from_settings():
     s = EngineSettings(fusion="rrf", fusion_dense_weight=0.7, rrf_k=10)
     assert FusionParams.from_settings(s) == FusionParams(method="rrf", dense_weight=0.7, rrf_k=10)
     assert FusionParams.from_settings(object()) == FusionParams()
+
+
+def test_the_default_is_the_evaluated_convex_fusion_and_rrf_restores_the_old_one():
+    # docs/retrieval.md: convex, dense weight 0.75, chosen on zaragoza-construction-faq
+    assert FusionParams.from_settings(EngineSettings()) == FusionParams(method="convex", dense_weight=0.75)
+    old = FusionParams.from_settings(EngineSettings(fusion="rrf", fusion_dense_weight=0.5, rrf_k=60))
+    assert keys(fuse(DENSE, SPARSE, params=old)) == keys(rrf(keys(DENSE), keys(SPARSE)))

@@ -33,8 +33,8 @@ class FusionParams:
     """How to fuse: ``method`` ("rrf" | "convex"), ``dense_weight`` in [0, 1] (the rest goes to BM25),
     ``rrf_k`` (only for rrf)."""
 
-    method: str = "rrf"
-    dense_weight: float = 0.5
+    method: str = "convex"
+    dense_weight: float = 0.75  # chosen on zaragoza-construction-faq, validated on the others (docs/retrieval.md)
     rrf_k: int = RRF_K
 
     def __post_init__(self) -> None:
