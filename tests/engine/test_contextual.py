@@ -174,3 +174,32 @@ def test_max_chunks_per_document(make_server):
         assert [r["doc_id"] for r in two["results"]].count("long") == 2
         bad = httpx.post(f"{base}/retrieve", json={"index_name": "bread", "query": "x", "max_chunks_per_document": 0})
         assert bad.status_code == 422 and "max_chunks_per_document" in bad.text
+
+
+def test_contextual_bm25_postings_survive_delete_and_compaction():
+    """IndexState adds, removes and rebuilds BM25 postings from the same contextual text."""
+    import numpy as np
+
+    from ragengine.index.state import IndexState
+
+    dim = 8
+    state = IndexState("t", dim, ChunkingConfig(contextual=True), {"hnsw_threshold": 10_000})
+    rng = np.random.default_rng(0)
+
+    def adds(ids):
+        out = [{"id": d, "text": f"# Part {d}\n\nplain body words {d}", "meta": {"title": f"Title{d}"},
+                "spans": [[0, len(f"# Part {d}\n\nplain body words {d}")]]} for d in ids]
+        vecs = rng.standard_normal((len(ids), dim)).astype(np.float32)
+        return out, vecs / np.linalg.norm(vecs, axis=1, keepdims=True)
+
+    def docs_for(term):
+        slots, _ = state.bm25.search(term, 10, state.store.alive)
+        return sorted(state.chunk(int(s))[0].doc_id for s in slots)
+
+    ops, vecs = adds(["a", "b", "c"])
+    state.apply({"add": ops}, vecs)
+    assert docs_for("titleb") == ["b"] and docs_for("plain") == ["a", "b", "c"]
+    state.apply({"delete": ["b"]}, None)
+    assert docs_for("titleb") == [] and state.bm25.df[state.bm25.vocab["titleb"]] == 0
+    state.compact()  # renumbers slots and rebuilds BM25 from the contextual texts
+    assert docs_for("titlec") == ["c"] and docs_for("part") == ["a", "c"]
