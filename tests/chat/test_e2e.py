@@ -45,7 +45,8 @@ def full_engine(tmp: Path, **settings):
 @pytest.fixture(scope="module")
 def engine_on_fake(llm_server, tmp_path_factory):
     llm, url = llm_server
-    with full_engine(tmp_path_factory.mktemp("e2e-fake"), llm_url=url + "/v1") as base:
+    # Threshold 0: the filter test scopes retrieval to an off-topic document on purpose.
+    with full_engine(tmp_path_factory.mktemp("e2e-fake"), llm_url=url + "/v1", similarity_threshold=0.0) as base:
         yield base
 
 

@@ -8,11 +8,11 @@ import httpx
 import pytest
 
 from ragengine.chat.plan import ADDITION_PROMPT_TOKENS, build_messages
-from tests.chat.conftest import DOCS, FakeRegistry, node, tokens
+from tests.chat.conftest import IN_CONTEXT, FakeRegistry, node, tokens
 from tests.llm_server import count_message_tokens
 
 SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
-TEXTS = [d[1] for d in DOCS]
+TEXTS = [d[1] for d in IN_CONTEXT]
 
 
 def post(base: str, body, **kw) -> httpx.Response:
@@ -42,7 +42,7 @@ def test_rag_sends_context_query_and_history(engine, fake_llm):
     assert body["choices"][0]["message"]["content"] == "Echo : What is KAITO ?"
     assert body["choices"][0]["finish_reason"] == "stop"
     assert body["usage"]["prompt_tokens"] == count_message_tokens(sent["messages"])  # the LLM's own usage
-    assert [s["doc_id"] for s in body["source_nodes"]] == [d[0] for d in DOCS]
+    assert [s["doc_id"] for s in body["source_nodes"]] == [d[0] for d in IN_CONTEXT]
     assert set(body["source_nodes"][0]) == {"doc_id", "node_id", "text", "score", "metadata"}
     assert body["generation_method"] == "llm"
     rag = body["rag"]

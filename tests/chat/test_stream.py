@@ -10,7 +10,7 @@ import httpx
 from ragengine.chat.plan import build_messages
 from ragengine.chat.stream import DONE, error_event, relay, sse, text_pieces
 from ragengine.errors import UpstreamError
-from tests.chat.conftest import DOCS
+from tests.chat.conftest import IN_CONTEXT
 from tests.chat.test_http import sse_events
 
 URL = "/v1/chat/completions"
@@ -59,10 +59,10 @@ def test_rag_stream(engine, fake_llm):
     assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks) == "Echo : What is KAITO ?"
     assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
     assert usage["choices"] == [] and usage["usage"]["completion_tokens"] == 6
-    assert final["choices"] == [] and [s["doc_id"] for s in final["source_nodes"]] == [d[0] for d in DOCS]
+    assert final["choices"] == [] and [s["doc_id"] for s in final["source_nodes"]] == [d[0] for d in IN_CONTEXT]
     assert final["generation_method"] == "llm" and final["rag"]["applied"] is True
     sent = fake_llm.last_chat()
-    assert sent["stream"] is True and sent["messages"] == build_messages([], "What is KAITO?", [d[1] for d in DOCS])
+    assert sent["stream"] is True and sent["messages"] == build_messages([], "What is KAITO?", [d[1] for d in IN_CONTEXT])
     assert sent["stream_options"] == {"include_usage": True}
 
 

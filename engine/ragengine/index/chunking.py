@@ -6,12 +6,20 @@ always come from the embedding model's own tokenizer, and every chunk is checked
 limit afterwards: a chunk that would be truncated silently (KAITO's 1024-token chunks on a 256-token
 model) is cut again at token boundaries. Chunks are returned as ``(start, end)`` spans into the text
 where they are exact substrings, so the engine keeps one copy of the text.
+
+Contextual chunks (chunking option ``contextual``): what is embedded and keyword-indexed for a chunk is
+``contextual_text(title, section path, chunk)``, the document's ``title`` metadata and the Markdown /
+reStructuredText headings in force where the chunk starts, above the chunk. What clients get back and
+what goes into prompts stays the chunk itself. ``index_texts`` is the one entry point every store
+backend calls, at embedding time and when keyword postings are added or removed.
 """
 
 from __future__ import annotations
 
+import bisect
 import logging
 import re
+from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -23,6 +31,10 @@ from ragengine.index.types import ChunkingConfig
 log = logging.getLogger(__name__)
 
 SPLITTERS = ("sentence", "token")
+# A contextual prefix is cut to this many characters, and the chunk's token budget shrinks by
+# CONTEXT_TOKENS so that prefix + chunk still fit the embedding model (~4 characters a token).
+CONTEXT_MAX_CHARS = 160
+CONTEXT_TOKENS = 48
 _SENTENCE_END = re.compile(r"(?<=[.!?。])(?=\s)")
 
 
@@ -53,7 +65,7 @@ def validate_config(config: ChunkingConfig, token_limit: int) -> ChunkingConfig:
         raise BadRequest("chunk_size must be at least 16 tokens.")
     overlap = min(config.chunk_overlap, size // 2)
     return ChunkingConfig(chunk_size=size, chunk_overlap=overlap, splitter=config.splitter,
-                          code_chunk_lines=max(1, config.code_chunk_lines))
+                          code_chunk_lines=max(1, config.code_chunk_lines), contextual=bool(config.contextual))
 
 
 class Chunker:
@@ -61,7 +73,8 @@ class Chunker:
 
     def __init__(self, embedder: Any, config: ChunkingConfig) -> None:
         self.embedder = embedder
-        self.limit = embedder.chunk_token_limit
+        # Contextual chunks leave room for their title / section prefix in the model's window.
+        self.limit = embedder.chunk_token_limit - (CONTEXT_TOKENS if config.contextual else 0)
         self.config = validate_config(config, self.limit)
         tok = embedder.token_ids
         size, overlap = self.config.chunk_size, self.config.chunk_overlap
@@ -166,3 +179,117 @@ def locate_spans(text: str, chunks: list[str]) -> list[Any]:
         spans.append((pos, pos + len(chunk)))
         cursor = pos + 1
     return spans
+
+
+# -- contextual chunk text ---------------------------------------------------------------------------
+_ATX = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.+?)(?:[ \t]+#+)?[ \t]*$")
+_FENCE = re.compile(r"^ {0,3}(```|~~~)")
+_RST_ADORN = re.compile(r"^([!-/:-@\[-`{-~])\1{2,}[ \t]*$")  # one punctuation character, 3+ times
+
+
+def headings(text: str) -> list[tuple[int, int, str]]:
+    """(character offset, level from 1, title) of every section heading in ``text``, in order.
+
+    Markdown: ATX (``## Title``) and setext (``Title`` over ``===`` / ``---``) headings, outside fenced
+    code. reStructuredText: a title line under (and optionally over) a line of one repeated punctuation
+    character, the level given by the order in which adornment styles first appear (as docutils does).
+    Plain text has none. A line-based scan rather than a full parser: only heading lines matter here,
+    and docutils would add a dependency for one lookup."""
+    lines = text.splitlines(keepends=True)
+    offsets = [0]
+    for line in lines:
+        offsets.append(offsets[-1] + len(line))
+    out: list[tuple[int, int, str]] = []
+    styles: list[tuple[str, bool]] = []  # RST adornment styles in order of appearance
+    fenced = False
+    markdown = any(_ATX.match(line) for line in lines)
+    i = 0
+    while i < len(lines):
+        line = lines[i].rstrip("\r\n")
+        if _FENCE.match(line):
+            fenced = not fenced
+            i += 1
+            continue
+        if fenced:
+            i += 1
+            continue
+        atx = _ATX.match(line)
+        if atx:
+            out.append((offsets[i], len(atx.group(1)), atx.group(2).strip()))
+            i += 1
+            continue
+        nxt = lines[i + 1].rstrip("\r\n") if i + 1 < len(lines) else ""
+        title = line.strip()
+        under = _RST_ADORN.match(nxt)
+        if title and under and not _RST_ADORN.match(line) and len(nxt.rstrip()) >= min(len(title), 3):
+            prev = lines[i - 1].rstrip("\r\n") if i > 0 else ""
+            over = bool(_RST_ADORN.match(prev)) and prev.strip()[0] == nxt.strip()[0]
+            style = (nxt.strip()[0], over)
+            if style not in styles:
+                styles.append(style)
+            level = styles.index(style) + 1
+            if markdown and style in (("=", False), ("-", False)):
+                level = 1 if style[0] == "=" else 2  # Markdown setext: fixed levels beside ATX ones
+            out.append((offsets[i - 1] if over else offsets[i], level, title))
+            i += 2
+            continue
+        i += 1
+    return out
+
+
+def _paths(heads: Sequence[tuple[int, int, str]]) -> list[list[str]]:
+    """The section path in force right after each heading (one pass, however many chunks ask)."""
+    out, path = [], []  # path: (level, title)
+    for _, level, title in heads:
+        while path and path[-1][0] >= level:
+            path.pop()
+        path.append((level, title))
+        out.append([t for _, t in path])
+    return out
+
+
+def section_path(heads: Sequence[tuple[int, int, str]], offset: int) -> list[str]:
+    """Titles of the sections that contain ``offset``, outermost first, from ``headings(text)``."""
+    n = bisect.bisect_right([h[0] for h in heads], offset)
+    return _paths(heads[:n])[-1] if n else []
+
+
+def contextual_text(title: str | None, path: Sequence[str], chunk: str) -> str:
+    """The text to embed / keyword-index for ``chunk``: its document title and section path on one
+    line (at most CONTEXT_MAX_CHARS characters, the path's head repeated from the title dropped),
+    a blank line, then the chunk. No title and no path: the chunk unchanged."""
+    parts = [title.strip()] if title and title.strip() else []
+    for name in path:
+        if not parts or name.strip().casefold() != parts[-1].casefold():
+            parts.append(name.strip())
+    if not parts:
+        return chunk
+    prefix = " > ".join(parts)
+    if len(prefix) > CONTEXT_MAX_CHARS:
+        prefix = prefix[: CONTEXT_MAX_CHARS - 1].rstrip() + "…"
+    return f"{prefix}\n\n{chunk}"
+
+
+def document_title(metadata: dict | None) -> str | None:
+    """The ``title`` metadata field when it is a non-empty string."""
+    title = (metadata or {}).get("title")
+    return title if isinstance(title, str) and title.strip() else None
+
+
+def index_texts(text: str, metadata: dict | None, spans: Sequence[Any] | None, *, contextual: bool) -> list[str]:
+    """Per chunk of one document, the text to embed and to index for keyword search.
+
+    ``spans`` as stored (``(start, end)`` into ``text``, or a chunk's own text; ``None`` = one chunk that
+    is the whole text). With ``contextual`` off, or for code, that is the chunk itself."""
+    spans = [(0, len(text))] if spans is None else spans
+    chunks = [s if isinstance(s, str) else text[s[0]:s[1]] for s in spans]
+    if not contextual or (metadata or {}).get("split_type") == "code":
+        return chunks
+    title = document_title(metadata)
+    heads = headings(text)
+    starts, paths = [h[0] for h in heads], _paths(heads)
+    out = []
+    for span, chunk in zip(spans, chunks, strict=True):
+        n = 0 if isinstance(span, str) else bisect.bisect_right(starts, span[0])
+        out.append(contextual_text(title, paths[n - 1] if n else [], chunk))
+    return out

@@ -9,7 +9,7 @@ backend:
   is idempotent); an existing one with other text is a 409 (use the update route).
 - ``update``: unknown ids are reported as not found, identical ones as unchanged; a change of text
   re-chunks and re-embeds; a change of metadata alone keeps the chunks and their vectors unless it
-  changes how the text is split (``split_type`` / ``language``).
+  changes how the text is split or embedded (``split_type`` / ``language`` / ``title``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from ragengine.errors import BadRequest, Conflict, PayloadTooLarge
 
 MAX_DOC_ID = 512
-SPLIT_KEYS = ("split_type", "language")
+SPLIT_KEYS = ("split_type", "language", "title")  # title: contextual chunks embed it
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import numpy as np
 from ragengine import metrics
 from ragengine.errors import BadRequest, Conflict, EngineError, NotFound
 from ragengine.index import disk
-from ragengine.index.chunking import Chunker, validate_config
+from ragengine.index.chunking import Chunker, index_texts, validate_config
 from ragengine.index.documents import (
     NewDoc,
     clean_documents,
@@ -137,7 +137,8 @@ class IndexRegistry:
             if name in self._indexes:
                 return self._indexes[name]
             self.get(name) if name in self.corrupt else None
-            defaults = {"chunk_size": self.settings.chunk_size, "chunk_overlap": self.settings.chunk_overlap}
+            defaults = {"chunk_size": self.settings.chunk_size, "chunk_overlap": self.settings.chunk_overlap,
+                        "contextual": self.settings.chunk_context}
             config = validate_config(ChunkingConfig.from_dict({**defaults, **(chunking or {})}),
                                      self.embedder.chunk_token_limit)
             state = IndexState(name, self.embedder.dim, config, self.store_kwargs)
@@ -151,7 +152,9 @@ class IndexRegistry:
                     for d in docs]
 
         adds = await asyncio.to_thread(split)
-        texts = [_span_text(a["text"], s) for a in adds for s in a["spans"]]
+        # Contextual chunk text (title + section path) when the index asks for it; see chunking.index_texts.
+        contextual = state.config.contextual
+        texts = [t for a in adds for t in index_texts(a["text"], a["meta"], a["spans"], contextual=contextual)]
         vectors = await self.embedder.embed_texts(texts)
         for a in adds:
             a["spans"] = [list(s) if isinstance(s, tuple) else s for s in a["spans"]]
@@ -335,7 +338,8 @@ class IndexRegistry:
         return await asyncio.to_thread(page)
 
     async def retrieve(self, index_name: str, query: str, top_k: int, *, filters: dict | None = None,
-                       metadata_filter: dict | None = None, query_embedding: np.ndarray | None = None) -> list[RetrievedNode]:
+                       metadata_filter: dict | None = None, query_embedding: np.ndarray | None = None,
+                       max_chunks_per_document: int | None = None) -> list[RetrievedNode]:
         state = self.get(index_name)
         if not isinstance(query, str) or not query.strip():
             raise BadRequest("Query string cannot be empty.")
@@ -343,12 +347,10 @@ class IndexRegistry:
             raise BadRequest("top_k must be at least 1.")
         f = flt.combine(flt.parse_filters(filters) if filters is not None else None,
                         flt.from_metadata_filter(metadata_filter))
+        if max_chunks_per_document is not None and max_chunks_per_document < 1:
+            raise BadRequest("max_chunks_per_document must be at least 1.")
         return await search_index(state, self.embedder, self.settings, query, min(top_k, self.settings.max_top_k),
-                                  f, query_embedding, self.reranker)
-
-
-def _span_text(text: str, span: Any) -> str:
-    return span if isinstance(span, str) else text[span[0]:span[1]]
+                                  f, query_embedding, self.reranker, max_chunks_per_document)
 
 
 def _held(state: IndexState, docs: list[NewDoc]) -> dict[str, tuple[str, dict]]:

@@ -17,10 +17,12 @@ import numpy as np
 from ragengine import metrics
 from ragengine.index.state import IndexState, node_id
 from ragengine.index.types import RetrievedNode, cosine_to_score
-from ragengine.retrieval.hybrid import rrf
+from ragengine.retrieval.grouping import OVERFETCH, cap_per_document
+from ragengine.retrieval.hybrid import FusionParams, fuse
 
 # Searches only (ingestion embeds on the embedder's own thread), so queries never queue behind writes.
 _POOL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="search")
+MAX_WIDEN = 10_000  # candidates at most when widening for max_chunks_per_document
 
 
 def _pool_size(top_k: int, reranking: bool, settings: Any) -> int:
@@ -39,7 +41,7 @@ def _bm25(state: IndexState, query: str, pool: int, f: Any) -> tuple[int, np.nda
 
 
 def _dense_and_fuse(state: IndexState, qvec: np.ndarray, query: str, pool: int, n_out: int, f: Any,
-                    sparse: tuple[int, np.ndarray, np.ndarray] | None, hybrid: bool) -> list[RetrievedNode]:
+                    sparse: tuple[int, np.ndarray, np.ndarray] | None, hybrid: bool, settings: Any = None) -> list[RetrievedNode]:
     with state.rw.read():
         if hybrid and (sparse is None or sparse[0] != state.version):
             # A write landed between the two phases: BM25 slots may be stale, search again.
@@ -56,7 +58,9 @@ def _dense_and_fuse(state: IndexState, qvec: np.ndarray, query: str, pool: int, 
         dense = {int(s): float(c) for s, c in zip(d_slots, d_cos)}
         if hybrid:
             sparse_map = {int(s): float(v) for s, v in zip(s_slots, s_scores)}
-            order = [slot for slot, _ in rrf(list(dense), list(sparse_map))][:n_out]
+            # Fusion call site: the pure retrieval.hybrid.fuse, shared by every store backend.
+            order = [slot for slot, _ in fuse(list(dense.items()), list(sparse_map.items()),
+                                              params=FusionParams.from_settings(settings))][:n_out]
         else:
             sparse_map = {}
             order = list(dense)[:n_out]
@@ -76,12 +80,27 @@ def _dense_and_fuse(state: IndexState, qvec: np.ndarray, query: str, pool: int, 
         return nodes
 
 
+def _widen_for_documents(nodes: list[RetrievedNode], state: IndexState, qvec: np.ndarray, query: str, n_out: int,
+                         f: Any, hybrid: bool, settings: Any, top_k: int, cap: int | None) -> list[RetrievedNode]:
+    """Document-level results: search again with twice the candidates while capping would leave fewer
+    than ``top_k`` and the index has more (the capped count does not depend on order, so a later
+    rerank keeps it), up to MAX_WIDEN candidates."""
+    while (cap is not None and len(nodes) == n_out and n_out < MAX_WIDEN
+           and len(cap_per_document(nodes, cap, lambda n: n.doc_id)) < top_k):
+        n_out = min(n_out * 2, MAX_WIDEN)
+        nodes = _dense_and_fuse(state, qvec, query, n_out, n_out, f, None, hybrid, settings)
+    return nodes
+
+
 async def search_index(state: IndexState, embedder: Any, settings: Any, query: str, top_k: int, f: Any,
-                       query_embedding: np.ndarray | None, reranker: Any) -> list[RetrievedNode]:
+                       query_embedding: np.ndarray | None, reranker: Any,
+                       max_per_document: int | None = None) -> list[RetrievedNode]:
     start = time.perf_counter()
     hybrid = bool(settings.hybrid)
     pool = _pool_size(top_k, reranker is not None, settings)
     n_out = max(top_k, settings.rerank_candidates) if reranker is not None else top_k
+    if max_per_document is not None:  # document-level results: over-fetch, cap below
+        pool = n_out = max(pool, n_out, top_k * OVERFETCH)
     # BM25 runs in a worker thread while the query is embedded (micro-batched with other concurrent
     # queries, so N queries cost one forward pass, not N contending ones); FAISS search and fusion
     # then run in one more hop from the event loop.
@@ -95,7 +114,8 @@ async def search_index(state: IndexState, embedder: Any, settings: Any, query: s
 
         def job() -> list[RetrievedNode]:
             sparse = sparse_future.result() if sparse_future is not None else None
-            return _dense_and_fuse(state, qvec, query, pool, n_out, f, sparse, hybrid)
+            nodes = _dense_and_fuse(state, qvec, query, pool, n_out, f, sparse, hybrid, settings)
+            return _widen_for_documents(nodes, state, qvec, query, n_out, f, hybrid, settings, top_k, max_per_document)
 
         nodes = await asyncio.get_running_loop().run_in_executor(_POOL, job)
     finally:
@@ -104,5 +124,6 @@ async def search_index(state: IndexState, embedder: Any, settings: Any, query: s
     if reranker is not None and len(nodes) > 1:
         order = await reranker.order(query, [n.text for n in nodes])
         nodes = [nodes[i] for i in order]
+    nodes = cap_per_document(nodes, max_per_document, lambda n: n.doc_id)
     metrics.RETRIEVE_SECONDS.observe(time.perf_counter() - start)
     return nodes[:top_k]

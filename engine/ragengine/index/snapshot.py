@@ -129,8 +129,8 @@ def read_snapshot(path: Path, name: str, dim: int, store_kwargs: dict) -> IndexS
             if len(rec.slots) != len(spans) or any(not (0 <= s < state.store.ntotal) for s in rec.slots):
                 raise SnapshotError(f"{path}: docs.jsonl line {line_no} points at vectors that do not exist")
             state.docs[rec.doc_id] = rec
-            for i, slot in enumerate(rec.slots):
+            for i, (slot, words) in enumerate(zip(rec.slots, state.index_texts(rec), strict=True)):  # contextual chunk text
                 state._set_slot(slot, rec, i)
-                state.bm25.add(slot, rec.chunk_text(i))
+                state.bm25.add(slot, words)
     state.seq = int(manifest["seq"])
     return state

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from ragengine.index.chunking import index_texts
 from ragengine.index.store import VectorStore
 from ragengine.index.types import ChunkingConfig, DocRecord, compact_spans
 from ragengine.retrieval import filters as flt
@@ -112,12 +113,12 @@ class IndexState:
             pos = 0
             for d in adds:
                 rec = DocRecord(d["id"], d["text"], d.get("meta") or {}, [], compact_spans(d["text"], d["spans"]))
-                for i in range(len(d["spans"])):
+                for i, words in enumerate(self.index_texts(rec)):  # contextual chunk text
                     slot = int(slots[pos])
                     pos += 1
                     rec.slots.append(slot)
                     self._set_slot(slot, rec, i)
-                    self.bm25.add(slot, rec.chunk_text(i))
+                    self.bm25.add(slot, words)
                 self.docs[rec.doc_id] = rec
         self.version += 1
         self._mask_cache.clear()
@@ -133,8 +134,8 @@ class IndexState:
         rec = self.docs.pop(doc_id, None)
         if rec is None:
             return
-        for i, slot in enumerate(rec.slots):
-            self.bm25.remove(slot, rec.chunk_text(i))
+        for slot, words in zip(rec.slots, self.index_texts(rec), strict=True):  # the text its postings were made from
+            self.bm25.remove(slot, words)
             self.slot_doc[slot] = None
         self.store.remove(rec.slots)
 
@@ -159,9 +160,14 @@ class IndexState:
                 self._set_slot(slot, rec, i)
             pos += len(rec.slots)
         self.store = store
-        self.bm25.rebuild((s, r.chunk_text(self.slot_seq[s])) for s, r in enumerate(self.slot_doc) if r is not None)
+        self.bm25.rebuild((s, words) for r in self.docs.values() for s, words in zip(r.slots, self.index_texts(r), strict=True))
         self.version += 1
         self._mask_cache.clear()
+
+    def index_texts(self, rec: DocRecord) -> list[str]:
+        """Per chunk of ``rec``, the text embedded and keyword-indexed (with its title and section path
+        when this index's chunking is contextual)."""
+        return index_texts(rec.text, rec.metadata, rec.spans, contextual=self.config.contextual)
 
     # -- reads (call under rw.read) ----------------------------------------------------------------
     def allowed_mask(self, f: flt.Filter | None) -> np.ndarray | None:

@@ -89,13 +89,17 @@ class ChunkingConfig:
     chunk_overlap: int = 32
     splitter: str = "sentence"  # "sentence" | "token"
     code_chunk_lines: int = 40
+    # Embed / keyword-index chunks with their document's title and section path. False when absent,
+    # so indexes written before the option keep the texts their vectors were made from.
+    contextual: bool = False
     extra: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {"chunk_size": self.chunk_size, "chunk_overlap": self.chunk_overlap, "splitter": self.splitter,
-                "code_chunk_lines": self.code_chunk_lines}
+                "code_chunk_lines": self.code_chunk_lines, "contextual": self.contextual}
 
     @classmethod
     def from_dict(cls, data: dict | None) -> ChunkingConfig:
         data = data or {}
-        return cls(**{k: data[k] for k in ("chunk_size", "chunk_overlap", "splitter", "code_chunk_lines") if k in data})
+        keys = ("chunk_size", "chunk_overlap", "splitter", "code_chunk_lines", "contextual")
+        return cls(**{k: data[k] for k in keys if k in data})

@@ -36,6 +36,10 @@ class ChunkingOptions(_Tolerant):
     chunk_size: int | None = Field(None, ge=0, description="Tokens per chunk; capped at the embedder's maximum.")
     chunk_overlap: int | None = Field(None, ge=0, description="Tokens shared by neighbouring chunks.")
     splitter: str | None = Field(None, description="'sentence' (default) or 'token'.")
+    contextual: bool | None = Field(
+        None, description="Embed and keyword-index each chunk with its document's 'title' metadata and section "
+        "headings (Markdown / reStructuredText); results still return the chunk alone. Default: settings.chunk_context."
+    )
 
 
 class IndexRequest(_Tolerant):
@@ -76,6 +80,9 @@ class RetrieveRequest(_Tolerant):
     metadata_filter: dict[str, Any] | None = Field(None, description="KAITO style: exact match on every key (AND).")
     filters: dict[str, Any] | None = Field(
         None, description="OpenAI style: {type: eq|ne|gt|gte|lt|lte|in|nin, key, value} or {type: and|or, filters}."
+    )
+    max_chunks_per_document: int | None = Field(
+        None, ge=1, description="Document-level results: at most this many chunks of any one document (unset = no cap)."
     )
 
 

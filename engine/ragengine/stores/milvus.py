@@ -374,6 +374,7 @@ def _assemble(rows: list[dict]) -> dict[str, StoredDoc]:
 def _hit(h: dict, q: np.ndarray, *, keyword: bool = False) -> Hit:
     e = h["entity"]
     cosine = float(np.dot(np.asarray(e["vec"], dtype=np.float32), q))
-    score = float(h["distance"]) if keyword else None
+    # BM25 "distance": a Milvus server reports the score, Milvus Lite its negative; both list best first.
+    score = abs(float(h["distance"])) if keyword else None
     return Hit(e["doc_id"], int(e["seq"]), e["text"], e["metadata"], cosine, score)
 

@@ -25,7 +25,7 @@ import numpy as np
 from ragengine import metrics
 from ragengine.errors import BadRequest, Conflict, EngineError, NotFound
 from ragengine.index import disk
-from ragengine.index.chunking import Chunker, validate_config
+from ragengine.index.chunking import Chunker, index_texts, validate_config
 from ragengine.index.documents import (
     NewDoc,
     clean_documents,
@@ -38,7 +38,8 @@ from ragengine.index.documents import (
 from ragengine.index.state import node_id
 from ragengine.index.types import ChunkingConfig, RetrievedNode, cosine_to_score
 from ragengine.retrieval import filters as flt
-from ragengine.retrieval.hybrid import rrf
+from ragengine.retrieval.grouping import OVERFETCH, cap_per_document
+from ragengine.retrieval.hybrid import FusionParams, fuse
 from ragengine.stores.base import ChunkWrite, DocumentRace, DocWrite, Hit, StoreAdapter, StoreUnavailable, describe
 
 log = logging.getLogger(__name__)
@@ -180,21 +181,26 @@ class StoreRegistry:
 
     # -- writes ------------------------------------------------------------------------------------
     def _new_config(self, chunking: dict | None) -> dict:
-        defaults = {"chunk_size": self.settings.chunk_size, "chunk_overlap": self.settings.chunk_overlap}
+        defaults = {"chunk_size": self.settings.chunk_size, "chunk_overlap": self.settings.chunk_overlap,
+                    "contextual": self.settings.chunk_context}
         config = validate_config(ChunkingConfig.from_dict({**defaults, **(chunking or {})}), self.embedder.chunk_token_limit)
         return config.to_dict()
 
     async def _prepare(self, chunker: Chunker, docs: list[NewDoc]) -> tuple[list[DocWrite], np.ndarray | None]:
-        def split() -> list[DocWrite]:
-            out = []
+        contextual = chunker.config.contextual
+
+        def split() -> tuple[list[DocWrite], list[str]]:
+            out, embedded = [], []
             for d in docs:
                 spans = chunker.split(d.text, d.metadata)
                 chunks = [ChunkWrite(i, s if isinstance(s, str) else d.text[s[0]:s[1]]) for i, s in enumerate(spans)]
                 out.append(DocWrite(d.doc_id, d.text, d.metadata, chunks))
-            return out
+                # Contextual chunks embed title + section path with the chunk, as in FAISS (the stores'
+                # keyword side indexes the chunk text itself: docs/stores.md).
+                embedded.extend(index_texts(d.text, d.metadata, spans, contextual=contextual))
+            return out, embedded
 
-        writes = await asyncio.to_thread(split)
-        texts = [c.text for w in writes for c in w.chunks]
+        writes, texts = await asyncio.to_thread(split)
         vectors = await self.embedder.embed_texts(texts) if texts else None
         return writes, vectors
 
@@ -294,11 +300,14 @@ class StoreRegistry:
         return {"documents": docs, "count": len(docs), "total_items": total}
 
     async def retrieve(self, index_name: str, query: str, top_k: int, *, filters: dict | None = None,
-                       metadata_filter: dict | None = None, query_embedding: np.ndarray | None = None) -> list[RetrievedNode]:
+                       metadata_filter: dict | None = None, query_embedding: np.ndarray | None = None,
+                       max_chunks_per_document: int | None = None) -> list[RetrievedNode]:
         if not isinstance(query, str) or not query.strip():
             raise BadRequest("Query string cannot be empty.")
         if top_k < 1:
             raise BadRequest("top_k must be at least 1.")
+        if max_chunks_per_document is not None and max_chunks_per_document < 1:
+            raise BadRequest("max_chunks_per_document must be at least 1.")
         f = flt.combine(flt.parse_filters(filters) if filters is not None else None, flt.from_metadata_filter(metadata_filter))
         start = time.perf_counter()
         await self._config(index_name)  # asks the store: an index dropped through another replica is a 404 here too
@@ -306,6 +315,8 @@ class StoreRegistry:
         reranking = self.reranker is not None
         n_out = max(top_k, self.settings.rerank_candidates) if reranking else top_k
         pool = max(n_out * 2, 20)
+        if max_chunks_per_document is not None:  # document-level results: over-fetch, cap below
+            pool = n_out = max(pool, top_k * OVERFETCH)
         if query_embedding is None:
             qvec = await self.embedder.embed_query(query)
         else:
@@ -317,16 +328,17 @@ class StoreRegistry:
             dense, sparse = await asyncio.gather(dense_task, sparse_task)
         else:
             dense, sparse = await dense_task, []
-        nodes = fuse_hits(dense, sparse, n_out)
+        nodes = fuse_hits(dense, sparse, n_out, FusionParams.from_settings(self.settings))
         if reranking and len(nodes) > 1:
             order = await self.reranker.order(query, [n.text for n in nodes])
             nodes = [nodes[i] for i in order]
+        nodes = cap_per_document(nodes, max_chunks_per_document, lambda n: n.doc_id)
         metrics.RETRIEVE_SECONDS.observe(time.perf_counter() - start)
         return nodes[:top_k]
 
 
-def fuse_hits(dense: list[Hit], sparse: list[Hit], n_out: int) -> list[RetrievedNode]:
-    """Reciprocal-rank fusion of the store's dense and keyword lists, as the FAISS path fuses them."""
+def fuse_hits(dense: list[Hit], sparse: list[Hit], n_out: int, params: FusionParams) -> list[RetrievedNode]:
+    """The store's dense and keyword lists fused by ``retrieval.hybrid.fuse``, as the FAISS path fuses them."""
     def key(h: Hit) -> tuple[str, int]:
         return (h.doc_id, h.seq)
 
@@ -335,7 +347,8 @@ def fuse_hits(dense: list[Hit], sparse: list[Hit], n_out: int) -> list[Retrieved
     dense_keys = {key(h) for h in dense}
     sparse_scores = {key(h): h.keyword_score for h in sparse}
     if sparse:
-        order = [k for k, _ in rrf([key(h) for h in dense], [key(h) for h in sparse])][:n_out]
+        ranked = fuse([(key(h), h.cosine) for h in dense], [(key(h), h.keyword_score or 0.0) for h in sparse], params=params)
+        order = [k for k, _ in ranked][:n_out]
     else:
         order = [key(h) for h in dense][:n_out]
     nodes = []
