@@ -72,7 +72,7 @@ class Journal:
 
     def open(self) -> None:
         new = not self.path.exists()
-        self._fh = open(self.path, "ab", buffering=0)
+        self._fh = open(self.path, "ab", buffering=0)  # noqa: SIM115 - held open for appends until close()
         if new:
             os.fsync(self._fh.fileno())
             fsync_dir(self.path.parent)

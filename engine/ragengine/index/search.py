@@ -55,9 +55,9 @@ def _dense_and_fuse(state: IndexState, qvec: np.ndarray, query: str, pool: int, 
         d_slots, d_cos = state.store.search(qvec, pool, allowed)
         metrics.SEARCH_SECONDS.labels(stage="dense").observe(time.perf_counter() - start)
         start = time.perf_counter()
-        dense = {int(s): float(c) for s, c in zip(d_slots, d_cos)}
+        dense = {int(s): float(c) for s, c in zip(d_slots, d_cos, strict=True)}
         if hybrid:
-            sparse_map = {int(s): float(v) for s, v in zip(s_slots, s_scores)}
+            sparse_map = {int(s): float(v) for s, v in zip(s_slots, s_scores, strict=True)}
             # Fusion call site: the pure retrieval.hybrid.fuse, shared by every store backend.
             order = [slot for slot, _ in fuse(list(dense.items()), list(sparse_map.items()),
                                               params=FusionParams.from_settings(settings))][:n_out]
@@ -65,7 +65,7 @@ def _dense_and_fuse(state: IndexState, qvec: np.ndarray, query: str, pool: int, 
             sparse_map = {}
             order = list(dense)[:n_out]
         missing = [s for s in order if s not in dense]
-        extra = dict(zip(missing, state.store.cosines(qvec, np.asarray(missing)).tolist())) if missing else {}
+        extra = dict(zip(missing, state.store.cosines(qvec, np.asarray(missing)).tolist(), strict=True)) if missing else {}
         nodes = []
         for slot in order:
             rec, i, text = state.chunk(slot)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 from ragengine.errors import BadRequest
 
@@ -29,7 +29,7 @@ MAX_DEPTH = 8
 MAX_NODES = 256
 MAX_LIST = 1024
 
-Scalar = Union[str, int, float, bool]
+Scalar = str | int | float | bool
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ class Compound:
     filters: tuple
 
 
-Filter = Union[Condition, Compound]
+Filter = Condition | Compound
 
 
 def _is_scalar(value: Any) -> bool:
