@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests.* helpers (scripted LLM, PostgreSQL fixture)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from ragengine.conversations.reformulate import reformulate_query  # noqa: E402
+from ragengine.rag.reformulate import reformulate_query  # noqa: E402
 from ragengine.conversations.store import SessionStore  # noqa: E402
 from ragengine.llm.client import LLMClient  # noqa: E402
 from ragengine.settings import EngineSettings  # noqa: E402

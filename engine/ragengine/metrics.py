@@ -25,13 +25,13 @@ HTTP_REQUESTS = Counter(
 )
 HTTP_SECONDS = Histogram(
     "ragengine_http_request_seconds", "HTTP request latency until the response starts (headers sent).",
-    ["method", "path"], buckets=_FAST + (30, 60, 120), registry=REGISTRY,
+    ["method", "path"], buckets=(*_FAST, 30, 60, 120), registry=REGISTRY,
 )
 HTTP_IN_FLIGHT = Gauge("ragengine_http_requests_in_flight", "Requests being served.", registry=REGISTRY)
 
 EMBED_SECONDS = Histogram(
     "ragengine_embed_seconds", "Time in the embedding model per call (kind=query|documents).",
-    ["kind"], buckets=_FAST + (30, 60), registry=REGISTRY,
+    ["kind"], buckets=(*_FAST, 30, 60), registry=REGISTRY,
 )
 EMBEDDED_TEXTS = Counter("ragengine_embedded_texts_total", "Texts embedded.", ["kind"], registry=REGISTRY)
 SEARCH_SECONDS = Histogram(
@@ -50,12 +50,41 @@ INDEX_CHUNKS = Gauge("ragengine_index_chunks", "Chunks (vectors) per index.", ["
 INDEX_CORRUPT = Gauge("ragengine_index_corrupt", "1 when an index failed to load from disk.", ["index"], registry=REGISTRY)
 SNAPSHOT_SECONDS = Histogram("ragengine_snapshot_seconds", "Snapshot write time.", buckets=_SLOW, registry=REGISTRY)
 
-# Observed by the chat helper: time to first token of a RAG answer, and of the upstream LLM alone.
+# Time to first token: request received → first content token sent to the client (the whole answer
+# when not streaming), and LLM request sent → first chunk back; their difference is the engine's overhead.
 RAG_TTFT_SECONDS = Histogram(
-    "rag_ttft_seconds", "Chat request received → first content token sent to the client.", buckets=_SLOW, registry=REGISTRY
+    "rag_ttft_seconds", "Chat request received → first content token sent to the client, by answer mode "
+    "(rag, passthrough, extractive).", ["mode"], buckets=_SLOW, registry=REGISTRY,
 )
 LLM_TTFT_SECONDS = Histogram(
-    "llm_ttft_seconds", "LLM request sent → first token received from upstream.", buckets=_SLOW, registry=REGISTRY
+    "llm_ttft_seconds", "LLM request sent → first token received from upstream, by LLM endpoint.",
+    ["endpoint"], buckets=_SLOW, registry=REGISTRY,
+)
+
+# The rag layer and conversations.
+GROUNDEDNESS_SCORE = Histogram(
+    "ragengine_groundedness_score", "Groundedness score of RAG answers in session messages (0 = unsupported).",
+    ["mode"], buckets=(0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0), registry=REGISTRY,
+)
+UNGROUNDED_ANSWERS = Counter(
+    "ragengine_ungrounded_answers_total", "Answers flagged as below the groundedness threshold.", ["mode"],
+    registry=REGISTRY,
+)
+SESSION_MESSAGES = Counter(
+    "ragengine_session_messages_total", "Session messages answered, by mode and generation method.",
+    ["mode", "generation_method"], registry=REGISTRY,
+)
+REFORMULATIONS = Counter(
+    "ragengine_reformulations_total", "Reformulation requests by outcome (rewritten, unchanged, skipped, failed).",
+    ["outcome"], registry=REGISTRY,
+)
+REFORMULATE_SECONDS = Histogram(
+    "ragengine_reformulate_seconds", "Time spent in the LLM rewriting a follow-up question.",
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30), registry=REGISTRY,
+)
+TOOL_CALLS = Counter("ragengine_tool_calls_total", "semantic_search tool calls executed (scoped).", registry=REGISTRY)
+FILES_INGESTED = Counter(
+    "ragengine_conversation_files_total", "Uploaded files by final ingestion status.", ["status"], registry=REGISTRY,
 )
 
 

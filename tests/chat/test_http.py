@@ -339,18 +339,24 @@ def test_extractive_streamed(engine):
     assert text.startswith("KAITO is a Kubernetes operator")
 
 
-def test_ttft_metrics_observed(engine, fake_llm):
+def test_ttft_metrics_observed_with_their_labels(engine, fake_llm, llm_url):
+    """The labels the engine passes are the labels the metrics declare: mode and the answering endpoint."""
     from ragengine.metrics import REGISTRY
 
-    before = REGISTRY.get_sample_value("rag_ttft_seconds_count") or 0
-    llm_before = REGISTRY.get_sample_value("llm_ttft_seconds_count") or 0
+    def count(name: str, labels: dict) -> float:
+        return REGISTRY.get_sample_value(f"{name}_count", labels) or 0
+
+    before, llm_before = count("rag_ttft_seconds", {"mode": "rag"}), count("llm_ttft_seconds", {"endpoint": llm_url})
+    passthrough = count("rag_ttft_seconds", {"mode": "passthrough"})
     base = engine()
     post(base, {"index_name": "docs", "messages": [{"role": "user", "content": "q"}]})
     with httpx.stream("POST", f"{base}/v1/chat/completions", timeout=30,
                       json={"index_name": "docs", "stream": True, "messages": [{"role": "user", "content": "q"}]}) as r:
         r.read()
-    assert REGISTRY.get_sample_value("rag_ttft_seconds_count") == before + 2
-    assert REGISTRY.get_sample_value("llm_ttft_seconds_count") == llm_before + 2
+    post(base, {"messages": [{"role": "user", "content": "q"}]})
+    assert count("rag_ttft_seconds", {"mode": "rag"}) == before + 2
+    assert count("rag_ttft_seconds", {"mode": "passthrough"}) == passthrough + 1
+    assert count("llm_ttft_seconds", {"endpoint": llm_url}) == llm_before + 3
 
 
 def test_retrieval_filters_are_passed_to_the_index_not_the_llm(engine, fake_llm):

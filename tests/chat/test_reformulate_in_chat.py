@@ -61,3 +61,18 @@ def test_engine_setting_turns_it_on_and_request_can_turn_it_off(engine, fake_llm
     assert _chat(base).json()["rag"]["reformulation"]["reformulated"] is True
     off = _chat(base, reformulate=False).json()["rag"]
     assert off["query_used"] == "Which GPUs does it use?" and "reformulation" not in off
+
+
+def test_chat_reformulations_are_counted(engine, fake_llm):
+    """The metric is recorded in the rag layer, so chat completions count like session messages do."""
+    from ragengine.metrics import REGISTRY
+
+    def value(name: str, labels: dict | None = None) -> float:
+        return REGISTRY.get_sample_value(name, labels or {}) or 0.0
+
+    fake_llm.reply = _reply
+    base = engine()
+    before, timed = value("ragengine_reformulations_total", {"outcome": "rewritten"}), value("ragengine_reformulate_seconds_count")
+    assert _chat(base, reformulate=True).status_code == 200
+    assert value("ragengine_reformulations_total", {"outcome": "rewritten"}) == before + 1
+    assert value("ragengine_reformulate_seconds_count") == timed + 1

@@ -6,14 +6,14 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from ragengine.conversations.reformulate import (
+from ragengine.llm.client import LLMClient, LLMUnavailable
+from ragengine.rag.reformulate import (
     DEFAULT_REFORMULATE_PROMPT,
     build_reformulation_messages,
     clean_output,
     normalise_history,
     reformulate_query,
 )
-from ragengine.llm.client import LLMClient, LLMUnavailable
 from ragengine.settings import EngineSettings
 
 HISTORY = [

@@ -14,12 +14,11 @@ from contextlib import AsyncExitStack
 from typing import Any
 
 from fastapi import APIRouter, FastAPI, File, Form, Query, Request, UploadFile
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 
-from ragengine.conversations import metrics
-from ragengine.conversations.events import DONE, error_event, frame, with_keepalive
+from ragengine.api.sse import sse_response
+from ragengine.conversations.events import error_event
 from ragengine.conversations.ingestion import IngestionWorker
-from ragengine.conversations.reformulate import reformulate_query
 from ragengine.conversations.service import ConversationService
 from ragengine.conversations.store import SessionStore
 from ragengine.errors import EngineError, PayloadTooLarge
@@ -30,6 +29,8 @@ from ragengine.protocol.conversations import (
     MessageRequest,
     ReformulateRequest,
 )
+from ragengine.protocol.sse import DONE, frame
+from ragengine.rag.reformulate import reformulate_query
 from ragengine.settings import EngineSettings
 
 log = logging.getLogger(__name__)
@@ -46,7 +47,6 @@ async def reformulate(body: ReformulateRequest, request: Request) -> dict:
     state = request.app.state
     result = await reformulate_query(state.llm, state.settings, body.userMessage, body.conversation,
                                      system_prompt=body.systemPrompt, last_n=body.historyMessages)
-    metrics.record_reformulation(result)
     return {"reformulatedMessage": result.query, "userMessage": result.original, "reformulated": result.reformulated,
             "reason": result.reason, "endpoint": result.endpoint, "historyUsed": result.history_used,
             "latencyMs": round(result.latency_ms, 2)}
@@ -138,8 +138,7 @@ async def post_message(session_id: str, body: MessageRequest, request: Request):
     first = await anext(events)  # unknown session/thread → 404 before any stream starts
     if body.stream:
         interval = request.app.state.settings.sse_keepalive_s
-        return StreamingResponse(with_keepalive(_sse(first, events), interval), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        return sse_response(_sse(first, events), keepalive_s=interval)
     last = first
     async for evt in events:
         last = evt
@@ -153,10 +152,10 @@ async def _sse(first: dict, events: AsyncIterator[dict]) -> AsyncIterator[str]:
         async for evt in events:
             yield frame(evt)
     except EngineError as exc:
-        yield frame(error_event(exc.message, status=exc.status_code, error_type=exc.error_type))
+        yield frame(error_event(exc))
     except Exception as exc:  # after the 200 went out an error can only be an event
         log.exception("session message failed mid-stream")
-        yield frame(error_event(f"Internal error: {exc.__class__.__name__}"))
+        yield frame(error_event(exc))
     yield DONE
 
 

@@ -16,10 +16,10 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from ragengine.conversations import metrics
 from ragengine.conversations.store import FileInfo, SessionStore
 from ragengine.conversations.uploads import CANONICAL, ParseError, Part, detect_kind, extract
 from ragengine.errors import EngineError, PayloadTooLarge
+from ragengine.metrics import FILES_INGESTED
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +118,7 @@ class IngestionWorker:
 
     async def _fail(self, file_id: str, reason: str) -> None:
         log.warning("file %s failed: %s", file_id, reason)
-        metrics.FILES_INGESTED.labels("failed").inc()
+        FILES_INGESTED.labels("failed").inc()
         with contextlib.suppress(EngineError):
             await self.store.update_file(file_id, status="failed", reason=reason)
         with contextlib.suppress(FileNotFoundError):
@@ -147,7 +147,7 @@ class IngestionWorker:
             progress = PARSE_SHARE + (1 - PARSE_SHARE) * (start + len(batch)) / len(parts)
             await self.store.update_file(info.id, progress=round(progress, 4), doc_ids=done_ids)
         await self.store.update_file(info.id, status="completed", progress=1.0, documents=len(done_ids), doc_ids=done_ids)
-        metrics.FILES_INGESTED.labels("completed").inc()
+        FILES_INGESTED.labels("completed").inc()
         with contextlib.suppress(FileNotFoundError):
             self._path(info.id).unlink()
 

@@ -127,7 +127,8 @@ async def run_tool_loop(llm: Any, registry: Any, scope: Scope, messages: list[di
     """The manual loop: call the LLM with the tool, run its calls inside ``scope``, repeat, answer.
 
     ``messages`` is not modified. ``on_call`` (async, optional) receives each executed call's record,
-    for progress events; ``select`` (async, optional) trims each call's results to the token budget. Raises ``UpstreamError``/``LLMUnavailable`` from the client unchanged.
+    for progress events; ``select`` (async, optional) trims each call's results to the token budget.
+    Raises ``UpstreamError``/``LLMUnavailable`` from the client unchanged.
     """
     convo = list(messages)
     base = dict(extra or {})

@@ -194,11 +194,6 @@ class LLMClient:
         response, endpoint, started = await self._send({**payload, "stream": True}, stream=True)
         return LLMStream(response, endpoint, started)
 
-    async def stream_chat(self, payload: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
-        stream = await self.open_stream(payload)
-        async for chunk in stream:
-            yield chunk
-
     def _ordered(self) -> list[str]:
         now = time.monotonic()
         healthy = [e for e in self.endpoints if self._down_until.get(e, 0) <= now]

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 
-from ragengine.conversations.models import MAIN_THREAD
+MAIN_THREAD = "main"  # every session has this thread; the store creates it with the session
 
 
 class _Model(BaseModel):
