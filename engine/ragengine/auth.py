@@ -10,6 +10,8 @@ import hmac
 import json
 from typing import Any
 
+from ragengine.errors import error_payload
+
 OPEN_PATHS = frozenset({"/health", "/metrics"})
 
 
@@ -27,11 +29,7 @@ class BearerAuthMiddleware:
             await self.app(scope, receive, send)
             return
         message = "Missing or invalid API key: send 'Authorization: Bearer <key>'."
-        if scope["path"].startswith("/v1/"):
-            body = {"error": {"message": message, "type": "authentication_error", "code": 401, "param": None}}
-        else:
-            body = {"detail": message}
-        payload = json.dumps(body).encode()
+        payload = json.dumps(error_payload(scope["path"], 401, message, "authentication_error")).encode()
         await send({"type": "http.response.start", "status": 401, "headers": [
             (b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()),
             (b"www-authenticate", b"Bearer"),

@@ -80,10 +80,23 @@ class CorruptData(EngineError):
     error_type = "corrupt_data"
 
 
-def error_body(request: Request, status: int, message: str, error_type: str, param: str | None = None) -> dict:
-    if request.url.path.startswith("/v1/"):
-        return {"error": {"message": message, "type": error_type, "code": status, "param": param}}
+# OpenAI-compatible routes that KAITO's clients call too: their error bodies carry both shapes.
+KAITO_COMPATIBLE_V1 = frozenset({"/v1/chat/completions"})
+
+
+def error_payload(path: str, status: int, message: str, error_type: str, param: str | None = None) -> dict:
+    """The error body for ``path``: OpenAI's ``{"error": {...}}`` on ``/v1/`` routes (plus KAITO's ``detail``
+    on the KAITO-compatible ones, so clients written for either read the message), else ``{"detail"}``."""
+    if path.startswith("/v1/"):
+        body: dict = {"error": {"message": message, "type": error_type, "code": status, "param": param}}
+        if path in KAITO_COMPATIBLE_V1:
+            body["detail"] = message
+        return body
     return {"detail": message}
+
+
+def error_body(request: Request, status: int, message: str, error_type: str, param: str | None = None) -> dict:
+    return error_payload(request.url.path, status, message, error_type, param)
 
 
 def install_error_handlers(app: FastAPI, settings: EngineSettings) -> None:

@@ -14,6 +14,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from ragengine.errors import error_payload
+
 REGISTRY = CollectorRegistry(auto_describe=True)
 
 _FAST = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
@@ -185,11 +187,7 @@ class BodyLimitMiddleware:
 
     async def _reject(self, scope: dict, send: Callable) -> None:
         message = f"Request body too large: the limit is {self.max_bytes} bytes."
-        if scope.get("path", "").startswith("/v1/"):
-            body: Any = {"error": {"message": message, "type": "invalid_request_error", "code": 413, "param": None}}
-        else:
-            body = {"detail": message}
-        payload = json.dumps(body).encode()
+        payload = json.dumps(error_payload(scope.get("path", ""), 413, message, "invalid_request_error")).encode()
         await send({
             "type": "http.response.start", "status": 413,
             "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()),

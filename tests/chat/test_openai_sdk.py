@@ -46,7 +46,7 @@ def test_sdk_model_alias_and_models(engine, fake_llm):
     (429, openai.RateLimitError),
 ])
 def test_sdk_upstream_errors(engine, fake_llm, status, exc):
-    c = client(engine())
+    c = client(engine(extractive_fallback=False))  # RAG requests would otherwise be answered extractively
     fake_llm.fail_next.append((status, "said upstream"))
     with pytest.raises(exc) as info:
         c.chat.completions.create(model="fake-llm", messages=Q, extra_body={"index_name": "docs"})

@@ -36,12 +36,21 @@ def test_reformulated_query_drives_retrieval(engine, fake_llm):
     assert rag["query_used"] == "Which GPU nodes does KAITO use for inference"
     assert rag["reformulation"]["reformulated"] is True
     assert registry.calls[-1]["query"] == "Which GPU nodes does KAITO use for inference"
-    # Two LLM calls: the rewrite, then the answer, which still carries the user's own words and no
+    # Two LLM calls: the rewrite, then the answer, which gets the standalone question (the seed) and no
     # engine-only field.
     sent = fake_llm.chat_requests()
     assert len(sent) == 2
     assert "reformulate" not in sent[-1]
-    assert sent[-1]["messages"][-1]["content"].endswith("Which GPUs does it use?")
+    assert sent[-1]["messages"][-1] == {"role": "user", "content": "Which GPU nodes does KAITO use for inference"}
+    assert sent[-1]["messages"][1:3] == HISTORY
+
+
+def test_the_rewrite_can_stay_retrieval_only(engine, fake_llm):
+    fake_llm.reply = _reply
+    base = engine(reformulated_query_to_llm=False)
+    r = _chat(base, reformulate=True)
+    assert r.json()["rag"]["query_used"] == "Which GPU nodes does KAITO use for inference"
+    assert fake_llm.chat_requests()[-1]["messages"][-1] == FOLLOW_UP
 
 
 def test_without_opt_in_the_user_words_are_the_query(engine, fake_llm):

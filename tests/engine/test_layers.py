@@ -17,7 +17,8 @@ PACKAGE = Path(ragengine.__file__).parent
 # Lowest first. A unit is a module or package prefix; the longest prefix that matches a module wins.
 LAYERS: list[tuple[str, ...]] = [
     ("ragengine", "ragengine.settings"),
-    ("ragengine.errors", "ragengine.metrics"),
+    ("ragengine.errors",),
+    ("ragengine.metrics",),
     ("ragengine.protocol",),
     ("ragengine.rag.text",),  # text primitives: stop words, sentences, content words
     ("ragengine.embedding", "ragengine.llm", "ragengine.sample"),

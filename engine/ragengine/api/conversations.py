@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse
 from ragengine.api.sse import sse_response
 from ragengine.conversations.events import error_event
 from ragengine.conversations.ingestion import IngestionWorker
-from ragengine.conversations.service import ConversationService
+from ragengine.conversations.service import ConversationService, check_session_index
 from ragengine.conversations.store import SessionStore
 from ragengine.errors import EngineError, PayloadTooLarge
 from ragengine.protocol.conversations import (
@@ -93,13 +93,14 @@ async def delete_file(file_id: str, request: Request) -> dict:
 @router.post("/v1/sessions", status_code=201)
 async def create_session(body: CreateSessionRequest, request: Request) -> dict:
     store = _store(request)
+    check_session_index(body.index_name, request.app.state.settings)
     for fid in body.file_ids:
         await store.get_file(fid)  # 404 before creating the session
     info = await store.create_session(user_id=body.user_id, title=body.title, index_name=body.index_name,
                                       metadata=body.metadata)
     if body.file_ids:
         await store.attach_files(info.id, body.file_ids)
-    return info.to_dict()
+    return {**info.to_dict(), "session_id": info.id}  # the seed's clients read session_id
 
 
 @router.get("/v1/sessions")
@@ -142,7 +143,7 @@ async def post_message(session_id: str, body: MessageRequest, request: Request):
     last = first
     async for evt in events:
         last = evt
-    return JSONResponse({"session_id": session_id, "thread_id": body.thread_id, "user_message": first["user_message"],
+    return JSONResponse({"session_id": session_id, "thread_id": first["thread_id"], "user_message": first["user_message"],
                          "assistant_message": last["assistant_message"]})
 
 
@@ -180,7 +181,9 @@ async def detach_file(session_id: str, file_id: str, request: Request) -> dict:
 # --- threads ---------------------------------------------------------------------------------------
 @router.post("/v1/sessions/{session_id}/threads", status_code=201)
 async def create_thread(session_id: str, body: CreateThreadRequest, request: Request) -> dict:
-    return (await _store(request).create_thread(session_id, body.parent_message_id, title=body.title)).to_dict()
+    thread = await _store(request).create_thread(session_id, body.parent_message_id, title=body.title,
+                                                 thread_id=body.new_thread_id)
+    return thread.to_dict()
 
 
 @router.get("/v1/sessions/{session_id}/threads")

@@ -79,6 +79,12 @@ def parse_request(body: Any) -> ChatCompletionRequest:
     return req
 
 
+def fallback_reason(exc: LLMUnavailable) -> str:
+    if exc.status_code < 500:
+        return f"The LLM refused the request (HTTP {exc.status_code}): {exc.message}"
+    return exc.message
+
+
 def _ms(seconds: float) -> str:
     return f"{seconds * 1000:.2f}"
 
@@ -104,7 +110,12 @@ class ChatService:
     async def _rag(self, body: dict, req: ChatCompletionRequest, target: Target, t0: float):
         split = split_messages(req.messages)
         query, reformulation = await self._query(req, split)
-        budget, nodes, timing = await self._budget_and_retrieve(req, target, split, query)
+        messages = req.messages
+        if reformulation is not None and reformulation.reformulated and self.settings.reformulated_query_to_llm:
+            # The seed: the LLM answers the standalone question (the client keeps its own words).
+            split = MessageSplit(user_prompt=query, history=split.history)
+            messages = [*split.history, {"role": "user", "content": query}]
+        budget, nodes, timing = await self._budget_and_retrieve(req, target, split, query, messages)
         chosen = await self._select(nodes, budget, timing)
         max_tokens = reply_max_tokens(budget, chosen.context_tokens)
         info = RagInfo(
@@ -124,18 +135,17 @@ class ChatService:
         return await self._generate(req, target, info, payload, chosen.nodes, t0, query, timing)
 
     async def _query(self, req: ChatCompletionRequest, split: MessageSplit) -> tuple[str, ReformulationResult | None]:
-        """The retrieval query: the user's prompt, or its standalone rewrite when reformulation is on."""
-        # A follow-up ("which of those is quickest?") is rewritten for retrieval only; the LLM still
-        # sees the user's own words.
+        """The retrieval query: the user's prompt, or its standalone rewrite when reformulation is on (a
+        follow-up such as "which of those is quickest?" becomes a question that retrieval can match)."""
         if not (req.reformulate if req.reformulate is not None else self.settings.reformulate):
             return split.user_prompt, None
         reformulation = await reformulate_query(self.llm, self.settings, split.user_prompt, split.history)
         return reformulation.query, reformulation
 
     async def _budget_and_retrieve(self, req: ChatCompletionRequest, target: Target, split: MessageSplit,
-                                   query: str) -> tuple[TokenBudget, list, dict[str, float]]:
-        """The token budget and the retrieved nodes. When ``top_k`` cannot depend on the prompt's length
-        (small windows), the search runs while the tokens are counted."""
+                                   query: str, messages: list[dict]) -> tuple[TokenBudget, list, dict[str, float]]:
+        """The token budget of ``messages`` (what goes upstream) and the retrieved nodes. When ``top_k``
+        cannot depend on the prompt's length (small windows), the search runs while the tokens are counted."""
         window = await self.llm.context_window()
         t_retrieve = time.perf_counter()
         retrieval = None
@@ -145,7 +155,7 @@ class ChatService:
         t_count = time.perf_counter()
         try:
             prompt_tokens, query_tokens = await asyncio.gather(
-                self.llm.count_tokens(req.messages), self.llm.count_tokens(split.user_prompt)
+                self.llm.count_tokens(messages), self.llm.count_tokens(split.user_prompt)
             )
             budget = plan_budget(
                 window=window, prompt_tokens=prompt_tokens, query_tokens=query_tokens,
@@ -200,7 +210,7 @@ class ChatService:
             try:
                 stream = await self.llm.open_stream(payload)
             except LLMUnavailable as exc:
-                return self._extractive(req, target, info, selected, exc.message, t0, query=query)
+                return self._fallback(exc, req, target, info, selected, t0, query=query)
             info.endpoint = stream.endpoint
             model = payload.get("model") or ""
             final = chunk(completion_id, model, int(time.time()), [], source_nodes=sources,
@@ -212,7 +222,7 @@ class ChatService:
         try:
             result = await self.llm.chat(payload)
         except LLMUnavailable as exc:
-            return self._extractive(req, target, info, selected, exc.message, t0, query=query)
+            return self._fallback(exc, req, target, info, selected, t0, query=query)
         info.endpoint = result.endpoint
         out = result.body if isinstance(result.body, dict) else {"response": result.body}
         out.update(id=completion_id, source_nodes=sources, generation_method="llm", rag=info.model_dump(exclude_none=True))
@@ -247,7 +257,7 @@ class ChatService:
         except LLMUnavailable as exc:
             if fallback_nodes is None:
                 raise
-            return self._extractive(req, target, info, fallback_nodes, exc.message, t0)
+            return self._fallback(exc, req, target, info, fallback_nodes, t0)
         if req.stream:
             info.endpoint = stream.endpoint
             final = None
@@ -264,6 +274,14 @@ class ChatService:
         return self._json(out, t0, "passthrough", llm_s=result.elapsed_s, endpoint=result.endpoint, timing=timing)
 
     # --- extractive fallback ----------------------------------------------------------------------
+    def _fallback(self, exc: LLMUnavailable, req: ChatCompletionRequest, target: Target, info: RagInfo, nodes: list,
+                  t0: float, *, query: str | None = None):
+        """Every endpoint failed or refused: the extractive answer (the reason in ``fallback_reason``), or
+        the upstream error itself when ``extractive_fallback`` is off."""
+        if not self.settings.extractive_fallback:
+            raise exc
+        return self._extractive(req, target, info, nodes, fallback_reason(exc), t0, query=query)
+
     def _extractive(self, req: ChatCompletionRequest, target: Target, info: RagInfo, nodes: list, reason: str, t0: float,
                     *, query: str | None = None):
         log.info("answering extractively: %s", reason)

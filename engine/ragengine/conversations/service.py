@@ -28,16 +28,24 @@ from ragengine.conversations.prompting import (
     history_turns,
 )
 from ragengine.conversations.tools import Scope, run_tool_loop, scoped_search
+from ragengine.errors import BadRequest, UpstreamError
 from ragengine.index.types import RetrievedNode
-from ragengine.llm.client import LLMUnavailable
 from ragengine.metrics import GROUNDEDNESS_SCORE, SESSION_MESSAGES, TOOL_CALLS, UNGROUNDED_ANSWERS
-from ragengine.protocol.conversations import MessageRequest
+from ragengine.protocol.conversations import MAIN_THREAD, MessageRequest
 from ragengine.rag.extractive import NO_ANSWER, extractive_answer
 from ragengine.rag.groundedness import assess_groundedness
 from ragengine.rag.reformulate import reformulate_query
 
 log = logging.getLogger(__name__)
 ACTIVE = ("uploaded", "processing")
+GENERATION_START = event("generation_start", message="Generating the answer...", generation_method="llm")
+_BACKGROUND: set[asyncio.Task] = set()  # replies stored after the client left (kept referenced until done)
+
+
+def _fallback_reason(exc: UpstreamError) -> str:
+    if exc.status_code < 500:
+        return f"The LLM refused the request (HTTP {exc.status_code}): {exc.message}"
+    return exc.message
 
 
 @dataclass
@@ -50,7 +58,9 @@ class Turn:
     session: Any = None
     user: Any = None  # the stored user message
     history: list[dict] = field(default_factory=list)
+    thread_id: str = MAIN_THREAD
     query: str = ""  # what retrieval uses (reformulated or the user's words)
+    prompt: str = ""  # the user message the LLM gets (the standalone question when reformulated, by default)
     mode: str = "rag"  # the mode that runs: "tools" falls back to "rag" when nothing is searchable yet
     scope: Scope | None = None
     budget: Budget | None = None
@@ -58,6 +68,8 @@ class Turn:
     inline: list[InlineDoc] = field(default_factory=list)
     nodes: list = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)  # stored with the reply
+    context_sent: bool = False
+    replied: bool = False  # the assistant message is stored
 
 
 @dataclass
@@ -68,6 +80,7 @@ class Generation:
     method: str | None = None
     fallback_reason: str | None = None
     details: dict[str, Any] = field(default_factory=dict)  # endpoint, model, usage, tool calls, truncation
+    error: UpstreamError | None = None  # why the LLM gave no answer
 
     def to_meta(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -77,6 +90,14 @@ class Generation:
         if self.method is not None:
             out["generation_method"] = self.method
         return out
+
+
+def check_session_index(index_name: str | None, settings: Any) -> None:
+    """A session's knowledge index is searched unscoped, so it may not be the index that holds every
+    conversation's uploads: that would widen the session's scope to other sessions' files."""
+    if index_name is not None and index_name == settings.conversation_index:
+        raise BadRequest(f"index_name '{index_name}' holds the files uploaded to conversations; a session searches "
+                         "its own files there already (scoped). Name a knowledge index instead.", param="index_name")
 
 
 class ConversationService:
@@ -93,32 +114,53 @@ class ConversationService:
 
     async def run(self, session_id: str, req: MessageRequest) -> AsyncIterator[dict]:
         """The message's events, in the seed's order; the steps below each yield theirs."""
-        turn = Turn(session_id, req, time.perf_counter(), meta={"mode": req.mode, "query_used": req.content})
-        for step in (self._open, self._reformulate, self._gather_context):
-            async for evt in step(turn):
-                yield evt
-        gen = Generation()
-        async for evt in self._generate(turn, gen):
+        turn = Turn(session_id, req, time.perf_counter(), thread_id=req.thread_id,
+                    meta={"mode": req.mode, "query_used": req.content})
+        async for evt in self._open(turn):
             yield evt
-        if gen.method is None:
-            async for evt in self._answer_extractively(turn, gen):
+        gen = Generation()
+        try:
+            for step in (self._reformulate, self._gather_context):
+                async for evt in step(turn):
+                    yield evt
+            async for evt in self._generate(turn, gen):
                 yield evt
-        yield await self._complete(turn, gen)
+            if gen.method is None:
+                async for evt in self._answer_extractively(turn, gen):
+                    yield evt
+            async for evt in self._complete(turn, gen):
+                yield evt
+        except (asyncio.CancelledError, GeneratorExit):
+            if not turn.replied:  # the client went away: keep what was said, marked as cut short
+                self._store_interrupted(turn, gen)
+            raise
 
     async def _open(self, t: Turn) -> AsyncIterator[dict]:
-        """Check the session and thread (404s), attach files, read the history, store the user message."""
+        """Check the session and thread (404s), branch a new thread when asked, attach files, read the
+        history, store the user message."""
         s, req = self.settings, t.req
+        if req.session_id is not None and req.session_id != t.session_id:
+            raise BadRequest(f"session_id '{req.session_id}' in the body is not the session of the URL.",
+                             param="session_id")
         t.session = await self.store.get_session(t.session_id)
-        await self.store.get_thread(t.session_id, req.thread_id)
+        if req.parent_message_id is not None:
+            if "thread_id" in req.model_fields_set and req.thread_id == MAIN_THREAD:
+                raise BadRequest("parent_message_id starts a new thread; it cannot be used with thread_id 'main'.",
+                                 param="parent_message_id")
+            new_id = req.thread_id if "thread_id" in req.model_fields_set else None
+            t.thread_id = (await self.store.create_thread(t.session_id, req.parent_message_id, thread_id=new_id)).id
+        else:
+            await self.store.get_thread(t.session_id, t.thread_id)
         if req.file_ids:
             await self.store.attach_files(t.session_id, req.file_ids)
         n_history = s.session_history_messages
         if n_history:
-            t.history = history_turns(await self.store.history(t.session_id, req.thread_id, last=n_history))
-        t.user = await self.store.add_message(t.session_id, req.thread_id, "user", req.content,
+            stored = await self.store.history(t.session_id, t.thread_id, last=n_history)
+            t.history = history_turns(stored, reformulated=s.reformulated_query_to_llm)
+        t.user = await self.store.add_message(t.session_id, t.thread_id, "user", req.content,
                                               {"file_ids": req.file_ids} if req.file_ids else {})
-        t.query = req.content
-        yield event("message_start", session_id=t.session_id, thread_id=req.thread_id, user_message=t.user.to_dict())
+        t.query = t.prompt = req.content
+        yield event("message_start", session_id=t.session_id, thread_id=t.thread_id, user_message=t.user.to_dict())
 
     async def _reformulate(self, t: Turn) -> AsyncIterator[dict]:
         req = t.req
@@ -126,6 +168,8 @@ class ConversationService:
             return
         ref = await reformulate_query(self.llm, self.settings, req.content, t.history)
         t.query = t.meta["query_used"] = ref.query
+        if ref.reformulated and self.settings.reformulated_query_to_llm:
+            t.prompt = ref.query  # the seed: the LLM answers the standalone question; the user's words are stored
         t.meta["reformulation"] = ref.to_dict()
         yield event("reformulated", **ref.to_dict())
 
@@ -143,58 +187,78 @@ class ConversationService:
             t.meta["tools_skipped"] = "no completed files in this session"
         t.instructions = req.system_prompt or (TOOLS_SYSTEM_PROMPT if t.mode == "tools" else DEFAULT_SYSTEM_PROMPT)
         if t.budget is not None:
-            t.history = await t.budget.fit_history(t.instructions, t.history, req.content)
+            t.history = await t.budget.fit_history(t.instructions, t.history, t.prompt)
         if req.mode != "none":
             yield event("rag_start", message="Retrieving relevant context...", mode=req.mode, query=t.query,
                         scope_file_ids=list(t.scope.file_ids))
         t.inline = await t.budget.fit_inline(pending) if t.budget is not None else [
             InlineDoc(f.id, f.filename, f.text) for f in pending]
-        if t.mode == "rag" or (t.mode == "tools" and not self.llm_ok):
+        t.meta["inline_files"] = [{"file_id": d.file_id, "filename": d.filename, "truncated": d.truncated}
+                                  for d in t.inline]
+        if t.mode == "tools" and self.llm_ok:
+            return  # the model searches in its tool rounds; context_found follows them
+        if req.mode != "none":
             t_r = time.perf_counter()
             t.nodes = await self._retrieve(t.session, t.scope, t.query, self._top_k(req), t.meta)
             if t.budget is not None:
                 t.nodes = await t.budget.fit_nodes(t.nodes)
             t.meta["retrieval_ms"] = round((time.perf_counter() - t_r) * 1000, 2)
-        if t.mode == "rag" or t.inline:
-            yield event("context_found", context_chunks=len(t.nodes), inline_files=[d.file_id for d in t.inline],
-                        sources=[n.to_source_node() for n in t.nodes])
-        t.meta["inline_files"] = [{"file_id": d.file_id, "filename": d.filename, "truncated": d.truncated}
-                                  for d in t.inline]
+            yield self._context_found(t)
+
+    def _context_found(self, t: Turn) -> dict:
+        t.context_sent = True
+        return event("context_found", context_chunks=len(t.nodes), inline_files=[d.file_id for d in t.inline],
+                     sources=[n.to_source_node() for n in t.nodes])
 
     def _top_k(self, req: MessageRequest) -> int:
         return req.top_k or self.settings.conversation_top_k
 
     async def _generate(self, t: Turn, gen: Generation) -> AsyncIterator[dict]:
-        """The LLM's answer, streamed as text chunks (tools mode: after the tool rounds)."""
+        """The LLM's answer, streamed as text chunks (tools mode: after the tool rounds). ``generation_start``
+        goes out with the first text, so an LLM that fails before answering leaves only the extractive one."""
         if not self.llm_ok:
             return
         context = format_context(t.nodes, t.inline) if (t.mode == "rag" or t.inline) else None
-        messages = build_messages(t.instructions, context, t.history, t.req.content)
+        messages = build_messages(t.instructions, context, t.history, t.prompt)
         extra = {k: v for k, v in (("temperature", t.req.temperature),
                                    ("max_tokens", t.budget.answer_tokens if t.budget else None)) if v is not None}
-        yield event("generation_start", message="Generating the answer...", generation_method="llm")
         try:
             if t.mode == "tools":
                 async for evt in self._tools(t, messages, extra, gen):
                     yield evt
             else:
                 async for piece in self._stream(messages, extra, gen):
+                    if not gen.answer:
+                        yield GENERATION_START
                     gen.answer += piece
                     yield event("text_chunk", content=piece)
-        except LLMUnavailable as exc:
+                if not gen.answer:
+                    yield GENERATION_START  # the model said nothing; the empty answer is still its answer
+        except UpstreamError as exc:  # every endpoint failed or refused (LLMUnavailable), or an unusable reply
             if gen.answer:  # failed mid-stream: keep what was said, say it is cut short
                 gen.method = "llm"
                 gen.details.update(truncated=True, error=exc.message)
             else:
-                gen.method, gen.fallback_reason, gen.details = None, exc.message, {}
+                gen.method, gen.fallback_reason = None, _fallback_reason(exc)
+                gen.details = {k: v for k, v in gen.details.items() if k in ("tool_calls", "tool_iterations")}
+                gen.error = exc
 
     async def _answer_extractively(self, t: Turn, gen: Generation) -> AsyncIterator[dict]:
-        """No LLM, or it failed before any text: the most relevant sentences of the context."""
+        """No LLM, or it failed before any text: the most relevant sentences of the context (or, with
+        ``extractive_fallback`` off, the error, after an empty reply saying so is stored)."""
+        if gen.error is not None and not self.settings.extractive_fallback:
+            meta = {**t.meta, "generation_method": "none", "fallback_reason": gen.fallback_reason,
+                    "error": gen.error.message}
+            await self.store.add_message(t.session_id, t.thread_id, "assistant", "", meta)
+            t.replied = True
+            raise gen.error
         reason = gen.fallback_reason or "No LLM is configured."
-        yield event("generation_start", message=f"Answering from the documents: {reason}",
-                    generation_method="extractive_fallback")
         if t.mode == "tools" and not t.nodes and self.llm_ok:  # the tool loop failed before searching
             t.nodes = await self._retrieve(t.session, t.scope, t.query, self._top_k(t.req))
+        if t.req.mode != "none" and not t.context_sent:
+            yield self._context_found(t)
+        yield event("generation_start", message=f"Answering from the documents: {reason}",
+                    generation_method="extractive_fallback")
         pool = t.nodes or [RetrievedNode(d.file_id, d.file_id, d.text, 0.0, {"file_id": d.file_id,
                                                                              "filename": d.filename}) for d in t.inline]
         gen.answer = extractive_answer(t.query, pool) or (
@@ -203,8 +267,8 @@ class ConversationService:
         gen.details["endpoint"] = None
         yield event("text_chunk", content=gen.answer)
 
-    async def _complete(self, t: Turn, gen: Generation) -> dict:
-        """Groundedness, metrics, the stored reply and the ``message_complete`` event."""
+    async def _complete(self, t: Turn, gen: Generation) -> AsyncIterator[dict]:
+        """Groundedness (and its disclaimer), metrics, the stored reply and the ``message_complete`` event."""
         req, meta = t.req, t.meta
         meta.update(gen.to_meta())
         meta["sources"] = [n.to_source_node() for n in t.nodes]
@@ -214,23 +278,43 @@ class ConversationService:
             meta["groundedness"] = report.to_dict(details=req.groundedness_details)
             if report.score is not None:
                 GROUNDEDNESS_SCORE.labels(req.mode).observe(report.score)
-                if report.flagged:
-                    UNGROUNDED_ANSWERS.labels(req.mode).inc()
+            if report.flagged:
+                UNGROUNDED_ANSWERS.labels(req.mode).inc()
+                disclaimer = self.settings.groundedness_disclaimer.strip()
+                meta["groundedness"]["disclaimer"] = bool(disclaimer)
+                if disclaimer:  # the seed: a low-confidence answer carries a disclaimer
+                    piece = ("\n\n" if gen.answer else "") + disclaimer
+                    gen.answer += piece
+                    yield event("text_chunk", content=piece)
         SESSION_MESSAGES.labels(req.mode, meta.get("generation_method", "llm")).inc()
         meta["total_ms"] = round((time.perf_counter() - t.started) * 1000, 2)
-        reply = await self.store.add_message(t.session_id, req.thread_id, "assistant", gen.answer, meta)
-        return event("message_complete", session_id=t.session_id, thread_id=req.thread_id, user_message_id=t.user.id,
-                     assistant_message=reply.to_dict(), metadata=meta)
+        reply = await self.store.add_message(t.session_id, t.thread_id, "assistant", gen.answer, meta)
+        t.replied = True
+        yield event("message_complete", session_id=t.session_id, thread_id=t.thread_id, user_message_id=t.user.id,
+                    assistant_message=reply.to_dict(), metadata=meta)
+
+    def _store_interrupted(self, t: Turn, gen: Generation) -> None:
+        """Store the answer so far, flagged ``truncated``, in a task of its own: the request's task is being
+        cancelled (or its generator closed) and can await nothing more."""
+        meta = {**t.meta, **gen.to_meta(), "sources": [n.to_source_node() for n in t.nodes], "truncated": True,
+                "interrupted": "the client disconnected before the answer was complete"}
+        meta.setdefault("generation_method", "llm" if gen.answer else "none")
+        task = asyncio.get_running_loop().create_task(
+            self.store.add_message(t.session_id, t.thread_id, "assistant", gen.answer, meta))
+        _BACKGROUND.add(task)
+        task.add_done_callback(_BACKGROUND.discard)
 
     async def _retrieve(self, session: Any, scope: Scope, query: str, top_k: int, meta: dict | None = None) -> list:
         """The session's files (scoped) plus its knowledge index (if any), best similarity first."""
         found = list(await scoped_search(self.registry, scope, query, top_k))
-        if session.index_name and self.registry.exists(session.index_name):
-            found += await self.registry.retrieve(session.index_name, query, top_k)
-        elif session.index_name and meta is not None:
-            meta["index_missing"] = session.index_name  # created later, or deleted: not an error
-        if session.index_name:  # two result lists: merge on the shared [0, 1] cosine scale
-            found.sort(key=lambda n: n.score, reverse=True)
+        knowledge = session.index_name
+        if knowledge == self.settings.conversation_index:  # a session stored before that was refused
+            knowledge = None
+        if knowledge and self.registry.exists(knowledge):
+            found += await self.registry.retrieve(knowledge, query, top_k)
+        elif knowledge and meta is not None:
+            meta["index_missing"] = knowledge  # created later, or deleted: not an error
+        found.sort(key=lambda n: n.score, reverse=True)  # the seed's order; two lists merge on one cosine scale
         return found[:top_k]
 
     async def _stream(self, messages: list[dict], extra: dict, gen: Generation) -> AsyncIterator[str]:
@@ -261,7 +345,7 @@ class ConversationService:
         task = asyncio.create_task(run_tool_loop(
             self.llm, self.registry, t.scope, messages, max_iterations=self.settings.tool_max_iterations,
             default_top_k=self._top_k(t.req), max_top_k=self.settings.max_top_k, extra=extra, on_call=on_call,
-            select=select))
+            select=select, default_query=t.query))
         try:
             while not task.done() or not queue.empty():
                 getter = asyncio.ensure_future(queue.get())
@@ -275,11 +359,12 @@ class ConversationService:
             if not task.done():
                 task.cancel()
         t.nodes = result.nodes
-        yield event("context_found", context_chunks=len(result.nodes), sources=[n.to_source_node() for n in result.nodes])
+        yield self._context_found(t)
         gen.details.update(endpoint=result.endpoint, tool_calls=result.calls, tool_iterations=result.iterations,
                            usage=result.usage)
         if result.answer:
             gen.answer, gen.method = result.answer, "llm_tools"
+            yield GENERATION_START
             yield event("text_chunk", content=result.answer)
         else:  # the model kept calling tools (or said nothing): answer from what it found
             gen.fallback_reason = "the model gave no answer after its tool calls"
