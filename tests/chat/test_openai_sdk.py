@@ -20,7 +20,9 @@ def test_sdk_rag_plain(engine, fake_llm):
     assert out.id.startswith("chatcmpl-") and out.choices[0].message.content == "Echo : What is KAITO ?"
     assert out.usage.total_tokens > 0 and out.choices[0].finish_reason == "stop"
     extra = out.model_extra
-    assert [s["doc_id"] for s in extra["source_nodes"]] == [d[0] for d in DOCS]
+    assert {s["doc_id"] for s in extra["source_nodes"]} == {d[0] for d in DOCS}  # the real index, score order
+    assert [s["score"] for s in extra["source_nodes"]] == sorted((s["score"] for s in extra["source_nodes"]),
+                                                                 reverse=True)
     assert extra["generation_method"] == "llm"
     assert fake_llm.last_chat()["temperature"] == 0
 

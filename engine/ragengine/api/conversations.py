@@ -27,7 +27,9 @@ from ragengine.protocol.conversations import (
     CreateSessionRequest,
     CreateThreadRequest,
     MessageRequest,
+    MessageResponse,
     ReformulateRequest,
+    ReformulateResponse,
 )
 from ragengine.protocol.sse import DONE, frame
 from ragengine.rag.reformulate import reformulate_query
@@ -47,9 +49,11 @@ async def reformulate(body: ReformulateRequest, request: Request) -> dict:
     state = request.app.state
     result = await reformulate_query(state.llm, state.settings, body.userMessage, body.conversation,
                                      system_prompt=body.systemPrompt, last_n=body.historyMessages)
-    return {"reformulatedMessage": result.query, "userMessage": result.original, "reformulated": result.reformulated,
-            "reason": result.reason, "endpoint": result.endpoint, "historyUsed": result.history_used,
-            "latencyMs": round(result.latency_ms, 2)}
+    return ReformulateResponse(
+        reformulatedMessage=result.query, userMessage=result.original, reformulated=result.reformulated,
+        reason=result.reason, endpoint=result.endpoint, historyUsed=result.history_used,
+        latencyMs=round(result.latency_ms, 2),
+    ).model_dump()
 
 
 # --- files -----------------------------------------------------------------------------------------
@@ -143,8 +147,9 @@ async def post_message(session_id: str, body: MessageRequest, request: Request):
     last = first
     async for evt in events:
         last = evt
-    return JSONResponse({"session_id": session_id, "thread_id": first["thread_id"], "user_message": first["user_message"],
-                         "assistant_message": last["assistant_message"]})
+    return JSONResponse(MessageResponse(session_id=session_id, thread_id=first["thread_id"],
+                                        user_message=first["user_message"],
+                                        assistant_message=last["assistant_message"]).model_dump())
 
 
 async def _sse(first: dict, events: AsyncIterator[dict]) -> AsyncIterator[str]:

@@ -34,7 +34,16 @@ from ragengine.errors import BadRequest, NotFound
 from ragengine.llm.client import LLMClient, LLMUnavailable
 from ragengine.llm.tokens import estimate_tokens
 from ragengine.metrics import LLM_TTFT_SECONDS, RAG_TTFT_SECONDS
-from ragengine.protocol.openai import ChatCompletionRequest, RagInfo, new_completion_id, upstream_body
+from ragengine.protocol.openai import (
+    ChatCompletionRequest,
+    ChatCompletionResponse,
+    ChatMessage,
+    Choice,
+    RagInfo,
+    Usage,
+    new_completion_id,
+    upstream_body,
+)
 from ragengine.rag.context import select_context
 from ragengine.rag.extractive import NO_ANSWER, extractive_answer
 from ragengine.rag.reformulate import ReformulationResult, reformulate_query
@@ -298,15 +307,15 @@ class ChatService:
             on_first = lambda: RAG_TTFT_SECONDS.labels("extractive").observe(time.perf_counter() - t0)  # noqa: E731
             return StreamOutcome(extractive_stream(text, completion_id=completion_id, model=model, n=n, final=final,
                                                    on_first=on_first))
-        completion = estimate_tokens(text)
-        out = {
-            "id": completion_id, "object": "chat.completion", "created": int(time.time()), "model": model,
-            "choices": [{"index": i, "message": {"role": "assistant", "content": text}, "finish_reason": "stop",
-                         "logprobs": None} for i in range(n)],
-            "usage": {"prompt_tokens": info.prompt_tokens or 0, "completion_tokens": completion * n,
-                      "total_tokens": (info.prompt_tokens or 0) + completion * n},
-            **extra,
-        }
+        completion, prompt = estimate_tokens(text) * n, info.prompt_tokens or 0
+        out = ChatCompletionResponse(
+            id=completion_id, model=model, source_nodes=sources, fallback_reason=reason,
+            generation_method="extractive_fallback",
+            choices=[Choice(index=i, message=ChatMessage(role="assistant", content=text), finish_reason="stop")
+                     for i in range(n)],
+            usage=Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion),
+        ).model_dump(exclude={"rag"})
+        out["rag"] = extra["rag"]  # only the fields that apply, as in every other answer
         return self._json(out, t0, "extractive")
 
     # --- helpers ----------------------------------------------------------------------------------

@@ -117,3 +117,24 @@ class MessageRequest(_Model):
         elif explicit and self.mode == "none":
             raise ValueError("use_rag: true contradicts mode 'none'")
         return self
+
+
+class ReformulateResponse(BaseModel):
+    """``POST /v1/chat/reformulate``: the seed's field names."""
+
+    reformulatedMessage: str = Field(description="The standalone question (the message itself when not rewritten).")
+    userMessage: str
+    reformulated: bool
+    reason: str | None = Field(None, description="Why the message was used unchanged, when it was.")
+    endpoint: str | None = Field(None, description="The LLM that rewrote it.")
+    historyUsed: int
+    latencyMs: float
+
+
+class MessageResponse(BaseModel):
+    """``POST /v1/sessions/{id}/messages`` without streaming: both stored messages."""
+
+    session_id: str
+    thread_id: str
+    user_message: dict[str, Any]
+    assistant_message: dict[str, Any] = Field(description="Its metadata: sources, groundedness, endpoint, ...")
