@@ -364,7 +364,8 @@ def test_extractive_when_no_llm_configured(engine):
 def test_extractive_streamed(engine):
     base = engine(llm_url=None)
     with httpx.stream("POST", f"{base}/v1/chat/completions", timeout=30,
-                      json={"index_name": "docs", "stream": True, "messages": [{"role": "user", "content": "What is KAITO?"}]}) as r:
+                      json={"index_name": "docs", "stream": True,
+                            "messages": [{"role": "user", "content": "What is KAITO?"}]}) as r:
         events = sse_events(r)
     assert events[-1] == "[DONE]"
     final = events[-2]

@@ -57,7 +57,7 @@ def test_sdk_upstream_errors(engine, fake_llm, status, exc):
 
 def test_sdk_engine_errors(engine, dead_url):
     c = client(engine())
-    with pytest.raises(openai.NotFoundError, match="No such index: 'nope' exists."):
+    with pytest.raises(openai.NotFoundError, match=r"No such index: 'nope' exists\."):
         c.chat.completions.create(model="m", messages=Q, extra_body={"index_name": "nope"})
     with pytest.raises(openai.BadRequestError, match="There must be a user prompt"):
         c.chat.completions.create(model="m", messages=[*Q, {"role": "assistant", "content": "a"}],

@@ -28,7 +28,7 @@ def _chat(base: str, **extra) -> httpx.Response:
 
 def test_reformulated_query_drives_retrieval(engine, fake_llm):
     fake_llm.reply = _reply
-    registry = default_registry()
+    registry = default_registry()  # a fake index: the query it received is read from its call log
     base = engine(registry=registry)
     r = _chat(base, reformulate=True)
     assert r.status_code == 200, r.text
@@ -55,7 +55,7 @@ def test_the_rewrite_can_stay_retrieval_only(engine, fake_llm):
 
 def test_without_opt_in_the_user_words_are_the_query(engine, fake_llm):
     fake_llm.reply = _reply
-    registry = default_registry()
+    registry = default_registry()  # a fake index: the query it received is read from its call log
     base = engine(registry=registry)
     r = _chat(base)
     assert r.status_code == 200, r.text
@@ -81,7 +81,8 @@ def test_chat_reformulations_are_counted(engine, fake_llm):
 
     fake_llm.reply = _reply
     base = engine()
-    before, timed = value("ragengine_reformulations_total", {"outcome": "rewritten"}), value("ragengine_reformulate_seconds_count")
+    before = value("ragengine_reformulations_total", {"outcome": "rewritten"})
+    timed = value("ragengine_reformulate_seconds_count")
     assert _chat(base, reformulate=True).status_code == 200
     assert value("ragengine_reformulations_total", {"outcome": "rewritten"}) == before + 1
     assert value("ragengine_reformulate_seconds_count") == timed + 1
