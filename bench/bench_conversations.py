@@ -29,9 +29,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # tests.* helpers (scripted LLM, PostgreSQL fixture)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from ragengine.conversations.reformulate import reformulate_query  # noqa: E402
 from ragengine.conversations.store import SessionStore  # noqa: E402
 from ragengine.llm.client import LLMClient  # noqa: E402
+from ragengine.rag.reformulate import reformulate_query  # noqa: E402
 from ragengine.settings import EngineSettings  # noqa: E402
 from tests.conversations.scripted_llm import ScriptedLLM, create_scripted_app  # noqa: E402
 from tests.support.server import serve_app  # noqa: E402
@@ -44,7 +44,7 @@ HISTORY = [
 
 def pct(values: list[float], p: float) -> float:
     values = sorted(values)
-    return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
+    return values[min(len(values) - 1, round(p / 100 * (len(values) - 1)))]
 
 
 async def bench_reformulation(base: str, n: int) -> dict:

@@ -89,10 +89,18 @@ def openai_error(message: str, error_type: str, status: int, param: str | None =
     return {"error": {"message": message, "type": error_type, "code": status, "param": param}}
 
 
+# OpenAI-compatible routes that KAITO's clients call too: their error bodies carry both shapes.
+KAITO_COMPATIBLE_V1 = frozenset({"/v1/chat/completions"})
+
+
 def error_body_for(path: str, status: int, message: str, error_type: str, param: str | None = None) -> dict:
-    """The error body a route answers: OpenAI's shape under ``/v1/``, KAITO's ``{"detail"}`` elsewhere."""
+    """The error body a route answers: OpenAI's shape under ``/v1/`` (plus KAITO's ``detail`` on the
+    KAITO-compatible routes, so clients written for either read the message), ``{"detail"}`` elsewhere."""
     if path.startswith("/v1/"):
-        return openai_error(message, error_type, status, param)
+        body = openai_error(message, error_type, status, param)
+        if path in KAITO_COMPATIBLE_V1:
+            body["detail"] = message
+        return body
     return {"detail": message}
 
 

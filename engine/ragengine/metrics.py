@@ -61,12 +61,41 @@ def forget_index(name: str) -> None:
             gauge.remove(name)
 SNAPSHOT_SECONDS = Histogram("ragengine_snapshot_seconds", "Snapshot write time.", buckets=_SLOW, registry=REGISTRY)
 
-# Observed by the chat helper: time to first token of a RAG answer, and of the upstream LLM alone.
+# Time to first token: request received → first content token sent to the client (the whole answer
+# when not streaming), and LLM request sent → first chunk back; their difference is the engine's overhead.
 RAG_TTFT_SECONDS = Histogram(
-    "rag_ttft_seconds", "Chat request received → first content token sent to the client.", buckets=_SLOW, registry=REGISTRY
+    "rag_ttft_seconds", "Chat request received → first content token sent to the client, by answer mode "
+    "(rag, passthrough, extractive).", ["mode"], buckets=_SLOW, registry=REGISTRY,
 )
 LLM_TTFT_SECONDS = Histogram(
-    "llm_ttft_seconds", "LLM request sent → first token received from upstream.", buckets=_SLOW, registry=REGISTRY
+    "llm_ttft_seconds", "LLM request sent → first token received from upstream, by LLM endpoint.",
+    ["endpoint"], buckets=_SLOW, registry=REGISTRY,
+)
+
+# The rag layer and conversations.
+GROUNDEDNESS_SCORE = Histogram(
+    "ragengine_groundedness_score", "Groundedness score of RAG answers in session messages (0 = unsupported).",
+    ["mode"], buckets=(0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0), registry=REGISTRY,
+)
+UNGROUNDED_ANSWERS = Counter(
+    "ragengine_ungrounded_answers_total", "Answers flagged as below the groundedness threshold.", ["mode"],
+    registry=REGISTRY,
+)
+SESSION_MESSAGES = Counter(
+    "ragengine_session_messages_total", "Session messages answered, by mode and generation method.",
+    ["mode", "generation_method"], registry=REGISTRY,
+)
+REFORMULATIONS = Counter(
+    "ragengine_reformulations_total", "Reformulation requests by outcome (rewritten, unchanged, skipped, failed).",
+    ["outcome"], registry=REGISTRY,
+)
+REFORMULATE_SECONDS = Histogram(
+    "ragengine_reformulate_seconds", "Time spent in the LLM rewriting a follow-up question.",
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30), registry=REGISTRY,
+)
+TOOL_CALLS = Counter("ragengine_tool_calls_total", "semantic_search tool calls executed (scoped).", registry=REGISTRY)
+FILES_INGESTED = Counter(
+    "ragengine_conversation_files_total", "Uploaded files by final ingestion status.", ["status"], registry=REGISTRY,
 )
 
 

@@ -124,6 +124,15 @@ class EngineSettings(BaseSettings):
     node_token_approximation: int = Field(500, ge=1, description="Divisor in top_k = max(100, free_tokens / this).")
     reformulate: bool = Field(False, description="Rewrite follow-up questions into standalone ones before search.")
     reformulate_history: int = Field(6, ge=1, description="Messages of history given to the reformulator.")
+    reformulated_query_to_llm: bool = Field(
+        True, description="Send the reformulated standalone question to the LLM and keep it in the history later "
+        "session turns send, as the seed does (the user's own words are what is stored and shown); false = the "
+        "rewrite drives retrieval only.",
+    )
+    extractive_fallback: bool = Field(
+        True, description="When every LLM endpoint fails or refuses (5xx, 4xx, timeout), answer RAG requests with "
+        "the most relevant retrieved sentences; false = the upstream error instead.",
+    )
 
     # --- sessions ----------------------------------------------------------------------------------
     database_url: str | None = Field(
@@ -137,10 +146,19 @@ class EngineSettings(BaseSettings):
     max_upload_bytes: int = Field(20 * 1024 * 1024, ge=1, description="Uploaded files larger than this get 413.")
     session_history_messages: int = Field(20, ge=0, description="Earlier messages of a thread sent to the LLM.")
     conversation_top_k: int = Field(5, ge=1, description="Chunks retrieved per session message (and tool call default).")
-    tool_max_iterations: int = Field(4, ge=1, le=16, description="Rounds of tool calls before the model must answer.")
-    groundedness_threshold: float = Field(
-        0.5, ge=0.0, le=1.0, description="Answers whose groundedness score is below this are flagged."
+    tool_max_iterations: int = Field(
+        1, ge=1, le=16, description="Rounds of tool calls before the model must answer (the call after the last "
+        "round has no tools). 1 = the seed's single round; more only when asked.",
     )
+    groundedness_threshold: float = Field(
+        0.7, ge=0.0, le=1.0, description="Answers whose groundedness score is below this are flagged and get the "
+        "disclaimer (the seed's 70% confidence threshold).",
+    )
+    groundedness_disclaimer: str = Field(
+        "Note: parts of this answer are not supported by the provided documents; please verify them.",
+        description="Appended (after a blank line) to session answers below groundedness_threshold; empty = none.",
+    )
+    ingestion_workers: int = Field(2, ge=1, le=32, description="Uploaded files ingested in parallel.")
     sse_keepalive_s: float = Field(10.0, gt=0, description="Idle seconds before a ': keep-alive' SSE comment.")
     session_cleanup_interval_s: float = Field(300.0, gt=0, description="How often expired sessions are deleted.")
 

@@ -1,16 +1,24 @@
-"""Fixtures for chat tests: the fake vLLM (tests/llm_server) and engines served by real uvicorn."""
+"""Fixtures for chat tests: the fake vLLM (tests/llm_server) and engines served by real uvicorn.
+
+Every engine is the production app (``create_app``: bearer auth, body limit and metrics middleware,
+conversations, the real IndexRegistry with FAISS + BM25 and the packaged embedding model, loaded once
+per run), with a ``docs`` index made of ``DOCS`` through ``POST /index``. ``engine(registry=...)``
+swaps in ``FakeRegistry`` (fixed scores) for the tests that need exact scores; each says why.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import asynccontextmanager
 
+import httpx
 import pytest
 from fastapi import FastAPI
 
-from ragengine.api import chat as chat_api
-from ragengine.errors import NotFound, install_error_handlers
+from ragengine.app import create_app
+from ragengine.embedding import Embedder, build_embedder
+from ragengine.errors import NotFound
 from ragengine.index.types import RetrievedNode
 from ragengine.settings import EngineSettings
 from tests.llm_server import FakeLLM, create_llm_app, tokenize
@@ -43,6 +51,9 @@ class FakeRegistry:
     def names(self) -> list[str]:
         return list(self.indexes)
 
+    def status(self) -> dict:  # what /health reads
+        return {"corrupt": {}, "indexes": {name: len(nodes) for name, nodes in self.indexes.items()}}
+
     async def retrieve(self, index_name, query, top_k, *, filters=None, metadata_filter=None, query_embedding=None):
         if index_name not in self.indexes:
             raise NotFound(f"No such index: '{index_name}' exists.")
@@ -55,26 +66,42 @@ def default_registry() -> FakeRegistry:
     return FakeRegistry({"docs": [node(*d) for d in DOCS]})
 
 
-def chat_app(settings: EngineSettings, registry) -> FastAPI:
-    """The engine's chat part alone (the full create_app is exercised in test_e2e_*)."""
+def chat_app(settings: EngineSettings, registry=None, embedder: Embedder | None = None) -> FastAPI:
+    """The app ``create_app`` builds; ``registry`` (a FakeRegistry) replaces the real index after start-up."""
+    app = create_app(settings)
+    if embedder is not None:
+        app.state.embedder = embedder  # the startup uses it instead of loading the model again
+    if registry is not None:
+        real_lifespan = app.router.lifespan_context
 
-    @asynccontextmanager
-    async def lifespan(app: FastAPI):
-        async with AsyncExitStack() as stack:
-            app.state.registry = registry
-            await chat_api.startup(app, settings, stack)
-            yield
+        @asynccontextmanager
+        async def lifespan(a: FastAPI):
+            async with real_lifespan(a):
+                a.state.registry = a.state.chat.registry = a.state.conversations.registry = registry
+                yield
 
-    app = FastAPI(lifespan=lifespan)
-    app.state.settings = settings
-    install_error_handlers(app, settings)
-    app.include_router(chat_api.router)
-
-    @app.get("/health")
-    async def health():
-        return {"status": "ok"}
-
+        app.router.lifespan_context = lifespan
     return app
+
+
+@pytest.fixture(scope="session")
+def embedding_model():
+    """The packaged embedding model, loaded once for every chat test."""
+    embedder = build_embedder(EngineSettings())
+    yield embedder
+    embedder.close()
+
+
+def fresh_embedder(shared: Embedder) -> Embedder:
+    # Same loaded model; own thread pools and query batcher, since each engine runs its own event loop.
+    return Embedder(shared.model, dim=shared.dim, max_tokens=shared.max_tokens, tokenizer=shared._tokenizer,
+                    kind=shared.kind)
+
+
+def index_docs(base: str) -> None:
+    documents = [{"doc_id": d, "text": t, "metadata": {"source": d}} for d, t, _ in DOCS]
+    r = httpx.post(f"{base}/index", json={"index_name": "docs", "documents": documents}, timeout=120)
+    assert r.status_code == 200, r.text
 
 
 @pytest.fixture(scope="session")
@@ -105,20 +132,44 @@ def dead_url() -> str:
     return f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
 
 
-@pytest.fixture
-def engine(llm_url, tmp_path):
-    """``engine(**settings) -> base URL``; defaults: the fake LLM, the fixed 'docs' index."""
+@pytest.fixture(scope="session")
+def engines(llm_server, embedding_model, tmp_path_factory):
+    """Engines on the real index, started once per distinct settings and shared: a chat request changes
+    nothing in them (the 'docs' index is only read), so tests can share one as clients do."""
     stack = contextlib.ExitStack()
+    running: dict[str, tuple[str, FastAPI]] = {}
 
-    def start(registry=None, **overrides) -> str:
-        values = {"llm_url": llm_url, "llm_retries": 0, "data_dir": tmp_path / "data", **overrides}
-        settings = EngineSettings(**values)
-        app = chat_app(settings, registry or default_registry())
-        start.app = app
-        return stack.enter_context(serve_app(app))
+    def get(registry=None, llm_state=(), **values) -> tuple[str, FastAPI]:
+        # The LLM client caches what it discovered (window, tokenizer): another served state, another engine.
+        key = repr((sorted(values.items()), llm_state))
+        if registry is None and key in running:
+            return running[key]
+        values.setdefault("data_dir", tmp_path_factory.mktemp("engine"))
+        embedder = fresh_embedder(embedding_model)
+        stack.callback(embedder.close)
+        app = chat_app(EngineSettings(**values), registry, embedder)
+        base = stack.enter_context(serve_app(app))
+        if registry is not None:
+            return base, app  # a FakeRegistry holds the test's own call log: never shared
+        index_docs(base)
+        running[key] = (base, app)
+        return base, app
 
     with stack:
-        yield start
+        yield get
+
+
+@pytest.fixture
+def engine(llm_url, engines, fake_llm):
+    """``engine(**settings) -> base URL``; defaults: the fake LLM, the real 'docs' index (``registry=`` a
+    FakeRegistry for exact scores). ``engine.app`` is the app of the last call."""
+
+    def start(registry=None, **overrides) -> str:
+        state = (fake_llm.model, fake_llm.max_model_len, fake_llm.tokenize_enabled)
+        base, start.app = engines(registry, state, **{"llm_url": llm_url, "llm_retries": 0, **overrides})
+        return base
+
+    return start
 
 
 def tokens(text: str) -> int:

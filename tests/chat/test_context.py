@@ -2,8 +2,8 @@
 
 from llama_index.core.schema import NodeWithScore, TextNode
 
-from ragengine.chat.context import ContextSelector, as_llama_nodes, select_context
-from ragengine.chat.extractive import extractive_answer, split_sentences
+from ragengine.rag.context import ContextSelector, as_llama_nodes, select_context
+from ragengine.rag.extractive import extractive_answer, split_sentences
 from tests.chat.conftest import node
 
 

@@ -8,9 +8,10 @@ import time
 import httpx
 
 from ragengine.chat.plan import build_messages
-from ragengine.chat.stream import DONE, error_event, relay, sse, text_pieces
+from ragengine.chat.stream import error_event, relay, text_pieces
 from ragengine.errors import UpstreamError
-from tests.chat.conftest import IN_CONTEXT
+from ragengine.protocol.sse import DONE, frame
+from tests.chat.conftest import DOCS
 from tests.chat.test_http import sse_events
 
 URL = "/v1/chat/completions"
@@ -19,7 +20,7 @@ Q = [{"role": "user", "content": "What is KAITO?"}]
 
 # --- pure framing -------------------------------------------------------------------------------
 def test_sse_framing():
-    assert sse({"a": "é"}) == 'data: {"a":"é"}\n\n'
+    assert frame({"a": "é"}) == 'data: {"a":"é"}\n\n'
     event = json.loads(error_event(UpstreamError("nope", status_code=429))[6:])
     assert event == {"error": {"message": "nope", "type": "upstream_error", "code": 429, "param": None}}
     assert "".join(text_pieces("one two three four five six seven")) == "one two three four five six seven"
@@ -32,7 +33,7 @@ async def test_relay_rewrites_ids_appends_final_and_done():
 
     out = [e async for e in relay(upstream(), completion_id="chatcmpl-1", final=lambda: {"source_nodes": []})]
     assert [json.loads(e[6:])["id"] for e in out[:2]] == ["chatcmpl-1", "chatcmpl-1"]
-    assert out[2] == sse({"source_nodes": [], "id": "chatcmpl-1"}) and out[3] == DONE
+    assert out[2] == frame({"source_nodes": [], "id": "chatcmpl-1"}) and out[3] == DONE
 
 
 async def test_relay_error_after_start_is_one_event_then_done():
@@ -59,10 +60,11 @@ def test_rag_stream(engine, fake_llm):
     assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks) == "Echo : What is KAITO ?"
     assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
     assert usage["choices"] == [] and usage["usage"]["completion_tokens"] == 6
-    assert final["choices"] == [] and [s["doc_id"] for s in final["source_nodes"]] == [d[0] for d in IN_CONTEXT]
+    assert final["choices"] == [] and {s["doc_id"] for s in final["source_nodes"]} == {d[0] for d in DOCS}
     assert final["generation_method"] == "llm" and final["rag"]["applied"] is True
     sent = fake_llm.last_chat()
-    assert sent["stream"] is True and sent["messages"] == build_messages([], "What is KAITO?", [d[1] for d in IN_CONTEXT])
+    assert sent["stream"] is True
+    assert sent["messages"] == build_messages([], "What is KAITO?", [s["text"] for s in final["source_nodes"]])
     assert sent["stream_options"] == {"include_usage": True}
 
 

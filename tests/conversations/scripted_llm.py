@@ -64,6 +64,7 @@ class ScriptedLLM:
     reply: Callable[[dict], str] = grounded_reply
     fail_status: int | None = None
     delay_s: float = 0.0
+    chunk_delay_s: float = 0.0  # between streamed words (a slow generation a client can walk away from)
     requests: list[dict] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -76,6 +77,7 @@ class ScriptedLLM:
             self.script.clear()
         self.fail_status = None
         self.delay_s = 0.0
+        self.chunk_delay_s = 0.0
         self.reply = grounded_reply
 
 
@@ -127,6 +129,8 @@ def create_scripted_app(llm: ScriptedLLM) -> FastAPI:
         async def events():
             yield chunk({"role": "assistant", "content": ""})
             for i, word in enumerate((message.get("content") or "").split(" ")):
+                if llm.chunk_delay_s:
+                    await asyncio.sleep(llm.chunk_delay_s)
                 yield chunk({"content": word if i == 0 else " " + word})
             yield chunk({}, finish)
             yield "data: [DONE]\n\n"

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ragengine.conversations.groundedness import assess_groundedness, combine, content_words, lexical_support
+from ragengine.rag.groundedness import assess_groundedness, combine, lexical_support
+from ragengine.rag.text import content_words
 
 CONTEXT = [
     "The Mushroom Soup takes 25 minutes to cook. It needs button mushrooms, cream and thyme.",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from ragengine.conversations.events import parse_sse
+from ragengine.protocol.sse import parse_sse
 from tests.conversations.scripted_llm import tool_call
 from tests.conversations.test_uploads import make_pdf
 

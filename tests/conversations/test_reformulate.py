@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import pytest
 
-from ragengine.conversations.reformulate import (
+from ragengine.llm.client import LLMClient, LLMUnavailable
+from ragengine.rag.reformulate import (
     DEFAULT_REFORMULATE_PROMPT,
     build_reformulation_messages,
     clean_output,
     normalise_history,
     reformulate_query,
 )
-from ragengine.llm.client import LLMClient, LLMUnavailable
 from ragengine.settings import EngineSettings
 
 HISTORY = [
@@ -39,7 +40,7 @@ class FakeLLM:
             raise LLMUnavailable("all down")
 
         class R:
-            body = {"choices": [{"message": {"content": self.reply}}], "usage": {"total_tokens": 5}}
+            body: ClassVar = {"choices": [{"message": {"content": self.reply}}], "usage": {"total_tokens": 5}}
             endpoint = "http://llm/v1"
         return R()
 
@@ -60,7 +61,8 @@ def test_long_history_messages_are_cut():
 
 def test_history_accepts_the_seed_message_key_and_drops_other_roles():
     turns = normalise_history([{"role": "user", "message": "hi"}, {"role": "system", "content": "s"},
-                               {"role": "tool", "content": "t"}, {"role": "assistant", "content": [{"type": "text", "text": "yo"}]}])
+                               {"role": "tool", "content": "t"},
+                               {"role": "assistant", "content": [{"type": "text", "text": "yo"}]}])
     assert turns == [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
 
 

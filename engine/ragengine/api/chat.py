@@ -7,10 +7,10 @@ import time
 from contextlib import AsyncExitStack
 
 from fastapi import APIRouter, FastAPI, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 
+from ragengine.api.sse import sse_response
 from ragengine.chat.service import ChatService, JSONOutcome
-from ragengine.chat.stream import SSE_HEADERS
 from ragengine.errors import BadRequest, PayloadTooLarge
 from ragengine.llm.client import LLMClient
 from ragengine.protocol.errors import error_responses
@@ -57,7 +57,7 @@ async def chat_completions(request: Request):
     outcome = await request.app.state.chat.create(body, received=received)
     if isinstance(outcome, JSONOutcome):
         return JSONResponse(outcome.body, headers=outcome.headers)
-    return StreamingResponse(outcome.events, media_type="text/event-stream", headers={**SSE_HEADERS, **outcome.headers})
+    return sse_response(outcome.events, headers=outcome.headers)
 
 
 @router.get("/v1/models", response_model=ModelList, summary="The served model, and rag:<index> aliases",

@@ -14,13 +14,12 @@ from contextlib import AsyncExitStack
 from typing import Any
 
 from fastapi import APIRouter, FastAPI, File, Form, Query, Request, UploadFile
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 
-from ragengine.conversations import metrics
-from ragengine.conversations.events import DONE, error_event, frame, with_keepalive
+from ragengine.api.sse import sse_response
+from ragengine.conversations.events import error_event
 from ragengine.conversations.ingestion import IngestionWorker
-from ragengine.conversations.reformulate import reformulate_query
-from ragengine.conversations.service import ConversationService
+from ragengine.conversations.service import ConversationService, check_session_index
 from ragengine.conversations.store import SessionStore
 from ragengine.errors import EngineError, PayloadTooLarge
 from ragengine.protocol.conversations import (
@@ -28,10 +27,14 @@ from ragengine.protocol.conversations import (
     CreateSessionRequest,
     CreateThreadRequest,
     MessageRequest,
+    MessageResponse,
     ReformulateRequest,
+    ReformulateResponse,
 )
 from ragengine.protocol.errors import error_responses
 from ragengine.protocol.paging import MAX_OFFSET
+from ragengine.protocol.sse import DONE, frame
+from ragengine.rag.reformulate import reformulate_query
 from ragengine.settings import EngineSettings
 
 log = logging.getLogger(__name__)
@@ -48,10 +51,11 @@ async def reformulate(body: ReformulateRequest, request: Request) -> dict:
     state = request.app.state
     result = await reformulate_query(state.llm, state.settings, body.userMessage, body.conversation,
                                      system_prompt=body.systemPrompt, last_n=body.historyMessages)
-    metrics.record_reformulation(result)
-    return {"reformulatedMessage": result.query, "userMessage": result.original, "reformulated": result.reformulated,
-            "reason": result.reason, "endpoint": result.endpoint, "historyUsed": result.history_used,
-            "latencyMs": round(result.latency_ms, 2)}
+    return ReformulateResponse(
+        reformulatedMessage=result.query, userMessage=result.original, reformulated=result.reformulated,
+        reason=result.reason, endpoint=result.endpoint, historyUsed=result.history_used,
+        latencyMs=round(result.latency_ms, 2),
+    ).model_dump()
 
 
 # --- files -----------------------------------------------------------------------------------------
@@ -95,13 +99,14 @@ async def delete_file(file_id: str, request: Request) -> dict:
 @router.post("/v1/sessions", status_code=201, responses=error_responses(404))
 async def create_session(body: CreateSessionRequest, request: Request) -> dict:
     store = _store(request)
+    check_session_index(body.index_name, request.app.state.settings)
     for fid in body.file_ids:
         await store.get_file(fid)  # 404 before creating the session
     info = await store.create_session(user_id=body.user_id, title=body.title, index_name=body.index_name,
                                       metadata=body.metadata)
     if body.file_ids:
         await store.attach_files(info.id, body.file_ids)
-    return info.to_dict()
+    return {**info.to_dict(), "session_id": info.id}  # the seed's clients read session_id
 
 
 @router.get("/v1/sessions")
@@ -140,13 +145,13 @@ async def post_message(session_id: str, body: MessageRequest, request: Request):
     first = await anext(events)  # unknown session/thread → 404 before any stream starts
     if body.stream:
         interval = request.app.state.settings.sse_keepalive_s
-        return StreamingResponse(with_keepalive(_sse(first, events), interval), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        return sse_response(_sse(first, events), keepalive_s=interval)
     last = first
     async for evt in events:
         last = evt
-    return JSONResponse({"session_id": session_id, "thread_id": body.thread_id, "user_message": first["user_message"],
-                         "assistant_message": last["assistant_message"]})
+    return JSONResponse(MessageResponse(session_id=session_id, thread_id=first["thread_id"],
+                                        user_message=first["user_message"],
+                                        assistant_message=last["assistant_message"]).model_dump())
 
 
 async def _sse(first: dict, events: AsyncIterator[dict]) -> AsyncIterator[str]:
@@ -155,10 +160,10 @@ async def _sse(first: dict, events: AsyncIterator[dict]) -> AsyncIterator[str]:
         async for evt in events:
             yield frame(evt)
     except EngineError as exc:
-        yield frame(error_event(exc.message, status=exc.status_code, error_type=exc.error_type))
+        yield frame(error_event(exc))
     except Exception as exc:  # after the 200 went out an error can only be an event
         log.exception("session message failed mid-stream")
-        yield frame(error_event(f"Internal error: {exc.__class__.__name__}"))
+        yield frame(error_event(exc))
     yield DONE
 
 
@@ -183,7 +188,9 @@ async def detach_file(session_id: str, file_id: str, request: Request) -> dict:
 # --- threads ---------------------------------------------------------------------------------------
 @router.post("/v1/sessions/{session_id}/threads", status_code=201, responses=error_responses(404))
 async def create_thread(session_id: str, body: CreateThreadRequest, request: Request) -> dict:
-    return (await _store(request).create_thread(session_id, body.parent_message_id, title=body.title)).to_dict()
+    thread = await _store(request).create_thread(session_id, body.parent_message_id, title=body.title,
+                                                 thread_id=body.new_thread_id)
+    return thread.to_dict()
 
 
 @router.get("/v1/sessions/{session_id}/threads", responses=error_responses(404))

@@ -15,8 +15,9 @@ split → token validation and budget. Deliberate choices where the seed is sile
   only the query, so a long history could otherwise overflow the window. With short histories the cap
   never binds and the numbers are the seed's. ``max_tokens`` sent upstream is lowered again, after the
   context is chosen, so prompt + context + reply always fit.
-- Relevance order is the retrieval order (the index's fused rank); the threshold is on ``score``, a
-  similarity in [0, 1] (KAITO compared L2 distances, see its defect #5).
+- Context is filled in score order (the seed sorts before its greedy fill; the index's fused hybrid rank
+  is only the candidate list); the threshold is on ``score``, a similarity in [0, 1] (KAITO compared L2
+  distances, see its defect #5).
 """
 
 from __future__ import annotations

@@ -17,12 +17,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ragengine.chat import metrics
-from ragengine.chat.context import select_context
-from ragengine.chat.extractive import NO_ANSWER, extractive_answer
 from ragengine.chat.plan import (
     MIN_TOP_K,
+    MessageSplit,
     Target,
+    TokenBudget,
     build_messages,
     bypass_reason,
     plan_budget,
@@ -31,11 +30,23 @@ from ragengine.chat.plan import (
     split_messages,
 )
 from ragengine.chat.stream import chunk, extractive_stream, relay
-from ragengine.conversations.reformulate import reformulate_query
 from ragengine.errors import BadRequest, NotFound
 from ragengine.llm.client import LLMClient, LLMUnavailable
 from ragengine.llm.tokens import estimate_tokens
-from ragengine.protocol.openai import ChatCompletionRequest, RagInfo, new_completion_id, upstream_body
+from ragengine.metrics import LLM_TTFT_SECONDS, RAG_TTFT_SECONDS
+from ragengine.protocol.openai import (
+    ChatCompletionRequest,
+    ChatCompletionResponse,
+    ChatMessage,
+    Choice,
+    RagInfo,
+    Usage,
+    new_completion_id,
+    upstream_body,
+)
+from ragengine.rag.context import select_context
+from ragengine.rag.extractive import NO_ANSWER, extractive_answer
+from ragengine.rag.reformulate import ReformulationResult, reformulate_query
 from ragengine.settings import EngineSettings
 
 log = logging.getLogger(__name__)
@@ -47,6 +58,13 @@ EXTRACTIVE_MODEL = "ragengine-extractive"
 class JSONOutcome:
     body: dict[str, Any]
     headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Selection:
+    candidates: list  # retrieved nodes at or above the similarity threshold
+    nodes: list  # those that fit the context budget, in the order they go into the prompt
+    context_tokens: int
 
 
 @dataclass
@@ -70,6 +88,12 @@ def parse_request(body: Any) -> ChatCompletionRequest:
     return req
 
 
+def fallback_reason(exc: LLMUnavailable) -> str:
+    if exc.status_code < 500:
+        return f"The LLM refused the request (HTTP {exc.status_code}): {exc.message}"
+    return exc.message
+
+
 def _ms(seconds: float) -> str:
     return f"{seconds * 1000:.2f}"
 
@@ -91,26 +115,56 @@ class ChatService:
             return await self._passthrough(body, req, target, RagInfo(applied=False, reason=reason), t0)
         return await self._rag(body, req, target, t0)
 
-    # --- RAG --------------------------------------------------------------------------------------
+    # --- RAG: query → budget and retrieval → context selection → generation ------------------------
     async def _rag(self, body: dict, req: ChatCompletionRequest, target: Target, t0: float):
         split = split_messages(req.messages)
-        # Opt-in query reformulation: a follow-up ("which of those is quickest?") is rewritten into a
-        # standalone question for retrieval only; the LLM still sees the user's own words.
-        query, reformulation = split.user_prompt, None
-        if req.reformulate if req.reformulate is not None else self.settings.reformulate:
-            reformulation = await reformulate_query(self.llm, self.settings, split.user_prompt, split.history)
-            query = reformulation.query
+        query, reformulation = await self._query(req, split)
+        messages = req.messages
+        if reformulation is not None and reformulation.reformulated and self.settings.reformulated_query_to_llm:
+            # The seed: the LLM answers the standalone question (the client keeps its own words).
+            split = MessageSplit(user_prompt=query, history=split.history)
+            messages = [*split.history, {"role": "user", "content": query}]
+        budget, nodes, timing = await self._budget_and_retrieve(req, target, split, query, messages)
+        chosen = await self._select(nodes, budget, timing)
+        max_tokens = reply_max_tokens(budget, chosen.context_tokens)
+        info = RagInfo(
+            applied=bool(chosen.nodes), reason=None if chosen.nodes else "no_context", index_name=target.index_name,
+            top_k=budget.top_k, retrieved=len(nodes), selected=len(chosen.nodes), context_tokens=chosen.context_tokens,
+            context_budget=budget.context_budget, prompt_tokens=budget.prompt_tokens, max_tokens=max_tokens,
+            max_tokens_requested=budget.max_tokens_requested, token_counter=self.llm.tokens.method,
+            query_used=query, reformulation=reformulation.to_dict() if reformulation else None,
+        )
+        if not chosen.nodes:
+            # The seed: nothing relevant fits → the request goes to the LLM as sent.
+            return await self._passthrough(body, req, target, info, t0, fallback_nodes=chosen.candidates[:5],
+                                           timing=timing)
+        if not self.llm.configured:
+            return self._extractive(req, target, info, chosen.nodes, NO_LLM, t0, query=query)
+        payload = await self._rag_payload(body, split, target, chosen.nodes, max_tokens)
+        return await self._generate(req, target, info, payload, chosen.nodes, t0, query, timing)
+
+    async def _query(self, req: ChatCompletionRequest, split: MessageSplit) -> tuple[str, ReformulationResult | None]:
+        """The retrieval query: the user's prompt, or its standalone rewrite when reformulation is on (a
+        follow-up such as "which of those is quickest?" becomes a question that retrieval can match)."""
+        if not (req.reformulate if req.reformulate is not None else self.settings.reformulate):
+            return split.user_prompt, None
+        reformulation = await reformulate_query(self.llm, self.settings, split.user_prompt, split.history)
+        return reformulation.query, reformulation
+
+    async def _budget_and_retrieve(self, req: ChatCompletionRequest, target: Target, split: MessageSplit,
+                                   query: str, messages: list[dict]) -> tuple[TokenBudget, list, dict[str, float]]:
+        """The token budget of ``messages`` (what goes upstream) and the retrieved nodes. When ``top_k``
+        cannot depend on the prompt's length (small windows), the search runs while the tokens are counted."""
         window = await self.llm.context_window()
         t_retrieve = time.perf_counter()
         retrieval = None
         if window / self.settings.node_token_approximation <= MIN_TOP_K:
-            # top_k is MIN_TOP_K whatever the prompt's length: search while the tokens are counted.
             retrieval = asyncio.ensure_future(self._retrieve(req, target, query, MIN_TOP_K))
             retrieval.add_done_callback(lambda t: t.cancelled() or t.exception())  # never "never retrieved"
         t_count = time.perf_counter()
         try:
             prompt_tokens, query_tokens = await asyncio.gather(
-                self.llm.count_tokens(req.messages), self.llm.count_tokens(split.user_prompt)
+                self.llm.count_tokens(messages), self.llm.count_tokens(split.user_prompt)
             )
             budget = plan_budget(
                 window=window, prompt_tokens=prompt_tokens, query_tokens=query_tokens,
@@ -128,28 +182,23 @@ class ChatService:
             t_retrieve = time.perf_counter()
             retrieval = self._retrieve(req, target, query, budget.top_k)
         nodes = await retrieval
-        retrieve_s = time.perf_counter() - t_retrieve
+        return budget, nodes, {"tokens": count_s, "retrieve": time.perf_counter() - t_retrieve}
+
+    async def _select(self, nodes: list, budget: TokenBudget, timing: dict[str, float]) -> Selection:
+        """Nodes above the similarity threshold, then the greedy fill of the context budget."""
+        t_select = time.perf_counter()
         threshold = self.settings.similarity_threshold
         candidates = [n for n in nodes if (n.score or 0.0) >= threshold] if threshold else list(nodes)
-        t_select = time.perf_counter()
-        counts = dict(zip((n.text for n in candidates), await self.llm.count_tokens_many([n.text for n in candidates])))
+        texts = [n.text for n in candidates]
+        counts = dict(zip(texts, await self.llm.count_tokens_many(texts), strict=True))
         selected = select_context(candidates, budget.context_budget, counts.__getitem__, threshold)
-        context_tokens = sum(counts[n.text] for n in selected)
-        max_tokens = reply_max_tokens(budget, context_tokens)
-        info = RagInfo(
-            applied=bool(selected), reason=None if selected else "no_context", index_name=target.index_name,
-            top_k=budget.top_k, retrieved=len(nodes), selected=len(selected), context_tokens=context_tokens,
-            context_budget=budget.context_budget, prompt_tokens=prompt_tokens, max_tokens=max_tokens,
-            max_tokens_requested=budget.max_tokens_requested, token_counter=self.llm.tokens.method,
-            query_used=query, reformulation=reformulation.to_dict() if reformulation else None,
-        )
-        timing = {"tokens": count_s, "retrieve": retrieve_s, "select": time.perf_counter() - t_select}
-        if not selected:
-            # The seed: nothing relevant fits → the request goes to the LLM as sent.
-            return await self._passthrough(body, req, target, info, t0, fallback_nodes=candidates[:5], timing=timing)
-        if not self.llm.configured:
-            return self._extractive(req, target, info, selected, NO_LLM, t0, query=query)
+        timing["select"] = time.perf_counter() - t_select
+        return Selection(candidates, selected, sum(counts[n.text] for n in selected))
 
+    async def _rag_payload(self, body: dict, split: MessageSplit, target: Target, selected: list,
+                           max_tokens: int | None) -> dict[str, Any]:
+        """The upstream request: the caller's body with the context in the system message, the served
+        model's name, and ``max_tokens`` lowered to what is left of the window."""
         payload = upstream_body(body)
         payload["messages"] = build_messages(split.history, split.user_prompt, [n.text for n in selected])
         payload["model"] = target.model or await self.llm.model_name()
@@ -159,14 +208,18 @@ class ChatService:
             for name in ("max_tokens", "max_completion_tokens"):
                 if body.get(name) is not None:
                     payload[name] = max_tokens
+        return payload
+
+    async def _generate(self, req: ChatCompletionRequest, target: Target, info: RagInfo, payload: dict[str, Any],
+                        selected: list, t0: float, query: str, timing: dict[str, float]):
+        """The LLM's answer (JSON or relayed stream) with the sources; extractive when every endpoint fails."""
         sources = [n.to_source_node() for n in selected]
         completion_id = new_completion_id()
-
         if req.stream:
             try:
                 stream = await self.llm.open_stream(payload)
             except LLMUnavailable as exc:
-                return self._extractive(req, target, info, selected, exc.message, t0, query=query)
+                return self._fallback(exc, req, target, info, selected, t0, query=query)
             info.endpoint = stream.endpoint
             model = payload.get("model") or ""
             final = chunk(completion_id, model, int(time.time()), [], source_nodes=sources,
@@ -178,7 +231,7 @@ class ChatService:
         try:
             result = await self.llm.chat(payload)
         except LLMUnavailable as exc:
-            return self._extractive(req, target, info, selected, exc.message, t0, query=query)
+            return self._fallback(exc, req, target, info, selected, t0, query=query)
         info.endpoint = result.endpoint
         out = result.body if isinstance(result.body, dict) else {"response": result.body}
         out.update(id=completion_id, source_nodes=sources, generation_method="llm", rag=info.model_dump(exclude_none=True))
@@ -213,7 +266,7 @@ class ChatService:
         except LLMUnavailable as exc:
             if fallback_nodes is None:
                 raise
-            return self._extractive(req, target, info, fallback_nodes, exc.message, t0)
+            return self._fallback(exc, req, target, info, fallback_nodes, t0)
         if req.stream:
             info.endpoint = stream.endpoint
             final = None
@@ -230,6 +283,14 @@ class ChatService:
         return self._json(out, t0, "passthrough", llm_s=result.elapsed_s, endpoint=result.endpoint, timing=timing)
 
     # --- extractive fallback ----------------------------------------------------------------------
+    def _fallback(self, exc: LLMUnavailable, req: ChatCompletionRequest, target: Target, info: RagInfo, nodes: list,
+                  t0: float, *, query: str | None = None):
+        """Every endpoint failed or refused: the extractive answer (the reason in ``fallback_reason``), or
+        the upstream error itself when ``extractive_fallback`` is off."""
+        if not self.settings.extractive_fallback:
+            raise exc
+        return self._extractive(req, target, info, nodes, fallback_reason(exc), t0, query=query)
+
     def _extractive(self, req: ChatCompletionRequest, target: Target, info: RagInfo, nodes: list, reason: str, t0: float,
                     *, query: str | None = None):
         log.info("answering extractively: %s", reason)
@@ -243,28 +304,28 @@ class ChatService:
                  "rag": info.model_dump(exclude_none=True)}
         if req.stream:
             final = chunk(completion_id, model, int(time.time()), [], **extra)
-            on_first = lambda: metrics.observe_rag_ttft(time.perf_counter() - t0, "extractive")  # noqa: E731
+            on_first = lambda: RAG_TTFT_SECONDS.labels("extractive").observe(time.perf_counter() - t0)  # noqa: E731
             return StreamOutcome(extractive_stream(text, completion_id=completion_id, model=model, n=n, final=final,
                                                    on_first=on_first))
-        completion = estimate_tokens(text)
-        out = {
-            "id": completion_id, "object": "chat.completion", "created": int(time.time()), "model": model,
-            "choices": [{"index": i, "message": {"role": "assistant", "content": text}, "finish_reason": "stop",
-                         "logprobs": None} for i in range(n)],
-            "usage": {"prompt_tokens": info.prompt_tokens or 0, "completion_tokens": completion * n,
-                      "total_tokens": (info.prompt_tokens or 0) + completion * n},
-            **extra,
-        }
+        completion, prompt = estimate_tokens(text) * n, info.prompt_tokens or 0
+        out = ChatCompletionResponse(
+            id=completion_id, model=model, source_nodes=sources, fallback_reason=reason,
+            generation_method="extractive_fallback",
+            choices=[Choice(index=i, message=ChatMessage(role="assistant", content=text), finish_reason="stop")
+                     for i in range(n)],
+            usage=Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion),
+        ).model_dump(exclude={"rag"})
+        out["rag"] = extra["rag"]  # only the fields that apply, as in every other answer
         return self._json(out, t0, "extractive")
 
     # --- helpers ----------------------------------------------------------------------------------
     def _json(self, out: dict, t0: float, mode: str, *, llm_s: float = 0.0, endpoint: str | None = None,
               timing: dict | None = None) -> JSONOutcome:
         total = time.perf_counter() - t0
-        metrics.observe_rag_ttft(total, mode)
+        RAG_TTFT_SECONDS.labels(mode).observe(total)
         parts = [f"engine;dur={_ms(total - llm_s)}"]
         if endpoint is not None:
-            metrics.observe_llm_ttft(llm_s, endpoint)
+            LLM_TTFT_SECONDS.labels(endpoint).observe(llm_s)
             parts.append(f"llm;dur={_ms(llm_s)}")
         for name, seconds in (timing or {}).items():
             parts.append(f"{name};dur={_ms(seconds)}")
@@ -272,7 +333,7 @@ class ChatService:
 
     def _first_token_observer(self, t0: float, stream, mode: str):
         def observe() -> None:
-            metrics.observe_rag_ttft(time.perf_counter() - t0, mode)
+            RAG_TTFT_SECONDS.labels(mode).observe(time.perf_counter() - t0)
             if stream.first_chunk_s is not None:
-                metrics.observe_llm_ttft(stream.first_chunk_s, stream.endpoint)
+                LLM_TTFT_SECONDS.labels(stream.endpoint).observe(stream.first_chunk_s)
         return observe

@@ -1,4 +1,4 @@
-"""Server-sent events for chat completions: framing and relays (pure string building, no I/O).
+"""Server-sent events for chat completions: relays of chunks (framing in ``protocol.sse``).
 
 The wire is OpenAI's: ``data: <chat.completion.chunk JSON>\\n\\n`` ... ``data: [DONE]\\n\\n``. A failure
 after the 200 went out becomes one error event (OpenAI's error shape) followed by ``[DONE]``, since the
@@ -7,30 +7,18 @@ status line can no longer change (vLLM does the same).
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from ragengine.errors import EngineError
+from ragengine.protocol.sse import DONE, error_object, frame
 
 log = logging.getLogger(__name__)
 
-DONE = "data: [DONE]\n\n"
-SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-
-
-def sse(data: dict[str, Any]) -> str:
-    return f"data: {json.dumps(data, separators=(',', ':'), ensure_ascii=False)}\n\n"
-
 
 def error_event(exc: BaseException) -> str:
-    if isinstance(exc, EngineError):
-        status, message, kind = exc.status_code, exc.message, exc.error_type
-    else:
-        status, message, kind = 500, f"Stream failed: {exc.__class__.__name__}: {exc}", "internal_error"
-    return sse({"error": {"message": message, "type": kind, "code": status, "param": None}})
+    return frame({"error": error_object(exc)})
 
 
 def chunk(completion_id: str, model: str, created: int, choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
@@ -61,12 +49,12 @@ async def relay(
                 first = False
                 if on_first:
                     on_first()
-            yield sse(item)
+            yield frame(item)
         last = final() if final else None
         if last is not None:
             if not last.get("id") and last_id:
                 last["id"] = last_id  # pass-through: the upstream's id
-            yield sse(last)
+            yield frame(last)
     except Exception as exc:
         log.warning("chat stream failed after start: %s", exc)
         yield error_event(exc)
@@ -90,9 +78,10 @@ async def extractive_stream(
     if on_first:
         on_first()
     for i in range(n):
-        yield sse(chunk(completion_id, model, created, [{"index": i, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]))
+        start = {"index": i, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
+        yield frame(chunk(completion_id, model, created, [start]))
         for piece in text_pieces(text):
-            yield sse(chunk(completion_id, model, created, [{"index": i, "delta": {"content": piece}, "finish_reason": None}]))
-        yield sse(chunk(completion_id, model, created, [{"index": i, "delta": {}, "finish_reason": "stop"}]))
-    yield sse(final)
+            yield frame(chunk(completion_id, model, created, [{"index": i, "delta": {"content": piece}, "finish_reason": None}]))
+        yield frame(chunk(completion_id, model, created, [{"index": i, "delta": {}, "finish_reason": "stop"}]))
+    yield frame(final)
     yield DONE

@@ -6,16 +6,16 @@ message) is counted as chat messages; what is left of the context window is spli
 answer (``max_tokens`` when the caller set it, else ``1 - context_token_ratio`` of the free space)
 and context. History is dropped oldest-first when the fixed part alone does not fit. Inline files
 are truncated to what is left, then retrieved chunks fill the rest (chat's ``select_context``:
-relevance order, threshold, skip what does not fit). The budget is shared across tool calls.
+relevance order, threshold, skip what does not fit; ``rag.context``). The budget is shared across tool calls.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ragengine.chat.context import select_context
 from ragengine.conversations.prompting import InlineDoc, build_messages
 from ragengine.errors import BadRequest
+from ragengine.rag.context import select_context
 
 PER_BLOCK_OVERHEAD = 12  # the "[n] (file, page)" header and separators around each context block
 MIN_ANSWER_TOKENS = 64
@@ -79,7 +79,7 @@ class Budget:
         texts = [n.text for n in nodes]
         many = getattr(self.llm, "count_tokens_many", None)
         counts = await many(texts) if many else [await self.llm.count_tokens(t) for t in texts]
-        table = {t: c + PER_BLOCK_OVERHEAD for t, c in zip(texts, counts)}
+        table = {t: c + PER_BLOCK_OVERHEAD for t, c in zip(texts, counts, strict=True)}
         chosen = select_context(nodes, self.remaining, table.__getitem__, self.settings.similarity_threshold)
         self.remaining -= sum(table[n.text] for n in chosen)
         return chosen

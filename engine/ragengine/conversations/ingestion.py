@@ -1,11 +1,12 @@
 """Background ingestion of uploaded files: ``uploaded`` → ``processing`` → ``completed`` | ``failed``.
 
-Uploads are written to ``<data_dir>/uploads/<file_id>`` and queued; one worker (embedding is CPU
-bound, more would only contend) parses, stores the extracted text (used inline until the file is
-searchable) and adds the parts to the conversation index in batches, updating ``progress`` after
-each. Any error ends the file as ``failed`` with the reason; nothing is left ``processing``: on start
-the files found ``uploaded`` or ``processing`` (a crash or restart mid-way) are queued again, and a
-re-run first deletes the file's earlier documents (document ids are deterministic).
+Uploads are parsed when accepted (the extracted text is stored at once, so a file is usable inline
+from that moment, even while it waits in the queue), written to ``<data_dir>/uploads/<file_id>`` and
+queued; ``settings.ingestion_workers`` workers (2 by default, so one large file does not starve the
+rest) add the parts to the conversation index in batches, updating ``progress`` after each. Any
+error ends the file as ``failed`` with the reason; nothing is left ``processing``: on start the files
+found ``uploaded`` or ``processing`` (a crash or restart mid-way) are queued again, and a re-run
+first deletes the file's earlier documents (document ids are deterministic).
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from ragengine.conversations import metrics
 from ragengine.conversations.store import FileInfo, SessionStore
 from ragengine.conversations.uploads import CANONICAL, ParseError, Part, detect_kind, extract
 from ragengine.errors import EngineError, PayloadTooLarge
+from ragengine.metrics import FILES_INGESTED
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +36,7 @@ class IngestionWorker:
         self.index_name = settings.conversation_index
         self.dir = Path(settings.data_dir) / "uploads"
         self.queue: asyncio.Queue[str] = asyncio.Queue()
-        self._task: asyncio.Task | None = None
+        self._tasks: list[asyncio.Task] = []
         self._busy = 0
 
     async def start(self) -> None:
@@ -44,13 +45,15 @@ class IngestionWorker:
             for f in await self.store.list_files(status=status, limit=100_000):
                 log.info("re-queueing %s file %s after restart", status, f.id)
                 self.queue.put_nowait(f.id)
-        self._task = asyncio.create_task(self._run(), name="conversation-ingestion")
+        self._tasks = [asyncio.create_task(self._run(), name=f"conversation-ingestion-{i}")
+                       for i in range(self.settings.ingestion_workers)]
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+                await task
 
     async def idle(self, timeout_s: float = 60.0) -> None:
         """Wait until the queue is drained (tests and benchmarks)."""
@@ -66,8 +69,14 @@ class IngestionWorker:
         if len(data) > self.settings.max_upload_bytes:
             raise PayloadTooLarge(f"The file is {len(data)} bytes; the limit is {self.settings.max_upload_bytes}.")
         kind = detect_kind(data, filename, content_type)
+        try:  # now, not in the queue: the text goes inline until the file is searchable
+            text, _ = await asyncio.to_thread(extract, data, kind)
+        except ParseError:
+            text = None  # the worker records the reason (the file ends "failed")
+        if text is not None and len(text) > self.settings.max_document_chars:
+            text = None
         info = await self.store.create_file(filename=filename or "upload", content_type=CANONICAL[kind],
-                                            size_bytes=len(data))
+                                            size_bytes=len(data), text=text)
         await asyncio.to_thread(self._path(info.id).write_bytes, data)
         self.queue.put_nowait(info.id)
         return info
@@ -118,7 +127,7 @@ class IngestionWorker:
 
     async def _fail(self, file_id: str, reason: str) -> None:
         log.warning("file %s failed: %s", file_id, reason)
-        metrics.FILES_INGESTED.labels("failed").inc()
+        FILES_INGESTED.labels("failed").inc()
         with contextlib.suppress(EngineError):
             await self.store.update_file(file_id, status="failed", reason=reason)
         with contextlib.suppress(FileNotFoundError):
@@ -147,7 +156,7 @@ class IngestionWorker:
             progress = PARSE_SHARE + (1 - PARSE_SHARE) * (start + len(batch)) / len(parts)
             await self.store.update_file(info.id, progress=round(progress, 4), doc_ids=done_ids)
         await self.store.update_file(info.id, status="completed", progress=1.0, documents=len(done_ids), doc_ids=done_ids)
-        metrics.FILES_INGESTED.labels("completed").inc()
+        FILES_INGESTED.labels("completed").inc()
         with contextlib.suppress(FileNotFoundError):
             self._path(info.id).unlink()
 

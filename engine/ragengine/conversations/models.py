@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from sqlalchemy import JSON, DateTime, Float, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-MAIN_THREAD = "main"
+from ragengine.protocol.conversations import MAIN_THREAD  # noqa: F401  (re-exported for the store)
 
 
 def new_id(prefix: str) -> str:
@@ -28,7 +28,7 @@ def utcnow() -> datetime:
 
 
 class Base(DeclarativeBase):
-    type_annotation_map = {dict[str, Any]: JSON, datetime: DateTime()}
+    type_annotation_map: ClassVar = {dict[str, Any]: JSON, datetime: DateTime()}
 
 
 class SessionRow(Base):

@@ -55,6 +55,18 @@ def build_messages(instructions: str, context: str | None, history: list[dict[st
     return [system_message(instructions, context), *history, {"role": "user", "content": user_message}]
 
 
-def history_turns(messages: list[Any]) -> list[dict[str, str]]:
-    """Stored messages → OpenAI turns (user/assistant only; empty ones dropped)."""
-    return [{"role": m.role, "content": m.content} for m in messages if m.role in ("user", "assistant") and m.content]
+def history_turns(messages: list[Any], *, reformulated: bool = False) -> list[dict[str, str]]:
+    """Stored messages → OpenAI turns (user/assistant only; empty ones dropped). With ``reformulated``, a
+    user message whose answer was given to its standalone rewrite appears as that rewrite (the seed keeps
+    the reformulated question in the history; the stored message keeps the user's words)."""
+    turns = []
+    for i, m in enumerate(messages):
+        if m.role not in ("user", "assistant") or not m.content:
+            continue
+        content = m.content
+        if reformulated and m.role == "user" and i + 1 < len(messages) and messages[i + 1].role == "assistant":
+            ref = (messages[i + 1].metadata or {}).get("reformulation") or {}
+            if ref.get("reformulated") and ref.get("query"):
+                content = ref["query"]
+        turns.append({"role": m.role, "content": content})
+    return turns

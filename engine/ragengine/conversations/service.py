@@ -14,13 +14,11 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from typing import Any
 
-from ragengine.chat.extractive import NO_ANSWER, extractive_answer
-from ragengine.conversations import metrics
 from ragengine.conversations.budget import Budget
 from ragengine.conversations.events import event
-from ragengine.conversations.groundedness import assess_groundedness
 from ragengine.conversations.prompting import (
     DEFAULT_SYSTEM_PROMPT,
     TOOLS_SYSTEM_PROMPT,
@@ -29,14 +27,77 @@ from ragengine.conversations.prompting import (
     format_context,
     history_turns,
 )
-from ragengine.conversations.reformulate import reformulate_query
 from ragengine.conversations.tools import Scope, run_tool_loop, scoped_search
+from ragengine.errors import BadRequest, UpstreamError
 from ragengine.index.types import RetrievedNode
-from ragengine.llm.client import LLMUnavailable
-from ragengine.protocol.conversations import MessageRequest
+from ragengine.metrics import GROUNDEDNESS_SCORE, SESSION_MESSAGES, TOOL_CALLS, UNGROUNDED_ANSWERS
+from ragengine.protocol.conversations import MAIN_THREAD, MessageRequest
+from ragengine.rag.extractive import NO_ANSWER, extractive_answer
+from ragengine.rag.groundedness import assess_groundedness
+from ragengine.rag.reformulate import reformulate_query
 
 log = logging.getLogger(__name__)
 ACTIVE = ("uploaded", "processing")
+GENERATION_START = event("generation_start", message="Generating the answer...", generation_method="llm")
+_BACKGROUND: set[asyncio.Task] = set()  # replies stored after the client left (kept referenced until done)
+
+
+def _fallback_reason(exc: UpstreamError) -> str:
+    if exc.status_code < 500:
+        return f"The LLM refused the request (HTTP {exc.status_code}): {exc.message}"
+    return exc.message
+
+
+@dataclass
+class Turn:
+    """One message on its way through the steps; each step reads what the earlier ones set."""
+
+    session_id: str
+    req: MessageRequest
+    started: float
+    session: Any = None
+    user: Any = None  # the stored user message
+    history: list[dict] = field(default_factory=list)
+    thread_id: str = MAIN_THREAD
+    query: str = ""  # what retrieval uses (reformulated or the user's words)
+    prompt: str = ""  # the user message the LLM gets (the standalone question when reformulated, by default)
+    mode: str = "rag"  # the mode that runs: "tools" falls back to "rag" when nothing is searchable yet
+    scope: Scope | None = None
+    budget: Budget | None = None
+    instructions: str = ""
+    inline: list[InlineDoc] = field(default_factory=list)
+    nodes: list = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)  # stored with the reply
+    context_sent: bool = False
+    replied: bool = False  # the assistant message is stored
+
+
+@dataclass
+class Generation:
+    """What the answering steps produced; ``method`` None means no answer yet (the extractive step runs)."""
+
+    answer: str = ""
+    method: str | None = None
+    fallback_reason: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)  # endpoint, model, usage, tool calls, truncation
+    error: UpstreamError | None = None  # why the LLM gave no answer
+
+    def to_meta(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.fallback_reason is not None:
+            out["fallback_reason"] = self.fallback_reason
+        out.update(self.details)
+        if self.method is not None:
+            out["generation_method"] = self.method
+        return out
+
+
+def check_session_index(index_name: str | None, settings: Any) -> None:
+    """A session's knowledge index is searched unscoped, so it may not be the index that holds every
+    conversation's uploads: that would widen the session's scope to other sessions' files."""
+    if index_name is not None and index_name == settings.conversation_index:
+        raise BadRequest(f"index_name '{index_name}' holds the files uploaded to conversations; a session searches "
+                         "its own files there already (scoped). Name a knowledge index instead.", param="index_name")
 
 
 class ConversationService:
@@ -47,154 +108,244 @@ class ConversationService:
         self.llm = llm
         self.embedder = embedder
 
+    @property
+    def llm_ok(self) -> bool:
+        return bool(getattr(self.llm, "configured", False))
+
     async def run(self, session_id: str, req: MessageRequest) -> AsyncIterator[dict]:
-        t0 = time.perf_counter()
-        s = self.settings
-        session = await self.store.get_session(session_id)
-        await self.store.get_thread(session_id, req.thread_id)
+        """The message's events, in the seed's order; the steps below each yield theirs."""
+        turn = Turn(session_id, req, time.perf_counter(), thread_id=req.thread_id,
+                    meta={"mode": req.mode, "query_used": req.content})
+        async for evt in self._open(turn):
+            yield evt
+        gen = Generation()
+        try:
+            for step in (self._reformulate, self._gather_context):
+                async for evt in step(turn):
+                    yield evt
+            async for evt in self._generate(turn, gen):
+                yield evt
+            if gen.method is None:
+                async for evt in self._answer_extractively(turn, gen):
+                    yield evt
+            async for evt in self._complete(turn, gen):
+                yield evt
+        except (asyncio.CancelledError, GeneratorExit):
+            if not turn.replied:  # the client went away: keep what was said, marked as cut short
+                self._store_interrupted(turn, gen)
+            raise
+
+    async def _open(self, t: Turn) -> AsyncIterator[dict]:
+        """Check the session and thread (404s), branch a new thread when asked, attach files, read the
+        history, store the user message."""
+        s, req = self.settings, t.req
+        if req.session_id is not None and req.session_id != t.session_id:
+            raise BadRequest(f"session_id '{req.session_id}' in the body is not the session of the URL.",
+                             param="session_id")
+        t.session = await self.store.get_session(t.session_id)
+        if req.parent_message_id is not None:
+            if "thread_id" in req.model_fields_set and req.thread_id == MAIN_THREAD:
+                raise BadRequest("parent_message_id starts a new thread; it cannot be used with thread_id 'main'.",
+                                 param="parent_message_id")
+            new_id = req.thread_id if "thread_id" in req.model_fields_set else None
+            t.thread_id = (await self.store.create_thread(t.session_id, req.parent_message_id, thread_id=new_id)).id
+        else:
+            await self.store.get_thread(t.session_id, t.thread_id)
         if req.file_ids:
-            await self.store.attach_files(session_id, req.file_ids)
+            await self.store.attach_files(t.session_id, req.file_ids)
         n_history = s.session_history_messages
-        history = history_turns(await self.store.history(session_id, req.thread_id, last=n_history)) if n_history else []
-        user = await self.store.add_message(session_id, req.thread_id, "user", req.content,
-                                            {"file_ids": req.file_ids} if req.file_ids else {})
-        yield event("message_start", session_id=session_id, thread_id=req.thread_id, user_message=user.to_dict())
+        if n_history:
+            stored = await self.store.history(t.session_id, t.thread_id, last=n_history)
+            t.history = history_turns(stored, reformulated=s.reformulated_query_to_llm)
+        t.user = await self.store.add_message(t.session_id, t.thread_id, "user", req.content,
+                                              {"file_ids": req.file_ids} if req.file_ids else {})
+        t.query = t.prompt = req.content
+        yield event("message_start", session_id=t.session_id, thread_id=t.thread_id, user_message=t.user.to_dict())
 
-        meta: dict[str, Any] = {"mode": req.mode, "query_used": req.content}
-        query = req.content
-        if req.mode != "none" and (req.reformulate if req.reformulate is not None else s.reformulate):
-            ref = await reformulate_query(self.llm, s, req.content, history)
-            metrics.record_reformulation(ref)
-            query = meta["query_used"] = ref.query
-            meta["reformulation"] = ref.to_dict()
-            yield event("reformulated", **ref.to_dict())
+    async def _reformulate(self, t: Turn) -> AsyncIterator[dict]:
+        req = t.req
+        if req.mode == "none" or not (req.reformulate if req.reformulate is not None else self.settings.reformulate):
+            return
+        ref = await reformulate_query(self.llm, self.settings, req.content, t.history)
+        t.query = t.meta["query_used"] = ref.query
+        if ref.reformulated and self.settings.reformulated_query_to_llm:
+            t.prompt = ref.query  # the seed: the LLM answers the standalone question; the user's words are stored
+        t.meta["reformulation"] = ref.to_dict()
+        yield event("reformulated", **ref.to_dict())
 
-        files = await self.store.session_files(session_id) if req.mode != "none" else []
-        scope = Scope(s.conversation_index, tuple(f.id for f in files if f.status == "completed"))
+    async def _gather_context(self, t: Turn) -> AsyncIterator[dict]:
+        """Scope, token budget, inline files and (rag mode) retrieved chunks, fitted to the budget."""
+        s, req = self.settings, t.req
+        files = await self.store.session_files(t.session_id) if req.mode != "none" else []
+        t.scope = Scope(s.conversation_index, tuple(f.id for f in files if f.status == "completed"))
         pending = [f for f in files if f.status in ACTIVE and f.text]
-        meta["scope_file_ids"] = list(scope.file_ids)
-        top_k = req.top_k or s.conversation_top_k
-        llm_ok = bool(getattr(self.llm, "configured", False))
-        budget = await Budget.create(self.llm, s, req.max_tokens) if llm_ok else None
-        mode = req.mode
-        if mode == "tools" and not scope.file_ids and llm_ok:
-            mode = "rag"  # nothing searchable yet: a tool round would find nothing; answer from inline text
-            meta["tools_skipped"] = "no completed files in this session"
-        instructions = req.system_prompt or (TOOLS_SYSTEM_PROMPT if mode == "tools" else DEFAULT_SYSTEM_PROMPT)
-        if budget is not None:
-            history = await budget.fit_history(instructions, history, req.content)
-
-        nodes: list = []
+        t.meta["scope_file_ids"] = list(t.scope.file_ids)
+        t.budget = await Budget.create(self.llm, s, req.max_tokens) if self.llm_ok else None
+        t.mode = req.mode
+        if t.mode == "tools" and not t.scope.file_ids and self.llm_ok:
+            t.mode = "rag"  # nothing searchable yet: a tool round would find nothing; answer from inline text
+            t.meta["tools_skipped"] = "no completed files in this session"
+        t.instructions = req.system_prompt or (TOOLS_SYSTEM_PROMPT if t.mode == "tools" else DEFAULT_SYSTEM_PROMPT)
+        if t.budget is not None:
+            t.history = await t.budget.fit_history(t.instructions, t.history, t.prompt)
         if req.mode != "none":
-            yield event("rag_start", message="Retrieving relevant context...", mode=req.mode, query=query,
-                        scope_file_ids=list(scope.file_ids))
-        inline = await budget.fit_inline(pending) if budget is not None else [
+            yield event("rag_start", message="Retrieving relevant context...", mode=req.mode, query=t.query,
+                        scope_file_ids=list(t.scope.file_ids))
+        t.inline = await t.budget.fit_inline(pending) if t.budget is not None else [
             InlineDoc(f.id, f.filename, f.text) for f in pending]
-        if mode == "rag" or (mode == "tools" and not llm_ok):
-            t_r = time.perf_counter()
-            nodes = await self._retrieve(session, scope, query, top_k, meta)
-            if budget is not None:
-                nodes = await budget.fit_nodes(nodes)
-            meta["retrieval_ms"] = round((time.perf_counter() - t_r) * 1000, 2)
-        if mode == "rag" or inline:
-            yield event("context_found", context_chunks=len(nodes), inline_files=[d.file_id for d in inline],
-                        sources=[n.to_source_node() for n in nodes])
-        meta["inline_files"] = [{"file_id": d.file_id, "filename": d.filename, "truncated": d.truncated} for d in inline]
-
-        context = format_context(nodes, inline) if (mode == "rag" or inline) else None
-        messages = build_messages(instructions, context, history, req.content)
-        extra = {k: v for k, v in (("temperature", req.temperature), ("max_tokens", budget.answer_tokens if budget else None)) if v is not None}
-        answer, gen = "", {}
-        if llm_ok:
-            yield event("generation_start", message="Generating the answer...", generation_method="llm")
-            try:
-                if mode == "tools":
-                    async for item in self._tools(scope, messages, extra, top_k, budget, gen):
-                        yield item
-                    nodes = gen.pop("nodes")
-                    answer = gen.pop("answer")
-                    if answer:
-                        yield event("text_chunk", content=answer)
-                    else:  # the model kept calling tools (or said nothing): answer from what it found
-                        gen = {"fallback_reason": "the model gave no answer after its tool calls", **gen}
-                        gen.pop("generation_method")
-                else:
-                    async for piece in self._stream(messages, extra, gen):
-                        answer += piece
-                        yield event("text_chunk", content=piece)
-            except LLMUnavailable as exc:
-                if answer:  # failed mid-stream: keep what was said, say it is cut short
-                    gen.update(generation_method="llm", truncated=True, error=exc.message)
-                else:
-                    gen = {"fallback_reason": exc.message}
-        if not answer and "generation_method" not in gen:
-            reason = gen.get("fallback_reason") or "No LLM is configured."
-            yield event("generation_start", message=f"Answering from the documents: {reason}",
-                        generation_method="extractive_fallback")
-            if mode == "tools" and not nodes and llm_ok:  # tool loop failed before searching
-                nodes = await self._retrieve(session, scope, query, top_k)
-            pool = nodes or [RetrievedNode(d.file_id, d.file_id, d.text, 0.0, {"file_id": d.file_id,
-                                                                                "filename": d.filename}) for d in inline]
-            answer = extractive_answer(query, pool) or (NO_ANSWER if req.mode != "none" else
-                                                         "No language model is available to answer.")
-            gen = {**gen, "generation_method": "extractive_fallback", "fallback_reason": reason, "endpoint": None}
-            yield event("text_chunk", content=answer)
-        meta.update(gen)
-        meta["sources"] = [n.to_source_node() for n in nodes]
-
+        t.meta["inline_files"] = [{"file_id": d.file_id, "filename": d.filename, "truncated": d.truncated}
+                                  for d in t.inline]
+        if t.mode == "tools" and self.llm_ok:
+            return  # the model searches in its tool rounds; context_found follows them
         if req.mode != "none":
-            report = await assess_groundedness(answer, [d.text for d in inline] + [n.text for n in nodes],
-                                               threshold=s.groundedness_threshold, embedder=self.embedder)
+            t_r = time.perf_counter()
+            t.nodes = await self._retrieve(t.session, t.scope, t.query, self._top_k(req), t.meta)
+            if t.budget is not None:
+                t.nodes = await t.budget.fit_nodes(t.nodes)
+            t.meta["retrieval_ms"] = round((time.perf_counter() - t_r) * 1000, 2)
+            yield self._context_found(t)
+
+    def _context_found(self, t: Turn) -> dict:
+        t.context_sent = True
+        return event("context_found", context_chunks=len(t.nodes), inline_files=[d.file_id for d in t.inline],
+                     sources=[n.to_source_node() for n in t.nodes])
+
+    def _top_k(self, req: MessageRequest) -> int:
+        return req.top_k or self.settings.conversation_top_k
+
+    async def _generate(self, t: Turn, gen: Generation) -> AsyncIterator[dict]:
+        """The LLM's answer, streamed as text chunks (tools mode: after the tool rounds). ``generation_start``
+        goes out with the first text, so an LLM that fails before answering leaves only the extractive one."""
+        if not self.llm_ok:
+            return
+        context = format_context(t.nodes, t.inline) if (t.mode == "rag" or t.inline) else None
+        messages = build_messages(t.instructions, context, t.history, t.prompt)
+        extra = {k: v for k, v in (("temperature", t.req.temperature),
+                                   ("max_tokens", t.budget.answer_tokens if t.budget else None)) if v is not None}
+        try:
+            if t.mode == "tools":
+                async for evt in self._tools(t, messages, extra, gen):
+                    yield evt
+            else:
+                async for piece in self._stream(messages, extra, gen):
+                    if not gen.answer:
+                        yield GENERATION_START
+                    gen.answer += piece
+                    yield event("text_chunk", content=piece)
+                if not gen.answer:
+                    yield GENERATION_START  # the model said nothing; the empty answer is still its answer
+        except UpstreamError as exc:  # every endpoint failed or refused (LLMUnavailable), or an unusable reply
+            if gen.answer:  # failed mid-stream: keep what was said, say it is cut short
+                gen.method = "llm"
+                gen.details.update(truncated=True, error=exc.message)
+            else:
+                gen.method, gen.fallback_reason = None, _fallback_reason(exc)
+                gen.details = {k: v for k, v in gen.details.items() if k in ("tool_calls", "tool_iterations")}
+                gen.error = exc
+
+    async def _answer_extractively(self, t: Turn, gen: Generation) -> AsyncIterator[dict]:
+        """No LLM, or it failed before any text: the most relevant sentences of the context (or, with
+        ``extractive_fallback`` off, the error, after an empty reply saying so is stored)."""
+        if gen.error is not None and not self.settings.extractive_fallback:
+            meta = {**t.meta, "generation_method": "none", "fallback_reason": gen.fallback_reason,
+                    "error": gen.error.message}
+            await self.store.add_message(t.session_id, t.thread_id, "assistant", "", meta)
+            t.replied = True
+            raise gen.error
+        reason = gen.fallback_reason or "No LLM is configured."
+        if t.mode == "tools" and not t.nodes and self.llm_ok:  # the tool loop failed before searching
+            t.nodes = await self._retrieve(t.session, t.scope, t.query, self._top_k(t.req))
+        if t.req.mode != "none" and not t.context_sent:
+            yield self._context_found(t)
+        yield event("generation_start", message=f"Answering from the documents: {reason}",
+                    generation_method="extractive_fallback")
+        pool = t.nodes or [RetrievedNode(d.file_id, d.file_id, d.text, 0.0, {"file_id": d.file_id,
+                                                                             "filename": d.filename}) for d in t.inline]
+        gen.answer = extractive_answer(t.query, pool) or (
+            NO_ANSWER if t.req.mode != "none" else "No language model is available to answer.")
+        gen.method, gen.fallback_reason = "extractive_fallback", reason
+        gen.details["endpoint"] = None
+        yield event("text_chunk", content=gen.answer)
+
+    async def _complete(self, t: Turn, gen: Generation) -> AsyncIterator[dict]:
+        """Groundedness (and its disclaimer), metrics, the stored reply and the ``message_complete`` event."""
+        req, meta = t.req, t.meta
+        meta.update(gen.to_meta())
+        meta["sources"] = [n.to_source_node() for n in t.nodes]
+        if req.mode != "none":
+            report = await assess_groundedness(gen.answer, [d.text for d in t.inline] + [n.text for n in t.nodes],
+                                               threshold=self.settings.groundedness_threshold, embedder=self.embedder)
             meta["groundedness"] = report.to_dict(details=req.groundedness_details)
             if report.score is not None:
-                metrics.GROUNDEDNESS_SCORE.labels(req.mode).observe(report.score)
-                if report.flagged:
-                    metrics.UNGROUNDED_ANSWERS.labels(req.mode).inc()
-        metrics.SESSION_MESSAGES.labels(req.mode, meta.get("generation_method", "llm")).inc()
-        meta["total_ms"] = round((time.perf_counter() - t0) * 1000, 2)
-        reply = await self.store.add_message(session_id, req.thread_id, "assistant", answer, meta)
-        yield event("message_complete", session_id=session_id, thread_id=req.thread_id, user_message_id=user.id,
+                GROUNDEDNESS_SCORE.labels(req.mode).observe(report.score)
+            if report.flagged:
+                UNGROUNDED_ANSWERS.labels(req.mode).inc()
+                disclaimer = self.settings.groundedness_disclaimer.strip()
+                meta["groundedness"]["disclaimer"] = bool(disclaimer)
+                if disclaimer:  # the seed: a low-confidence answer carries a disclaimer
+                    piece = ("\n\n" if gen.answer else "") + disclaimer
+                    gen.answer += piece
+                    yield event("text_chunk", content=piece)
+        SESSION_MESSAGES.labels(req.mode, meta.get("generation_method", "llm")).inc()
+        meta["total_ms"] = round((time.perf_counter() - t.started) * 1000, 2)
+        reply = await self.store.add_message(t.session_id, t.thread_id, "assistant", gen.answer, meta)
+        t.replied = True
+        yield event("message_complete", session_id=t.session_id, thread_id=t.thread_id, user_message_id=t.user.id,
                     assistant_message=reply.to_dict(), metadata=meta)
+
+    def _store_interrupted(self, t: Turn, gen: Generation) -> None:
+        """Store the answer so far, flagged ``truncated``, in a task of its own: the request's task is being
+        cancelled (or its generator closed) and can await nothing more."""
+        meta = {**t.meta, **gen.to_meta(), "sources": [n.to_source_node() for n in t.nodes], "truncated": True,
+                "interrupted": "the client disconnected before the answer was complete"}
+        meta.setdefault("generation_method", "llm" if gen.answer else "none")
+        task = asyncio.get_running_loop().create_task(
+            self.store.add_message(t.session_id, t.thread_id, "assistant", gen.answer, meta))
+        _BACKGROUND.add(task)
+        task.add_done_callback(_BACKGROUND.discard)
 
     async def _retrieve(self, session: Any, scope: Scope, query: str, top_k: int, meta: dict | None = None) -> list:
         """The session's files (scoped) plus its knowledge index (if any), best similarity first."""
         found = list(await scoped_search(self.registry, scope, query, top_k))
-        if session.index_name and self.registry.exists(session.index_name):
-            found += await self.registry.retrieve(session.index_name, query, top_k)
-        elif session.index_name and meta is not None:
-            meta["index_missing"] = session.index_name  # created later, or deleted: not an error
-        if session.index_name:  # two result lists: merge on the shared [0, 1] cosine scale
-            found.sort(key=lambda n: n.score, reverse=True)
+        knowledge = session.index_name
+        if knowledge == self.settings.conversation_index:  # a session stored before that was refused
+            knowledge = None
+        if knowledge and self.registry.exists(knowledge):
+            found += await self.registry.retrieve(knowledge, query, top_k)
+        elif knowledge and meta is not None:
+            meta["index_missing"] = knowledge  # created later, or deleted: not an error
+        found.sort(key=lambda n: n.score, reverse=True)  # the seed's order; two lists merge on one cosine scale
         return found[:top_k]
 
-    async def _stream(self, messages: list[dict], extra: dict, gen: dict) -> AsyncIterator[str]:
+    async def _stream(self, messages: list[dict], extra: dict, gen: Generation) -> AsyncIterator[str]:
         payload = {**extra, "messages": messages}
         model = await self.llm.model_name()
         if model:
             payload["model"] = model
         stream = await self.llm.open_stream(payload)
-        gen.update(generation_method="llm", endpoint=stream.endpoint, model=model)
+        gen.method = "llm"
+        gen.details.update(endpoint=stream.endpoint, model=model)
         async for chunk in stream:
             for choice in chunk.get("choices") or []:
                 piece = (choice.get("delta") or {}).get("content")
                 if piece:
                     yield piece
             if chunk.get("usage"):
-                gen["usage"] = chunk["usage"]
+                gen.details["usage"] = chunk["usage"]
 
-    async def _tools(self, scope: Scope, messages: list[dict], extra: dict, top_k: int, budget: Any,
-                     gen: dict) -> AsyncIterator[dict]:
-        # The loop runs as a task so each executed tool call is streamed as it happens.
+    async def _tools(self, t: Turn, messages: list[dict], extra: dict, gen: Generation) -> AsyncIterator[dict]:
+        """The tool loop, each executed call streamed as it happens (the loop runs as a task feeding a queue)."""
         queue: asyncio.Queue = asyncio.Queue()
 
         async def on_call(record: dict) -> None:
-            metrics.TOOL_CALLS.inc()
+            TOOL_CALLS.inc()
             await queue.put(record)
 
-        select = budget.fit_nodes if budget is not None else None
+        select = t.budget.fit_nodes if t.budget is not None else None
         task = asyncio.create_task(run_tool_loop(
-            self.llm, self.registry, scope, messages, max_iterations=self.settings.tool_max_iterations,
-            default_top_k=top_k, max_top_k=self.settings.max_top_k, extra=extra, on_call=on_call, select=select))
+            self.llm, self.registry, t.scope, messages, max_iterations=self.settings.tool_max_iterations,
+            default_top_k=self._top_k(t.req), max_top_k=self.settings.max_top_k, extra=extra, on_call=on_call,
+            select=select, default_query=t.query))
         try:
             while not task.done() or not queue.empty():
                 getter = asyncio.ensure_future(queue.get())
@@ -207,6 +358,13 @@ class ConversationService:
         finally:
             if not task.done():
                 task.cancel()
-        yield event("context_found", context_chunks=len(result.nodes), sources=[n.to_source_node() for n in result.nodes])
-        gen.update(generation_method="llm_tools", endpoint=result.endpoint, tool_calls=result.calls,
-                   tool_iterations=result.iterations, usage=result.usage, nodes=result.nodes, answer=result.answer)
+        t.nodes = result.nodes
+        yield self._context_found(t)
+        gen.details.update(endpoint=result.endpoint, tool_calls=result.calls, tool_iterations=result.iterations,
+                           usage=result.usage)
+        if result.answer:
+            gen.answer, gen.method = result.answer, "llm_tools"
+            yield GENERATION_START
+            yield event("text_chunk", content=result.answer)
+        else:  # the model kept calling tools (or said nothing): answer from what it found
+            gen.fallback_reason = "the model gave no answer after its tool calls"

@@ -41,7 +41,7 @@ from ragengine.conversations.records import (  # noqa: F401  (re-exported for ca
     _thread,
     iso,
 )
-from ragengine.errors import BadRequest, NotFound
+from ragengine.errors import BadRequest, Conflict, NotFound
 
 T = TypeVar("T")
 MAX_THREAD_DEPTH = 64
@@ -158,13 +158,17 @@ class SessionStore:
             return _message(row)
         return await self._run(fn)
 
-    async def create_thread(self, session_id: str, parent_message_id: str, *, title: str | None = None) -> ThreadInfo:
+    async def create_thread(self, session_id: str, parent_message_id: str, *, title: str | None = None,
+                            thread_id: str | None = None) -> ThreadInfo:
+        """A thread branching after ``parent_message_id``; ``thread_id`` names it (409 if taken), else generated."""
         def fn(s: Session) -> ThreadInfo:
             self._get_session(s, session_id)
             parent = s.scalar(select(MessageRow).where(MessageRow.id == parent_message_id))
             if parent is None or parent.session_id != session_id:
                 raise NotFound(f"No such message: '{parent_message_id}' in session '{session_id}'.")
-            row = ThreadRow(session_id=session_id, id=new_id("thr"), parent_thread_id=parent.thread_id,
+            if thread_id is not None and s.get(ThreadRow, (session_id, thread_id)) is not None:
+                raise Conflict(f"Thread '{thread_id}' already exists in session '{session_id}'.", param="thread_id")
+            row = ThreadRow(session_id=session_id, id=thread_id or new_id("thr"), parent_thread_id=parent.thread_id,
                             parent_message_id=parent.id, title=title)
             s.add(row)
             s.flush()

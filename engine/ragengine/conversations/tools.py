@@ -8,8 +8,9 @@ string formatting, so an id such as ``x' OR file_id != '`` widens the search; he
 and never parsed, and a tool call's other arguments (``file_ids``, ``filters``, ``index``...) are
 ignored and reported, never applied. An empty scope means no search at all, not an unfiltered one.
 
-The loop is manual and bounded: at most ``max_iterations`` rounds of tool calls, then one last call
-without tools so the model must answer.
+The loop is manual and bounded: at most ``max_iterations`` rounds of tool calls (1 by default: the
+seed's single round), then one last call without tools (the seed's ``tools=None``) so the model must
+answer.
 """
 
 from __future__ import annotations
@@ -66,8 +67,9 @@ class SearchArgs:
     error: str | None = None
 
 
-def parse_tool_arguments(raw: Any, *, default_top_k: int, max_top_k: int) -> SearchArgs:
-    """Keep only ``query`` and ``top_k`` (clamped); everything else is reported in ``ignored``."""
+def parse_tool_arguments(raw: Any, *, default_top_k: int, max_top_k: int, default_query: str = "") -> SearchArgs:
+    """Keep only ``query`` and ``top_k`` (clamped); everything else is reported in ``ignored``. A missing or
+    empty query searches ``default_query`` (the user's message, as the seed does)."""
     if isinstance(raw, str):
         try:
             args = json.loads(raw) if raw.strip() else {}
@@ -79,6 +81,8 @@ def parse_tool_arguments(raw: Any, *, default_top_k: int, max_top_k: int) -> Sea
         return SearchArgs("", 0, error="arguments must be a JSON object")
     ignored = sorted(k for k in args if k not in ALLOWED_ARGS)
     query = args.get("query")
+    if query is None or (isinstance(query, str) and not query.strip()):
+        query = default_query
     if not isinstance(query, str) or not query.strip():
         return SearchArgs("", 0, ignored, error="'query' must be a non-empty string")
     top_k = args.get("top_k", default_top_k)
@@ -123,11 +127,12 @@ def _add_usage(total: dict[str, int], body: dict) -> None:
 
 async def run_tool_loop(llm: Any, registry: Any, scope: Scope, messages: list[dict], *, max_iterations: int,
                         default_top_k: int, max_top_k: int, extra: dict | None = None,
-                        on_call: Any = None, select: Any = None) -> ToolLoopResult:
+                        on_call: Any = None, select: Any = None, default_query: str = "") -> ToolLoopResult:
     """The manual loop: call the LLM with the tool, run its calls inside ``scope``, repeat, answer.
 
     ``messages`` is not modified. ``on_call`` (async, optional) receives each executed call's record,
-    for progress events; ``select`` (async, optional) trims each call's results to the token budget. Raises ``UpstreamError``/``LLMUnavailable`` from the client unchanged.
+    for progress events; ``select`` (async, optional) trims each call's results to the token budget.
+    Raises ``UpstreamError``/``LLMUnavailable`` from the client unchanged.
     """
     convo = list(messages)
     base = dict(extra or {})
@@ -156,7 +161,7 @@ async def run_tool_loop(llm: Any, registry: Any, scope: Scope, messages: list[di
             return ToolLoopResult(answer, list(nodes_by_id.values()), calls, endpoint, iteration, usage)
         convo.append({"role": "assistant", "content": message.get("content"), "tool_calls": tool_calls})
         for call in tool_calls:
-            record = await _execute(call, registry, scope, default_top_k, max_top_k, nodes_by_id, select)
+            record = await _execute(call, registry, scope, default_top_k, max_top_k, nodes_by_id, select, default_query)
             calls.append(record["log"])
             convo.append(record["message"])
             if on_call is not None:
@@ -165,7 +170,7 @@ async def run_tool_loop(llm: Any, registry: Any, scope: Scope, messages: list[di
 
 
 async def _execute(call: dict, registry: Any, scope: Scope, default_top_k: int, max_top_k: int,
-                   nodes_by_id: dict[str, Any], select: Any = None) -> dict:
+                   nodes_by_id: dict[str, Any], select: Any = None, default_query: str = "") -> dict:
     call_id = str(call.get("id") or f"call_{len(nodes_by_id)}")
     fn = call.get("function") or {}
     name = fn.get("name")
@@ -174,7 +179,8 @@ async def _execute(call: dict, registry: Any, scope: Scope, default_top_k: int, 
         log_entry["error"] = f"unknown tool {name!r}"
         content = json.dumps({"error": f"Unknown tool {name!r}; the only tool is {TOOL_NAME}."})
     else:
-        args = parse_tool_arguments(fn.get("arguments"), default_top_k=default_top_k, max_top_k=max_top_k)
+        args = parse_tool_arguments(fn.get("arguments"), default_top_k=default_top_k, max_top_k=max_top_k,
+                                    default_query=default_query)
         log_entry.update(query=args.query, top_k=args.top_k, ignored_arguments=args.ignored)
         if args.error:
             log_entry["error"] = args.error

@@ -3,9 +3,11 @@
 Endpoints are ``settings.llm_url`` then each of ``settings.llm_fallback_urls``. A connection error is
 retried ``llm_retries`` times on the same endpoint (nothing was sent, so it is safe); a 5xx or a
 timeout moves on to the next endpoint; an endpoint that failed is tried last for ``COOLDOWN_S``, so a
-dead primary does not cost every request a connect attempt. Upstream 4xx answers are the caller's
-problem and come back as ``UpstreamError`` with the upstream status and message (401, 400, 404,
-429 ...). When every endpoint failed: ``LLMUnavailable`` (502, or 504 when the last one timed out).
+dead primary does not cost every request a connect attempt. An upstream
+4xx (401 bad key, 429 rate limit, 400 context overflow ...) also moves on along the chain. When every
+endpoint failed: ``LLMUnavailable``, with the upstream status and message when they all refused with
+a 4xx, else 502 (504 when the last one timed out); callers answering RAG requests fall back to the
+extractive answer on it.
 
 Streams fail over only before the first byte: once a chunk has been forwarded, a failure is the
 stream's to report.
@@ -67,7 +69,7 @@ class LLMStream:
                 try:
                     chunk = json.loads(data)
                 except ValueError:
-                    raise UpstreamError(f"LLM at {self.endpoint} sent a malformed stream event: {data[:200]!r}")
+                    raise UpstreamError(f"LLM at {self.endpoint} sent a malformed stream event: {data[:200]!r}") from None
                 if isinstance(chunk, dict) and "error" in chunk and "choices" not in chunk:
                     status, message = _error_of(chunk, 502)
                     raise UpstreamError(f"LLM stream failed: {message}", status_code=status)
@@ -75,9 +77,9 @@ class LLMStream:
                     self.first_chunk_s = time.perf_counter() - self.started
                 yield chunk
         except httpx.TimeoutException:
-            raise LLMUnavailable(f"LLM at {self.endpoint} stopped sending (read timeout).", status_code=504)
+            raise LLMUnavailable(f"LLM at {self.endpoint} stopped sending (read timeout).", status_code=504) from None
         except httpx.HTTPError as exc:
-            raise LLMUnavailable(f"LLM stream from {self.endpoint} broke: {exc!r}")
+            raise LLMUnavailable(f"LLM stream from {self.endpoint} broke: {exc!r}") from exc
         finally:
             await self.response.aclose()
 
@@ -186,18 +188,13 @@ class LLMClient:
         try:
             body = response.json()
         except ValueError:
-            raise UpstreamError(f"LLM at {endpoint} answered with invalid JSON.")
+            raise UpstreamError(f"LLM at {endpoint} answered with invalid JSON.") from None
         return LLMResult(body=body, endpoint=endpoint, elapsed_s=time.perf_counter() - started)
 
     async def open_stream(self, payload: dict[str, Any]) -> LLMStream:
         """Send a streaming request; returns once upstream answered 200 (errors before that raise)."""
         response, endpoint, started = await self._send({**payload, "stream": True}, stream=True)
         return LLMStream(response, endpoint, started)
-
-    async def stream_chat(self, payload: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
-        stream = await self.open_stream(payload)
-        async for chunk in stream:
-            yield chunk
 
     def _ordered(self) -> list[str]:
         now = time.monotonic()
@@ -208,6 +205,7 @@ class LLMClient:
         if not self.configured:
             raise LLMUnavailable("No LLM is configured (set RAGENGINE_LLM_URL).", status_code=503)
         failures: list[str] = []
+        rejected: tuple[int, str] | None = None  # the last 4xx, when every endpoint refused the request
         timed_out = False
         for endpoint in self._ordered():
             for attempt in range(self.settings.llm_retries + 1):
@@ -232,14 +230,27 @@ class LLMClient:
                         await response.aread()
                         await response.aclose()
                     message = _message_of(response)
-                    if response.status_code < 500:
-                        raise UpstreamError(message, status_code=response.status_code)
                     failure = f"{endpoint}: HTTP {response.status_code}: {message}"
                     timed_out = response.status_code == 504
+                    if response.status_code < 500:
+                        # A 4xx moves on along the chain too (another endpoint may hold a valid key, have
+                        # quota left or a longer window); only a refusal about the endpoint itself
+                        # (401, 403, 429) puts it last for a while, a 400 is about this request.
+                        rejected = (response.status_code, message)
+                        failures.append(failure)
+                        if response.status_code in (401, 403, 429):
+                            self._down_until[endpoint] = time.monotonic() + COOLDOWN_S
+                        log.warning("LLM endpoint refused the request: %s", failure)
+                        break
+                failures.append(failure)
+                self._down_until[endpoint] = time.monotonic() + COOLDOWN_S
+                log.warning("LLM endpoint failed: %s", failure)
                 break
-            failures.append(failure)
-            self._down_until[endpoint] = time.monotonic() + COOLDOWN_S
-            log.warning("LLM endpoint failed: %s", failure)
+        if rejected is not None and all(": HTTP 4" in f for f in failures):
+            # Every endpoint refused: the caller gets the upstream status, and its own words when one
+            # endpoint is configured (OpenAI clients map 400/401/429 to their exception classes).
+            status, message = rejected
+            raise LLMUnavailable(message if len(failures) == 1 else "; ".join(failures), status_code=status)
         raise LLMUnavailable(
             "The LLM is unavailable: " + "; ".join(failures), status_code=504 if timed_out else 502
         )

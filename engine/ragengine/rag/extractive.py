@@ -9,23 +9,11 @@ a sentence from a highly ranked chunk wins ties. Output keeps each chosen senten
 from __future__ import annotations
 
 import math
-import re
 from collections import Counter
 
-_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])|\n{2,}|\n(?=\s*[-*•]\s)")
-_WORD = re.compile(r"[^\W_]+", re.UNICODE)
-_STOP = frozenset(
-    ["a", "an", "and", "are", "as", "at", "be", "but", "by", "can", "do", "does", "for", "from", "has", "have", "how", "i", "if", "in", "into", "is", "it", "its", "me", "my", "of", "on", "or", "our", "so", "that", "the", "their", "them", "then", "there", "these", "they", "this", "to", "was", "we", "what", "when", "where", "which", "who", "why", "will", "with", "would", "you", "your", "about", "tell", "please", "explain", "describe", "give"]
-)
+from ragengine.rag.text import content_words, split_sentences
+
 NO_ANSWER = "I could not find anything relevant to your question in the indexed documents."
-
-
-def _words(text: str) -> list[str]:
-    return [w for w in (m.lower() for m in _WORD.findall(text)) if w not in _STOP and len(w) > 1]
-
-
-def split_sentences(text: str) -> list[str]:
-    return [s.strip() for s in _SENTENCE.split(text) if s and len(s.strip()) > 1]
 
 
 def extractive_answer(query: str, nodes: list, *, max_sentences: int = 3) -> str:
@@ -36,13 +24,13 @@ def extractive_answer(query: str, nodes: list, *, max_sentences: int = 3) -> str
             candidates.append((rank, pos, sentence, float(node.score or 0.0)))
     if not candidates:
         return ""
-    query_words = set(_words(query))
-    doc_freq = Counter(w for _, _, s, _ in candidates for w in set(_words(s)))
+    query_words = set(content_words(query))
+    doc_freq = Counter(w for _, _, s, _ in candidates for w in set(content_words(s)))
     n = len(candidates)
 
     def score(item: tuple[int, int, str, float]) -> float:
         rank, pos, sentence, node_score = item
-        words = set(_words(sentence))
+        words = set(content_words(sentence))
         overlap = sum(math.log(1 + n / doc_freq[w]) for w in words & query_words)
         norm = math.sqrt(len(words)) if words else 1.0
         # Lexical match first; then the chunk's similarity and rank; earlier sentences break ties.

@@ -2,8 +2,9 @@
 
 ``ContextSelector`` is a llama-index node postprocessor (usable in any llama-index query or chat
 engine); ``select_context`` applies the same rule to the engine's ``RetrievedNode`` list. The rule is
-the seed's ContextSelectionProcessor: relevance order, drop chunks below the similarity threshold,
-skip a chunk that does not fit the remaining token budget, keep filling greedily.
+the seed's ContextSelectionProcessor: sort by score (highest first; ties keep the retrieval order),
+drop chunks below the similarity threshold, skip a chunk that does not fit the remaining token
+budget, keep filling greedily. The chosen chunks go into the prompt in that score order.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ log = logging.getLogger(__name__)
 def _greedy(items: Sequence[Any], text_of, score_of, budget: int, count_tokens, threshold: float) -> list[Any]:
     chosen: list[Any] = []
     remaining = budget
-    for item in items:
+    # The seed sorts by score before the fill; the hybrid index returns its fused rank order, in which a
+    # chunk that only BM25 liked can come before a closer one. sorted() is stable: ties keep that order.
+    for item in sorted(items, key=lambda i: score_of(i) or 0.0, reverse=True):
         if remaining <= 0:
             break
         if threshold and (score_of(item) or 0.0) < threshold:
@@ -37,7 +40,7 @@ def _greedy(items: Sequence[Any], text_of, score_of, budget: int, count_tokens, 
 
 
 class ContextSelector(BaseNodePostprocessor):
-    """Threshold + token budget over nodes already in relevance order."""
+    """Score order, threshold and token budget (the seed's rule) over any nodes."""
 
     budget_tokens: int = Field(description="Tokens the selected chunks may use together.")
     similarity_threshold: float = Field(0.0, description="Minimum similarity score in [0, 1].")

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ragengine.errors import UpstreamError
+from ragengine.metrics import REFORMULATE_SECONDS, REFORMULATIONS
 
 log = logging.getLogger(__name__)
 
@@ -114,12 +115,32 @@ def clean_output(raw: str, original: str) -> str | None:
     return text
 
 
+def outcome_of(result: ReformulationResult) -> str:
+    """The metric label of a result: rewritten, unchanged (the LLM kept it), failed or skipped (no call)."""
+    if result.reformulated:
+        return "rewritten"
+    if result.reason and result.reason.startswith("LLM failed"):
+        return "failed"
+    return "unchanged" if result.endpoint else "skipped"
+
+
 async def reformulate_query(llm: Any, settings: Any, user_message: str, history: Iterable[Any], *,
                             system_prompt: str | None = None, last_n: int | None = None) -> ReformulationResult:
     """Rewrite ``user_message`` given ``history``; never raises for LLM trouble (falls back to the message).
 
     ``llm`` is the engine's ``LLMClient`` (``configured``, ``chat(payload) -> LLMResult``, ``model_name()``).
+    Every call is counted in ``ragengine_reformulations_total`` (and timed when the LLM was asked), whichever
+    endpoint (chat completions, sessions, /v1/chat/reformulate) asked for it.
     """
+    result = await _reformulate(llm, settings, user_message, history, system_prompt=system_prompt, last_n=last_n)
+    REFORMULATIONS.labels(outcome_of(result)).inc()
+    if result.endpoint:
+        REFORMULATE_SECONDS.observe(result.latency_ms / 1000)
+    return result
+
+
+async def _reformulate(llm: Any, settings: Any, user_message: str, history: Iterable[Any], *,
+                       system_prompt: str | None, last_n: int | None) -> ReformulationResult:
     original = user_message
     turns = normalise_history(history)
     n = last_n or settings.reformulate_history

@@ -21,35 +21,18 @@ knowledge, not a sentence that reuses the context's words to say something false
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from ragengine.chat.extractive import split_sentences
+from ragengine.rag.text import content_words, split_sentences
 
 LEXICAL_WEIGHT = 0.5
 SENTENCE_THRESHOLD = 0.5
 MIN_WORDS = 2
 MAX_CONTEXT_SENTENCES = 256
 MAX_ANSWER_SENTENCES = 64
-
-_WORD = re.compile(r"[^\W_]+", re.UNICODE)
-_STOP = frozenset(
-    ["a", "an", "and", "are", "as", "at", "be", "been", "but", "by", "can", "could", "do", "does", "did", "for", "from", "had", "has", "have", "how", "i", "if", "in", "into", "is", "it", "its", "me", "my", "of", "on", "or", "our", "so", "that", "the", "their", "them", "then", "there", "these", "they", "this", "those", "to", "was", "we", "were", "what", "when", "where", "which", "who", "why", "will", "with", "would", "you", "your", "about", "also", "any", "all", "not", "no", "yes", "just", "than", "very", "more", "most", "some", "such", "only", "other", "based", "according", "context", "document", "documents", "provided"]
-)
-
-
-def content_words(text: str) -> list[str]:
-    words = []
-    for w in (m.lower() for m in _WORD.findall(text)):
-        if w in _STOP or len(w) < 2:
-            continue
-        if len(w) > 4 and w.endswith("s") and not w.endswith("ss"):
-            w = w[:-1]
-        words.append(w)
-    return words
 
 
 @dataclass
