@@ -67,7 +67,7 @@ def _stop(proc: subprocess.Popen) -> None:
 
 @contextlib.contextmanager
 def engine_process(work_dir: Path, *, settings: dict[str, str] | None = None, llm: bool = True,
-                   start_timeout_s: float = 180.0) -> Iterator[EngineProcess]:
+                   start_timeout_s: float = 600.0) -> Iterator[EngineProcess]:
     """An engine process and its test LLM (none with ``llm=False``: a retrieval-only engine);
     ``settings`` are extra ``--set KEY=VALUE`` engine settings."""
     work_dir.mkdir(parents=True, exist_ok=True)
