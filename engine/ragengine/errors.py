@@ -8,6 +8,8 @@ OpenAI's ``{"error": {"message", "type", "code", "param"}}`` so the official SDK
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -141,7 +143,7 @@ def install_error_handlers(app: FastAPI, settings: EngineSettings) -> None:
         return JSONResponse(body, status_code=exc.status_code, headers=getattr(exc, "headers", None))
 
 
-def _first_param(errors: list[dict]) -> str | None:
+def _first_param(errors: Sequence[Any]) -> str | None:
     """The field or parameter the first validation error names (OpenAI's ``param``), if any."""
     for err in errors:
         names = [str(p) for p in err.get("loc", ()) if p not in ("body", "query", "path", "header", "cookie")]
@@ -150,5 +152,5 @@ def _first_param(errors: list[dict]) -> str | None:
     return None
 
 
-def _jsonable(errors: list[dict]) -> list[dict]:
+def _jsonable(errors: Sequence[Any]) -> list[dict]:
     return [{k: (v if isinstance(v, (str, int, float, list, type(None))) else str(v)) for k, v in e.items()} for e in errors]

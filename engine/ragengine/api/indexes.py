@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 from contextlib import AsyncExitStack
 
 from fastapi import APIRouter, FastAPI, Query, Request
@@ -107,12 +108,12 @@ async def startup(app: FastAPI, settings: EngineSettings, stack: AsyncExitStack)
     from ragengine.embedding import build_embedder
     from ragengine.stores import build_registry
 
-    embedder = getattr(app.state, "embedder", None)
+    embedder: Any = getattr(app.state, "embedder", None)
     if embedder is None:
         embedder = await asyncio.to_thread(build_embedder, settings)
         app.state.embedder = embedder
         stack.callback(embedder.close)
-    reranker = getattr(app.state, "reranker", None)
+    reranker: Any = getattr(app.state, "reranker", None)
     if reranker is None and settings.rerank_model:
         from ragengine.retrieval.rerank import Reranker
 

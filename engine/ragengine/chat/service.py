@@ -180,7 +180,7 @@ class ChatService:
             if retrieval is not None:
                 retrieval.cancel()
             t_retrieve = time.perf_counter()
-            retrieval = self._retrieve(req, target, query, budget.top_k)
+            retrieval = asyncio.ensure_future(self._retrieve(req, target, query, budget.top_k))
         nodes = await retrieval
         return budget, nodes, {"tokens": count_s, "retrieve": time.perf_counter() - t_retrieve}
 

@@ -9,8 +9,8 @@ from datetime import datetime
 from ragengine.conversations.models import FileRow, MessageRow, SessionRow, ThreadRow
 
 
-def iso(value: datetime | None) -> str | None:
-    return value.isoformat(timespec="milliseconds") + "Z" if value else None
+def iso(value: datetime) -> str:
+    return value.isoformat(timespec="milliseconds") + "Z"
 
 
 @dataclass(frozen=True)

@@ -254,6 +254,7 @@ class ConversationService:
             raise gen.error
         reason = gen.fallback_reason or "No LLM is configured."
         if t.mode == "tools" and not t.nodes and self.llm_ok:  # the tool loop failed before searching
+            assert t.scope is not None, "the scope is set when the turn opens"
             t.nodes = await self._retrieve(t.session, t.scope, t.query, self._top_k(t.req))
         if t.req.mode != "none" and not t.context_sent:
             yield self._context_found(t)
@@ -342,6 +343,7 @@ class ConversationService:
             await queue.put(record)
 
         select = t.budget.fit_nodes if t.budget is not None else None
+        assert t.scope is not None, "the scope is set when the turn opens"
         task = asyncio.create_task(run_tool_loop(
             self.llm, self.registry, t.scope, messages, max_iterations=self.settings.tool_max_iterations,
             default_top_k=self._top_k(t.req), max_top_k=self.settings.max_top_k, extra=extra, on_call=on_call,

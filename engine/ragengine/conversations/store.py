@@ -286,7 +286,7 @@ class SessionStore:
             self._get_session(s, session_id)
             gone = s.execute(delete(SessionFileRow).where(SessionFileRow.session_id == session_id,
                                                           SessionFileRow.file_id == file_id))
-            if not gone.rowcount:
+            if not gone.rowcount:  # type: ignore[attr-defined]  # a DELETE's result is a CursorResult
                 raise NotFound(f"File '{file_id}' is not attached to session '{session_id}'.")
         await self._run(fn)
 

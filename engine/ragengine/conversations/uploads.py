@@ -64,7 +64,9 @@ def split_parts(text: str, *, size: int = PART_CHARS) -> list[str]:
     text = text.strip()
     if len(text) <= size:
         return [text] if text else []
-    parts, current, length = [], [], 0
+    parts: list[str] = []
+    current: list[str] = []
+    length = 0
     for para in text.split("\n\n"):
         if length + len(para) > size and current:
             parts.append("\n\n".join(current))

@@ -239,7 +239,8 @@ def headings(text: str) -> list[tuple[int, int, str]]:
 
 def _paths(heads: Sequence[tuple[int, int, str]]) -> list[list[str]]:
     """The section path in force right after each heading (one pass, however many chunks ask)."""
-    out, path = [], []  # path: (level, title)
+    out: list[list[str]] = []
+    path: list[tuple[int, str]] = []  # (level, title)
     for _, level, title in heads:
         while path and path[-1][0] >= level:
             path.pop()

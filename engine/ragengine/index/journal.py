@@ -19,6 +19,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from typing import Any
+
 import numpy as np
 
 log = logging.getLogger(__name__)
@@ -42,9 +44,9 @@ class Record:
 def encode_parts(seq: int, op: dict, vectors: np.ndarray | None) -> list:
     """The record as buffers (header, JSON, vectors) without concatenating the large vector block."""
     meta = json.dumps(op, ensure_ascii=False, separators=(",", ":")).encode()
-    parts = [struct.pack("<I", len(meta)) + meta]
+    parts: list[bytes] = [struct.pack("<I", len(meta)) + meta]
     if vectors is not None and len(vectors):
-        parts.append(memoryview(np.ascontiguousarray(vectors, dtype="<f4")).cast("B"))
+        parts.append(np.ascontiguousarray(vectors, dtype="<f4").tobytes())
     crc = zlib.crc32(struct.pack("<Q", seq))
     for part in parts:
         crc = zlib.crc32(part, crc)
@@ -68,7 +70,7 @@ class Journal:
     def __init__(self, path: Path, dim: int) -> None:
         self.path = path
         self.dim = dim
-        self._fh = None
+        self._fh: Any = None
 
     def open(self) -> None:
         new = not self.path.exists()

@@ -48,7 +48,7 @@ def _dense_and_fuse(state: IndexState, qvec: np.ndarray, query: str, pool: int, 
             _v = state.version
             allowed = state.allowed_mask(f)
             s_slots, s_scores = state.bm25.search(query, pool, state.store.alive, allowed)
-        elif hybrid:
+        elif hybrid and sparse is not None:
             _, s_slots, s_scores = sparse
         allowed = state.allowed_mask(f)
         start = time.perf_counter()

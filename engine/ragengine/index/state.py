@@ -187,6 +187,7 @@ class IndexState:
 
     def chunk(self, slot: int) -> tuple[DocRecord, int, str]:
         rec = self.slot_doc[slot]
+        assert rec is not None, f"slot {slot} is deleted"  # searches never return deleted slots
         i = self.slot_seq[slot]
         return rec, i, rec.chunk_text(i)
 

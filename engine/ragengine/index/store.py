@@ -14,8 +14,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import faiss
+import faiss as _faiss
 import numpy as np
+
+faiss: Any = _faiss  # the SWIG module's stubs miss HNSW search parameters and selectors
 
 log = logging.getLogger(__name__)
 

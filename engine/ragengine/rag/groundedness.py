@@ -61,7 +61,7 @@ class GroundednessReport:
         return [s.text for s in self.sentences if not s.supported]
 
     def to_dict(self, *, details: bool = True) -> dict:
-        out = {"score": None if self.score is None else round(self.score, 4), "flagged": self.flagged,
+        out: dict = {"score": None if self.score is None else round(self.score, 4), "flagged": self.flagged,
                "threshold": self.threshold, "method": self.method,
                "sentences_scored": len(self.sentences), "unsupported_sentences": self.unsupported}
         if details:

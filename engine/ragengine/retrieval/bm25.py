@@ -84,7 +84,7 @@ class BM25Index:
 
     def rebuild(self, items: Iterable[tuple[int, str]]) -> None:
         """Start again from the live chunks (after a compaction renumbered the slots)."""
-        self.__init__(self.k1, self.b)
+        self.__init__(self.k1, self.b)  # type: ignore[misc]  # reset every field in one place
         for slot, text in items:
             self.add(slot, text)
 
