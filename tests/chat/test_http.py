@@ -8,11 +8,11 @@ import httpx
 import pytest
 
 from ragengine.chat.plan import ADDITION_PROMPT_TOKENS, build_messages
-from tests.chat.conftest import DOCS, IN_CONTEXT, FakeRegistry, default_registry, node, tokens
+from tests.chat.conftest import DOCS, FakeRegistry, default_registry, node, tokens
 from tests.llm_server import count_message_tokens
 
 SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
-TEXTS = [d[1] for d in IN_CONTEXT]
+TEXTS = [d[1] for d in DOCS]  # the engine fixture runs with similarity_threshold 0
 
 
 def post(base: str, body, **kw) -> httpx.Response:

@@ -20,13 +20,15 @@ LAYERS: list[tuple[str, ...]] = [
     ("ragengine.errors",),
     ("ragengine.metrics",),
     ("ragengine.protocol",),
-    ("ragengine.rag.text",),  # text primitives: stop words, sentences, content words
+    ("ragengine.rag.text", "ragengine.filetypes"),  # text primitives; files to documents
     ("ragengine.embedding", "ragengine.llm", "ragengine.sample"),
     ("ragengine.retrieval",),
     ("ragengine.index",),
+    ("ragengine.stores",),  # external vector stores: the index API over PostgreSQL / Milvus
     ("ragengine.rag",),
     ("ragengine.chat", "ragengine.conversations"),
-    ("ragengine.auth", "ragengine.api"),
+    ("ragengine.auth",),
+    ("ragengine.api",),
     ("ragengine.app",),
     ("ragengine.cli",),
 ]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 from contextlib import AsyncExitStack
+from typing import Any
 
 from fastapi import APIRouter, FastAPI, Query, Request
 

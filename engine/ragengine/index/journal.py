@@ -18,7 +18,6 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-
 from typing import Any
 
 import numpy as np
