@@ -19,8 +19,9 @@ import numpy as np
 
 from ragengine.embedding.tokens import FastTokenizer
 
-# Tokens per forward pass: with sorted lengths this bounds a batch's activations whatever its length.
-TOKENS_PER_BATCH = 16_384
+# Tokens per forward pass: bounds a batch's activations whatever its length. Measured on 300 passages:
+# 16,384 gave 2.7 texts/s at 1,321 MiB peak, 4,096 gave 5.5 texts/s at 503 MiB (cache-sized batches).
+TOKENS_PER_BATCH = 4_096
 
 
 def cpu_threads() -> int:
