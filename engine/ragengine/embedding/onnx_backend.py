@@ -4,9 +4,13 @@ sentence-transformers files.
 
 Batches are length-bucketed: the texts of one call are tokenized once, sorted by token count and cut
 into batches of similar length, so a batch pads to its longest member and that is nearly every
-member's length (no padding waste); results go back in the caller's order. Threads: ONNX Runtime's
-intra-op pool gets every core this process may use (``bench/bench_engine.py --only threads``
-measures 1 against all).
+member's length (no padding waste); results go back in the caller's order.
+
+Threads: one intra-op thread per session run, measured (docs/performance.md): on this 2-core machine
+under load, 1 thread gave 5.5 passages/s and 12.9 ms query p50 against 4.3 passages/s and 38.3 ms with
+2 threads (and torch: 4.4 passages/s, 475 ms). The document and query executors run side by side, so
+each pass keeping to one core also keeps queries from waiting on an ingestion batch.
+``bench/bench_engine.py``'s ingestion section prints 1 thread against all cores to re-check elsewhere.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import numpy as np
 
 from ragengine.embedding.tokens import FastTokenizer
 
+DEFAULT_THREADS = 1  # measured, see the module docstring
 # Tokens per forward pass: bounds a batch's activations whatever its length. Measured on 300 passages:
 # 16,384 gave 2.7 texts/s at 1,321 MiB peak, 4,096 gave 5.5 texts/s at 503 MiB (cache-sized batches).
 TOKENS_PER_BATCH = 4_096
@@ -44,7 +49,7 @@ class OnnxBackend:
 
         model_dir = Path(model_dir)
         options = ort.SessionOptions()
-        options.intra_op_num_threads = threads or cpu_threads()
+        options.intra_op_num_threads = threads or DEFAULT_THREADS
         options.inter_op_num_threads = 1
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         self.session = ort.InferenceSession(str(onnx_file), options, providers=["CPUExecutionProvider"])
