@@ -37,6 +37,8 @@ $(VENV)/.installed: pyproject.toml hack/install-llm.sh
 	  $(PY) -m pip install -q --disable-pip-version-check uv; }
 	@echo "==> installing ragengine and its dependencies into $(VENV) (first time: a few minutes)"
 	$(UV) pip install --python $(PY) -e '.[dev]'
+	@echo "==> exporting the embedding model to ONNX (the engine's default CPU backend; checked against the model)"
+	$(PY) -m ragengine.embedding.export
 	@echo "==> installing the local LLM (llama-cpp-python + SmolLM2-135M; compiles once, ~4 min)"
 	VENV=$(VENV) bash hack/install-llm.sh
 	@touch $@

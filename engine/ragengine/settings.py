@@ -46,6 +46,7 @@ class EngineSettings(BaseSettings):
     embedding_cache_dir: Path | None = Field(None, description="Where hub models are cached (a volume in a cluster).")
     embedding_batch_size: int = Field(64, ge=1, le=4096, description="Texts per embedding forward pass / HTTP call.")
     device: str = Field("auto", description="'auto', 'cpu' or 'cuda' for embeddings and FAISS.")
+    embedding_backend: Literal["auto", "torch", "onnx"] = Field("auto", description="Local embedding runtime: 'onnx' (ONNX Runtime, no torch), 'torch' (sentence-transformers), 'auto' = ONNX on CPU when an export of the model is installed.")  # noqa: E501
 
     # --- retrieval ---------------------------------------------------------------------------------
     chunk_size: int = Field(0, ge=0, description="Default chunk size in tokens; 0 = the embedding model's maximum.")

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import httpx
 import pytest
 
 from ragengine.llm.tokens import MESSAGE_OVERHEAD_TOKENS, TokenCounter, estimate_tokens
+from tests.chat.conftest import tokens
 
 
 def counter(handler, local=None, roots=("http://llm",)) -> tuple[TokenCounter, list]:
@@ -88,3 +91,80 @@ async def test_unreachable_server_is_not_asked_on_every_call():
 @pytest.mark.parametrize("text, expected", [("", 0), ("abc", 1), ("abcd", 2), ("é" * 3, 2)])
 def test_estimate_is_bytes_over_three(text, expected):
     assert estimate_tokens(text) == expected
+
+
+# --- counts keyed by the served model, shared between concurrent requests -------------------------
+def tokenize_calls(llm) -> list[dict]:
+    return [r["body"] for r in llm.requests if r["path"] == "/tokenize"]
+
+
+async def test_concurrent_requests_share_one_call_per_text(llm_server, fake_llm):
+    """16 requests needing the same 20 uncounted chunks: each text goes to /tokenize once, not 16 times."""
+    _, base = llm_server
+    async with httpx.AsyncClient() as http:
+        async def model_name():
+            return fake_llm.model
+
+        tc = TokenCounter(http, [base], model_name)
+        texts = [f"chunk {i} says , something ; else" for i in range(20)]
+        results = await asyncio.gather(*(tc.count_many(texts + texts[:3]) for _ in range(16)))
+        assert all(r == [tokens(t) for t in texts + texts[:3]] for r in results)
+        assert sorted(c["prompt"] for c in tokenize_calls(fake_llm)) == sorted(texts)
+        fake_llm.reset()
+        assert await tc.count_many(texts) == [tokens(t) for t in texts]
+        assert tokenize_calls(fake_llm) == []  # known counts: no round trip
+
+
+async def test_counts_follow_the_served_model():
+    """A count made for one model is not reused for another: the cache key holds the model's identity."""
+    import json
+
+    served = {"name": "small"}
+
+    def per_model(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        n = len(body["prompt"].split()) * (1 if body["model"] == "small" else 3)
+        return httpx.Response(200, json={"count": n, "max_model_len": 4096, "tokens": list(range(n))})
+
+    calls: list = []
+
+    def handler(request):
+        calls.append(request)
+        return per_model(request)
+
+    async def model_name():
+        return served["name"]
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
+        tc = TokenCounter(http, ["http://llm"], model_name)
+        assert await tc.count_many(["a b", "c d e"]) == [2, 3]
+        served["name"] = "big"
+        assert await tc.count_many(["a b", "c d e"]) == [6, 9]
+        n = len(calls)
+        served["name"] = "small"  # back again: the first model's counts are still known
+        assert await tc.count_many(["a b", "c d e"]) == [2, 3] and len(calls) == n
+
+
+def test_budget_holds_with_counts_far_above_the_estimate(engine, fake_llm):
+    """Punctuation-dense chunks: the served model's tokenizer counts ~2.5x the bytes/3 estimate. The
+    chosen context, prompt and max_tokens still fit the window by the server's own count, and a repeat
+    of the request asks the tokenizer nothing (counts known)."""
+    from tests.chat.conftest import FakeRegistry, node
+    from tests.llm_server import count_message_tokens
+
+    dense = [",".join(f"{chr(97 + (i + j) % 26)}" for j in range(20)) for i in range(30)]
+    assert all(tokens(t) > 2 * estimate_tokens(t) for t in dense)
+    fake_llm.max_model_len = 1000
+    base = engine(FakeRegistry({"docs": [node(f"d{i}", t, 0.9 - i / 100) for i, t in enumerate(dense)]}))
+    body = {"index_name": "docs", "messages": [{"role": "user", "content": "Which letters?"}]}
+    r = httpx.post(f"{base}/v1/chat/completions", json=body, timeout=30)
+    assert r.status_code == 200, r.text
+    sent = fake_llm.last_chat()
+    rag = r.json()["rag"]
+    assert rag["token_counter"] == "vllm" and 0 < rag["selected"] < len(dense)
+    assert sum(estimate_tokens(t) for t in dense) < rag["context_budget"]  # the estimate would take them all
+    assert count_message_tokens(sent["messages"]) <= fake_llm.max_model_len
+    assert rag["context_tokens"] <= rag["context_budget"]
+    fake_llm.reset()
+    r = httpx.post(f"{base}/v1/chat/completions", json=body, timeout=30)
+    assert r.status_code == 200 and tokenize_calls(fake_llm) == []

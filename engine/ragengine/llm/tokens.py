@@ -10,8 +10,13 @@ Sources, best first:
    out smaller, never overflowing the window); it can under-count only unusual input (long digit runs,
    rare scripts), and then the LLM's own length check still answers with its 400.
 
-Exact counts are cached by text (chunk texts repeat across requests); estimates are not cached, so a
-server that comes back is used again.
+Exact counts are cached under (the served model's identity, the text's hash): chunk texts repeat across
+requests, so after a chunk's first use its count costs nothing, and a request whose chunks are known makes
+no tokenizer call for them. When the served model changes (another name from discovery, or a rollout to a
+different model behind the same URL, see ``model_changed``) the old counts no longer match any key and
+are counted again. Concurrent requests that need the same uncounted text share one call (single flight),
+and the texts one request needs are counted concurrently, never one after another. Estimates are not
+cached, so a server that comes back is used again.
 """
 
 from __future__ import annotations
@@ -84,7 +89,9 @@ class TokenCounter:
         self._model_name = model_name
         self._local_path = local_tokenizer
         self._local: Callable[[str], int] | None = None
-        self._cache: OrderedDict[tuple[int, int], int] = OrderedDict()
+        self._cache: OrderedDict[tuple[str, int, int], int] = OrderedDict()
+        self._inflight: dict[tuple[str, int, int], asyncio.Future[int]] = {}
+        self._served = "?"  # the served model's name, refreshed on every count
         self._remote_kind: str | None = None  # "vllm" | "llama.cpp" | "none", decided on first use
         self._probe_lock = asyncio.Lock()
         self._sem = asyncio.Semaphore(_CONCURRENCY)
@@ -99,7 +106,8 @@ class TokenCounter:
 
     # --- public -----------------------------------------------------------------------------------
     def cached(self, text: str) -> int | None:
-        key = (len(text), hash(text))
+        """The known count of ``text`` for the current model, or None (no I/O)."""
+        key = self._key(text)
         value = self._cache.get(key)
         if value is not None:
             self._cache.move_to_end(key)
@@ -108,23 +116,65 @@ class TokenCounter:
     async def count(self, text_or_messages: str | list[dict[str, Any]]) -> int:
         if isinstance(text_or_messages, str):
             return (await self.count_many([text_or_messages]))[0]
+        await self._refresh_identity()
         return await self._count_messages(text_or_messages)
 
     async def count_many(self, texts: Iterable[str]) -> list[int]:
+        """Counts of ``texts`` in order: cached ones without I/O, the others in one concurrent round
+        (duplicates and texts another request is counting right now share that call)."""
         texts = list(texts)
+        await self._refresh_identity()
         out: list[int | None] = [self.cached(t) for t in texts]
-        missing = [i for i, v in enumerate(out) if v is None]
+        missing: dict[str, list[int]] = {}
+        for i, value in enumerate(out):
+            if value is None:
+                missing.setdefault(texts[i], []).append(i)
         if missing:
-            counted = await asyncio.gather(*(self._count_text(texts[i]) for i in missing))
-            for i, value in zip(missing, counted):
-                out[i] = value
+            counted = await asyncio.gather(*(self._count_shared(text) for text in missing))
+            for positions, value in zip(missing.values(), counted, strict=True):
+                for i in positions:
+                    out[i] = value
         return out  # type: ignore[return-value]
 
+    def model_changed(self) -> None:
+        """Forget the remote tokenizer kind: the next count probes again and keys by the new identity."""
+        self._remote_kind = None
+        self._skip_remote_until = 0.0
+
     # --- internals --------------------------------------------------------------------------------
-    def _remember(self, text: str, value: int) -> int:
-        self._cache[(len(text), hash(text))] = value
+    async def _refresh_identity(self) -> None:
+        try:
+            name = await self._model_name()
+        except Exception:  # discovery failing must not break counting
+            name = None
+        self._served = name or "?"
+
+    def _key(self, text: str, method: str | None = None) -> tuple[str, int, int]:
+        """(counting source and served model, text): the model's identity, then the text's hash."""
+        return (f"{method or self.method}:{self._served}", len(text), hash(text))
+
+    def _remember(self, text: str, value: int, method: str) -> int:
+        self._cache[self._key(text, method)] = value
         if len(self._cache) > CACHE_SIZE:
             self._cache.popitem(last=False)
+        return value
+
+    async def _count_shared(self, text: str) -> int:
+        key = self._key(text)
+        pending = self._inflight.get(key)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._inflight[key] = future
+        try:
+            value = await self._count_text(text)
+        except BaseException as exc:
+            future.set_exception(exc if isinstance(exc, Exception) else RuntimeError("cancelled"))
+            future.exception()  # retrieved: no "never retrieved" warning when nobody else waited
+            raise
+        finally:
+            self._inflight.pop(key, None)
+        future.set_result(value)
         return value
 
     async def _count_text(self, text: str) -> int:
@@ -132,11 +182,11 @@ class TokenCounter:
             return 0
         value = await self._remote(text=text)
         if value is not None:
-            return self._remember(text, value)
+            return self._remember(text, value, self.method)
         local = self._local_counter()
         if local is not None:
             self.last_method = "local"
-            return self._remember(text, local(text))
+            return self._remember(text, local(text), "local")
         self.last_method = "estimate"
         return estimate_tokens(text)
 
@@ -148,10 +198,10 @@ class TokenCounter:
         if self._remote_kind in (None, "vllm"):
             value = await self._remote(messages=messages)
             if value is not None and self._remote_kind == "vllm":
-                return self._remember(key_text, value)
+                return self._remember(key_text, value, "vllm")
         counts = await self.count_many([message_text(m) for m in messages])
         total = sum(counts) + MESSAGE_OVERHEAD_TOKENS * len(messages)
-        return self._remember(key_text, total) if self.last_method != "estimate" else total
+        return self._remember(key_text, total, self.last_method) if self.last_method != "estimate" else total
 
     def _local_counter(self) -> Callable[[str], int] | None:
         if self._local is None and self._local_path:

