@@ -21,7 +21,6 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from ragengine.conversations.models import (
     MAIN_THREAD,
-    Base,
     FileRow,
     MessageRow,
     SessionFileRow,
@@ -76,7 +75,10 @@ class SessionStore:
         return self.engine.dialect.name
 
     def create_tables(self) -> None:
-        Base.metadata.create_all(self.engine)
+        """Create or upgrade the schema (alembic migrations; see ``schema.py``)."""
+        from ragengine.conversations.schema import upgrade
+
+        upgrade(self.engine)
 
     def close(self) -> None:
         self.engine.dispose()

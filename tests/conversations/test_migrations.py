@@ -1,0 +1,64 @@
+"""The session store's schema under alembic, on SQLite and on a real PostgreSQL: a new database is made by
+the migrations and matches the models; a database made by the earlier ``create_all`` is adopted (stamped
+at the baseline and upgraded) with its data intact."""
+
+from __future__ import annotations
+
+import itertools
+
+import psycopg
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import create_engine, text
+
+from ragengine.conversations import schema
+from ragengine.conversations.models import Base
+from ragengine.conversations.store import SessionStore
+
+_dbs = itertools.count()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def url(request, tmp_path):
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'sessions.db'}"
+    admin = request.getfixturevalue("pgvector_url")
+    name = f"sessions_{next(_dbs)}_{tmp_path.name[-8:].replace('-', '_').lower()}"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return admin.rsplit("/", 1)[0] + f"/{name}"
+
+
+def head() -> str:
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(schema.MIGRATIONS))
+    return ScriptDirectory.from_config(cfg).get_current_head()
+
+
+def test_new_database_is_made_by_the_migrations_and_matches_the_models(url):
+    store = SessionStore(url)
+    store.create_tables()
+    assert schema.current_revision(store.engine) == head()
+    with store.engine.connect() as conn:
+        diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
+    assert diff == [], f"the migrations and the models disagree: {diff}"
+    store.create_tables()  # idempotent: a second start changes nothing
+    store.close()
+
+
+async def test_database_from_create_all_is_adopted_with_its_data(url):
+    legacy = create_engine(SessionStore(url).engine.url)
+    Base.metadata.create_all(legacy)  # what the store did before it had migrations
+    with legacy.begin() as conn:
+        conn.execute(text("INSERT INTO conv_sessions (id, metadata, created_at, updated_at) "
+                          "VALUES ('s_old', '{}', CURRENT_TIMESTAMP, CURRENT_TIMESTAMP)"))
+    legacy.dispose()
+    store = SessionStore(url)
+    store.create_tables()
+    assert schema.current_revision(store.engine) == head()
+    assert (await store.get_session("s_old")).id == "s_old"
+    store.close()
