@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import numpy as np
 
-_WORDS = ["engine", "index", "vector", "search", "query", "answer", "document", "chunk", "model", "token", "embedding", "cluster", "node", "pod", "service", "storage", "journal", "snapshot", "latency", "memory", "cache", "disk", "network", "request", "response", "score", "filter", "metadata", "kubernetes", "operator", "deploy", "scale", "replica", "volume", "config", "secret", "health", "metric", "trace", "log", "error", "retry", "timeout", "batch", "stream", "shard", "partition", "replica", "leader", "follower", "commit", "rollback", "schema", "table", "column", "row", "python", "rust", "golang", "java", "compiler", "runtime", "thread", "process", "signal", "kernel", "driver", "device", "gpu", "cpu", "core", "garden", "tomato", "river", "mountain", "city", "music", "guitar", "piano", "novel", "poem", "history", "science", "physics", "biology"]
+_WORDS = [
+    "engine", "index", "vector", "search", "query", "answer", "document", "chunk", "model", "token", "embedding",
+    "cluster", "node", "pod", "service", "storage", "journal", "snapshot", "latency", "memory", "cache", "disk",
+    "network", "request", "response", "score", "filter", "metadata", "kubernetes", "operator", "deploy", "scale",
+    "replica", "volume", "config", "secret", "health", "metric", "trace", "log", "error", "retry", "timeout",
+    "batch", "stream", "shard", "partition", "replica", "leader", "follower", "commit", "rollback", "schema",
+    "table", "column", "row", "python", "rust", "golang", "java", "compiler", "runtime", "thread", "process",
+    "signal", "kernel", "driver", "device", "gpu", "cpu", "core", "garden", "tomato", "river", "mountain", "city",
+    "music", "guitar", "piano", "novel", "poem", "history", "science", "physics", "biology",
+]
 
 
 SMALL_WORDS = (8, 20)  # passages indexed through the real embedding path: short, to keep the run short

@@ -44,7 +44,7 @@ def full_engine(tmp: Path, **settings):
 
 @pytest.fixture(scope="module")
 def engine_on_fake(llm_server, tmp_path_factory):
-    llm, url = llm_server
+    _llm, url = llm_server
     # Threshold 0: the filter test scopes retrieval to an off-topic document on purpose.
     with full_engine(tmp_path_factory.mktemp("e2e-fake"), llm_url=url + "/v1", similarity_threshold=0.0) as base:
         yield base
@@ -87,7 +87,7 @@ def smollm2_url():
         pytest.fail("SmolLM2 is not installed: run hack/install-llm.sh (make install does). " + check.stderr)
     port = free_port()
     env = {**os.environ, "LLM_PORT": str(port), "LLM_N_CTX": "2048", "HF_HUB_OFFLINE": "1"}
-    log = tempfile.TemporaryFile(mode="w+")  # not a pipe: llama.cpp logs a lot and a full pipe blocks it
+    log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - closed by the fixture's teardown; not a pipe: llama.cpp logs a lot and a full pipe blocks it
     proc = subprocess.Popen([str(ROOT / "hack/serve-llm.sh")], env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}/v1"
     try:

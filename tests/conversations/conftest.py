@@ -29,10 +29,7 @@ def pg_url():
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def store(request, tmp_path):
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'sessions.db'}"
-    else:
-        url = request.getfixturevalue("pg_url")
+    url = f"sqlite:///{tmp_path / 'sessions.db'}" if request.param == "sqlite" else request.getfixturevalue("pg_url")
     st = SessionStore(url)
     if request.param == "postgres":
         Base.metadata.drop_all(st.engine)

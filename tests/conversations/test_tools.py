@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import pytest
 
@@ -56,7 +57,7 @@ class FakeLLM:
         message = self.script.pop(0) if self.script else {"content": "final"}
 
         class R:
-            body = {"choices": [{"message": {"role": "assistant", **message}}]}
+            body: ClassVar = {"choices": [{"message": {"role": "assistant", **message}}]}
             endpoint = "fake"
         return R()
 

@@ -53,7 +53,9 @@ class Backend(Protocol):
     name: str
     dim: int
     max_tokens: int
-    tokenizer: TextTokenizer | None
+
+    @property
+    def tokenizer(self) -> TextTokenizer | None: ...  # read-only: backends narrow it (or have none)
 
     def embed_documents(self, texts: list[str]) -> np.ndarray: ...
     def embed_queries(self, texts: list[str]) -> np.ndarray: ...

@@ -24,6 +24,7 @@ import re
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 MIN_COSINE = 0.999
 ONNX_NAMES = ("model.onnx", "onnx/model.onnx")
@@ -86,10 +87,11 @@ def export(model: str, out: Path) -> float:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     st.tokenizer.save_pretrained(str(tmp))  # tokenizer.json (fast tokenizer) and its config
-    pooling = st[1].get_config_dict() if len(st) > 1 and hasattr(st[1], "get_config_dict") else {}
+    second: Any = st[1] if len(st) > 1 else None  # the Pooling module, when the model has one
+    pooling = second.get_config_dict() if hasattr(second, "get_config_dict") else {}
     cls = pooling.get("pooling_mode") == "cls" or bool(pooling.get("pooling_mode_cls_token"))
     (tmp / SETTINGS_FILE).write_text(json.dumps({
-        "source": model, "max_seq_length": int(st.max_seq_length), "pooling": "cls" if cls else "mean",
+        "source": model, "max_seq_length": int(st.max_seq_length or 512), "pooling": "cls" if cls else "mean",
         "query_prompt": (getattr(st, "prompts", None) or {}).get("query", ""),
     }, indent=2))
     sample = st.tokenizer(["hello world", "a longer second sentence"], padding=True, return_tensors="pt")

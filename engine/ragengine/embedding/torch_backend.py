@@ -25,6 +25,7 @@ class TorchBackend:
         self.batch_size = batch_size
         st = self.model
         dim = st.get_embedding_dimension() if hasattr(st, "get_embedding_dimension") else st.get_sentence_embedding_dimension()
+        assert dim is not None, f"{path}: the model does not report its embedding dimension"
         self.dim = int(dim)
         self.max_tokens = int(st.max_seq_length or max_tokens or 512)
         self.tokenizer = HFTokenizer(st.tokenizer)

@@ -17,7 +17,13 @@ import numpy as np
 
 _TOKEN = re.compile(r"\w+", re.UNICODE)
 STOPWORDS = frozenset(
-    ["a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "from", "has", "have", "he", "her", "his", "i", "if", "in", "into", "is", "it", "its", "me", "my", "no", "not", "of", "on", "or", "our", "she", "so", "such", "that", "the", "their", "them", "then", "there", "these", "they", "this", "to", "was", "we", "were", "what", "when", "where", "which", "who", "will", "with", "you", "your", "do", "does", "did", "can", "could", "would", "should", "how", "why"]
+    [
+        "a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "from", "has", "have", "he", "her", "his",
+        "i", "if", "in", "into", "is", "it", "its", "me", "my", "no", "not", "of", "on", "or", "our", "she", "so",
+        "such", "that", "the", "their", "them", "then", "there", "these", "they", "this", "to", "was", "we", "were",
+        "what", "when", "where", "which", "who", "will", "with", "you", "your", "do", "does", "did", "can", "could",
+        "would", "should", "how", "why",
+    ]
 )
 
 
