@@ -18,8 +18,9 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.
     memo.settings = ours
     # One operator instance (Deployment with 1 replica, Recreate): no peering objects or freezes.
     settings.peering.standalone = True
-    # Finalizer and kopf's bookkeeping under our group, in annotations: status stays strictly typed
-    # (the CRD does not preserve unknown status fields) and no clash with other kopf operators.
+    # kopf's bookkeeping under our group, in annotations: status stays strictly typed (the CRD
+    # does not preserve unknown status fields) and no clash with other kopf operators. No handler
+    # needs a finalizer; kopf removes the one older releases put on objects.
     settings.persistence.finalizer = c.FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=c.KOPF_ANNOTATION_PREFIX)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
@@ -36,8 +37,8 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.
     settings.execution.max_workers = ours.max_workers
     settings.execution.default_backoff = 5
     # kopf's own per-handler "succeeded" events would flood `kubectl get events`; we post
-    # transitions ourselves. Keep kopf's for errors only.
-    settings.posting.level = logging.WARNING
+    # transitions and distinct failures ourselves (kopf.event). Keep kopf's for errors only.
+    settings.posting.level = logging.ERROR
     memo.controller = Controller(new_api_client(pool_size=ours.max_workers * 2), ours)
     metrics.serve(ours.metrics_port)
     logger.info("ragengine-operator configured: resync=%ss metrics=:%s", ours.resync_seconds, ours.metrics_port)

@@ -3,9 +3,9 @@
 import copy
 
 from ragengine_operator import constants as c
-from ragengine_operator.build.engine import endpoint, engine_data_pvc, engine_deployment, engine_service
-from ragengine_operator.build.inference import inference_deployment, inference_service, model_cache_pvc
-from ragengine_operator.build.labels import Owner
+from ragengine_operator.manifests.engine import endpoint, engine_data_pvc, engine_deployment, engine_service
+from ragengine_operator.manifests.inference import inference_deployment, inference_service, model_cache_pvc
+from ragengine_operator.manifests.labels import Owner
 from ragengine_operator.reconcile.plan import plan
 from ragengine_operator.spec import RAGEngineSpec
 
@@ -68,8 +68,10 @@ def test_engine_children():
     (ctr,) = d["spec"]["template"]["spec"]["containers"]
     assert d["spec"]["strategy"] == {"type": "Recreate"} and d["spec"]["replicas"] == 1
     assert ctr["command"] == ["ragengine", "serve", "--host", "0.0.0.0", "--port", "8000", "--data-dir", "/data"]
-    assert ctr["readinessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
+    # readiness checks the dependencies (GET /ready); liveness stays shallow
+    assert ctr["readinessProbe"]["httpGet"] == {"path": "/ready", "port": "http"}
     assert ctr["livenessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
+    assert d["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
     assert ctr["volumeMounts"] == [{"name": "data", "mountPath": "/data"}]
     assert ctr["image"] == "engine:1"
     svc = engine_service(OWNER)
@@ -118,3 +120,18 @@ def test_shared_cache_rolls_without_surge():
     spec = copy.deepcopy(FULL)
     spec["inference"]["modelCache"]["accessMode"] = "ReadWriteMany"
     assert vllm(spec)["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
+
+
+def test_vllm_pod_is_restricted_compliant():
+    pod = vllm()["spec"]["template"]["spec"]
+    (ctr,) = pod["containers"]
+    assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] != 0
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert pod["securityContext"]["fsGroupChangePolicy"] == "OnRootMismatch"
+    assert ctr["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+    assert pod["automountServiceAccountToken"] is False
+    env = {e["name"]: e.get("value") for e in ctr["env"]}
+    mounts = {m["name"]: m["mountPath"] for m in ctr["volumeMounts"]}
+    assert env["HF_HOME"] == mounts["model-cache"] and env["XDG_CACHE_HOME"] == mounts["cache"]
+    shm = next(v for v in pod["volumes"] if v["name"] == "dshm")
+    assert shm["emptyDir"]["sizeLimit"]

@@ -8,8 +8,8 @@ import pytest
 from pydantic import BaseModel
 
 from ragengine.settings import EngineSettings
-from ragengine_operator.build.engine_env import OPERATOR_ONLY, SECRET_TO_ENGINE, SPEC_TO_ENGINE, engine_env
-from ragengine_operator.build.labels import Owner
+from ragengine_operator.manifests.engine_env import OPERATOR_ONLY, SECRET_TO_ENGINE, SPEC_TO_ENGINE, engine_env
+from ragengine_operator.manifests.labels import Owner
 from ragengine_operator.spec import RAGEngineSpec
 
 OWNER = Owner("ns", "rag", "uid")

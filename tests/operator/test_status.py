@@ -1,6 +1,6 @@
 """Observed children -> conditions: Ready only when both are available; Degraded with the reason."""
 
-from ragengine_operator.build.labels import Owner
+from ragengine_operator.manifests.labels import Owner
 from ragengine_operator.reconcile.status import Observed, compute_status, stamp, workload_state
 from ragengine_operator.spec import RAGEngineSpec
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..build.engine import engine_data_pvc, engine_deployment, engine_service
-from ..build.inference import inference_deployment, inference_name, inference_service, model_cache_pvc
-from ..build.labels import Owner
+from ..manifests.engine import engine_data_pvc, engine_deployment, engine_service
+from ..manifests.inference import inference_deployment, inference_name, inference_service, model_cache_pvc
+from ..manifests.labels import Owner
 from ..spec import RAGEngineSpec
 
 
@@ -38,3 +38,29 @@ def plan(owner: Owner, spec: RAGEngineSpec) -> Plan:
         p.delete += [Ref("apps/v1", "Deployment", inference_name(owner)), Ref("v1", "Service", inference_name(owner))]
     p.apply += [engine_data_pvc(owner, spec), engine_deployment(owner, spec), engine_service(owner)]
     return p
+
+
+def controller_uid(obj: dict[str, Any]) -> str | None:
+    """uid of the object's controlling owner (the ownerReference with controller: true), if any."""
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return ref.get("uid")
+    return None
+
+
+def name_conflict(existing: dict[str, Any] | None, owner: Owner) -> str | None:
+    """Why `existing` must be neither adopted nor deleted by this RAGEngine; None when it is ours (or absent).
+
+    Ours means controlled by this very RAGEngine (uid, not name: a RAGEngine re-created under the
+    same name is another object, and the garbage collector takes the old one's children).
+    """
+    if existing is None:
+        return None
+    uid = controller_uid(existing)
+    if uid == owner.uid:
+        return None
+    kind, name = existing.get("kind", "object"), existing["metadata"]["name"]
+    if uid is None:
+        return f"{kind} {name} exists and is not controlled by this RAGEngine; rename or delete it"
+    ref = next(r for r in existing["metadata"]["ownerReferences"] if r.get("controller"))
+    return f"{kind} {name} exists and is controlled by {ref.get('kind')} {ref.get('name')} (uid {uid})"

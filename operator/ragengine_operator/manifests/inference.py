@@ -50,7 +50,13 @@ def inference_deployment(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
     # GPUs are an extended resource: request == limit, always from spec.inference.gpus.
     resources.setdefault("limits", {})[c.GPU_RESOURCE] = gpus
     resources.setdefault("requests", {})[c.GPU_RESOURCE] = gpus
-    env: list[dict[str, Any]] = [{"name": "HF_HOME", "value": c.VLLM_CACHE_DIR}]
+    env: list[dict[str, Any]] = [
+        {"name": "HF_HOME", "value": c.VLLM_CACHE_DIR},
+        # Non-root with a read-only home: every other cache goes to an emptyDir.
+        {"name": "HOME", "value": c.VLLM_SCRATCH_DIR},
+        {"name": "XDG_CACHE_HOME", "value": c.VLLM_SCRATCH_DIR},
+        {"name": "VLLM_CACHE_ROOT", "value": f"{c.VLLM_SCRATCH_DIR}/vllm"},
+    ]
     if inf.hf_token_secret_ref is not None:
         ref = inf.hf_token_secret_ref
         env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})
@@ -63,8 +69,11 @@ def inference_deployment(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
         "resources": resources,
         "volumeMounts": [
             {"name": "model-cache", "mountPath": c.VLLM_CACHE_DIR},
+            {"name": "cache", "mountPath": c.VLLM_SCRATCH_DIR},
             {"name": "dshm", "mountPath": "/dev/shm"},  # NCCL / tensor parallel need more than 64Mi
         ],
+        # Pod Security "restricted": no privilege escalation, no capabilities.
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
         "startupProbe": http_probe("/health", "http", period=10, failures=STARTUP_FAILURES),
         "readinessProbe": http_probe("/health", "http", period=5, failures=3),
         "livenessProbe": http_probe("/health", "http", period=15, failures=4, timeout=10),
@@ -77,10 +86,20 @@ def inference_deployment(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
         "tolerations": tolerations,
         "volumes": [
             {"name": "model-cache", "persistentVolumeClaim": {"claimName": model_cache_pvc_name(owner)}},
-            {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+            {"name": "cache", "emptyDir": {}},
+            {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": c.VLLM_SHM_LIMIT}},
         ],
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": c.VLLM_UID,
+            "runAsGroup": c.VLLM_UID,
+            "fsGroup": c.VLLM_UID,  # the model cache is writable for the non-root user
+            "fsGroupChangePolicy": "OnRootMismatch",  # no recursive chown of 100s of GB on each start
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
         "terminationGracePeriodSeconds": 30,
         "enableServiceLinks": False,
+        "automountServiceAccountToken": False,  # vLLM never calls the API server
     }
     if inf.node_selector:
         pod_spec["nodeSelector"] = dict(inf.node_selector)

@@ -45,7 +45,9 @@ def engine_deployment(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
         "volumeMounts": [{"name": "data", "mountPath": c.ENGINE_DATA_DIR}],
         # startup covers loading the embedding model (first start may download it into /data/models).
         "startupProbe": http_probe("/health", "http", period=5, failures=120),
-        "readinessProbe": http_probe("/health", "http", period=5, failures=3),
+        # Readiness means "can answer": LLM serving the model, embeddings, index store (GET /ready).
+        # Liveness stays shallow: a dead LLM must not restart the engine.
+        "readinessProbe": http_probe("/ready", "http", period=5, failures=3),
         "livenessProbe": http_probe("/health", "http", period=10, failures=6),
         "securityContext": {
             "allowPrivilegeEscalation": False,
@@ -64,10 +66,12 @@ def engine_deployment(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
                     "runAsUser": UID,
                     "runAsGroup": UID,
                     "fsGroup": UID,
+                    "fsGroupChangePolicy": "OnRootMismatch",  # no recursive chown of a big index on every start
                     "seccompProfile": {"type": "RuntimeDefault"},
                 },
                 "terminationGracePeriodSeconds": 60,  # lets the engine flush its journal
                 "enableServiceLinks": False,
+                "automountServiceAccountToken": False,  # the engine never calls the API server
             },
         }
     )
