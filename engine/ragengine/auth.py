@@ -10,7 +10,7 @@ import hmac
 import json
 from typing import Any
 
-OPEN_PATHS = frozenset({"/health", "/metrics"})
+OPEN_PATHS = frozenset({"/health", "/ready", "/metrics"})
 
 
 class BearerAuthMiddleware:
