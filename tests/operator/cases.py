@@ -11,7 +11,8 @@ GOOD_MODEL = {"inference": {"model": "Qwen/Qwen2.5-0.5B-Instruct"}}
 GOOD_URL = {"inference": {"url": "http://llm.example:8000/v1"}}
 
 INVALID: list[tuple[str, dict[str, Any], str, bool]] = [
-    ("model-and-url", {"inference": {"model": "m", "url": "http://x/v1"}}, "exactly one of inference.model or inference.url", True),
+    ("model-and-url", {"inference": {"model": "m", "url": "http://x/v1"}},
+     "exactly one of inference.model or inference.url", True),
     ("neither-model-nor-url", {"inference": {"gpus": 1}}, "exactly one of inference.model or inference.url", True),
     ("url-not-http", {"inference": {"url": "ftp://x/v1"}}, "inference.url must be an http:// or https:// URL", True),
     ("gpus-zero", {"inference": {"model": "m", "gpus": 0}}, "spec.inference.gpus", True),

@@ -51,7 +51,8 @@ def test_degraded_on_deadline_and_unschedulable():
     c, _, _ = conds(MODEL, {"inference": stuck, "engine": dep()})
     assert c["Degraded"]["status"] == "True" and c["Degraded"]["reason"] == "ProgressDeadlineExceeded"
     pod = {"metadata": {"name": "p"}, "status": {"conditions": [
-        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/4 nodes: Insufficient nvidia.com/gpu"}]}}
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+         "message": "0/4 nodes: Insufficient nvidia.com/gpu"}]}}
     c, _, _ = conds(MODEL, {"inference": dep(available=0), "engine": dep()}, pods={"inference": [pod]})
     assert c["Degraded"]["reason"] == "Unschedulable" and "nvidia.com/gpu" in c["Degraded"]["message"]
     assert c["Ready"]["status"] == "False" and c["Ready"]["reason"] == "Unschedulable"

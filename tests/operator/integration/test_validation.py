@@ -60,3 +60,15 @@ def test_immutable_and_non_shrinking_volumes(kube, validation_ns):
     text = rejection(lambda: kube.patch_rag(validation_ns, "vols", {"spec": {"storage": {"size": "5Gi"}}}))
     assert "size can grow but never shrink" in text
     kube.patch_rag(validation_ns, "vols", {"spec": {"storage": {"size": "20Gi"}}})  # growing is fine
+
+
+def test_model_cache_access_mode_is_immutable(kube, validation_ns):
+    kube.create_rag(validation_ns, "mode", GOOD_MODEL)
+    text = rejection(lambda: kube.patch_rag(validation_ns, "mode",
+                                            {"spec": {"inference": {"modelCache": {"accessMode": "ReadWriteMany"}}}}))
+    assert "modelCache.accessMode is immutable" in text
+
+
+def test_names_that_would_collide_are_refused(kube, validation_ns):
+    text = rejection(lambda: kube.create_rag(validation_ns, "docs-inference", GOOD_MODEL))
+    assert "must not end in -inference" in text
