@@ -163,14 +163,74 @@ class RetrievalSpec(_Model):
     rerank_model: Annotated[str, Field(max_length=512)] | None = Field(None, description="Cross-encoder; unset = none.")
 
 
+class AutoscalingSpec(_Model):
+    """A HorizontalPodAutoscaler owns the engine's replica count (external vector stores only)."""
+
+    min_replicas: int = Field(1, ge=1, le=100)
+    max_replicas: int = Field(ge=1, le=100)
+    target_cpu_utilization_percentage: int = Field(80, ge=1, le=100, description="Average CPU of requests, in %.")
+
+    @model_validator(mode="after")
+    def _bounds(self) -> AutoscalingSpec:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError("engine.autoscaling.minReplicas must not exceed maxReplicas")
+        return self
+
+
 class EngineSpec(_Model):
     image: Annotated[str, Field(max_length=512)] | None = Field(
         None, description="Engine image; the operator's default when unset."
     )
     replicas: int = Field(
-        1, ge=0, le=1, description="0 or 1: the engine owns a ReadWriteOnce index volume (single writer)."
+        1, ge=0, le=100,
+        description="Engine pods. At most 1 with vectorStore.type faiss (one ReadWriteOnce index volume, single "
+        "writer); any number with postgres or milvus. Ignored while autoscaling is set.",
+    )
+    autoscaling: AutoscalingSpec | None = Field(
+        None, description="Create an HPA for the engine; the operator then stops applying replicas."
     )
     resources: ResourceRequirements | None = None
+
+
+class HNSWSpec(_Model):
+    """HNSW graph parameters of the external store's vector index (the engine's defaults when unset)."""
+
+    m: int | None = Field(None, ge=4, le=128, description="Links per node.")
+    ef_construction: int | None = Field(None, ge=8, le=4096, description="Build breadth (recall vs build time).")
+    ef_search: int | None = Field(None, ge=8, le=4096, description="Search breadth (recall vs latency).")
+
+
+class ConnectionSecretRef(SecretKeyRef):
+    """The Secret key holding the store's DSN or URI (it carries credentials: never inline)."""
+
+    key: Annotated[str, Field(min_length=1, max_length=253)] = Field("url", description="Key in the Secret.")
+
+
+class VectorStoreSpec(_Model):
+    """Where the indexes live: embedded FAISS on the engine's volume, or an external store shared by replicas."""
+
+    type: Literal["faiss", "postgres", "milvus"] = Field(
+        "faiss", description="faiss: embedded, one replica. postgres (pgvector) or milvus: several replicas, no volume."
+    )
+    connection_secret_ref: ConnectionSecretRef | None = Field(
+        None, description="postgres/milvus: the Secret key with the DSN (postgresql://...) or Milvus URI."
+    )
+    prefix: Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_]{0,39}$")] | None = Field(
+        None, description="Schema / collection prefix; default: derived from the namespace and name (unique)."
+    )
+    hnsw: HNSWSpec = Field(default_factory=HNSWSpec, json_schema_extra={"default": {}})
+
+    @property
+    def external(self) -> bool:
+        return self.type != "faiss"
+
+    @model_validator(mode="after")
+    def _connection(self) -> VectorStoreSpec:
+        if self.external and self.connection_secret_ref is None:
+            raise ValueError("vectorStore.connectionSecretRef is required for postgres and milvus")
+        if not self.external and self.connection_secret_ref is not None:
+            raise ValueError("vectorStore.connectionSecretRef applies to postgres and milvus only")
+        return self
 
 
 class StorageSpec(VolumeSpec):
@@ -192,12 +252,25 @@ class RAGEngineSpec(_Model):
     embedding: EmbeddingSpec = Field(default_factory=EmbeddingSpec, json_schema_extra={"default": {}})
     retrieval: RetrievalSpec = Field(default_factory=RetrievalSpec, json_schema_extra={"default": {}})
     engine: EngineSpec = Field(default_factory=EngineSpec, json_schema_extra={"default": {}})
+    vector_store: VectorStoreSpec = Field(default_factory=VectorStoreSpec, json_schema_extra={"default": {}})
     storage: StorageSpec = Field(default_factory=StorageSpec, json_schema_extra={"default": {}})
     auth: AuthSpec = Field(default_factory=AuthSpec, json_schema_extra={"default": {}})
 
     @property
     def runs_vllm(self) -> bool:
         return self.inference is not None and self.inference.model is not None
+
+    @model_validator(mode="after")
+    def _single_writer(self) -> RAGEngineSpec:
+        if not self.vector_store.external and (self.engine.replicas > 1 or self.engine.autoscaling is not None):
+            raise ValueError(FAISS_ONE_REPLICA)
+        return self
+
+
+FAISS_ONE_REPLICA = (
+    "engine.replicas above 1 and engine.autoscaling need vectorStore.type postgres or milvus: the faiss index "
+    "lives on one ReadWriteOnce volume with a single writer"
+)
 
 
 class Condition(_Model):

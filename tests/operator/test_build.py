@@ -110,10 +110,40 @@ def test_plan_modes():
     p = plan(OWNER, RAGEngineSpec.model_validate(FULL))
     assert p.names() == ["PersistentVolumeClaim/docs-model-cache", "Deployment/docs-inference", "Service/docs-inference",
                          "PersistentVolumeClaim/docs-data", "Deployment/docs-engine", "Service/docs"]
-    assert p.delete == []
+    assert {(r.kind, r.name) for r in p.delete} == {("PodDisruptionBudget", "docs-engine"),
+                                                    ("HorizontalPodAutoscaler", "docs-engine")}
     url = plan(OWNER, RAGEngineSpec.model_validate({"inference": {"url": "http://x/v1"}}))
     assert url.names() == ["PersistentVolumeClaim/docs-data", "Deployment/docs-engine", "Service/docs"]
-    assert {r.name for r in url.delete} == {"docs-inference"}
+    assert {r.name for r in url.delete} == {"docs-inference", "docs-engine"}
+
+
+POSTGRES = {"vectorStore": {"type": "postgres", "connectionSecretRef": {"name": "db"}, "hnsw": {"m": 16}},
+            "engine": {"replicas": 3}}
+
+
+def test_external_store_scales_out_without_a_volume():
+    p = plan(OWNER, RAGEngineSpec.model_validate(POSTGRES))
+    assert p.names() == ["Deployment/docs-engine", "Service/docs", "PodDisruptionBudget/docs-engine"]
+    dep = p.apply[0]
+    assert dep["spec"]["replicas"] == 3
+    assert dep["spec"]["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}
+    pod = dep["spec"]["template"]["spec"]
+    assert pod["volumes"] == [{"name": "data", "emptyDir": {}}]
+    assert not any(k == "PersistentVolumeClaim" for k in (o["kind"] for o in p.apply))
+    assert p.apply[2]["spec"]["maxUnavailable"] == 1
+    assert ("HorizontalPodAutoscaler", "docs-engine") in {(r.kind, r.name) for r in p.delete}
+
+
+def test_autoscaling_creates_an_hpa_and_leaves_replicas_to_it():
+    spec = copy.deepcopy(POSTGRES)
+    spec["engine"]["autoscaling"] = {"minReplicas": 2, "maxReplicas": 6, "targetCpuUtilizationPercentage": 70}
+    p = plan(OWNER, RAGEngineSpec.model_validate(spec))
+    dep = next(o for o in p.apply if o["kind"] == "Deployment")
+    assert "replicas" not in dep["spec"]  # the HPA owns it; server-side apply never reverts it
+    hpa = next(o for o in p.apply if o["kind"] == "HorizontalPodAutoscaler")
+    assert hpa["spec"]["scaleTargetRef"]["name"] == "docs-engine"
+    assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (2, 6)
+    assert hpa["spec"]["metrics"][0]["resource"]["target"]["averageUtilization"] == 70
 
 
 def test_shared_cache_rolls_without_surge():

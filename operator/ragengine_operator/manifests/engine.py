@@ -60,7 +60,9 @@ def engine_deployment(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
             "metadata": {"labels": metadata(owner, "", c.COMPONENT_ENGINE)["labels"]},
             "spec": {
                 "containers": [container],
-                "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": data_pvc_name(owner)}}],
+                # External store: no index on the pod, /data is scratch (model cache, temp files).
+                "volumes": [{"name": "data", "emptyDir": {}} if spec.vector_store.external else
+                            {"name": "data", "persistentVolumeClaim": {"claimName": data_pvc_name(owner)}}],
                 "securityContext": {
                     "runAsNonRoot": True,
                     "runAsUser": UID,
@@ -75,17 +77,49 @@ def engine_deployment(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
             },
         }
     )
+    dep_spec: dict[str, Any] = {
+        # faiss: Recreate, the index volume is ReadWriteOnce and the engine its single writer.
+        # External store: stateless replicas roll one new pod in before an old one goes.
+        "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}
+        if spec.vector_store.external else {"type": "Recreate"},
+        "revisionHistoryLimit": 3,
+        "selector": {"matchLabels": selector(owner, c.COMPONENT_ENGINE)},
+        "template": template,
+    }
+    if spec.engine.autoscaling is None:
+        # With an HPA the field is left out of our apply: the HPA owns it and we never revert it.
+        dep_spec = {"replicas": spec.engine.replicas, **dep_spec}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": metadata(owner, engine_deployment_name(owner), c.COMPONENT_ENGINE),
+        "spec": dep_spec,
+    }
+
+
+def engine_pdb(owner: Owner) -> dict[str, Any]:
+    """At most one engine pod voluntarily evicted at a time (node drains keep the service up)."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": metadata(owner, engine_deployment_name(owner), c.COMPONENT_ENGINE),
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector(owner, c.COMPONENT_ENGINE)}},
+    }
+
+
+def engine_hpa(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
+    a = spec.engine.autoscaling
+    assert a is not None
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": metadata(owner, engine_deployment_name(owner), c.COMPONENT_ENGINE),
         "spec": {
-            "replicas": spec.engine.replicas,
-            # Recreate: the index volume is ReadWriteOnce and the engine is its single writer.
-            "strategy": {"type": "Recreate"},
-            "revisionHistoryLimit": 3,
-            "selector": {"matchLabels": selector(owner, c.COMPONENT_ENGINE)},
-            "template": template,
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": engine_deployment_name(owner)},
+            "minReplicas": a.min_replicas,
+            "maxReplicas": a.max_replicas,
+            "metrics": [{"type": "Resource", "resource": {
+                "name": "cpu", "target": {"type": "Utilization", "averageUtilization": a.target_cpu_utilization_percentage}}}],
         },
     }
 

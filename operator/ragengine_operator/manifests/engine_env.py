@@ -9,6 +9,7 @@ together they cover every leaf of RAGEngineSpec.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from ragengine.settings import EngineSettings
@@ -29,12 +30,18 @@ SPEC_TO_ENGINE = {
     "retrieval.similarityThreshold": "similarity_threshold",
     "retrieval.hybrid": "hybrid",
     "retrieval.rerankModel": "rerank_model",
+    "vectorStore.type": "vector_store",
+    "vectorStore.prefix": "vector_store_prefix",
+    "vectorStore.hnsw.m": "hnsw_m",
+    "vectorStore.hnsw.efConstruction": "hnsw_ef_construction",
+    "vectorStore.hnsw.efSearch": "hnsw_ef_search",
 }
 # spec path of a SecretKeyRef -> EngineSettings field (valueFrom.secretKeyRef).
 SECRET_TO_ENGINE = {
     "inference.apiKeySecretRef": "llm_api_key",
     "embedding.apiKeySecretRef": "embedding_api_key",
     "auth.apiKeySecretRef": "api_key",
+    "vectorStore.connectionSecretRef": "vector_store_url",  # postgres: also database_url (sessions shared)
 }
 # spec paths that shape other objects (vLLM, volumes, the engine Deployment), not engine settings.
 OPERATOR_ONLY = {
@@ -42,6 +49,7 @@ OPERATOR_ONLY = {
     "inference.tolerations", "inference.resources", "inference.modelCache.size",
     "inference.modelCache.storageClassName", "inference.modelCache.accessMode", "inference.hfTokenSecretRef",
     "engine.image", "engine.replicas", "engine.resources", "storage.size", "storage.storageClassName",
+    "engine.autoscaling.minReplicas", "engine.autoscaling.maxReplicas", "engine.autoscaling.targetCpuUtilizationPercentage",
 }
 
 
@@ -60,10 +68,25 @@ def served_model(spec: RAGEngineSpec) -> str | None:
     return None if inf is None else (inf.served_model_name or inf.model)
 
 
+def store_prefix(owner: Owner, spec: RAGEngineSpec) -> str:
+    """The schema / collection prefix: spec.vectorStore.prefix, else one unique to this RAGEngine
+    (namespace and name hashed in), so RAGEngines sharing one database never share tables."""
+    if spec.vector_store.prefix:
+        return spec.vector_store.prefix
+    digest = hashlib.sha256(f"{owner.namespace}/{owner.name}".encode()).hexdigest()[:8]
+    return f"rag_{owner.name[:24].replace('-', '_')}_{digest}"
+
+
 def engine_values(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
     """EngineSettings field -> value for everything the spec decides (None = engine default)."""
-    inf, r = spec.inference, spec.retrieval
+    inf, r, vs = spec.inference, spec.retrieval, spec.vector_store
     return {
+        "vector_store": vs.type,
+        "vector_store_prefix": store_prefix(owner, spec) if vs.external else None,
+        # HNSW: the external store's index, and FAISS's too once an index passes hnsw_threshold
+        "hnsw_m": vs.hnsw.m,
+        "hnsw_ef_construction": vs.hnsw.ef_construction,
+        "hnsw_ef_search": vs.hnsw.ef_search,
         "llm_url": llm_url(owner, spec),
         "llm_model": served_model(spec),
         "context_window": inf.context_window if inf else None,
@@ -83,6 +106,9 @@ def secret_refs(spec: RAGEngineSpec) -> dict[str, Any]:
         "llm_api_key": spec.inference.api_key_secret_ref if spec.inference else None,
         "embedding_api_key": spec.embedding.api_key_secret_ref,
         "api_key": spec.auth.api_key_secret_ref,
+        "vector_store_url": spec.vector_store.connection_secret_ref,
+        # sessions and threads in the same PostgreSQL, so every replica sees them
+        "database_url": spec.vector_store.connection_secret_ref if spec.vector_store.type == "postgres" else None,
     }
     return {k: v for k, v in refs.items() if v is not None}
 

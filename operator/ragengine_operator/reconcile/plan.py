@@ -5,7 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..manifests.engine import engine_data_pvc, engine_deployment, engine_service
+from ..manifests.engine import (
+    data_pvc_name,
+    engine_data_pvc,
+    engine_deployment,
+    engine_deployment_name,
+    engine_hpa,
+    engine_pdb,
+    engine_service,
+)
 from ..manifests.inference import inference_deployment, inference_name, inference_service, model_cache_pvc
 from ..manifests.labels import Owner
 from ..spec import RAGEngineSpec
@@ -36,7 +44,22 @@ def plan(owner: Owner, spec: RAGEngineSpec) -> Plan:
         # URL mode or retrieval-only: no vLLM. The model-cache PVC stays (owned, so it goes with the
         # RAGEngine) to spare a re-download when switching back.
         p.delete += [Ref("apps/v1", "Deployment", inference_name(owner)), Ref("v1", "Service", inference_name(owner))]
-    p.apply += [engine_data_pvc(owner, spec), engine_deployment(owner, spec), engine_service(owner)]
+    external = spec.vector_store.external
+    # faiss: the index volume. External store: none (a faiss PVC left from before stays, owned, with
+    # its data, until the RAGEngine goes: switching back finds it).
+    if not external:
+        p.apply.append(engine_data_pvc(owner, spec))
+    p.apply += [engine_deployment(owner, spec), engine_service(owner)]
+    engine = engine_deployment_name(owner)
+    if external:
+        p.apply.append(engine_pdb(owner))
+    else:
+        p.delete.append(Ref("policy/v1", "PodDisruptionBudget", engine))
+    if spec.engine.autoscaling is not None:
+        p.apply.append(engine_hpa(owner, spec))
+    else:
+        p.delete.append(Ref("autoscaling/v2", "HorizontalPodAutoscaler", engine))
+    assert data_pvc_name(owner) not in {r.name for r in p.delete}  # never delete an index volume
     return p
 
 

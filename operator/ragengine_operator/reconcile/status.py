@@ -127,7 +127,7 @@ def conditions_for(spec: RAGEngineSpec | None, observed: Observed, error: tuple[
             observed.pod_events,
         )
         inference = _cond(c.INFERENCE_READY, s.state == AVAILABLE, s.reason, s.message)
-    if spec.engine.replicas == 0:
+    if spec.engine.replicas == 0 and spec.engine.autoscaling is None:
         engine = _cond(c.ENGINE_READY, False, "ScaledToZero", "spec.engine.replicas is 0")
     else:
         s = states[c.COMPONENT_ENGINE] = workload_state(
