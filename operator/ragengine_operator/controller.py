@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import random
+import secrets
 import threading
 import time
 from collections import defaultdict
@@ -32,6 +33,8 @@ from . import constants as c
 from . import metrics
 from .kube import apply as kube
 from .kube.observe import observe
+from .manifests.engine_env import inference_api_key_ref
+from .manifests.inference import inference_api_key_secret
 from .manifests.labels import Owner
 from .reconcile.plan import name_conflict, plan
 from .reconcile.schedule import next_due
@@ -111,6 +114,10 @@ class Controller:
         """-> [(reason, child, message)] for each child not brought to its desired state."""
         desired = plan(owner, spec)
         failures: list[tuple[str, str, str]] = []
+        if spec.runs_vllm:
+            failure = self._ensure_inference_key(owner)
+            if failure:
+                failures.append(failure)
         for obj in desired.apply:
             try:
                 existing = kube.get(self.dyn, obj["apiVersion"], obj["kind"], owner.namespace, obj["metadata"]["name"])
@@ -131,6 +138,21 @@ class Controller:
             except ApiException as exc:
                 failures.append(("DeleteFailed", f"{ref.kind} {ref.name}", api_message(exc)))
         return failures
+
+    def _ensure_inference_key(self, owner: Owner) -> tuple[str, str, str] | None:
+        """Create vLLM's API key Secret once (a random key); never re-applied, so it never rotates
+        under a running engine. Delete the Secret to rotate: the next reconcile makes a new one."""
+        ref = inference_api_key_ref(owner)
+        try:
+            existing = kube.get(self.dyn, "v1", "Secret", owner.namespace, ref.name)
+            conflict = name_conflict(existing, owner)
+            if conflict:
+                return "NameConflict", f"Secret {ref.name}", conflict
+            if existing is None:
+                self._apply(inference_api_key_secret(owner, secrets.token_urlsafe(32)))
+        except ApiException as exc:
+            return "ApplyFailed", f"Secret {ref.name}", api_message(exc)
+        return None
 
     def sync_status(self, namespace: str, name: str) -> None:
         """Recompute status from the children only (a child changed); never applies."""

@@ -109,12 +109,14 @@ def test_config_hash_rolls_only_the_affected_deployment():
 def test_plan_modes():
     p = plan(OWNER, RAGEngineSpec.model_validate(FULL))
     assert p.names() == ["PersistentVolumeClaim/docs-model-cache", "Deployment/docs-inference", "Service/docs-inference",
-                         "PersistentVolumeClaim/docs-data", "Deployment/docs-engine", "Service/docs"]
+                         "NetworkPolicy/docs-inference", "PersistentVolumeClaim/docs-data", "Deployment/docs-engine",
+                         "Service/docs"]
     assert {(r.kind, r.name) for r in p.delete} == {("PodDisruptionBudget", "docs-engine"),
                                                     ("HorizontalPodAutoscaler", "docs-engine")}
     url = plan(OWNER, RAGEngineSpec.model_validate({"inference": {"url": "http://x/v1"}}))
     assert url.names() == ["PersistentVolumeClaim/docs-data", "Deployment/docs-engine", "Service/docs"]
     assert {r.name for r in url.delete} == {"docs-inference", "docs-engine"}
+    assert ("NetworkPolicy", "docs-inference") in {(r.kind, r.name) for r in url.delete}
 
 
 POSTGRES = {"vectorStore": {"type": "postgres", "connectionSecretRef": {"name": "db"}, "hnsw": {"m": 16}},
@@ -165,3 +167,19 @@ def test_vllm_pod_is_restricted_compliant():
     assert env["HF_HOME"] == mounts["model-cache"] and env["XDG_CACHE_HOME"] == mounts["cache"]
     shm = next(v for v in pod["volumes"] if v["name"] == "dshm")
     assert shm["emptyDir"]["sizeLimit"]
+
+
+def test_inference_is_locked_down():
+    """vLLM gets the operator-generated key (VLLM_API_KEY = --api-key), the engine the same key, and a
+    NetworkPolicy admits only the engine's pods."""
+    p = plan(OWNER, RAGEngineSpec.model_validate(FULL))
+    by_name = {f"{o['kind']}/{o['metadata']['name']}": o for o in p.apply}
+    vllm_env = {e["name"]: e for e in by_name["Deployment/docs-inference"]["spec"]["template"]["spec"]["containers"][0]["env"]}
+    engine_env = {e["name"]: e for e in by_name["Deployment/docs-engine"]["spec"]["template"]["spec"]["containers"][0]["env"]}
+    ref = {"secretKeyRef": {"name": "docs-inference-api-key", "key": "api-key"}}
+    assert vllm_env["VLLM_API_KEY"]["valueFrom"] == ref
+    assert engine_env["RAGENGINE_LLM_API_KEY"]["valueFrom"] == ref
+    policy = by_name["NetworkPolicy/docs-inference"]["spec"]
+    assert policy["podSelector"]["matchLabels"][c.SELECTOR_COMPONENT] == "inference"
+    (rule,) = policy["ingress"]
+    assert rule["from"] == [{"podSelector": {"matchLabels": {c.SELECTOR_NAME: "docs", c.SELECTOR_COMPONENT: "engine"}}}]

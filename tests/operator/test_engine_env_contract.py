@@ -63,7 +63,8 @@ def test_rendered_env_parses_back(monkeypatch, mode):
     for key in list(__import__("os").environ):
         if key.startswith("RAGENGINE_"):
             monkeypatch.delenv(key)
-    s = parse(engine_env(OWNER, spec), monkeypatch, {"llm/token": "L", "emb/api-key": "E", "auth/key": "A"})
+    s = parse(engine_env(OWNER, spec), monkeypatch,
+              {"llm/token": "L", "emb/api-key": "E", "auth/key": "A", "rag-inference-api-key/api-key": "G"})
     expected_url = "http://rag-inference.ns.svc.cluster.local:8000/v1" if mode == "model" else "https://llm.example/v1"
     assert s.llm_url == expected_url
     assert s.llm_model == ("qwen" if mode == "model" else "gpt-x")
@@ -73,7 +74,7 @@ def test_rendered_env_parses_back(monkeypatch, mode):
     assert s.embedding_url == "http://emb.example/v1" and s.embedding_api_key == "E"
     assert str(s.embedding_cache_dir) == "/data/models"
     assert s.api_key == "A"
-    assert s.llm_api_key == ("L" if mode == "url" else None)
+    assert s.llm_api_key == ("L" if mode == "url" else "G")  # model mode: the operator-generated vLLM key
 
 
 def test_embedding_model_and_retrieval_only(monkeypatch):

@@ -15,7 +15,7 @@ from typing import Any
 from ragengine.settings import EngineSettings
 
 from .. import constants as c
-from ..spec import RAGEngineSpec
+from ..spec import RAGEngineSpec, SecretKeyRef
 from .labels import Owner
 
 # spec path -> EngineSettings field (values).
@@ -100,10 +100,19 @@ def engine_values(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
     }
 
 
-def secret_refs(spec: RAGEngineSpec) -> dict[str, Any]:
-    """EngineSettings field -> SecretKeyRef for the secrets the spec names."""
+def inference_api_key_ref(owner: Owner) -> SecretKeyRef:
+    """The operator-generated key of the in-cluster vLLM (vLLM --api-key, the engine's llm_api_key)."""
+    return SecretKeyRef(name=owner.child("inference-api-key"), key="api-key")
+
+
+def secret_refs(spec: RAGEngineSpec, owner: Owner | None = None) -> dict[str, Any]:
+    """EngineSettings field -> SecretKeyRef for the secrets the spec names (and, in model mode, the
+    operator-generated vLLM key)."""
+    llm_key = spec.inference.api_key_secret_ref if spec.inference else None
+    if spec.runs_vllm and owner is not None:
+        llm_key = inference_api_key_ref(owner)
     refs = {
-        "llm_api_key": spec.inference.api_key_secret_ref if spec.inference else None,
+        "llm_api_key": llm_key,
         "embedding_api_key": spec.embedding.api_key_secret_ref,
         "api_key": spec.auth.api_key_secret_ref,
         "vector_store_url": spec.vector_store.connection_secret_ref,
@@ -115,7 +124,7 @@ def secret_refs(spec: RAGEngineSpec) -> dict[str, Any]:
 
 def engine_env(owner: Owner, spec: RAGEngineSpec) -> list[dict[str, Any]]:
     env = [{"name": k, "value": v} for k, v in sorted(EngineSettings.to_env(engine_values(owner, spec)).items())]
-    for field, ref in sorted(secret_refs(spec).items()):
+    for field, ref in sorted(secret_refs(spec, owner).items()):
         env.append(
             {"name": EngineSettings.env_name(field), "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}
         )

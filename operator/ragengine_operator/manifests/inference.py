@@ -6,6 +6,7 @@ from typing import Any
 
 from .. import constants as c
 from ..spec import RAGEngineSpec
+from .engine_env import inference_api_key_ref
 from .labels import Owner, http_probe, http_service, merge_resources, metadata, pvc, selector, stamp_template
 
 GPU_TOLERATION = {"key": c.GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
@@ -16,6 +17,29 @@ STARTUP_FAILURES = 180
 
 def inference_name(owner: Owner) -> str:
     return owner.child("inference")
+
+
+def inference_api_key_secret(owner: Owner, key: str) -> dict[str, Any]:
+    """The Secret with vLLM's API key. `key` is generated once by the controller (never re-applied:
+    a new key on every reconcile would break the engine mid-flight)."""
+    ref = inference_api_key_ref(owner)
+    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": metadata(owner, ref.name, c.COMPONENT_INFERENCE), "stringData": {ref.key: key}}
+
+
+def inference_network_policy(owner: Owner) -> dict[str, Any]:
+    """Only the engine's pods may reach vLLM (on its port); nothing else in or outside the namespace."""
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": metadata(owner, inference_name(owner), c.COMPONENT_INFERENCE),
+        "spec": {
+            "podSelector": {"matchLabels": selector(owner, c.COMPONENT_INFERENCE)},
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": [{"podSelector": {"matchLabels": selector(owner, c.COMPONENT_ENGINE)}}],
+                         "ports": [{"port": c.VLLM_PORT, "protocol": "TCP"}]}],
+        },
+    }
 
 
 def model_cache_pvc_name(owner: Owner) -> str:
@@ -57,6 +81,8 @@ def inference_deployment(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
         {"name": "XDG_CACHE_HOME", "value": c.VLLM_SCRATCH_DIR},
         {"name": "VLLM_CACHE_ROOT", "value": f"{c.VLLM_SCRATCH_DIR}/vllm"},
     ]
+    key = inference_api_key_ref(owner)  # vLLM reads VLLM_API_KEY like --api-key
+    env.append({"name": "VLLM_API_KEY", "valueFrom": {"secretKeyRef": {"name": key.name, "key": key.key}}})
     if inf.hf_token_secret_ref is not None:
         ref = inf.hf_token_secret_ref
         env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})

@@ -14,7 +14,13 @@ from ..manifests.engine import (
     engine_pdb,
     engine_service,
 )
-from ..manifests.inference import inference_deployment, inference_name, inference_service, model_cache_pvc
+from ..manifests.inference import (
+    inference_deployment,
+    inference_name,
+    inference_network_policy,
+    inference_service,
+    model_cache_pvc,
+)
 from ..manifests.labels import Owner
 from ..spec import RAGEngineSpec
 
@@ -39,11 +45,13 @@ def plan(owner: Owner, spec: RAGEngineSpec) -> Plan:
     """Volumes first (pods reference them), then workloads, then Services."""
     p = Plan()
     if spec.runs_vllm:
-        p.apply += [model_cache_pvc(owner, spec), inference_deployment(owner, spec), inference_service(owner)]
+        p.apply += [model_cache_pvc(owner, spec), inference_deployment(owner, spec), inference_service(owner),
+                    inference_network_policy(owner)]
     else:
         # URL mode or retrieval-only: no vLLM. The model-cache PVC stays (owned, so it goes with the
         # RAGEngine) to spare a re-download when switching back.
-        p.delete += [Ref("apps/v1", "Deployment", inference_name(owner)), Ref("v1", "Service", inference_name(owner))]
+        p.delete += [Ref("apps/v1", "Deployment", inference_name(owner)), Ref("v1", "Service", inference_name(owner)),
+                     Ref("networking.k8s.io/v1", "NetworkPolicy", inference_name(owner))]
     external = spec.vector_store.external
     # faiss: the index volume. External store: none (a faiss PVC left from before stays, owned, with
     # its data, until the RAGEngine goes: switching back finds it).

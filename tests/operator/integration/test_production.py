@@ -215,3 +215,29 @@ def test_url_mode_with_an_unreachable_llm_is_not_ready(kube, namespace, llm_url)
     assert cond["status"] == "False"
     kube.patch_rag(ns, n, {"spec": {"inference": {"servedModelName": "fake-llm"}}})
     kube.wait_ready(ns, n)
+
+
+# --- item 6: locked-down inference ----------------------------------------------------------------
+def test_vllm_is_locked_down_and_admitted_as_restricted(kube, namespace):
+    from kubernetes import client as k8s
+
+    ns, n = namespace, "locked"
+    kube.create_rag(ns, n, MODEL_SPEC)
+    kube.wait_ready(ns, n)  # Pod Security "restricted" admitted both pods (the namespace enforces it)
+    assert kube.core.read_namespace(ns).metadata.labels["pod-security.kubernetes.io/enforce"] == "restricted"
+    secret = kube.core.read_namespaced_secret(f"{n}-inference-api-key", ns)
+    key = secret.data["api-key"]
+    assert len(key) >= 40 and secret.metadata.owner_references[0].name == n
+    vllm = kube.deployment(ns, f"{n}-inference")["spec"]["template"]["spec"]
+    engine = kube.deployment(ns, f"{n}-engine")["spec"]["template"]["spec"]
+    ref = {"secretKeyRef": {"name": f"{n}-inference-api-key", "key": "api-key"}}
+    assert {e["name"]: e.get("valueFrom") for e in vllm["containers"][0]["env"]}["VLLM_API_KEY"] == ref
+    assert {e["name"]: e.get("valueFrom") for e in engine["containers"][0]["env"]}[
+        EngineSettings.env_name("llm_api_key")] == ref
+    assert vllm["automountServiceAccountToken"] is False and engine["automountServiceAccountToken"] is False
+    policy = k8s.NetworkingV1Api(kube.api).read_namespaced_network_policy(f"{n}-inference", ns)
+    assert policy.spec.ingress[0]._from[0].pod_selector.match_labels[c.SELECTOR_COMPONENT] == "engine"
+    # a later reconcile never rotates the key under a running engine
+    kube.patch_rag(ns, n, {"spec": {"retrieval": {"contextTokenRatio": 0.3}}})
+    kube.wait_ready(ns, n)
+    assert kube.core.read_namespaced_secret(f"{n}-inference-api-key", ns).data["api-key"] == key
