@@ -43,7 +43,8 @@ from .settings import OperatorSettings
 from .spec import RAGEngineSpec
 
 log = logging.getLogger(__name__)
-STATUS_KEYS = ("observedGeneration", "conditions", "endpoint", "inferenceUrl", "model")
+STATUS_KEYS = ("observedGeneration", "conditions", "endpoint", "inferenceUrl", "model", "inferenceReplicas",
+               "inferenceSelector")
 
 
 def spec_error(exc: ValidationError) -> str:

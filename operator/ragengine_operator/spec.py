@@ -32,6 +32,12 @@ Name = Annotated[str, Field(min_length=1, max_length=253)]
 Url = Annotated[str, Field(max_length=2048)]
 
 
+MANAGED_VLLM_FLAGS = frozenset({"--port", "--served-model-name", "--max-model-len", "--tensor-parallel-size", "-tp",
+                                "--api-key", "--model", "--host"})
+RWO_ONE_REPLICA = ("inference.replicas above 1 (or autoscaling.maxReplicas above 1) needs modelCache.accessMode "
+                   "ReadWriteMany: a ReadWriteOnce cache mounts on one node only")
+
+
 def _is_http(url: str) -> bool:
     return url.startswith(("http://", "https://"))
 
@@ -87,6 +93,20 @@ class ModelCacheSpec(VolumeSpec):
     )
 
 
+class AutoscalingSpec(_Model):
+    """A HorizontalPodAutoscaler owns the replica count (CPU utilisation target); the operator stops applying replicas."""
+
+    min_replicas: int = Field(1, ge=1, le=100)
+    max_replicas: int = Field(ge=1, le=100)
+    target_cpu_utilization_percentage: int = Field(80, ge=1, le=100, description="Average CPU of requests, in %.")
+
+    @model_validator(mode="after")
+    def _bounds(self) -> AutoscalingSpec:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError("autoscaling.minReplicas must not exceed maxReplicas")
+        return self
+
+
 class InferenceSpec(_Model):
     """Either run vLLM in the cluster (model) or use an existing OpenAI-compatible endpoint (url)."""
 
@@ -107,9 +127,22 @@ class InferenceSpec(_Model):
         None, description="vLLM OpenAI server image; the operator's default when unset."
     )
     gpus: int = Field(1, ge=1, le=64, description="GPUs per replica (nvidia.com/gpu), = --tensor-parallel-size.")
-    replicas: int = Field(1, ge=1, le=100)
+    replicas: int = Field(
+        1, ge=0, le=100,
+        description="vLLM pods; 0 frees the GPUs. Above 1 needs modelCache.accessMode ReadWriteMany. Ignored "
+        "while autoscaling is set. Also the scale subresource (kubectl scale rag/<name> --replicas=N).",
+    )
+    autoscaling: AutoscalingSpec | None = Field(
+        None, description="Create an HPA for vLLM; the operator then stops applying replicas."
+    )
+    startup_timeout: Annotated[str, Field(pattern=r"^([0-9]+h)?([0-9]+m)?([0-9]+s)?$", max_length=16)] = Field(
+        "30m", description="How long a vLLM pod may take to start (download + load) before it is restarted: "
+        "e.g. 45m, 2h."
+    )
     args: list[Annotated[str, Field(max_length=1024)]] = Field(
-        default_factory=list, max_length=64, description="Extra vLLM arguments, appended."
+        default_factory=list, max_length=64,
+        description="Extra vLLM arguments, appended. The operator's own flags (--port, --served-model-name, "
+        "--max-model-len, --tensor-parallel-size, --api-key, --model, --host) are refused: set the fields instead.",
     )
     node_selector: dict[str, str] | None = None
     tolerations: list[Toleration] | None = Field(
@@ -133,6 +166,15 @@ class InferenceSpec(_Model):
             raise ValueError("inference.hfTokenSecretRef applies to inference.model only")
         if self.model is not None and self.api_key_secret_ref is not None:
             raise ValueError("inference.apiKeySecretRef applies to inference.url only")
+        managed = [a for a in self.args if a.split("=", 1)[0] in MANAGED_VLLM_FLAGS]
+        if managed:
+            raise ValueError(f"inference.args must not set {', '.join(sorted(set(a.split('=', 1)[0] for a in managed)))}: "
+                             "the operator sets them from the spec")
+        several = self.replicas > 1 or (self.autoscaling is not None and self.autoscaling.max_replicas > 1)
+        if several and self.model_cache.access_mode == "ReadWriteOnce":
+            raise ValueError(RWO_ONE_REPLICA)
+        if self.startup_timeout in ("", "0s", "0m", "0h"):
+            raise ValueError("inference.startupTimeout must be a positive duration such as 30m")
         return self
 
 
@@ -161,20 +203,6 @@ class RetrievalSpec(_Model):
     similarity_threshold: float = Field(0.0, ge=0.0, le=1.0, description="Minimum cosine similarity for a chunk.")
     hybrid: bool = Field(True, description="Fuse dense and BM25 results.")
     rerank_model: Annotated[str, Field(max_length=512)] | None = Field(None, description="Cross-encoder; unset = none.")
-
-
-class AutoscalingSpec(_Model):
-    """A HorizontalPodAutoscaler owns the engine's replica count (external vector stores only)."""
-
-    min_replicas: int = Field(1, ge=1, le=100)
-    max_replicas: int = Field(ge=1, le=100)
-    target_cpu_utilization_percentage: int = Field(80, ge=1, le=100, description="Average CPU of requests, in %.")
-
-    @model_validator(mode="after")
-    def _bounds(self) -> AutoscalingSpec:
-        if self.min_replicas > self.max_replicas:
-            raise ValueError("engine.autoscaling.minReplicas must not exceed maxReplicas")
-        return self
 
 
 class EngineSpec(_Model):
@@ -286,6 +314,8 @@ class Condition(_Model):
 
 class RAGEngineStatus(_Model):
     observed_generation: int | None = Field(None, description="The generation the conditions describe.")
+    inference_replicas: int | None = Field(None, description="Ready vLLM pods (the scale subresource's status).")
+    inference_selector: str | None = Field(None, description="Label selector of the vLLM pods (for the scale subresource).")
     endpoint: str | None = Field(None, description="In-cluster URL of the engine's OpenAI-compatible API.")
     inference_url: str | None = Field(None, description="The LLM base URL the engine uses.")
     model: str | None = Field(None, description="The served model name.")

@@ -112,7 +112,8 @@ def test_plan_modes():
                          "NetworkPolicy/docs-inference", "PersistentVolumeClaim/docs-data", "Deployment/docs-engine",
                          "Service/docs"]
     assert {(r.kind, r.name) for r in p.delete} == {("PodDisruptionBudget", "docs-engine"),
-                                                    ("HorizontalPodAutoscaler", "docs-engine")}
+                                                    ("HorizontalPodAutoscaler", "docs-engine"),
+                                                    ("HorizontalPodAutoscaler", "docs-inference")}
     url = plan(OWNER, RAGEngineSpec.model_validate({"inference": {"url": "http://x/v1"}}))
     assert url.names() == ["PersistentVolumeClaim/docs-data", "Deployment/docs-engine", "Service/docs"]
     assert {r.name for r in url.delete} == {"docs-inference", "docs-engine"}
@@ -183,3 +184,19 @@ def test_inference_is_locked_down():
     assert policy["podSelector"]["matchLabels"][c.SELECTOR_COMPONENT] == "inference"
     (rule,) = policy["ingress"]
     assert rule["from"] == [{"podSelector": {"matchLabels": {c.SELECTOR_NAME: "docs", c.SELECTOR_COMPONENT: "engine"}}}]
+
+
+def test_vllm_replicas_autoscaling_and_startup_timeout():
+    spec = copy.deepcopy(FULL)
+    spec["inference"].update(startupTimeout="2h", modelCache={"accessMode": "ReadWriteMany"},
+                             autoscaling={"minReplicas": 1, "maxReplicas": 4})
+    p = plan(OWNER, RAGEngineSpec.model_validate(spec))
+    dep = next(o for o in p.apply if o["metadata"]["name"] == "docs-inference" and o["kind"] == "Deployment")
+    assert "replicas" not in dep["spec"]
+    probe = dep["spec"]["template"]["spec"]["containers"][0]["startupProbe"]
+    assert probe["periodSeconds"] * probe["failureThreshold"] == 7200
+    assert dep["spec"]["progressDeadlineSeconds"] == 7200
+    assert any(o["kind"] == "HorizontalPodAutoscaler" and o["metadata"]["name"] == "docs-inference" for o in p.apply)
+    zero = copy.deepcopy(FULL)
+    zero["inference"]["replicas"] = 0
+    assert vllm(zero)["spec"]["replicas"] == 0

@@ -94,3 +94,13 @@ def test_pending_error_is_kept_until_that_generation_reconciles():
     child_trouble = dict(degraded, reason="InferenceUnavailable")
     other = {"metadata": {"generation": 3}, "status": {"observedGeneration": 2, "conditions": [child_trouble]}}
     assert pending_error(other) is None
+
+
+def test_scaled_to_zero_inference_and_scale_status():
+    zero = RAGEngineSpec.model_validate({"inference": {"model": "m", "replicas": 0}})
+    c, status, _ = conds(zero, {"inference": dep(replicas=0, available=0, updated=0), "engine": dep()})
+    assert c["InferenceReady"]["reason"] == "ScaledToZero" and c["Ready"]["status"] == "False"
+    assert c["Degraded"]["status"] == "False"
+    _, status, _ = conds(MODEL, {"inference": {**dep(), "status": {**dep()["status"], "readyReplicas": 1}}, "engine": dep()})
+    assert status["inferenceReplicas"] == 1
+    assert status["inferenceSelector"] == "ragengine.io/ragengine=rag,ragengine.io/component=inference"

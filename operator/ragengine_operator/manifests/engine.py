@@ -7,7 +7,7 @@ from typing import Any
 from .. import constants as c
 from ..spec import RAGEngineSpec
 from .engine_env import engine_env
-from .labels import Owner, http_probe, http_service, merge_resources, metadata, pvc, selector, stamp_template
+from .labels import Owner, hpa, http_probe, http_service, merge_resources, metadata, pvc, selector, stamp_template
 
 DEFAULT_RESOURCES = {"requests": {"cpu": "500m", "memory": "2Gi"}, "limits": {"memory": "8Gi"}}
 UID = 1000  # images/engine.Dockerfile runs as this user; fsGroup makes the PVC writable for it
@@ -108,20 +108,8 @@ def engine_pdb(owner: Owner) -> dict[str, Any]:
 
 
 def engine_hpa(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
-    a = spec.engine.autoscaling
-    assert a is not None
-    return {
-        "apiVersion": "autoscaling/v2",
-        "kind": "HorizontalPodAutoscaler",
-        "metadata": metadata(owner, engine_deployment_name(owner), c.COMPONENT_ENGINE),
-        "spec": {
-            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": engine_deployment_name(owner)},
-            "minReplicas": a.min_replicas,
-            "maxReplicas": a.max_replicas,
-            "metrics": [{"type": "Resource", "resource": {
-                "name": "cpu", "target": {"type": "Utilization", "averageUtilization": a.target_cpu_utilization_percentage}}}],
-        },
-    }
+    assert spec.engine.autoscaling is not None
+    return hpa(owner, engine_deployment_name(owner), c.COMPONENT_ENGINE, spec.engine.autoscaling)
 
 
 def engine_service(owner: Owner) -> dict[str, Any]:

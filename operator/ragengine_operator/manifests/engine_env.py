@@ -49,6 +49,8 @@ OPERATOR_ONLY = {
     "inference.tolerations", "inference.resources", "inference.modelCache.size",
     "inference.modelCache.storageClassName", "inference.modelCache.accessMode", "inference.hfTokenSecretRef",
     "engine.image", "engine.replicas", "engine.resources", "storage.size", "storage.storageClassName",
+    "inference.autoscaling.minReplicas", "inference.autoscaling.maxReplicas",
+    "inference.autoscaling.targetCpuUtilizationPercentage", "inference.startupTimeout",
     "engine.autoscaling.minReplicas", "engine.autoscaling.maxReplicas", "engine.autoscaling.targetCpuUtilizationPercentage",
 }
 

@@ -7,12 +7,22 @@ from typing import Any
 from .. import constants as c
 from ..spec import RAGEngineSpec
 from .engine_env import inference_api_key_ref
-from .labels import Owner, http_probe, http_service, merge_resources, metadata, pvc, selector, stamp_template
+from .labels import (
+    Owner,
+    duration_seconds,
+    hpa,
+    http_probe,
+    http_service,
+    merge_resources,
+    metadata,
+    pvc,
+    selector,
+    stamp_template,
+)
 
 GPU_TOLERATION = {"key": c.GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
 DEFAULT_RESOURCES = {"requests": {"cpu": "4", "memory": "16Gi"}}
-# A first start downloads the weights: allow 30 min (10 s x 180) before liveness may kill the pod.
-STARTUP_FAILURES = 180
+STARTUP_PERIOD = 10  # seconds between startup probes; inference.startupTimeout / this = failures allowed
 
 
 def inference_name(owner: Owner) -> str:
@@ -100,7 +110,9 @@ def inference_deployment(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
         ],
         # Pod Security "restricted": no privilege escalation, no capabilities.
         "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
-        "startupProbe": http_probe("/health", "http", period=10, failures=STARTUP_FAILURES),
+        # A first start downloads the weights: inference.startupTimeout before liveness may kill the pod.
+        "startupProbe": http_probe("/health", "http", period=STARTUP_PERIOD,
+                                   failures=max(1, duration_seconds(inf.startup_timeout) // STARTUP_PERIOD)),
         "readinessProbe": http_probe("/health", "http", period=5, failures=3),
         "livenessProbe": http_probe("/health", "http", period=15, failures=4, timeout=10),
     }
@@ -143,14 +155,21 @@ def inference_deployment(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
         "kind": "Deployment",
         "metadata": metadata(owner, inference_name(owner), c.COMPONENT_INFERENCE),
         "spec": {
-            "replicas": inf.replicas,
+            # With an HPA the field is left out of our apply: the HPA owns it and we never revert it.
+            **({"replicas": inf.replicas} if inf.autoscaling is None else {}),
             "strategy": strategy,
             "revisionHistoryLimit": 3,
-            "progressDeadlineSeconds": 1800,  # model downloads are slow; Degraded only after this
+            # model downloads are slow; container failures are reported at once, this is the backstop
+            "progressDeadlineSeconds": max(600, duration_seconds(inf.startup_timeout)),
             "selector": {"matchLabels": selector(owner, c.COMPONENT_INFERENCE)},
             "template": template,
         },
     }
+
+
+def inference_hpa(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
+    assert spec.inference is not None and spec.inference.autoscaling is not None
+    return hpa(owner, inference_name(owner), c.COMPONENT_INFERENCE, spec.inference.autoscaling)
 
 
 def inference_service(owner: Owner) -> dict[str, Any]:

@@ -112,3 +112,32 @@ def http_service(owner: Owner, name: str, component: str, port: int) -> dict[str
             "ports": [{"name": "http", "port": port, "targetPort": "http", "protocol": "TCP"}],
         },
     }
+
+
+def hpa(owner: Owner, target: str, component: str, autoscaling: Any) -> dict[str, Any]:
+    """An autoscaling/v2 HPA on Deployment `target` (CPU utilisation), named like it."""
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": metadata(owner, target, component),
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": target},
+            "minReplicas": autoscaling.min_replicas,
+            "maxReplicas": autoscaling.max_replicas,
+            "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": {
+                "type": "Utilization", "averageUtilization": autoscaling.target_cpu_utilization_percentage}}}],
+        },
+    }
+
+
+def duration_seconds(text: str) -> int:
+    """'1h30m', '45m', '90s' -> seconds (the CRD's pattern admits only these forms)."""
+    units = {"h": 3600, "m": 60, "s": 1}
+    total, number = 0, ""
+    for ch in text:
+        if ch.isdigit():
+            number += ch
+        else:
+            total += int(number) * units[ch]
+            number = ""
+    return total

@@ -16,6 +16,7 @@ from ..manifests.engine import (
 )
 from ..manifests.inference import (
     inference_deployment,
+    inference_hpa,
     inference_name,
     inference_network_policy,
     inference_service,
@@ -47,11 +48,16 @@ def plan(owner: Owner, spec: RAGEngineSpec) -> Plan:
     if spec.runs_vllm:
         p.apply += [model_cache_pvc(owner, spec), inference_deployment(owner, spec), inference_service(owner),
                     inference_network_policy(owner)]
+        if spec.inference.autoscaling is not None:  # type: ignore[union-attr]
+            p.apply.append(inference_hpa(owner, spec))
+        else:
+            p.delete.append(Ref("autoscaling/v2", "HorizontalPodAutoscaler", inference_name(owner)))
     else:
         # URL mode or retrieval-only: no vLLM. The model-cache PVC stays (owned, so it goes with the
         # RAGEngine) to spare a re-download when switching back.
         p.delete += [Ref("apps/v1", "Deployment", inference_name(owner)), Ref("v1", "Service", inference_name(owner)),
-                     Ref("networking.k8s.io/v1", "NetworkPolicy", inference_name(owner))]
+                     Ref("networking.k8s.io/v1", "NetworkPolicy", inference_name(owner)),
+                     Ref("autoscaling/v2", "HorizontalPodAutoscaler", inference_name(owner))]
     external = spec.vector_store.external
     # faiss: the index volume. External store: none (a faiss PVC left from before stays, owned, with
     # its data, until the RAGEngine goes: switching back finds it).

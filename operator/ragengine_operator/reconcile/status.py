@@ -122,11 +122,14 @@ def conditions_for(spec: RAGEngineSpec | None, observed: Observed, error: tuple[
         else:
             inference = _cond(c.INFERENCE_READY, True, "ExternalEndpoint", f"using {spec.inference.url}")
     else:
-        s = states[c.COMPONENT_INFERENCE] = workload_state(
-            "vLLM", observed.deployments.get(c.COMPONENT_INFERENCE), observed.pods.get(c.COMPONENT_INFERENCE, []),
-            observed.pod_events,
-        )
-        inference = _cond(c.INFERENCE_READY, s.state == AVAILABLE, s.reason, s.message)
+        if spec.inference.replicas == 0 and spec.inference.autoscaling is None:
+            inference = _cond(c.INFERENCE_READY, False, "ScaledToZero", "spec.inference.replicas is 0 (GPUs freed)")
+        else:
+            s = states[c.COMPONENT_INFERENCE] = workload_state(
+                "vLLM", observed.deployments.get(c.COMPONENT_INFERENCE), observed.pods.get(c.COMPONENT_INFERENCE, []),
+                observed.pod_events,
+            )
+            inference = _cond(c.INFERENCE_READY, s.state == AVAILABLE, s.reason, s.message)
     if spec.engine.replicas == 0 and spec.engine.autoscaling is None:
         engine = _cond(c.ENGINE_READY, False, "ScaledToZero", "spec.engine.replicas is 0")
     else:
@@ -202,4 +205,8 @@ def compute_status(
     if spec is not None:
         status["inferenceUrl"] = llm_url(owner, spec)
         status["model"] = served_model(spec)
+        if spec.runs_vllm:  # the scale subresource reads these
+            dep = observed.deployments.get(c.COMPONENT_INFERENCE) or {}
+            status["inferenceReplicas"] = (dep.get("status") or {}).get("readyReplicas", 0)
+            status["inferenceSelector"] = f"{c.SELECTOR_NAME}={owner.name},{c.SELECTOR_COMPONENT}={c.COMPONENT_INFERENCE}"
     return status, transitions(conds, old_conditions)

@@ -62,3 +62,20 @@ def test_faiss_with_more_than_one_replica_is_refused(kube, namespace, engine):
         kube.create_rag(namespace, "many", {"engine": engine})
     assert info.value.status == 422
     assert "need vectorStore.type postgres or milvus" in json.loads(info.value.body)["message"]
+
+
+def test_scale_subresource_frees_the_gpus(kube, namespace):
+    from ragengine_operator import constants as c
+
+    ns, n = namespace, "gpus"
+    kube.create_rag(ns, n, {"inference": {"model": "Qwen/Qwen2.5-0.5B-Instruct"}, "storage": {"size": "1Gi"}})
+    kube.wait_ready(ns, n)
+    out = kube.kubectl("get", "--raw", f"/apis/{c.API_VERSION}/namespaces/{ns}/{c.PLURAL}/{n}/scale").stdout
+    scale = json.loads(out)
+    assert scale["spec"]["replicas"] == 1 and scale["status"]["replicas"] == 1
+    assert scale["status"]["selector"] == f"{c.SELECTOR_NAME}={n},{c.SELECTOR_COMPONENT}=inference"
+    kube.kubectl("scale", f"{c.SINGULAR}/{n}", "-n", ns, "--replicas=0")
+    wait_for(lambda: kube.deployment(ns, f"{n}-inference")["spec"]["replicas"] == 0, 20, "vLLM scaled to 0")
+    cond = wait_for(lambda: (x := kube.condition(ns, n, c.INFERENCE_READY)) and x["reason"] == "ScaledToZero" and x, 20,
+                    "ScaledToZero")
+    assert cond["status"] == "False" and kube.condition(ns, n, c.DEGRADED)["status"] == "False"
