@@ -35,8 +35,8 @@ from .kube import apply as kube
 from .kube.observe import observe
 from .manifests.engine_env import inference_api_key_ref
 from .manifests.inference import inference_api_key_secret
-from .manifests.labels import Owner
-from .reconcile.plan import name_conflict, plan
+from .manifests.labels import Owner, secret_digest
+from .reconcile.plan import name_conflict, plan, referenced_secrets
 from .reconcile.schedule import next_due
 from .reconcile.status import compute_status
 from .settings import OperatorSettings
@@ -113,12 +113,12 @@ class Controller:
 
     def _apply_children(self, owner: Owner, spec: RAGEngineSpec) -> list[tuple[str, str, str]]:
         """-> [(reason, child, message)] for each child not brought to its desired state."""
-        desired = plan(owner, spec)
         failures: list[tuple[str, str, str]] = []
         if spec.runs_vllm:
             failure = self._ensure_inference_key(owner)
             if failure:
                 failures.append(failure)
+        desired = plan(owner, spec, self._secret_digests(owner, spec))
         for obj in desired.apply:
             try:
                 existing = kube.get(self.dyn, obj["apiVersion"], obj["kind"], owner.namespace, obj["metadata"]["name"])
@@ -139,6 +139,17 @@ class Controller:
             except ApiException as exc:
                 failures.append(("DeleteFailed", f"{ref.kind} {ref.name}", api_message(exc)))
         return failures
+
+    def _secret_digests(self, owner: Owner, spec: RAGEngineSpec) -> dict[str, str]:
+        """Digest of each Secret the pods read: a rotated key changes the pod template, so the pods
+        that read it restart and pick it up (env from a Secret is read only at container start)."""
+        out = {}
+        for name in sorted(referenced_secrets(owner, spec)):
+            try:
+                out[name] = secret_digest(kube.get(self.dyn, "v1", "Secret", owner.namespace, name))
+            except ApiException as exc:  # no read access: no rotation tracking for it, nothing else breaks
+                log.info("cannot read Secret %s/%s: %s", owner.namespace, name, api_message(exc))
+        return out
 
     def _ensure_inference_key(self, owner: Owner) -> tuple[str, str, str] | None:
         """Create vLLM's API key Secret once (a random key); never re-applied, so it never rotates

@@ -200,3 +200,21 @@ def test_vllm_replicas_autoscaling_and_startup_timeout():
     zero = copy.deepcopy(FULL)
     zero["inference"]["replicas"] = 0
     assert vllm(zero)["spec"]["replicas"] == 0
+
+
+def test_a_rotated_secret_rolls_only_the_pods_that_read_it():
+    spec = copy.deepcopy(FULL)
+    spec["auth"] = {"apiKeySecretRef": {"name": "auth"}}
+    parsed = RAGEngineSpec.model_validate(spec)
+
+    def hashes_with(secrets):
+        return {o["metadata"]["name"]: o["spec"]["template"]["metadata"]["annotations"][c.CONFIG_HASH_ANNOTATION]
+                for o in plan(OWNER, parsed, secrets).apply if o["kind"] == "Deployment"}
+
+    base = hashes_with({"auth": "a1", "hf": "h1", "docs-inference-api-key": "k1"})
+    auth = hashes_with({"auth": "a2", "hf": "h1", "docs-inference-api-key": "k1"})
+    hf = hashes_with({"auth": "a1", "hf": "h2", "docs-inference-api-key": "k1"})
+    key = hashes_with({"auth": "a1", "hf": "h1", "docs-inference-api-key": "k2"})
+    assert auth["docs-engine"] != base["docs-engine"] and auth["docs-inference"] == base["docs-inference"]
+    assert hf["docs-inference"] != base["docs-inference"] and hf["docs-engine"] == base["docs-engine"]
+    assert key["docs-inference"] != base["docs-inference"] and key["docs-engine"] != base["docs-engine"]

@@ -6,8 +6,8 @@ from typing import Any
 
 from .. import constants as c
 from ..spec import RAGEngineSpec
-from .engine_env import engine_env
-from .labels import Owner, hpa, http_probe, http_service, merge_resources, metadata, pvc, selector, stamp_template
+from .engine_env import engine_env, secret_refs
+from .labels import Owner, hpa, http_probe, http_service, merge_resources, metadata, pick, pvc, selector, stamp_template
 
 DEFAULT_RESOURCES = {"requests": {"cpu": "500m", "memory": "2Gi"}, "limits": {"memory": "8Gi"}}
 UID = 1000  # images/engine.Dockerfile runs as this user; fsGroup makes the PVC writable for it
@@ -34,7 +34,8 @@ def engine_data_pvc(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
     return pvc(owner, data_pvc_name(owner), c.COMPONENT_ENGINE, s.size, s.storage_class_name, "ReadWriteOnce")
 
 
-def engine_deployment(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
+def engine_deployment(owner: Owner, spec: RAGEngineSpec, secrets: dict[str, str] | None = None) -> dict[str, Any]:
+    """`secrets`: Secret name -> digest (controller-read); those the engine reads go into its config hash."""
     container = {
         "name": "engine",
         "image": spec.engine.image or owner.engine_image,
@@ -75,7 +76,8 @@ def engine_deployment(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
                 "enableServiceLinks": False,
                 "automountServiceAccountToken": False,  # the engine never calls the API server
             },
-        }
+        },
+        pick(secrets, {ref.name for ref in secret_refs(spec, owner).values()}),
     )
     dep_spec: dict[str, Any] = {
         # faiss: Recreate, the index volume is ReadWriteOnce and the engine its single writer.

@@ -15,6 +15,7 @@ from .labels import (
     http_service,
     merge_resources,
     metadata,
+    pick,
     pvc,
     selector,
     stamp_template,
@@ -76,7 +77,8 @@ def model_cache_pvc(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
     return pvc(owner, model_cache_pvc_name(owner), c.COMPONENT_INFERENCE, mc.size, mc.storage_class_name, mc.access_mode)
 
 
-def inference_deployment(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
+def inference_deployment(owner: Owner, spec: RAGEngineSpec, secrets: dict[str, str] | None = None) -> dict[str, Any]:
+    """`secrets`: Secret name -> digest; the API key's and HF token's go into the config hash."""
     inf = spec.inference
     assert inf is not None and inf.model is not None
     gpus = str(inf.gpus)
@@ -141,7 +143,9 @@ def inference_deployment(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
     }
     if inf.node_selector:
         pod_spec["nodeSelector"] = dict(inf.node_selector)
-    template = stamp_template({"metadata": {"labels": metadata(owner, "", c.COMPONENT_INFERENCE)["labels"]}, "spec": pod_spec})
+    read = {inference_api_key_ref(owner).name} | ({inf.hf_token_secret_ref.name} if inf.hf_token_secret_ref else set())
+    template = stamp_template({"metadata": {"labels": metadata(owner, "", c.COMPONENT_INFERENCE)["labels"]}, "spec": pod_spec},
+                              pick(secrets, read))
     shared_cache = inf.model_cache.access_mode == "ReadWriteMany"
     # ReadWriteOnce cache: old and new pods cannot share it across nodes -> Recreate. With a shared
     # cache roll one pod at a time without surging (a surge pod would need spare GPUs).

@@ -66,9 +66,10 @@ def config_hash(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
 
 
-def stamp_template(template: dict[str, Any]) -> dict[str, Any]:
-    """Annotate a pod template with the hash of everything else in it."""
-    digest = config_hash(template)
+def stamp_template(template: dict[str, Any], secrets: dict[str, str] | None = None) -> dict[str, Any]:
+    """Annotate a pod template with the hash of everything else in it, plus the digests of the Secrets
+    its env reads (name -> digest): a rotated Secret changes the hash and so rolls the pods."""
+    digest = config_hash({"template": template, "secrets": secrets} if secrets else template)
     template.setdefault("metadata", {}).setdefault("annotations", {})[c.CONFIG_HASH_ANNOTATION] = digest
     return template
 
@@ -141,3 +142,14 @@ def duration_seconds(text: str) -> int:
             total += int(number) * units[ch]
             number = ""
     return total
+
+
+def secret_digest(secret: dict[str, Any] | None) -> str:
+    """A short digest of a Secret's data ("absent" when it does not exist): what pods would read."""
+    if secret is None:
+        return "absent"
+    return config_hash({"data": secret.get("data") or {}, "stringData": secret.get("stringData") or {}})
+
+
+def pick(versions: dict[str, str] | None, names: set[str]) -> dict[str, str]:
+    return {k: v for k, v in (versions or {}).items() if k in names}

@@ -14,6 +14,7 @@ from ..manifests.engine import (
     engine_pdb,
     engine_service,
 )
+from ..manifests.engine_env import inference_api_key_ref, secret_refs
 from ..manifests.inference import (
     inference_deployment,
     inference_hpa,
@@ -42,11 +43,12 @@ class Plan:
         return [f"{o['kind']}/{o['metadata']['name']}" for o in self.apply]
 
 
-def plan(owner: Owner, spec: RAGEngineSpec) -> Plan:
-    """Volumes first (pods reference them), then workloads, then Services."""
+def plan(owner: Owner, spec: RAGEngineSpec, secrets: dict[str, str] | None = None) -> Plan:
+    """Volumes first (pods reference them), then workloads, then Services. `secrets` maps the names of
+    the Secrets the pods read to a digest of their data (see referenced_secrets): a change rolls them."""
     p = Plan()
     if spec.runs_vllm:
-        p.apply += [model_cache_pvc(owner, spec), inference_deployment(owner, spec), inference_service(owner),
+        p.apply += [model_cache_pvc(owner, spec), inference_deployment(owner, spec, secrets), inference_service(owner),
                     inference_network_policy(owner)]
         if spec.inference.autoscaling is not None:  # type: ignore[union-attr]
             p.apply.append(inference_hpa(owner, spec))
@@ -63,7 +65,7 @@ def plan(owner: Owner, spec: RAGEngineSpec) -> Plan:
     # its data, until the RAGEngine goes: switching back finds it).
     if not external:
         p.apply.append(engine_data_pvc(owner, spec))
-    p.apply += [engine_deployment(owner, spec), engine_service(owner)]
+    p.apply += [engine_deployment(owner, spec, secrets), engine_service(owner)]
     engine = engine_deployment_name(owner)
     if external:
         p.apply.append(engine_pdb(owner))
@@ -101,3 +103,13 @@ def name_conflict(existing: dict[str, Any] | None, owner: Owner) -> str | None:
         return f"{kind} {name} exists and is not controlled by this RAGEngine; rename or delete it"
     ref = next(r for r in existing["metadata"]["ownerReferences"] if r.get("controller"))
     return f"{kind} {name} exists and is controlled by {ref.get('kind')} {ref.get('name')} (uid {uid})"
+
+
+def referenced_secrets(owner: Owner, spec: RAGEngineSpec) -> set[str]:
+    """Names of every Secret the engine's and vLLM's env read (the controller digests them)."""
+    names = {ref.name for ref in secret_refs(spec, owner).values()}
+    if spec.runs_vllm:
+        names.add(inference_api_key_ref(owner).name)
+        if spec.inference.hf_token_secret_ref:  # type: ignore[union-attr]
+            names.add(spec.inference.hf_token_secret_ref.name)  # type: ignore[union-attr]
+    return names

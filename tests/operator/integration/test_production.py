@@ -241,3 +241,17 @@ def test_vllm_is_locked_down_and_admitted_as_restricted(kube, namespace):
     kube.patch_rag(ns, n, {"spec": {"retrieval": {"contextTokenRatio": 0.3}}})
     kube.wait_ready(ns, n)
     assert kube.core.read_namespaced_secret(f"{n}-inference-api-key", ns).data["api-key"] == key
+
+
+# --- item 11: a rotated Secret rolls the pods that read it -------------------------------------------
+def test_secret_rotation_rolls_the_engine(kube, namespace):
+    ns, n = namespace, "rotate"
+    kube.core.create_namespaced_secret(ns, {"metadata": {"name": "auth"}, "stringData": {"key": "one"}})
+    kube.create_rag(ns, n, {"auth": {"apiKeySecretRef": {"name": "auth", "key": "key"}}})
+    kube.wait_ready(ns, n)
+    before = kube.deployment(ns, f"{n}-engine")
+    kube.core.patch_namespaced_secret("auth", ns, {"stringData": {"key": "two"}})
+    after = wait_for(lambda: (d := kube.deployment(ns, f"{n}-engine"))["metadata"]["generation"]
+                     > before["metadata"]["generation"] and d, 30, "engine rolled after the rotation (next resync)")
+    key = c.CONFIG_HASH_ANNOTATION
+    assert after["spec"]["template"]["metadata"]["annotations"][key] != before["spec"]["template"]["metadata"]["annotations"][key]
