@@ -9,7 +9,7 @@ spec that slipped past an old CRD still fails loudly in the operator instead of 
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
 from pydantic.alias_generators import to_camel
@@ -76,6 +76,41 @@ class Toleration(_Model):
     toleration_seconds: int | None = None
 
 
+# core/v1 objects passed through to the pod as written; the API server validates them on the Deployment.
+_K8sObject = Annotated[dict[str, Any], WithJsonSchema({"type": "object", "x-kubernetes-preserve-unknown-fields": True})]
+LabelMap = Annotated[dict[str, Annotated[str, Field(max_length=63)]], Field(max_length=64)]
+
+
+class LocalObjectReference(_Model):
+    name: Name
+
+
+class EnvVar(_Model):
+    """A core/v1 EnvVar: `value`, or `valueFrom` (secretKeyRef, configMapKeyRef, fieldRef, ...)."""
+
+    name: Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")]
+    value: Annotated[str, Field(max_length=32768)] | None = None
+    value_from: _K8sObject | None = None
+
+
+class PodOptions(_Model):
+    """Fleet settings of one component's pods, passed to its pod template."""
+
+    affinity: _K8sObject | None = Field(None, description="core/v1 Affinity.")
+    topology_spread_constraints: list[_K8sObject] | None = Field(None, max_length=16)
+    priority_class_name: Annotated[str, Field(max_length=253)] | None = None
+    runtime_class_name: Annotated[str, Field(max_length=253)] | None = None
+    image_pull_secrets: list[LocalObjectReference] | None = Field(None, max_length=16)
+    service_account_name: Annotated[str, Field(max_length=253)] | None = Field(
+        None, description="Its token is not mounted (automountServiceAccountToken: false)."
+    )
+    pod_labels: LabelMap | None = Field(None, description="Added to the pods; the operator's own labels win.")
+    pod_annotations: dict[str, Annotated[str, Field(max_length=4096)]] | None = Field(None, max_length=64)
+    env: list[EnvVar] | None = Field(
+        None, max_length=64, description="Extra env; the variables the operator sets from the spec win over these."
+    )
+
+
 class VolumeSpec(_Model):
     size: Size = Field("20Gi", description="Requested size; it can grow but never shrink.")
     storage_class_name: Annotated[str, Field(max_length=253)] | None = Field(
@@ -107,7 +142,7 @@ class AutoscalingSpec(_Model):
         return self
 
 
-class InferenceSpec(_Model):
+class InferenceSpec(PodOptions):
     """Either run vLLM in the cluster (model) or use an existing OpenAI-compatible endpoint (url)."""
 
     model: Annotated[str, Field(max_length=512)] | None = Field(
@@ -126,7 +161,11 @@ class InferenceSpec(_Model):
     image: Annotated[str, Field(max_length=512)] | None = Field(
         None, description="vLLM OpenAI server image; the operator's default when unset."
     )
-    gpus: int = Field(1, ge=1, le=64, description="GPUs per replica (nvidia.com/gpu), = --tensor-parallel-size.")
+    gpus: int = Field(1, ge=1, le=64, description="GPUs per replica (gpuResourceName), = --tensor-parallel-size.")
+    gpu_resource_name: Annotated[str, Field(max_length=253, pattern=r"^[a-z0-9.-]+/[a-zA-Z0-9._-]+$")] = Field(
+        "nvidia.com/gpu", description="Extended resource of a GPU: nvidia.com/gpu, a MIG profile such as "
+        "nvidia.com/mig-1g.10gb, amd.com/gpu, ... (also the toleration's key)."
+    )
     replicas: int = Field(
         1, ge=0, le=100,
         description="vLLM pods; 0 frees the GPUs. Above 1 needs modelCache.accessMode ReadWriteMany. Ignored "
@@ -205,7 +244,7 @@ class RetrievalSpec(_Model):
     rerank_model: Annotated[str, Field(max_length=512)] | None = Field(None, description="Cross-encoder; unset = none.")
 
 
-class EngineSpec(_Model):
+class EngineSpec(PodOptions):
     image: Annotated[str, Field(max_length=512)] | None = Field(
         None, description="Engine image; the operator's default when unset."
     )
@@ -218,6 +257,8 @@ class EngineSpec(_Model):
         None, description="Create an HPA for the engine; the operator then stops applying replicas."
     )
     resources: ResourceRequirements | None = None
+    node_selector: dict[str, str] | None = None
+    tolerations: list[Toleration] | None = Field(None, max_length=32)
 
 
 class HNSWSpec(_Model):

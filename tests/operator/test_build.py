@@ -218,3 +218,41 @@ def test_a_rotated_secret_rolls_only_the_pods_that_read_it():
     assert auth["docs-engine"] != base["docs-engine"] and auth["docs-inference"] == base["docs-inference"]
     assert hf["docs-inference"] != base["docs-inference"] and hf["docs-engine"] == base["docs-engine"]
     assert key["docs-inference"] != base["docs-inference"] and key["docs-engine"] != base["docs-engine"]
+
+
+def test_fleet_fields_reach_both_pods():
+    opts = {
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["a"]}]}]}}},
+        "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "ScheduleAnyway"}],
+        "priorityClassName": "high", "runtimeClassName": "nvidia", "imagePullSecrets": [{"name": "reg"}],
+        "serviceAccountName": "rag-sa", "podLabels": {"team": "a", c.SELECTOR_NAME: "hijack"},
+        "podAnnotations": {"note": "x"},
+        "env": [{"name": "EXTRA", "value": "1"}, {"name": "RAGENGINE_HYBRID", "value": "false"},
+                {"name": "FROM", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+    }
+    spec = copy.deepcopy(FULL)
+    spec["inference"].update(opts, gpuResourceName="nvidia.com/mig-1g.10gb")
+    spec["engine"] = {**opts, "nodeSelector": {"pool": "cpu"},
+                      "tolerations": [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}]}
+    parsed = RAGEngineSpec.model_validate(spec)
+    for dep in (inference_deployment(OWNER, parsed), engine_deployment(OWNER, parsed)):
+        tmpl = dep["spec"]["template"]
+        pod, (ctr,) = tmpl["spec"], tmpl["spec"]["containers"]
+        assert pod["affinity"] == opts["affinity"] and pod["topologySpreadConstraints"] == opts["topologySpreadConstraints"]
+        assert (pod["priorityClassName"], pod["runtimeClassName"], pod["serviceAccountName"]) == ("high", "nvidia", "rag-sa")
+        assert pod["imagePullSecrets"] == [{"name": "reg"}] and pod["automountServiceAccountToken"] is False
+        assert tmpl["metadata"]["labels"]["team"] == "a"
+        assert tmpl["metadata"]["labels"][c.SELECTOR_NAME] == "docs"  # ours win: the selector still matches
+        assert tmpl["metadata"]["annotations"]["note"] == "x"
+        env = [e["name"] for e in ctr["env"]]
+        assert env[0] == "EXTRA" and "FROM" in env
+    engine = engine_deployment(OWNER, parsed)
+    env = engine["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert [e["value"] for e in env if e["name"] == "RAGENGINE_HYBRID"] == ["true"]  # the spec's value wins
+    assert engine["spec"]["template"]["spec"]["nodeSelector"] == {"pool": "cpu"}
+    assert engine["spec"]["template"]["spec"]["tolerations"][0]["key"] == "dedicated"
+    ctr = inference_deployment(OWNER, parsed)["spec"]["template"]["spec"]
+    assert ctr["containers"][0]["resources"]["limits"] == {"nvidia.com/mig-1g.10gb": "2"} | ctr["containers"][0]["resources"][
+        "limits"]
+    assert ctr["tolerations"][0]["key"] == "nvidia.com/mig-1g.10gb"

@@ -7,7 +7,19 @@ from typing import Any
 from .. import constants as c
 from ..spec import RAGEngineSpec
 from .engine_env import engine_env, secret_refs
-from .labels import Owner, hpa, http_probe, http_service, merge_resources, metadata, pick, pvc, selector, stamp_template
+from .labels import (
+    Owner,
+    apply_pod_options,
+    hpa,
+    http_probe,
+    http_service,
+    merge_resources,
+    metadata,
+    pick,
+    pvc,
+    selector,
+    stamp_template,
+)
 
 DEFAULT_RESOURCES = {"requests": {"cpu": "500m", "memory": "2Gi"}, "limits": {"memory": "8Gi"}}
 UID = 1000  # images/engine.Dockerfile runs as this user; fsGroup makes the PVC writable for it
@@ -56,29 +68,33 @@ def engine_deployment(owner: Owner, spec: RAGEngineSpec, secrets: dict[str, str]
             "readOnlyRootFilesystem": False,
         },
     }
-    template = stamp_template(
-        {
-            "metadata": {"labels": metadata(owner, "", c.COMPONENT_ENGINE)["labels"]},
-            "spec": {
-                "containers": [container],
-                # External store: no index on the pod, /data is scratch (model cache, temp files).
-                "volumes": [{"name": "data", "emptyDir": {}} if spec.vector_store.external else
-                            {"name": "data", "persistentVolumeClaim": {"claimName": data_pvc_name(owner)}}],
-                "securityContext": {
-                    "runAsNonRoot": True,
-                    "runAsUser": UID,
-                    "runAsGroup": UID,
-                    "fsGroup": UID,
-                    "fsGroupChangePolicy": "OnRootMismatch",  # no recursive chown of a big index on every start
-                    "seccompProfile": {"type": "RuntimeDefault"},
-                },
-                "terminationGracePeriodSeconds": 60,  # lets the engine flush its journal
-                "enableServiceLinks": False,
-                "automountServiceAccountToken": False,  # the engine never calls the API server
+    pod = {
+        "metadata": {"labels": metadata(owner, "", c.COMPONENT_ENGINE)["labels"]},
+        "spec": {
+            "containers": [container],
+            # External store: no index on the pod, /data is scratch (model cache, temp files).
+            "volumes": [{"name": "data", "emptyDir": {}} if spec.vector_store.external else
+                        {"name": "data", "persistentVolumeClaim": {"claimName": data_pvc_name(owner)}}],
+            "securityContext": {
+                "runAsNonRoot": True,
+                "runAsUser": UID,
+                "runAsGroup": UID,
+                "fsGroup": UID,
+                "fsGroupChangePolicy": "OnRootMismatch",  # no recursive chown of a big index on every start
+                "seccompProfile": {"type": "RuntimeDefault"},
             },
+            "terminationGracePeriodSeconds": 60,  # lets the engine flush its journal
+            "enableServiceLinks": False,
+            "automountServiceAccountToken": False,  # the engine never calls the API server
         },
-        pick(secrets, {ref.name for ref in secret_refs(spec, owner).values()}),
-    )
+    }
+    eng = spec.engine
+    if eng.node_selector:
+        pod["spec"]["nodeSelector"] = dict(eng.node_selector)
+    if eng.tolerations:
+        pod["spec"]["tolerations"] = [t.model_dump(by_alias=True, exclude_none=True) for t in eng.tolerations]
+    apply_pod_options(pod, container, eng)
+    template = stamp_template(pod, pick(secrets, {ref.name for ref in secret_refs(spec, owner).values()}))
     dep_spec: dict[str, Any] = {
         # faiss: Recreate, the index volume is ReadWriteOnce and the engine its single writer.
         # External store: stateless replicas roll one new pod in before an old one goes.

@@ -51,6 +51,10 @@ OPERATOR_ONLY = {
     "engine.image", "engine.replicas", "engine.resources", "storage.size", "storage.storageClassName",
     "inference.autoscaling.minReplicas", "inference.autoscaling.maxReplicas",
     "inference.autoscaling.targetCpuUtilizationPercentage", "inference.startupTimeout",
+    *(f"{component}.{field}" for component in ("inference", "engine") for field in (
+        "affinity", "env", "imagePullSecrets", "podAnnotations", "podLabels", "priorityClassName",
+        "runtimeClassName", "serviceAccountName", "topologySpreadConstraints")),
+    "engine.nodeSelector", "engine.tolerations", "inference.gpuResourceName",
     "engine.autoscaling.minReplicas", "engine.autoscaling.maxReplicas", "engine.autoscaling.targetCpuUtilizationPercentage",
 }
 

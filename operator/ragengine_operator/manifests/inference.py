@@ -9,6 +9,7 @@ from ..spec import RAGEngineSpec
 from .engine_env import inference_api_key_ref
 from .labels import (
     Owner,
+    apply_pod_options,
     duration_seconds,
     hpa,
     http_probe,
@@ -21,7 +22,10 @@ from .labels import (
     stamp_template,
 )
 
-GPU_TOLERATION = {"key": c.GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
+
+def gpu_toleration(resource: str) -> dict[str, Any]:
+    """GPU node pools are tainted with their resource name (the NVIDIA GPU operator's convention)."""
+    return {"key": resource, "operator": "Exists", "effect": "NoSchedule"}
 DEFAULT_RESOURCES = {"requests": {"cpu": "4", "memory": "16Gi"}}
 STARTUP_PERIOD = 10  # seconds between startup probes; inference.startupTimeout / this = failures allowed
 
@@ -84,8 +88,8 @@ def inference_deployment(owner: Owner, spec: RAGEngineSpec, secrets: dict[str, s
     gpus = str(inf.gpus)
     resources = merge_resources(DEFAULT_RESOURCES, inf.resources)
     # GPUs are an extended resource: request == limit, always from spec.inference.gpus.
-    resources.setdefault("limits", {})[c.GPU_RESOURCE] = gpus
-    resources.setdefault("requests", {})[c.GPU_RESOURCE] = gpus
+    resources.setdefault("limits", {})[inf.gpu_resource_name] = gpus
+    resources.setdefault("requests", {})[inf.gpu_resource_name] = gpus
     env: list[dict[str, Any]] = [
         {"name": "HF_HOME", "value": c.VLLM_CACHE_DIR},
         # Non-root with a read-only home: every other cache goes to an emptyDir.
@@ -118,7 +122,7 @@ def inference_deployment(owner: Owner, spec: RAGEngineSpec, secrets: dict[str, s
         "readinessProbe": http_probe("/health", "http", period=5, failures=3),
         "livenessProbe": http_probe("/health", "http", period=15, failures=4, timeout=10),
     }
-    tolerations = [GPU_TOLERATION] + [
+    tolerations = [gpu_toleration(inf.gpu_resource_name)] + [
         t.model_dump(by_alias=True, exclude_none=True) for t in (inf.tolerations or [])
     ]
     pod_spec: dict[str, Any] = {
@@ -144,8 +148,9 @@ def inference_deployment(owner: Owner, spec: RAGEngineSpec, secrets: dict[str, s
     if inf.node_selector:
         pod_spec["nodeSelector"] = dict(inf.node_selector)
     read = {inference_api_key_ref(owner).name} | ({inf.hf_token_secret_ref.name} if inf.hf_token_secret_ref else set())
-    template = stamp_template({"metadata": {"labels": metadata(owner, "", c.COMPONENT_INFERENCE)["labels"]}, "spec": pod_spec},
-                              pick(secrets, read))
+    pod = {"metadata": {"labels": metadata(owner, "", c.COMPONENT_INFERENCE)["labels"]}, "spec": pod_spec}
+    apply_pod_options(pod, container, inf)
+    template = stamp_template(pod, pick(secrets, read))
     shared_cache = inf.model_cache.access_mode == "ReadWriteMany"
     # ReadWriteOnce cache: old and new pods cannot share it across nodes -> Recreate. With a shared
     # cache roll one pod at a time without surging (a surge pod would need spare GPUs).

@@ -153,3 +153,27 @@ def secret_digest(secret: dict[str, Any] | None) -> str:
 
 def pick(versions: dict[str, str] | None, names: set[str]) -> dict[str, str]:
     return {k: v for k, v in (versions or {}).items() if k in names}
+
+
+def apply_pod_options(pod: dict[str, Any], container: dict[str, Any], opts: Any) -> None:
+    """Fold a spec's PodOptions into a pod template (before it is stamped). The operator's own labels
+    and env win: extra env goes first (a later duplicate name overrides an earlier one), labels are
+    merged under ours."""
+    spec = pod["spec"]
+    for field, key in (("affinity", "affinity"), ("priority_class_name", "priorityClassName"),
+                       ("runtime_class_name", "runtimeClassName"), ("service_account_name", "serviceAccountName")):
+        value = getattr(opts, field)
+        if value is not None:
+            spec[key] = value
+    if opts.topology_spread_constraints:
+        spec["topologySpreadConstraints"] = list(opts.topology_spread_constraints)
+    if opts.image_pull_secrets:
+        spec["imagePullSecrets"] = [{"name": ref.name} for ref in opts.image_pull_secrets]
+    if opts.pod_labels:
+        pod["metadata"]["labels"] = {**opts.pod_labels, **pod["metadata"]["labels"]}
+    if opts.pod_annotations:
+        pod["metadata"]["annotations"] = {**opts.pod_annotations, **pod["metadata"].get("annotations", {})}
+    if opts.env:
+        extra = [e.model_dump(by_alias=True, exclude_none=True) for e in opts.env]
+        managed = {e["name"] for e in container.get("env", [])}
+        container["env"] = [e for e in extra if e["name"] not in managed] + container.get("env", [])

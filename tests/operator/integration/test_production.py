@@ -255,3 +255,25 @@ def test_secret_rotation_rolls_the_engine(kube, namespace):
                      > before["metadata"]["generation"] and d, 30, "engine rolled after the rotation (next resync)")
     key = c.CONFIG_HASH_ANNOTATION
     assert after["spec"]["template"]["metadata"]["annotations"][key] != before["spec"]["template"]["metadata"]["annotations"][key]
+
+
+# --- item 10: fleet fields ---------------------------------------------------------------------------
+def test_fleet_fields_reach_the_running_pods(kube, namespace):
+    ns, n = namespace, "fleet"
+    kube.kubectl("apply", "-f", "-", input=yaml.safe_dump(
+        {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "rag-high"}, "value": 1000}))
+    kube.core.create_namespaced_service_account(ns, {"metadata": {"name": "rag-sa"}})
+    fleet = {"priorityClassName": "rag-high", "serviceAccountName": "rag-sa", "podLabels": {"team": "search"},
+             "env": [{"name": "EXTRA", "value": "1"}],
+             "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                 {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["kwok-cpu-1"]}]}]}}}}
+    kube.create_rag(ns, n, {"engine": fleet})
+    kube.wait_ready(ns, n)
+    (pod,) = kube.pods(ns, f"{c.SELECTOR_NAME}={n},{c.SELECTOR_COMPONENT}=engine")
+    assert pod.spec.node_name == "kwok-cpu-1" and pod.spec.priority == 1000
+    assert pod.spec.service_account_name == "rag-sa" and pod.metadata.labels["team"] == "search"
+    assert {e.name: e.value for e in pod.spec.containers[0].env}["EXTRA"] == "1"
+    # a GPU resource no node offers (a MIG profile here) is reported, named, not silently pending
+    kube.create_rag(ns, "mig", {"inference": {"model": "m", "gpuResourceName": "nvidia.com/mig-1g.10gb"}})
+    cond = degraded(kube, ns, "mig")
+    assert cond["reason"] == "Unschedulable" and "nvidia.com/mig-1g.10gb" in cond["message"], cond
