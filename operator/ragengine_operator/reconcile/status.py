@@ -205,7 +205,9 @@ def compute_status(
     if spec is not None:
         status["inferenceUrl"] = llm_url(owner, spec)
         status["model"] = served_model(spec)
-        if spec.runs_vllm:  # the scale subresource reads these
+        # the scale subresource reads these; None removes them (merge patch) when vLLM goes away
+        status["inferenceReplicas"] = status["inferenceSelector"] = None
+        if spec.runs_vllm:
             dep = observed.deployments.get(c.COMPONENT_INFERENCE) or {}
             status["inferenceReplicas"] = (dep.get("status") or {}).get("readyReplicas", 0)
             status["inferenceSelector"] = f"{c.SELECTOR_NAME}={owner.name},{c.SELECTOR_COMPONENT}={c.COMPONENT_INFERENCE}"
