@@ -46,7 +46,8 @@ INFERENCE = {
     "gpuResourceName": ["nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "gpu", "Bad Name/x"],
     "tolerations": [[{"key": "a", "operator": "Exists"}], [{"key": "a", "operator": "Maybe"}]],
     "podLabels": [{"team": "a"}, {"team": "x" * 70}],
-    "env": [[{"name": "X", "value": "1"}], [{"name": "1-bad"}], [{"name": "Y", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]],
+    "env": [[{"name": "X", "value": "1"}], [{"name": "1-bad"}],
+            [{"name": "Y", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]],
 }
 TOP = {
     "embedding": [{}, {"model": "BAAI/bge-small-en-v1.5"}, {"url": "http://emb/v1"}, {"model": "m", "url": "http://e/v1"},
