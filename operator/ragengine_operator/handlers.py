@@ -12,8 +12,10 @@ import logging
 from typing import Any
 
 import kopf
+from kubernetes.client.rest import ApiException
 
 from . import constants as c
+from .controller import api_message
 from .kube.client import kopf_login
 from .reconcile.status import container_failure
 from .resync import resync_loop
@@ -67,10 +69,13 @@ def child_deployment(event: kopf.RawEvent, body: kopf.Body, namespace: str, memo
     owner = _owner(body)
     if owner is None:
         return
-    if event.get("type") == "DELETED":
-        memo.controller.reconcile(namespace, owner)  # someone deleted it: put it back
-    else:
-        memo.controller.sync_status(namespace, owner)
+    try:
+        if event.get("type") == "DELETED":
+            memo.controller.reconcile(namespace, owner)  # someone deleted it: put it back
+        else:
+            memo.controller.sync_status(namespace, owner)
+    except ApiException as exc:  # the resync loop tries again; no traceback for a transient refusal
+        log.warning("owner %s/%s not updated now: %s", namespace, owner, api_message(exc))
 
 
 @kopf.on.event("", "v1", "pods", labels={c.LABEL_MANAGED_BY: c.FIELD_MANAGER, c.SELECTOR_NAME: kopf.PRESENT})
@@ -78,4 +83,7 @@ def child_pod(body: kopf.Body, labels: kopf.Labels, namespace: str, memo: kopf.M
     """A pod's container went into a failing state (ImagePullBackOff, CrashLoopBackOff, ...): the
     Deployment's status does not change for that, so report it from the pod itself, at once."""
     if container_failure([dict(body)]) is not None:
-        memo.controller.sync_status(namespace, labels[c.SELECTOR_NAME])
+        try:
+            memo.controller.sync_status(namespace, labels[c.SELECTOR_NAME])
+        except ApiException as exc:
+            log.warning("owner %s/%s not updated now: %s", namespace, labels[c.SELECTOR_NAME], api_message(exc))
