@@ -202,7 +202,8 @@ class Controller:
         current = body.get("status") or {}
         # observedGeneration moves only when a reconcile of that generation finished.
         generation = body["metadata"].get("generation") if advance else current.get("observedGeneration")
-        observed = observe(self.dyn, owner, spec, probe_external=self.settings.probe_external_inference)
+        observed = observe(self.dyn, owner, spec, probe_external=self.settings.probe_external_inference,
+                           probe_engine=self.settings.probe_engine_readiness)
         status, changes = compute_status(owner, spec, generation, observed, current.get("conditions") or [], now(), error)
         if all(status.get(k) == current.get(k) for k in STATUS_KEYS):
             return

@@ -18,6 +18,9 @@ class OperatorSettings(BaseSettings):
     probe_external_inference: bool = Field(
         True, description="url mode: check that inference.url answers GET /models (and serves the model) for status."
     )
+    probe_engine_readiness: bool = Field(
+        True, description="Ask a running but unready engine pod's GET /ready why, for EngineReady's message."
+    )
     metrics_port: int = Field(8080, ge=0, le=65535, description="Prometheus /metrics port; 0 = off.")
     liveness_port: int = Field(8081, ge=0, le=65535, description="kopf liveness endpoint /healthz; 0 = off.")
     max_workers: int = Field(16, ge=1, description="Threads running sync handlers (reconciles in parallel).")

@@ -104,3 +104,13 @@ def test_scaled_to_zero_inference_and_scale_status():
     _, status, _ = conds(MODEL, {"inference": {**dep(), "status": {**dep()["status"], "readyReplicas": 1}}, "engine": dep()})
     assert status["inferenceReplicas"] == 1
     assert status["inferenceSelector"] == "ragengine.io/ragengine=rag,ragengine.io/component=inference"
+
+
+def test_engine_not_ready_carries_the_engines_reason():
+    spec = RAGEngineSpec.model_validate({})
+    obs = Observed({"engine": dep(available=0)}, {}, engine_not_ready="the index store did not answer within 2 s")
+    status, _ = compute_status(OWNER, spec, 3, obs, [], "T1")
+    c = {x["type"]: x for x in status["conditions"]}
+    assert c["EngineReady"]["status"] == "False" and c["EngineReady"]["reason"] == "EngineNotReady"
+    assert "index store did not answer" in c["EngineReady"]["message"] and c["Ready"]["reason"] == "EngineNotReady"
+    assert c["Degraded"]["status"] == "False"  # a dependency outage is not the RAGEngine's failure

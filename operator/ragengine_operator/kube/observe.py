@@ -14,13 +14,14 @@ from ..manifests.engine import engine_deployment_name
 from ..manifests.engine_env import served_model
 from ..manifests.inference import inference_name
 from ..manifests.labels import Owner
-from ..reconcile.status import Observed
+from ..reconcile.status import Observed, container_failure
 from ..spec import RAGEngineSpec
 from .apply import get, list_objects
 
 MOUNT_FAILURES = ("FailedMount", "FailedAttachVolume")  # incl. Multi-Attach errors
 PROBE_TIMEOUT_SECONDS = 3.0
 PROBE_CACHE_SECONDS = 10.0
+ENGINE_PROBE_TIMEOUT_SECONDS = 1.0
 _probe_cache: dict[tuple[str, str | None], tuple[float, str | None]] = {}
 
 
@@ -51,6 +52,30 @@ def mount_failures(dyn: DynamicClient, namespace: str, pods: list[dict[str, Any]
     return out
 
 
+def _running_unready(pod: dict[str, Any]) -> bool:
+    st = pod.get("status") or {}
+    ready = {x.get("type"): x.get("status") for x in st.get("conditions") or []}.get("Ready")
+    return st.get("phase") == "Running" and ready == "False" and bool(st.get("podIP"))
+
+
+def engine_readiness_reason(pods: list[dict[str, Any]]) -> str | None:
+    """The `reason` of GET /ready of a running, unready engine pod (what its readiness probe sees).
+
+    The kubelet's probe result carries no body, so the operator asks one pod itself (best effort,
+    1 s): e.g. "the index store did not answer" or "LLM at ... is unreachable".
+    """
+    for pod in pods:
+        if not _running_unready(pod) or container_failure([pod]):
+            continue
+        try:
+            resp = httpx.get(f"http://{pod['status']['podIP']}:{c.ENGINE_PORT}/ready", timeout=ENGINE_PROBE_TIMEOUT_SECONDS)
+            if resp.status_code == 503:
+                return str(resp.json().get("reason") or "GET /ready answered 503")
+        except (httpx.HTTPError, ValueError, AttributeError):
+            continue
+    return None
+
+
 def probe_llm(url: str, model: str | None) -> str | None:
     """None when `GET {url}/models` answers (and lists `model` when it can be read); else the reason.
 
@@ -78,7 +103,8 @@ def probe_llm(url: str, model: str | None) -> str | None:
     return reason
 
 
-def observe(dyn: DynamicClient, owner: Owner, spec: RAGEngineSpec | None, probe_external: bool = True) -> Observed:
+def observe(dyn: DynamicClient, owner: Owner, spec: RAGEngineSpec | None, probe_external: bool = True,
+            probe_engine: bool = True) -> Observed:
     obs = Observed()
     if spec is None:
         return obs
@@ -95,4 +121,6 @@ def observe(dyn: DynamicClient, owner: Owner, spec: RAGEngineSpec | None, probe_
             pods = list_objects(dyn, "v1", "Pod", owner.namespace, selector)
             obs.pods[component] = pods
             obs.pod_events.update(mount_failures(dyn, owner.namespace, pods))
+            if component == c.COMPONENT_ENGINE and probe_engine:
+                obs.engine_not_ready = engine_readiness_reason(pods)
     return obs

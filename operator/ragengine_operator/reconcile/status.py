@@ -24,6 +24,8 @@ class Observed:
     pod_events: dict[str, tuple[str, str]] = field(default_factory=dict)
     # Why the external inference URL cannot serve (url mode); None = it answers, or not probed.
     inference_unreachable: str | None = None
+    # The `reason` of an engine pod's GET /ready answering 503 (its readiness probe fails for it).
+    engine_not_ready: str | None = None
 
 
 @dataclass(frozen=True)
@@ -137,6 +139,10 @@ def conditions_for(spec: RAGEngineSpec | None, observed: Observed, error: tuple[
             "engine", observed.deployments.get(c.COMPONENT_ENGINE), observed.pods.get(c.COMPONENT_ENGINE, []),
             observed.pod_events,
         )
+        if s.state == PROGRESSING and observed.engine_not_ready:
+            # the pods run but fail readiness: say which dependency, in the engine's own words
+            s = states[c.COMPONENT_ENGINE] = WorkloadState(PROGRESSING, "EngineNotReady",
+                                                           f"engine: {observed.engine_not_ready}")
         engine = _cond(c.ENGINE_READY, s.state == AVAILABLE, s.reason, s.message)
     failed = [s for s in states.values() if s.state == FAILED]
     rolling = [s for s in states.values() if s.state == PROGRESSING]
