@@ -277,3 +277,38 @@ def test_fleet_fields_reach_the_running_pods(kube, namespace):
     kube.create_rag(ns, "mig", {"inference": {"model": "m", "gpuResourceName": "nvidia.com/mig-1g.10gb"}})
     cond = degraded(kube, ns, "mig")
     assert cond["reason"] == "Unschedulable" and "nvidia.com/mig-1g.10gb" in cond["message"], cond
+
+
+# --- item 8: EngineReady says why the engine's readiness fails ----------------------------------------
+def test_engine_not_ready_names_the_failing_dependency(kube, namespace, tmp_path):
+    """A real engine process whose LLM is down answers GET /ready with 503 and the reason. kwok runs no
+    containers, so the test plays the kubelet: the pod's IP is where that engine listens (a loopback
+    address of its own, port 8000 like the container) and its Ready condition is False."""
+    import random as _random
+
+    import httpx
+
+    ns, n = namespace, "unready"
+    ip = f"127.{_random.randint(1, 254)}.{_random.randint(1, 254)}.{_random.randint(2, 254)}"
+    dead_llm = "http://127.0.0.1:9/v1"
+    engine = subprocess.Popen(
+        [str(Path(sys.executable).with_name("ragengine")), "serve", "--host", ip, "--port", str(c.ENGINE_PORT),
+         "--data-dir", str(tmp_path / "data"), "--llm-url", dead_llm],
+        stdout=(tmp_path / "engine.log").open("wb"), stderr=subprocess.STDOUT,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+    try:
+        kube.create_rag(ns, n, {"inference": {"url": dead_llm}})
+        wait_for(lambda: httpx.get(f"http://{ip}:{c.ENGINE_PORT}/health", timeout=2).status_code == 200, 240,
+                 "the engine process up")
+        (pod,) = wait_for(lambda: kube.pods(ns, f"{c.SELECTOR_NAME}={n},{c.SELECTOR_COMPONENT}=engine"), 30, "engine pod")
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        kube.core.patch_namespaced_pod_status(pod.metadata.name, ns, {"status": {
+            "podIP": ip, "podIPs": [{"ip": ip}],
+            "conditions": [{"type": t, "status": "False", "lastTransitionTime": now, "reason": "ContainersNotReady"}
+                           for t in ("Ready", "ContainersReady")]}})
+        cond = wait_for(lambda: (x := kube.condition(ns, n, c.ENGINE_READY)) and x["reason"] == "EngineNotReady" and x,
+                        30, "EngineReady=False with the engine's reason")
+        assert cond["status"] == "False" and "LLM at" in cond["message"] and "unreachable" in cond["message"], cond
+    finally:
+        engine.terminate()
+        engine.wait(timeout=30)
