@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import socket
 
 import kopf
 
@@ -43,6 +44,8 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.
     # kopf's own per-handler "succeeded" events would flood `kubectl get events`; we post
     # transitions and distinct failures ourselves (kopf.event). Keep kopf's for errors only.
     settings.posting.level = logging.ERROR
+    settings.posting.reporting_component = c.FIELD_MANAGER  # the "From" column of kubectl describe
+    settings.posting.reporting_instance = socket.gethostname()
     memo.controller = Controller(new_api_client(pool_size=ours.max_workers * 2), ours)
     metrics.serve(ours.metrics_port)
     logger.info("ragengine-operator configured: resync=%ss metrics=:%s", ours.resync_seconds, ours.metrics_port)
