@@ -16,7 +16,8 @@ EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 
 
 def test_there_are_examples():
-    assert {p.name for p in EXAMPLES} >= {"gpu-vllm.yaml", "external-llm.yaml", "cpu-retrieval-only.yaml"}
+    assert {p.name for p in EXAMPLES} >= {"gpu-vllm.yaml", "external-llm.yaml", "cpu-retrieval-only.yaml",
+                                          "postgres-replicas.yaml"}
 
 
 # The external-LLM example names placeholder URLs that do not resolve here: it must say so, not
