@@ -44,7 +44,7 @@ from .spec import RAGEngineSpec
 
 log = logging.getLogger(__name__)
 STATUS_KEYS = ("observedGeneration", "conditions", "endpoint", "inferenceUrl", "model", "inferenceReplicas",
-               "inferenceSelector")
+               "inferenceSelector", "dataVolumeSize", "modelCacheVolumeSize")
 
 
 def spec_error(exc: ValidationError) -> str:

@@ -356,6 +356,8 @@ class Condition(_Model):
 class RAGEngineStatus(_Model):
     observed_generation: int | None = Field(None, description="The generation the conditions describe.")
     inference_replicas: int | None = Field(None, description="Ready vLLM pods (the scale subresource's status).")
+    data_volume_size: str | None = Field(None, description="Size the engine's data PVC has now (a spec may shrink back to it).")
+    model_cache_volume_size: str | None = Field(None, description="Size the model-cache PVC has now.")
     inference_selector: str | None = Field(None, description="Label selector of the vLLM pods (for the scale subresource).")
     endpoint: str | None = Field(None, description="In-cluster URL of the engine's OpenAI-compatible API.")
     inference_url: str | None = Field(None, description="The LLM base URL the engine uses.")

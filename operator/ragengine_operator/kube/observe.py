@@ -10,9 +10,9 @@ import httpx
 from kubernetes.dynamic import DynamicClient
 
 from .. import constants as c
-from ..manifests.engine import engine_deployment_name
+from ..manifests.engine import data_pvc_name, engine_deployment_name
 from ..manifests.engine_env import served_model
-from ..manifests.inference import inference_name
+from ..manifests.inference import inference_name, model_cache_pvc_name
 from ..manifests.labels import Owner
 from ..reconcile.status import Observed, container_failure
 from ..spec import RAGEngineSpec
@@ -23,6 +23,13 @@ PROBE_TIMEOUT_SECONDS = 3.0
 PROBE_CACHE_SECONDS = 10.0
 ENGINE_PROBE_TIMEOUT_SECONDS = 1.0
 _probe_cache: dict[tuple[str, str | None], tuple[float, str | None]] = {}
+
+
+def _requested(pvc: dict[str, Any] | None) -> str | None:
+    if pvc is None:
+        return None
+    size = (((pvc.get("spec") or {}).get("resources") or {}).get("requests") or {}).get("storage")
+    return str(size) if size is not None else None
 
 
 def _settled(dep: dict[str, Any]) -> bool:
@@ -113,6 +120,10 @@ def observe(dyn: DynamicClient, owner: Owner, spec: RAGEngineSpec | None, probe_
         wanted[c.COMPONENT_INFERENCE] = inference_name(owner)
     elif spec.inference is not None and spec.inference.url and probe_external:
         obs.inference_unreachable = probe_llm(spec.inference.url, served_model(spec))
+    obs.data_volume_size = _requested(get(dyn, "v1", "PersistentVolumeClaim", owner.namespace, data_pvc_name(owner)))
+    if spec.runs_vllm:
+        obs.model_cache_volume_size = _requested(
+            get(dyn, "v1", "PersistentVolumeClaim", owner.namespace, model_cache_pvc_name(owner)))
     for component, name in wanted.items():
         dep = get(dyn, "apps/v1", "Deployment", owner.namespace, name)
         obs.deployments[component] = dep

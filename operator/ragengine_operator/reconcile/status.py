@@ -26,6 +26,9 @@ class Observed:
     inference_unreachable: str | None = None
     # The `reason` of an engine pod's GET /ready answering 503 (its readiness probe fails for it).
     engine_not_ready: str | None = None
+    # What the PVCs request now (None = no such PVC): a spec may shrink back to these sizes.
+    data_volume_size: str | None = None
+    model_cache_volume_size: str | None = None
 
 
 @dataclass(frozen=True)
@@ -211,6 +214,8 @@ def compute_status(
     if spec is not None:
         status["inferenceUrl"] = llm_url(owner, spec)
         status["model"] = served_model(spec)
+        status["dataVolumeSize"] = observed.data_volume_size
+        status["modelCacheVolumeSize"] = observed.model_cache_volume_size
         # the scale subresource reads these; None removes them (merge patch) when vLLM goes away
         status["inferenceReplicas"] = status["inferenceSelector"] = None
         if spec.runs_vllm:
