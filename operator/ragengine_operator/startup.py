@@ -34,8 +34,8 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.
     settings.watching.connect_timeout = 5
     # Server-side label selectors on the child watches: the API server sends only our Deployments
     # and pods, not every Deployment and pod of the cluster (the handlers' own filters are client-side).
-    ours = f"{c.LABEL_MANAGED_BY}={c.FIELD_MANAGER}"
-    settings.watching.label_selectors[lambda r: (r.group, r.plural) in (("apps", "deployments"), ("", "pods"))] = ours
+    managed = f"{c.LABEL_MANAGED_BY}={c.FIELD_MANAGER}"
+    settings.watching.label_selectors[lambda r: (r.group, r.plural) in (("apps", "deployments"), ("", "pods"))] = managed
     settings.networking.request_timeout = 30
     settings.networking.connect_timeout = 5
     # Sync handlers run in this many threads: independent RAGEngines reconcile in parallel.
