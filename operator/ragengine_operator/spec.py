@@ -133,7 +133,9 @@ class AutoscalingSpec(_Model):
 
     min_replicas: int = Field(1, ge=1, le=100)
     max_replicas: int = Field(ge=1, le=100)
-    target_cpu_utilization_percentage: int = Field(80, ge=1, le=100, description="Average CPU of requests, in %.")
+    target_cpu_utilization_percentage: int = Field(
+        80, ge=1, le=100, alias="targetCPUUtilizationPercentage", description="Average CPU of requests, in %."
+    )
 
     @model_validator(mode="after")
     def _bounds(self) -> AutoscalingSpec:

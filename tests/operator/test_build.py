@@ -139,7 +139,7 @@ def test_external_store_scales_out_without_a_volume():
 
 def test_autoscaling_creates_an_hpa_and_leaves_replicas_to_it():
     spec = copy.deepcopy(POSTGRES)
-    spec["engine"]["autoscaling"] = {"minReplicas": 2, "maxReplicas": 6, "targetCpuUtilizationPercentage": 70}
+    spec["engine"]["autoscaling"] = {"minReplicas": 2, "maxReplicas": 6, "targetCPUUtilizationPercentage": 70}
     p = plan(OWNER, RAGEngineSpec.model_validate(spec))
     dep = next(o for o in p.apply if o["kind"] == "Deployment")
     assert "replicas" not in dep["spec"]  # the HPA owns it; server-side apply never reverts it

@@ -50,12 +50,12 @@ OPERATOR_ONLY = {
     "inference.modelCache.storageClassName", "inference.modelCache.accessMode", "inference.hfTokenSecretRef",
     "engine.image", "engine.replicas", "engine.resources", "storage.size", "storage.storageClassName",
     "inference.autoscaling.minReplicas", "inference.autoscaling.maxReplicas",
-    "inference.autoscaling.targetCpuUtilizationPercentage", "inference.startupTimeout",
+    "inference.autoscaling.targetCPUUtilizationPercentage", "inference.startupTimeout",
     *(f"{component}.{field}" for component in ("inference", "engine") for field in (
         "affinity", "env", "imagePullSecrets", "podAnnotations", "podLabels", "priorityClassName",
         "runtimeClassName", "serviceAccountName", "topologySpreadConstraints")),
     "engine.nodeSelector", "engine.tolerations", "inference.gpuResourceName",
-    "engine.autoscaling.minReplicas", "engine.autoscaling.maxReplicas", "engine.autoscaling.targetCpuUtilizationPercentage",
+    "engine.autoscaling.minReplicas", "engine.autoscaling.maxReplicas", "engine.autoscaling.targetCPUUtilizationPercentage",
 }
 
 
