@@ -4,6 +4,7 @@ namespaces enforce Pod Security "restricted" (conftest.py)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -298,14 +299,22 @@ def test_engine_not_ready_names_the_failing_dependency(kube, namespace, tmp_path
         env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
     try:
         kube.create_rag(ns, n, {"inference": {"url": dead_llm}})
-        wait_for(lambda: httpx.get(f"http://{ip}:{c.ENGINE_PORT}/health", timeout=2).status_code == 200, 240,
-                 "the engine process up")
+        def up() -> bool:
+            assert engine.poll() is None, (tmp_path / "engine.log").read_text()[-3000:]
+            try:
+                return httpx.get(f"http://{ip}:{c.ENGINE_PORT}/health", timeout=2).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_for(up, 240, "the engine process up", interval=0.5)
         (pod,) = wait_for(lambda: kube.pods(ns, f"{c.SELECTOR_NAME}={n},{c.SELECTOR_COMPONENT}=engine"), 30, "engine pod")
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        kube.core.patch_namespaced_pod_status(pod.metadata.name, ns, {"status": {
-            "podIP": ip, "podIPs": [{"ip": ip}],
-            "conditions": [{"type": t, "status": "False", "lastTransitionTime": now, "reason": "ContainersNotReady"}
-                           for t in ("Ready", "ContainersReady")]}})
+        status = {"status": {"podIP": ip, "podIPs": [{"ip": ip}], "conditions": [
+            {"type": t, "status": "False", "lastTransitionTime": now, "reason": "ContainersNotReady"}
+            for t in ("Ready", "ContainersReady")]}}
+        # a merge patch replaces the lists (a strategic one would merge podIPs by ip)
+        kube.kubectl("patch", "pod", pod.metadata.name, "-n", ns, "--subresource=status", "--type=merge",
+                     "-p", json.dumps(status))
         cond = wait_for(lambda: (x := kube.condition(ns, n, c.ENGINE_READY)) and x["reason"] == "EngineNotReady" and x,
                         30, "EngineReady=False with the engine's reason")
         assert cond["status"] == "False" and "LLM at" in cond["message"] and "unreachable" in cond["message"], cond
