@@ -12,6 +12,7 @@ resync loop (reconcile/schedule.py), and an Event is posted once per distinct fa
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 import os
@@ -73,6 +74,21 @@ class Controller:
         # Backoff and resync bookkeeping, per RAGEngine (in memory: a restart resyncs everything).
         self.failures: defaultdict[tuple[str, str], int] = defaultdict(int)
         self.due: dict[tuple[str, str], float] = {}
+        # kopf.event() finds kopf's event queue through context variables that kopf sets only for
+        # its handlers: the resync loop runs its reconciles in a copy of a handler's context.
+        self.kopf_context: contextvars.Context | None = None
+
+    def remember_context(self) -> None:
+        """Called from a kopf handler: keep its context for reconciles started outside handlers."""
+        if self.kopf_context is None:
+            self.kopf_context = contextvars.copy_context()
+
+    def reconcile_outside_handlers(self, namespace: str, name: str) -> None:
+        ctx = self.kopf_context
+        if ctx is None:
+            self.reconcile(namespace, name)
+        else:
+            ctx.copy().run(self.reconcile, namespace, name)
 
     def owner(self, body: dict[str, Any]) -> Owner:
         meta = body["metadata"]

@@ -53,6 +53,7 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 @kopf.on.create(*RAG)
 @kopf.on.update(*RAG)
 def reconcile(namespace: str, name: str, memo: kopf.Memo, **_: Any) -> None:
+    memo.controller.remember_context()  # for the resync loop's Events
     memo.controller.reconcile(namespace, name)
 
 
@@ -69,6 +70,7 @@ def child_deployment(event: kopf.RawEvent, body: kopf.Body, namespace: str, memo
     owner = _owner(body)
     if owner is None:
         return
+    memo.controller.remember_context()
     try:
         if event.get("type") == "DELETED":
             memo.controller.reconcile(namespace, owner)  # someone deleted it: put it back

@@ -23,7 +23,7 @@ TICK_SECONDS = 1.0
 async def _one(controller: Controller, namespace: str, name: str, slots: asyncio.Semaphore) -> None:
     async with slots:
         try:
-            await asyncio.to_thread(controller.reconcile, namespace, name)
+            await asyncio.to_thread(controller.reconcile_outside_handlers, namespace, name)
         except Exception as exc:  # the API server is down or refused a read: back off, keep looping
             log.warning("resync of %s/%s failed: %s", namespace, name, exc)
             controller.mark_failed(namespace, name)

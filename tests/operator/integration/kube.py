@@ -70,7 +70,11 @@ class Kube:
             conds = {x["type"]: x for x in status.get("conditions") or []}
             ok = conds.get(c.READY, {}).get("status") == "True"
             return rag if ok and status.get("observedGeneration") == rag["metadata"]["generation"] else None
-        return wait_for(ready, timeout, f"RAGEngine {ns}/{name} Ready=True at its generation")
+        try:
+            return wait_for(ready, timeout, f"RAGEngine {ns}/{name} Ready=True at its generation")
+        except AssertionError as exc:  # say where it stands
+            rag = self.get_rag(ns, name)
+            raise AssertionError(f"{exc}; generation {rag['metadata']['generation']}, status {rag.get('status')}") from None
 
     def delete_all_ragengines(self, ns: str, force: bool = False) -> None:
         items = self.custom.list_namespaced_custom_object(c.GROUP, c.VERSION, ns, c.PLURAL)["items"]
