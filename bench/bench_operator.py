@@ -3,7 +3,12 @@
 
   1. RAGEngine created -> all six children exist             (target < 1 s)
   2. both Deployments available -> RAGEngine Ready=True      (target < 2 s)
-  3. 50 RAGEngines created at once -> all Ready: total time, operator RSS
+  3. N RAGEngines created at once -> all Ready: total time, operator RSS
+  4. steady state with N RAGEngines (issue 10 item 12): API requests per RAGEngine per minute caused by
+     the operator (the API server's apiserver_request_total over an idle window with the operator
+     running, minus the same window with it stopped), and the operator's CPU and RSS in that window
+
+`--operator-src DIR` runs another checkout's operator (e.g. the previous release, for a before/after).
 
 Runs the real console script (`ragengine-operator --namespace <bench ns>`), prints a table and
 writes bench/results/operator.json.
@@ -33,6 +38,9 @@ from kubernetes.client.rest import ApiException  # noqa: E402
 
 G, V, P = "ragengine.io", "v1alpha1", "ragengines"
 SPEC = {"inference": {"model": "Qwen/Qwen2.5-0.5B-Instruct"}, "storage": {"size": "1Gi"}}
+# The scale run: retrieval-only RAGEngines (engine, PVC, Service), so hundreds fit the fake nodes'
+# GPUs (64 in all). Operators run with their own default resync period.
+SCALE_SPEC = {"storage": {"size": "1Gi"}}
 
 
 def children(n: str) -> list[tuple[str, str]]:
@@ -45,8 +53,8 @@ class Bench:
         api = k8s_config.new_client_from_config(config_file=str(KUBECONFIG))
         self.core, self.apps, self.custom, self.ns = k8s.CoreV1Api(api), k8s.AppsV1Api(api), k8s.CustomObjectsApi(api), ns
 
-    def create(self, name: str) -> None:
-        body = {"apiVersion": f"{G}/{V}", "kind": "RAGEngine", "metadata": {"name": name}, "spec": SPEC}
+    def create(self, name: str, spec: dict | None = None) -> None:
+        body = {"apiVersion": f"{G}/{V}", "kind": "RAGEngine", "metadata": {"name": name}, "spec": spec or SPEC}
         self.custom.create_namespaced_custom_object(G, V, self.ns, P, body)
 
     def exists(self, kind: str, name: str) -> bool:
@@ -98,20 +106,44 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
 
+def apiserver_requests() -> float:
+    """Sum of apiserver_request_total (every verb, resource and code) from the API server's /metrics."""
+    out = subprocess.run([KUBECTL, f"--kubeconfig={KUBECONFIG}", "get", "--raw", "/metrics"], capture_output=True,
+                         text=True, check=True, timeout=60).stdout
+    return sum(float(line.rsplit(" ", 1)[1]) for line in out.splitlines() if line.startswith("apiserver_request_total{"))
+
+
+def kubectl_path() -> str:
+    out = subprocess.run([str(ROOT / "hack" / "cluster.sh"), "env"], capture_output=True, text=True, check=True).stdout
+    return str(Path(out.split("PATH=")[1].split(":")[0]) / "kubectl")
+
+
+KUBECTL = "kubectl"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=5, help="latency samples")
-    ap.add_argument("--scale", type=int, default=50, help="RAGEngines in the scale run")
+    ap.add_argument("--scale", type=int, default=200, help="RAGEngines in the scale run")
+    ap.add_argument("--idle", type=float, default=60.0, help="seconds of the steady-state window")
+    ap.add_argument("--operator-src", type=Path, default=None, help="run the operator from this source tree")
+    ap.add_argument("--label", default="current", help="name of this run in bench/results/operator.json")
     args = ap.parse_args()
+    global KUBECTL
+    KUBECTL = kubectl_path()
     if not KUBECONFIG.exists():
         sys.exit("the local control plane is not up: run `hack/cluster.sh up`")
     ns = f"bench-{uuid.uuid4().hex[:6]}"
     b = Bench(ns)
     b.core.create_namespace({"metadata": {"name": ns}})
-    log = open(ROOT / "bench" / "results" / "operator-bench.log.tmp", "wb")
+    log = open(ROOT / "bench" / "results" / "operator-bench.log.tmp", "wb")  # noqa: SIM115 (the operator's stdout)
     env = {**os.environ, "RAGENGINE_OPERATOR_METRICS_PORT": "0", "RAGENGINE_OPERATOR_LIVENESS_PORT": "0"}
-    exe = Path(sys.executable).with_name("ragengine-operator")
-    op = subprocess.Popen([str(exe), "--namespace", ns], stdout=log, stderr=subprocess.STDOUT, env=env)
+    if args.operator_src:  # e.g. a `git archive` of the previous release
+        env["PYTHONPATH"] = f"{args.operator_src / 'operator'}:{args.operator_src / 'engine'}"
+        cmd = [sys.executable, "-m", "ragengine_operator", "--namespace", ns]
+    else:
+        cmd = [str(Path(sys.executable).with_name("ragengine-operator")), "--namespace", ns]
+    op = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
     try:
         b.create("warmup")  # operator start-up and first watch are not what we measure
         poll(lambda: "warmup" in b.ready_names(), 60, 0.05)
@@ -120,17 +152,17 @@ def main() -> int:
             n = f"lat-{i}"
             t0 = time.perf_counter()
             b.create(n)
-            t1 = poll(lambda: all(b.exists(k, x) for k, x in children(n)), 30, 0.02)
+            t1 = poll(lambda n=n: all(b.exists(k, x) for k, x in children(n)), 30, 0.02)
             created.append(t1 - t0)
-            t_avail = poll(lambda: b.available(f"{n}-inference") and b.available(f"{n}-engine"), 60, 0.02)
-            t_ready = poll(lambda: n in b.ready_names(), 30, 0.02)
+            t_avail = poll(lambda n=n: b.available(f"{n}-inference") and b.available(f"{n}-engine"), 60, 0.02)
+            t_ready = poll(lambda n=n: n in b.ready_names(), 30, 0.02)
             ready.append(max(0.0, t_ready - t_avail))
         rss_before, _ = rss_mb(op.pid)
         cpu_before = cpu_s(op.pid)
         names = [f"scale-{i:03d}" for i in range(args.scale)]
         t0 = time.perf_counter()
         for n in names:
-            b.create(n)
+            b.create(n, SCALE_SPEC)
         t_created = time.perf_counter() - t0
         marks: dict[str, float] = {}
 
@@ -138,18 +170,33 @@ def main() -> int:
             done = set(names) <= b.ready_names()
             deps = b.apps.list_namespaced_deployment(ns, label_selector="app.kubernetes.io/managed-by=ragengine-operator").items
             now = time.perf_counter() - t0
-            if len(deps) >= 2 * (args.scale + args.runs + 1):
+            if len(deps) >= args.scale + 2 * (args.runs + 1):
                 marks.setdefault("children", now)
                 if all((d.status.available_replicas or 0) >= d.spec.replicas for d in deps):
                     marks.setdefault("available", now)
             return done
 
-        t_all = poll(progress, 300, 0.5) - t0  # coarse: the poll itself must not load the API server
+        t_all = poll(progress, 900, 2.0) - t0  # coarse: the poll itself must not load the API server
         rss_after, rss_peak = rss_mb(op.pid)
         cpu_scale = cpu_s(op.pid) - cpu_before
+        # steady state: the same window with the operator running, then stopped (SIGSTOP: its watches
+        # stay open, it makes no calls), so the difference is the operator's own load
+        total = args.scale + args.runs + 1
+        r0, c0 = apiserver_requests(), cpu_s(op.pid)
+        time.sleep(args.idle)
+        r1, c1 = apiserver_requests(), cpu_s(op.pid)
+        idle_rss, _ = rss_mb(op.pid)
+        op.send_signal(signal.SIGSTOP)
+        time.sleep(args.idle)
+        r2 = apiserver_requests()
+        op.send_signal(signal.SIGCONT)
+        # the metric reads themselves count once per read in both windows
+        per_min = ((r1 - r0) - (r2 - r1)) / total / (args.idle / 60)
+        idle_cpu = (c1 - c0) / args.idle
     finally:
         # delete while the operator runs (it drops kopf's finalizers), then stop it
-        subprocess.run(["kubectl", "delete", "namespace", ns, "--wait=true", "--timeout=120s"], capture_output=True)
+        subprocess.run([KUBECTL, f"--kubeconfig={KUBECONFIG}", "delete", "namespace", ns, "--wait=true", "--timeout=300s"],
+                       capture_output=True)
         op.send_signal(signal.SIGTERM)
         try:
             op.wait(timeout=20)
@@ -163,24 +210,33 @@ def main() -> int:
         (f"{args.scale} RAGEngines created -> all Ready", f"{t_all:.1f} s", ""),
         (f"{args.scale} RAGEngines: operator CPU time", f"{cpu_scale:.1f} s", ""),
         ("operator RSS before / after / peak", f"{rss_before:.0f} / {rss_after:.0f} / {rss_peak:.0f} MiB", ""),
+        (f"steady state, {total} RAGEngines: API requests / RAGEngine / min", f"{per_min:.2f}", ""),
+        (f"steady state, {total} RAGEngines: operator CPU / RSS", f"{idle_cpu * 100:.1f} % / {idle_rss:.0f} MiB", ""),
     ]
     width = max(len(r[0]) for r in rows)
     print(f"{'metric':<{width}}  {'value':<24} target")
     for name, value, target in rows:
         print(f"{name:<{width}}  {value:<24} {target}")
     result = {
+        "label": args.label,
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "steady_state": {"ragengines": total, "window_s": args.idle, "api_requests_per_ragengine_per_min": per_min,
+                         "operator_cpu_fraction": idle_cpu, "operator_rss_mib": idle_rss},
         "runs": args.runs,
         "children_created_s": created,
         "available_to_ready_s": ready,
         "scale": {"ragengines": args.scale, "all_ready_s": t_all, "posts_done_s": t_created,
-                  "all_deployments_exist_s": marks.get("children"), "all_deployments_available_s": marks.get("available"), "rss_mib_before": rss_before,
+                  "all_deployments_exist_s": marks.get("children"), "all_deployments_available_s": marks.get("available"),
+                  "rss_mib_before": rss_before,
                   "rss_mib_after": rss_after, "rss_mib_peak": rss_peak, "operator_cpu_s": cpu_scale},
         "targets": {"children_created_s": 1.0, "available_to_ready_s": 2.0},
         "pass": statistics.median(created) < 1.0 and statistics.median(ready) < 2.0,
     }
     out = ROOT / "bench" / "results" / "operator.json"
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    runs = json.loads(out.read_text()) if out.exists() else {}
+    runs = runs if "runs_by_label" in runs else {"runs_by_label": {}}
+    runs["runs_by_label"][args.label] = result
+    out.write_text(json.dumps(runs, indent=2) + "\n")
     print(f"wrote {out.relative_to(ROOT)}")
     return 0
 

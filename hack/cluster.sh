@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # A local Kubernetes control plane for the operator's tests and benchmarks:
 # etcd + kube-apiserver + kube-controller-manager + kube-scheduler + kwok (fake nodes, some with
-# nvidia.com/gpu), on loopback, built once from Go modules (hack/control-plane/build.sh).
+# nvidia.com/gpu), on loopback, built once from Go modules (hack/control-plane/build.sh) together
+# with the kubectl of the same release. The API server admits like a hardened cluster:
+# ServiceAccount, PodSecurity and OwnerReferencesPermissionEnforcement are on.
 #
 #   hack/cluster.sh build   build the binaries into the cache (once; progress on stderr)
 #   hack/cluster.sh up      build if needed, start everything, write .cluster/kubeconfig (idempotent)
@@ -116,7 +118,9 @@ up() {
     --initial-cluster "local=http://127.0.0.1:$ETCD_PEER_PORT" --listen-metrics-urls "" --log-level warn
   wait_for 30 etcd curl -sf "http://127.0.0.1:$ETCD_PORT/health"
   log "starting kube-apiserver on https://127.0.0.1:$API_PORT"
-  # ServiceAccount admission off: pods created right after their namespace would race the SA controller.
+  # Admission as on a hardened cluster (OpenShift-like): ServiceAccount and PodSecurity (on by
+  # default) plus OwnerReferencesPermissionEnforcement, which refuses blockOwnerDeletion without
+  # `update` on the owner's finalizers. Tests wait for a namespace's default ServiceAccount.
   start kube-apiserver --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
     --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$API_PORT" \
     --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
@@ -124,7 +128,8 @@ up() {
     --authorization-mode=Node,RBAC --service-cluster-ip-range=10.96.0.0/16 \
     --service-account-issuer=https://kubernetes.default.svc.cluster.local \
     --service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
-    --allow-privileged=true --disable-admission-plugins=ServiceAccount \
+    --allow-privileged=true \
+    --enable-admission-plugins=ServiceAccount,PodSecurity,OwnerReferencesPermissionEnforcement \
     --enable-priority-and-fairness=false --profiling=false --v=0
   wait_for 90 kube-apiserver api_ready
   kubeconfig
@@ -150,9 +155,9 @@ up() {
     --server-address="127.0.0.1:$KWOK_PORT" \
     --cidr=10.244.0.0/16 --node-ip=10.0.0.1 --node-lease-duration-seconds=40
   for c in "${COMPONENTS[@]}"; do sleep 0.1; alive "$c" || die "$c exited; see $LOGS/$c.log"; done
-  KUBECONFIG=$kc kubectl apply -f "$ROOT/hack/control-plane/cluster-objects.yaml" > /dev/null
-  wait_for 60 "fake nodes Ready" env KUBECONFIG="$kc" kubectl wait --for=condition=Ready node --all --timeout=2s
-  wait_for 60 "default ServiceAccount" env KUBECONFIG="$kc" kubectl get serviceaccount default -n default
+  KUBECONFIG=$kc "$BIN/kubectl" apply -f "$ROOT/hack/control-plane/cluster-objects.yaml" > /dev/null
+  wait_for 60 "fake nodes Ready" env KUBECONFIG="$kc" "$BIN/kubectl" wait --for=condition=Ready node --all --timeout=2s
+  wait_for 60 "default ServiceAccount" env KUBECONFIG="$kc" "$BIN/kubectl" get serviceaccount default -n default
   log "up in $(( $(date +%s) - t0 )) s: export KUBECONFIG=$kc"
 }
 

@@ -123,7 +123,12 @@ def build() -> dict[str, Any]:
                     "name": c.VERSION,
                     "served": True,
                     "storage": True,
-                    "subresources": {"status": {}},
+                    # scale: `kubectl scale rag/x --replicas=0` frees the GPUs; an HPA or KEDA can target it.
+                    "subresources": {"status": {}, "scale": {
+                        "specReplicasPath": ".spec.inference.replicas",
+                        "statusReplicasPath": ".status.inferenceReplicas",
+                        "labelSelectorPath": ".status.inferenceSelector",
+                    }},
                     "additionalPrinterColumns": overlay.get("printerColumns", []),
                     "schema": {"openAPIV3Schema": root},
                 }

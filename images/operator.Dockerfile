@@ -6,7 +6,7 @@ ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONUNBUFFERED=1 PYTHON
 COPY pyproject.toml README.md /src/
 COPY engine /src/engine
 COPY operator /src/operator
-RUN pip install "kopf>=1.37" "kubernetes>=30" "pyyaml>=6" "pydantic>=2.7" "pydantic-settings>=2.3" \
+RUN pip install "kopf>=1.37" "kubernetes>=37" "pyyaml>=6" "httpx>=0.27" "pydantic>=2.7" "pydantic-settings>=2.3" \
         "prometheus-client>=0.20" \
  && pip install --no-deps /src \
  && python -c "import ragengine_operator.handlers" \

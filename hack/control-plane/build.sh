@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok and helm from Go
+# Builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok and helm from Go
 # modules (no registry ships them) into a cache dir outside the repo. Idempotent: exits at once
 # when every binary is there. Progress goes to stderr; the bin dir is printed on stdout.
 # Do not edit while a build runs (bash reads scripts lazily); hack/cluster.sh sources versions.env.
@@ -8,7 +8,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
 . "$HERE/versions.env"
 BIN=${K8S_BIN_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/ragengine/k8s-bin/$BIN_KEY}
-BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok helm)
+BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok helm)
 
 have_all() { for b in "${BINARIES[@]}"; do [[ -x $BIN/$b ]] || return 1; done; }
 if have_all; then echo "$BIN"; exit 0; fi
@@ -38,15 +38,31 @@ build_kube() {
   go mod edit -require="k8s.io/kubernetes@$K8S_VERSION"
   go mod tidy >&2
   cp go.mod go.sum "$BIN/" 2>/dev/null || true
-  local v=${K8S_VERSION#v} maj min ld="-s -w" date; maj=${v%%.*}; min=${v#*.}; min=${min%%.*}
+  local ld; ld=$(version_ldflags)
+  log "compiling kube-apiserver, kube-controller-manager, kube-scheduler (the long part; -v lists packages)"
+  go build -v -ldflags "$ld" -o "$BIN/" ./cmd/... 2>&1 | awk '{ n++; if (n % 50 == 0) printf "[build] %d packages compiled (last: %s)\n", n, $0 > "/dev/stderr" }'
+  [[ ${PIPESTATUS[0]} -eq 0 ]]
+}
+
+version_ldflags() {  # the release's version strings, as upstream's build stamps them
+  local v=${K8S_VERSION#v} maj min ld="-s -w" date p; maj=${v%%.*}; min=${v#*.}; min=${min%%.*}
   date=$(date -u +%Y-%m-%dT%H:%M:%SZ)
   for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
     ld+=" -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=$maj -X $p.gitMinor=$min"
     ld+=" -X $p.gitTreeState=clean -X $p.buildDate=$date"
   done
-  log "compiling kube-apiserver, kube-controller-manager, kube-scheduler (the long part; -v lists packages)"
-  go build -v -ldflags "$ld" -o "$BIN/" ./cmd/... 2>&1 | awk '{ n++; if (n % 50 == 0) printf "[build] %d packages compiled (last: %s)\n", n, $0 > "/dev/stderr" }'
-  [[ ${PIPESTATUS[0]} -eq 0 ]]
+  echo "$ld"
+}
+
+build_kubectl() {
+  [[ -x $BIN/kubectl ]] && return
+  local W="$WORK/kubectl"; cp -r "$HERE/kubectl" "$W"; cd "$W"
+  # k8s.io/kubectl is a published staging module: no replace directives needed, same release.
+  go mod init ragengine.local/kubectlbin 2>/dev/null
+  go mod edit -require="k8s.io/kubectl@$STAGING_VERSION" -require="k8s.io/component-base@$STAGING_VERSION"
+  go mod tidy >&2
+  log "compiling kubectl $K8S_VERSION"
+  go build -ldflags "$(version_ldflags)" -o "$BIN/kubectl" .
 }
 
 build_etcd() {
@@ -73,6 +89,7 @@ build_etcd
 build_plain kwok "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
 build_plain helm "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
 build_kube
+build_kubectl
 rm -rf "$WORK"
 T1=$(date +%s)
 echo "cold build: $((T1 - T0)) s on $(nproc) cores ($(date -u +%FT%TZ))" >> "$BIN/build-time.txt"

@@ -1,6 +1,8 @@
 """Every kopf handler, each a few lines: resolve the object, call the controller.
 
 Run with `ragengine-operator` (see __main__.py) or `kopf run -m ragengine_operator.handlers`.
+No handler here needs a finalizer (no on.delete, no per-object daemon or timer): children go with
+the RAGEngine through owner references, so deletion never waits for the operator.
 """
 
 from __future__ import annotations
@@ -10,17 +12,35 @@ import logging
 from typing import Any
 
 import kopf
+from kubernetes.client.rest import ApiException
 
 from . import constants as c
+from .controller import api_message
 from .kube.client import kopf_login
+from .reconcile.status import container_failure
+from .resync import resync_loop
 from .startup import configure
 
 RAG = (c.GROUP, c.VERSION, c.PLURAL)
+log = logging.getLogger(__name__)
+
+
+@kopf.index(*RAG)
+def ragengines(namespace: str, name: str, **_: Any) -> dict[tuple[str, str], None]:
+    """The RAGEngines this operator serves, kept by kopf from its watch: the resync loop's work list."""
+    return {(namespace, name): None}
 
 
 @kopf.on.startup()
-def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.Logger, **_: Any) -> None:
+async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.Logger,
+                  ragengines: kopf.Index, **_: Any) -> None:
     configure(settings, memo, logger)
+    memo.resync = asyncio.create_task(resync_loop(memo.controller, ragengines, memo.settings.max_workers))
+
+
+@kopf.on.cleanup()
+async def cleanup(memo: kopf.Memo, **_: Any) -> None:
+    memo.resync.cancel()
 
 
 @kopf.on.login()
@@ -33,19 +53,8 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 @kopf.on.create(*RAG)
 @kopf.on.update(*RAG)
 def reconcile(namespace: str, name: str, memo: kopf.Memo, **_: Any) -> None:
+    memo.controller.remember_context()  # for the resync loop's Events
     memo.controller.reconcile(namespace, name)
-
-
-@kopf.daemon(*RAG, cancellation_timeout=2.0)
-async def resync(namespace: str, name: str, memo: kopf.Memo, stopped: kopf.DaemonStopped, **_: Any) -> None:
-    """Level-based safety net: re-apply and recompute status every resync_seconds."""
-    while not stopped:
-        await stopped.wait(memo.settings.resync_seconds)
-        if not stopped:
-            try:
-                await asyncio.to_thread(memo.controller.reconcile, namespace, name)
-            except (kopf.TemporaryError, kopf.PermanentError):
-                pass  # already reported in status; the next tick retries
 
 
 def _owner(body: kopf.Body) -> str | None:
@@ -61,10 +70,22 @@ def child_deployment(event: kopf.RawEvent, body: kopf.Body, namespace: str, memo
     owner = _owner(body)
     if owner is None:
         return
+    memo.controller.remember_context()
     try:
         if event.get("type") == "DELETED":
             memo.controller.reconcile(namespace, owner)  # someone deleted it: put it back
         else:
             memo.controller.sync_status(namespace, owner)
-    except (kopf.TemporaryError, kopf.PermanentError) as exc:
-        logging.getLogger(__name__).info("owner %s/%s not reconciled now: %s", namespace, owner, exc)
+    except ApiException as exc:  # the resync loop tries again; no traceback for a transient refusal
+        log.warning("owner %s/%s not updated now: %s", namespace, owner, api_message(exc))
+
+
+@kopf.on.event("", "v1", "pods", labels={c.LABEL_MANAGED_BY: c.FIELD_MANAGER, c.SELECTOR_NAME: kopf.PRESENT})
+def child_pod(body: kopf.Body, labels: kopf.Labels, namespace: str, memo: kopf.Memo, **_: Any) -> None:
+    """A pod's container went into a failing state (ImagePullBackOff, CrashLoopBackOff, ...): the
+    Deployment's status does not change for that, so report it from the pod itself, at once."""
+    if container_failure([dict(body)]) is not None:
+        try:
+            memo.controller.sync_status(namespace, labels[c.SELECTOR_NAME])
+        except ApiException as exc:
+            log.warning("owner %s/%s not updated now: %s", namespace, labels[c.SELECTOR_NAME], api_message(exc))

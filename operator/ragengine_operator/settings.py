@@ -11,7 +11,16 @@ class OperatorSettings(BaseSettings):
 
     engine_image: str = Field("ghcr.io/ragengine/engine:0.1.0", description="Engine image when spec.engine.image is unset.")
     vllm_image: str = Field("vllm/vllm-openai:v0.10.2", description="vLLM image when spec.inference.image is unset.")
-    resync_seconds: float = Field(30.0, gt=0, description="Level-based re-reconcile period per RAGEngine.")
+    resync_seconds: float = Field(300.0, gt=0, description="Level-based re-reconcile period per RAGEngine.")
+    resync_jitter: float = Field(
+        0.2, ge=0, le=1, description="Each resync waits resync_seconds * (1 + up to this share), so objects spread out."
+    )
+    probe_external_inference: bool = Field(
+        True, description="url mode: check that inference.url answers GET /models (and serves the model) for status."
+    )
+    probe_engine_readiness: bool = Field(
+        True, description="Ask a running but unready engine pod's GET /ready why, for EngineReady's message."
+    )
     metrics_port: int = Field(8080, ge=0, le=65535, description="Prometheus /metrics port; 0 = off.")
     liveness_port: int = Field(8081, ge=0, le=65535, description="kopf liveness endpoint /healthz; 0 = off.")
     max_workers: int = Field(16, ge=1, description="Threads running sync handlers (reconciles in parallel).")

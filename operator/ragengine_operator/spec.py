@@ -9,7 +9,7 @@ spec that slipped past an old CRD still fails loudly in the operator instead of 
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
 from pydantic.alias_generators import to_camel
@@ -30,6 +30,12 @@ def _positive_quantity(value: str) -> str:
 Size = Annotated[str, Field(max_length=32), AfterValidator(_positive_quantity)]
 Name = Annotated[str, Field(min_length=1, max_length=253)]
 Url = Annotated[str, Field(max_length=2048)]
+
+
+MANAGED_VLLM_FLAGS = frozenset({"--port", "--served-model-name", "--max-model-len", "--tensor-parallel-size", "-tp",
+                                "--api-key", "--model", "--host"})
+RWO_ONE_REPLICA = ("inference.replicas above 1 (or autoscaling.maxReplicas above 1) needs modelCache.accessMode "
+                   "ReadWriteMany: a ReadWriteOnce cache mounts on one node only")
 
 
 def _is_http(url: str) -> bool:
@@ -70,6 +76,41 @@ class Toleration(_Model):
     toleration_seconds: int | None = None
 
 
+# core/v1 objects passed through to the pod as written; the API server validates them on the Deployment.
+_K8sObject = Annotated[dict[str, Any], WithJsonSchema({"type": "object", "x-kubernetes-preserve-unknown-fields": True})]
+LabelMap = Annotated[dict[str, Annotated[str, Field(max_length=63)]], Field(max_length=64)]
+
+
+class LocalObjectReference(_Model):
+    name: Name
+
+
+class EnvVar(_Model):
+    """A core/v1 EnvVar: `value`, or `valueFrom` (secretKeyRef, configMapKeyRef, fieldRef, ...)."""
+
+    name: Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")]
+    value: Annotated[str, Field(max_length=32768)] | None = None
+    value_from: _K8sObject | None = None
+
+
+class PodOptions(_Model):
+    """Fleet settings of one component's pods, passed to its pod template."""
+
+    affinity: _K8sObject | None = Field(None, description="core/v1 Affinity.")
+    topology_spread_constraints: list[_K8sObject] | None = Field(None, max_length=16)
+    priority_class_name: Annotated[str, Field(max_length=253)] | None = None
+    runtime_class_name: Annotated[str, Field(max_length=253)] | None = None
+    image_pull_secrets: list[LocalObjectReference] | None = Field(None, max_length=16)
+    service_account_name: Annotated[str, Field(max_length=253)] | None = Field(
+        None, description="Its token is not mounted (automountServiceAccountToken: false)."
+    )
+    pod_labels: LabelMap | None = Field(None, description="Added to the pods; the operator's own labels win.")
+    pod_annotations: dict[str, Annotated[str, Field(max_length=4096)]] | None = Field(None, max_length=64)
+    env: list[EnvVar] | None = Field(
+        None, max_length=64, description="Extra env; the variables the operator sets from the spec win over these."
+    )
+
+
 class VolumeSpec(_Model):
     size: Size = Field("20Gi", description="Requested size; it can grow but never shrink.")
     storage_class_name: Annotated[str, Field(max_length=253)] | None = Field(
@@ -87,7 +128,23 @@ class ModelCacheSpec(VolumeSpec):
     )
 
 
-class InferenceSpec(_Model):
+class AutoscalingSpec(_Model):
+    """A HorizontalPodAutoscaler owns the replica count (CPU utilisation target); the operator stops applying replicas."""
+
+    min_replicas: int = Field(1, ge=1, le=100)
+    max_replicas: int = Field(ge=1, le=100)
+    target_cpu_utilization_percentage: int = Field(
+        80, ge=1, le=100, alias="targetCPUUtilizationPercentage", description="Average CPU of requests, in %."
+    )
+
+    @model_validator(mode="after")
+    def _bounds(self) -> AutoscalingSpec:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError("autoscaling.minReplicas must not exceed maxReplicas")
+        return self
+
+
+class InferenceSpec(PodOptions):
     """Either run vLLM in the cluster (model) or use an existing OpenAI-compatible endpoint (url)."""
 
     model: Annotated[str, Field(max_length=512)] | None = Field(
@@ -106,10 +163,27 @@ class InferenceSpec(_Model):
     image: Annotated[str, Field(max_length=512)] | None = Field(
         None, description="vLLM OpenAI server image; the operator's default when unset."
     )
-    gpus: int = Field(1, ge=1, le=64, description="GPUs per replica (nvidia.com/gpu), = --tensor-parallel-size.")
-    replicas: int = Field(1, ge=1, le=100)
+    gpus: int = Field(1, ge=1, le=64, description="GPUs per replica (gpuResourceName), = --tensor-parallel-size.")
+    gpu_resource_name: Annotated[str, Field(max_length=253, pattern=r"^[a-z0-9.-]+/[a-zA-Z0-9._-]+$")] = Field(
+        "nvidia.com/gpu", description="Extended resource of a GPU: nvidia.com/gpu, a MIG profile such as "
+        "nvidia.com/mig-1g.10gb, amd.com/gpu, ... (also the toleration's key)."
+    )
+    replicas: int = Field(
+        1, ge=0, le=100,
+        description="vLLM pods; 0 frees the GPUs. Above 1 needs modelCache.accessMode ReadWriteMany. Ignored "
+        "while autoscaling is set. Also the scale subresource (kubectl scale rag/<name> --replicas=N).",
+    )
+    autoscaling: AutoscalingSpec | None = Field(
+        None, description="Create an HPA for vLLM; the operator then stops applying replicas."
+    )
+    startup_timeout: Annotated[str, Field(pattern=r"^([0-9]+h)?([0-9]+m)?([0-9]+s)?$", max_length=16)] = Field(
+        "30m", description="How long a vLLM pod may take to start (download + load) before it is restarted: "
+        "e.g. 45m, 2h."
+    )
     args: list[Annotated[str, Field(max_length=1024)]] = Field(
-        default_factory=list, max_length=64, description="Extra vLLM arguments, appended."
+        default_factory=list, max_length=64,
+        description="Extra vLLM arguments, appended. The operator's own flags (--port, --served-model-name, "
+        "--max-model-len, --tensor-parallel-size, --api-key, --model, --host) are refused: set the fields instead.",
     )
     node_selector: dict[str, str] | None = None
     tolerations: list[Toleration] | None = Field(
@@ -133,6 +207,15 @@ class InferenceSpec(_Model):
             raise ValueError("inference.hfTokenSecretRef applies to inference.model only")
         if self.model is not None and self.api_key_secret_ref is not None:
             raise ValueError("inference.apiKeySecretRef applies to inference.url only")
+        managed = [a for a in self.args if a.split("=", 1)[0] in MANAGED_VLLM_FLAGS]
+        if managed:
+            raise ValueError(f"inference.args must not set {', '.join(sorted(set(a.split('=', 1)[0] for a in managed)))}: "
+                             "the operator sets them from the spec")
+        several = self.replicas > 1 or (self.autoscaling is not None and self.autoscaling.max_replicas > 1)
+        if several and self.model_cache.access_mode == "ReadWriteOnce":
+            raise ValueError(RWO_ONE_REPLICA)
+        if self.startup_timeout in ("", "0s", "0m", "0h"):
+            raise ValueError("inference.startupTimeout must be a positive duration such as 30m")
         return self
 
 
@@ -163,14 +246,62 @@ class RetrievalSpec(_Model):
     rerank_model: Annotated[str, Field(max_length=512)] | None = Field(None, description="Cross-encoder; unset = none.")
 
 
-class EngineSpec(_Model):
+class EngineSpec(PodOptions):
     image: Annotated[str, Field(max_length=512)] | None = Field(
         None, description="Engine image; the operator's default when unset."
     )
     replicas: int = Field(
-        1, ge=0, le=1, description="0 or 1: the engine owns a ReadWriteOnce index volume (single writer)."
+        1, ge=0, le=100,
+        description="Engine pods. At most 1 with vectorStore.type faiss (one ReadWriteOnce index volume, single "
+        "writer); any number with postgres or milvus. Ignored while autoscaling is set.",
+    )
+    autoscaling: AutoscalingSpec | None = Field(
+        None, description="Create an HPA for the engine; the operator then stops applying replicas."
     )
     resources: ResourceRequirements | None = None
+    node_selector: dict[str, str] | None = None
+    tolerations: list[Toleration] | None = Field(None, max_length=32)
+
+
+class HNSWSpec(_Model):
+    """HNSW graph parameters of the external store's vector index (the engine's defaults when unset)."""
+
+    m: int | None = Field(None, ge=4, le=128, description="Links per node.")
+    ef_construction: int | None = Field(None, ge=8, le=4096, description="Build breadth (recall vs build time).")
+    ef_search: int | None = Field(None, ge=8, le=4096, description="Search breadth (recall vs latency).")
+
+
+class ConnectionSecretRef(SecretKeyRef):
+    """The Secret key holding the store's DSN or URI (it carries credentials: never inline)."""
+
+    key: Annotated[str, Field(min_length=1, max_length=253)] = Field("url", description="Key in the Secret.")
+
+
+class VectorStoreSpec(_Model):
+    """Where the indexes live: embedded FAISS on the engine's volume, or an external store shared by replicas."""
+
+    type: Literal["faiss", "postgres", "milvus"] = Field(
+        "faiss", description="faiss: embedded, one replica. postgres (pgvector) or milvus: several replicas, no volume."
+    )
+    connection_secret_ref: ConnectionSecretRef | None = Field(
+        None, description="postgres/milvus: the Secret key with the DSN (postgresql://...) or Milvus URI."
+    )
+    prefix: Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_]{0,39}$")] | None = Field(
+        None, description="Schema / collection prefix; default: derived from the namespace and name (unique)."
+    )
+    hnsw: HNSWSpec = Field(default_factory=HNSWSpec, json_schema_extra={"default": {}})
+
+    @property
+    def external(self) -> bool:
+        return self.type != "faiss"
+
+    @model_validator(mode="after")
+    def _connection(self) -> VectorStoreSpec:
+        if self.external and self.connection_secret_ref is None:
+            raise ValueError("vectorStore.connectionSecretRef is required for postgres and milvus")
+        if not self.external and self.connection_secret_ref is not None:
+            raise ValueError("vectorStore.connectionSecretRef applies to postgres and milvus only")
+        return self
 
 
 class StorageSpec(VolumeSpec):
@@ -192,12 +323,25 @@ class RAGEngineSpec(_Model):
     embedding: EmbeddingSpec = Field(default_factory=EmbeddingSpec, json_schema_extra={"default": {}})
     retrieval: RetrievalSpec = Field(default_factory=RetrievalSpec, json_schema_extra={"default": {}})
     engine: EngineSpec = Field(default_factory=EngineSpec, json_schema_extra={"default": {}})
+    vector_store: VectorStoreSpec = Field(default_factory=VectorStoreSpec, json_schema_extra={"default": {}})
     storage: StorageSpec = Field(default_factory=StorageSpec, json_schema_extra={"default": {}})
     auth: AuthSpec = Field(default_factory=AuthSpec, json_schema_extra={"default": {}})
 
     @property
     def runs_vllm(self) -> bool:
         return self.inference is not None and self.inference.model is not None
+
+    @model_validator(mode="after")
+    def _single_writer(self) -> RAGEngineSpec:
+        if not self.vector_store.external and (self.engine.replicas > 1 or self.engine.autoscaling is not None):
+            raise ValueError(FAISS_ONE_REPLICA)
+        return self
+
+
+FAISS_ONE_REPLICA = (
+    "engine.replicas above 1 and engine.autoscaling need vectorStore.type postgres or milvus: the faiss index "
+    "lives on one ReadWriteOnce volume with a single writer"
+)
 
 
 class Condition(_Model):
@@ -213,6 +357,10 @@ class Condition(_Model):
 
 class RAGEngineStatus(_Model):
     observed_generation: int | None = Field(None, description="The generation the conditions describe.")
+    inference_replicas: int | None = Field(None, description="Ready vLLM pods (the scale subresource's status).")
+    data_volume_size: str | None = Field(None, description="Size the engine's data PVC has now (a spec may shrink back to it).")
+    model_cache_volume_size: str | None = Field(None, description="Size the model-cache PVC has now.")
+    inference_selector: str | None = Field(None, description="Label selector of the vLLM pods (for the scale subresource).")
     endpoint: str | None = Field(None, description="In-cluster URL of the engine's OpenAI-compatible API.")
     inference_url: str | None = Field(None, description="The LLM base URL the engine uses.")
     model: str | None = Field(None, description="The served model name.")

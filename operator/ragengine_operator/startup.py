@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import socket
 
 import kopf
 
@@ -18,8 +19,9 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.
     memo.settings = ours
     # One operator instance (Deployment with 1 replica, Recreate): no peering objects or freezes.
     settings.peering.standalone = True
-    # Finalizer and kopf's bookkeeping under our group, in annotations: status stays strictly typed
-    # (the CRD does not preserve unknown status fields) and no clash with other kopf operators.
+    # kopf's bookkeeping under our group, in annotations: status stays strictly typed (the CRD
+    # does not preserve unknown status fields) and no clash with other kopf operators. No handler
+    # needs a finalizer; kopf removes the one older releases put on objects.
     settings.persistence.finalizer = c.FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=c.KOPF_ANNOTATION_PREFIX)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
@@ -30,14 +32,20 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.
     settings.watching.server_timeout = ours.watch_timeout_seconds
     settings.watching.client_timeout = ours.watch_timeout_seconds + 30
     settings.watching.connect_timeout = 5
+    # Server-side label selectors on the child watches: the API server sends only our Deployments
+    # and pods, not every Deployment and pod of the cluster (the handlers' own filters are client-side).
+    managed = f"{c.LABEL_MANAGED_BY}={c.FIELD_MANAGER}"
+    settings.watching.label_selectors[lambda r: (r.group, r.plural) in (("apps", "deployments"), ("", "pods"))] = managed
     settings.networking.request_timeout = 30
     settings.networking.connect_timeout = 5
     # Sync handlers run in this many threads: independent RAGEngines reconcile in parallel.
     settings.execution.max_workers = ours.max_workers
     settings.execution.default_backoff = 5
     # kopf's own per-handler "succeeded" events would flood `kubectl get events`; we post
-    # transitions ourselves. Keep kopf's for errors only.
-    settings.posting.level = logging.WARNING
+    # transitions and distinct failures ourselves (kopf.event). Keep kopf's for errors only.
+    settings.posting.level = logging.ERROR
+    settings.posting.reporting_component = c.FIELD_MANAGER  # the "From" column of kubectl describe
+    settings.posting.reporting_instance = socket.gethostname()
     memo.controller = Controller(new_api_client(pool_size=ours.max_workers * 2), ours)
     metrics.serve(ours.metrics_port)
     logger.info("ragengine-operator configured: resync=%ss metrics=:%s", ours.resync_seconds, ours.metrics_port)

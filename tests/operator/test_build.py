@@ -3,9 +3,9 @@
 import copy
 
 from ragengine_operator import constants as c
-from ragengine_operator.build.engine import endpoint, engine_data_pvc, engine_deployment, engine_service
-from ragengine_operator.build.inference import inference_deployment, inference_service, model_cache_pvc
-from ragengine_operator.build.labels import Owner
+from ragengine_operator.manifests.engine import endpoint, engine_data_pvc, engine_deployment, engine_service
+from ragengine_operator.manifests.inference import inference_deployment, inference_service, model_cache_pvc
+from ragengine_operator.manifests.labels import Owner
 from ragengine_operator.reconcile.plan import plan
 from ragengine_operator.spec import RAGEngineSpec
 
@@ -68,8 +68,10 @@ def test_engine_children():
     (ctr,) = d["spec"]["template"]["spec"]["containers"]
     assert d["spec"]["strategy"] == {"type": "Recreate"} and d["spec"]["replicas"] == 1
     assert ctr["command"] == ["ragengine", "serve", "--host", "0.0.0.0", "--port", "8000", "--data-dir", "/data"]
-    assert ctr["readinessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
+    # readiness checks the dependencies (GET /ready); liveness stays shallow
+    assert ctr["readinessProbe"]["httpGet"] == {"path": "/ready", "port": "http"}
     assert ctr["livenessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
+    assert d["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
     assert ctr["volumeMounts"] == [{"name": "data", "mountPath": "/data"}]
     assert ctr["image"] == "engine:1"
     svc = engine_service(OWNER)
@@ -107,14 +109,150 @@ def test_config_hash_rolls_only_the_affected_deployment():
 def test_plan_modes():
     p = plan(OWNER, RAGEngineSpec.model_validate(FULL))
     assert p.names() == ["PersistentVolumeClaim/docs-model-cache", "Deployment/docs-inference", "Service/docs-inference",
-                         "PersistentVolumeClaim/docs-data", "Deployment/docs-engine", "Service/docs"]
-    assert p.delete == []
+                         "NetworkPolicy/docs-inference", "PersistentVolumeClaim/docs-data", "Deployment/docs-engine",
+                         "Service/docs"]
+    assert {(r.kind, r.name) for r in p.delete} == {("PodDisruptionBudget", "docs-engine"),
+                                                    ("HorizontalPodAutoscaler", "docs-engine"),
+                                                    ("HorizontalPodAutoscaler", "docs-inference")}
     url = plan(OWNER, RAGEngineSpec.model_validate({"inference": {"url": "http://x/v1"}}))
     assert url.names() == ["PersistentVolumeClaim/docs-data", "Deployment/docs-engine", "Service/docs"]
-    assert {r.name for r in url.delete} == {"docs-inference"}
+    assert {r.name for r in url.delete} == {"docs-inference", "docs-engine"}
+    assert ("NetworkPolicy", "docs-inference") in {(r.kind, r.name) for r in url.delete}
+
+
+POSTGRES = {"vectorStore": {"type": "postgres", "connectionSecretRef": {"name": "db"}, "hnsw": {"m": 16}},
+            "engine": {"replicas": 3}}
+
+
+def test_external_store_scales_out_without_a_volume():
+    p = plan(OWNER, RAGEngineSpec.model_validate(POSTGRES))
+    assert p.names() == ["Deployment/docs-engine", "Service/docs", "PodDisruptionBudget/docs-engine"]
+    dep = p.apply[0]
+    assert dep["spec"]["replicas"] == 3
+    assert dep["spec"]["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}
+    pod = dep["spec"]["template"]["spec"]
+    assert pod["volumes"] == [{"name": "data", "emptyDir": {}}]
+    assert not any(k == "PersistentVolumeClaim" for k in (o["kind"] for o in p.apply))
+    assert p.apply[2]["spec"]["maxUnavailable"] == 1
+    assert ("HorizontalPodAutoscaler", "docs-engine") in {(r.kind, r.name) for r in p.delete}
+
+
+def test_autoscaling_creates_an_hpa_and_leaves_replicas_to_it():
+    spec = copy.deepcopy(POSTGRES)
+    spec["engine"]["autoscaling"] = {"minReplicas": 2, "maxReplicas": 6, "targetCPUUtilizationPercentage": 70}
+    p = plan(OWNER, RAGEngineSpec.model_validate(spec))
+    dep = next(o for o in p.apply if o["kind"] == "Deployment")
+    assert "replicas" not in dep["spec"]  # the HPA owns it; server-side apply never reverts it
+    hpa = next(o for o in p.apply if o["kind"] == "HorizontalPodAutoscaler")
+    assert hpa["spec"]["scaleTargetRef"]["name"] == "docs-engine"
+    assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (2, 6)
+    assert hpa["spec"]["metrics"][0]["resource"]["target"]["averageUtilization"] == 70
 
 
 def test_shared_cache_rolls_without_surge():
     spec = copy.deepcopy(FULL)
     spec["inference"]["modelCache"]["accessMode"] = "ReadWriteMany"
     assert vllm(spec)["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
+
+
+def test_vllm_pod_is_restricted_compliant():
+    pod = vllm()["spec"]["template"]["spec"]
+    (ctr,) = pod["containers"]
+    assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] != 0
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert pod["securityContext"]["fsGroupChangePolicy"] == "OnRootMismatch"
+    assert ctr["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+    assert pod["automountServiceAccountToken"] is False
+    env = {e["name"]: e.get("value") for e in ctr["env"]}
+    mounts = {m["name"]: m["mountPath"] for m in ctr["volumeMounts"]}
+    assert env["HF_HOME"] == mounts["model-cache"] and env["XDG_CACHE_HOME"] == mounts["cache"]
+    shm = next(v for v in pod["volumes"] if v["name"] == "dshm")
+    assert shm["emptyDir"]["sizeLimit"]
+
+
+def test_inference_is_locked_down():
+    """vLLM gets the operator-generated key (VLLM_API_KEY = --api-key), the engine the same key, and a
+    NetworkPolicy admits only the engine's pods."""
+    p = plan(OWNER, RAGEngineSpec.model_validate(FULL))
+    by_name = {f"{o['kind']}/{o['metadata']['name']}": o for o in p.apply}
+    vllm_env = {e["name"]: e for e in by_name["Deployment/docs-inference"]["spec"]["template"]["spec"]["containers"][0]["env"]}
+    engine_env = {e["name"]: e for e in by_name["Deployment/docs-engine"]["spec"]["template"]["spec"]["containers"][0]["env"]}
+    ref = {"secretKeyRef": {"name": "docs-inference-api-key", "key": "api-key"}}
+    assert vllm_env["VLLM_API_KEY"]["valueFrom"] == ref
+    assert engine_env["RAGENGINE_LLM_API_KEY"]["valueFrom"] == ref
+    policy = by_name["NetworkPolicy/docs-inference"]["spec"]
+    assert policy["podSelector"]["matchLabels"][c.SELECTOR_COMPONENT] == "inference"
+    (rule,) = policy["ingress"]
+    assert rule["from"] == [{"podSelector": {"matchLabels": {c.SELECTOR_NAME: "docs", c.SELECTOR_COMPONENT: "engine"}}}]
+
+
+def test_vllm_replicas_autoscaling_and_startup_timeout():
+    spec = copy.deepcopy(FULL)
+    spec["inference"].update(startupTimeout="2h", modelCache={"accessMode": "ReadWriteMany"},
+                             autoscaling={"minReplicas": 1, "maxReplicas": 4})
+    p = plan(OWNER, RAGEngineSpec.model_validate(spec))
+    dep = next(o for o in p.apply if o["metadata"]["name"] == "docs-inference" and o["kind"] == "Deployment")
+    assert "replicas" not in dep["spec"]
+    probe = dep["spec"]["template"]["spec"]["containers"][0]["startupProbe"]
+    assert probe["periodSeconds"] * probe["failureThreshold"] == 7200
+    assert dep["spec"]["progressDeadlineSeconds"] == 7200
+    assert any(o["kind"] == "HorizontalPodAutoscaler" and o["metadata"]["name"] == "docs-inference" for o in p.apply)
+    zero = copy.deepcopy(FULL)
+    zero["inference"]["replicas"] = 0
+    assert vllm(zero)["spec"]["replicas"] == 0
+
+
+def test_a_rotated_secret_rolls_only_the_pods_that_read_it():
+    spec = copy.deepcopy(FULL)
+    spec["auth"] = {"apiKeySecretRef": {"name": "auth"}}
+    parsed = RAGEngineSpec.model_validate(spec)
+
+    def hashes_with(secrets):
+        return {o["metadata"]["name"]: o["spec"]["template"]["metadata"]["annotations"][c.CONFIG_HASH_ANNOTATION]
+                for o in plan(OWNER, parsed, secrets).apply if o["kind"] == "Deployment"}
+
+    base = hashes_with({"auth": "a1", "hf": "h1", "docs-inference-api-key": "k1"})
+    auth = hashes_with({"auth": "a2", "hf": "h1", "docs-inference-api-key": "k1"})
+    hf = hashes_with({"auth": "a1", "hf": "h2", "docs-inference-api-key": "k1"})
+    key = hashes_with({"auth": "a1", "hf": "h1", "docs-inference-api-key": "k2"})
+    assert auth["docs-engine"] != base["docs-engine"] and auth["docs-inference"] == base["docs-inference"]
+    assert hf["docs-inference"] != base["docs-inference"] and hf["docs-engine"] == base["docs-engine"]
+    assert key["docs-inference"] != base["docs-inference"] and key["docs-engine"] != base["docs-engine"]
+
+
+def test_fleet_fields_reach_both_pods():
+    opts = {
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["a"]}]}]}}},
+        "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "ScheduleAnyway"}],
+        "priorityClassName": "high", "runtimeClassName": "nvidia", "imagePullSecrets": [{"name": "reg"}],
+        "serviceAccountName": "rag-sa", "podLabels": {"team": "a", c.SELECTOR_NAME: "hijack"},
+        "podAnnotations": {"note": "x"},
+        "env": [{"name": "EXTRA", "value": "1"}, {"name": "RAGENGINE_HYBRID", "value": "false"},
+                {"name": "FROM", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+    }
+    spec = copy.deepcopy(FULL)
+    spec["inference"].update(opts, gpuResourceName="nvidia.com/mig-1g.10gb")
+    spec["engine"] = {**opts, "nodeSelector": {"pool": "cpu"},
+                      "tolerations": [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}]}
+    parsed = RAGEngineSpec.model_validate(spec)
+    for dep in (inference_deployment(OWNER, parsed), engine_deployment(OWNER, parsed)):
+        tmpl = dep["spec"]["template"]
+        pod, (ctr,) = tmpl["spec"], tmpl["spec"]["containers"]
+        assert pod["affinity"] == opts["affinity"] and pod["topologySpreadConstraints"] == opts["topologySpreadConstraints"]
+        assert (pod["priorityClassName"], pod["runtimeClassName"], pod["serviceAccountName"]) == ("high", "nvidia", "rag-sa")
+        assert pod["imagePullSecrets"] == [{"name": "reg"}] and pod["automountServiceAccountToken"] is False
+        assert tmpl["metadata"]["labels"]["team"] == "a"
+        assert tmpl["metadata"]["labels"][c.SELECTOR_NAME] == "docs"  # ours win: the selector still matches
+        assert tmpl["metadata"]["annotations"]["note"] == "x"
+        env = [e["name"] for e in ctr["env"]]
+        assert env[0] == "EXTRA" and "FROM" in env
+    engine = engine_deployment(OWNER, parsed)
+    env = engine["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert [e["value"] for e in env if e["name"] == "RAGENGINE_HYBRID"] == ["true"]  # the spec's value wins
+    assert engine["spec"]["template"]["spec"]["nodeSelector"] == {"pool": "cpu"}
+    assert engine["spec"]["template"]["spec"]["tolerations"][0]["key"] == "dedicated"
+    ctr = inference_deployment(OWNER, parsed)["spec"]["template"]["spec"]
+    assert ctr["containers"][0]["resources"]["limits"] == {"nvidia.com/mig-1g.10gb": "2"} | ctr["containers"][0]["resources"][
+        "limits"]
+    assert ctr["tolerations"][0]["key"] == "nvidia.com/mig-1g.10gb"

@@ -25,7 +25,8 @@ def walk(node, path="root"):
 def test_crd_is_structural_and_complete():
     crd = yaml.safe_load((ROOT / "crds" / "ragengine.io_ragengines.yaml").read_text())
     version = crd["spec"]["versions"][0]
-    assert crd["spec"]["names"]["shortNames"] == ["rag"] and version["subresources"] == {"status": {}}
+    assert crd["spec"]["names"]["shortNames"] == ["rag"] and version["subresources"]["status"] == {}
+    assert version["subresources"]["scale"]["specReplicasPath"] == ".spec.inference.replicas"
     assert [col["name"] for col in version["additionalPrinterColumns"]][:3] == ["Ready", "Model", "Endpoint"]
     schema = version["schema"]["openAPIV3Schema"]
     for path, node in walk(schema):

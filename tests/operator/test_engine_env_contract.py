@@ -8,8 +8,8 @@ import pytest
 from pydantic import BaseModel
 
 from ragengine.settings import EngineSettings
-from ragengine_operator.build.engine_env import OPERATOR_ONLY, SECRET_TO_ENGINE, SPEC_TO_ENGINE, engine_env
-from ragengine_operator.build.labels import Owner
+from ragengine_operator.manifests.engine_env import OPERATOR_ONLY, SECRET_TO_ENGINE, SPEC_TO_ENGINE, engine_env
+from ragengine_operator.manifests.labels import Owner
 from ragengine_operator.spec import RAGEngineSpec
 
 OWNER = Owner("ns", "rag", "uid")
@@ -63,7 +63,8 @@ def test_rendered_env_parses_back(monkeypatch, mode):
     for key in list(__import__("os").environ):
         if key.startswith("RAGENGINE_"):
             monkeypatch.delenv(key)
-    s = parse(engine_env(OWNER, spec), monkeypatch, {"llm/token": "L", "emb/api-key": "E", "auth/key": "A"})
+    s = parse(engine_env(OWNER, spec), monkeypatch,
+              {"llm/token": "L", "emb/api-key": "E", "auth/key": "A", "rag-inference-api-key/api-key": "G"})
     expected_url = "http://rag-inference.ns.svc.cluster.local:8000/v1" if mode == "model" else "https://llm.example/v1"
     assert s.llm_url == expected_url
     assert s.llm_model == ("qwen" if mode == "model" else "gpt-x")
@@ -73,7 +74,7 @@ def test_rendered_env_parses_back(monkeypatch, mode):
     assert s.embedding_url == "http://emb.example/v1" and s.embedding_api_key == "E"
     assert str(s.embedding_cache_dir) == "/data/models"
     assert s.api_key == "A"
-    assert s.llm_api_key == ("L" if mode == "url" else None)
+    assert s.llm_api_key == ("L" if mode == "url" else "G")  # model mode: the operator-generated vLLM key
 
 
 def test_embedding_model_and_retrieval_only(monkeypatch):
@@ -83,3 +84,23 @@ def test_embedding_model_and_retrieval_only(monkeypatch):
     assert EngineSettings.env_name("llm_url") not in names  # retrieval-only: extractive answers
     s = parse(env, monkeypatch, {})
     assert s.embedding_model == "BAAI/bge-small-en-v1.5" and s.llm_url is None
+
+
+def test_external_store_settings_come_from_the_spec_and_the_secret(monkeypatch):
+    spec = RAGEngineSpec.model_validate({"vectorStore": {
+        "type": "postgres", "connectionSecretRef": {"name": "db", "key": "dsn"},
+        "hnsw": {"m": 16, "efConstruction": 200, "efSearch": 64}}, "engine": {"replicas": 3}})
+    for key in list(__import__("os").environ):
+        if key.startswith("RAGENGINE_"):
+            monkeypatch.delenv(key)
+    env = engine_env(OWNER, spec)
+    url = next(e for e in env if e["name"] == EngineSettings.env_name("vector_store_url"))
+    assert url == {"name": url["name"], "valueFrom": {"secretKeyRef": {"name": "db", "key": "dsn"}}}  # never inline
+    s = parse(env, monkeypatch, {"db/dsn": "postgresql://u:p@db/rag"})
+    assert s.vector_store == "postgres" and s.vector_store_url == "postgresql://u:p@db/rag"
+    assert s.database_url == "postgresql://u:p@db/rag"  # sessions shared by the replicas too
+    assert (s.hnsw_m, s.hnsw_ef_construction, s.hnsw_ef_search) == (16, 200, 64)
+    assert s.vector_store_prefix.startswith("rag_rag_")
+    other = engine_env(Owner("other-ns", "rag", "uid"), spec)
+    prefix = EngineSettings.env_name("vector_store_prefix")
+    assert next(e["value"] for e in other if e["name"] == prefix) != s.vector_store_prefix  # never shared by accident

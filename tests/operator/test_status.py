@@ -1,6 +1,6 @@
 """Observed children -> conditions: Ready only when both are available; Degraded with the reason."""
 
-from ragengine_operator.build.labels import Owner
+from ragengine_operator.manifests.labels import Owner
 from ragengine_operator.reconcile.status import Observed, compute_status, stamp, workload_state
 from ragengine_operator.spec import RAGEngineSpec
 
@@ -51,7 +51,8 @@ def test_degraded_on_deadline_and_unschedulable():
     c, _, _ = conds(MODEL, {"inference": stuck, "engine": dep()})
     assert c["Degraded"]["status"] == "True" and c["Degraded"]["reason"] == "ProgressDeadlineExceeded"
     pod = {"metadata": {"name": "p"}, "status": {"conditions": [
-        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/4 nodes: Insufficient nvidia.com/gpu"}]}}
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+         "message": "0/4 nodes: Insufficient nvidia.com/gpu"}]}}
     c, _, _ = conds(MODEL, {"inference": dep(available=0), "engine": dep()}, pods={"inference": [pod]})
     assert c["Degraded"]["reason"] == "Unschedulable" and "nvidia.com/gpu" in c["Degraded"]["message"]
     assert c["Ready"]["status"] == "False" and c["Ready"]["reason"] == "Unschedulable"
@@ -93,3 +94,23 @@ def test_pending_error_is_kept_until_that_generation_reconciles():
     child_trouble = dict(degraded, reason="InferenceUnavailable")
     other = {"metadata": {"generation": 3}, "status": {"observedGeneration": 2, "conditions": [child_trouble]}}
     assert pending_error(other) is None
+
+
+def test_scaled_to_zero_inference_and_scale_status():
+    zero = RAGEngineSpec.model_validate({"inference": {"model": "m", "replicas": 0}})
+    c, status, _ = conds(zero, {"inference": dep(replicas=0, available=0, updated=0), "engine": dep()})
+    assert c["InferenceReady"]["reason"] == "ScaledToZero" and c["Ready"]["status"] == "False"
+    assert c["Degraded"]["status"] == "False"
+    _, status, _ = conds(MODEL, {"inference": {**dep(), "status": {**dep()["status"], "readyReplicas": 1}}, "engine": dep()})
+    assert status["inferenceReplicas"] == 1
+    assert status["inferenceSelector"] == "ragengine.io/ragengine=rag,ragengine.io/component=inference"
+
+
+def test_engine_not_ready_carries_the_engines_reason():
+    spec = RAGEngineSpec.model_validate({})
+    obs = Observed({"engine": dep(available=0)}, {}, engine_not_ready="the index store did not answer within 2 s")
+    status, _ = compute_status(OWNER, spec, 3, obs, [], "T1")
+    c = {x["type"]: x for x in status["conditions"]}
+    assert c["EngineReady"]["status"] == "False" and c["EngineReady"]["reason"] == "EngineNotReady"
+    assert "index store did not answer" in c["EngineReady"]["message"] and c["Ready"]["reason"] == "EngineNotReady"
+    assert c["Degraded"]["status"] == "False"  # a dependency outage is not the RAGEngine's failure

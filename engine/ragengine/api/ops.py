@@ -1,12 +1,20 @@
-"""Operational routes: ``GET /health`` (KAITO shape plus index state) and ``GET /metrics`` (Prometheus)."""
+"""Operational routes: ``GET /health`` (shallow liveness, KAITO shape plus index state), ``GET /ready``
+(readiness: can the engine answer now?) and ``GET /metrics`` (Prometheus)."""
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
+import httpx
 from fastapi import APIRouter, Request
-from fastapi.responses import PlainTextResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from ragengine import metrics
+from ragengine.settings import EngineSettings
+
+READY_TIMEOUT_S = 2.0  # a readiness probe runs every few seconds: a dependency that slow counts as down
 
 router = APIRouter(tags=["ops"])
 
@@ -24,6 +32,72 @@ async def health(request: Request) -> dict:
     if status.get("store_error"):
         problems.append(f"vector store unavailable: {status['store_error']}")
     return {"status": "Degraded" if problems else "Healthy", "detail": "; ".join(problems) or None, **status}
+
+
+async def _check_llm(settings: EngineSettings) -> str | None:
+    """None when the LLM answers ``GET /models`` and lists the configured model; else why not."""
+    base = settings.llm_url.rstrip("/").removesuffix("/chat/completions")  # type: ignore[union-attr]
+    headers = {"Authorization": f"Bearer {settings.llm_api_key}"} if settings.llm_api_key else {}
+    try:
+        async with httpx.AsyncClient(timeout=READY_TIMEOUT_S, headers=headers) as http:
+            resp = await http.get(f"{base}/models")
+    except httpx.HTTPError as exc:
+        return f"LLM at {base} is unreachable: {type(exc).__name__}: {exc}".rstrip(": ")
+    if resp.status_code >= 400:
+        return f"LLM at {base} answered GET /models with HTTP {resp.status_code}"
+    try:
+        served = [str(m.get("id")) for m in resp.json().get("data") or [] if isinstance(m, dict)]
+    except (ValueError, AttributeError):
+        return f"LLM at {base} answered GET /models with something that is not a model list"
+    if settings.llm_model and settings.llm_model not in served:
+        return f"LLM at {base} does not serve model '{settings.llm_model}' (it serves: {', '.join(served) or 'none'})"
+    return None
+
+
+async def _check_embeddings(request: Request, settings: EngineSettings) -> str | None:
+    if settings.embedding_url:
+        base = settings.embedding_url.rstrip("/")
+        try:
+            async with httpx.AsyncClient(timeout=READY_TIMEOUT_S) as http:
+                resp = await http.get(f"{base}/models")
+        except httpx.HTTPError as exc:
+            return f"embeddings at {base} are unreachable: {type(exc).__name__}: {exc}".rstrip(": ")
+        # 401/404: the server is there (a key or a /models route it lacks); 5xx: it is not serving.
+        return f"embeddings at {base} answered HTTP {resp.status_code}" if resp.status_code >= 500 else None
+    if getattr(request.app.state, "embedder", None) is None:
+        return "the embedding model is not loaded yet"
+    return None
+
+
+async def _check_store(request: Request) -> str | None:
+    registry = getattr(request.app.state, "registry", None)
+    if registry is None:
+        return "the index registry is not ready yet"
+    if hasattr(registry, "health"):  # external stores report reachability (None = healthy)
+        try:
+            return await asyncio.wait_for(registry.health(), READY_TIMEOUT_S)
+        except TimeoutError:
+            return f"the index store did not answer within {READY_TIMEOUT_S:g} s"
+    return None
+
+
+@router.get("/ready", responses={503: {"description": "A dependency is not usable; `reason` says which."}})
+async def ready(request: Request) -> Any:
+    """Readiness for a load balancer or a Kubernetes readinessProbe: 200 only when the LLM (if
+    configured) serves the configured model, the embeddings are usable and the index store answers.
+    Unlike ``/health`` it calls the dependencies (each with a short timeout, concurrently)."""
+    settings: EngineSettings = request.app.state.settings
+    names = ["embeddings", "store"]
+    checks = [_check_embeddings(request, settings), _check_store(request)]
+    if settings.llm_url:
+        names.insert(0, "llm")
+        checks.insert(0, _check_llm(settings))
+    results = dict(zip(names, await asyncio.gather(*checks), strict=True))
+    report = {name: ("ok" if why is None else why) for name, why in results.items()}
+    failing = [why for why in results.values() if why is not None]
+    if failing:
+        return JSONResponse({"ready": False, "checks": report, "reason": "; ".join(failing)}, status_code=503)
+    return {"ready": True, "checks": report}
 
 
 @router.get("/metrics", response_class=PlainTextResponse, responses={200: {"description": "Prometheus text format."}})

@@ -1,30 +1,137 @@
-"""Read the children that status is computed from."""
+"""Read what status is computed from: the child Deployments, their pods when something is wrong,
+the kubelet's mount-failure Events of stuck pods, and (url mode) whether the external LLM answers."""
 
 from __future__ import annotations
 
-from kubernetes import client as k8s
+import time
+from typing import Any
+
+import httpx
+from kubernetes.dynamic import DynamicClient
 
 from .. import constants as c
-from ..build.engine import engine_deployment_name
-from ..build.inference import inference_name
-from ..build.labels import Owner
-from ..reconcile.status import Observed
+from ..manifests.engine import data_pvc_name, engine_deployment_name
+from ..manifests.engine_env import served_model
+from ..manifests.inference import inference_name, model_cache_pvc_name
+from ..manifests.labels import Owner
+from ..reconcile.status import Observed, container_failure
 from ..spec import RAGEngineSpec
 from .apply import get, list_objects
 
+MOUNT_FAILURES = ("FailedMount", "FailedAttachVolume")  # incl. Multi-Attach errors
+PROBE_TIMEOUT_SECONDS = 3.0
+PROBE_CACHE_SECONDS = 10.0
+ENGINE_PROBE_TIMEOUT_SECONDS = 1.0
+_probe_cache: dict[tuple[str, str | None], tuple[float, str | None]] = {}
 
-def observe(api: k8s.ApiClient, owner: Owner, spec: RAGEngineSpec | None) -> Observed:
+
+def _requested(pvc: dict[str, Any] | None) -> str | None:
+    if pvc is None:
+        return None
+    size = (((pvc.get("spec") or {}).get("resources") or {}).get("requests") or {}).get("storage")
+    return str(size) if size is not None else None
+
+
+def _settled(dep: dict[str, Any]) -> bool:
+    """All wanted replicas are updated and available: the pods have nothing to explain."""
+    st, want = dep.get("status") or {}, (dep.get("spec") or {}).get("replicas", 1)
+    return st.get("availableReplicas", 0) >= want and st.get("updatedReplicas", 0) >= want
+
+
+def _stuck_creating(pod: dict[str, Any]) -> bool:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    waiting = [((s.get("state") or {}).get("waiting") or {}).get("reason") for s in statuses]
+    return pod.get("status", {}).get("phase") == "Pending" and (not statuses or "ContainerCreating" in waiting)
+
+
+def mount_failures(dyn: DynamicClient, namespace: str, pods: list[dict[str, Any]]) -> dict[str, tuple[str, str]]:
+    out: dict[str, tuple[str, str]] = {}
+    for pod in pods:
+        if not _stuck_creating(pod):
+            continue
+        name = pod["metadata"]["name"]
+        events = list_objects(dyn, "v1", "Event", namespace, selector="",
+                              field_selector=f"involvedObject.kind=Pod,involvedObject.name={name},type=Warning")
+        bad = [e for e in events if e.get("reason") in MOUNT_FAILURES]
+        if bad:
+            last = max(bad, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+            out[name] = (last["reason"], last.get("message", ""))
+    return out
+
+
+def _running_unready(pod: dict[str, Any]) -> bool:
+    st = pod.get("status") or {}
+    ready = {x.get("type"): x.get("status") for x in st.get("conditions") or []}.get("Ready")
+    return st.get("phase") == "Running" and ready == "False" and bool(st.get("podIP"))
+
+
+def engine_readiness_reason(pods: list[dict[str, Any]]) -> str | None:
+    """The `reason` of GET /ready of a running, unready engine pod (what its readiness probe sees).
+
+    The kubelet's probe result carries no body, so the operator asks one pod itself (best effort,
+    1 s): e.g. "the index store did not answer" or "LLM at ... is unreachable".
+    """
+    for pod in pods:
+        if not _running_unready(pod) or container_failure([pod]):
+            continue
+        try:
+            resp = httpx.get(f"http://{pod['status']['podIP']}:{c.ENGINE_PORT}/ready", timeout=ENGINE_PROBE_TIMEOUT_SECONDS)
+            if resp.status_code == 503:
+                return str(resp.json().get("reason") or "GET /ready answered 503")
+        except (httpx.HTTPError, ValueError, AttributeError):
+            continue
+    return None
+
+
+def probe_llm(url: str, model: str | None) -> str | None:
+    """None when `GET {url}/models` answers (and lists `model` when it can be read); else the reason.
+
+    A 401/403 means the server is there but wants the key the engine holds: reachable. Cached for
+    a few seconds so child events and resyncs do not hammer the endpoint.
+    """
+    key, now = (url, model), time.monotonic()
+    hit = _probe_cache.get(key)
+    if hit and now - hit[0] < PROBE_CACHE_SECONDS:
+        return hit[1]
+    reason: str | None = None
+    try:
+        resp = httpx.get(url.rstrip("/") + "/models", timeout=PROBE_TIMEOUT_SECONDS)
+        if resp.status_code in (401, 403):
+            reason = None
+        elif resp.status_code >= 400:
+            reason = f"inference URL {url} answered GET /models with HTTP {resp.status_code}"
+        elif model:
+            served = [m.get("id") for m in (resp.json().get("data") or []) if isinstance(m, dict)]
+            if served and model not in served:
+                reason = f"inference URL {url} does not serve model {model!r} (it serves {', '.join(map(str, served))})"
+    except (httpx.HTTPError, ValueError) as exc:
+        reason = f"inference URL {url} is unreachable: {type(exc).__name__}: {exc}"[:512]
+    _probe_cache[key] = (now, reason)
+    return reason
+
+
+def observe(dyn: DynamicClient, owner: Owner, spec: RAGEngineSpec | None, probe_external: bool = True,
+            probe_engine: bool = True) -> Observed:
     obs = Observed()
     if spec is None:
         return obs
     wanted = {c.COMPONENT_ENGINE: engine_deployment_name(owner)}
     if spec.runs_vllm:
         wanted[c.COMPONENT_INFERENCE] = inference_name(owner)
+    elif spec.inference is not None and spec.inference.url and probe_external:
+        obs.inference_unreachable = probe_llm(spec.inference.url, served_model(spec))
+    obs.data_volume_size = _requested(get(dyn, "v1", "PersistentVolumeClaim", owner.namespace, data_pvc_name(owner)))
+    if spec.runs_vllm:
+        obs.model_cache_volume_size = _requested(
+            get(dyn, "v1", "PersistentVolumeClaim", owner.namespace, model_cache_pvc_name(owner)))
     for component, name in wanted.items():
-        dep = get(api, "apps/v1", "Deployment", owner.namespace, name)
+        dep = get(dyn, "apps/v1", "Deployment", owner.namespace, name)
         obs.deployments[component] = dep
-        available = dep is not None and (dep.get("status") or {}).get("availableReplicas", 0) >= dep["spec"].get("replicas", 1)
-        if dep is not None and not available:  # pods only matter to explain why it is not available
+        if dep is not None and not _settled(dep):  # pods only matter to explain why it is not available
             selector = f"{c.SELECTOR_NAME}={owner.name},{c.SELECTOR_COMPONENT}={component}"
-            obs.pods[component] = list_objects(api, "v1", "Pod", owner.namespace, selector)
+            pods = list_objects(dyn, "v1", "Pod", owner.namespace, selector)
+            obs.pods[component] = pods
+            obs.pod_events.update(mount_failures(dyn, owner.namespace, pods))
+            if component == c.COMPONENT_ENGINE and probe_engine:
+                obs.engine_not_ready = engine_readiness_reason(pods)
     return obs

@@ -5,9 +5,25 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..build.engine import engine_data_pvc, engine_deployment, engine_service
-from ..build.inference import inference_deployment, inference_name, inference_service, model_cache_pvc
-from ..build.labels import Owner
+from ..manifests.engine import (
+    data_pvc_name,
+    engine_data_pvc,
+    engine_deployment,
+    engine_deployment_name,
+    engine_hpa,
+    engine_pdb,
+    engine_service,
+)
+from ..manifests.engine_env import inference_api_key_ref, secret_refs
+from ..manifests.inference import (
+    inference_deployment,
+    inference_hpa,
+    inference_name,
+    inference_network_policy,
+    inference_service,
+    model_cache_pvc,
+)
+from ..manifests.labels import Owner
 from ..spec import RAGEngineSpec
 
 
@@ -27,14 +43,73 @@ class Plan:
         return [f"{o['kind']}/{o['metadata']['name']}" for o in self.apply]
 
 
-def plan(owner: Owner, spec: RAGEngineSpec) -> Plan:
-    """Volumes first (pods reference them), then workloads, then Services."""
+def plan(owner: Owner, spec: RAGEngineSpec, secrets: dict[str, str] | None = None) -> Plan:
+    """Volumes first (pods reference them), then workloads, then Services. `secrets` maps the names of
+    the Secrets the pods read to a digest of their data (see referenced_secrets): a change rolls them."""
     p = Plan()
     if spec.runs_vllm:
-        p.apply += [model_cache_pvc(owner, spec), inference_deployment(owner, spec), inference_service(owner)]
+        p.apply += [model_cache_pvc(owner, spec), inference_deployment(owner, spec, secrets), inference_service(owner),
+                    inference_network_policy(owner)]
+        if spec.inference.autoscaling is not None:  # type: ignore[union-attr]
+            p.apply.append(inference_hpa(owner, spec))
+        else:
+            p.delete.append(Ref("autoscaling/v2", "HorizontalPodAutoscaler", inference_name(owner)))
     else:
         # URL mode or retrieval-only: no vLLM. The model-cache PVC stays (owned, so it goes with the
         # RAGEngine) to spare a re-download when switching back.
-        p.delete += [Ref("apps/v1", "Deployment", inference_name(owner)), Ref("v1", "Service", inference_name(owner))]
-    p.apply += [engine_data_pvc(owner, spec), engine_deployment(owner, spec), engine_service(owner)]
+        p.delete += [Ref("apps/v1", "Deployment", inference_name(owner)), Ref("v1", "Service", inference_name(owner)),
+                     Ref("networking.k8s.io/v1", "NetworkPolicy", inference_name(owner)),
+                     Ref("autoscaling/v2", "HorizontalPodAutoscaler", inference_name(owner))]
+    external = spec.vector_store.external
+    # faiss: the index volume. External store: none (a faiss PVC left from before stays, owned, with
+    # its data, until the RAGEngine goes: switching back finds it).
+    if not external:
+        p.apply.append(engine_data_pvc(owner, spec))
+    p.apply += [engine_deployment(owner, spec, secrets), engine_service(owner)]
+    engine = engine_deployment_name(owner)
+    if external:
+        p.apply.append(engine_pdb(owner))
+    else:
+        p.delete.append(Ref("policy/v1", "PodDisruptionBudget", engine))
+    if spec.engine.autoscaling is not None:
+        p.apply.append(engine_hpa(owner, spec))
+    else:
+        p.delete.append(Ref("autoscaling/v2", "HorizontalPodAutoscaler", engine))
+    assert data_pvc_name(owner) not in {r.name for r in p.delete}  # never delete an index volume
     return p
+
+
+def controller_uid(obj: dict[str, Any]) -> str | None:
+    """uid of the object's controlling owner (the ownerReference with controller: true), if any."""
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return ref.get("uid")
+    return None
+
+
+def name_conflict(existing: dict[str, Any] | None, owner: Owner) -> str | None:
+    """Why `existing` must be neither adopted nor deleted by this RAGEngine; None when it is ours (or absent).
+
+    Ours means controlled by this very RAGEngine (uid, not name: a RAGEngine re-created under the
+    same name is another object, and the garbage collector takes the old one's children).
+    """
+    if existing is None:
+        return None
+    uid = controller_uid(existing)
+    if uid == owner.uid:
+        return None
+    kind, name = existing.get("kind", "object"), existing["metadata"]["name"]
+    if uid is None:
+        return f"{kind} {name} exists and is not controlled by this RAGEngine; rename or delete it"
+    ref = next(r for r in existing["metadata"]["ownerReferences"] if r.get("controller"))
+    return f"{kind} {name} exists and is controlled by {ref.get('kind')} {ref.get('name')} (uid {uid})"
+
+
+def referenced_secrets(owner: Owner, spec: RAGEngineSpec) -> set[str]:
+    """Names of every Secret the engine's and vLLM's env read (the controller digests them)."""
+    names = {ref.name for ref in secret_refs(spec, owner).values()}
+    if spec.runs_vllm:
+        names.add(inference_api_key_ref(owner).name)
+        if spec.inference.hf_token_secret_ref:  # type: ignore[union-attr]
+            names.add(spec.inference.hf_token_secret_ref.name)  # type: ignore[union-attr]
+    return names

@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import constants as c
-from ..build.engine import endpoint
-from ..build.engine_env import llm_url, served_model
-from ..build.labels import Owner
+from ..manifests.engine import endpoint
+from ..manifests.engine_env import llm_url, served_model
+from ..manifests.labels import Owner
 from ..spec import RAGEngineSpec
 
 AVAILABLE, PROGRESSING, FAILED = "Available", "Progressing", "Failed"
@@ -20,6 +20,15 @@ class Observed:
 
     deployments: dict[str, dict[str, Any] | None] = field(default_factory=dict)  # component -> Deployment
     pods: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # component -> its pods
+    # pod name -> (reason, message) of a mount failure the kubelet reported as an Event
+    pod_events: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # Why the external inference URL cannot serve (url mode); None = it answers, or not probed.
+    inference_unreachable: str | None = None
+    # The `reason` of an engine pod's GET /ready answering 503 (its readiness probe fails for it).
+    engine_not_ready: str | None = None
+    # What the PVCs request now (None = no such PVC): a spec may shrink back to these sizes.
+    data_volume_size: str | None = None
+    model_cache_volume_size: str | None = None
 
 
 @dataclass(frozen=True)
@@ -37,7 +46,37 @@ def _unschedulable(pods: list[dict[str, Any]]) -> str | None:
     return None
 
 
-def workload_state(what: str, dep: dict[str, Any] | None, pods: list[dict[str, Any]]) -> WorkloadState:
+# Container states that will not fix themselves: report them at once, not after the progress deadline.
+CONTAINER_FAILURES = ("ImagePullBackOff", "ErrImagePull", "InvalidImageName", "CrashLoopBackOff",
+                      "CreateContainerConfigError", "CreateContainerError", "RunContainerError")
+
+
+def container_failure(pods: list[dict[str, Any]], pod_events: dict[str, tuple[str, str]] | None = None,
+                      ) -> tuple[str, str] | None:
+    """(reason, message) of the first pod whose container is stuck in a failing state, or a mount failure."""
+    for pod in pods:
+        name = pod["metadata"]["name"]
+        st = pod.get("status") or {}
+        for cs in (st.get("initContainerStatuses") or []) + (st.get("containerStatuses") or []):
+            waiting = (cs.get("state") or {}).get("waiting") or {}
+            reason = waiting.get("reason")
+            if reason not in CONTAINER_FAILURES:
+                continue
+            message = f"pod {name} container {cs.get('name')}: {reason}"
+            if waiting.get("message"):
+                message += f": {waiting['message']}"
+            last = (cs.get("lastState") or {}).get("terminated") or {}
+            if last.get("reason"):  # e.g. OOMKilled behind a CrashLoopBackOff
+                message += f" (last termination: {last['reason']}, exit code {last.get('exitCode')})"
+            return reason, message
+        if name in (pod_events or {}):
+            reason, message = pod_events[name]
+            return reason, f"pod {name}: {reason}: {message}"
+    return None
+
+
+def workload_state(what: str, dep: dict[str, Any] | None, pods: list[dict[str, Any]],
+                   pod_events: dict[str, tuple[str, str]] | None = None) -> WorkloadState:
     if dep is None:
         return WorkloadState(PROGRESSING, "Creating", f"{what} Deployment does not exist yet")
     want = (dep.get("spec") or {}).get("replicas", 1)
@@ -48,6 +87,9 @@ def workload_state(what: str, dep: dict[str, Any] | None, pods: list[dict[str, A
         return WorkloadState(FAILED, "ProgressDeadlineExceeded", f"{what}: {prog.get('message', '')}")
     if failure.get("status") == "True":
         return WorkloadState(FAILED, "ReplicaFailure", f"{what}: {failure.get('message', '')}")
+    broken = container_failure(pods, pod_events)
+    if broken:
+        return WorkloadState(FAILED, broken[0], f"{what}: {broken[1]}")
     if st.get("observedGeneration", 0) < dep["metadata"].get("generation", 0):
         return WorkloadState(PROGRESSING, "RolloutPending", f"{what} Deployment change not yet observed")
     updated, available, total = (st.get(k, 0) for k in ("updatedReplicas", "availableReplicas", "replicas"))
@@ -80,18 +122,30 @@ def conditions_for(spec: RAGEngineSpec | None, observed: Observed, error: tuple[
     if spec.inference is None:
         inference = _cond(c.INFERENCE_READY, True, "NotRequired", "retrieval-only: no inference configured")
     elif not spec.runs_vllm:
-        inference = _cond(c.INFERENCE_READY, True, "ExternalEndpoint", f"using {spec.inference.url}")
+        if observed.inference_unreachable:
+            inference = _cond(c.INFERENCE_READY, False, "InferenceUnreachable", observed.inference_unreachable)
+        else:
+            inference = _cond(c.INFERENCE_READY, True, "ExternalEndpoint", f"using {spec.inference.url}")
     else:
-        s = states[c.COMPONENT_INFERENCE] = workload_state(
-            "vLLM", observed.deployments.get(c.COMPONENT_INFERENCE), observed.pods.get(c.COMPONENT_INFERENCE, [])
-        )
-        inference = _cond(c.INFERENCE_READY, s.state == AVAILABLE, s.reason, s.message)
-    if spec.engine.replicas == 0:
+        if spec.inference.replicas == 0 and spec.inference.autoscaling is None:
+            inference = _cond(c.INFERENCE_READY, False, "ScaledToZero", "spec.inference.replicas is 0 (GPUs freed)")
+        else:
+            s = states[c.COMPONENT_INFERENCE] = workload_state(
+                "vLLM", observed.deployments.get(c.COMPONENT_INFERENCE), observed.pods.get(c.COMPONENT_INFERENCE, []),
+                observed.pod_events,
+            )
+            inference = _cond(c.INFERENCE_READY, s.state == AVAILABLE, s.reason, s.message)
+    if spec.engine.replicas == 0 and spec.engine.autoscaling is None:
         engine = _cond(c.ENGINE_READY, False, "ScaledToZero", "spec.engine.replicas is 0")
     else:
         s = states[c.COMPONENT_ENGINE] = workload_state(
-            "engine", observed.deployments.get(c.COMPONENT_ENGINE), observed.pods.get(c.COMPONENT_ENGINE, [])
+            "engine", observed.deployments.get(c.COMPONENT_ENGINE), observed.pods.get(c.COMPONENT_ENGINE, []),
+            observed.pod_events,
         )
+        if s.state == PROGRESSING and observed.engine_not_ready:
+            # the pods run but fail readiness: say which dependency, in the engine's own words
+            s = states[c.COMPONENT_ENGINE] = WorkloadState(PROGRESSING, "EngineNotReady",
+                                                           f"engine: {observed.engine_not_ready}")
         engine = _cond(c.ENGINE_READY, s.state == AVAILABLE, s.reason, s.message)
     failed = [s for s in states.values() if s.state == FAILED]
     rolling = [s for s in states.values() if s.state == PROGRESSING]
@@ -131,9 +185,18 @@ def stamp(new: list[dict], old: list[dict], now: str, generation: int | None) ->
 
 
 def transitions(new: list[dict], old: list[dict]) -> list[dict]:
-    """Conditions whose status changed (or appeared): each becomes an Event."""
-    previous = {x.get("type"): x.get("status") for x in old or []}
-    return [x for x in new if previous.get(x["type"]) != x["status"]]
+    """Conditions whose status changed (or appeared), plus a Degraded=True whose reason or message
+    changed (a new, distinct failure): each becomes one Event. A failure that repeats is not news."""
+    previous = {x.get("type"): x for x in old or []}
+    out = []
+    for x in new:
+        prev = previous.get(x["type"]) or {}
+        flipped = prev.get("status") != x["status"]
+        new_failure = (x["type"] == c.DEGRADED and x["status"] == "True"
+                       and (prev.get("reason"), prev.get("message")) != (x["reason"], x["message"]))
+        if flipped or new_failure:
+            out.append(x)
+    return out
 
 
 def compute_status(
@@ -151,4 +214,12 @@ def compute_status(
     if spec is not None:
         status["inferenceUrl"] = llm_url(owner, spec)
         status["model"] = served_model(spec)
+        status["dataVolumeSize"] = observed.data_volume_size
+        status["modelCacheVolumeSize"] = observed.model_cache_volume_size
+        # the scale subresource reads these; None removes them (merge patch) when vLLM goes away
+        status["inferenceReplicas"] = status["inferenceSelector"] = None
+        if spec.runs_vllm:
+            dep = observed.deployments.get(c.COMPONENT_INFERENCE) or {}
+            status["inferenceReplicas"] = (dep.get("status") or {}).get("readyReplicas", 0)
+            status["inferenceSelector"] = f"{c.SELECTOR_NAME}={owner.name},{c.SELECTOR_COMPONENT}={c.COMPONENT_INFERENCE}"
     return status, transitions(conds, old_conditions)

@@ -2,6 +2,11 @@
 
 The cluster must be up: these tests FAIL (not skip) when it is not, so `make test` cannot pass
 without having exercised the operator against a real API server.
+
+The production path: the API server runs hardened admission (hack/cluster.sh), test namespaces
+enforce Pod Security "restricted", and the operator (in-process and as a subprocess) runs with a
+token of the chart's own ServiceAccount under the chart's own ClusterRole, never as the admin.
+The tests themselves use the admin kubeconfig and the kubectl built with the control plane.
 """
 
 from __future__ import annotations
@@ -12,11 +17,16 @@ import uuid
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[3]
-KUBECONFIG = ROOT / ".cluster" / "kubeconfig"
-# Before kopf/kubernetes read it; the operator in these tests uses short periods.
-os.environ["KUBECONFIG"] = str(KUBECONFIG)
+KUBECONFIG = ROOT / ".cluster" / "kubeconfig"  # admin: the tests' own client
+OPERATOR_KUBECONFIG = ROOT / ".cluster" / "operator.kubeconfig"  # the chart's ServiceAccount
+CHART = ROOT / "charts" / "ragengine"
+OPERATOR_NAMESPACE = "ragengine-system"
+RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest"}
+# Before kopf/kubernetes read it: the operator code resolves $KUBECONFIG. Short periods for tests.
+os.environ["KUBECONFIG"] = str(OPERATOR_KUBECONFIG)
 os.environ.setdefault("RAGENGINE_OPERATOR_RESYNC_SECONDS", "5")
 os.environ.setdefault("RAGENGINE_OPERATOR_WATCH_TIMEOUT_SECONDS", "10")
 os.environ.setdefault("RAGENGINE_OPERATOR_METRICS_PORT", "0")
@@ -31,7 +41,14 @@ OPERATOR_NAMESPACES = "t-*"  # the shared in-process operator serves these; othe
 
 
 @pytest.fixture(scope="session")
-def kube() -> Kube:
+def bin_dir() -> Path:
+    """The binaries built with the control plane (kubectl, helm, ...)."""
+    out = subprocess.run([str(ROOT / "hack" / "cluster.sh"), "env"], capture_output=True, text=True, check=True).stdout
+    return Path(out.split("PATH=")[1].split(":")[0])
+
+
+@pytest.fixture(scope="session")
+def kube(bin_dir) -> Kube:
     if not KUBECONFIG.exists():
         pytest.fail(f"the local control plane is not up ({KUBECONFIG} is missing): run `hack/cluster.sh up` first",
                     pytrace=False)
@@ -41,15 +58,45 @@ def kube() -> Kube:
     except Exception as exc:
         pytest.fail(f"the local control plane does not answer ({exc.__class__.__name__}): run `hack/cluster.sh up`",
                     pytrace=False)
-    kube = Kube(api)
+    kube = Kube(api, kubectl=[str(bin_dir / "kubectl"), f"--kubeconfig={KUBECONFIG}"])
     crd = ROOT / "crds" / "ragengine.io_ragengines.yaml"
     kube.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crd))
     kube.kubectl("wait", "--for=condition=Established", "crd/ragengines.ragengine.io", "--timeout=30s")
     return kube
 
 
+def helm_template(bin_dir: Path, *args: str) -> list[dict]:
+    out = subprocess.run([str(bin_dir / "helm"), "template", "rag", str(CHART), "-n", OPERATOR_NAMESPACE, *args],
+                         capture_output=True, text=True, check=True, timeout=60).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+def service_account_kubeconfig(kube: Kube, sa: str, path: Path) -> Path:
+    """A kubeconfig with a short-lived token of ServiceAccount `sa` (TokenRequest API)."""
+    token = kube.kubectl("create", "token", sa, "-n", OPERATOR_NAMESPACE, "--duration=4h").stdout.strip()
+    admin = yaml.safe_load(KUBECONFIG.read_text())
+    cluster = admin["clusters"][0]
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "clusters": [cluster],
+        "users": [{"name": sa, "user": {"token": token}}],
+        "contexts": [{"name": sa, "context": {"cluster": cluster["name"], "user": sa}}], "current-context": sa,
+    }))
+    path.chmod(0o600)
+    return path
+
+
 @pytest.fixture(scope="session")
-def operator(kube):
+def operator_identity(kube, bin_dir) -> Path:
+    """The chart's ServiceAccount and RBAC applied as the chart renders them; a kubeconfig for it."""
+    docs = helm_template(bin_dir, "--show-only", "templates/serviceaccount.yaml", "--show-only", "templates/rbac.yaml")
+    kube.kubectl("create", "namespace", OPERATOR_NAMESPACE, check=False)
+    kube.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=yaml.safe_dump_all(docs))
+    sa = next(d for d in docs if d["kind"] == "ServiceAccount")["metadata"]["name"]
+    return service_account_kubeconfig(kube, sa, OPERATOR_KUBECONFIG)
+
+
+@pytest.fixture(scope="session")
+def operator(kube, operator_identity):
     """The operator in this process (kopf's KopfRunner), serving namespaces t-*."""
     from kopf.testing import KopfRunner
 
@@ -66,7 +113,7 @@ def operator(kube):
 def _namespace(kube: Kube, prefix: str, request) -> str:
     slug = request.node.name.lower().replace("_", "-").replace("[", "-").replace("]", "")[:30].strip("-")
     name = f"{prefix}-{slug}-{uuid.uuid4().hex[:5]}"
-    kube.core.create_namespace({"metadata": {"name": name}})
+    kube.core.create_namespace({"metadata": {"name": name, "labels": RESTRICTED}})
     wait_for(lambda: kube.core.list_namespaced_service_account(name).items, 30, "default ServiceAccount")
     return name
 
@@ -81,7 +128,7 @@ def namespace(kube, operator, request):
 
 
 @pytest.fixture
-def bare_namespace(kube, request):
+def bare_namespace(kube, operator_identity, request):
     """A namespace no operator serves (tests that run their own operator process)."""
     ns = _namespace(kube, "r", request)
     yield ns
@@ -90,9 +137,14 @@ def bare_namespace(kube, request):
 
 
 @pytest.fixture(scope="session")
-def bin_dir() -> Path:
-    out = subprocess.run([str(ROOT / "hack" / "cluster.sh"), "env"], capture_output=True, text=True, check=True).stdout
-    return Path(out.split("PATH=")[1].split(":")[0])
+def llm_url() -> str:
+    """A reachable OpenAI-compatible endpoint (the vLLM-like test server) serving model `fake-llm`:
+    url mode is Ready only when its inference URL answers."""
+    from tests.llm_server import FakeLLM, create_llm_app
+    from tests.support.server import serve_app
+
+    with serve_app(create_llm_app(FakeLLM(model="fake-llm"))) as base:
+        yield f"{base}/v1"
 
 
 def pytest_collection_modifyitems(items):

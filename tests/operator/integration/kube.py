@@ -30,14 +30,15 @@ def wait_for(fn: Callable[[], Any], timeout: float, what: str, interval: float =
 
 
 class Kube:
-    def __init__(self, api: k8s.ApiClient) -> None:
+    def __init__(self, api: k8s.ApiClient, kubectl: list[str]) -> None:
         self.api = api
+        self._kubectl = kubectl  # the kubectl built with the control plane, with the admin kubeconfig
         self.core = k8s.CoreV1Api(api)
         self.apps = k8s.AppsV1Api(api)
         self.custom = k8s.CustomObjectsApi(api)
 
     def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
-        proc = subprocess.run(["kubectl", *args], input=input, capture_output=True, text=True, timeout=60)
+        proc = subprocess.run([*self._kubectl, *args], input=input, capture_output=True, text=True, timeout=60)
         if check and proc.returncode != 0:
             raise AssertionError(f"kubectl {' '.join(args)} failed: {proc.stderr}")
         return proc
@@ -69,7 +70,11 @@ class Kube:
             conds = {x["type"]: x for x in status.get("conditions") or []}
             ok = conds.get(c.READY, {}).get("status") == "True"
             return rag if ok and status.get("observedGeneration") == rag["metadata"]["generation"] else None
-        return wait_for(ready, timeout, f"RAGEngine {ns}/{name} Ready=True at its generation")
+        try:
+            return wait_for(ready, timeout, f"RAGEngine {ns}/{name} Ready=True at its generation")
+        except AssertionError as exc:  # say where it stands
+            rag = self.get_rag(ns, name)
+            raise AssertionError(f"{exc}; generation {rag['metadata']['generation']}, status {rag.get('status')}") from None
 
     def delete_all_ragengines(self, ns: str, force: bool = False) -> None:
         items = self.custom.list_namespaced_custom_object(c.GROUP, c.VERSION, ns, c.PLURAL)["items"]

@@ -71,7 +71,7 @@ def test_model_mode_children_scheduling_and_ready(kube, namespace):
     assert events[0].source.component == c.FIELD_MANAGER
 
 
-def test_spec_update_rolls_only_the_affected_deployment(kube, namespace):
+def test_spec_update_rolls_only_the_affected_deployment(kube, namespace, llm_url):
     ns, n = namespace, "upd"
     kube.create_rag(ns, n, MODEL_SPEC)
     kube.wait_ready(ns, n)
@@ -94,22 +94,22 @@ def test_spec_update_rolls_only_the_affected_deployment(kube, namespace):
     assert e2["metadata"]["generation"] == e1["metadata"]["generation"]  # engine untouched
 
     # switching to an external endpoint removes vLLM and repoints the engine
-    kube.patch_rag(ns, n, {"spec": {"inference": {"model": None, "image": None, "url": "http://llm.example:8000/v1"}}})
+    kube.patch_rag(ns, n, {"spec": {"inference": {"model": None, "image": None, "url": llm_url}}})
     wait_for(lambda: not kube.exists("Deployment", ns, f"{n}-inference"), 20, "vLLM Deployment removed")
     rag = kube.wait_ready(ns, n)
-    assert rag["status"]["inferenceUrl"] == "http://llm.example:8000/v1"
-    assert env_of(kube.deployment(ns, f"{n}-engine"))[EngineSettings.env_name("llm_url")] == "http://llm.example:8000/v1"
+    assert rag["status"]["inferenceUrl"] == llm_url
+    assert env_of(kube.deployment(ns, f"{n}-engine"))[EngineSettings.env_name("llm_url")] == llm_url
 
 
-def test_url_mode_creates_no_vllm(kube, namespace):
+def test_url_mode_creates_no_vllm(kube, namespace, llm_url):
     ns, n = namespace, "ext"
     kube.core.create_namespaced_secret(ns, {"metadata": {"name": "llm"}, "stringData": {"api-key": "s3cr3t"}})
-    kube.create_rag(ns, n, {"inference": {"url": "https://llm.example/v1", "apiKeySecretRef": {"name": "llm"}}})
+    kube.create_rag(ns, n, {"inference": {"url": llm_url, "apiKeySecretRef": {"name": "llm"}}})
     rag = kube.wait_ready(ns, n)
     assert not kube.exists("Deployment", ns, f"{n}-inference") and not kube.exists("Service", ns, f"{n}-inference")
     assert not kube.exists("PersistentVolumeClaim", ns, f"{n}-model-cache")
     env = env_of(kube.deployment(ns, f"{n}-engine"))
-    assert env[EngineSettings.env_name("llm_url")] == "https://llm.example/v1"
+    assert env[EngineSettings.env_name("llm_url")] == llm_url
     assert env[EngineSettings.env_name("llm_api_key")] == {"secretKeyRef": {"name": "llm", "key": "api-key"}}
     conds = {x["type"]: x for x in rag["status"]["conditions"]}
     assert conds["InferenceReady"]["reason"] == "ExternalEndpoint"
@@ -135,7 +135,7 @@ def test_delete_garbage_collects_children(kube, namespace):
 
 def test_deleted_child_is_recreated(kube, namespace):
     ns, n = namespace, "heal"
-    kube.create_rag(ns, n, {"inference": {"url": "http://x/v1"}})
+    kube.create_rag(ns, n, {})  # retrieval-only
     kube.wait_ready(ns, n)
     uid = kube.deployment(ns, f"{n}-engine")["metadata"]["uid"]
     kube.apps.delete_namespaced_deployment(f"{n}-engine", ns)

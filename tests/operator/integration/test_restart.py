@@ -23,8 +23,9 @@ def start_operator(ns: str, log: Path, **env: str) -> subprocess.Popen:
 def test_operator_killed_mid_reconcile_converges(kube, bare_namespace, tmp_path):
     ns, n = bare_namespace, "crash"
     log = tmp_path / "operator.log"
-    # Fault injection: the process exits hard right after its 2nd server-side apply.
-    first = start_operator(ns, log, RAGENGINE_OPERATOR_CRASH_AFTER_APPLIES="2")
+    # Fault injection: the process exits hard right after its 3rd server-side apply (vLLM's API key
+    # Secret, the model-cache PVC, the vLLM Deployment).
+    first = start_operator(ns, log, RAGENGINE_OPERATOR_CRASH_AFTER_APPLIES="3")
     try:
         kube.create_rag(ns, n, SPEC)
         assert first.wait(timeout=60) == 17, log.read_text()[-3000:]
@@ -40,7 +41,7 @@ def test_operator_killed_mid_reconcile_converges(kube, bare_namespace, tmp_path)
         rag = kube.wait_ready(ns, n, timeout=60)
         assert kube.exists("Service", ns, n) and kube.exists("Deployment", ns, f"{n}-engine")
         assert rag["status"]["observedGeneration"] == rag["metadata"]["generation"]
-        # deletion while the operator runs: kopf's finalizer goes, the GC takes the children
+        # deletion while the operator runs: no finalizer to wait for, the GC takes the children
         kube.delete_rag(ns, n)
         wait_for(lambda: not kube.exists("Deployment", ns, f"{n}-engine"), 60, "children collected")
     finally:

@@ -60,3 +60,28 @@ def test_immutable_and_non_shrinking_volumes(kube, validation_ns):
     text = rejection(lambda: kube.patch_rag(validation_ns, "vols", {"spec": {"storage": {"size": "5Gi"}}}))
     assert "size can grow but never shrink" in text
     kube.patch_rag(validation_ns, "vols", {"spec": {"storage": {"size": "20Gi"}}})  # growing is fine
+
+
+def test_model_cache_access_mode_is_immutable(kube, validation_ns):
+    kube.create_rag(validation_ns, "mode", GOOD_MODEL)
+    text = rejection(lambda: kube.patch_rag(validation_ns, "mode",
+                                            {"spec": {"inference": {"modelCache": {"accessMode": "ReadWriteMany"}}}}))
+    assert "modelCache.accessMode is immutable" in text
+
+
+def test_names_that_would_collide_are_refused(kube, validation_ns):
+    text = rejection(lambda: kube.create_rag(validation_ns, "docs-inference", GOOD_MODEL))
+    assert "must not end in -inference" in text
+
+
+def test_a_grow_can_be_reverted_down_to_the_volumes_size(kube, validation_ns):
+    from ragengine_operator import constants as c
+
+    kube.create_rag(validation_ns, "revert", {**GOOD_MODEL, "storage": {"size": "10Gi"}})
+    # what the operator records after it saw the PVC (here written directly: no operator serves this namespace)
+    kube.custom.patch_namespaced_custom_object_status(c.GROUP, c.VERSION, validation_ns, c.PLURAL, "revert",
+                                                      {"status": {"dataVolumeSize": "10Gi"}})
+    kube.patch_rag(validation_ns, "revert", {"spec": {"storage": {"size": "20Gi"}}})  # a grow the class may refuse
+    kube.patch_rag(validation_ns, "revert", {"spec": {"storage": {"size": "10Gi"}}})  # back to the volume's size: ok
+    text = rejection(lambda: kube.patch_rag(validation_ns, "revert", {"spec": {"storage": {"size": "5Gi"}}}))
+    assert "never shrink below the volume's current size" in text

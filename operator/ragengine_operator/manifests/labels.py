@@ -66,9 +66,10 @@ def config_hash(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
 
 
-def stamp_template(template: dict[str, Any]) -> dict[str, Any]:
-    """Annotate a pod template with the hash of everything else in it."""
-    digest = config_hash(template)
+def stamp_template(template: dict[str, Any], secrets: dict[str, str] | None = None) -> dict[str, Any]:
+    """Annotate a pod template with the hash of everything else in it, plus the digests of the Secrets
+    its env reads (name -> digest): a rotated Secret changes the hash and so rolls the pods."""
+    digest = config_hash({"template": template, "secrets": secrets} if secrets else template)
     template.setdefault("metadata", {}).setdefault("annotations", {})[c.CONFIG_HASH_ANNOTATION] = digest
     return template
 
@@ -112,3 +113,67 @@ def http_service(owner: Owner, name: str, component: str, port: int) -> dict[str
             "ports": [{"name": "http", "port": port, "targetPort": "http", "protocol": "TCP"}],
         },
     }
+
+
+def hpa(owner: Owner, target: str, component: str, autoscaling: Any) -> dict[str, Any]:
+    """An autoscaling/v2 HPA on Deployment `target` (CPU utilisation), named like it."""
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": metadata(owner, target, component),
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": target},
+            "minReplicas": autoscaling.min_replicas,
+            "maxReplicas": autoscaling.max_replicas,
+            "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": {
+                "type": "Utilization", "averageUtilization": autoscaling.target_cpu_utilization_percentage}}}],
+        },
+    }
+
+
+def duration_seconds(text: str) -> int:
+    """'1h30m', '45m', '90s' -> seconds (the CRD's pattern admits only these forms)."""
+    units = {"h": 3600, "m": 60, "s": 1}
+    total, number = 0, ""
+    for ch in text:
+        if ch.isdigit():
+            number += ch
+        else:
+            total += int(number) * units[ch]
+            number = ""
+    return total
+
+
+def secret_digest(secret: dict[str, Any] | None) -> str:
+    """A short digest of a Secret's data ("absent" when it does not exist): what pods would read."""
+    if secret is None:
+        return "absent"
+    return config_hash({"data": secret.get("data") or {}, "stringData": secret.get("stringData") or {}})
+
+
+def pick(versions: dict[str, str] | None, names: set[str]) -> dict[str, str]:
+    return {k: v for k, v in (versions or {}).items() if k in names}
+
+
+def apply_pod_options(pod: dict[str, Any], container: dict[str, Any], opts: Any) -> None:
+    """Fold a spec's PodOptions into a pod template (before it is stamped). The operator's own labels
+    and env win: extra env goes first (a later duplicate name overrides an earlier one), labels are
+    merged under ours."""
+    spec = pod["spec"]
+    for field, key in (("affinity", "affinity"), ("priority_class_name", "priorityClassName"),
+                       ("runtime_class_name", "runtimeClassName"), ("service_account_name", "serviceAccountName")):
+        value = getattr(opts, field)
+        if value is not None:
+            spec[key] = value
+    if opts.topology_spread_constraints:
+        spec["topologySpreadConstraints"] = list(opts.topology_spread_constraints)
+    if opts.image_pull_secrets:
+        spec["imagePullSecrets"] = [{"name": ref.name} for ref in opts.image_pull_secrets]
+    if opts.pod_labels:
+        pod["metadata"]["labels"] = {**opts.pod_labels, **pod["metadata"]["labels"]}
+    if opts.pod_annotations:
+        pod["metadata"]["annotations"] = {**opts.pod_annotations, **pod["metadata"].get("annotations", {})}
+    if opts.env:
+        extra = [e.model_dump(by_alias=True, exclude_none=True) for e in opts.env]
+        managed = {e["name"] for e in container.get("env", [])}
+        container["env"] = [e for e in extra if e["name"] not in managed] + container.get("env", [])

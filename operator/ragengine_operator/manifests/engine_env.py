@@ -9,12 +9,13 @@ together they cover every leaf of RAGEngineSpec.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from ragengine.settings import EngineSettings
 
 from .. import constants as c
-from ..spec import RAGEngineSpec
+from ..spec import RAGEngineSpec, SecretKeyRef
 from .labels import Owner
 
 # spec path -> EngineSettings field (values).
@@ -29,12 +30,18 @@ SPEC_TO_ENGINE = {
     "retrieval.similarityThreshold": "similarity_threshold",
     "retrieval.hybrid": "hybrid",
     "retrieval.rerankModel": "rerank_model",
+    "vectorStore.type": "vector_store",
+    "vectorStore.prefix": "vector_store_prefix",
+    "vectorStore.hnsw.m": "hnsw_m",
+    "vectorStore.hnsw.efConstruction": "hnsw_ef_construction",
+    "vectorStore.hnsw.efSearch": "hnsw_ef_search",
 }
 # spec path of a SecretKeyRef -> EngineSettings field (valueFrom.secretKeyRef).
 SECRET_TO_ENGINE = {
     "inference.apiKeySecretRef": "llm_api_key",
     "embedding.apiKeySecretRef": "embedding_api_key",
     "auth.apiKeySecretRef": "api_key",
+    "vectorStore.connectionSecretRef": "vector_store_url",  # postgres: also database_url (sessions shared)
 }
 # spec paths that shape other objects (vLLM, volumes, the engine Deployment), not engine settings.
 OPERATOR_ONLY = {
@@ -42,6 +49,13 @@ OPERATOR_ONLY = {
     "inference.tolerations", "inference.resources", "inference.modelCache.size",
     "inference.modelCache.storageClassName", "inference.modelCache.accessMode", "inference.hfTokenSecretRef",
     "engine.image", "engine.replicas", "engine.resources", "storage.size", "storage.storageClassName",
+    "inference.autoscaling.minReplicas", "inference.autoscaling.maxReplicas",
+    "inference.autoscaling.targetCPUUtilizationPercentage", "inference.startupTimeout",
+    *(f"{component}.{field}" for component in ("inference", "engine") for field in (
+        "affinity", "env", "imagePullSecrets", "podAnnotations", "podLabels", "priorityClassName",
+        "runtimeClassName", "serviceAccountName", "topologySpreadConstraints")),
+    "engine.nodeSelector", "engine.tolerations", "inference.gpuResourceName",
+    "engine.autoscaling.minReplicas", "engine.autoscaling.maxReplicas", "engine.autoscaling.targetCPUUtilizationPercentage",
 }
 
 
@@ -60,10 +74,25 @@ def served_model(spec: RAGEngineSpec) -> str | None:
     return None if inf is None else (inf.served_model_name or inf.model)
 
 
+def store_prefix(owner: Owner, spec: RAGEngineSpec) -> str:
+    """The schema / collection prefix: spec.vectorStore.prefix, else one unique to this RAGEngine
+    (namespace and name hashed in), so RAGEngines sharing one database never share tables."""
+    if spec.vector_store.prefix:
+        return spec.vector_store.prefix
+    digest = hashlib.sha256(f"{owner.namespace}/{owner.name}".encode()).hexdigest()[:8]
+    return f"rag_{owner.name[:24].replace('-', '_')}_{digest}"
+
+
 def engine_values(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
     """EngineSettings field -> value for everything the spec decides (None = engine default)."""
-    inf, r = spec.inference, spec.retrieval
+    inf, r, vs = spec.inference, spec.retrieval, spec.vector_store
     return {
+        "vector_store": vs.type,
+        "vector_store_prefix": store_prefix(owner, spec) if vs.external else None,
+        # HNSW: the external store's index, and FAISS's too once an index passes hnsw_threshold
+        "hnsw_m": vs.hnsw.m,
+        "hnsw_ef_construction": vs.hnsw.ef_construction,
+        "hnsw_ef_search": vs.hnsw.ef_search,
         "llm_url": llm_url(owner, spec),
         "llm_model": served_model(spec),
         "context_window": inf.context_window if inf else None,
@@ -77,19 +106,31 @@ def engine_values(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
     }
 
 
-def secret_refs(spec: RAGEngineSpec) -> dict[str, Any]:
-    """EngineSettings field -> SecretKeyRef for the secrets the spec names."""
+def inference_api_key_ref(owner: Owner) -> SecretKeyRef:
+    """The operator-generated key of the in-cluster vLLM (vLLM --api-key, the engine's llm_api_key)."""
+    return SecretKeyRef(name=owner.child("inference-api-key"), key="api-key")
+
+
+def secret_refs(spec: RAGEngineSpec, owner: Owner | None = None) -> dict[str, Any]:
+    """EngineSettings field -> SecretKeyRef for the secrets the spec names (and, in model mode, the
+    operator-generated vLLM key)."""
+    llm_key = spec.inference.api_key_secret_ref if spec.inference else None
+    if spec.runs_vllm and owner is not None:
+        llm_key = inference_api_key_ref(owner)
     refs = {
-        "llm_api_key": spec.inference.api_key_secret_ref if spec.inference else None,
+        "llm_api_key": llm_key,
         "embedding_api_key": spec.embedding.api_key_secret_ref,
         "api_key": spec.auth.api_key_secret_ref,
+        "vector_store_url": spec.vector_store.connection_secret_ref,
+        # sessions and threads in the same PostgreSQL, so every replica sees them
+        "database_url": spec.vector_store.connection_secret_ref if spec.vector_store.type == "postgres" else None,
     }
     return {k: v for k, v in refs.items() if v is not None}
 
 
 def engine_env(owner: Owner, spec: RAGEngineSpec) -> list[dict[str, Any]]:
     env = [{"name": k, "value": v} for k, v in sorted(EngineSettings.to_env(engine_values(owner, spec)).items())]
-    for field, ref in sorted(secret_refs(spec).items()):
+    for field, ref in sorted(secret_refs(spec, owner).items()):
         env.append(
             {"name": EngineSettings.env_name(field), "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}
         )

@@ -1,0 +1,134 @@
+"""spec -> the engine's Deployment, Service and index PVC."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import constants as c
+from ..spec import RAGEngineSpec
+from .engine_env import engine_env, secret_refs
+from .labels import (
+    Owner,
+    apply_pod_options,
+    hpa,
+    http_probe,
+    http_service,
+    merge_resources,
+    metadata,
+    pick,
+    pvc,
+    selector,
+    stamp_template,
+)
+
+DEFAULT_RESOURCES = {"requests": {"cpu": "500m", "memory": "2Gi"}, "limits": {"memory": "8Gi"}}
+UID = 1000  # images/engine.Dockerfile runs as this user; fsGroup makes the PVC writable for it
+
+
+def engine_deployment_name(owner: Owner) -> str:
+    return owner.child("engine")
+
+
+def engine_service_name(owner: Owner) -> str:
+    return owner.name  # the endpoint is http://<name>.<ns>.svc.cluster.local
+
+
+def data_pvc_name(owner: Owner) -> str:
+    return owner.child("data")
+
+
+def endpoint(owner: Owner) -> str:
+    return f"http://{engine_service_name(owner)}.{owner.namespace}.svc.cluster.local"
+
+
+def engine_data_pvc(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
+    s = spec.storage
+    return pvc(owner, data_pvc_name(owner), c.COMPONENT_ENGINE, s.size, s.storage_class_name, "ReadWriteOnce")
+
+
+def engine_deployment(owner: Owner, spec: RAGEngineSpec, secrets: dict[str, str] | None = None) -> dict[str, Any]:
+    """`secrets`: Secret name -> digest (controller-read); those the engine reads go into its config hash."""
+    container = {
+        "name": "engine",
+        "image": spec.engine.image or owner.engine_image,
+        "command": ["ragengine", "serve", "--host", "0.0.0.0", "--port", str(c.ENGINE_PORT), "--data-dir", c.ENGINE_DATA_DIR],
+        "ports": [{"name": "http", "containerPort": c.ENGINE_PORT, "protocol": "TCP"}],
+        "env": engine_env(owner, spec),
+        "resources": merge_resources(DEFAULT_RESOURCES, spec.engine.resources),
+        "volumeMounts": [{"name": "data", "mountPath": c.ENGINE_DATA_DIR}],
+        # startup covers loading the embedding model (first start may download it into /data/models).
+        "startupProbe": http_probe("/health", "http", period=5, failures=120),
+        # Readiness means "can answer": LLM serving the model, embeddings, index store (GET /ready).
+        # Liveness stays shallow: a dead LLM must not restart the engine.
+        "readinessProbe": http_probe("/ready", "http", period=5, failures=3),
+        "livenessProbe": http_probe("/health", "http", period=10, failures=6),
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "readOnlyRootFilesystem": False,
+        },
+    }
+    pod = {
+        "metadata": {"labels": metadata(owner, "", c.COMPONENT_ENGINE)["labels"]},
+        "spec": {
+            "containers": [container],
+            # External store: no index on the pod, /data is scratch (model cache, temp files).
+            "volumes": [{"name": "data", "emptyDir": {}} if spec.vector_store.external else
+                        {"name": "data", "persistentVolumeClaim": {"claimName": data_pvc_name(owner)}}],
+            "securityContext": {
+                "runAsNonRoot": True,
+                "runAsUser": UID,
+                "runAsGroup": UID,
+                "fsGroup": UID,
+                "fsGroupChangePolicy": "OnRootMismatch",  # no recursive chown of a big index on every start
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
+            "terminationGracePeriodSeconds": 60,  # lets the engine flush its journal
+            "enableServiceLinks": False,
+            "automountServiceAccountToken": False,  # the engine never calls the API server
+        },
+    }
+    eng = spec.engine
+    if eng.node_selector:
+        pod["spec"]["nodeSelector"] = dict(eng.node_selector)
+    if eng.tolerations:
+        pod["spec"]["tolerations"] = [t.model_dump(by_alias=True, exclude_none=True) for t in eng.tolerations]
+    apply_pod_options(pod, container, eng)
+    template = stamp_template(pod, pick(secrets, {ref.name for ref in secret_refs(spec, owner).values()}))
+    dep_spec: dict[str, Any] = {
+        # faiss: Recreate, the index volume is ReadWriteOnce and the engine its single writer.
+        # External store: stateless replicas roll one new pod in before an old one goes.
+        "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}
+        if spec.vector_store.external else {"type": "Recreate"},
+        "revisionHistoryLimit": 3,
+        "selector": {"matchLabels": selector(owner, c.COMPONENT_ENGINE)},
+        "template": template,
+    }
+    if spec.engine.autoscaling is None:
+        # With an HPA the field is left out of our apply: the HPA owns it and we never revert it.
+        dep_spec = {"replicas": spec.engine.replicas, **dep_spec}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": metadata(owner, engine_deployment_name(owner), c.COMPONENT_ENGINE),
+        "spec": dep_spec,
+    }
+
+
+def engine_pdb(owner: Owner) -> dict[str, Any]:
+    """At most one engine pod voluntarily evicted at a time (node drains keep the service up)."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": metadata(owner, engine_deployment_name(owner), c.COMPONENT_ENGINE),
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector(owner, c.COMPONENT_ENGINE)}},
+    }
+
+
+def engine_hpa(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
+    assert spec.engine.autoscaling is not None
+    return hpa(owner, engine_deployment_name(owner), c.COMPONENT_ENGINE, spec.engine.autoscaling)
+
+
+def engine_service(owner: Owner) -> dict[str, Any]:
+    return http_service(owner, engine_service_name(owner), c.COMPONENT_ENGINE, c.ENGINE_SERVICE_PORT)
