@@ -241,7 +241,9 @@ class EmbeddingSpec(_Model):
 
 class RetrievalSpec(_Model):
     context_token_ratio: float = Field(0.5, ge=0.2, le=0.8, description="Share of the free window given to context.")
-    similarity_threshold: float = Field(0.0, ge=0.0, le=1.0, description="Minimum cosine similarity for a chunk.")
+    similarity_threshold: float = Field(
+        0.3, ge=0.0, le=1.0,
+        description="Minimum cosine similarity for a chunk to enter the prompt (0.3: see docs/retrieval.md).")
     hybrid: bool = Field(True, description="Fuse dense and BM25 results.")
     rerank_model: Annotated[str, Field(max_length=512)] | None = Field(None, description="Cross-encoder; unset = none.")
 
