@@ -41,7 +41,12 @@ class DocumentRace(Exception):
 @dataclass(frozen=True)
 class ChunkWrite:
     seq: int
-    text: str
+    text: str  # what clients and prompts get
+    search_text: str | None = None  # what keyword search indexes (contextual chunks: title + path + text)
+
+    @property
+    def indexed_text(self) -> str:
+        return self.text if self.search_text is None else self.search_text
 
 
 @dataclass(frozen=True)

@@ -189,11 +189,12 @@ class MilvusStore:
         schema.add_field("pk", DataType.VARCHAR, is_primary=True, max_length=1100)
         schema.add_field("doc_id", DataType.VARCHAR, max_length=1100)
         schema.add_field("seq", DataType.INT64)
-        schema.add_field("text", DataType.VARCHAR, max_length=MAX_TEXT, enable_analyzer=True)
+        schema.add_field("text", DataType.VARCHAR, max_length=MAX_TEXT)
+        schema.add_field("search_text", DataType.VARCHAR, max_length=MAX_TEXT, enable_analyzer=True)
         schema.add_field("metadata", DataType.JSON)
         schema.add_field("vec", DataType.FLOAT_VECTOR, dim=self.dim)
         schema.add_field("sparse", DataType.SPARSE_FLOAT_VECTOR)
-        schema.add_function(Function(name="bm25", function_type=FunctionType.BM25, input_field_names=["text"],
+        schema.add_function(Function(name="bm25", function_type=FunctionType.BM25, input_field_names=["search_text"],
                                      output_field_names=["sparse"]))
         params = self._c().prepare_index_params()
         params.add_index("vec", index_type="HNSW", metric_type="COSINE",
@@ -267,11 +268,12 @@ class MilvusStore:
 
     def chunk_vectors(self, name: str, doc_id: str) -> tuple[list[ChunkWrite], np.ndarray]:
         chunks, _ = self._index(name)
-        rows = self._call("query", chunks, filter=f"doc_id == {literal(doc_id)}", output_fields=["seq", "text", "vec"],
+        rows = self._call("query", chunks, filter=f"doc_id == {literal(doc_id)}",
+                          output_fields=["seq", "text", "search_text", "vec"],
                           limit=16384)
         rows.sort(key=lambda r: r["seq"])
         vectors = np.array([r["vec"] for r in rows], dtype=np.float32).reshape(len(rows), self.dim)
-        return [ChunkWrite(int(r["seq"]), r["text"]) for r in rows], vectors
+        return [ChunkWrite(int(r["seq"]), r["text"], r["search_text"]) for r in rows], vectors
 
     def list_documents(self, name: str, f: flt.Filter | None, offset: int, limit: int) -> tuple[list[StoredDoc], int]:
         _, docs = self._index(name)
@@ -345,7 +347,8 @@ class MilvusStore:
                         if vectors is None or pos + i >= len(vectors):
                             raise ValueError("write() got fewer vectors than chunks")
                         chunk_rows.append({"pk": f"{doc.doc_id}#{chunk.seq}", "doc_id": doc.doc_id, "seq": chunk.seq,
-                                           "text": chunk.text[:MAX_TEXT // 4], "metadata": doc.metadata,
+                                           "text": chunk.text[:MAX_TEXT // 4],
+                                           "search_text": chunk.indexed_text[:MAX_TEXT // 4], "metadata": doc.metadata,
                                            "vec": np.asarray(vectors[pos + i], dtype=np.float32).tolist()})
                     parts = [doc.text[i:i + PART_CHARS] for i in range(0, len(doc.text), PART_CHARS)] or [""]
                     for p, part in enumerate(parts):

@@ -35,6 +35,7 @@ from ragengine.index.documents import (
     new_documents,
     plan_update,
 )
+from ragengine.index.search import MAX_WIDEN
 from ragengine.index.state import node_id
 from ragengine.index.types import ChunkingConfig, RetrievedNode, cosine_to_score
 from ragengine.retrieval import filters as flt
@@ -165,6 +166,16 @@ class StoreRegistry:
             self._unavailable = str(exc)
             raise EngineError(f"The {self.kind} store is unavailable: {exc}", status_code=503) from exc
 
+    async def _fused(self, index_name: str, query: str, qvec: np.ndarray, pool: int, n_out: int,
+                     f: flt.Filter | None) -> list[RetrievedNode]:
+        dense_task = self._timed("dense", self.adapter.dense, index_name, qvec, pool, f)
+        if self.settings.hybrid:
+            sparse_task = self._timed("sparse", self.adapter.keyword, index_name, query, qvec, pool, f)
+            dense, sparse = await asyncio.gather(dense_task, sparse_task)
+        else:
+            dense, sparse = await dense_task, []
+        return fuse_hits(dense, sparse, n_out, FusionParams.from_settings(self.settings))
+
     async def _timed(self, stage: str, fn: Any, *args: Any) -> Any:
         start = time.perf_counter()
         try:
@@ -193,11 +204,12 @@ class StoreRegistry:
             out, embedded = [], []
             for d in docs:
                 spans = chunker.split(d.text, d.metadata)
-                chunks = [ChunkWrite(i, s if isinstance(s, str) else d.text[s[0]:s[1]]) for i, s in enumerate(spans)]
+                # Contextual chunks embed and keyword-index title + section path with the chunk, as in FAISS.
+                indexed = index_texts(d.text, d.metadata, spans, contextual=contextual)
+                chunks = [ChunkWrite(i, s if isinstance(s, str) else d.text[s[0]:s[1]], indexed[i])
+                          for i, s in enumerate(spans)]
                 out.append(DocWrite(d.doc_id, d.text, d.metadata, chunks))
-                # Contextual chunks embed title + section path with the chunk, as in FAISS (the stores'
-                # keyword side indexes the chunk text itself: docs/stores.md).
-                embedded.extend(index_texts(d.text, d.metadata, spans, contextual=contextual))
+                embedded.extend(indexed)
             return out, embedded
 
         writes, texts = await asyncio.to_thread(split)
@@ -322,13 +334,13 @@ class StoreRegistry:
         else:
             qvec = np.asarray(query_embedding, dtype=np.float32).reshape(-1)
             qvec = qvec / max(float(np.linalg.norm(qvec)), 1e-12)
-        dense_task = self._timed("dense", self.adapter.dense, index_name, qvec, pool, f)
-        if self.settings.hybrid:
-            sparse_task = self._timed("sparse", self.adapter.keyword, index_name, query, qvec, pool, f)
-            dense, sparse = await asyncio.gather(dense_task, sparse_task)
-        else:
-            dense, sparse = await dense_task, []
-        nodes = fuse_hits(dense, sparse, n_out, FusionParams.from_settings(self.settings))
+        nodes = await self._fused(index_name, query, qvec, pool, n_out, f)
+        # Document-level results: search again with twice the candidates while capping would leave fewer
+        # than top_k and the store has more, as the FAISS path does (search.MAX_WIDEN candidates at most).
+        while (max_chunks_per_document is not None and len(nodes) == n_out and n_out < MAX_WIDEN
+               and len(cap_per_document(nodes, max_chunks_per_document, lambda n: n.doc_id)) < top_k):
+            pool = n_out = min(n_out * 2, MAX_WIDEN)
+            nodes = await self._fused(index_name, query, qvec, pool, n_out, f)
         if reranking and len(nodes) > 1:
             order = await self.reranker.order(query, [n.text for n in nodes])
             nodes = [nodes[i] for i in order]

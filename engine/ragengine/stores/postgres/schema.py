@@ -67,9 +67,10 @@ def tables(schema: str, dim: int) -> Tables:
         Column("doc_id", Text, nullable=False),
         Column("seq", Integer, nullable=False),
         Column("text", Text, nullable=False),
+        Column("search_text", Text, nullable=False),  # the keyword side's text (contextual chunks differ)
         Column("metadata", JSONB, nullable=False),
         Column("embedding", Vector(dim), nullable=False),
-        Column("tsv", TSVECTOR, Computed(f"to_tsvector('{TEXT_SEARCH_CONFIG}', text)", persisted=True)),
+        Column("tsv", TSVECTOR, Computed(f"to_tsvector('{TEXT_SEARCH_CONFIG}', search_text)", persisted=True)),
         ForeignKeyConstraint(["index_name", "doc_id"], [documents.c.index_name, documents.c.doc_id], ondelete="CASCADE"),
     )
     return Tables(md, indexes, documents, chunks)

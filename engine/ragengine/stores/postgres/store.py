@@ -170,10 +170,10 @@ class PostgresStore:
     def chunk_vectors(self, name: str, doc_id: str) -> tuple[list[ChunkWrite], np.ndarray]:
         c = self.t.chunks
         with self._errors(), self.engine.connect() as conn:
-            rows = conn.execute(select(c.c.seq, c.c.text, c.c.embedding)
+            rows = conn.execute(select(c.c.seq, c.c.text, c.c.search_text, c.c.embedding)
                                 .where(c.c.index_name == name, c.c.doc_id == doc_id).order_by(c.c.seq)).all()
         vectors = np.array([np.asarray(r.embedding, dtype=np.float32) for r in rows], dtype=np.float32)
-        return [ChunkWrite(r.seq, r.text) for r in rows], vectors.reshape(len(rows), self.dim)
+        return [ChunkWrite(r.seq, r.text, r.search_text) for r in rows], vectors.reshape(len(rows), self.dim)
 
     def list_documents(self, name: str, flt: Filter | None, offset: int, limit: int) -> tuple[list[StoredDoc], int]:
         d = self.t.documents
@@ -259,6 +259,7 @@ class PostgresStore:
                     doc_rows.append({"index_name": name, "doc_id": doc.doc_id, "text": doc.text, "metadata": doc.metadata})
                     for i, chunk in enumerate(doc.chunks):
                         chunk_rows.append({"index_name": name, "doc_id": doc.doc_id, "seq": chunk.seq, "text": chunk.text,
+                                           "search_text": chunk.indexed_text,
                                            "metadata": doc.metadata, "embedding": _vector(vectors, pos + i)})
                 pos += n
             if doc_rows:
