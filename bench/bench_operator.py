@@ -203,8 +203,10 @@ def main() -> int:
         except subprocess.TimeoutExpired:
             op.kill()
     rows = [
-        ("CR created -> all 6 children exist (median / max)", f"{statistics.median(created):.3f} / {max(created):.3f} s", "< 1 s"),
-        ("Deployments available -> Ready=True (median / max)", f"{statistics.median(ready):.3f} / {max(ready):.3f} s", "< 2 s"),
+        ("CR created -> all 6 children exist (median / max)",
+         f"{statistics.median(created):.3f} / {max(created):.3f} s", "< 1 s"),
+        ("Deployments available -> Ready=True (median / max)",
+         f"{statistics.median(ready):.3f} / {max(ready):.3f} s", "< 2 s"),
         (f"{args.scale} RAGEngines: POSTs done / all Deployments exist", f"{t_created:.1f} / {marks.get('children', -1):.1f} s", ""),
         (f"{args.scale} RAGEngines: all Deployments available", f"{marks.get('available', -1):.1f} s", ""),
         (f"{args.scale} RAGEngines created -> all Ready", f"{t_all:.1f} s", ""),

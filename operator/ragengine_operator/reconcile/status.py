@@ -69,7 +69,7 @@ def container_failure(pods: list[dict[str, Any]], pod_events: dict[str, tuple[st
             if last.get("reason"):  # e.g. OOMKilled behind a CrashLoopBackOff
                 message += f" (last termination: {last['reason']}, exit code {last.get('exitCode')})"
             return reason, message
-        if name in (pod_events or {}):
+        if pod_events and name in pod_events:
             reason, message = pod_events[name]
             return reason, f"pod {name}: {reason}: {message}"
     return None
@@ -177,7 +177,7 @@ def stamp(new: list[dict], old: list[dict], now: str, generation: int | None) ->
     for cond in new:
         prev = previous.get(cond["type"])
         keep = prev is not None and prev.get("status") == cond["status"] and prev.get("lastTransitionTime")
-        stamped = {**cond, "lastTransitionTime": prev["lastTransitionTime"] if keep else now}
+        stamped = {**cond, "lastTransitionTime": keep or now}
         if generation is not None:
             stamped["observedGeneration"] = generation
         out.append(stamped)
