@@ -129,7 +129,8 @@ def secret_refs(spec: RAGEngineSpec, owner: Owner | None = None) -> dict[str, An
 
 
 def engine_env(owner: Owner, spec: RAGEngineSpec) -> list[dict[str, Any]]:
-    env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in sorted(EngineSettings.to_env(engine_values(owner, spec)).items())]
+    values = EngineSettings.to_env(engine_values(owner, spec))
+    env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in sorted(values.items())]
     for field, ref in sorted(secret_refs(spec, owner).items()):
         env.append(
             {"name": EngineSettings.env_name(field), "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}
