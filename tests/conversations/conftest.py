@@ -11,6 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from sqlalchemy import text
 
 from ragengine.conversations.models import Base
 from ragengine.conversations.store import SessionStore
@@ -31,8 +32,10 @@ def pg_url():
 def store(request, tmp_path):
     url = f"sqlite:///{tmp_path / 'sessions.db'}" if request.param == "sqlite" else request.getfixturevalue("pg_url")
     st = SessionStore(url)
-    if request.param == "postgres":
+    if request.param == "postgres":  # one server for the run: start each test from an empty database
         Base.metadata.drop_all(st.engine)
+        with st.engine.begin() as conn:
+            conn.execute(text("DROP TABLE IF EXISTS alembic_version"))
     st.create_tables()
     yield st
     st.close()
