@@ -17,7 +17,7 @@ import pytest
 from fastapi import FastAPI
 
 from ragengine.app import create_app
-from ragengine.embedding import Embedder, build_embedder
+from ragengine.embedding import Embedder
 from ragengine.errors import NotFound
 from ragengine.index.types import RetrievedNode
 from ragengine.settings import EngineSettings
@@ -85,17 +85,22 @@ def chat_app(settings: EngineSettings, registry=None, embedder: Embedder | None 
 
 
 @pytest.fixture(scope="session")
-def embedding_model():
-    """The packaged embedding model, loaded once for every chat test."""
-    embedder = build_embedder(EngineSettings())
-    yield embedder
-    embedder.close()
+def embedding_model(embedder):
+    """The packaged embedding model, loaded once for the whole run (the root conftest's)."""
+    return embedder
+
+
+class _Borrowed(Embedder):
+    """An engine's own Embedder over a shared, already loaded model: closing it leaves the model loaded."""
+
+    def close(self) -> None:
+        self._docs_pool.shutdown(wait=False, cancel_futures=True)
+        self._query_pool.shutdown(wait=False, cancel_futures=True)
 
 
 def fresh_embedder(shared: Embedder) -> Embedder:
     # Same loaded model; own thread pools and query batcher, since each engine runs its own event loop.
-    return Embedder(shared.model, dim=shared.dim, max_tokens=shared.max_tokens, tokenizer=shared._tokenizer,
-                    kind=shared.kind)
+    return _Borrowed(shared.backend)
 
 
 def index_docs(base: str) -> None:
