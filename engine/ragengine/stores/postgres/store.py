@@ -213,8 +213,10 @@ class PostgresStore:
         where = [c.c.index_name == name, c.c.tsv.op("@@")(tsquery)]
         if flt is not None:
             where.append(to_sql(flt, c.c.metadata))
-        stmt = (select(c.c.doc_id, c.c.seq, c.c.text, c.c.metadata, rank.label("rank"), distance.label("distance"))
-                .where(*where).order_by(rank.desc(), c.c.id).limit(k))
+        # Rank in a subquery, then the cosine for the k winners only (not for every matching chunk).
+        top = select(c.c.id, rank.label("rank")).where(*where).order_by(rank.desc(), c.c.id).limit(k).subquery()
+        stmt = (select(c.c.doc_id, c.c.seq, c.c.text, c.c.metadata, top.c.rank, distance.label("distance"))
+                .join(top, c.c.id == top.c.id).order_by(top.c.rank.desc(), c.c.id))
         with self._errors(), self.engine.connect() as conn:
             rows = conn.execute(stmt).all()
         return [Hit(r.doc_id, r.seq, r.text, r.metadata, 1.0 - float(r.distance), float(r.rank)) for r in rows]
