@@ -104,10 +104,11 @@ def _explain(line: str) -> str:
     low = line.lower()
     if "couldn't find remote ref" in low or "not our ref" in low or "unadvertised object" in low:
         return f"ref not found in the repository ({line})"
-    if "authentication failed" in low or "401" in low or "403" in low or "could not read username" in low:
-        return f"the repository refused the credentials ({line})"
     if "could not resolve host" in low or "failed to connect" in low or "connection refused" in low:
         return f"repository unreachable ({line})"
+    if ("authentication failed" in low or "could not read username" in low
+            or any(f"returned error: {code}" in low for code in ("401", "403"))):
+        return f"the repository refused the credentials ({line})"
     return line
 
 
