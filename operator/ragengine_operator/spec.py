@@ -1,7 +1,7 @@
 """RAGEngine spec and status: THE schema source.
 
 hack/gen_crds.py turns these models into the CRD's structural schema (plus the CEL rules, printer
-columns and short names in crds/overlay.yaml); the controller parses every object's spec with the
+columns and short names in hack/crd-overlay.yaml); the controller parses every object's spec with the
 same models. Rules that the API server enforces with CEL are mirrored in the validators below so a
 spec that slipped past an old CRD still fails loudly in the operator instead of half-working.
 """
@@ -25,7 +25,7 @@ def _positive_quantity(value: str) -> str:
     return value
 
 
-# A size for a volume: a string so CEL can compare it with quantity() (see overlay.yaml); the
+# A size for a volume: a string so CEL can compare it with quantity() (see hack/crd-overlay.yaml); the
 # validator mirrors the CEL rule (it does not change the generated schema).
 Size = Annotated[str, Field(max_length=32), AfterValidator(_positive_quantity)]
 Name = Annotated[str, Field(min_length=1, max_length=253)]

@@ -1,4 +1,4 @@
-"""The committed CRD (and its chart copy) is exactly what spec.py + overlay.yaml generate."""
+"""The committed CRD (and its chart copy) is exactly what spec.py + hack/crd-overlay.yaml generate."""
 
 import subprocess
 import sys
