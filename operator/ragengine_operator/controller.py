@@ -220,6 +220,7 @@ class Controller:
         generation = body["metadata"].get("generation") if advance else current.get("observedGeneration")
         observed = observe(self.dyn, owner, spec, probe_external=self.settings.probe_external_inference,
                            probe_engine=self.settings.probe_engine_readiness)
+        observed.sources = current.get("sources")
         status, changes = compute_status(owner, spec, generation, observed, current.get("conditions") or [], now(), error)
         if all(status.get(k) == current.get(k) for k in STATUS_KEYS):
             return

@@ -2,7 +2,8 @@
 
 Run with `ragengine-operator` (see __main__.py) or `kopf run -m ragengine_operator.handlers`.
 No handler here needs a finalizer (no on.delete, no per-object daemon or timer): children go with
-the RAGEngine through owner references, so deletion never waits for the operator.
+the RAGEngine through owner references, so deletion never waits for the operator. Periodic work
+(resync, source syncs) runs in operator-wide loops over kopf's in-memory indexes.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from .controller import api_message
 from .kube.client import kopf_login
 from .reconcile.status import container_failure
 from .resync import resync_loop
+from .sources.runner import SourceSyncer, Target
 from .startup import configure
 
 RAG = (c.GROUP, c.VERSION, c.PLURAL)
@@ -31,16 +33,26 @@ def ragengines(namespace: str, name: str, **_: Any) -> dict[tuple[str, str], Non
     return {(namespace, name): None}
 
 
+@kopf.index(*RAG)
+def sourced(namespace: str, name: str, uid: str, spec: kopf.Spec, status: kopf.Status,
+            **_: Any) -> dict[tuple[str, str], Target] | None:
+    """RAGEngines with sources (or with status.sources left to prune): the source syncer's work list."""
+    target = Target.from_body(namespace, name, uid, spec, status)
+    return {(namespace, name): target} if target else None
+
+
 @kopf.on.startup()
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.Logger,
-                  ragengines: kopf.Index, **_: Any) -> None:
+                  ragengines: kopf.Index, sourced: kopf.Index, **_: Any) -> None:
     configure(settings, memo, logger)
     memo.resync = asyncio.create_task(resync_loop(memo.controller, ragengines, memo.settings.max_workers))
+    memo.sources = asyncio.create_task(SourceSyncer(memo.controller).loop(sourced))
 
 
 @kopf.on.cleanup()
 async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     memo.resync.cancel()
+    memo.sources.cancel()
 
 
 @kopf.on.login()

@@ -30,3 +30,12 @@ class OperatorSettings(BaseSettings):
     watch_timeout_seconds: int = Field(
         120, ge=1, description="Server-side watch timeout: idle watches are re-opened (kopf #698/#204)."
     )
+    # Document sources (spec.sources, docs/sources.md): synced by the operator through the engine's API.
+    engine_url: str | None = Field(
+        None, description="Base URL of an engine, '{name}' and '{namespace}' filled in; default: its Service "
+        "(http://<name>.<namespace>.svc.cluster.local). Set it when the operator runs outside the cluster.",
+    )
+    source_workers: int = Field(4, ge=1, description="Source syncs running at once (each in its own thread).")
+    sources_cache_dir: str = Field(
+        "/tmp/ragengine-sources", description="Git clones of sources (a cache: losing it costs one fetch)."
+    )

@@ -11,8 +11,10 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
-from pydantic.alias_generators import to_camel
+from pydantic import AfterValidator, Field, WithJsonSchema, model_validator
+
+from .sources.spec import Source, SourceStatus, unique_names
+from .spec_types import Name, SpecModel, Url
 
 # A resource quantity ("10Gi", "500m", 2): int-or-string in the schema, like core/v1.
 Quantity = Annotated[str | int, WithJsonSchema({"x-kubernetes-int-or-string": True})]
@@ -28,8 +30,6 @@ def _positive_quantity(value: str) -> str:
 # A size for a volume: a string so CEL can compare it with quantity() (see hack/crd-overlay.yaml); the
 # validator mirrors the CEL rule (it does not change the generated schema).
 Size = Annotated[str, Field(max_length=32), AfterValidator(_positive_quantity)]
-Name = Annotated[str, Field(min_length=1, max_length=253)]
-Url = Annotated[str, Field(max_length=2048)]
 
 
 MANAGED_VLLM_FLAGS = frozenset({"--port", "--served-model-name", "--max-model-len", "--tensor-parallel-size", "-tp",
@@ -42,11 +42,7 @@ def _is_http(url: str) -> bool:
     return url.startswith(("http://", "https://"))
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
-
-
-class SecretKeyRef(_Model):
+class SecretKeyRef(SpecModel):
     """A key of a Secret in the RAGEngine's namespace."""
 
     name: Name = Field(description="Secret name.")
@@ -59,14 +55,14 @@ class HFTokenSecretRef(SecretKeyRef):
     key: Annotated[str, Field(min_length=1, max_length=253)] = Field("token", description="Key in the Secret.")
 
 
-class ResourceRequirements(_Model):
+class ResourceRequirements(SpecModel):
     """Compute resources of a container, as in core/v1 (requests and limits)."""
 
     requests: dict[str, Quantity] | None = None
     limits: dict[str, Quantity] | None = None
 
 
-class Toleration(_Model):
+class Toleration(SpecModel):
     """A core/v1 toleration."""
 
     key: str | None = None
@@ -81,11 +77,11 @@ _K8sObject = Annotated[dict[str, Any], WithJsonSchema({"type": "object", "x-kube
 LabelMap = Annotated[dict[str, Annotated[str, Field(max_length=63)]], Field(max_length=64)]
 
 
-class LocalObjectReference(_Model):
+class LocalObjectReference(SpecModel):
     name: Name
 
 
-class EnvVar(_Model):
+class EnvVar(SpecModel):
     """A core/v1 EnvVar: `value`, or `valueFrom` (secretKeyRef, configMapKeyRef, fieldRef, ...)."""
 
     name: Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")]
@@ -93,7 +89,7 @@ class EnvVar(_Model):
     value_from: _K8sObject | None = None
 
 
-class PodOptions(_Model):
+class PodOptions(SpecModel):
     """Fleet settings of one component's pods, passed to its pod template."""
 
     affinity: _K8sObject | None = Field(None, description="core/v1 Affinity.")
@@ -111,7 +107,7 @@ class PodOptions(_Model):
     )
 
 
-class VolumeSpec(_Model):
+class VolumeSpec(SpecModel):
     size: Size = Field("20Gi", description="Requested size; it can grow but never shrink.")
     storage_class_name: Annotated[str, Field(max_length=253)] | None = Field(
         None, description="StorageClass; the cluster default when unset. Immutable (data would be lost)."
@@ -128,7 +124,7 @@ class ModelCacheSpec(VolumeSpec):
     )
 
 
-class AutoscalingSpec(_Model):
+class AutoscalingSpec(SpecModel):
     """A HorizontalPodAutoscaler owns the replica count (CPU utilisation target); the operator stops applying replicas."""
 
     min_replicas: int = Field(1, ge=1, le=100)
@@ -219,7 +215,7 @@ class InferenceSpec(PodOptions):
         return self
 
 
-class EmbeddingSpec(_Model):
+class EmbeddingSpec(SpecModel):
     """The embedding model run inside the engine, or a remote OpenAI-compatible embeddings endpoint."""
 
     model: Annotated[str, Field(max_length=512)] | None = Field(
@@ -239,7 +235,7 @@ class EmbeddingSpec(_Model):
         return self
 
 
-class RetrievalSpec(_Model):
+class RetrievalSpec(SpecModel):
     context_token_ratio: float = Field(0.5, ge=0.2, le=0.8, description="Share of the free window given to context.")
     similarity_threshold: float = Field(
         0.3, ge=0.0, le=1.0,
@@ -265,7 +261,7 @@ class EngineSpec(PodOptions):
     tolerations: list[Toleration] | None = Field(None, max_length=32)
 
 
-class HNSWSpec(_Model):
+class HNSWSpec(SpecModel):
     """HNSW graph parameters of the external store's vector index (the engine's defaults when unset)."""
 
     m: int | None = Field(None, ge=4, le=128, description="Links per node.")
@@ -279,7 +275,7 @@ class ConnectionSecretRef(SecretKeyRef):
     key: Annotated[str, Field(min_length=1, max_length=253)] = Field("url", description="Key in the Secret.")
 
 
-class VectorStoreSpec(_Model):
+class VectorStoreSpec(SpecModel):
     """Where the indexes live: embedded FAISS on the engine's volume, or an external store shared by replicas."""
 
     type: Literal["faiss", "postgres", "milvus"] = Field(
@@ -309,14 +305,21 @@ class VectorStoreSpec(_Model):
 class StorageSpec(VolumeSpec):
     """The PVC for the engine's indexes, journals and embedding model cache."""
 
+    reclaim_policy: Literal["Retain", "Delete"] = Field(
+        "Retain",
+        description="What happens to the engine's data volume and the model cache when the RAGEngine is deleted. "
+        "Retain (default, as a StatefulSet's claims): the PVCs stay, and a RAGEngine created again with the same "
+        "name adopts them, indexes and downloaded weights included. Delete: they go with the RAGEngine.",
+    )
 
-class AuthSpec(_Model):
+
+class AuthSpec(SpecModel):
     api_key_secret_ref: SecretKeyRef | None = Field(
         None, description="When set the engine requires 'Authorization: Bearer <key>' on every API call."
     )
 
 
-class RAGEngineSpec(_Model):
+class RAGEngineSpec(SpecModel):
     """Desired state of a RAGEngine: inference (optional), embedding, retrieval, engine, storage, auth."""
 
     inference: InferenceSpec | None = Field(
@@ -328,6 +331,12 @@ class RAGEngineSpec(_Model):
     vector_store: VectorStoreSpec = Field(default_factory=VectorStoreSpec, json_schema_extra={"default": {}})
     storage: StorageSpec = Field(default_factory=StorageSpec, json_schema_extra={"default": {}})
     auth: AuthSpec = Field(default_factory=AuthSpec, json_schema_extra={"default": {}})
+    sources: Annotated[list[Source], AfterValidator(unique_names)] = Field(
+        default_factory=list, max_length=32,
+        description="Documents the indexes hold, synced by the operator from ConfigMaps, git repositories or "
+        "HTTP URLs (docs/sources.md). Each index then holds exactly its sources' documents (plus any added by API).",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
 
     @property
     def runs_vllm(self) -> bool:
@@ -346,7 +355,7 @@ FAISS_ONE_REPLICA = (
 )
 
 
-class Condition(_Model):
+class Condition(SpecModel):
     """A metav1.Condition."""
 
     type: Annotated[str, Field(max_length=316)]
@@ -357,7 +366,7 @@ class Condition(_Model):
     observed_generation: int | None = None
 
 
-class RAGEngineStatus(_Model):
+class RAGEngineStatus(SpecModel):
     observed_generation: int | None = Field(None, description="The generation the conditions describe.")
     inference_replicas: int | None = Field(None, description="Ready vLLM pods (the scale subresource's status).")
     data_volume_size: str | None = Field(None, description="Size the engine's data PVC has now (a spec may shrink back to it).")
@@ -367,3 +376,4 @@ class RAGEngineStatus(_Model):
     inference_url: str | None = Field(None, description="The LLM base URL the engine uses.")
     model: str | None = Field(None, description="The served model name.")
     conditions: list[Condition] = Field(default_factory=list)
+    sources: list[SourceStatus] | None = Field(None, description="The last sync of each spec.sources entry.")

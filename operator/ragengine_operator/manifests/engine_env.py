@@ -56,6 +56,11 @@ OPERATOR_ONLY = {
         "runtimeClassName", "serviceAccountName", "topologySpreadConstraints")),
     "engine.nodeSelector", "engine.tolerations", "inference.gpuResourceName",
     "engine.autoscaling.minReplicas", "engine.autoscaling.maxReplicas", "engine.autoscaling.targetCPUUtilizationPercentage",
+    "storage.reclaimPolicy",  # the PVCs' owner references
+    # synced by the operator through the engine's API (sources/runner.py)
+    *(f"sources.{field}" for field in (
+        "name", "index", "interval", "metadata", "chunking.chunkSize", "chunking.chunkOverlap", "configMap.name",
+        "configMap.keys", "git.url", "git.ref", "git.paths", "git.secretRef.name", "http.urls", "http.secretRef.name")),
 }
 
 

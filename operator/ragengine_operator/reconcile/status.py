@@ -9,6 +9,7 @@ from .. import constants as c
 from ..manifests.engine import endpoint
 from ..manifests.engine_env import llm_url, served_model
 from ..manifests.labels import Owner
+from ..sources.status import sources_condition
 from ..spec import RAGEngineSpec
 
 AVAILABLE, PROGRESSING, FAILED = "Available", "Progressing", "Failed"
@@ -29,6 +30,8 @@ class Observed:
     # What the PVCs request now (None = no such PVC): a spec may shrink back to these sizes.
     data_volume_size: str | None = None
     model_cache_volume_size: str | None = None
+    # status.sources[] as the source syncer last wrote it (the RAGEngine's own status, not a child's)
+    sources: list[dict[str, Any]] | None = None
 
 
 @dataclass(frozen=True)
@@ -108,7 +111,7 @@ def _cond(ctype: str, ok: bool, reason: str, message: str) -> dict[str, Any]:
 
 
 def conditions_for(spec: RAGEngineSpec | None, observed: Observed, error: tuple[str, str] | None) -> list[dict]:
-    """The five conditions, without timestamps. error = (reason, message) of a failed reconcile."""
+    """The five conditions (six with sources), without timestamps. error = (reason, message) of a failed reconcile."""
     if spec is None:  # invalid spec: nothing else can be said
         reason, message = error or ("InvalidSpec", "spec is invalid")
         return [
@@ -167,7 +170,9 @@ def conditions_for(spec: RAGEngineSpec | None, observed: Observed, error: tuple[
         ready = _cond(c.READY, False, not_ready[0]["reason"], "; ".join(x["message"] for x in not_ready))
     else:
         ready = _cond(c.READY, True, "Available", "inference and engine are available")
-    return [ready, inference, engine, progressing, degraded]
+    # SourcesSynced never feeds Ready: an engine whose source fails still serves what it has.
+    sources = sources_condition(spec.sources, observed.sources)
+    return [ready, inference, engine, progressing, degraded] + ([sources] if sources else [])
 
 
 def stamp(new: list[dict], old: list[dict], now: str, generation: int | None) -> list[dict]:

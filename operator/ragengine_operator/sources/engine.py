@@ -61,6 +61,9 @@ class EngineClient:
             if offset >= page["total_items"] or not page["documents"]:
                 return out
 
+    def has_index(self, index: str) -> bool:
+        return self._call("GET", f"/indexes/{index}/documents", params={"limit": 1, "max_text_length": 1}).status_code != 404
+
     def apply(self, index: str, plan: SyncPlan, chunking: dict | None = None) -> Applied:
         done = Applied()
         for i in range(0, len(plan.add), BATCH):

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
 
-from ragengine_operator.spec import Url, _Model
+from ragengine_operator.spec_types import SpecModel, Url
 
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 DURATION = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"  # Go durations, as Flux's interval: 30s, 5m, 1h30m
@@ -36,13 +36,13 @@ def _no_userinfo(url: str) -> str:
     return url
 
 
-class LocalSecretRef(_Model):
+class LocalSecretRef(SpecModel):
     """A Secret in the RAGEngine's namespace."""
 
     name: Annotated[str, Field(min_length=1, max_length=253)]
 
 
-class ConfigMapSource(_Model):
+class ConfigMapSource(SpecModel):
     """Each key of a ConfigMap (or the listed ones) is one document."""
 
     name: Annotated[str, Field(min_length=1, max_length=253)]
@@ -50,7 +50,7 @@ class ConfigMapSource(_Model):
         None, max_length=1000, description="Only these keys; default: every key.")
 
 
-class GitSource(_Model):
+class GitSource(SpecModel):
     """Files of a git repository at a branch, tag or commit. HTTPS credentials: a Secret with
     ``username`` and ``password`` (or ``token``); SSH: a Secret with ``identity`` and ``known_hosts``."""
 
@@ -64,7 +64,7 @@ class GitSource(_Model):
     _url = field_validator("url")(classmethod(lambda cls, v: _no_userinfo(v)))
 
 
-class HttpSource(_Model):
+class HttpSource(SpecModel):
     """Each URL is one document, fetched again on the interval with ETag / Last-Modified."""
 
     urls: list[Url] = Field(min_length=1, max_length=100)
@@ -80,12 +80,12 @@ class HttpSource(_Model):
         return urls
 
 
-class SourceChunking(_Model):
+class SourceChunking(SpecModel):
     chunk_size: int | None = Field(None, ge=16, le=8192, description="Tokens per chunk; default: the index's.")
     chunk_overlap: int | None = Field(None, ge=0, le=4096)
 
 
-class Source(_Model):
+class Source(SpecModel):
     """One source of documents for one index. Exactly one of configMap, git, http."""
 
     name: Annotated[str, Field(pattern=DNS_LABEL, max_length=63)]
@@ -125,3 +125,20 @@ def unique_names(sources: list[Source]) -> list[Source]:
             raise ValueError(f"two sources are named '{s.name}'; source names must be unique")
         seen.add(s.name)
     return sources
+
+
+class SourceStatus(SpecModel):
+    """The last sync of one source, as ``status.sources[]`` reports it (written by the operator only)."""
+
+    name: str
+    type: str = Field(description="configMap, git or http.")
+    index: str
+    synced: bool = Field(description="The last sync of the current spec of this source succeeded.")
+    revision: str | None = Field(None, description="Git commit id, HTTP ETag digest or ConfigMap resourceVersion synced.")
+    documents: int | None = Field(None, description="Documents of this source in its index.")
+    chunks: int | None = Field(None, description="Chunks in the index after the sync.")
+    skipped: int | None = Field(None, description="Files skipped (binary, unknown type, not UTF-8, too large).")
+    last_sync_time: str | None = Field(None, description="When the last successful sync finished.")
+    last_attempt_time: str | None = Field(None, description="When the last sync, successful or not, finished.")
+    message: str = Field("", description="What the last sync did, or why it failed.")
+    spec_digest: str | None = Field(None, description="Digest of the source's spec the last sync used.")

@@ -1,0 +1,247 @@
+"""The operator's source syncer: one loop for every source of every RAGEngine, next to resync.py.
+
+Why a loop and not a kopf daemon per RAGEngine: a daemon makes kopf put a finalizer on the object,
+and deletion would then wait for the operator (see resync.py). The loop reads kopf's in-memory index
+of RAGEngines that have sources (spec, status.sources, EngineReady), so deciding what is due costs no
+API call; each due source syncs in a worker thread, never inside a reconcile, so a slow git server
+holds up neither the RAGEngine's children nor its other sources. One sync per source at a time, and
+one operator: each revision is synced once whatever the number of engine replicas.
+
+What survives a restart: ``status.sources[]`` (revision, digest of the spec synced, counts). A
+restarted operator re-reads it, so a source already at its revision is checked, not re-synced; a
+sync cut off half-way is re-planned from the engine's content hashes and finishes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import kopf
+from kubernetes.client.rest import ApiException
+
+from .. import constants as c
+from ..controller import Controller, api_message
+from ..kube import apply as kube
+from ..manifests.engine import endpoint
+from ..manifests.labels import Owner
+from .engine import EngineClient, EngineUnavailable
+from .fetch import Fetched, FetchError, from_configmap
+from .plan import SyncPlan
+from .spec import Source
+from .status import SourceState, after_sync, due, sync_event, visible, waiting
+from .sync import SyncResult, fetch, sync_source
+
+log = logging.getLogger(__name__)
+TICK_SECONDS = 1.0
+Key = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class Target:
+    """What the kopf index keeps of one RAGEngine with sources (see handlers.sourced)."""
+
+    namespace: str
+    name: str
+    uid: str
+    sources: tuple[Source, ...]
+    entries: tuple[dict[str, Any], ...]  # status.sources[] as last written
+    engine_ready: bool
+    api_key_ref: tuple[str, str] | None  # (Secret, key) of the engine's API key when auth is on
+
+    @classmethod
+    def from_body(cls, namespace: str, name: str, uid: str, spec: Mapping, status: Mapping) -> Target | None:
+        """None when there is nothing to sync or prune (no sources, none reported)."""
+        if not spec.get("sources") and not status.get("sources"):
+            return None
+        try:
+            sources = tuple(Source.model_validate(s) for s in spec.get("sources") or [])
+        except ValueError as exc:  # the reconcile reports InvalidSpec for the whole object
+            log.info("sources of %s/%s not synced: %s", namespace, name, exc)
+            return None
+        ready = any(x.get("type") == c.ENGINE_READY and x.get("status") == "True" for x in status.get("conditions") or [])
+        ref = ((spec.get("auth") or {}).get("apiKeySecretRef")) or None
+        return cls(namespace, name, uid, sources, tuple(status.get("sources") or ()), ready,
+                   (ref["name"], ref.get("key", "api-key")) if ref else None)
+
+
+@dataclass
+class SourceSyncer:
+    controller: Controller
+    states: dict[Key, dict[str, SourceState]] = field(default_factory=dict)
+    running: set[tuple[str, str, str]] = field(default_factory=set)
+    locks: dict[Key, asyncio.Lock] = field(default_factory=dict)
+
+    @property
+    def settings(self) -> Any:
+        return self.controller.settings
+
+    # --- the loop -------------------------------------------------------------------------------
+    async def loop(self, index: Mapping[Key, Any]) -> None:
+        slots = asyncio.Semaphore(self.settings.source_workers)
+        tasks: set[asyncio.Task] = set()
+        while True:
+            await asyncio.sleep(TICK_SECONDS)
+            targets = {key: next(iter(found)) for key, found in list(index.items()) if found}
+            for gone in set(self.states) - set(targets):
+                self.states.pop(gone, None)
+            for target in targets.values():
+                for task in self.start(target, slots):
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
+
+    def start(self, target: Target, slots: asyncio.Semaphore) -> list[asyncio.Task]:
+        key = (target.namespace, target.name)
+        states = self.states.setdefault(key, {e["name"]: SourceState.from_status(e) for e in target.entries})
+        now = time.time()
+        started = []
+        wanted = {s.name for s in target.sources}
+        for source in target.sources:
+            if (*key, source.name) in self.running or not due(source, states.get(source.name), now):
+                continue
+            self.running.add((*key, source.name))
+            started.append(asyncio.create_task(self._one(target, source, slots)))
+        for name in set(states) - wanted:  # removed from the spec: its documents go too
+            if (*key, name) not in self.running:
+                self.running.add((*key, name))
+                started.append(asyncio.create_task(self._prune(target, name, slots)))
+        return started
+
+    async def _one(self, target: Target, source: Source, slots: asyncio.Semaphore) -> None:
+        key = (target.namespace, target.name)
+        try:
+            async with slots:
+                before = self.states[key].get(source.name)
+                if not target.engine_ready:
+                    after, result = waiting(source, before, time.time()), None
+                else:
+                    result = await asyncio.to_thread(self.sync_blocking, target, source, before)
+                    after = after_sync(source, before, result, time.time())
+                self.states[key][source.name] = after
+                if before is None or visible(before) != visible(after):
+                    await self._write(target)
+                event = sync_event(source, before, after, result.written if result else 0)
+                if event:
+                    self._post(target, *event)
+        except Exception:  # never let one source's surprise stop the loop
+            log.exception("sync of source %s of %s/%s failed", source.name, *key)
+        finally:
+            self.running.discard((*key, source.name))
+
+    async def _prune(self, target: Target, name: str, slots: asyncio.Semaphore) -> None:
+        key = (target.namespace, target.name)
+        index = next((e.get("index") for e in target.entries if e.get("name") == name), None) or name
+        try:
+            async with slots:
+                removed = await asyncio.to_thread(self.prune_blocking, target, name, index)
+                self.states[key].pop(name, None)
+                await self._write(target)
+                self._post(target, "Normal", "SourceRemoved",
+                           f"source {name} left the spec: its {removed} document(s) were deleted from index {index}")
+        except (EngineUnavailable, ApiException) as exc:
+            log.warning("documents of removed source %s of %s/%s not deleted yet: %s", name, *key, exc)
+        finally:
+            self.running.discard((*key, name))
+
+    # --- blocking work (worker threads) ------------------------------------------------------------
+    def sync_blocking(self, target: Target, source: Source, state: SourceState | None) -> SyncResult:
+        try:
+            engine = self._engine(target)
+        except FetchError as exc:
+            return SyncResult(source.name, source.kind, ok=False, message=str(exc))
+        try:
+            known = state.revision if state and state.synced else None
+            if known is not None and not engine.has_index(source.index_name):
+                known = None  # the index was lost (a new volume): sync everything again
+            validators = state.validators if state and known else None
+
+            def read() -> Fetched:
+                holder = source.git or source.http
+                ref = holder.secret_ref if holder is not None else None
+                secret = self._secret(target.namespace, ref.name) if ref else None
+                cache = Path(self.settings.sources_cache_dir) / target.namespace / target.name
+                return fetch(source, cache=cache, secret=secret, previous_revision=known,
+                             previous_validators=validators, read_configmap=lambda: self._configmap(target, source, known))
+
+            return sync_source(source, engine, read, known)
+        except EngineUnavailable as exc:
+            return SyncResult(source.name, source.kind, ok=False, message=f"not synced: {exc}")
+        finally:
+            engine.close()
+
+    def prune_blocking(self, target: Target, name: str, index: str) -> int:
+        engine = self._engine(target)
+        try:
+            ids = sorted(engine.indexed(index, name))
+            engine.apply(index, SyncPlan(delete=ids))
+            return len(ids)
+        finally:
+            engine.close()
+
+    def _engine(self, target: Target) -> EngineClient:
+        template = self.settings.engine_url
+        url = template.format(name=target.name, namespace=target.namespace) if template else endpoint(
+            Owner(target.namespace, target.name, target.uid))
+        api_key = None
+        if target.api_key_ref:
+            secret_name, secret_key = target.api_key_ref
+            api_key = (self._secret(target.namespace, secret_name) or {}).get(secret_key)
+            if not api_key:
+                raise FetchError(f"the engine's API key (Secret {secret_name}, key {secret_key}) is empty")
+        return EngineClient(url, api_key)
+
+    def _secret(self, namespace: str, name: str) -> dict[str, str]:
+        try:
+            obj = kube.get(self.controller.dyn, "v1", "Secret", namespace, name)
+        except ApiException as exc:
+            raise FetchError(f"Secret {name} cannot be read: {api_message(exc)}") from exc
+        if obj is None:
+            raise FetchError(f"Secret {name} not found in namespace {namespace}")
+        return {k: base64.b64decode(v).decode("utf-8", "replace") for k, v in (obj.get("data") or {}).items()}
+
+    def _configmap(self, target: Target, source: Source, known: str | None) -> Fetched:
+        assert source.config_map is not None
+        name = source.config_map.name
+        try:
+            obj = kube.get(self.controller.dyn, "v1", "ConfigMap", target.namespace, name)
+        except ApiException as exc:
+            raise FetchError(f"ConfigMap {name} cannot be read: {api_message(exc)}") from exc
+        if obj is None:
+            raise FetchError(f"ConfigMap {name} not found in namespace {target.namespace}")
+        version = obj["metadata"]["resourceVersion"]
+        if version == known:
+            return Fetched(version, unchanged=True)
+        return from_configmap(obj.get("data"), obj.get("binaryData"), source.config_map.keys, version)
+
+    # --- status and events -------------------------------------------------------------------------
+    async def _write(self, target: Target) -> None:
+        key = (target.namespace, target.name)
+        lock = self.locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            states = self.states.get(key, {})
+            entries = [states[s.name].to_status(s) for s in target.sources if s.name in states]
+            await asyncio.to_thread(self._patch, target, entries)
+
+    def _patch(self, target: Target, entries: list[dict[str, Any]]) -> None:
+        try:
+            kube.patch_status(self.controller.dyn, target.namespace, target.name, {"sources": entries})
+            self.controller.sync_status(target.namespace, target.name)  # SourcesSynced follows
+        except ApiException as exc:
+            if exc.status != 404:  # 404: deleted meanwhile
+                log.warning("status.sources of %s/%s not written: %s", target.namespace, target.name, api_message(exc))
+
+    def _post(self, target: Target, kind: str, reason: str, message: str) -> None:
+        if not self.settings.post_events or self.controller.kopf_context is None:
+            return
+        body: Any = {"apiVersion": c.API_VERSION, "kind": c.KIND,
+                     "metadata": {"namespace": target.namespace, "name": target.name, "uid": target.uid}}
+        try:
+            self.controller.kopf_context.copy().run(kopf.event, body, type=kind, reason=reason, message=message[:1024])
+        except LookupError:
+            log.debug("no kopf poster: event %s not posted", reason)
