@@ -43,7 +43,8 @@ def endpoint(owner: Owner) -> str:
 
 def engine_data_pvc(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
     s = spec.storage
-    return pvc(owner, data_pvc_name(owner), c.COMPONENT_ENGINE, s.size, s.storage_class_name, "ReadWriteOnce")
+    return pvc(owner, data_pvc_name(owner), c.COMPONENT_ENGINE, s.size, s.storage_class_name, "ReadWriteOnce",
+               retain=s.reclaim_policy == "Retain")
 
 
 def engine_deployment(owner: Owner, spec: RAGEngineSpec, secrets: dict[str, str] | None = None) -> dict[str, Any]:

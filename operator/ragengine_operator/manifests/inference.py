@@ -78,7 +78,8 @@ def vllm_args(spec: RAGEngineSpec) -> list[str]:
 
 def model_cache_pvc(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
     mc = spec.inference.model_cache  # type: ignore[union-attr]
-    return pvc(owner, model_cache_pvc_name(owner), c.COMPONENT_INFERENCE, mc.size, mc.storage_class_name, mc.access_mode)
+    return pvc(owner, model_cache_pvc_name(owner), c.COMPONENT_INFERENCE, mc.size, mc.storage_class_name, mc.access_mode,
+               retain=spec.storage.reclaim_policy == "Retain")
 
 
 def inference_deployment(owner: Owner, spec: RAGEngineSpec, secrets: dict[str, str] | None = None) -> dict[str, Any]:

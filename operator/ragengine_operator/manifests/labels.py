@@ -85,11 +85,17 @@ def merge_resources(base: dict[str, dict[str, Any]], extra: Any) -> dict[str, di
     return {k: v for k, v in out.items() if v}
 
 
-def pvc(owner: Owner, name: str, component: str, size: str, storage_class: str | None, access_mode: str) -> dict:
+def pvc(owner: Owner, name: str, component: str, size: str, storage_class: str | None, access_mode: str,
+        retain: bool = False) -> dict:
+    """``retain``: no owner reference, so the garbage collector leaves the claim (and its data) when the
+    RAGEngine goes; a RAGEngine of the same name adopts it again (reconcile/plan.py:retained_claim)."""
     spec: dict[str, Any] = {"accessModes": [access_mode], "resources": {"requests": {"storage": size}}}
     if storage_class:
         spec["storageClassName"] = storage_class
-    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": metadata(owner, name, component), "spec": spec}
+    meta = metadata(owner, name, component)
+    if retain:
+        del meta["ownerReferences"]
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": meta, "spec": spec}
 
 
 def http_probe(path: str, port: str, period: int, failures: int, timeout: int = 5) -> dict[str, Any]:

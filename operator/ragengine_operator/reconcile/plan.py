@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import constants as c
 from ..manifests.engine import (
     data_pvc_name,
     engine_data_pvc,
@@ -87,6 +88,14 @@ def controller_uid(obj: dict[str, Any]) -> str | None:
     return None
 
 
+def retained_claim(existing: dict[str, Any], owner: Owner) -> bool:
+    """A PVC this operator made for a RAGEngine of this name with reclaimPolicy Retain (no owner):
+    a RAGEngine created again under the name adopts it, data and all."""
+    labels = (existing.get("metadata") or {}).get("labels") or {}
+    return (existing.get("kind") == "PersistentVolumeClaim" and labels.get(c.SELECTOR_NAME) == owner.name
+            and labels.get(c.LABEL_MANAGED_BY) == c.FIELD_MANAGER)
+
+
 def name_conflict(existing: dict[str, Any] | None, owner: Owner) -> str | None:
     """Why `existing` must be neither adopted nor deleted by this RAGEngine; None when it is ours (or absent).
 
@@ -96,7 +105,7 @@ def name_conflict(existing: dict[str, Any] | None, owner: Owner) -> str | None:
     if existing is None:
         return None
     uid = controller_uid(existing)
-    if uid == owner.uid:
+    if uid == owner.uid or (uid is None and retained_claim(existing, owner)):
         return None
     kind, name = existing.get("kind", "object"), existing["metadata"]["name"]
     if uid is None:

@@ -67,7 +67,7 @@ class GitSource(SpecModel):
 class HttpSource(SpecModel):
     """Each URL is one document, fetched again on the interval with ETag / Last-Modified."""
 
-    urls: list[Url] = Field(min_length=1, max_length=100)
+    urls: list[Url] = Field(min_length=1, max_length=20, description="At most 20: for more documents use git.")
     secret_ref: LocalSecretRef | None = Field(None, description="A Secret whose 'token' is sent as a bearer token.")
 
     @field_validator("urls")

@@ -96,9 +96,27 @@ def operator_identity(kube, bin_dir) -> Path:
 
 
 @pytest.fixture(scope="session")
-def operator(kube, operator_identity):
+def source_engine(embedder, tmp_path_factory) -> str:
+    """A real engine (FAISS, the packaged embedding model) that the operator's source syncs write to:
+    kwok's pods run no containers, so the operator is pointed at this one through its engine_url
+    setting (the same setting an operator running outside the cluster uses)."""
+    from ragengine.app import create_app
+    from ragengine.settings import EngineSettings
+    from tests.support.server import serve_app
+
+    app = create_app(EngineSettings(data_dir=tmp_path_factory.mktemp("source-engine")))
+    app.state.embedder = embedder
+    with serve_app(app) as base:
+        yield base
+
+
+@pytest.fixture(scope="session")
+def operator(kube, operator_identity, source_engine, tmp_path_factory):
     """The operator in this process (kopf's KopfRunner), serving namespaces t-*."""
     from kopf.testing import KopfRunner
+
+    os.environ["RAGENGINE_OPERATOR_ENGINE_URL"] = source_engine
+    os.environ["RAGENGINE_OPERATOR_SOURCES_CACHE_DIR"] = str(tmp_path_factory.mktemp("source-cache"))
 
     args = ["run", "--standalone", f"--namespace={OPERATOR_NAMESPACES}", "-m", "ragengine_operator.handlers"]
     with KopfRunner(args, timeout=60) as runner:
