@@ -17,12 +17,13 @@ EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 
 def test_there_are_examples():
     assert {p.name for p in EXAMPLES} >= {"gpu-vllm.yaml", "external-llm.yaml", "cpu-retrieval-only.yaml",
-                                          "postgres-replicas.yaml"}
+                                          "postgres-replicas.yaml", "configmap-source.yaml", "git-source.yaml"}
 
 
 # The external-LLM example names placeholder URLs that do not resolve here: it must say so, not
 # report Ready (it did before the operator probed url-mode endpoints).
 UNREACHABLE = {"external-llm"}
+OFFLINE_SOURCES = {"git-source"}  # its repository is on the internet
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
@@ -41,3 +42,13 @@ def test_example_becomes_ready(kube, namespace, path):
             continue
         rag = kube.wait_ready(namespace, name, timeout=60)
         assert rag["status"]["endpoint"].startswith(f"http://{name}.{namespace}.svc")
+        if doc["spec"].get("sources"):
+            synced = wait_for(lambda n=name: (x := kube.condition(namespace, n, "SourcesSynced")) and x["reason"] != "Progressing"
+                              and x, 60, "SourcesSynced decided")
+            # a ConfigMap applied with the example syncs; a public git repository is unreachable on a machine
+            # without internet, which the status must say (while the engine stays Ready)
+            if path.stem in OFFLINE_SOURCES and synced["status"] == "False":
+                assert synced["reason"] == "SyncFailed" and "unreachable" in synced["message"], synced
+            else:
+                assert synced["status"] == "True", synced
+            assert kube.condition(namespace, name, c.READY)["status"] == "True"

@@ -126,7 +126,7 @@ def test_unschedulable_vllm_reports_degraded(kube, namespace):
 
 def test_delete_garbage_collects_children(kube, namespace):
     ns, n = namespace, "gone"
-    kube.create_rag(ns, n, MODEL_SPEC)
+    kube.create_rag(ns, n, {**MODEL_SPEC, "storage": {"size": "1Gi", "reclaimPolicy": "Delete"}})
     wait_for(lambda: all(kube.exists(k, ns, name.format(n=n)) for k, name in CHILDREN), 20, "all children")
     kube.delete_rag(ns, n)
     wait_for(lambda: not any(kube.exists(k, ns, name.format(n=n)) for k, name in CHILDREN), 60,
@@ -141,3 +141,32 @@ def test_deleted_child_is_recreated(kube, namespace):
     kube.apps.delete_namespaced_deployment(f"{n}-engine", ns)
     wait_for(lambda: (d := kube.deployment(ns, f"{n}-engine")) and d["metadata"]["uid"] != uid, 20, "engine recreated")
     kube.wait_ready(ns, n)
+
+
+def test_retained_volumes_outlive_the_ragengine_and_are_adopted_again(kube, namespace):
+    """reclaimPolicy Retain (the default): the data and model-cache PVCs have no owner, so deleting the
+    RAGEngine leaves them; a RAGEngine created again under the name adopts them (same claims, same data)."""
+    ns, n = namespace, "keep"
+    kube.create_rag(ns, n, MODEL_SPEC)
+    kube.wait_ready(ns, n)
+    claims = {name: kube.core.read_namespaced_persistent_volume_claim(name.format(n=n), ns)
+              for name in ("{n}-data", "{n}-model-cache")}
+    assert all(not claim.metadata.owner_references for claim in claims.values())
+    kube.delete_rag(ns, n)
+    wait_for(lambda: not kube.exists("Deployment", ns, f"{n}-engine"), 60, "the engine garbage-collected")
+    for name, claim in claims.items():
+        assert kube.core.read_namespaced_persistent_volume_claim(name.format(n=n), ns).metadata.uid == claim.metadata.uid
+    kube.create_rag(ns, n, MODEL_SPEC)
+    rag = kube.wait_ready(ns, n)
+    assert kube.condition(ns, n, c.DEGRADED)["status"] == "False", rag["status"]
+    for name, claim in claims.items():
+        again = kube.core.read_namespaced_persistent_volume_claim(name.format(n=n), ns)
+        assert again.metadata.uid == claim.metadata.uid and not again.metadata.owner_references
+
+    # switched to Delete: the operator puts its owner reference on the adopted claims
+    kube.patch_rag(ns, n, {"spec": {"storage": {"reclaimPolicy": "Delete"}}})
+    owner = kube.get_rag(ns, n)["metadata"]["uid"]
+    wait_for(lambda: all((kube.core.read_namespaced_persistent_volume_claim(name.format(n=n), ns).metadata
+                          .owner_references or [None])[0] is not None for name in claims), 30, "owner references")
+    refs = kube.core.read_namespaced_persistent_volume_claim(f"{n}-data", ns).metadata.owner_references
+    assert refs[0].uid == owner and refs[0].controller
