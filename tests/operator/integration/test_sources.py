@@ -154,3 +154,42 @@ def test_two_sources_with_one_name_are_refused(kube, namespace):
     with pytest.raises(ApiException) as refused:
         kube.create_rag(namespace, "bad", {"sources": twice})
     assert refused.value.status == 422 and "Duplicate value" in refused.value.body, refused.value.body
+
+
+def test_sync_sends_the_engine_api_key_and_a_restart_resyncs_nothing(kube, namespace, embedder, tmp_path):
+    """The syncer reads the engine's API key from the RAGEngine's auth Secret (an engine with auth refuses
+    a sync without it), and a syncer that starts from the written status finds the source up to date."""
+    from ragengine.app import create_app
+    from ragengine.settings import EngineSettings
+    from ragengine_operator.controller import Controller
+    from ragengine_operator.settings import OperatorSettings
+    from ragengine_operator.sources.runner import SourceSyncer, Target
+    from ragengine_operator.sources.spec import Source
+    from ragengine_operator.sources.status import SourceState, after_sync
+    from tests.support.server import serve_app
+
+    ns = namespace
+    kube.core.create_namespaced_config_map(ns, {"metadata": {"name": "notes"}, "data": {"a.md": "# A\n\nAlpha.\n"}})
+    kube.core.create_namespaced_secret(ns, {"metadata": {"name": "auth"}, "stringData": {"api-key": "right-key"}})
+    kube.core.create_namespaced_secret(ns, {"metadata": {"name": "stale"}, "stringData": {"api-key": "wrong-key"}})
+    source = Source.model_validate({"name": "notes", "configMap": {"name": "notes"}})
+    app = create_app(EngineSettings(data_dir=tmp_path / "data", api_key="right-key"))
+    app.state.embedder = embedder
+    with serve_app(app) as base:
+        syncer = SourceSyncer(Controller(kube.api, OperatorSettings(engine_url=base)))
+
+        def target(secret: str) -> Target:
+            return Target(ns, "authed", "uid", (source,), (), True, (secret, "api-key"))
+
+        refused = syncer.sync_blocking(target("stale"), source, None)
+        assert not refused.ok and "401" in refused.message, refused
+        done = syncer.sync_blocking(target("auth"), source, None)
+        assert done.ok and done.written == 1, done
+        entry = after_sync(source, None, done, 0.0).to_status(source)
+        again = SourceSyncer(Controller(kube.api, OperatorSettings(engine_url=base)))  # a restarted operator
+        checked = again.sync_blocking(target("auth"), source, SourceState.from_status(entry))
+        assert checked.ok and checked.message == "up to date" and checked.written == 0, checked
+        # the index is lost (a new volume): the same revision is synced again, not trusted
+        httpx.delete(f"{base}/indexes/notes", headers={"Authorization": "Bearer right-key"}).raise_for_status()
+        restored = again.sync_blocking(target("auth"), source, SourceState.from_status(entry))
+        assert restored.ok and restored.written == 1, restored
