@@ -132,3 +132,19 @@ def test_bad_sources_report_a_reason_and_lose_nothing(engine, git, tmp_path):
         result = run(bad, engine, tmp_path / bad.git.ref, secret)
         assert not result.ok and reason in result.message, result.message
         assert set(held(engine)) == {"s:a.md"}  # nothing already indexed is lost
+
+
+def test_a_write_failing_part_way_says_how_much_of_the_revision_was_written(engine):
+    from ragengine_operator.sources.engine import EngineUnavailable
+    from ragengine_operator.sources.plan import Document, SyncPlan
+
+    good = [Document(f"s:{i}.md", f"Document number {i}.", {"source": "s"}) for i in range(32)]
+    refused = [Document("s:bad.md", "", {"source": "s"})]  # an empty text: the engine answers 400
+    client = EngineClient(engine)
+    try:
+        with pytest.raises(EngineUnavailable) as failed:
+            client.apply("partial", SyncPlan(add=good + refused))
+    finally:
+        client.close()
+    assert "partly synced: 32 of 33 added" in str(failed.value) and "answered 400" in str(failed.value)
+    assert len(held(engine, "partial")) == 32

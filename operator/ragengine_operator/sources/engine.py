@@ -65,7 +65,21 @@ class EngineClient:
         return self._call("GET", f"/indexes/{index}/documents", params={"limit": 1, "max_text_length": 1}).status_code != 404
 
     def apply(self, index: str, plan: SyncPlan, chunking: dict | None = None) -> Applied:
+        """Write the plan in batches. A failure part-way says how much of the revision was written (the
+        index then mixes two revisions until the next sync, which writes only the rest)."""
         done = Applied()
+        try:
+            self._write(index, plan, chunking, done)
+        except EngineUnavailable as exc:
+            if done.added or done.updated or done.deleted:
+                raise EngineUnavailable(
+                    f"{exc}; partly synced: {done.added} of {len(plan.add)} added, {done.updated} of "
+                    f"{len(plan.update)} updated, {done.deleted} of {len(plan.delete)} deleted before the failure, "
+                    "the next sync writes the rest") from exc
+            raise
+        return done
+
+    def _write(self, index: str, plan: SyncPlan, chunking: dict | None, done: Applied) -> None:
         for i in range(0, len(plan.add), BATCH):
             body: dict = {"index_name": index, "documents": [d.body() for d in plan.add[i:i + BATCH]]}
             if chunking:
@@ -80,7 +94,6 @@ class EngineClient:
             ids = plan.delete[i:i + 500]
             self._call("POST", f"/indexes/{index}/documents/delete", json={"doc_ids": ids})
             done.deleted += len(ids)
-        return done
 
     def chunks(self, index: str) -> int | None:
         resp = self._call("GET", "/health")
