@@ -117,13 +117,13 @@ class SourceSyncer:
         key = (target.namespace, target.name)
         try:
             async with slots:
-                before = self.states[key].get(source.name)
+                before = self.states.setdefault(key, {}).get(source.name)
                 if not target.engine_ready:
                     after, result = waiting(source, before, time.time()), None
                 else:
                     result = await asyncio.to_thread(self.sync_blocking, target, source, before)
                     after = after_sync(source, before, result, time.time())
-                self.states[key][source.name] = after
+                self.states.setdefault(key, {})[source.name] = after  # (the RAGEngine may be gone meanwhile)
                 if before is None or visible(before) != visible(after):
                     await self._write(target)
                 event = sync_event(source, before, after, result.written if result else 0)
@@ -140,7 +140,7 @@ class SourceSyncer:
         try:
             async with slots:
                 removed = await asyncio.to_thread(self.prune_blocking, target, name, index)
-                self.states[key].pop(name, None)
+                self.states.setdefault(key, {}).pop(name, None)
                 await self._write(target)
                 self._post(target, "Normal", "SourceRemoved",
                            f"source {name} left the spec: its {removed} document(s) were deleted from index {index}")
