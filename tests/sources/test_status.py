@@ -15,6 +15,7 @@ from ragengine_operator.sources.status import (
     sources_condition,
     spec_digest,
     sync_event,
+    syncing,
     visible,
     waiting,
 )
@@ -81,6 +82,10 @@ def test_sources_synced_condition():
     assert "faq: ConfigMap faq not found" in cond["message"]
     cond = sources_condition([GIT, CM], [good])
     assert cond is not None and cond["reason"] == "Progressing" and "faq: not synced yet" in cond["message"]
+    under_way = syncing(CM, None, "syncing 1234: 64 of 1000 documents written", T0).to_status(CM)
+    cond = sources_condition([GIT, CM], [good, under_way])
+    assert cond is not None and cond["reason"] == "Progressing" and "64 of 1000" in cond["message"]
+    assert sync_event(CM, None, SourceState.from_status(under_way), 64) is None
     edited = Source.model_validate({**GIT.model_dump(by_alias=True), "interval": "2h"})
     cond = sources_condition([edited], [good])
     assert cond is not None and cond["status"] == "False" and "spec changed" in cond["message"]

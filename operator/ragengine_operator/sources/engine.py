@@ -8,6 +8,7 @@ behaves the same on FAISS and on an external store and needs no access to the en
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import httpx
@@ -64,12 +65,13 @@ class EngineClient:
     def has_index(self, index: str) -> bool:
         return self._call("GET", f"/indexes/{index}/documents", params={"limit": 1, "max_text_length": 1}).status_code != 404
 
-    def apply(self, index: str, plan: SyncPlan, chunking: dict | None = None) -> Applied:
+    def apply(self, index: str, plan: SyncPlan, chunking: dict | None = None,
+              progress: Callable[[Applied], None] | None = None) -> Applied:
         """Write the plan in batches. A failure part-way says how much of the revision was written (the
         index then mixes two revisions until the next sync, which writes only the rest)."""
         done = Applied()
         try:
-            self._write(index, plan, chunking, done)
+            self._write(index, plan, chunking, done, progress or (lambda _: None))
         except EngineUnavailable as exc:
             if done.added or done.updated or done.deleted:
                 raise EngineUnavailable(
@@ -79,21 +81,25 @@ class EngineClient:
             raise
         return done
 
-    def _write(self, index: str, plan: SyncPlan, chunking: dict | None, done: Applied) -> None:
+    def _write(self, index: str, plan: SyncPlan, chunking: dict | None, done: Applied,
+               progress: Callable[[Applied], None]) -> None:
         for i in range(0, len(plan.add), BATCH):
             body: dict = {"index_name": index, "documents": [d.body() for d in plan.add[i:i + BATCH]]}
             if chunking:
                 body["chunking"] = chunking
             self._call("POST", "/index", json=body)
             done.added += len(body["documents"])
+            progress(done)
         for i in range(0, len(plan.update), BATCH):
             docs = [d.body() for d in plan.update[i:i + BATCH]]
             self._call("POST", f"/indexes/{index}/documents", json={"documents": docs})
             done.updated += len(docs)
+            progress(done)
         for i in range(0, len(plan.delete), 500):
             ids = plan.delete[i:i + 500]
             self._call("POST", f"/indexes/{index}/documents/delete", json={"doc_ids": ids})
             done.deleted += len(ids)
+            progress(done)
 
     def chunks(self, index: str) -> int | None:
         resp = self._call("GET", "/health")

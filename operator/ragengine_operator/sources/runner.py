@@ -17,8 +17,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+import threading
 import time
-from collections.abc import Mapping
+from collections import defaultdict
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,11 +37,12 @@ from .engine import EngineClient, EngineUnavailable
 from .fetch import Fetched, FetchError, from_configmap
 from .plan import SyncPlan
 from .spec import Source
-from .status import SourceState, after_sync, due, sync_event, visible, waiting
+from .status import SourceState, after_sync, due, sync_event, syncing, visible, waiting
 from .sync import SyncResult, fetch, sync_source
 
 log = logging.getLogger(__name__)
 TICK_SECONDS = 1.0
+PROGRESS_EVERY_S = 10.0  # a long sync shows its progress in status.sources at most this often
 Key = tuple[str, str]
 
 
@@ -76,7 +79,7 @@ class SourceSyncer:
     controller: Controller
     states: dict[Key, dict[str, SourceState]] = field(default_factory=dict)
     running: set[tuple[str, str, str]] = field(default_factory=set)
-    locks: dict[Key, asyncio.Lock] = field(default_factory=dict)
+    locks: defaultdict[Key, threading.Lock] = field(default_factory=lambda: defaultdict(threading.Lock))
 
     @property
     def settings(self) -> Any:
@@ -118,14 +121,15 @@ class SourceSyncer:
         try:
             async with slots:
                 before = self.states.setdefault(key, {}).get(source.name)
+                reporter = ProgressReporter(self, target, source, before)
                 if not target.engine_ready:
                     after, result = waiting(source, before, time.time()), None
                 else:
-                    result = await asyncio.to_thread(self.sync_blocking, target, source, before)
+                    result = await asyncio.to_thread(self.sync_blocking, target, source, before, reporter)
                     after = after_sync(source, before, result, time.time())
                 self.states.setdefault(key, {})[source.name] = after  # (the RAGEngine may be gone meanwhile)
-                if before is None or visible(before) != visible(after):
-                    await self._write(target)
+                if before is None or visible(before) != visible(after) or reporter.reported:
+                    await asyncio.to_thread(self.write_status, target)
                 event = sync_event(source, before, after, result.written if result else 0)
                 if event:
                     self._post(target, *event)
@@ -141,7 +145,7 @@ class SourceSyncer:
             async with slots:
                 removed = await asyncio.to_thread(self.prune_blocking, target, name, index)
                 self.states.setdefault(key, {}).pop(name, None)
-                await self._write(target)
+                await asyncio.to_thread(self.write_status, target)
                 self._post(target, "Normal", "SourceRemoved",
                            f"source {name} left the spec: its {removed} document(s) were deleted from index {index}")
         except (EngineUnavailable, ApiException) as exc:
@@ -150,7 +154,8 @@ class SourceSyncer:
             self.running.discard((*key, name))
 
     # --- blocking work (worker threads) ------------------------------------------------------------
-    def sync_blocking(self, target: Target, source: Source, state: SourceState | None) -> SyncResult:
+    def sync_blocking(self, target: Target, source: Source, state: SourceState | None,
+                      progress: Callable[[str], None] | None = None) -> SyncResult:
         try:
             engine = self._engine(target)
         except FetchError as exc:
@@ -169,7 +174,7 @@ class SourceSyncer:
                 return fetch(source, cache=cache, secret=secret, previous_revision=known,
                              previous_validators=validators, read_configmap=lambda: self._configmap(target, source, known))
 
-            return sync_source(source, engine, read, known)
+            return sync_source(source, engine, read, known, progress)
         except EngineUnavailable as exc:
             return SyncResult(source.name, source.kind, ok=False, message=f"not synced: {exc}")
         finally:
@@ -220,13 +225,13 @@ class SourceSyncer:
         return from_configmap(obj.get("data"), obj.get("binaryData"), source.config_map.keys, version)
 
     # --- status and events -------------------------------------------------------------------------
-    async def _write(self, target: Target) -> None:
+    def write_status(self, target: Target) -> None:
+        """status.sources from what the syncer knows now (from any thread; serialised per RAGEngine)."""
         key = (target.namespace, target.name)
-        lock = self.locks.setdefault(key, asyncio.Lock())
-        async with lock:
+        with self.locks[key]:
             states = self.states.get(key, {})
             entries = [states[s.name].to_status(s) for s in target.sources if s.name in states]
-            await asyncio.to_thread(self._patch, target, entries)
+            self._patch(target, entries)
 
     def _patch(self, target: Target, entries: list[dict[str, Any]]) -> None:
         try:
@@ -245,3 +250,23 @@ class SourceSyncer:
             self.controller.kopf_context.copy().run(kopf.event, body, type=kind, reason=reason, message=message[:1024])
         except LookupError:
             log.debug("no kopf poster: event %s not posted", reason)
+
+
+class ProgressReporter:
+    """Called in the sync's thread after each batch: writes "syncing <rev>: n of m documents written" to
+    the source's status entry at most every PROGRESS_EVERY_S, so a first sync of a large repository
+    shows how far it is in ``kubectl get rag -o yaml`` instead of nothing for minutes."""
+
+    def __init__(self, syncer: SourceSyncer, target: Target, source: Source, before: SourceState | None) -> None:
+        self.syncer, self.target, self.source, self.before = syncer, target, source, before
+        self.last = time.monotonic()
+        self.reported = False
+
+    def __call__(self, line: str) -> None:
+        if time.monotonic() - self.last < PROGRESS_EVERY_S:
+            return
+        self.last = time.monotonic()
+        key = (self.target.namespace, self.target.name)
+        self.syncer.states.setdefault(key, {})[self.source.name] = syncing(self.source, self.before, line, time.time())
+        self.syncer.write_status(self.target)
+        self.reported = True

@@ -32,6 +32,7 @@ DEFAULT_PERIOD_S = {"configMap": 30.0, "git": 300.0, "http": 300.0}
 RETRY_BASE_S = 5.0
 RETRY_MAX_S = 300.0
 WAITING_FOR_ENGINE = "waiting for the engine to be ready"
+SYNCING = "syncing "  # the message of a sync under way: "syncing <revision>: n of m documents written"
 
 
 def spec_digest(source: Source) -> str:
@@ -104,6 +105,12 @@ def waiting(source: Source, state: SourceState | None, now: float) -> SourceStat
     return replace(base, synced=False, digest=spec_digest(source), message=WAITING_FOR_ENGINE, last_attempt=now)
 
 
+def syncing(source: Source, state: SourceState | None, line: str, now: float) -> SourceState:
+    """A sync under way (``line`` from sources.sync): behind, not failed."""
+    base = state or SourceState(digest=None)
+    return replace(base, synced=False, digest=spec_digest(source), message=line, last_attempt=now)
+
+
 def after_sync(source: Source, state: SourceState | None, result: Any, now: float) -> SourceState:
     """``result``: a sources.sync.SyncResult."""
     base = state or SourceState(digest=None)
@@ -138,7 +145,8 @@ def sources_condition(sources: list[Source], entries: list[dict[str, Any]] | Non
         elif entry.get("specDigest") != spec_digest(source):
             behind.append(f"{source.name}: spec changed, not synced yet")
         elif not entry.get("synced"):
-            (behind if entry.get("message") == WAITING_FOR_ENGINE else failed).append(
+            pending = entry.get("message") == WAITING_FOR_ENGINE or entry.get("message", "").startswith(SYNCING)
+            (behind if pending else failed).append(
                 f"{source.name}: {entry.get('message', '')}")
     if failed:
         reason, ok = "SyncFailed", False
@@ -153,7 +161,8 @@ def sources_condition(sources: list[Source], entries: list[dict[str, Any]] | Non
 def sync_event(source: Source, before: SourceState | None, after: SourceState, written: int) -> tuple[str, str, str] | None:
     """(type, reason, message) of the Event this sync deserves, or None."""
     if not after.synced:
-        if after.message == WAITING_FOR_ENGINE or (before is not None and before.message == after.message):
+        pending = after.message == WAITING_FOR_ENGINE or after.message.startswith(SYNCING)
+        if pending or (before is not None and before.message == after.message):
             return None
         return "Warning", "SourceSyncFailed", f"source {source.name}: {after.message}"
     moved = before is None or before.revision != after.revision or not before.synced

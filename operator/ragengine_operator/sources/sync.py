@@ -51,7 +51,8 @@ def fetch(source: Source, *, cache: Path, secret: dict[str, str] | None, previou
 
 
 def sync_source(source: Source, engine: EngineClient, read: Callable[[], Fetched],
-                previous_revision: str | None = None) -> SyncResult:
+                previous_revision: str | None = None, progress: Callable[[str], None] | None = None) -> SyncResult:
+    """``progress`` receives a line after each batch written (``syncing <rev>: 64 of 1000 documents written``)."""
     result = SyncResult(source.name, source.kind, ok=False)
     try:
         fetched = read()
@@ -68,7 +69,10 @@ def sync_source(source: Source, engine: EngineClient, read: Callable[[], Fetched
     try:
         indexed = engine.indexed(source.index_name, source.name)
         plan = plan_sync(source.name, fetched.revision, fetched.files, indexed, source.metadata, fetched.kept)
-        applied = engine.apply(source.index_name, plan, chunking)
+        total = len(plan.add) + len(plan.update) + len(plan.delete)
+        applied = engine.apply(source.index_name, plan, chunking, progress and (
+            lambda done: progress(f"syncing {fetched.revision[:12]}: {done.added + done.updated + done.deleted} "
+                                  f"of {total} documents written")))
         result.chunks = engine.chunks(source.index_name)
     except EngineUnavailable as exc:
         result.message = f"not synced: {exc}"

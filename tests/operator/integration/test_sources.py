@@ -183,8 +183,10 @@ def test_sync_sends_the_engine_api_key_and_a_restart_resyncs_nothing(kube, names
 
         refused = syncer.sync_blocking(target("stale"), source, None)
         assert not refused.ok and "401" in refused.message, refused
-        done = syncer.sync_blocking(target("auth"), source, None)
+        lines: list[str] = []
+        done = syncer.sync_blocking(target("auth"), source, None, lines.append)
         assert done.ok and done.written == 1, done
+        assert lines == [f"syncing {done.revision}: 1 of 1 documents written"]  # what status shows mid-sync
         entry = after_sync(source, None, done, 0.0).to_status(source)
         again = SourceSyncer(Controller(kube.api, OperatorSettings(engine_url=base)))  # a restarted operator
         checked = again.sync_blocking(target("auth"), source, SourceState.from_status(entry))
