@@ -31,7 +31,8 @@ help:
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml uv.lock hack/install-llm.sh
+$(VENV)/.installed: pyproject.toml uv.lock hack/install-llm.sh hack/install-system.sh
+	bash hack/install-system.sh
 	@test -x $(PY) || python3 -m venv $(VENV)
 	@test -x $(UV) || { $(PY) -m pip --version >/dev/null 2>&1 || $(PY) -m ensurepip >/dev/null; \
 	  $(PY) -m pip install -q --disable-pip-version-check uv; }

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 import httpx
@@ -148,3 +149,32 @@ def test_a_write_failing_part_way_says_how_much_of_the_revision_was_written(engi
         client.close()
     assert "partly synced: 32 of 33 added" in str(failed.value) and "answered 400" in str(failed.value)
     assert len(held(engine, "partial")) == 32
+
+
+def test_ssh_source_with_the_key_and_host_key_from_the_secret(engine, tmp_path):
+    """git over SSH against a real sshd: the Secret's identity logs in, its known_hosts pins the host key
+    (strict checking: a wrong host key is refused, never accepted on first use)."""
+    from tests.support.ssh_server import ssh_server
+
+    root = tmp_path / "git"
+    root.mkdir()
+    repo = Repo(root)
+    repo.write("runbook.md", "# Runbook\n\nRestart the service, then check the logs.\n")
+    commit = repo.commit("first")
+    with ssh_server() as ssh:
+        source = Source.model_validate({"name": "ops", "index": "docs", "git": {"url": ssh.url_for(repo.bare)}})
+        good = {"identity": ssh.client_key, "known_hosts": ssh.known_hosts}
+        result = run(source, engine, tmp_path, good)
+        assert result.ok and result.revision == commit, result.message
+        assert set(held(engine)) == {"ops:runbook.md"}
+
+        other_host = ssh.known_hosts.split()[0] + " ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEcdJzJx2tkTq1r6r2f0GMc3l+4qYwLz7p5cNn1WZs4B\n"
+        refused = run(source, engine, tmp_path / "other", {"identity": ssh.client_key, "known_hosts": other_host})
+        assert not refused.ok and "host key" in refused.message.lower(), refused.message
+        unknown = run(source, engine, tmp_path / "unknown", {"identity": good["identity"], "known_hosts": ""})
+        assert not unknown.ok and "host key" in unknown.message.lower(), unknown.message
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "stranger")], check=True)
+        stranger = run(source, engine, tmp_path / "stranger-cache",
+                       {"identity": (tmp_path / "stranger").read_text(), "known_hosts": ssh.known_hosts})
+        assert not stranger.ok and "refused the credentials" in stranger.message, stranger.message
+        assert set(held(engine)) == {"ops:runbook.md"}

@@ -95,12 +95,22 @@ def _git_env(creds: GitCredentials | None, scratch: Path) -> dict[str, str]:
 def _git(args: list[str], cwd: Path, env: dict[str, str]) -> bytes:
     proc = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, timeout=GIT_TIMEOUT_S)
     if proc.returncode != 0:
-        message = proc.stderr.decode("utf-8", "replace").strip().splitlines()
-        raise FetchError(_explain(message[-1] if message else f"git {args[0]} failed ({proc.returncode})"))
+        lines = [x.strip() for x in proc.stderr.decode("utf-8", "replace").splitlines() if x.strip()]
+        raise FetchError(_explain(lines) if lines else f"git {args[0]} failed ({proc.returncode})")
     return proc.stdout
 
 
-def _explain(line: str) -> str:
+def _explain(lines: list[str]) -> str:
+    """A reason from git's stderr: the line that names the cause (ssh prints it before git's generic
+    'Could not read from remote repository ... and the repository exists.'), explained."""
+    text = " ".join(lines).lower()
+    if "host key verification failed" in text or "remote host identification has changed" in text:
+        return ("the SSH host key is not the one in the Secret's known_hosts (Host key verification failed); "
+                "add the server's key to known_hosts")
+    if "permission denied (publickey" in text:
+        return "the repository refused the credentials (Permission denied (publickey)): check the Secret's identity"
+    fatal = [x for x in lines if x.lower().startswith(("fatal:", "error:", "ssh:"))]
+    line = fatal[0] if fatal else lines[-1]
     low = line.lower()
     if "couldn't find remote ref" in low or "not our ref" in low or "unadvertised object" in low:
         return f"ref not found in the repository ({line})"
