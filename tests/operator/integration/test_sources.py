@@ -46,6 +46,7 @@ def test_configmap_source_follows_edits_and_removal(kube, namespace, source_engi
         {"doc_id": "by-hand", "text": "A document a user added through the API."}]}).raise_for_status()
     kube.create_rag(ns, n, {"sources": [{"name": "faq", "index": index, "configMap": {"name": "faq"}}]})
     kube.wait_ready(ns, n)
+    kube.kubectl("wait", "-n", ns, "--for=condition=SourcesSynced", f"rag/{n}", "--timeout=60s")  # as users do
     version = kube.core.read_namespaced_config_map("faq", ns).metadata.resource_version
     entry = wait_source(kube, ns, n, "faq", "first sync", lambda e: e["synced"] and e.get("revision") == version)
     assert entry["type"] == "configMap" and entry["index"] == index and entry["documents"] == 3, entry
@@ -65,6 +66,8 @@ def test_configmap_source_follows_edits_and_removal(kube, namespace, source_engi
     assert set(docs) == {"by-hand", "faq:install.md", "faq:upgrade.txt"}
     assert "no licence prompt" in docs["faq:install.md"]["text"]
     assert any(e.reason == "SourceSynced" and "1 updated, 1 deleted" in e.message for e in events(kube, ns, n))
+    columns = kube.kubectl("get", "rag", n, "-n", ns).stdout.split("\n")[0].split()
+    assert columns[:5] == ["NAME", "READY", "MODEL", "ENDPOINT", "SOURCES"], columns
 
     # the source leaves the spec: its documents go, the user's stays, the condition goes
     kube.patch_rag(ns, n, {"spec": {"sources": None}})
