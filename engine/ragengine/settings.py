@@ -160,6 +160,15 @@ class EngineSettings(BaseSettings):
         description="Appended (after a blank line) to session answers below groundedness_threshold; empty = none.",
     )
     ingestion_workers: int = Field(2, ge=1, le=32, description="Uploaded files ingested in parallel.")
+    ingestion_lease_s: float = Field(
+        30.0, ge=1.0, le=3600.0, description="With the sessions in PostgreSQL: how long a replica's claim on an "
+        "ingestion job lasts without renewal (renewed every third of it); a job of a replica that died is "
+        "taken by another one after this.",
+    )
+    ingestion_poll_s: float = Field(
+        1.0, gt=0, le=60.0, description="With the sessions in PostgreSQL: how often idle ingestion workers look "
+        "for jobs accepted by other replicas.",
+    )
     sse_keepalive_s: float = Field(10.0, gt=0, description="Idle seconds before a ': keep-alive' SSE comment.")
     session_cleanup_interval_s: float = Field(300.0, gt=0, description="How often expired sessions are deleted.")
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
+import os
 from contextlib import asynccontextmanager
 
 import httpx
@@ -23,6 +25,7 @@ from ragengine.index.types import RetrievedNode
 from ragengine.settings import EngineSettings
 from tests.llm_server import FakeLLM, create_llm_app, tokenize
 from tests.support.server import free_port, serve_app
+from tests.support.stores import store_values
 
 DOCS = [
     ("kaito-1", "KAITO is a Kubernetes operator that automates AI model deployment.", 0.91),
@@ -138,18 +141,21 @@ def dead_url() -> str:
 
 
 @pytest.fixture(scope="session")
-def engines(llm_server, embedding_model, tmp_path_factory):
-    """Engines on the real index, started once per distinct settings and shared: a chat request changes
-    nothing in them (the 'docs' index is only read), so tests can share one as clients do."""
+def engines(llm_server, embedding_model, tmp_path_factory, request):
+    """Engines on the real index, started once per distinct settings and vector store, and shared: a chat
+    request changes nothing in them (the 'docs' index is only read), so tests can share one as clients do."""
     stack = contextlib.ExitStack()
     running: dict[str, tuple[str, FastAPI]] = {}
+    prefixes = itertools.count()
 
-    def get(registry=None, llm_state=(), **values) -> tuple[str, FastAPI]:
+    def get(registry=None, llm_state=(), store="faiss", **values) -> tuple[str, FastAPI]:
         # The LLM client caches what it discovered (window, tokenizer): another served state, another engine.
-        key = repr((sorted(values.items()), llm_state))
+        key = repr((sorted(values.items()), llm_state, store))
         if registry is None and key in running:
             return running[key]
         values.setdefault("data_dir", tmp_path_factory.mktemp("engine"))
+        values = {**store_values(store, prefix=f"chat{os.getpid()}_{next(prefixes)}", work_dir=values["data_dir"],
+                                 pg_url=lambda: request.getfixturevalue("pgvector_url")), **values}
         embedder = fresh_embedder(embedding_model)
         stack.callback(embedder.close)
         app = chat_app(EngineSettings(**values), registry, embedder)
@@ -165,9 +171,9 @@ def engines(llm_server, embedding_model, tmp_path_factory):
 
 
 @pytest.fixture
-def engine(llm_url, engines, fake_llm):
-    """``engine(**settings) -> base URL``; defaults: the fake LLM, the real 'docs' index (``registry=`` a
-    FakeRegistry for exact scores). ``engine.app`` is the app of the last call."""
+def engine(llm_url, engines, fake_llm, vector_store):
+    """``engine(**settings) -> base URL``; defaults: the fake LLM, the real 'docs' index in ``vector_store``
+    (``registry=`` a FakeRegistry for exact scores). ``engine.app`` is the app of the last call."""
 
     def start(registry=None, **overrides) -> str:
         state = (fake_llm.model, fake_llm.max_model_len, fake_llm.tokenize_enabled)
@@ -175,7 +181,7 @@ def engine(llm_url, engines, fake_llm):
         # the packaged model scores 'faiss-1' and 'misc-1' below the default 0.3 for KAITO questions. The
         # threshold itself is tested in test_similarity_threshold (and measured in docs/retrieval.md).
         settings = {"llm_url": llm_url, "llm_retries": 0, "similarity_threshold": 0.0, **overrides}
-        base, start.app = engines(registry, state, **settings)
+        base, start.app = engines(registry, state, vector_store, **settings)
         return base
 
     return start

@@ -10,6 +10,10 @@ import pytest
 from ragengine.chat.plan import ADDITION_PROMPT_TOKENS, build_messages
 from tests.chat.conftest import DOCS, FakeRegistry, default_registry, node, tokens
 from tests.llm_server import count_message_tokens
+from tests.support.stores import EVERY_STORE, ON_FAISS
+
+# The LLM, the budget and validation do not depend on the store: FAISS only, except where marked.
+pytestmark = ON_FAISS
 
 SYSTEM = {"role": "system", "content": "You are a helpful assistant."}
 TEXTS = [d[1] for d in DOCS]  # the engine fixture runs with similarity_threshold 0
@@ -29,6 +33,7 @@ def sse_events(response: httpx.Response) -> list:
 
 
 # --- RAG ----------------------------------------------------------------------------------------
+@EVERY_STORE
 def test_rag_sends_context_query_and_history(engine, fake_llm):
     base = engine()
     msgs = [SYSTEM, {"role": "user", "content": "What is KAITO?"}]
@@ -113,6 +118,7 @@ def test_similarity_threshold(engine, fake_llm):
     assert [s["doc_id"] for s in r.json()["source_nodes"]] == ["kaito-1", "kaito-2"]
 
 
+@EVERY_STORE
 def test_no_context_survives_passes_through(engine, fake_llm):
     base = engine(similarity_threshold=0.99)
     body = {"index_name": "docs", "model": "fake-llm", "messages": [{"role": "user", "content": "hi"}], "seed": 3}
@@ -149,6 +155,7 @@ def test_n_greater_than_one_is_passed_through(engine, fake_llm):
     assert fake_llm.last_chat()["n"] == 2 and len(r.json()["choices"]) == 2
 
 
+@EVERY_STORE
 def test_model_alias_routes_to_rag(engine, fake_llm):
     base = engine()
     r = post(base, {"model": "rag:docs", "messages": [{"role": "user", "content": "What is KAITO?"}]})
@@ -206,6 +213,7 @@ def error_of(r: httpx.Response) -> tuple[int, str]:
     return r.status_code, r.json()["error"]["message"]
 
 
+@EVERY_STORE
 def test_unknown_index_is_404(engine):
     base = engine()
     r = post(base, {"index_name": "nope", "messages": [{"role": "user", "content": "q"}]})
@@ -351,6 +359,7 @@ def test_extractive_when_llm_unreachable(engine, dead_url):
     assert body["source_nodes"] and body["id"].startswith("chatcmpl-")
 
 
+@EVERY_STORE
 def test_extractive_when_no_llm_configured(engine):
     base = engine(llm_url=None)
     r = post(base, {"index_name": "docs", "messages": [{"role": "user", "content": "Which library does similarity search?"}]})
@@ -361,6 +370,7 @@ def test_extractive_when_no_llm_configured(engine):
     assert r.status_code == 503 and "No LLM is configured" in r.json()["error"]["message"]
 
 
+@EVERY_STORE
 def test_extractive_streamed(engine):
     base = engine(llm_url=None)
     with httpx.stream("POST", f"{base}/v1/chat/completions", timeout=30,
@@ -394,6 +404,7 @@ def test_ttft_metrics_observed_with_their_labels(engine, fake_llm, llm_url):
     assert count("llm_ttft_seconds", {"endpoint": llm_url}) == llm_before + 3
 
 
+@EVERY_STORE
 def test_retrieval_filters_are_passed_to_the_index_not_the_llm(engine, fake_llm):
     base = engine()
     flt = {"type": "eq", "key": "source", "value": "kaito-2"}
@@ -423,6 +434,7 @@ def test_context_is_filled_in_score_order(engine, fake_llm):
     assert system.index(texts[1]) < system.index(texts[2]) < system.index(texts[0])
 
 
+@EVERY_STORE
 def test_errors_carry_openai_error_and_kaito_detail(engine):
     """Issue 11 item 10: clients written for OpenAI read ``error.message``, KAITO's read ``detail``."""
     base = engine()

@@ -6,6 +6,10 @@ import openai
 import pytest
 
 from tests.chat.conftest import DOCS
+from tests.support.stores import EVERY_STORE, ON_FAISS
+
+# The LLM, the budget and validation do not depend on the store: FAISS only, except where marked.
+pytestmark = ON_FAISS
 
 Q = [{"role": "user", "content": "What is KAITO?"}]
 
@@ -14,6 +18,7 @@ def client(base: str) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0, timeout=30)
 
 
+@EVERY_STORE
 def test_sdk_rag_plain(engine, fake_llm):
     c = client(engine())
     out = c.chat.completions.create(model="fake-llm", messages=Q, extra_body={"index_name": "docs"}, temperature=0)
@@ -27,6 +32,7 @@ def test_sdk_rag_plain(engine, fake_llm):
     assert fake_llm.last_chat()["temperature"] == 0
 
 
+@EVERY_STORE
 def test_sdk_rag_stream(engine, fake_llm):
     c = client(engine())
     stream = c.chat.completions.create(model="fake-llm", messages=Q, stream=True, extra_body={"index_name": "docs"})
@@ -36,6 +42,7 @@ def test_sdk_rag_stream(engine, fake_llm):
     assert chunks[-1].model_extra["source_nodes"][0]["doc_id"] == "kaito-1"
 
 
+@EVERY_STORE
 def test_sdk_model_alias_and_models(engine, fake_llm):
     c = client(engine())
     assert [m.id for m in c.models.list()] == ["fake-llm", "rag:docs"]

@@ -5,6 +5,10 @@ from __future__ import annotations
 import httpx
 
 from tests.chat.conftest import default_registry
+from tests.support.stores import ON_FAISS
+
+# Reformulation is the LLM's side: the store-dependent retrieval runs on every store in test_http.py.
+pytestmark = ON_FAISS
 
 HISTORY = [
     {"role": "user", "content": "What does KAITO deploy?"},

@@ -13,6 +13,10 @@ from ragengine.errors import UpstreamError
 from ragengine.protocol.sse import DONE, frame
 from tests.chat.conftest import DOCS
 from tests.chat.test_http import sse_events
+from tests.support.stores import EVERY_STORE, ON_FAISS
+
+# The LLM, the budget and validation do not depend on the store: FAISS only, except where marked.
+pytestmark = ON_FAISS
 
 URL = "/v1/chat/completions"
 Q = [{"role": "user", "content": "What is KAITO?"}]
@@ -46,6 +50,7 @@ async def test_relay_error_after_start_is_one_event_then_done():
 
 
 # --- over HTTP ----------------------------------------------------------------------------------
+@EVERY_STORE
 def test_rag_stream(engine, fake_llm):
     base = engine()
     with httpx.stream("POST", base + URL, json={"index_name": "docs", "stream": True, "messages": Q,

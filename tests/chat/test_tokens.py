@@ -9,6 +9,10 @@ import pytest
 
 from ragengine.llm.tokens import MESSAGE_OVERHEAD_TOKENS, TokenCounter, estimate_tokens
 from tests.chat.conftest import tokens
+from tests.support.stores import ON_FAISS
+
+# Fake indexes or none: nothing here depends on the store.
+pytestmark = ON_FAISS
 
 
 def counter(handler, local=None, roots=("http://llm",)) -> tuple[TokenCounter, list]:

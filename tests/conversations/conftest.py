@@ -1,31 +1,37 @@
-"""Fixtures: the session store on SQLite and on a real PostgreSQL server, scripted LLMs, one engine.
+"""Fixtures: the session store on SQLite and on a real PostgreSQL server, scripted LLMs, one engine per
+vector store.
 
-The engine (embedding model load: tens of seconds on a busy machine) is started once per test run
-and shared; tests keep to their own sessions and files, so sharing is safe.
+Each engine (embedding model load: tens of seconds on a busy machine) is started once per test run
+and shared; tests keep to their own sessions and files, so sharing is safe. The HTTP tests run on every
+vector store (the root conftest's ``vector_store`` parametrisation).
 """
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import os
 from pathlib import Path
 
 import httpx
+import psycopg
 import pytest
 from sqlalchemy import text
 
 from ragengine.conversations.models import Base
 from ragengine.conversations.store import SessionStore
 from tests.conversations.scripted_llm import ScriptedLLM, create_scripted_app
-from tests.support.postgres import postgres_server
 from tests.support.server import serve_app
+from tests.support.stores import store_values
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+_databases = itertools.count()
 
 
 @pytest.fixture(scope="session")
-def pg_url():
-    with postgres_server() as url:
-        yield url
+def pg_url(pgvector_url):
+    """A database of the store tests' own on the run's PostgreSQL server."""
+    return fresh_database(pgvector_url)
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -65,17 +71,45 @@ class Engine:
 
 
 @pytest.fixture(scope="session")
-def engine(llms, tmp_path_factory):
+def engines(llms, tmp_path_factory, request):
+    """``engines(store)``: the engine on that vector store, started on first use and shared by the run's
+    tests. On ``postgres`` the sessions and the upload queue live in the same (fresh) database as the
+    indexes, as the operator deploys it; elsewhere in the engine's SQLite file."""
     from ragengine.app import create_app
     from ragengine.settings import EngineSettings
 
     primary, secondary = llms
-    settings = EngineSettings(
-        data_dir=Path(tmp_path_factory.mktemp("engine")), llm_url=primary.base, llm_fallback_urls=[secondary.base],
-        llm_retries=0, max_upload_bytes=200_000, sse_keepalive_s=0.2, session_ttl_s=0,
-    )
-    app = create_app(settings)
-    with serve_app(app, timeout_s=600) as base:
-        eng = Engine(base, app, primary, secondary)
-        yield eng
-        eng.http.close()
+    running: dict[str, Engine] = {}
+    with contextlib.ExitStack() as stack:
+        def get(store: str) -> Engine:
+            if store in running:
+                return running[store]
+            data_dir = Path(tmp_path_factory.mktemp(f"engine-{store}"))
+            values = store_values(store, prefix=f"conv{os.getpid()}", work_dir=data_dir,
+                                  pg_url=lambda: fresh_database(request.getfixturevalue("pgvector_url")))
+            if store == "postgres":
+                values["database_url"] = values["vector_store_url"]
+            settings = EngineSettings(
+                data_dir=data_dir, llm_url=primary.base, llm_fallback_urls=[secondary.base], llm_retries=0,
+                max_upload_bytes=200_000, sse_keepalive_s=0.2, session_ttl_s=0, **values,
+            )
+            app = create_app(settings)
+            base = stack.enter_context(serve_app(app, timeout_s=600))
+            eng = running[store] = Engine(base, app, primary, secondary)
+            stack.callback(eng.http.close)
+            return eng
+
+        yield get
+
+
+@pytest.fixture
+def engine(engines, vector_store) -> Engine:
+    return engines(vector_store)
+
+
+def fresh_database(admin_url: str) -> str:
+    """A new database on the test server (the sessions' tables live in its public schema)."""
+    name = f"conv_{os.getpid()}_{next(_databases)}"
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return admin_url.rsplit("/", 1)[0] + f"/{name}"

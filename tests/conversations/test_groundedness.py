@@ -26,8 +26,9 @@ class SyncEmbedder:
 
 
 @pytest.fixture(scope="module")
-def embedder(engine):
-    return SyncEmbedder(engine.app.state.embedder)
+def embedder(embedder):
+    """The run's packaged embedding model (the root conftest's), called from the test thread."""
+    return SyncEmbedder(embedder)
 
 
 def test_lexical_support_pure():

@@ -212,12 +212,12 @@ def held_ingestion(engine, prefix: str):
     release = asyncio.Event()
     loop = {}
 
-    async def process(file_id: str) -> None:
-        info = await worker.store.get_file(file_id)
+    async def process(claim) -> None:
+        info = await worker.store.get_file(claim.file_id)
         if info.filename.startswith(prefix):
             loop["loop"] = asyncio.get_running_loop()
             await release.wait()
-        await real(file_id)
+        await real(claim)
 
     worker.process = process
     try:

@@ -103,12 +103,17 @@ async def test_ingestion_worker_recovers_after_restart_and_fails_broken_pdfs(sto
 
     settings = EngineSettings(data_dir=tmp_path)
     registry = RecordingRegistry()
-    # a file left "processing" by a crash, with a stale document from the interrupted run
-    stuck = await store.create_file(filename="s.pdf", content_type="application/pdf", size_bytes=1)
+    # a file left "processing" by a crash, with a stale document from the interrupted run; its bytes where
+    # the queue of this database keeps them (SQLite: the data volume; PostgreSQL: the database)
+    pdf = make_pdf(["Page one text", "Page two text"])
+    shared = store.dialect == "postgresql"
+    stuck = await store.create_file(filename="s.pdf", content_type="application/pdf", size_bytes=1,
+                                    data=pdf if shared else None)
     await store.update_file(stuck.id, status="processing", progress=0.4, doc_ids=[f"{stuck.id}-0"])
     registry.docs[f"{stuck.id}-0"] = {"doc_id": f"{stuck.id}-0", "text": "stale"}
-    (tmp_path / "uploads").mkdir()
-    (tmp_path / "uploads" / stuck.id).write_bytes(make_pdf(["Page one text", "Page two text"]))
+    if not shared:
+        (tmp_path / "uploads").mkdir()
+        (tmp_path / "uploads" / stuck.id).write_bytes(pdf)
     worker = IngestionWorker(store, registry, settings)
     await worker.start()
     try:
@@ -116,13 +121,16 @@ async def test_ingestion_worker_recovers_after_restart_and_fails_broken_pdfs(sto
         assert (done.status, done.progress, done.documents) == ("completed", 1.0, 2)
         assert {d["metadata"]["page"] for d in registry.docs.values()} == {1, 2}
         assert all(d["metadata"]["file_id"] == stuck.id for d in registry.docs.values())
+        await worker.idle()  # the local queue removes the bytes just after the status says completed
         assert "Page one text" in done.text and not (tmp_path / "uploads" / stuck.id).exists()
+        assert await store.file_data(stuck.id) is None  # the bytes go when the job ends
 
         broken = await worker.accept("b.pdf", "application/pdf", b"%PDF-1.7\n%garbage")
         failed = await wait_status(store, broken.id)
         assert failed.status == "failed" and "could not be read" in failed.reason
         missing = await store.create_file(filename="m.txt", content_type="text/plain", size_bytes=1)
-        await worker.queue.put(missing.id)
+        if not shared:  # the shared queue finds it by itself
+            await worker.jobs.queue.put(missing.id)
         assert "missing" in (await wait_status(store, missing.id)).reason
         await worker.delete(stuck.id)
         assert registry.docs == {}

@@ -1,5 +1,5 @@
-"""Engine test fixtures: apps on real uvicorn servers, once per vector store (the embedding model and the
-PostgreSQL server come from the root conftest)."""
+"""Engine test fixtures: apps on real uvicorn servers, once per vector store (the embedding model, the
+PostgreSQL server and the parametrisation over the stores come from the root conftest)."""
 
 from __future__ import annotations
 
@@ -15,33 +15,6 @@ from ragengine.settings import EngineSettings
 @pytest.fixture
 def settings(tmp_path: Path) -> EngineSettings:
     return EngineSettings(data_dir=tmp_path / "data")
-
-
-STORES = ("faiss", "postgres", "milvus")
-
-
-def pytest_configure(config):
-    config.addinivalue_line("markers", "stores(*kinds): run only on these vector stores (default: every store)")
-
-
-def pytest_generate_tests(metafunc):
-    """Every test that starts an engine runs once per vector store, unless it names its stores."""
-    if "vector_store" in metafunc.fixturenames:
-        marker = metafunc.definition.get_closest_marker("stores")
-        metafunc.parametrize("vector_store", marker.args if marker else STORES)
-
-
-@pytest.fixture
-def store_settings(vector_store: str, request, store_prefix: str, tmp_path: Path) -> dict:
-    """Engine settings that put the indexes in ``vector_store``: a real PostgreSQL with pgvector (a schema
-    per test) or a Milvus Lite file; FAISS needs nothing."""
-    if vector_store == "postgres":
-        return {"vector_store": "postgres", "vector_store_url": request.getfixturevalue("pgvector_url"),
-                "vector_store_prefix": store_prefix}
-    if vector_store == "milvus":
-        return {"vector_store": "milvus", "vector_store_url": str(tmp_path / "milvus.db"),
-                "vector_store_prefix": store_prefix}
-    return {}
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from ragengine.conversations.events import error_event
 from ragengine.conversations.ingestion import IngestionWorker
 from ragengine.conversations.service import ConversationService, check_session_index
 from ragengine.conversations.store import SessionStore
-from ragengine.errors import EngineError, PayloadTooLarge
+from ragengine.errors import EngineError, NotFound, PayloadTooLarge
 from ragengine.protocol.conversations import (
     AttachFilesRequest,
     CreateSessionRequest,
@@ -237,7 +237,8 @@ async def cleanup_once(store: SessionStore, ingestion: IngestionWorker, ttl_s: i
     sessions = await store.delete_expired(ttl_s)
     files = await store.orphan_files(ttl_s)
     for f in files:
-        await ingestion.delete(f.id)
+        with contextlib.suppress(NotFound):  # another replica's clean-up deleted it first
+            await ingestion.delete(f.id)
     if sessions or files:
         log.info("TTL clean-up removed %d sessions and %d unattached files", len(sessions), len(files))
     return {"sessions": sessions, "files": [f.id for f in files]}

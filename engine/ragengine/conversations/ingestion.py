@@ -1,12 +1,13 @@
 """Background ingestion of uploaded files: ``uploaded`` → ``processing`` → ``completed`` | ``failed``.
 
 Uploads are parsed when accepted (the extracted text is stored at once, so a file is usable inline
-from that moment, even while it waits in the queue), written to ``<data_dir>/uploads/<file_id>`` and
-queued; ``settings.ingestion_workers`` workers (2 by default, so one large file does not starve the
-rest) add the parts to the conversation index in batches, updating ``progress`` after each. Any
-error ends the file as ``failed`` with the reason; nothing is left ``processing``: on start the files
-found ``uploaded`` or ``processing`` (a crash or restart mid-way) are queued again, and a re-run
-first deletes the file's earlier documents (document ids are deterministic).
+from that moment, even while it waits in the queue) and handed to the job queue (``jobs.py``: the
+data volume and an in-process queue on SQLite; the database, shared by every replica, on
+PostgreSQL). ``settings.ingestion_workers`` workers (2 by default, so one large file does not starve
+the rest) take jobs and add the parts to the conversation index in batches, updating ``progress``
+after each. Any error ends the file as ``failed`` with the reason; nothing is left ``processing``: a
+job interrupted by a crash is taken again (on restart, or by another replica once its lease runs
+out), and a re-run first deletes the file's earlier documents (document ids are deterministic).
 """
 
 from __future__ import annotations
@@ -14,37 +15,35 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from pathlib import Path
 from typing import Any
 
-from ragengine.conversations.store import FileInfo, SessionStore
+from ragengine.conversations.jobs import Claim, Jobs, make_jobs
+from ragengine.conversations.store import FileInfo, LeaseLost, SessionStore
 from ragengine.conversations.uploads import CANONICAL, ParseError, Part, detect_kind, extract
-from ragengine.errors import EngineError, PayloadTooLarge
+from ragengine.errors import EngineError, NotFound, PayloadTooLarge
 from ragengine.metrics import FILES_INGESTED
 
 log = logging.getLogger(__name__)
 
 PARSE_SHARE = 0.1  # progress reported once the file is parsed; the rest is indexing
 BATCH_PARTS = 8
+# Claims of one job before it is failed: a file that kills its replica each time (memory, a parser
+# crash) must not take every replica down in turn. Rolling restarts interrupt a job once or twice.
+MAX_ATTEMPTS = 5
 
 
 class IngestionWorker:
-    def __init__(self, store: SessionStore, registry: Any, settings: Any) -> None:
+    def __init__(self, store: SessionStore, registry: Any, settings: Any, jobs: Jobs | None = None) -> None:
         self.store = store
         self.registry = registry
         self.settings = settings
         self.index_name = settings.conversation_index
-        self.dir = Path(settings.data_dir) / "uploads"
-        self.queue: asyncio.Queue[str] = asyncio.Queue()
+        self.jobs = jobs if jobs is not None else make_jobs(store, settings)
         self._tasks: list[asyncio.Task] = []
         self._busy = 0
 
     async def start(self) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        for status in ("processing", "uploaded"):
-            for f in await self.store.list_files(status=status, limit=100_000):
-                log.info("re-queueing %s file %s after restart", status, f.id)
-                self.queue.put_nowait(f.id)
+        await self.jobs.start()
         self._tasks = [asyncio.create_task(self._run(), name=f"conversation-ingestion-{i}")
                        for i in range(self.settings.ingestion_workers)]
 
@@ -56,13 +55,10 @@ class IngestionWorker:
                 await task
 
     async def idle(self, timeout_s: float = 60.0) -> None:
-        """Wait until the queue is drained (tests and benchmarks)."""
+        """Wait until no job is left (tests and benchmarks; shared queue: on any replica)."""
         async with asyncio.timeout(timeout_s):
-            while self.queue.qsize() or self._busy:
+            while self._busy or await self.jobs.pending():
                 await asyncio.sleep(0.02)
-
-    def _path(self, file_id: str) -> Path:
-        return self.dir / file_id
 
     async def accept(self, filename: str, content_type: str | None, data: bytes) -> FileInfo:
         """Validate (413, 415), store the bytes, record the file as ``uploaded`` and queue it."""
@@ -75,17 +71,13 @@ class IngestionWorker:
             text = None  # the worker records the reason (the file ends "failed")
         if text is not None and len(text) > self.settings.max_document_chars:
             text = None
-        info = await self.store.create_file(filename=filename or "upload", content_type=CANONICAL[kind],
-                                            size_bytes=len(data), text=text)
-        await asyncio.to_thread(self._path(info.id).write_bytes, data)
-        self.queue.put_nowait(info.id)
-        return info
+        return await self.jobs.submit(filename=filename or "upload", content_type=CANONICAL[kind], text=text,
+                                      data=data)
 
     async def delete(self, file_id: str) -> None:
         info = await self.store.get_file(file_id)
         await self._drop_documents(info.id, list(info.doc_ids))
-        with contextlib.suppress(FileNotFoundError):
-            self._path(file_id).unlink()
+        await self.jobs.discard(file_id)
         await self.store.delete_file(file_id)
 
     async def _drop_documents(self, file_id: str, doc_ids: list[str]) -> None:
@@ -97,68 +89,110 @@ class IngestionWorker:
 
     async def _run(self) -> None:
         while True:
-            file_id = await self.queue.get()
+            claim = await self.jobs.next()
             self._busy += 1
             try:
-                await self.process(file_id)
+                await self._hold(claim)
             except asyncio.CancelledError:
                 raise
             except Exception:  # process() records failures itself; this is the last line of defence
-                log.exception("ingestion of %s crashed", file_id)
+                log.exception("ingestion of %s crashed", claim.file_id)
             finally:
                 self._busy -= 1
 
-    async def process(self, file_id: str) -> None:
+    async def _hold(self, claim: Claim) -> None:
+        """Process a claimed job, renewing its lease meanwhile (shared queue)."""
+        if not self.jobs.shared:
+            await self.process(claim)
+            return
+        beat = asyncio.create_task(self._heartbeat(claim), name=f"ingestion-lease-{claim.file_id}")
         try:
-            info = await self.store.get_file(file_id)
+            await self.process(claim)
+        finally:
+            beat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await beat
+
+    async def _heartbeat(self, claim: Claim) -> None:
+        while True:
+            await asyncio.sleep(self.jobs.lease_s / 3)
+            try:
+                if not await self.jobs.renew(claim):
+                    return  # deleted or taken over: the next guarded update stops the work
+            except Exception as exc:  # the database is away: try again; the lease may still hold
+                log.warning("cannot renew the lease on %s: %s", claim.file_id, exc.__class__.__name__)
+
+    async def process(self, claim: Claim | str) -> None:
+        if isinstance(claim, str):
+            claim = Claim(claim)
+        try:
+            info = await self.store.get_file(claim.file_id)
         except EngineError:
             return  # deleted meanwhile
+        if claim.attempts > MAX_ATTEMPTS:
+            await self._fail(claim, f"ingestion was interrupted {MAX_ATTEMPTS} times (the engine stopped while "
+                                    "ingesting it); upload the file again")
+            return
         try:
-            await self._ingest(info)
+            await self._ingest(info, claim)
         except asyncio.CancelledError:
             raise
+        except LeaseLost:
+            log.info("ingestion of %s stopped: the file was deleted or another replica took the job", claim.file_id)
         except ParseError as exc:
-            await self._fail(file_id, str(exc))
+            await self._fail(claim, str(exc))
         except EngineError as exc:
-            await self._fail(file_id, f"indexing failed: {exc.message}")
+            await self._fail(claim, f"indexing failed: {exc.message}")
         except Exception as exc:
-            log.exception("ingestion of %s failed", file_id)
-            await self._fail(file_id, f"unexpected error: {exc.__class__.__name__}: {exc}")
+            log.exception("ingestion of %s failed", claim.file_id)
+            await self._fail(claim, f"unexpected error: {exc.__class__.__name__}: {exc}")
 
-    async def _fail(self, file_id: str, reason: str) -> None:
-        log.warning("file %s failed: %s", file_id, reason)
+    async def _fail(self, claim: Claim, reason: str) -> None:
+        log.warning("file %s failed: %s", claim.file_id, reason)
         FILES_INGESTED.labels("failed").inc()
-        with contextlib.suppress(EngineError):
-            await self.store.update_file(file_id, status="failed", reason=reason)
-        with contextlib.suppress(FileNotFoundError):
-            self._path(file_id).unlink()
+        with contextlib.suppress(EngineError, LeaseLost):
+            await self.store.update_file(claim.file_id, owner=claim.owner, drop_data=True, status="failed",
+                                         reason=reason)
+        await self.jobs.discard(claim.file_id)
 
-    async def _ingest(self, info: FileInfo) -> None:
-        await self.store.update_file(info.id, status="processing", progress=0.0, reason=None)
-        try:
-            data = await asyncio.to_thread(self._path(info.id).read_bytes)
-        except FileNotFoundError:
-            raise ParseError("the uploaded bytes are missing (the data directory was cleared?)") from None
+    async def _ingest(self, info: FileInfo, claim: Claim) -> None:
+        owner = claim.owner
+        await self.store.update_file(info.id, owner=owner, status="processing", progress=0.0, reason=None)
+        data = await self.jobs.data(claim)
+        if data is None:
+            raise ParseError("the uploaded bytes are missing (the data directory was cleared?)")
         kind = {v: k for k, v in CANONICAL.items()}.get(info.content_type, "text")
         text, parts = await asyncio.to_thread(extract, data, kind)
         max_chars = self.settings.max_document_chars
         if len(text) > max_chars:
             raise ParseError(f"the extracted text has {len(text)} characters; the limit is {max_chars}")
-        await self.store.update_file(info.id, text=text, progress=PARSE_SHARE)
-        stale = [self.doc_id(info.id, i) for i in range(len(parts))] + list(info.doc_ids)
-        await self._drop_documents(info.id, list(dict.fromkeys(stale)))
+        await self.store.update_file(info.id, owner=owner, text=text, progress=PARSE_SHARE)
+        ours = [self.doc_id(info.id, i) for i in range(len(parts))]
+        await self._drop_documents(info.id, list(dict.fromkeys(ours + list(info.doc_ids))))
         done_ids: list[str] = []
-        for start in range(0, len(parts), BATCH_PARTS):
-            batch = parts[start:start + BATCH_PARTS]
-            docs = [self._document(info, start + i, p) for i, p in enumerate(batch)]
-            stored = await self.registry.add_documents(self.index_name, docs)
-            done_ids += [d.get("doc_id", docs[i]["doc_id"]) for i, d in enumerate(stored)]
-            progress = PARSE_SHARE + (1 - PARSE_SHARE) * (start + len(batch)) / len(parts)
-            await self.store.update_file(info.id, progress=round(progress, 4), doc_ids=done_ids)
-        await self.store.update_file(info.id, status="completed", progress=1.0, documents=len(done_ids), doc_ids=done_ids)
+        try:
+            for start in range(0, len(parts), BATCH_PARTS):
+                batch = parts[start:start + BATCH_PARTS]
+                docs = [self._document(info, start + i, p) for i, p in enumerate(batch)]
+                stored = await self.registry.add_documents(self.index_name, docs)
+                done_ids += [d.get("doc_id", docs[i]["doc_id"]) for i, d in enumerate(stored)]
+                progress = PARSE_SHARE + (1 - PARSE_SHARE) * (start + len(batch)) / len(parts)
+                await self.store.update_file(info.id, owner=owner, progress=round(progress, 4), doc_ids=done_ids)
+            await self.store.update_file(info.id, owner=owner, drop_data=True, status="completed", progress=1.0,
+                                         documents=len(done_ids), doc_ids=done_ids)
+        except LeaseLost:
+            if await self._deleted(info.id):  # deleted while being ingested: its chunks go too
+                await self._drop_documents(info.id, ours)
+            raise
         FILES_INGESTED.labels("completed").inc()
-        with contextlib.suppress(FileNotFoundError):
-            self._path(info.id).unlink()
+        await self.jobs.discard(info.id)
+
+    async def _deleted(self, file_id: str) -> bool:
+        try:
+            await self.store.get_file(file_id)
+        except NotFound:
+            return True
+        return False
 
     @staticmethod
     def doc_id(file_id: str, i: int) -> str:

@@ -12,7 +12,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
-from sqlalchemy import JSON, DateTime, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import JSON, DateTime, Float, ForeignKey, Index, Integer, LargeBinary, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from ragengine.protocol.conversations import MAIN_THREAD  # noqa: F401  (re-exported for the store)
@@ -85,6 +85,21 @@ class FileRow(Base):
     doc_ids: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # The ingestion job on PostgreSQL (``jobs.py``): which claim holds it, until when (the database's
+    # clock, UTC), and how many claims it has had. Unused on SQLite, where one process owns the queue.
+    lease_owner: Mapped[str | None] = mapped_column(String(128))
+    lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime)
+    attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+
+
+class FileBlobRow(Base):
+    """An uploaded file's bytes until its ingestion ends, when the sessions live in PostgreSQL: every
+    replica can then ingest a file that another one accepted (SQLite keeps them in ``<data_dir>/uploads``)."""
+
+    __tablename__ = "conv_file_blobs"
+
+    file_id: Mapped[str] = mapped_column(ForeignKey("conv_files.id", ondelete="CASCADE"), primary_key=True)
+    data: Mapped[bytes] = mapped_column(LargeBinary)
 
 
 class SessionFileRow(Base):

@@ -15,12 +15,13 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from sqlalchemy import create_engine, delete, event, func, select, update
+from sqlalchemy import create_engine, delete, event, func, or_, select, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from ragengine.conversations.models import (
     MAIN_THREAD,
+    FileBlobRow,
     FileRow,
     MessageRow,
     SessionFileRow,
@@ -44,6 +45,12 @@ from ragengine.errors import BadRequest, Conflict, NotFound
 
 T = TypeVar("T")
 MAX_THREAD_DEPTH = 64
+ACTIVE_FILE_STATUSES = ("uploaded", "processing")  # an ingestion job still to do (or being done)
+
+
+class LeaseLost(Exception):
+    """An ingestion job's update found its claim gone: the file was deleted, or its lease ran out and
+    another replica took the job. The holder stops; what it wrote is the new holder's to replace."""
 
 
 def make_engine(url: str) -> Engine:
@@ -230,12 +237,17 @@ class SessionStore:
         return self._thread_rows(s, session_id, parent.thread_id, parent.seq, rest, depth + 1) + own
 
     # --- files ------------------------------------------------------------------------------------
-    async def create_file(self, *, filename: str, content_type: str, size_bytes: int, text: str | None = None) -> FileInfo:
+    async def create_file(self, *, filename: str, content_type: str, size_bytes: int, text: str | None = None,
+                          data: bytes | None = None) -> FileInfo:
+        """A new ``uploaded`` file; with ``data``, its bytes are stored in the same transaction, so no
+        replica can take the job before the bytes are there."""
         def fn(s: Session) -> FileInfo:
             row = FileRow(id=new_id("file"), filename=filename, content_type=content_type, size_bytes=size_bytes,
                           status="uploaded", progress=0.0, text=text, doc_ids={})
             s.add(row)
             s.flush()
+            if data is not None:
+                s.add(FileBlobRow(file_id=row.id, data=data))
             return _file(row)
         return await self._run(fn)
 
@@ -255,7 +267,10 @@ class SessionStore:
             return [_file(r) for r in s.scalars(q.limit(limit))]
         return await self._run(fn)
 
-    async def update_file(self, file_id: str, **values: Any) -> None:
+    async def update_file(self, file_id: str, *, owner: str | None = None, drop_data: bool = False,
+                          **values: Any) -> None:
+        """Set the file's fields. ``owner``: only while that claim holds the job (else ``LeaseLost``);
+        ``drop_data``: its stored bytes go in the same transaction (the job is over)."""
         allowed = {"status", "progress", "reason", "text", "documents", "doc_ids"}
         if set(values) - allowed:
             raise ValueError(f"cannot update {sorted(set(values) - allowed)}")
@@ -263,14 +278,65 @@ class SessionStore:
             values["doc_ids"] = {"ids": list(values["doc_ids"])}
 
         def fn(s: Session) -> None:
-            s.execute(update(FileRow).where(FileRow.id == file_id).values(**values, updated_at=utcnow()))
+            q = update(FileRow).where(FileRow.id == file_id)
+            if owner is not None:
+                q = q.where(FileRow.lease_owner == owner)
+            done = s.execute(q.values(**values, updated_at=utcnow()))
+            if owner is not None and not done.rowcount:  # type: ignore[attr-defined]  # an UPDATE's CursorResult
+                raise LeaseLost(file_id)
+            if drop_data:
+                s.execute(delete(FileBlobRow).where(FileBlobRow.file_id == file_id))
         await self._run(fn)
 
     async def delete_file(self, file_id: str) -> None:
         def fn(s: Session) -> None:
             s.execute(delete(SessionFileRow).where(SessionFileRow.file_id == file_id))
+            s.execute(delete(FileBlobRow).where(FileBlobRow.file_id == file_id))
             s.execute(delete(FileRow).where(FileRow.id == file_id))
         await self._run(fn)
+
+    # --- ingestion jobs shared by replicas (PostgreSQL; see jobs.py) -------------------------------
+    async def file_data(self, file_id: str) -> bytes | None:
+        def fn(s: Session) -> bytes | None:
+            return s.scalar(select(FileBlobRow.data).where(FileBlobRow.file_id == file_id))
+        return await self._run(fn)
+
+    async def claim_job(self, owner: str, lease_s: float) -> tuple[str, int] | None:
+        """Take the oldest file whose ingestion is to do and whose lease (if any) ran out: ``(id, attempts)``.
+
+        ``FOR UPDATE SKIP LOCKED``: replicas claiming at once each get a different row, without waiting
+        on each other; the lease then keeps the job theirs after this short transaction commits. Times
+        are the database's clock, so replicas' clocks never need to agree."""
+        now = func.timezone("UTC", func.now())
+        lease = timedelta(seconds=lease_s)
+
+        def fn(s: Session) -> tuple[str, int] | None:
+            oldest = (select(FileRow.id)
+                      .where(FileRow.status.in_(ACTIVE_FILE_STATUSES),
+                             or_(FileRow.lease_expires_at.is_(None), FileRow.lease_expires_at < now))
+                      .order_by(FileRow.created_at, FileRow.id).limit(1)
+                      .with_for_update(skip_locked=True).scalar_subquery())
+            row = s.execute(update(FileRow).where(FileRow.id == oldest)
+                            .values(lease_owner=owner, lease_expires_at=now + lease, attempts=FileRow.attempts + 1)
+                            .returning(FileRow.id, FileRow.attempts)).first()
+            return (row[0], row[1]) if row else None
+        return await self._run(fn)
+
+    async def renew_lease(self, file_id: str, owner: str, lease_s: float) -> bool:
+        """Extend the claim's lease; False when it is no longer this claim's (deleted, or taken over)."""
+        now = func.timezone("UTC", func.now())
+
+        def fn(s: Session) -> bool:
+            done = s.execute(update(FileRow).where(FileRow.id == file_id, FileRow.lease_owner == owner)
+                             .values(lease_expires_at=now + timedelta(seconds=lease_s)))
+            return bool(done.rowcount)  # type: ignore[attr-defined]
+        return await self._run(fn)
+
+    async def count_active_files(self) -> int:
+        def fn(s: Session) -> int:
+            q = select(func.count()).select_from(FileRow).where(FileRow.status.in_(ACTIVE_FILE_STATUSES))
+            return s.scalar(q) or 0
+        return await self._run(fn)
 
     async def attach_files(self, session_id: str, file_ids: list[str]) -> None:
         def fn(s: Session) -> None:
