@@ -256,3 +256,15 @@ def test_fleet_fields_reach_both_pods():
     assert ctr["containers"][0]["resources"]["limits"] == {"nvidia.com/mig-1g.10gb": "2"} | ctr["containers"][0]["resources"][
         "limits"]
     assert ctr["tolerations"][0]["key"] == "nvidia.com/mig-1g.10gb"
+
+
+def test_both_workloads_share_one_restricted_pod_profile():
+    """One helper renders the Pod Security settings of both pods, so they cannot drift apart."""
+    p = plan(OWNER, RAGEngineSpec.model_validate(FULL))
+    pods = {o["metadata"]["name"]: o["spec"]["template"]["spec"] for o in p.apply if o["kind"] == "Deployment"}
+    engine, vllm_pod = pods["docs-engine"], pods["docs-inference"]
+    for key in ("securityContext", "enableServiceLinks", "automountServiceAccountToken"):
+        assert engine[key] == vllm_pod[key], key
+    base = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+    assert vllm_pod["containers"][0]["securityContext"] == base
+    assert engine["containers"][0]["securityContext"] == {**base, "readOnlyRootFilesystem": False}

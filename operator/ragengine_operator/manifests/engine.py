@@ -20,6 +20,7 @@ from .labels import (
     selector,
     stamp_template,
 )
+from .security import container_security_context, locked_down_pod
 
 DEFAULT_RESOURCES = {"requests": {"cpu": "500m", "memory": "2Gi"}, "limits": {"memory": "8Gi"}}
 UID = 1000  # images/engine.Dockerfile runs as this user; fsGroup makes the PVC writable for it
@@ -62,11 +63,7 @@ def engine_deployment(owner: Owner, spec: RAGEngineSpec, secrets: dict[str, str]
         # Liveness stays shallow: a dead LLM must not restart the engine.
         "readinessProbe": http_probe("/ready", "http", period=5, failures=3),
         "livenessProbe": http_probe("/health", "http", period=10, failures=6),
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "capabilities": {"drop": ["ALL"]},
-            "readOnlyRootFilesystem": False,
-        },
+        "securityContext": {**container_security_context(), "readOnlyRootFilesystem": False},
     }
     pod = {
         "metadata": {"labels": metadata(owner, "", c.COMPONENT_ENGINE)["labels"]},
@@ -75,17 +72,8 @@ def engine_deployment(owner: Owner, spec: RAGEngineSpec, secrets: dict[str, str]
             # External store: no index on the pod, /data is scratch (model cache, temp files).
             "volumes": [{"name": "data", "emptyDir": {}} if spec.vector_store.external else
                         {"name": "data", "persistentVolumeClaim": {"claimName": data_pvc_name(owner)}}],
-            "securityContext": {
-                "runAsNonRoot": True,
-                "runAsUser": UID,
-                "runAsGroup": UID,
-                "fsGroup": UID,
-                "fsGroupChangePolicy": "OnRootMismatch",  # no recursive chown of a big index on every start
-                "seccompProfile": {"type": "RuntimeDefault"},
-            },
             "terminationGracePeriodSeconds": 60,  # lets the engine flush its journal
-            "enableServiceLinks": False,
-            "automountServiceAccountToken": False,  # the engine never calls the API server
+            **locked_down_pod(UID),
         },
     }
     eng = spec.engine
