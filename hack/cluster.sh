@@ -164,7 +164,9 @@ up() {
 down() {
   for c in kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do stop "$c"; done
   rm -rf "$STATE/etcd"
-  rm -rf /tmp/hostpath_pv  # volumes of kube-controller-manager's dev hostpath provisioner
+  # volumes of kube-controller-manager's dev hostpath provisioner: a fixed path shared by every local
+  # cluster on the machine, so kept while another one (other ports and state dir) still runs
+  pgrep -f -- "--enable-hostpath-provisioner" > /dev/null || rm -rf /tmp/hostpath_pv
   log "down"
 }
 

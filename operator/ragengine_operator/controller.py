@@ -93,7 +93,8 @@ class Controller:
     def owner(self, body: dict[str, Any]) -> Owner:
         meta = body["metadata"]
         s = self.settings
-        return Owner(meta["namespace"], meta["name"], meta["uid"], engine_image=s.engine_image, vllm_image=s.vllm_image)
+        return Owner(meta["namespace"], meta["name"], meta["uid"], engine_image=s.engine_image, vllm_image=s.vllm_image,
+                     operator_namespace=s.pod_namespace, operator_labels=tuple(sorted(s.pod_labels.items())))
 
     def _apply(self, obj: dict[str, Any]) -> None:
         kube.server_side_apply(self.dyn, obj)

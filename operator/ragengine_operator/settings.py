@@ -23,6 +23,13 @@ class OperatorSettings(BaseSettings):
     )
     metrics_port: int = Field(8080, ge=0, le=65535, description="Prometheus /metrics port; 0 = off.")
     liveness_port: int = Field(8081, ge=0, le=65535, description="kopf liveness endpoint /healthz; 0 = off.")
+    pod_namespace: str | None = Field(
+        None, description="The operator's own namespace (the chart sets it from the downward API): an engine "
+        "NetworkPolicy admits the operator's pods there. Unset (outside a cluster): no such peer."
+    )
+    pod_labels: dict[str, str] = Field(
+        default_factory=dict, description="The operator pods' selector labels (JSON in the environment), with pod_namespace."
+    )
     max_workers: int = Field(16, ge=1, description="Threads running sync handlers (reconciles in parallel).")
     post_events: bool = Field(True, description="Write Kubernetes Events on condition transitions.")
     # Fault injection for the crash-recovery test: exit hard after this many server-side applies.

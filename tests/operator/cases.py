@@ -54,4 +54,14 @@ INVALID: list[tuple[str, dict[str, Any], str, bool]] = [
     ("secret-ref-without-name", {"auth": {"apiKeySecretRef": {"key": "k"}}}, "spec.auth.apiKeySecretRef.name", True),
     ("toleration-bad-operator", {"inference": {"model": "m", "tolerations": [{"key": "a", "operator": "Maybe"}]}},
      "spec.inference.tolerations[0].operator", True),
+    ("network-peer-empty", {"engine": {"networkPolicy": {"allowFrom": [{}]}}},
+     "peer sets podSelector and/or namespaceSelector, or ipBlock alone", True),
+    ("network-peer-ip-and-pods", {"engine": {"networkPolicy": {"allowFrom": [
+        {"ipBlock": {"cidr": "10.0.0.0/8"}, "podSelector": {}}]}}},
+     "peer sets podSelector and/or namespaceSelector, or ipBlock alone", True),
+    ("network-peer-bad-cidr", {"engine": {"networkPolicy": {"allowFrom": [{"ipBlock": {"cidr": "10.0.0.0"}}]}}},
+     "spec.engine.networkPolicy.allowFrom[0].ipBlock.cidr", True),
+    ("network-peer-bad-operator", {"engine": {"networkPolicy": {"allowFrom": [
+        {"podSelector": {"matchExpressions": [{"key": "a", "operator": "Near"}]}}]}}},
+     "spec.engine.networkPolicy.allowFrom[0].podSelector.matchExpressions[0].operator", True),
 ]

@@ -113,7 +113,8 @@ def test_plan_modes():
                          "Service/docs"]
     assert {(r.kind, r.name) for r in p.delete} == {("PodDisruptionBudget", "docs-engine"),
                                                     ("HorizontalPodAutoscaler", "docs-engine"),
-                                                    ("HorizontalPodAutoscaler", "docs-inference")}
+                                                    ("HorizontalPodAutoscaler", "docs-inference"),
+                                                    ("NetworkPolicy", "docs-engine")}
     url = plan(OWNER, RAGEngineSpec.model_validate({"inference": {"url": "http://x/v1"}}))
     assert url.names() == ["PersistentVolumeClaim/docs-data", "Deployment/docs-engine", "Service/docs"]
     assert {r.name for r in url.delete} == {"docs-inference", "docs-engine"}
@@ -256,3 +257,70 @@ def test_fleet_fields_reach_both_pods():
     assert ctr["containers"][0]["resources"]["limits"] == {"nvidia.com/mig-1g.10gb": "2"} | ctr["containers"][0]["resources"][
         "limits"]
     assert ctr["tolerations"][0]["key"] == "nvidia.com/mig-1g.10gb"
+
+
+def test_both_workloads_share_one_restricted_pod_profile():
+    """One helper renders the Pod Security settings of both pods, so they cannot drift apart."""
+    p = plan(OWNER, RAGEngineSpec.model_validate(FULL))
+    pods = {o["metadata"]["name"]: o["spec"]["template"]["spec"] for o in p.apply if o["kind"] == "Deployment"}
+    engine, vllm_pod = pods["docs-engine"], pods["docs-inference"]
+    for key in ("securityContext", "enableServiceLinks", "automountServiceAccountToken"):
+        assert engine[key] == vllm_pod[key], key
+    base = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+    assert vllm_pod["containers"][0]["securityContext"] == base
+    assert engine["containers"][0]["securityContext"] == {**base, "readOnlyRootFilesystem": False}
+
+
+def engine_policy(allow_from=None, owner=OWNER, enabled=True):
+    """The engine NetworkPolicy in the plan (None when the plan has none) and the plan's delete names."""
+    spec = copy.deepcopy(FULL)
+    if enabled:
+        spec["engine"] = {"networkPolicy": {} if allow_from is None else {"allowFrom": allow_from}}
+    p = plan(owner, RAGEngineSpec.model_validate(spec))
+    policy = next((o for o in p.apply if o["kind"] == "NetworkPolicy" and o["metadata"]["name"] == "docs-engine"), None)
+    return policy, {(r.kind, r.name) for r in p.delete}
+
+
+def test_engine_network_policy_is_off_by_default_and_pruned():
+    """No policy unless asked for (existing clients keep working); turned off, the plan deletes it."""
+    policy, deletes = engine_policy(enabled=False)
+    assert policy is None and ("NetworkPolicy", "docs-engine") in deletes
+    policy, deletes = engine_policy([{"podSelector": {}}])
+    assert policy is not None and ("NetworkPolicy", "docs-engine") not in deletes
+
+
+def test_engine_network_policy_admits_only_the_listed_peers_on_the_engine_port():
+    peers = [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}}},
+        {"namespaceSelector": {"matchLabels": {"team": "web"}},
+         "podSelector": {"matchExpressions": [{"key": "app", "operator": "In", "values": ["frontend"]}]}},
+        {"ipBlock": {"cidr": "192.168.0.0/16", "except": ["192.168.7.0/24"]}},
+    ]
+    policy, _ = engine_policy(peers)
+    assert policy["apiVersion"] == "networking.k8s.io/v1" and policy["metadata"]["namespace"] == "team-a"
+    assert policy["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+    spec = policy["spec"]
+    assert spec["podSelector"] == {"matchLabels": {c.SELECTOR_NAME: "docs", c.SELECTOR_COMPONENT: "engine"}}
+    assert spec["policyTypes"] == ["Ingress"]  # egress (LLM, store) untouched
+    (rule,) = spec["ingress"]
+    assert rule["from"] == peers  # as written, in order; no operator peer when it does not know where it runs
+    assert rule["ports"] == [{"port": c.ENGINE_PORT, "protocol": "TCP"}]
+
+
+def test_engine_network_policy_admits_the_operator_where_it_runs():
+    owner = Owner("team-a", "docs", "uid-1", operator_namespace="ragengine-system",
+                  operator_labels=(("app.kubernetes.io/name", "ragengine-operator"),))
+    policy, _ = engine_policy([{"podSelector": {"matchLabels": {"app": "web"}}}], owner=owner)
+    (rule,) = policy["spec"]["ingress"]
+    assert rule["from"][-1] == {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ragengine-system"}},
+        "podSelector": {"matchLabels": {"app.kubernetes.io/name": "ragengine-operator"}},
+    }
+    only_operator, _ = engine_policy([], owner=owner)
+    assert [len(r["from"]) for r in only_operator["spec"]["ingress"]] == [1]
+
+
+def test_engine_network_policy_without_peers_denies_all_ingress():
+    """An ingress rule with no `from` admits every source: no peers must render no rule at all."""
+    policy, _ = engine_policy([])
+    assert policy["spec"]["ingress"] == [] and policy["spec"]["policyTypes"] == ["Ingress"]

@@ -20,6 +20,7 @@ from .labels import (
     selector,
     stamp_template,
 )
+from .security import container_security_context, locked_down_pod
 
 DEFAULT_RESOURCES = {"requests": {"cpu": "500m", "memory": "2Gi"}, "limits": {"memory": "8Gi"}}
 UID = 1000  # images/engine.Dockerfile runs as this user; fsGroup makes the PVC writable for it
@@ -63,11 +64,7 @@ def engine_deployment(owner: Owner, spec: RAGEngineSpec, secrets: dict[str, str]
         # Liveness stays shallow: a dead LLM must not restart the engine.
         "readinessProbe": http_probe("/ready", "http", period=5, failures=3),
         "livenessProbe": http_probe("/health", "http", period=10, failures=6),
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "capabilities": {"drop": ["ALL"]},
-            "readOnlyRootFilesystem": False,
-        },
+        "securityContext": {**container_security_context(), "readOnlyRootFilesystem": False},
     }
     pod = {
         "metadata": {"labels": metadata(owner, "", c.COMPONENT_ENGINE)["labels"]},
@@ -76,17 +73,8 @@ def engine_deployment(owner: Owner, spec: RAGEngineSpec, secrets: dict[str, str]
             # External store: no index on the pod, /data is scratch (model cache, temp files).
             "volumes": [{"name": "data", "emptyDir": {}} if spec.vector_store.external else
                         {"name": "data", "persistentVolumeClaim": {"claimName": data_pvc_name(owner)}}],
-            "securityContext": {
-                "runAsNonRoot": True,
-                "runAsUser": UID,
-                "runAsGroup": UID,
-                "fsGroup": UID,
-                "fsGroupChangePolicy": "OnRootMismatch",  # no recursive chown of a big index on every start
-                "seccompProfile": {"type": "RuntimeDefault"},
-            },
             "terminationGracePeriodSeconds": 60,  # lets the engine flush its journal
-            "enableServiceLinks": False,
-            "automountServiceAccountToken": False,  # the engine never calls the API server
+            **locked_down_pod(UID),
         },
     }
     eng = spec.engine
@@ -129,6 +117,37 @@ def engine_pdb(owner: Owner) -> dict[str, Any]:
 def engine_hpa(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
     assert spec.engine.autoscaling is not None
     return hpa(owner, engine_deployment_name(owner), c.COMPONENT_ENGINE, spec.engine.autoscaling)
+
+
+def operator_peer(owner: Owner) -> dict[str, Any] | None:
+    """The operator's own pods as a NetworkPolicy peer (it asks a pod's /ready why it is not ready, and
+    source syncs push through the engine's API); None when the operator does not know where it runs."""
+    if owner.operator_namespace is None:
+        return None
+    return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": owner.operator_namespace}},
+            "podSelector": {"matchLabels": dict(owner.operator_labels)}}
+
+
+def engine_network_policy(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
+    """Only spec.engine.networkPolicy.allowFrom (and the operator) reach the engine's port. Ingress only:
+    the engine's own calls (LLM, embeddings, store) are not restricted here."""
+    assert spec.engine.network_policy is not None
+    peers = [peer.model_dump(by_alias=True, exclude_none=True) for peer in spec.engine.network_policy.allow_from]
+    operator = operator_peer(owner)
+    if operator is not None:
+        peers.append(operator)
+    # An ingress rule without peers admits everyone: no peers at all must mean no rule (deny all).
+    rules = [{"from": peers, "ports": [{"port": c.ENGINE_PORT, "protocol": "TCP"}]}] if peers else []
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": metadata(owner, engine_deployment_name(owner), c.COMPONENT_ENGINE),
+        "spec": {
+            "podSelector": {"matchLabels": selector(owner, c.COMPONENT_ENGINE)},
+            "policyTypes": ["Ingress"],
+            "ingress": rules,
+        },
+    }
 
 
 def engine_service(owner: Owner) -> dict[str, Any]:

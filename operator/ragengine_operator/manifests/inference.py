@@ -21,6 +21,7 @@ from .labels import (
     selector,
     stamp_template,
 )
+from .security import container_security_context, locked_down_pod
 
 
 def gpu_toleration(resource: str) -> dict[str, Any]:
@@ -115,8 +116,7 @@ def inference_deployment(owner: Owner, spec: RAGEngineSpec, secrets: dict[str, s
             {"name": "cache", "mountPath": c.VLLM_SCRATCH_DIR},
             {"name": "dshm", "mountPath": "/dev/shm"},  # NCCL / tensor parallel need more than 64Mi
         ],
-        # Pod Security "restricted": no privilege escalation, no capabilities.
-        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+        "securityContext": container_security_context(),
         # A first start downloads the weights: inference.startupTimeout before liveness may kill the pod.
         "startupProbe": http_probe("/health", "http", period=STARTUP_PERIOD,
                                    failures=max(1, duration_seconds(inf.startup_timeout) // STARTUP_PERIOD)),
@@ -134,17 +134,8 @@ def inference_deployment(owner: Owner, spec: RAGEngineSpec, secrets: dict[str, s
             {"name": "cache", "emptyDir": {}},
             {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": c.VLLM_SHM_LIMIT}},
         ],
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": c.VLLM_UID,
-            "runAsGroup": c.VLLM_UID,
-            "fsGroup": c.VLLM_UID,  # the model cache is writable for the non-root user
-            "fsGroupChangePolicy": "OnRootMismatch",  # no recursive chown of 100s of GB on each start
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
         "terminationGracePeriodSeconds": 30,
-        "enableServiceLinks": False,
-        "automountServiceAccountToken": False,  # vLLM never calls the API server
+        **locked_down_pod(c.VLLM_UID),
     }
     if inf.node_selector:
         pod_spec["nodeSelector"] = dict(inf.node_selector)

@@ -19,6 +19,10 @@ class Owner:
     uid: str
     engine_image: str = "ghcr.io/ragengine/engine:0.1.0"
     vllm_image: str = "vllm/vllm-openai:v0.10.2"
+    # Where the operator's own pods run (settings.pod_namespace/pod_labels), so an engine NetworkPolicy
+    # can admit them: None when unknown (run outside a cluster).
+    operator_namespace: str | None = None
+    operator_labels: tuple[tuple[str, str], ...] = ()
 
     def child(self, suffix: str) -> str:
         return f"{self.name}-{suffix}" if suffix else self.name

@@ -12,6 +12,7 @@ from ..manifests.engine import (
     engine_deployment,
     engine_deployment_name,
     engine_hpa,
+    engine_network_policy,
     engine_pdb,
     engine_service,
 )
@@ -76,6 +77,11 @@ def plan(owner: Owner, spec: RAGEngineSpec, secrets: dict[str, str] | None = Non
         p.apply.append(engine_hpa(owner, spec))
     else:
         p.delete.append(Ref("autoscaling/v2", "HorizontalPodAutoscaler", engine))
+    # Opt-in: a policy nobody asked for would cut off every existing client of the engine.
+    if spec.engine.network_policy is not None:
+        p.apply.append(engine_network_policy(owner, spec))
+    else:
+        p.delete.append(Ref("networking.k8s.io/v1", "NetworkPolicy", engine))
     assert data_pvc_name(owner) not in {r.name for r in p.delete}  # never delete an index volume
     return p
 

@@ -244,6 +244,46 @@ def test_vllm_is_locked_down_and_admitted_as_restricted(kube, namespace):
     assert kube.core.read_namespaced_secret(f"{n}-inference-api-key", ns).data["api-key"] == key
 
 
+def test_engine_network_policy_appears_and_is_pruned(kube, namespace):
+    """Opt-in ingress policy for the engine: applied when spec.engine.networkPolicy is set (the listed peers
+    plus the operator), deleted when it is unset again, and neither change restarts the engine."""
+    from kubernetes import client as k8s
+
+    net = k8s.NetworkingV1Api(kube.api)
+    ns, n = namespace, "fenced"
+
+    def policy():
+        try:
+            return net.read_namespaced_network_policy(f"{n}-engine", ns)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    uid = kube.create_rag(ns, n, {"storage": {"size": "1Gi"}})["metadata"]["uid"]
+    kube.wait_ready(ns, n)
+    assert policy() is None  # off by default: existing clients are not cut off
+    generation = kube.deployment(ns, f"{n}-engine")["metadata"]["generation"]
+    peers = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}}},
+             {"ipBlock": {"cidr": "10.10.0.0/16", "except": ["10.10.9.0/24"]}}]
+    kube.patch_rag(ns, n, {"spec": {"engine": {"networkPolicy": {"allowFrom": peers}}}})
+    kube.wait_ready(ns, n)
+    got = wait_for(policy, 30, "engine NetworkPolicy applied")
+    assert got.metadata.owner_references[0].uid == uid
+    assert got.spec.pod_selector.match_labels == {c.SELECTOR_NAME: n, c.SELECTOR_COMPONENT: "engine"}
+    assert got.spec.policy_types == ["Ingress"]
+    (rule,) = got.spec.ingress
+    assert [p.port for p in rule.ports] == [c.ENGINE_PORT]
+    ingress_nginx, block, operator = rule._from
+    assert ingress_nginx.namespace_selector.match_labels == {"kubernetes.io/metadata.name": "ingress-nginx"}
+    assert block.ip_block.cidr == "10.10.0.0/16" and block.ip_block._except == ["10.10.9.0/24"]
+    assert operator.namespace_selector.match_labels == {"kubernetes.io/metadata.name": OPERATOR_NAMESPACE}
+    kube.patch_rag(ns, n, {"spec": {"engine": {"networkPolicy": None}}})
+    kube.wait_ready(ns, n)
+    wait_for(lambda: policy() is None, 30, "engine NetworkPolicy deleted once turned off")
+    assert kube.deployment(ns, f"{n}-engine")["metadata"]["generation"] == generation
+
+
 # --- item 11: a rotated Secret rolls the pods that read it -------------------------------------------
 def test_secret_rotation_rolls_the_engine(kube, namespace):
     ns, n = namespace, "rotate"
