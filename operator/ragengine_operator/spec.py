@@ -246,7 +246,7 @@ class RetrievalSpec(SpecModel):
 
 
 # --- the engine's ingress NetworkPolicy (engine.networkPolicy): off unless set ---------------------
-class LabelSelectorRequirement(_Model):
+class LabelSelectorRequirement(SpecModel):
     """A metav1.LabelSelectorRequirement."""
 
     key: Annotated[str, Field(min_length=1, max_length=317)]
@@ -254,7 +254,7 @@ class LabelSelectorRequirement(_Model):
     values: list[Annotated[str, Field(max_length=63)]] | None = Field(None, max_length=64)
 
 
-class LabelSelector(_Model):
+class LabelSelector(SpecModel):
     """A metav1.LabelSelector; an empty one ({}) selects everything in its scope."""
 
     match_labels: LabelMap | None = None
@@ -266,7 +266,7 @@ def _cidr(value: str) -> str:
     return value
 
 
-class IPBlock(_Model):
+class IPBlock(SpecModel):
     """Addresses outside the cluster's pods (e.g. a load balancer's or an on-premise range)."""
 
     cidr: Annotated[str, Field(max_length=64, pattern=r"^[0-9a-fA-F:.]+/[0-9]{1,3}$"), AfterValidator(_cidr)]
@@ -275,7 +275,7 @@ class IPBlock(_Model):
     )
 
 
-class NetworkPolicyPeer(_Model):
+class NetworkPolicyPeer(SpecModel):
     """Who may connect (networking/v1): podSelector, namespaceSelector, both (ANDed), or ipBlock alone."""
 
     namespace_selector: LabelSelector | None = None
@@ -293,7 +293,7 @@ class NetworkPolicyPeer(_Model):
 NETWORK_PEER_RULE = "a networkPolicy.allowFrom peer sets podSelector and/or namespaceSelector, or ipBlock alone"
 
 
-class EngineNetworkPolicySpec(_Model):
+class EngineNetworkPolicySpec(SpecModel):
     """A NetworkPolicy <name>-engine on the engine's pods: only these peers (and the operator) reach its port."""
 
     allow_from: list[NetworkPolicyPeer] = Field(

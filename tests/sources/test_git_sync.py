@@ -168,7 +168,8 @@ def test_ssh_source_with_the_key_and_host_key_from_the_secret(engine, tmp_path):
         assert result.ok and result.revision == commit, result.message
         assert set(held(engine)) == {"ops:runbook.md"}
 
-        other_host = ssh.known_hosts.split()[0] + " ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEcdJzJx2tkTq1r6r2f0GMc3l+4qYwLz7p5cNn1WZs4B\n"
+        another_key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEcdJzJx2tkTq1r6r2f0GMc3l+4qYwLz7p5cNn1WZs4B"
+        other_host = f"{ssh.known_hosts.split()[0]} {another_key}\n"
         refused = run(source, engine, tmp_path / "other", {"identity": ssh.client_key, "known_hosts": other_host})
         assert not refused.ok and "host key" in refused.message.lower(), refused.message
         unknown = run(source, engine, tmp_path / "unknown", {"identity": good["identity"], "known_hosts": ""})
