@@ -1,0 +1,110 @@
+"""Score every fusion variant of bench/eval/fusion_variants.py on the candidate lists that ``make eval``
+dumps, choose on the tuning set, and show the validation sets (docs/retrieval.md, "Fusion variants").
+
+    EVAL_DUMP=/tmp/evaldump .venv/bin/python bench/eval/run.py --variants plain   # writes the lists
+    .venv/bin/python bench/eval/fusion_explore.py /tmp/evaldump [--json bench/results/fusion_variants.json]
+
+The dumps hold, per question, the exact top-100 dense (cosine) and BM25 lists the engine searches, so
+a pool of n per side is their first n entries (the engine fuses 20 per side for top 10).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT / "engine"), str(ROOT)]
+
+from bench.eval.fusion_variants import variants  # noqa: E402
+from bench.eval.metrics import summarise  # noqa: E402
+
+K = 10
+POOLS = (20, 50, 100)
+TUNING_SET = "zaragoza-construction-faq"
+SETS = ("debian-faq", "zaragoza-construction-faq", "banking-knowledge")
+
+
+def load(dump: Path, variant: str = "plain") -> dict[str, dict]:
+    out = {}
+    for name in SETS:
+        path = dump / f"{name}.{variant}.json"
+        if path.exists():
+            out[name] = json.loads(path.read_text())
+    return out
+
+
+def score(data: dict, rank_fn, pool: int) -> dict:
+    runs = []
+    for (dense, sparse), rel, n_terms in zip(data["cands"], data["relevant"], data["query_terms"], strict=True):
+        doc = {s: d for s, d, _ in dense} | {s: d for s, d, _ in sparse}
+        ranked = rank_fn([(s, c) for s, _, c in dense[:pool]], [(s, v) for s, _, v in sparse[:pool]], n_terms)
+        runs.append(([doc[s] for s, _ in ranked[:K]], rel))
+    return summarise(runs, K)
+
+
+def explore(sets: dict[str, dict]) -> dict:
+    from ragengine.retrieval.hybrid import FusionParams, fuse
+
+    base = {"dense": lambda d, s, n: list(d), "bm25": lambda d, s, n: list(s)}
+    rows = {}
+    for set_name, data in sets.items():
+        r = rows.setdefault(set_name, {})
+        r["dense"] = score(data, base["dense"], 20)
+        r["bm25"] = score(data, base["bm25"], 20)
+        r["engine default (convex minmax/by_max w=0.75), pool 20"] = score(
+            data, lambda d, s, n: fuse(d, s, params=FusionParams()), 20)
+        r["previous default (rrf k=60 w=0.5), pool 20"] = score(
+            data, lambda d, s, n: fuse(d, s, params=FusionParams(method="rrf", dense_weight=0.5, rrf_k=60)), 20)
+        for vname, fn in variants().items():
+            for pool in POOLS:
+                r[f"{vname}, pool {pool}"] = score(data, fn, pool)
+    return rows
+
+
+def report(rows: dict) -> dict:
+    names = list(next(iter(rows.values())))
+    tuning = rows[TUNING_SET]
+    fusions = [n for n in names if n not in ("dense", "bm25")]
+    best = max(fusions, key=lambda n: (round(tuning[n]["mrr@10"], 6), tuning[n]["ndcg@10"]))
+    summary = {}
+    for n in fusions:
+        gains = {s: rows[s][n]["mrr@10"] - max(rows[s]["dense"]["mrr@10"], rows[s]["bm25"]["mrr@10"]) for s in rows}
+        summary[n] = {"mrr@10": {s: rows[s][n]["mrr@10"] for s in rows}, "over_best_single": gains,
+                      "mean_over_dense": sum(rows[s][n]["mrr@10"] - rows[s]["dense"]["mrr@10"] for s in rows) / len(rows),
+                      "never_loses": all(g >= 0 for g in gains.values())}
+    return {"tuning_set": TUNING_SET, "chosen_on_tuning_set": best, "rows": rows, "summary": summary}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("dump", type=Path)
+    ap.add_argument("--json", type=Path, help="write every row here")
+    ap.add_argument("--top", type=int, default=25, help="rows to print, best on the tuning set first")
+    args = ap.parse_args()
+    sets = load(args.dump)
+    out = report(explore(sets))
+    tuning = out["rows"][TUNING_SET]
+    order = sorted(out["summary"], key=lambda n: -tuning[n]["mrr@10"])
+    print(f"{'variant':<72} " + " ".join(f"{s[:12]:>12}" for s in out["rows"]) + "  mean-dense  never-loses")
+    for name in ["dense", "bm25"]:
+        print(f"{name:<72} " + " ".join(f"{out['rows'][s][name]['mrr@10']:12.3f}" for s in out["rows"]))
+    for n in order[: args.top]:
+        s = out["summary"][n]
+        print(f"{n:<72} " + " ".join(f"{v:12.3f}" for v in s["mrr@10"].values())
+              + f"  {s['mean_over_dense']:+10.3f}  {s['never_loses']}")
+    print(f"\nchosen on {TUNING_SET}: {out['chosen_on_tuning_set']}")
+    never = [n for n in order if out["summary"][n]["never_loses"]]
+    print(f"variants that never lose ({len(never)} of {len(order)}), best on the tuning set first:")
+    for n in never[:15]:
+        s = out["summary"][n]
+        print(f"  {n:<70} " + " ".join(f"{v:.3f}" for v in s["mrr@10"].values()) + f"  mean-dense {s['mean_over_dense']:+.3f}")
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
