@@ -58,10 +58,32 @@ def explore(sets: dict[str, dict]) -> dict:
             data, lambda d, s, n: fuse(d, s, params=FusionParams()), 20)
         r["previous default (rrf k=60 w=0.5), pool 20"] = score(
             data, lambda d, s, n: fuse(d, s, params=FusionParams(method="rrf", dense_weight=0.5, rrf_k=60)), 20)
-        for vname, fn in variants().items():
+        for vname, (_family, _params, fn) in variants().items():
             for pool in POOLS:
                 r[f"{vname}, pool {pool}"] = score(data, fn, pool)
     return rows
+
+
+def family_table(out: dict) -> str:
+    """One markdown row per family and pool: the parameters chosen on the tuning set within it, and
+    MRR@10 on every set with them (the table in docs/retrieval.md)."""
+    rows, sets = out["rows"], list(out["rows"])
+    tuning = rows[TUNING_SET]
+    fams: dict[tuple[str, int], list[str]] = {}
+    for name, (family, _params, _fn) in variants().items():
+        for pool in POOLS:
+            fams.setdefault((family, pool), []).append(f"{name}, pool {pool}")
+    head = "| family | per side | chosen on the tuning set | " + " | ".join(sets) + " | never loses | mean − dense |"
+    lines = [head, "|---|---|---|" + "---|" * len(sets) + "---|---|",
+             "| dense | | | " + " | ".join(f"{rows[s]['dense']['mrr@10']:.3f}" for s in sets) + " | | |",
+             "| BM25 | | | " + " | ".join(f"{rows[s]['bm25']['mrr@10']:.3f}" for s in sets) + " | | |"]
+    for (family, pool), names in fams.items():
+        best = max(names, key=lambda n: (round(tuning[n]["mrr@10"], 6), tuning[n]["ndcg@10"]))
+        s = out["summary"][best]
+        params = variants()[best.rsplit(", pool ", 1)[0]][1]
+        lines.append(f"| {family} | {pool} | {params} | " + " | ".join(f"{v:.3f}" for v in s["mrr@10"].values())
+                     + f" | {'yes' if s['never_loses'] else 'no'} | {s['mean_over_dense']:+.3f} |")
+    return "\n".join(lines)
 
 
 def report(rows: dict) -> dict:
@@ -83,6 +105,7 @@ def main() -> int:
     ap.add_argument("dump", type=Path)
     ap.add_argument("--json", type=Path, help="write every row here")
     ap.add_argument("--top", type=int, default=25, help="rows to print, best on the tuning set first")
+    ap.add_argument("--markdown", action="store_true", help="print the per-family table of docs/retrieval.md")
     args = ap.parse_args()
     sets = load(args.dump)
     out = report(explore(sets))
@@ -101,6 +124,8 @@ def main() -> int:
     for n in never[:15]:
         s = out["summary"][n]
         print(f"  {n:<70} " + " ".join(f"{v:.3f}" for v in s["mrr@10"].values()) + f"  mean-dense {s['mean_over_dense']:+.3f}")
+    if args.markdown:
+        print("\n" + family_table(out))
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))
     return 0

@@ -79,24 +79,38 @@ def length_scaled(beta: float, ref_terms: int, query_terms: int) -> float:
     return beta * min(1.0, ref_terms / max(query_terms, 1))
 
 
-def variants() -> dict[str, Callable[[Ranked, Ranked, int], Fused]]:
-    """Every variant of the exploration, by a readable name (the table's rows)."""
-    out: dict[str, Callable[[Ranked, Ranked, int], Fused]] = {}
+def variants() -> dict[str, tuple[str, str, Callable[[Ranked, Ranked, int], Fused]]]:
+    """Every variant of the exploration: name -> (family, its parameters, function). ``convex minmax/by_max``
+    is the engine's ``convex`` and ``rrf`` the engine's ``rrf`` (both call ``retrieval.hybrid.fuse``)."""
+    from ragengine.retrieval.hybrid import FusionParams, fuse
+
+    out: dict[str, tuple[str, str, Callable[[Ranked, Ranked, int], Fused]]] = {}
+
+    def add(family: str, params: str, fn: Callable[[Ranked, Ranked, int], Fused]) -> None:
+        out[f"{family} [{params}]"] = (family, params, fn)
+
+    for w in (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9):
+        for k in (10, 30, 60):
+            fp = FusionParams(method="rrf", dense_weight=w, rrf_k=k)
+            add("rrf (engine)", f"w={w} k={k}", lambda d, s, _n, fp=fp: fuse(d, s, params=fp))
     for dn in ("minmax", "zscore", "rank"):
         for sn in ("by_max", "minmax", "zscore", "rank"):
             for w in (0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95):
-                out[f"convex {dn}/{sn} w={w}"] = _bind(combine, w_dense=w, w_sparse=1 - w, dense_norm=dn, sparse_norm=sn)
+                family = f"convex {dn}/{sn}" + (" (engine)" if (dn, sn) == ("minmax", "by_max") else "")
+                add(family, f"w={w}", _bind(combine, w_dense=w, w_sparse=1 - w, dense_norm=dn, sparse_norm=sn))
     for beta in (0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2):
         for sn in ("by_max", "minmax", "rank"):
-            out[f"cosine + {beta}*bm25 {sn}"] = _bind(combine, w_dense=1.0, w_sparse=beta, dense_norm="cosine", sparse_norm=sn)
+            add(f"cosine + beta*bm25 {sn}", f"beta={beta}",
+                _bind(combine, w_dense=1.0, w_sparse=beta, dense_norm="cosine", sparse_norm=sn))
     for delta in (0.01, 0.02, 0.05, 0.1):
         for beta in (0.02, 0.05, 0.1):
-            out[f"margin delta={delta} beta={beta}"] = _bind(margin_gate, delta=delta, beta=beta)
+            add("margin gate (BM25 only within delta of the top cosine)", f"delta={delta} beta={beta}",
+                _bind(margin_gate, delta=delta, beta=beta))
     for ref in (8, 16, 32):
         for beta in (0.05, 0.075, 0.1, 0.15, 0.2):
-            out[f"cosine + {beta}*bm25 by_max, scaled by {ref}/terms"] = _length_bound(beta, ref, "cosine", 1.0)
+            add("cosine + beta*min(1, L/terms)*bm25 by_max", f"beta={beta} L={ref}", _length_bound(beta, ref, "cosine", 1.0))
         for w in (0.6, 0.7, 0.75):
-            out[f"convex minmax/by_max w={w}, bm25 share scaled by {ref}/terms"] = _length_bound(1 - w, ref, "minmax", w)
+            add("convex minmax/by_max, bm25 share*min(1, L/terms)", f"w={w} L={ref}", _length_bound(1 - w, ref, "minmax", w))
     return out
 
 
