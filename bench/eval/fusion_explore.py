@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import sys
 from pathlib import Path
 
@@ -62,6 +63,43 @@ def explore(sets: dict[str, dict]) -> dict:
             for pool in POOLS:
                 r[f"{vname}, pool {pool}"] = score(data, fn, pool)
     return rows
+
+
+def per_question_mrr(data: dict, rank_fn, pool: int) -> list[float]:
+    from bench.eval.metrics import mrr
+
+    out = []
+    for (dense, sparse), rel, n_terms in zip(data["cands"], data["relevant"], data["query_terms"], strict=True):
+        doc = {s: d for s, d, _ in dense} | {s: d for s, d, _ in sparse}
+        ranked = rank_fn([(s, c) for s, _, c in dense[:pool]], [(s, v) for s, _, v in sparse[:pool]], n_terms)
+        out.append(mrr([doc[s] for s, _ in ranked[:K]], rel, K))
+    return out
+
+
+def paired_bootstrap(a: list[float], b: list[float], resamples: int = 2000, seed: int = 0) -> dict:
+    """Mean of a - b over questions with a 95% percentile interval from resampling questions, and how
+    many questions are better / worse."""
+    rng = random.Random(seed)
+    diff = [x - y for x, y in zip(a, b, strict=True)]
+    n = len(diff)
+    means = sorted(sum(diff[rng.randrange(n)] for _ in range(n)) / n for _ in range(resamples))
+    return {"mean": sum(diff) / n, "low": means[int(0.025 * resamples)], "high": means[int(0.975 * resamples)],
+            "better": sum(d > 0 for d in diff), "worse": sum(d < 0 for d in diff)}
+
+
+def engine_vs_dense(sets: dict[str, dict]) -> dict:
+    """The engine's default fusion (settings) against dense alone, per set, with bootstrap intervals."""
+    from ragengine.retrieval.hybrid import FusionParams, fuse
+    from ragengine.settings import EngineSettings
+
+    settings = EngineSettings()
+    params = FusionParams.from_settings(settings)
+    out = {}
+    for name, data in sets.items():
+        hybrid = per_question_mrr(data, lambda d, s, n: fuse(d, s, params=params), settings.fusion_candidates)
+        dense = per_question_mrr(data, lambda d, s, n: list(d), settings.fusion_candidates)
+        out[name] = paired_bootstrap(hybrid, dense)
+    return out
 
 
 def family_table(out: dict) -> str:
@@ -124,6 +162,10 @@ def main() -> int:
     for n in never[:15]:
         s = out["summary"][n]
         print(f"  {n:<70} " + " ".join(f"{v:.3f}" for v in s["mrr@10"].values()) + f"  mean-dense {s['mean_over_dense']:+.3f}")
+    out["engine_default_vs_dense"] = boot = engine_vs_dense(sets)
+    print("\nengine default - dense, MRR@10 per question (paired bootstrap, 95%):")
+    for name, b in boot.items():
+        print(f"  {name:<28} {b['mean']:+.4f} [{b['low']:+.4f}, {b['high']:+.4f}]  better {b['better']}, worse {b['worse']}")
     if args.markdown:
         print("\n" + family_table(out))
     if args.json:

@@ -7,8 +7,9 @@ registry-installed sets, through the engine's own IndexRegistry (the code behind
 What it does, per set and per chunking variant (plain chunks / contextual chunks):
   1. indexes the set's documents with ``IndexRegistry.add_documents`` (chunking + embedding as served);
   2. asks every question (top 10 chunks) as dense only, BM25 only (the index's own BM25), hybrid with
-     the fusion of the engine's settings, hybrid with the previous default (RRF k=60, equal weights),
-     and hybrid with at most one chunk per document (``max_chunks_per_document=1``);
+     the fusion of the engine's settings, hybrid with the two earlier defaults (RRF k=60 with equal
+     weights; convex 0.75; both 20 candidates per side), and hybrid / dense with at most one chunk per
+     document (``max_chunks_per_document=1``);
   3. on the tuning set, grid-searches the fusion parameters (method, weight, rrf_k, candidates per side)
      on the dense and BM25 candidate lists the engine fuses (``retrieval.hybrid.fuse``); the chosen ones
      are then scored on every set (bench/eval/fusion_explore.py tries further fusion functions on the
