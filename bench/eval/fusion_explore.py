@@ -138,6 +138,16 @@ def report(rows: dict) -> dict:
     return {"tuning_set": TUNING_SET, "chosen_on_tuning_set": best, "rows": rows, "summary": summary}
 
 
+def _rounded(obj):
+    if isinstance(obj, float):
+        return round(obj, 4)
+    if isinstance(obj, dict):
+        return {k: _rounded(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_rounded(v) for v in obj]
+    return obj
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("dump", type=Path)
@@ -168,8 +178,8 @@ def main() -> int:
         print(f"  {name:<28} {b['mean']:+.4f} [{b['low']:+.4f}, {b['high']:+.4f}]  better {b['better']}, worse {b['worse']}")
     if args.markdown:
         print("\n" + family_table(out))
-    if args.json:
-        args.json.write_text(json.dumps(out, indent=1))
+    if args.json:  # one line per set's rows, metrics to 4 decimals: the file stays small enough to keep
+        args.json.write_text(json.dumps(_rounded(out), separators=(",", ":")).replace('},"', '},\n"'))
     return 0
 
 
