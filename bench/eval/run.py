@@ -7,10 +7,13 @@ registry-installed sets, through the engine's own IndexRegistry (the code behind
 What it does, per set and per chunking variant (plain chunks / contextual chunks):
   1. indexes the set's documents with ``IndexRegistry.add_documents`` (chunking + embedding as served);
   2. asks every question (top 10 chunks) as dense only, BM25 only (the index's own BM25), hybrid with
-     the fusion of the engine's settings, hybrid with the previous default (RRF k=60, equal weights),
-     and hybrid with at most one chunk per document (``max_chunks_per_document=1``);
-  3. on the tuning set, grid-searches the fusion parameters on the dense and BM25 candidate lists the
-     engine fuses (``retrieval.hybrid.fuse``); the chosen ones are then scored on every set;
+     the fusion of the engine's settings, hybrid with the two earlier defaults (RRF k=60 with equal
+     weights; convex 0.75; both 20 candidates per side), and hybrid / dense with at most one chunk per
+     document (``max_chunks_per_document=1``);
+  3. on the tuning set, grid-searches the fusion parameters (method, weight, rrf_k, candidates per side)
+     on the dense and BM25 candidate lists the engine fuses (``retrieval.hybrid.fuse``); the chosen ones
+     are then scored on every set (bench/eval/fusion_explore.py tries further fusion functions on the
+     lists that ``EVAL_DUMP`` writes);
   4. counts, per similarity threshold, the questions whose every relevant chunk in the top 10 falls
      below it (what ``similarity_threshold`` would drop from the prompt).
 Scores are per document: a document counts at the rank of its best chunk (bench/eval/metrics.py).
@@ -43,13 +46,18 @@ from bench.eval.metrics import summarise  # noqa: E402
 RESULTS = ROOT / "bench" / "results" / "eval.json"
 DUMP = Path(os.environ["EVAL_DUMP"]) if os.environ.get("EVAL_DUMP") else None  # candidate lists, for exploring fusion
 K = 10
-POOL = 20  # the candidates per side the engine fuses for top_k=10 (index/search.py _pool_size)
+POOL = 20  # the candidates per side the engine fused for top_k=10 before fusion_candidates (previous default)
+CAND_POOL = 100  # candidates per side collected for the grid, so it can also try larger pools than POOL
 THRESHOLDS = (0.0, 0.2, 0.3, 0.4, 0.5, 0.575, 0.6)
 TUNING_SET = "zaragoza-construction-faq"
 VARIANTS = ["plain", "contextual"]  # chunking variants (--variants)
-GRID = ([{"method": "rrf", "dense_weight": w, "rrf_k": k} for w in (0.3, 0.4, 0.5, 0.6, 0.7) for k in (10, 30, 60)]
-        + [{"method": "convex", "dense_weight": w} for w in (0.3, 0.4, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9)])
-PREVIOUS_DEFAULT = {"method": "rrf", "dense_weight": 0.5, "rrf_k": 60}
+POOLS = (20, 50, 100)  # candidates per side (settings.fusion_candidates); 20 was the engine's before
+GRID = ([{"method": "rrf", "dense_weight": w, "rrf_k": k, "pool": n}
+         for w in (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9) for k in (10, 30, 60) for n in POOLS]
+        + [{"method": "convex", "dense_weight": w, "pool": n}
+           for w in (0.3, 0.4, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9) for n in POOLS])
+PREVIOUS_DEFAULT = {"method": "rrf", "dense_weight": 0.5, "rrf_k": 60, "pool": 20}
+CONVEX_075 = {"method": "convex", "dense_weight": 0.75, "pool": 20}  # the default from the first evaluation
 
 
 def subsample(data: ds.Dataset, max_questions: int | None, seed: int = 0) -> ds.Dataset:
@@ -99,6 +107,7 @@ class SetRun:
         self.settings.fusion = fusion.get("method", "rrf")
         self.settings.fusion_dense_weight = fusion.get("dense_weight", 0.5)
         self.settings.rrf_k = fusion.get("rrf_k", 60)
+        self.settings.fusion_candidates = fusion.get("pool", POOL)
         self.registry.reranker = self.reranker if rerank else None
         out = []
         for q, vec in zip(self.data.questions, self.qvecs, strict=True):
@@ -117,12 +126,13 @@ class SetRun:
         return out
 
     def candidates(self) -> list[tuple[list, list]]:
-        """Per question, the (slot, cosine) and (slot, BM25) lists that the engine fuses."""
+        """Per question, the (slot, cosine) and (slot, BM25) lists that the engine fuses, CAND_POOL long
+        (exact searches, so their first n entries are what the engine fuses with n candidates per side)."""
         out = []
         with self.state.rw.read():
             for q, vec in zip(self.data.questions, self.qvecs, strict=True):
-                d_slots, d_cos = self.state.store.search(vec, POOL, None)
-                s_slots, s_scores = self.state.bm25.search(q.text, POOL, self.state.store.alive)
+                d_slots, d_cos = self.state.store.search(vec, CAND_POOL, None)
+                s_slots, s_scores = self.state.bm25.search(q.text, CAND_POOL, self.state.store.alive)
                 out.append(([(int(s), float(c)) for s, c in zip(d_slots, d_cos, strict=True)],
                             [(int(s), float(v)) for s, v in zip(s_slots, s_scores, strict=True)]))
         return out
@@ -167,10 +177,17 @@ def tune(cands: list[tuple[list, list]], doc_of, questions: list[ds.Question]) -
 
     rows = []
     for point in GRID:
-        params = FusionParams(**point)
-        ranked = [[doc_of(s) for s, _ in fuse(d, sp, params=params)[:K]] for d, sp in cands]
+        pool = point.get("pool", POOL)
+        params = FusionParams(**{k: v for k, v in point.items() if k != "pool"})
+        ranked = [[doc_of(s) for s, _ in fuse(d[:pool], sp[:pool], params=params)[:K]] for d, sp in cands]
         rows.append({"params": point, **summarise([(r, q.relevant) for r, q in zip(ranked, questions, strict=True)], K)})
     return sorted(rows, key=lambda r: (-r[f"mrr@{K}"], -r[f"ndcg@{K}"]))
+
+
+def bm25_tokenize(text: str) -> list[str]:
+    from ragengine.retrieval.bm25 import tokenize
+
+    return tokenize(text)
 
 
 async def evaluate_set(data: ds.Dataset, embedder, reranker, fusion: dict, log) -> dict:
@@ -186,6 +203,8 @@ async def evaluate_set(data: ds.Dataset, embedder, reranker, fusion: dict, log) 
             modes["bm25"] = run.score(run.bm25())
             modes["hybrid (previous default: rrf k=60 w=0.5)"] = run.score(
                 docs_of(await run.engine(hybrid=True, fusion=PREVIOUS_DEFAULT)))
+            modes["hybrid (convex w=0.75, 20 per side: the default before fusion_candidates)"] = run.score(
+                docs_of(await run.engine(hybrid=True, fusion=CONVEX_075)))
             hybrid = await run.engine(hybrid=True, fusion=fusion)
             modes["hybrid"] = run.score(docs_of(hybrid))
             modes["hybrid, max 1 chunk per document"] = run.score(
@@ -200,6 +219,7 @@ async def evaluate_set(data: ds.Dataset, embedder, reranker, fusion: dict, log) 
                 (DUMP / f"{data.name}.{variant}.json").write_text(json.dumps({
                     "relevant": [sorted(q.relevant) for q in data.questions],
                     "query_words": [len(q.text.split()) for q in data.questions],
+                    "query_terms": [len(bm25_tokenize(q.text)) for q in data.questions],
                     "cands": [[[[s, run.doc_of(s), c] for s, c in d], [[s, run.doc_of(s), v] for s, v in sp]]
                               for d, sp in cands]}))
             out["variants"][variant] = {
@@ -280,7 +300,8 @@ def main() -> int:
         from ragengine.retrieval.rerank import Reranker
 
         reranker, rerank_note = Reranker(args.rerank_model), args.rerank_model
-    engine_fusion = {"method": defaults.fusion, "dense_weight": defaults.fusion_dense_weight, "rrf_k": defaults.rrf_k}
+    engine_fusion = {"method": defaults.fusion, "dense_weight": defaults.fusion_dense_weight, "rrf_k": defaults.rrf_k,
+                     "pool": defaults.fusion_candidates}
     results: dict = {"k": K, "machine": f"{os.cpu_count()} CPUs", "embedding_model": defaults.embedding_model,
                      "fusion": {"engine_default": engine_fusion, "tuned_on": TUNING_SET}, "rerank": rerank_note, "sets": {},
                      "missing": {}}

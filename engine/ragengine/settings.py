@@ -61,7 +61,11 @@ class EngineSettings(BaseSettings):
         "default). docs/retrieval.md has the evaluation behind the default."
     )
     fusion_dense_weight: float = Field(
-        0.75, ge=0.0, le=1.0, description="Share of the dense side in the fusion (the rest goes to BM25)."
+        0.85, ge=0.0, le=1.0, description="Share of the dense side in the fusion (the rest goes to BM25)."
+    )
+    fusion_candidates: int = Field(
+        50, ge=1, le=10_000, description="Candidates each side (dense, BM25) brings to the fusion; at least twice "
+        "the results wanted. docs/retrieval.md has the evaluation behind the default."
     )
     rrf_k: int = Field(60, ge=1, description="RRF damping constant (fusion 'rrf' only).")
     chunk_context: bool = Field(

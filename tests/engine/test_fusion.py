@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ragengine.retrieval.hybrid import FusionParams, fuse, rrf
+from ragengine.index.search import _pool_size
+from ragengine.retrieval.hybrid import FusionParams, candidate_pool, fuse, rrf
 from ragengine.settings import EngineSettings
 
 DENSE = [("a", 0.80), ("b", 0.70), ("c", 0.40)]
@@ -71,7 +72,24 @@ def test_params_from_settings():
 
 
 def test_the_default_is_the_evaluated_convex_fusion_and_rrf_restores_the_old_one():
-    # docs/retrieval.md: convex, dense weight 0.75, chosen on zaragoza-construction-faq
-    assert FusionParams.from_settings(EngineSettings()) == FusionParams(method="convex", dense_weight=0.75)
+    # docs/retrieval.md: convex, dense weight 0.85, 50 candidates per side, chosen on zaragoza-construction-faq
+    assert FusionParams.from_settings(EngineSettings()) == FusionParams(method="convex", dense_weight=0.85)
+    assert EngineSettings().fusion_candidates == 50
     old = FusionParams.from_settings(EngineSettings(fusion="rrf", fusion_dense_weight=0.5, rrf_k=60))
     assert keys(fuse(DENSE, SPARSE, params=old)) == keys(rrf(keys(DENSE), keys(SPARSE)))
+
+
+def test_candidate_pool_is_twice_the_results_wanted_and_at_least_the_minimum():
+    assert candidate_pool(10) == 50  # the evaluated default for top 10
+    assert candidate_pool(10, minimum=20) == 20  # the pool before fusion_candidates
+    assert candidate_pool(40) == 80
+    assert candidate_pool(1, minimum=1) == 2
+
+
+def test_the_search_fetches_fusion_candidates_per_side():
+    # The FAISS path's pool follows settings.fusion_candidates (it was a fixed 20 for top 10).
+    assert _pool_size(10, False, EngineSettings()) == 50
+    assert _pool_size(10, False, EngineSettings(fusion_candidates=20)) == 20
+    assert _pool_size(10, True, EngineSettings(rerank_candidates=50)) == 100  # the reranker's candidates, twice
+    with pytest.raises(ValueError):
+        EngineSettings(fusion_candidates=0)

@@ -1,4 +1,4 @@
-"""Retrieval over one index: dense (FAISS) + BM25 fused by reciprocal rank, then optional rerank.
+"""Retrieval over one index: dense (FAISS) + BM25 fused (retrieval.hybrid), then optional rerank.
 
 The query embedding (embedding thread) and the BM25 search (a worker thread) run at the same time;
 the dense search, fusion and result assembly then run under the index's read lock. Filters become a
@@ -18,7 +18,7 @@ from ragengine import metrics
 from ragengine.index.state import IndexState, node_id
 from ragengine.index.types import RetrievedNode, cosine_to_score
 from ragengine.retrieval.grouping import OVERFETCH, cap_per_document
-from ragengine.retrieval.hybrid import FusionParams, fuse
+from ragengine.retrieval.hybrid import FUSION_CANDIDATES, FusionParams, candidate_pool, fuse
 
 # Searches only (ingestion embeds on the embedder's own thread), so queries never queue behind writes.
 _POOL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="search")
@@ -27,7 +27,7 @@ MAX_WIDEN = 10_000  # candidates at most when widening for max_chunks_per_docume
 
 def _pool_size(top_k: int, reranking: bool, settings: Any) -> int:
     want = max(top_k, settings.rerank_candidates) if reranking else top_k
-    return max(want * 2, 20)
+    return candidate_pool(want, getattr(settings, "fusion_candidates", FUSION_CANDIDATES))
 
 
 def _bm25(state: IndexState, query: str, pool: int, f: Any) -> tuple[int, np.ndarray, np.ndarray]:

@@ -14,6 +14,10 @@ Two methods (``FusionParams.method``):
 
 A key missing from one list scores that list's floor (0 after normalisation; no RRF term).
 Ties keep first appearance, dense before sparse, so fusion is deterministic.
+
+How many candidates each side brings matters as much as the weights: a chunk just below one list's cut
+scores that side's floor, so short lists mostly punish chunks that are good on both sides.
+``candidate_pool`` says how many to fetch per side (docs/retrieval.md, "Fusion variants").
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 RRF_K = 60  # the constant from Cormack et al. (2009); damps the head of each list
+# Candidates per side fused for 10 results: 50 beat 20 and 100 on the tuning set (docs/retrieval.md).
+FUSION_CANDIDATES = 50
 FUSION_METHODS = ("rrf", "convex")
 
 K = TypeVar("K", bound=Hashable)
@@ -34,7 +40,7 @@ class FusionParams:
     ``rrf_k`` (only for rrf)."""
 
     method: str = "convex"
-    dense_weight: float = 0.75  # chosen on zaragoza-construction-faq, validated on the others (docs/retrieval.md)
+    dense_weight: float = 0.85  # chosen on zaragoza-construction-faq, validated on the others (docs/retrieval.md)
     rrf_k: int = RRF_K
 
     def __post_init__(self) -> None:
@@ -68,6 +74,12 @@ def fuse(dense: Sequence[tuple[K, float]], sparse: Sequence[tuple[K, float]], *,
             for key, value in normed:
                 fused[key] = fused.get(key, 0.0) + weight * value
     return sorted(fused.items(), key=lambda kv: -kv[1])  # stable: ties keep first appearance
+
+
+def candidate_pool(wanted: int, minimum: int = FUSION_CANDIDATES) -> int:
+    """Candidates to fetch from each side (dense and BM25) for ``wanted`` fused results: twice as many,
+    and never fewer than ``minimum`` (settings ``fusion_candidates``)."""
+    return max(2 * wanted, minimum)
 
 
 def _minmax(ranked: Sequence[tuple[K, float]]) -> list[tuple[K, float]]:
