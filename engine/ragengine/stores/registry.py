@@ -40,7 +40,7 @@ from ragengine.index.state import node_id
 from ragengine.index.types import ChunkingConfig, RetrievedNode, cosine_to_score
 from ragengine.retrieval import filters as flt
 from ragengine.retrieval.grouping import OVERFETCH, cap_per_document
-from ragengine.retrieval.hybrid import FusionParams, fuse
+from ragengine.retrieval.hybrid import FusionParams, candidate_pool, fuse
 from ragengine.stores.base import ChunkWrite, DocumentRace, DocWrite, Hit, StoreAdapter, StoreUnavailable, describe
 
 log = logging.getLogger(__name__)
@@ -326,7 +326,7 @@ class StoreRegistry:
         top_k = min(top_k, self.settings.max_top_k)
         reranking = self.reranker is not None
         n_out = max(top_k, self.settings.rerank_candidates) if reranking else top_k
-        pool = max(n_out * 2, 20)
+        pool = candidate_pool(n_out, self.settings.fusion_candidates)  # the same pool as FAISS (docs/retrieval.md)
         if max_chunks_per_document is not None:  # document-level results: over-fetch, cap below
             pool = n_out = max(pool, top_k * OVERFETCH)
         if query_embedding is None:
