@@ -364,6 +364,16 @@ class VectorStoreSpec(SpecModel):
         return self
 
 
+class SessionsSpec(SpecModel):
+    """Where chat sessions, threads and uploads (bytes and ingestion jobs) live."""
+
+    database_secret_ref: ConnectionSecretRef | None = Field(
+        None, description="A Secret key with a PostgreSQL DSN. Default: the postgres vector store's DSN, else "
+        "SQLite on the engine's volume. Required with vectorStore.type milvus and more than one engine replica: "
+        "replicas must share sessions and the upload queue.",
+    )
+
+
 class StorageSpec(VolumeSpec):
     """The PVC for the engine's indexes, journals and embedding model cache."""
 
@@ -393,6 +403,7 @@ class RAGEngineSpec(SpecModel):
     vector_store: VectorStoreSpec = Field(default_factory=VectorStoreSpec, json_schema_extra={"default": {}})
     storage: StorageSpec = Field(default_factory=StorageSpec, json_schema_extra={"default": {}})
     auth: AuthSpec = Field(default_factory=AuthSpec, json_schema_extra={"default": {}})
+    sessions: SessionsSpec = Field(default_factory=SessionsSpec, json_schema_extra={"default": {}})
     sources: Annotated[list[Source], AfterValidator(unique_names)] = Field(
         default_factory=list, max_length=32,
         description="Documents the indexes hold, synced by the operator from ConfigMaps, git repositories or "
@@ -406,11 +417,18 @@ class RAGEngineSpec(SpecModel):
 
     @model_validator(mode="after")
     def _single_writer(self) -> RAGEngineSpec:
-        if not self.vector_store.external and (self.engine.replicas > 1 or self.engine.autoscaling is not None):
+        several = self.engine.replicas > 1 or self.engine.autoscaling is not None
+        if not self.vector_store.external and several:
             raise ValueError(FAISS_ONE_REPLICA)
+        if self.vector_store.type == "milvus" and several and self.sessions.database_secret_ref is None:
+            raise ValueError(MILVUS_SHARED_SESSIONS)
         return self
 
 
+MILVUS_SHARED_SESSIONS = (
+    "engine.replicas above 1 and engine.autoscaling with vectorStore.type milvus need sessions.databaseSecretRef "
+    "(a PostgreSQL DSN): replicas must share sessions, threads and the upload queue"
+)
 FAISS_ONE_REPLICA = (
     "engine.replicas above 1 and engine.autoscaling need vectorStore.type postgres or milvus: the faiss index "
     "lives on one ReadWriteOnce volume with a single writer"

@@ -64,4 +64,9 @@ INVALID: list[tuple[str, dict[str, Any], str, bool]] = [
     ("network-peer-bad-operator", {"engine": {"networkPolicy": {"allowFrom": [
         {"podSelector": {"matchExpressions": [{"key": "a", "operator": "Near"}]}}]}}},
      "spec.engine.networkPolicy.allowFrom[0].podSelector.matchExpressions[0].operator", True),
+    ("milvus-replicas-without-sessions-db", {"vectorStore": {"type": "milvus", "connectionSecretRef": {"name": "db"}},
+                                             "engine": {"replicas": 3}},
+     "with vectorStore.type milvus need sessions.databaseSecretRef", True),
+    ("source-two-kinds", {"sources": [{"name": "a", "configMap": {"name": "a"}, "http": {"urls": ["https://x/a"]}}]},
+     "a source needs exactly one of configMap, git, http", True),
 ]

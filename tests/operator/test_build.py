@@ -324,3 +324,20 @@ def test_engine_network_policy_without_peers_denies_all_ingress():
     """An ingress rule with no `from` admits every source: no peers must render no rule at all."""
     policy, _ = engine_policy([])
     assert policy["spec"]["ingress"] == [] and policy["spec"]["policyTypes"] == ["Ingress"]
+
+
+def test_sessions_database_shared_by_replicas():
+    """Sessions, threads and the upload queue: the postgres store's DSN by default, or their own database
+    (required for milvus with several replicas, so every replica sees every session and upload)."""
+    from ragengine.settings import EngineSettings
+
+    def database(spec: dict) -> dict | None:
+        env = engine_deployment(OWNER, RAGEngineSpec.model_validate(spec))["spec"]["template"]["spec"]["containers"][0]["env"]
+        return next((e.get("valueFrom") for e in env if e["name"] == EngineSettings.env_name("database_url")), None)
+
+    assert database({}) is None  # faiss: SQLite on the engine's volume
+    pg = {"vectorStore": {"type": "postgres", "connectionSecretRef": {"name": "pg"}}, "engine": {"replicas": 3}}
+    assert database(pg) == {"secretKeyRef": {"name": "pg", "key": "url"}}
+    milvus = {"vectorStore": {"type": "milvus", "connectionSecretRef": {"name": "mv"}}, "engine": {"replicas": 3},
+              "sessions": {"databaseSecretRef": {"name": "sessions-db", "key": "dsn"}}}
+    assert database(milvus) == {"secretKeyRef": {"name": "sessions-db", "key": "dsn"}}

@@ -42,6 +42,7 @@ SECRET_TO_ENGINE = {
     "embedding.apiKeySecretRef": "embedding_api_key",
     "auth.apiKeySecretRef": "api_key",
     "vectorStore.connectionSecretRef": "vector_store_url",  # postgres: also database_url (sessions shared)
+    "sessions.databaseSecretRef": "database_url",
 }
 # spec paths that shape other objects (vLLM, volumes, the engine Deployment), not engine settings.
 OPERATOR_ONLY = {
@@ -57,6 +58,10 @@ OPERATOR_ONLY = {
     "engine.nodeSelector", "engine.tolerations", "inference.gpuResourceName",
     "engine.autoscaling.minReplicas", "engine.autoscaling.maxReplicas", "engine.autoscaling.targetCPUUtilizationPercentage",
     "storage.reclaimPolicy",  # the PVCs' owner references
+    # the engine's NetworkPolicy (manifests/engine.py)
+    *(f"engine.networkPolicy.allowFrom.{field}" for field in (
+        "ipBlock.cidr", "ipBlock.except", "namespaceSelector.matchExpressions", "namespaceSelector.matchLabels",
+        "podSelector.matchExpressions", "podSelector.matchLabels")),
     # synced by the operator through the engine's API (sources/runner.py)
     *(f"sources.{field}" for field in (
         "name", "index", "interval", "metadata", "chunking.chunkSize", "chunking.chunkOverlap", "configMap.name",
@@ -127,8 +132,9 @@ def secret_refs(spec: RAGEngineSpec, owner: Owner | None = None) -> dict[str, An
         "embedding_api_key": spec.embedding.api_key_secret_ref,
         "api_key": spec.auth.api_key_secret_ref,
         "vector_store_url": spec.vector_store.connection_secret_ref,
-        # sessions and threads in the same PostgreSQL, so every replica sees them
-        "database_url": spec.vector_store.connection_secret_ref if spec.vector_store.type == "postgres" else None,
+        # sessions, threads and uploads in PostgreSQL (their own, else the store's), so every replica sees them
+        "database_url": spec.sessions.database_secret_ref or (
+            spec.vector_store.connection_secret_ref if spec.vector_store.type == "postgres" else None),
     }
     return {k: v for k, v in refs.items() if v is not None}
 
