@@ -68,6 +68,13 @@ def validate_config(config: ChunkingConfig, token_limit: int) -> ChunkingConfig:
                           code_chunk_lines=max(1, config.code_chunk_lines), contextual=bool(config.contextual))
 
 
+def new_index_config(settings: Any, chunking: dict | None, token_limit: int) -> ChunkingConfig:
+    """A new index's chunking: the request's ``chunking`` over the engine's defaults, validated."""
+    defaults = {"chunk_size": settings.chunk_size, "chunk_overlap": settings.chunk_overlap,
+                "contextual": settings.chunk_context}
+    return validate_config(ChunkingConfig.from_dict({**defaults, **(chunking or {})}), token_limit)
+
+
 class Chunker:
     """Chunks for one index: ``split(text, metadata) -> list[span]`` (span = (start, end) or str)."""
 

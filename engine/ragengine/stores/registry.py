@@ -25,7 +25,7 @@ import numpy as np
 from ragengine import metrics
 from ragengine.errors import BadRequest, Conflict, EngineError, NotFound
 from ragengine.index import disk
-from ragengine.index.chunking import Chunker, index_texts, validate_config
+from ragengine.index.chunking import Chunker, index_texts, new_index_config
 from ragengine.index.documents import (
     NewDoc,
     clean_documents,
@@ -34,6 +34,7 @@ from ragengine.index.documents import (
     listed,
     new_documents,
     plan_update,
+    retrieval_request,
 )
 from ragengine.index.search import MAX_WIDEN
 from ragengine.index.state import node_id
@@ -192,10 +193,7 @@ class StoreRegistry:
 
     # -- writes ------------------------------------------------------------------------------------
     def _new_config(self, chunking: dict | None) -> dict:
-        defaults = {"chunk_size": self.settings.chunk_size, "chunk_overlap": self.settings.chunk_overlap,
-                    "contextual": self.settings.chunk_context}
-        config = validate_config(ChunkingConfig.from_dict({**defaults, **(chunking or {})}), self.embedder.chunk_token_limit)
-        return config.to_dict()
+        return new_index_config(self.settings, chunking, self.embedder.chunk_token_limit).to_dict()
 
     async def _prepare(self, chunker: Chunker, docs: list[NewDoc]) -> tuple[list[DocWrite], np.ndarray | None]:
         contextual = chunker.config.contextual
@@ -314,16 +312,11 @@ class StoreRegistry:
     async def retrieve(self, index_name: str, query: str, top_k: int, *, filters: dict | None = None,
                        metadata_filter: dict | None = None, query_embedding: np.ndarray | None = None,
                        max_chunks_per_document: int | None = None) -> list[RetrievedNode]:
-        if not isinstance(query, str) or not query.strip():
-            raise BadRequest("Query string cannot be empty.")
-        if top_k < 1:
-            raise BadRequest("top_k must be at least 1.")
-        if max_chunks_per_document is not None and max_chunks_per_document < 1:
-            raise BadRequest("max_chunks_per_document must be at least 1.")
-        f = flt.combine(flt.parse_filters(filters) if filters is not None else None, flt.from_metadata_filter(metadata_filter))
+        req = retrieval_request(query, top_k, filters=filters, metadata_filter=metadata_filter,
+                                max_chunks_per_document=max_chunks_per_document, max_top_k=self.settings.max_top_k)
+        top_k, f = req.top_k, req.filter
         start = time.perf_counter()
         await self._config(index_name)  # asks the store: an index dropped through another replica is a 404 here too
-        top_k = min(top_k, self.settings.max_top_k)
         reranking = self.reranker is not None
         n_out = max(top_k, self.settings.rerank_candidates) if reranking else top_k
         pool = max(n_out * 2, 20)
