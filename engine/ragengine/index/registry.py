@@ -17,6 +17,7 @@ import numpy as np
 from ragengine import metrics
 from ragengine.errors import Conflict, NotFound
 from ragengine.index import disk
+from ragengine.index.chunk_tokens import ChunkTokenCounter, counts_to_store, per_document
 from ragengine.index.chunking import Chunker, index_texts, new_index_config
 from ragengine.index.documents import (
     NewDoc,
@@ -46,6 +47,7 @@ class IndexRegistry:
         self.settings = settings
         self.embedder = embedder
         self.reranker = reranker
+        self.chunk_tokens: ChunkTokenCounter | None = None  # the LLM's counter, set when chat starts
         self.data_dir = Path(settings.data_dir)
         self._indexes: dict[str, IndexState] = {}
         self.corrupt: dict[str, str] = {}  # index folder or name → why it was not loaded
@@ -128,7 +130,7 @@ class IndexRegistry:
             return state
 
     async def _prepare(self, state: IndexState, docs: list[NewDoc]) -> tuple[list[dict], np.ndarray]:
-        """Chunk (in a thread) and embed (in the embedding thread) new documents."""
+        """Chunk (in a thread), embed (in the embedding thread) and count the LLM tokens of new documents."""
         def split() -> list[dict]:
             return [{"id": d.doc_id, "text": d.text, "meta": d.metadata, "spans": state.chunker.split(d.text, d.metadata)}
                     for d in docs]
@@ -137,9 +139,12 @@ class IndexRegistry:
         # Contextual chunk text (title + section path) when the index asks for it; see chunking.index_texts.
         contextual = state.config.contextual
         texts = [t for a in adds for t in index_texts(a["text"], a["meta"], a["spans"], contextual=contextual)]
-        vectors = await self.embedder.embed_texts(texts)
-        for a in adds:
+        chunks = [s if isinstance(s, str) else a["text"][s[0]:s[1]] for a in adds for s in a["spans"]]
+        vectors, counted = await asyncio.gather(self.embedder.embed_texts(texts), counts_to_store(self.chunk_tokens, chunks))
+        for a, tokens in zip(adds, per_document(counted, [len(a["spans"]) for a in adds]), strict=True):
             a["spans"] = [list(s) if isinstance(s, tuple) else s for s in a["spans"]]
+            if tokens:
+                a["tokens"] = tokens
         return adds, vectors
 
     async def _commit(self, state: IndexState, op: dict, vectors: np.ndarray | None) -> None:
@@ -191,7 +196,8 @@ class IndexRegistry:
                 reused = []
                 for doc in plan.meta_only:  # same text: keep chunks and vectors, no re-embedding
                     rec = state.docs[doc.doc_id]
-                    adds.append({"id": doc.doc_id, "text": doc.text, "meta": doc.metadata, "spans": rec.span_list()})
+                    adds.append({"id": doc.doc_id, "text": doc.text, "meta": doc.metadata, "spans": rec.span_list(),
+                                 **({"tokens": rec.tokens} if rec.tokens else {})})
                     reused.append(state.doc_vectors(rec))
                 parts = ([vectors] if vectors is not None else []) + reused
                 all_vectors = np.concatenate(parts) if parts else None

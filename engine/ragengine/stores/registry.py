@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from typing import Any
@@ -25,6 +26,7 @@ import numpy as np
 from ragengine import metrics
 from ragengine.errors import BadRequest, Conflict, EngineError, NotFound
 from ragengine.index import disk
+from ragengine.index.chunk_tokens import ChunkTokenCounter, counts_to_store, per_document
 from ragengine.index.chunking import Chunker, index_texts, new_index_config
 from ragengine.index.documents import (
     NewDoc,
@@ -55,6 +57,7 @@ class StoreRegistry:
         self.reranker = reranker
         self.adapter = adapter
         self.kind = adapter.kind
+        self.chunk_tokens: ChunkTokenCounter | None = None  # the LLM's counter, set when chat starts
         self._configs: dict[str, dict] = {}
         self._counts: dict[str, tuple[int, int]] = {}
         self._chunkers: dict[str, tuple[dict, Chunker]] = {}
@@ -211,7 +214,15 @@ class StoreRegistry:
             return out, embedded
 
         writes, texts = await asyncio.to_thread(split)
-        vectors = await self.embedder.embed_texts(texts) if texts else None
+        if not texts:
+            return writes, None
+        chunks = [c.text for w in writes for c in w.chunks]
+        vectors, counted = await asyncio.gather(self.embedder.embed_texts(texts), counts_to_store(self.chunk_tokens, chunks))
+        tokens = per_document(counted, [len(w.chunks) for w in writes])
+        # The LLM's token counts travel with each chunk into the store (index.chunk_tokens).
+        writes = [dataclasses.replace(w, chunks=[dataclasses.replace(c, tokens={k: v[i] for k, v in t.items()})
+                                                 for i, c in enumerate(w.chunks)]) if t else w
+                  for w, t in zip(writes, tokens, strict=True)]
         return writes, vectors
 
     async def add_documents(self, index_name: str, documents: list[dict], chunking: dict | None = None) -> list[dict]:
@@ -362,7 +373,7 @@ def fuse_hits(dense: list[Hit], sparse: list[Hit], n_out: int, params: FusionPar
         score = cosine_to_score(h.cosine)
         nodes.append(RetrievedNode(doc_id=h.doc_id, node_id=node_id(h.doc_id, h.seq, h.text), text=h.text, score=score,
                                    metadata=dict(h.metadata), dense_score=score if k in dense_keys else None,
-                                   sparse_score=sparse_scores.get(k)))
+                                   sparse_score=sparse_scores.get(k), token_counts=h.tokens))
     return nodes
 
 
