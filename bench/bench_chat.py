@@ -1,15 +1,16 @@
 """Chat overhead benchmark: the engine's own time per RAG request, with the LLM taken out.
 
-Starts the fake vLLM (tests/llm_server, zero latency) and the engine (uvicorn, real embedding model,
-real IndexRegistry) as subprocesses, indexes synthetic documents, then sends RAG chat requests:
+Starts the fake vLLM (tests/llm_server, zero latency) and the engine (``ragengine serve``, real embedding
+model, real IndexRegistry) as subprocesses through tests/support/engine_process.py, indexes synthetic
+documents, then sends RAG chat requests:
 
 - engine time = the engine's ``Server-Timing: engine;dur=`` (request received → response ready, minus
   the time waiting for the LLM); client latency is reported beside it;
 - p50/p99 at concurrency 1 and 16, and requests/s;
 - streaming time-to-first-token overhead = TTFT through the engine minus TTFT asking the LLM directly.
 
-Token counts of chunks are cached by the engine after first use (as in production: chunk texts repeat),
-so a warm-up pass runs first. Prints a table and writes bench/results/chat.json.
+Chunk token counts are stored with the chunks at ingestion (docs/performance.md); a warm-up pass still
+runs first (prompt counts, caches, first-use code paths). Prints a table and writes bench/results/chat.json.
 Usage: python bench/bench_chat.py [--requests 200] [--docs 300] [--quick]
 """
 
@@ -21,41 +22,23 @@ import json
 import os
 import platform
 import random
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import httpx
-
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import httpx  # noqa: E402
+
+from tests.support.engine_process import engine_process  # noqa: E402
+
 WORDS = ["kubernetes", "operator", "gpu", "node", "vector", "index", "embedding", "search", "latency", "cluster",
          "model", "inference", "deployment", "storage", "replica", "shard", "token", "context", "window", "prompt",
          "retrieval", "chunk", "document", "query", "faiss", "bm25", "hybrid", "rerank", "stream", "cache", "metrics",
          "health", "persist", "snapshot", "journal"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_ready(url: str, proc: subprocess.Popen, timeout: float = 300) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{url}: process exited with {proc.returncode}")
-        try:
-            if httpx.get(url, timeout=2).status_code < 500:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise TimeoutError(url)
 
 
 def pct(values: list[float], p: float) -> float:
@@ -127,22 +110,8 @@ def main() -> None:
     if args.quick:
         args.requests, args.docs = 50, 100
     rng = random.Random(7)
-    # This checkout's packages first (an editable install may point at another one).
-    path = os.pathsep.join([str(ROOT / "engine"), str(ROOT / "operator"), str(ROOT), os.environ.get("PYTHONPATH", "")])
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": path}
-    llm_port, engine_port = free_port(), free_port()
-    data_dir = tempfile.mkdtemp(prefix="bench-chat-")
-    procs = []
-    try:
-        procs.append(subprocess.Popen([sys.executable, "-m", "tests.llm_server", "--port", str(llm_port)],
-                                      cwd=ROOT, env=env))
-        wait_ready(f"http://127.0.0.1:{llm_port}/health", procs[-1])
-        engine_env = {**env, "RAGENGINE_LLM_URL": f"http://127.0.0.1:{llm_port}/v1", "RAGENGINE_DATA_DIR": data_dir}
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "ragengine.app:create_app", "--factory", "--port", str(engine_port),
-             "--log-level", "warning"], cwd=ROOT, env=engine_env))
-        base = f"http://127.0.0.1:{engine_port}"
-        wait_ready(f"{base}/v1/models", procs[-1])
+    with tempfile.TemporaryDirectory(prefix="bench-chat-") as work, engine_process(Path(work)) as engine:
+        base, llm_base = engine.base_url, engine.llm_url
         docs = [{"text": " ".join(rng.choice(WORDS) for _ in range(rng.randint(40, 160))) + ".",
                  "metadata": {"n": i}} for i in range(args.docs)]
         t = time.perf_counter()
@@ -158,13 +127,9 @@ def main() -> None:
         first_byte = {}
         for c in (1, 16):
             engine_ttft = asyncio.run(ttft(f"{base}/v1/chat/completions", stream_body, 32, c))
-            llm_ttft = asyncio.run(ttft(f"http://127.0.0.1:{llm_port}/v1/chat/completions", direct, 32, c))
+            llm_ttft = asyncio.run(ttft(f"{llm_base}/chat/completions", direct, 32, c))
             first_byte[c] = {"engine": round(engine_ttft, 2), "llm_direct": round(llm_ttft, 2),
                              "overhead": round(engine_ttft - llm_ttft, 2)}
-    finally:
-        for p in reversed(procs):
-            p.terminate()
-            p.wait(timeout=20)
     result = {
         "machine": f"{platform.machine()} {os.cpu_count()} cpus, load {os.getloadavg()[0]:.1f}",
         "docs": args.docs, "index_seconds": round(index_s, 2),

@@ -17,11 +17,11 @@ import argparse
 import asyncio
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import threading
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,8 +32,8 @@ import httpx  # noqa: E402
 import numpy as np  # noqa: E402
 
 from bench.engine.synth import clustered_unit_vectors, passages  # noqa: E402
+from tests.support.engine_process import engine_process  # noqa: E402
 from tests.support.postgres import postgres_server  # noqa: E402
-from tests.support.server import free_port  # noqa: E402
 
 DIM = 384
 
@@ -77,27 +77,6 @@ async def measure(kind: str, settings_kw: dict, embedder, texts: list[str], vect
     return {"store": kind, "chunks": len(texts), "write_chunks_per_s": len(texts) / write_s,
             "retrieve_p50_ms": pct(times, 50), "retrieve_p99_ms": pct(times, 99),
             "recall_at_10": found / (10 * len(queries))}
-
-
-def serve(url: str, prefix: str, tmp: Path) -> tuple[str, subprocess.Popen]:
-    port = free_port()
-    env = {**os.environ, "RAGENGINE_VECTOR_STORE": "postgres", "RAGENGINE_VECTOR_STORE_URL": url,
-           "RAGENGINE_VECTOR_STORE_PREFIX": prefix}
-    cmd = [sys.executable, "-m", "ragengine.cli", "serve", "--port", str(port), "--data-dir", str(tmp / str(port)),
-           "--log-level", "warning"]
-    return f"http://127.0.0.1:{port}", subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
-def wait_healthy(base: str, timeout: float = 600) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{base}/health", timeout=2).json().get("status") == "Healthy":
-                return
-        except (httpx.HTTPError, ValueError):
-            pass
-        time.sleep(0.2)
-    raise TimeoutError(base)
 
 
 def throughput(bases: list[str], index: str, questions: list[str], seconds: float, concurrency: int = 8) -> float:
@@ -168,23 +147,16 @@ def main() -> int:
 
             asyncio.run(seed())
             questions = [" ".join(t.split()[2:9]) for t in texts[:200]]
-            procs: list[subprocess.Popen] = []
+            settings = {"vector_store": "postgres", "vector_store_url": url, "vector_store_prefix": "replicas"}
             bases: list[str] = []
-            try:
+            with ExitStack() as engines:  # one more engine process per step, the earlier ones kept running
                 for count in replica_counts:
                     while len(bases) < count:
-                        base, proc = serve(url, "replicas", tmp)
-                        procs.append(proc)
-                        wait_healthy(base)
-                        bases.append(base)
+                        engine = engines.enter_context(engine_process(tmp / f"engine{len(bases)}", settings=settings, llm=False))
+                        bases.append(engine.base_url)
                     rps = throughput(bases, "shared", questions, 10 if args.quick else 20)
                     results["replicas"].append({"processes": count, "retrieve_req_per_s": rps})
                     print(f"{count} engine process(es) on one PostgreSQL: {rps:.1f} /retrieve req/s", flush=True)
-            finally:
-                for proc in procs:
-                    proc.terminate()
-                for proc in procs:
-                    proc.wait(30)
     embedder.close()
     print("\n| store | chunks | write chunks/s | retrieve p50 / p99 (ms) | recall@10 |")
     print("|---|---|---|---|---|")

@@ -19,7 +19,10 @@ ENV PATH=/opt/venv/bin:$PATH
 COPY pyproject.toml README.md /src/
 COPY engine /src/engine
 COPY operator /src/operator
-RUN pip install /src && ! python -c "import torch" 2>/dev/null
+# The engine with every vector store the operator can configure (FAISS, PostgreSQL, Milvus), without torch
+# and without the operator's kopf / Kubernetes client.
+RUN pip install "/src[engine,postgres,milvus]" && ! python -c "import torch" 2>/dev/null \
+ && ! python -c "import kopf" 2>/dev/null
 
 FROM python:3.11-slim
 RUN useradd --uid 1000 --user-group --home-dir /home/ragengine --create-home ragengine \

@@ -2,8 +2,9 @@
 
 from llama_index.core.schema import NodeWithScore, TextNode
 
-from ragengine.rag.context import ContextSelector, as_llama_nodes, select_context
+from ragengine.rag.context import select_context
 from ragengine.rag.extractive import extractive_answer, split_sentences
+from ragengine.rag.llama_postprocessor import ContextSelector, as_llama_nodes
 from tests.chat.conftest import node
 
 
@@ -44,3 +45,16 @@ def test_extractive_picks_relevant_sentences():
     assert answer == "FAISS does vector similarity search."
     assert len(split_sentences(extractive_answer("KAITO operator", nodes))) == 3
     assert extractive_answer("anything", []) == ""
+
+
+def test_context_template_is_llama_index_own():
+    """chat.plan keeps a copy of llama-index's context template (so chat does not import llama-index)."""
+    from llama_index.core.chat_engine.context import DEFAULT_CONTEXT_TEMPLATE
+    from llama_index.core.prompts import PromptTemplate
+
+    from ragengine.chat.plan import CONTEXT_TEMPLATE, build_messages
+
+    texts = ["A chunk with {braces} and a {context_str} of its own.", "Another chunk."]
+    system = build_messages([], "q", texts)[0]["content"]
+    assert CONTEXT_TEMPLATE == DEFAULT_CONTEXT_TEMPLATE
+    assert system == PromptTemplate(DEFAULT_CONTEXT_TEMPLATE).format(context_str="\n\n".join(texts))

@@ -11,8 +11,8 @@ from ragengine.chat.plan import build_messages
 from ragengine.chat.stream import error_event, relay, text_pieces
 from ragengine.errors import UpstreamError
 from ragengine.protocol.sse import DONE, frame
+from tests.chat.chat_client import sse_events
 from tests.chat.conftest import DOCS
-from tests.chat.test_http import sse_events
 from tests.support.stores import EVERY_STORE, ON_FAISS
 
 # The LLM, the budget and validation do not depend on the store: FAISS only, except where marked.

@@ -2,52 +2,27 @@
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import httpx
 
-from tests.support.server import free_port
+from tests.support.engine_process import engine_process
 
-
-def _start(data_dir: Path, port: int, log: Path) -> subprocess.Popen:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "RAGENGINE_SNAPSHOT_JOURNAL_BYTES": "20000"}
-    cmd = [sys.executable, "-m", "ragengine.cli", "serve", "--port", str(port), "--data-dir", str(data_dir),
-           "--log-level", "warning"]
-    return subprocess.Popen(cmd, env=env, stdout=open(log, "ab"), stderr=subprocess.STDOUT)
-
-
-def _wait_ready(base: str, proc: subprocess.Popen, timeout: float = 180) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, "server exited during start-up"
-        try:
-            if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise TimeoutError("server not ready")
+# Small snapshot threshold (20 kB) so snapshots + journal resets happen during the run too.
+SETTINGS = {"snapshot_journal_bytes": "20000"}
 
 
 def test_kill_9_mid_ingestion_loses_no_acknowledged_write(tmp_path: Path):
-    data_dir, log = tmp_path / "data", tmp_path / "server.log"
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    proc = _start(data_dir, port, log)
     acked: dict[str, str] = {}
     lock = threading.Lock()
     stop = threading.Event()
-    try:
-        _wait_ready(base, proc)
+    with engine_process(tmp_path, settings=SETTINGS, llm=False) as engine:
+        base = engine.base_url
 
         def writer(worker: int) -> None:
-            # Small snapshot threshold (20 kB) so snapshots + journal resets happen during the run too.
             i = 0
             with httpx.Client(base_url=base, timeout=30) as client:
                 while not stop.is_set():
@@ -64,20 +39,22 @@ def test_kill_9_mid_ingestion_loses_no_acknowledged_write(tmp_path: Path):
                     i += 1
 
         threads = [threading.Thread(target=writer, args=(w,)) for w in range(3)]
-        for t in threads:
-            t.start()
-        deadline = time.monotonic() + 60
-        while len(acked) < 90 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        proc.send_signal(signal.SIGKILL)  # mid-ingestion: writers are still sending
-        proc.wait(10)
-        stop.set()
-        for t in threads:
-            t.join(30)
-        assert len(acked) >= 90, f"only {len(acked)} writes acknowledged before the kill"
+        try:
+            for t in threads:
+                t.start()
+            deadline = time.monotonic() + 60
+            while len(acked) < 90 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            engine.process.send_signal(signal.SIGKILL)  # mid-ingestion: writers are still sending
+            engine.process.wait(10)
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(30)
+    assert len(acked) >= 90, f"only {len(acked)} writes acknowledged before the kill"
 
-        proc = _start(data_dir, port, log)
-        _wait_ready(base, proc)
+    with engine_process(tmp_path, settings=SETTINGS, llm=False) as engine:  # the same data folder
+        base = engine.base_url
         listed: dict[str, str] = {}
         offset = 0
         while True:
@@ -95,11 +72,3 @@ def test_kill_9_mid_ingestion_loses_no_acknowledged_write(tmp_path: Path):
             hits = httpx.post(f"{base}/retrieve", json={"index_name": "durable", "query": acked[doc_id],
                                                          "max_node_count": 5}).json()["results"]
             assert doc_id in [h["doc_id"] for h in hits], doc_id
-    finally:
-        stop.set()
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()

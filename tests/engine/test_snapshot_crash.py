@@ -1,7 +1,7 @@
 """A crash at each step of a snapshot, made deterministic: the step fails, the process "dies" (the
 registry is dropped without closing), and a new registry restores from the same data directory.
 
-Steps of ``registry._snapshot``: (1) the temporary folder is written, then the current snapshot is
+Steps of ``Durability.snapshot``: (1) the temporary folder is written, then the current snapshot is
 renamed to ``snapshot.old``; (2) the temporary folder is renamed to ``snapshot``; (3) the journal is
 truncated. Whatever step fails, the restart must hold every acknowledged document exactly once.
 """
@@ -46,7 +46,7 @@ async def _written(tmp_path, embedder) -> tuple[EngineSettings, IndexRegistry]:
     settings = EngineSettings(data_dir=tmp_path / "data", snapshot_journal_bytes=0)
     registry = await _restart(settings, embedder)
     await registry.add_documents("kb", FIRST)
-    await registry._snapshot(registry.get("kb"))  # a complete first snapshot
+    await registry.durability.snapshot(registry.get("kb"))  # a complete first snapshot
     await registry.add_documents("kb", SECOND)  # acknowledged: in the journal only
     return settings, registry
 
@@ -68,7 +68,7 @@ async def test_crash_during_the_renames(tmp_path, embedder, monkeypatch, step, c
     settings, registry = await _written(tmp_path, embedder)
     monkeypatch.setattr(snapshot_module.os, "replace", _fail_on_call(call, os.replace))
     with pytest.raises(Crash):
-        await registry._snapshot(registry.get("kb"))
+        await registry.durability.snapshot(registry.get("kb"))
     monkeypatch.undo()
     index_dir = tmp_path / "data" / "indexes" / "kb"
     assert (index_dir / "snapshot.tmp").is_dir()  # the temporary folder was written before the crash
@@ -87,7 +87,7 @@ async def test_crash_after_the_rename_before_the_journal_is_truncated(tmp_path, 
 
     monkeypatch.setattr(journal, "reset", crash)
     with pytest.raises(Crash):
-        await registry._snapshot(registry.get("kb"))
+        await registry.durability.snapshot(registry.get("kb"))
     index_dir = tmp_path / "data" / "indexes" / "kb"
     assert (index_dir / "snapshot").is_dir() and journal.size > 0  # new snapshot and the full journal both
     await _assert_everything_once(settings, embedder)
@@ -97,10 +97,10 @@ async def test_a_snapshot_after_a_crash_cleans_up_and_succeeds(tmp_path, embedde
     settings, registry = await _written(tmp_path, embedder)
     monkeypatch.setattr(snapshot_module.os, "replace", _fail_on_call(1, os.replace))
     with pytest.raises(Crash):
-        await registry._snapshot(registry.get("kb"))
+        await registry.durability.snapshot(registry.get("kb"))
     monkeypatch.undo()
     restarted = await _restart(settings, embedder)
-    await restarted._snapshot(restarted.get("kb"))
+    await restarted.durability.snapshot(restarted.get("kb"))
     index_dir = tmp_path / "data" / "indexes" / "kb"
     assert not (index_dir / "snapshot.tmp").exists() and not (index_dir / "snapshot.old").exists()
     assert restarted.get("kb").journal.size == 0

@@ -30,7 +30,7 @@ def _faiss_data_dir(tmp_path, embedder):
         await registry.add_documents("notes", [{"doc_id": "n1", "text": "A note kept only in the journal."}])
         state = registry.get("kb")
         vectors = {rec.doc_id: np.array(state.store.vectors()[rec.slots]) for rec in state.docs.values()}
-        await registry._snapshot(state)  # kb from its snapshot; notes from its journal
+        await registry.durability.snapshot(state)  # kb from its snapshot; notes from its journal
         for s in (registry.get("kb"), registry.get("notes")):
             s.journal.close()
         return vectors

@@ -7,63 +7,24 @@ answering throughout.
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 import threading
 import time
-from contextlib import ExitStack
-from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.support.server import free_port
-
-
-def _start(tmp: Path, name: str, url: str, prefix: str) -> tuple[str, subprocess.Popen]:
-    port = free_port()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "RAGENGINE_VECTOR_STORE": "postgres",
-           "RAGENGINE_VECTOR_STORE_URL": url, "RAGENGINE_VECTOR_STORE_PREFIX": prefix}
-    cmd = [sys.executable, "-m", "ragengine.cli", "serve", "--port", str(port), "--data-dir", str(tmp / name),
-           "--log-level", "warning"]
-    with open(tmp / f"{name}.log", "ab") as log:  # the child keeps its own copy of the descriptor
-        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
-    return f"http://127.0.0.1:{port}", proc
-
-
-def _wait_ready(base: str, proc: subprocess.Popen, timeout: float = 600) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, "engine exited during start-up"
-        try:
-            if httpx.get(f"{base}/health", timeout=2).json().get("status") == "Healthy":
-                return
-        except (httpx.HTTPError, ValueError):
-            pass
-        time.sleep(0.2)
-    raise TimeoutError(f"{base} not ready")
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+from tests.support.engine_process import engine_processes
 
 
 @pytest.fixture
 def replicas(tmp_path, pgvector_url, store_prefix):
-    with ExitStack() as stack:
-        started = [_start(tmp_path, name, pgvector_url, store_prefix) for name in ("a", "b")]
-        for _, proc in started:
-            stack.callback(_stop, proc)
-        for base, proc in started:
-            _wait_ready(base, proc)
-        yield started
+    """Two engines started side by side on one PostgreSQL schema: [(base URL, process), ...]."""
+    settings = {"vector_store": "postgres", "vector_store_url": pgvector_url, "vector_store_prefix": store_prefix}
+    with engine_processes([tmp_path / "a", tmp_path / "b"], settings=settings, llm=False) as engines:
+        for engine in engines:
+            assert httpx.get(f"{engine.base_url}/health").json()["status"] == "Healthy"
+        yield [(engine.base_url, engine.process) for engine in engines]
 
 
 def _ids(base: str, index: str) -> dict[str, str]:

@@ -3,8 +3,10 @@
 ``with engine_process(tmp_dir) as engine:`` starts ``python -m tests.llm_server`` and
 ``python -m ragengine.cli serve`` (real uvicorn, the real packaged embedding model, FAISS under
 ``tmp_dir``) on free ports, waits for ``/health``, yields an ``EngineProcess`` and stops both on exit
-(their logs are printed when start-up fails). Used by the contract tests, the Schemathesis fuzz
-run and the PostgreSQL end-to-end test.
+(their logs are printed when start-up fails). ``engine_processes([dir_a, dir_b], settings=...)`` starts
+several at once (replicas on one external store). Every test and benchmark that needs the engine as its
+own process uses these: the contract tests, the Schemathesis fuzz run, the PostgreSQL end-to-end test,
+durability (kill -9) and replica tests, and the engine, store and responsiveness benchmarks.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ class EngineProcess:
     llm_url: str
     data_dir: Path
     pid: int
+    process: subprocess.Popen  # to kill -9 it in a durability test; stopped on exit whatever its state
     known_ids: dict[str, list[str]] = field(default_factory=dict)  # what a test seeded, by parameter name
 
 
@@ -51,7 +54,7 @@ def _wait(url: str, proc: subprocess.Popen, log: Path, timeout_s: float) -> None
         with contextlib.suppress(httpx.HTTPError):
             if httpx.get(url, timeout=2.0).status_code == 200:
                 return
-        time.sleep(0.2)
+        time.sleep(0.05)
     raise TimeoutError(f"{url} not ready after {timeout_s} s:\n{log.read_text()[-4000:]}")
 
 
@@ -70,29 +73,46 @@ def engine_process(work_dir: Path, *, settings: dict[str, str] | None = None, ll
                    start_timeout_s: float = 600.0) -> Iterator[EngineProcess]:
     """An engine process and its test LLM (none with ``llm=False``: a retrieval-only engine);
     ``settings`` are extra ``--set KEY=VALUE`` engine settings."""
-    work_dir.mkdir(parents=True, exist_ok=True)
+    with engine_processes([work_dir], settings=settings, llm=llm, start_timeout_s=start_timeout_s) as (engine,):
+        yield engine
+
+
+@contextlib.contextmanager
+def engine_processes(work_dirs: list[Path], *, settings: dict[str, str] | None = None, llm: bool = True,
+                     start_timeout_s: float = 600.0) -> Iterator[list[EngineProcess]]:
+    """One engine per work folder, all started before any is waited for (replicas start side by side),
+    sharing one test LLM; each keeps its log and, for FAISS, its data under its own folder."""
     env = _env()
-    llm_port, port = free_port(), free_port()
-    llm_log, engine_log = work_dir / "llm.log", work_dir / "engine.log"
     procs: list[subprocess.Popen] = []
     try:
-        cmd = [sys.executable, "-m", "ragengine.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
-               "--data-dir", str(work_dir / "data"), "--log-level", "warning"]
         llm_url = ""
         if llm:
+            work_dirs[0].mkdir(parents=True, exist_ok=True)
+            llm_port, llm_log = free_port(), work_dirs[0] / "llm.log"
             with llm_log.open("wb") as out:
                 procs.append(subprocess.Popen([sys.executable, "-m", "tests.llm_server", "--port", str(llm_port)],
                                               cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT))
             llm_url = f"http://127.0.0.1:{llm_port}/v1"
             _wait(f"{llm_url}/models", procs[0], llm_log, 60)
-            cmd += ["--llm-url", llm_url]
-        for key, value in (settings or {}).items():
-            cmd += ["--set", f"{key}={value}"]
-        with engine_log.open("wb") as out:
-            procs.append(subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT))
-        base = f"http://127.0.0.1:{port}"
-        _wait(f"{base}/health", procs[-1], engine_log, start_timeout_s)
-        yield EngineProcess(base_url=base, llm_url=llm_url, data_dir=work_dir / "data", pid=procs[-1].pid)
+        started = []
+        for work_dir in work_dirs:
+            work_dir.mkdir(parents=True, exist_ok=True)
+            port = free_port()
+            cmd = [sys.executable, "-m", "ragengine.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
+                   "--data-dir", str(work_dir / "data"), "--log-level", "warning"]
+            if llm_url:
+                cmd += ["--llm-url", llm_url]
+            for key, value in (settings or {}).items():
+                cmd += ["--set", f"{key}={value}"]
+            with (work_dir / "engine.log").open("ab") as out:  # appended: a restarted engine keeps the earlier log
+                procs.append(subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT))
+            started.append((work_dir, f"http://127.0.0.1:{port}", procs[-1]))
+        engines = []
+        for work_dir, base, proc in started:
+            _wait(f"{base}/health", proc, work_dir / "engine.log", start_timeout_s)
+            engines.append(EngineProcess(base_url=base, llm_url=llm_url, data_dir=work_dir / "data", pid=proc.pid,
+                                         process=proc))
+        yield engines
     finally:
         for proc in reversed(procs):
             _stop(proc)

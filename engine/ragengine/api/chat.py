@@ -24,7 +24,10 @@ async def startup(app: FastAPI, settings: EngineSettings, stack: AsyncExitStack)
     llm = LLMClient(settings)
     stack.push_async_callback(llm.aclose)
     app.state.llm = llm
-    app.state.chat = ChatService(settings, llm, getattr(app.state, "registry", None))
+    registry = getattr(app.state, "registry", None)
+    if registry is not None:
+        registry.chunk_tokens = llm.tokens  # chunks get the LLM's token counts at ingestion (index.chunk_tokens)
+    app.state.chat = ChatService(settings, llm, registry)
 
 
 async def read_json(request: Request, limit: int):

@@ -26,9 +26,6 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from llama_index.core.chat_engine.context import DEFAULT_CONTEXT_TEMPLATE
-from llama_index.core.prompts import PromptTemplate
-
 from ragengine.errors import BadRequest
 from ragengine.llm.tokens import message_text
 from ragengine.protocol.openai import MODEL_ALIAS_PREFIX, ChatCompletionRequest
@@ -41,8 +38,14 @@ MIN_TOP_K = 100
 RATIO_MIN, RATIO_MAX = 0.2, 0.8
 NO_USER_PROMPT = "There must be a user prompt since the latest assistant message."
 PROMPT_TOO_LONG = "Prompt length exceeds context window."
-# llama-index ContextChatEngine's own template: the context goes into the system message.
-CONTEXT_TEMPLATE = PromptTemplate(DEFAULT_CONTEXT_TEMPLATE)
+# llama-index ContextChatEngine's own template (``DEFAULT_CONTEXT_TEMPLATE``; the context goes into the
+# system message), copied so that chat does not import llama-index (seconds of start-up); a test keeps it equal.
+CONTEXT_TEMPLATE = (
+    "Use the context information below to assist the user.\n"
+    "--------------------\n"
+    "{context_str}\n"
+    "--------------------\n"
+)
 
 
 @dataclass(frozen=True)

@@ -189,8 +189,9 @@ class ChatService:
         t_select = time.perf_counter()
         threshold = self.settings.similarity_threshold
         candidates = [n for n in nodes if (n.score or 0.0) >= threshold] if threshold else list(nodes)
-        texts = [n.text for n in candidates]
-        counts = dict(zip(texts, await self.llm.count_tokens_many(texts), strict=True))
+        # Counts stored with the chunks at ingestion are used as they are; only the others are counted.
+        counted = await self.llm.count_chunk_tokens([n.text for n in candidates], [n.token_counts for n in candidates])
+        counts = {n.text: c for n, c in zip(candidates, counted, strict=True)}
         selected = select_context(candidates, budget.context_budget, counts.__getitem__, threshold)
         timing["select"] = time.perf_counter() - t_select
         return Selection(candidates, selected, sum(counts[n.text] for n in selected))

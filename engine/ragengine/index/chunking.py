@@ -23,8 +23,6 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
-from llama_index.core.node_parser import SentenceSplitter, TokenTextSplitter
-
 from ragengine.errors import BadRequest
 from ragengine.index.types import ChunkingConfig
 
@@ -68,6 +66,13 @@ def validate_config(config: ChunkingConfig, token_limit: int) -> ChunkingConfig:
                           code_chunk_lines=max(1, config.code_chunk_lines), contextual=bool(config.contextual))
 
 
+def new_index_config(settings: Any, chunking: dict | None, token_limit: int) -> ChunkingConfig:
+    """A new index's chunking: the request's ``chunking`` over the engine's defaults, validated."""
+    defaults = {"chunk_size": settings.chunk_size, "chunk_overlap": settings.chunk_overlap,
+                "contextual": settings.chunk_context}
+    return validate_config(ChunkingConfig.from_dict({**defaults, **(chunking or {})}), token_limit)
+
+
 class Chunker:
     """Chunks for one index: ``split(text, metadata) -> list[span]`` (span = (start, end) or str)."""
 
@@ -76,12 +81,22 @@ class Chunker:
         # Contextual chunks leave room for their title / section prefix in the model's window.
         self.limit = embedder.chunk_token_limit - (CONTEXT_TOKENS if config.contextual else 0)
         self.config = validate_config(config, self.limit)
-        tok = embedder.token_ids
-        size, overlap = self.config.chunk_size, self.config.chunk_overlap
-        self._token = TokenTextSplitter(chunk_size=size, chunk_overlap=overlap, tokenizer=tok)
-        self._prose = self._token if self.config.splitter == "token" else SentenceSplitter(
-            chunk_size=size, chunk_overlap=overlap, tokenizer=tok, chunking_tokenizer_fn=split_sentences)
+        self._splitters: tuple[Any, Any] | None = None  # (prose, token), made on the first split
         self._code: dict[str, Any] = {}
+
+    def _prose_and_token(self) -> tuple[Any, Any]:
+        """llama-index's splitters, imported on first use: restoring indexes at start-up needs no
+        llama-index (its import costs seconds), only the first write does."""
+        if self._splitters is None:
+            from llama_index.core.node_parser import SentenceSplitter, TokenTextSplitter
+
+            tok = self.embedder.token_ids
+            size, overlap = self.config.chunk_size, self.config.chunk_overlap
+            token = TokenTextSplitter(chunk_size=size, chunk_overlap=overlap, tokenizer=tok)
+            prose = token if self.config.splitter == "token" else SentenceSplitter(
+                chunk_size=size, chunk_overlap=overlap, tokenizer=tok, chunking_tokenizer_fn=split_sentences)
+            self._splitters = (prose, token)
+        return self._splitters
 
     def split(self, text: str, metadata: dict | None) -> list[Any]:
         metadata = metadata or {}
@@ -94,11 +109,12 @@ class Chunker:
                 )
             pieces = self._split_code(text, language.lower())
         else:
+            prose, token = self._prose_and_token()
             try:
-                pieces = self._prose.split_text(text)
+                pieces = prose.split_text(text)
             except Exception as exc:
                 log.warning("sentence splitting failed (%s); splitting by tokens", exc)
-                pieces = self._token.split_text(text)
+                pieces = token.split_text(text)
         bounded: list[str] = []
         for piece in pieces:
             if piece.strip():

@@ -10,6 +10,7 @@ backend:
 - ``update``: unknown ids are reported as not found, identical ones as unchanged; a change of text
   re-chunks and re-embeds; a change of metadata alone keeps the chunks and their vectors unless it
   changes how the text is split or embedded (``split_type`` / ``language`` / ``title``).
+- ``retrieve``: the same request checks and the same ``max_top_k`` cap (``retrieval_request``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ragengine.errors import BadRequest, Conflict, PayloadTooLarge
+from ragengine.retrieval import filters as flt
 
 MAX_DOC_ID = 512
 SPLIT_KEYS = ("split_type", "language", "title")  # title: contextual chunks embed it
@@ -117,3 +119,26 @@ def listed(doc_id: str, text: str, metadata: dict, max_text_length: int | None) 
     truncated = max_text_length is not None and len(text) > max_text_length
     return {"doc_id": doc_id, "text": text[:max_text_length] if truncated else text, "hash_value": None,
             "metadata": metadata, "is_truncated": truncated}
+
+
+@dataclass(frozen=True)
+class RetrievalRequest:
+    """A checked ``retrieve`` call: ``top_k`` already capped at the engine's ``max_top_k``."""
+
+    query: str
+    top_k: int
+    filter: flt.Filter | None
+    max_chunks_per_document: int | None
+
+
+def retrieval_request(query: object, top_k: int, *, filters: dict | None, metadata_filter: dict | None,
+                      max_chunks_per_document: int | None, max_top_k: int) -> RetrievalRequest:
+    """Validate a retrieval the same way on every store (400s in this order: query, top_k, cap, filters)."""
+    if not isinstance(query, str) or not query.strip():
+        raise BadRequest("Query string cannot be empty.")
+    if top_k < 1:
+        raise BadRequest("top_k must be at least 1.")
+    if max_chunks_per_document is not None and max_chunks_per_document < 1:
+        raise BadRequest("max_chunks_per_document must be at least 1.")
+    f = flt.combine(flt.parse_filters(filters) if filters is not None else None, flt.from_metadata_filter(metadata_filter))
+    return RetrievalRequest(query, min(top_k, max_top_k), f, max_chunks_per_document)

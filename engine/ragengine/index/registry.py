@@ -1,4 +1,7 @@
-"""The named indexes of one engine: writes (journal first), reads, persistence, restore at start-up."""
+"""The named indexes of the embedded FAISS store: lookup, document writes and reads.
+
+What makes a write durable (journal, snapshots, HNSW migration, index folders) is ``index.durability``;
+validation and the add / update decisions are ``index.documents``, shared with the external stores."""
 
 from __future__ import annotations
 
@@ -12,9 +15,10 @@ from typing import Any
 import numpy as np
 
 from ragengine import metrics
-from ragengine.errors import BadRequest, Conflict, EngineError, NotFound
+from ragengine.errors import Conflict, NotFound
 from ragengine.index import disk
-from ragengine.index.chunking import Chunker, index_texts, validate_config
+from ragengine.index.chunk_tokens import ChunkTokenCounter, counts_to_store, per_document
+from ragengine.index.chunking import Chunker, index_texts, new_index_config
 from ragengine.index.documents import (
     NewDoc,
     clean_documents,
@@ -23,12 +27,12 @@ from ragengine.index.documents import (
     listed,
     new_documents,
     plan_update,
+    retrieval_request,
 )
-from ragengine.index.journal import Journal
+from ragengine.index.durability import Durability
 from ragengine.index.search import search_index
-from ragengine.index.snapshot import SnapshotError, read_snapshot, write_snapshot
 from ragengine.index.state import IndexState
-from ragengine.index.types import ChunkingConfig, RetrievedNode
+from ragengine.index.types import RetrievedNode
 from ragengine.retrieval import filters as flt
 
 log = logging.getLogger(__name__)
@@ -43,6 +47,7 @@ class IndexRegistry:
         self.settings = settings
         self.embedder = embedder
         self.reranker = reranker
+        self.chunk_tokens: ChunkTokenCounter | None = None  # the LLM's counter, set when chat starts
         self.data_dir = Path(settings.data_dir)
         self._indexes: dict[str, IndexState] = {}
         self.corrupt: dict[str, str] = {}  # index folder or name → why it was not loaded
@@ -52,6 +57,7 @@ class IndexRegistry:
         self.store_kwargs = {"hnsw_threshold": settings.hnsw_threshold, "hnsw_m": settings.hnsw_m,
                              "ef_search": settings.hnsw_ef_search, "ef_construction": settings.hnsw_ef_construction,
                              "use_gpu": settings.device in ("auto", "cuda") and gpu_available()}
+        self.durability = Durability(self.data_dir, embedder.dim, self.store_kwargs, settings.snapshot_journal_bytes)
 
     # -- lookup ------------------------------------------------------------------------------------
     def exists(self, name: str) -> bool:
@@ -86,34 +92,18 @@ class IndexRegistry:
 
     # -- start / stop ------------------------------------------------------------------------------
     async def start(self) -> None:
-        root = disk.index_root(self.data_dir)
-        root.mkdir(parents=True, exist_ok=True)
-        await asyncio.to_thread(disk.clean_trash, self.data_dir)
-        for path in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
-            try:
-                name, state = await asyncio.to_thread(disk.load_index_dir, path, self.embedder.dim, self.store_kwargs)
-            except disk.IndexLoadError as exc:
-                key = _name_from_dir(path)
-                self.corrupt[key] = str(exc)
-                metrics.INDEX_CORRUPT.labels(key).set(1)
-                log.error("index %r NOT loaded (corrupt data, left untouched on disk): %s", key, exc)
-                continue
+        states, corrupt = await self.durability.restore()
+        for key, why in corrupt.items():
+            self.corrupt[key] = why
+            metrics.INDEX_CORRUPT.labels(key).set(1)
+        for state in states:
             self._attach(state, on_disk=True)
             if state.store.should_migrate():
-                await self._migrate(state)
-            log.info("restored index %r: %d documents, %d chunks", name, state.n_docs, state.n_chunks)
+                await self.durability.migrate(state)
+            log.info("restored index %r: %d documents, %d chunks", state.name, state.n_docs, state.n_chunks)
 
     async def close(self) -> None:
-        """Snapshot every index whose journal is not empty, so the next start replays nothing."""
-        for state in list(self._indexes.values()):
-            async with state.lock:
-                try:
-                    if state.journal is not None and state.journal.size > 0:
-                        await self._snapshot(state)
-                except Exception:
-                    log.exception("snapshot of %r at shutdown failed; the journal will be replayed", state.name)
-                if state.journal is not None:
-                    state.journal.close()
+        await self.durability.close(list(self._indexes.values()))
 
     def _attach(self, state: IndexState, *, on_disk: bool) -> None:
         state.chunker = Chunker(self.embedder, state.config)
@@ -127,9 +117,6 @@ class IndexRegistry:
         metrics.INDEX_DOCUMENTS.labels(state.name).set(state.n_docs)
         metrics.INDEX_CHUNKS.labels(state.name).set(state.n_chunks)
 
-    def _dir(self, name: str) -> Path:
-        return disk.index_root(self.data_dir) / disk.dir_name(name)
-
     # -- writes ------------------------------------------------------------------------------------
     async def _state_for_write(self, name: str, chunking: dict | None) -> IndexState:
         disk.validate_name(name)
@@ -137,16 +124,13 @@ class IndexRegistry:
             if name in self._indexes:
                 return self._indexes[name]
             self.get(name) if name in self.corrupt else None
-            defaults = {"chunk_size": self.settings.chunk_size, "chunk_overlap": self.settings.chunk_overlap,
-                        "contextual": self.settings.chunk_context}
-            config = validate_config(ChunkingConfig.from_dict({**defaults, **(chunking or {})}),
-                                     self.embedder.chunk_token_limit)
+            config = new_index_config(self.settings, chunking, self.embedder.chunk_token_limit)
             state = IndexState(name, self.embedder.dim, config, self.store_kwargs)
             self._attach(state, on_disk=False)
             return state
 
     async def _prepare(self, state: IndexState, docs: list[NewDoc]) -> tuple[list[dict], np.ndarray]:
-        """Chunk (in a thread) and embed (in the embedding thread) new documents."""
+        """Chunk (in a thread), embed (in the embedding thread) and count the LLM tokens of new documents."""
         def split() -> list[dict]:
             return [{"id": d.doc_id, "text": d.text, "meta": d.metadata, "spans": state.chunker.split(d.text, d.metadata)}
                     for d in docs]
@@ -155,35 +139,19 @@ class IndexRegistry:
         # Contextual chunk text (title + section path) when the index asks for it; see chunking.index_texts.
         contextual = state.config.contextual
         texts = [t for a in adds for t in index_texts(a["text"], a["meta"], a["spans"], contextual=contextual)]
-        vectors = await self.embedder.embed_texts(texts)
-        for a in adds:
+        chunks = [s if isinstance(s, str) else a["text"][s[0]:s[1]] for a in adds for s in a["spans"]]
+        vectors, counted = await asyncio.gather(self.embedder.embed_texts(texts), counts_to_store(self.chunk_tokens, chunks))
+        for a, tokens in zip(adds, per_document(counted, [len(a["spans"]) for a in adds]), strict=True):
             a["spans"] = [list(s) if isinstance(s, tuple) else s for s in a["spans"]]
+            if tokens:
+                a["tokens"] = tokens
         return adds, vectors
 
     async def _commit(self, state: IndexState, op: dict, vectors: np.ndarray | None) -> None:
-        """Journal (fsync) then apply; the caller holds ``state.lock``."""
-        if not state.on_disk:
-            path = await asyncio.to_thread(disk.create_index_dir, self.data_dir, state)
-            state.journal = Journal(path / "journal.log", state.dim)
-            state.on_disk = True
-        seq = state.seq + 1
-        try:
-            await asyncio.to_thread(state.journal.append, seq, op, vectors)
-        except OSError as exc:
-            raise EngineError(f"Could not write to the index journal: {exc}", status_code=507) from exc
-
-        def apply() -> None:
-            with state.rw.write():
-                state.apply(op, vectors)
-                state.seq = seq
-
-        await asyncio.to_thread(apply)
+        """Journal then apply (``Durability.write``); the caller holds ``state.lock``."""
+        await self.durability.write(state, op, vectors)
         self._gauges(state)
-        if state.store.should_migrate():
-            await self._migrate(state)
-            await self._snapshot(state)
-        elif 0 < self.settings.snapshot_journal_bytes < state.journal.size:
-            await self._snapshot(state)
+        await self.durability.maintain(state)
 
     def _drop_if_empty(self, state: IndexState) -> None:
         if not state.on_disk and state.n_docs == 0 and self._indexes.get(state.name) is state:
@@ -228,7 +196,8 @@ class IndexRegistry:
                 reused = []
                 for doc in plan.meta_only:  # same text: keep chunks and vectors, no re-embedding
                     rec = state.docs[doc.doc_id]
-                    adds.append({"id": doc.doc_id, "text": doc.text, "meta": doc.metadata, "spans": rec.span_list()})
+                    adds.append({"id": doc.doc_id, "text": doc.text, "meta": doc.metadata, "spans": rec.span_list(),
+                                 **({"tokens": rec.tokens} if rec.tokens else {})})
                     reused.append(state.doc_vectors(rec))
                 parts = ([vectors] if vectors is not None else []) + reused
                 all_vectors = np.concatenate(parts) if parts else None
@@ -256,70 +225,33 @@ class IndexRegistry:
                     if state.journal is not None:
                         state.journal.close()
             self.corrupt.pop(name, None)
-            await asyncio.to_thread(disk.remove_dir, self._dir(name))
+            await self.durability.remove(name)
             for gauge in (metrics.INDEX_DOCUMENTS, metrics.INDEX_CHUNKS, metrics.INDEX_CORRUPT):
                 with contextlib.suppress(KeyError):
                     gauge.remove(name)
 
-    # -- maintenance -------------------------------------------------------------------------------
-    async def _migrate(self, state: IndexState) -> None:
-        """Flat → HNSW once the index outgrows hnsw_threshold; searches keep using flat meanwhile."""
-        def build() -> tuple[Any, np.ndarray]:
-            with state.rw.read():
-                vectors = np.array(state.store.vectors())
-                alive = state.store.alive[: state.store.ntotal].copy()
-            return state.store.build_hnsw(vectors), alive
-
-        log.info("index %r has %d vectors: building HNSW", state.name, state.n_chunks)
-        start = time.perf_counter()
-        hnsw, alive = await asyncio.to_thread(build)
-
-        def swap() -> None:
-            with state.rw.write():
-                state.store.replace(hnsw, alive)
-
-        await asyncio.to_thread(swap)
-        log.info("index %r now HNSW (built in %.1f s)", state.name, time.perf_counter() - start)
-
-    async def _snapshot(self, state: IndexState) -> None:
-        start = time.perf_counter()
-        if state.tombstones() > max(1000, state.store.ntotal // 5):
-            def compact() -> None:
-                with state.rw.write():
-                    state.compact()
-
-            await asyncio.to_thread(compact)
-        await asyncio.to_thread(write_snapshot, state, self._dir(state.name) / "snapshot")
-        await asyncio.to_thread(state.journal.reset)
-        metrics.SNAPSHOT_SECONDS.observe(time.perf_counter() - start)
-
+    # -- /persist and /load -----------------------------------------------------------------------
     async def persist(self, name: str, path: str | None) -> str:
         state = self.get(name)
-        target = disk.safe_path(self.data_dir, path or f"persist/{disk.dir_name(name)}")
+        target = self.durability.copy_path(name, path)
         async with state.lock:
-            await asyncio.to_thread(write_snapshot, state, target)
+            await self.durability.persist(state, target)
         return str(target)
 
     async def load(self, name: str, path: str | None, overwrite: bool) -> str:
         disk.validate_name(name)
-        source = disk.safe_path(self.data_dir, path or f"persist/{disk.dir_name(name)}")
+        source = self.durability.copy_path(name, path)
         if not source.exists():
             raise NotFound(f"Path does not exist: {path or source}")
         if self.exists(name) and not overwrite:
             raise Conflict(f"Index '{name}' already exists. Use a different name or delete the existing index first.")
-        try:
-            state = await asyncio.to_thread(read_snapshot, source, name, self.embedder.dim, self.store_kwargs)
-        except SnapshotError as exc:
-            raise BadRequest(f"Loading failed: {exc}") from exc
+        state = await self.durability.read_copy(source, name)
         if self.exists(name) or name in self.corrupt:
             await self.delete_index(name)
         async with self._registry_lock:
             if self.exists(name):
                 raise Conflict(f"Index '{name}' already exists. Use a different name or delete the existing index first.")
-            path_ = await asyncio.to_thread(disk.create_index_dir, self.data_dir, state)
-            await asyncio.to_thread(write_snapshot, state, path_ / "snapshot")
-            state.journal = Journal(path_ / "journal.log", state.dim)
-            await asyncio.to_thread(state.journal.reset)
+            await self.durability.install(state)
             self._attach(state, on_disk=True)
         return str(source)
 
@@ -341,24 +273,12 @@ class IndexRegistry:
                        metadata_filter: dict | None = None, query_embedding: np.ndarray | None = None,
                        max_chunks_per_document: int | None = None) -> list[RetrievedNode]:
         state = self.get(index_name)
-        if not isinstance(query, str) or not query.strip():
-            raise BadRequest("Query string cannot be empty.")
-        if top_k < 1:
-            raise BadRequest("top_k must be at least 1.")
-        f = flt.combine(flt.parse_filters(filters) if filters is not None else None,
-                        flt.from_metadata_filter(metadata_filter))
-        if max_chunks_per_document is not None and max_chunks_per_document < 1:
-            raise BadRequest("max_chunks_per_document must be at least 1.")
-        return await search_index(state, self.embedder, self.settings, query, min(top_k, self.settings.max_top_k),
-                                  f, query_embedding, self.reranker, max_chunks_per_document)
-
+        req = retrieval_request(query, top_k, filters=filters, metadata_filter=metadata_filter,
+                                max_chunks_per_document=max_chunks_per_document, max_top_k=self.settings.max_top_k)
+        return await search_index(state, self.embedder, self.settings, req.query, req.top_k, req.filter,
+                                  query_embedding, self.reranker, req.max_chunks_per_document)
 
 def _held(state: IndexState, docs: list[NewDoc]) -> dict[str, tuple[str, dict]]:
     """What the index holds of these documents, as the shared document operations see it."""
     return {d.doc_id: (rec.text, rec.metadata) for d in docs if (rec := state.docs.get(d.doc_id)) is not None}
 
-
-def _name_from_dir(path: Path) -> str:
-    from urllib.parse import unquote
-
-    return unquote(path.name)

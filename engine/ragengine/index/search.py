@@ -74,7 +74,7 @@ def _dense_and_fuse(state: IndexState, qvec: np.ndarray, query: str, pool: int, 
             nodes.append(RetrievedNode(
                 doc_id=rec.doc_id, node_id=node_id(rec.doc_id, i, text), text=text, score=score,
                 metadata=dict(rec.metadata), dense_score=score if slot in dense else None,
-                sparse_score=sparse_map.get(slot),
+                sparse_score=sparse_map.get(slot), token_counts=rec.chunk_tokens(i),
             ))
         metrics.SEARCH_SECONDS.labels(stage="fusion").observe(time.perf_counter() - start)
         return nodes

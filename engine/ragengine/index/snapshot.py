@@ -54,8 +54,10 @@ def write_snapshot(state: IndexState, target: Path, extra: dict | None = None) -
     with open(tmp / "docs.jsonl", "w", encoding="utf-8") as fh:
         for rec in state.docs.values():
             spans = None if rec.spans is None else [list(s) if isinstance(s, tuple) else s for s in rec.spans]
-            fh.write(json.dumps({"id": rec.doc_id, "text": rec.text, "meta": rec.metadata, "spans": spans,
-                                 "slots": rec.slots}, ensure_ascii=False, separators=(",", ":")))
+            line = {"id": rec.doc_id, "text": rec.text, "meta": rec.metadata, "spans": spans, "slots": rec.slots}
+            if rec.tokens:  # absent in snapshots written before token counts were stored: still readable
+                line["tokens"] = rec.tokens
+            fh.write(json.dumps(line, ensure_ascii=False, separators=(",", ":")))
             fh.write("\n")
     state.store.write(str(tmp / "vectors.faiss"))
     np.ascontiguousarray(state.store.alive[: state.store.ntotal]).tofile(tmp / "alive.bin")
@@ -123,7 +125,8 @@ def read_snapshot(path: Path, name: str, dim: int, store_kwargs: dict) -> IndexS
             try:
                 d: Any = json.loads(line)
                 spans = d["spans"] if d["spans"] is not None else [[0, len(d["text"])]]
-                rec = DocRecord(d["id"], d["text"], d.get("meta") or {}, list(d["slots"]), compact_spans(d["text"], spans))
+                rec = DocRecord(d["id"], d["text"], d.get("meta") or {}, list(d["slots"]), compact_spans(d["text"], spans),
+                                d.get("tokens"))
             except (ValueError, KeyError, TypeError, IndexError) as exc:
                 raise SnapshotError(f"{path}: docs.jsonl line {line_no} unreadable") from exc
             if len(rec.slots) != len(spans) or any(not (0 <= s < state.store.ntotal) for s in rec.slots):

@@ -101,7 +101,7 @@ class IndexState:
 
     # -- mutations (call under rw.write) -----------------------------------------------------------
     def apply(self, op: dict, vectors: np.ndarray | None) -> None:
-        """Apply one journal op: ``{"delete": [doc_id], "add": [{"id","text","meta","spans"}]}``."""
+        """Apply one journal op: ``{"delete": [doc_id], "add": [{"id","text","meta","spans"[,"tokens"]}]}``."""
         for doc_id in op.get("delete", ()):
             self._delete(doc_id)
         adds = op.get("add", ())
@@ -112,7 +112,8 @@ class IndexState:
             slots = self.store.add(vectors) if n else np.zeros(0, np.int64)
             pos = 0
             for d in adds:
-                rec = DocRecord(d["id"], d["text"], d.get("meta") or {}, [], compact_spans(d["text"], d["spans"]))
+                rec = DocRecord(d["id"], d["text"], d.get("meta") or {}, [], compact_spans(d["text"], d["spans"]),
+                                d.get("tokens"))
                 for i, words in enumerate(self.index_texts(rec)):  # contextual chunk text
                     slot = int(slots[pos])
                     pos += 1

@@ -27,6 +27,9 @@ class RetrievedNode:
     metadata: dict
     dense_score: float | None = None
     sparse_score: float | None = None
+    # The chunk's token counts stored at ingestion, by tokenizer identity (``TokenCounter.identity``);
+    # for the chat budget only, never shown to clients.
+    token_counts: dict[str, int] | None = None
 
     def to_source_node(self) -> dict:
         return {"doc_id": self.doc_id, "node_id": self.node_id, "text": self.text, "score": self.score,
@@ -60,6 +63,13 @@ class DocRecord:
     metadata: dict
     slots: list[int]
     spans: list[Any] | None  # per chunk: (start, end) into text, or the chunk's own text
+    # Per tokenizer identity, the token count of each chunk (stored at ingestion; None: never counted).
+    tokens: dict[str, list[int]] | None = None
+
+    def chunk_tokens(self, i: int) -> dict[str, int] | None:
+        if not self.tokens:
+            return None
+        return {key: counts[i] for key, counts in self.tokens.items() if i < len(counts)} or None
 
     def chunk_text(self, i: int) -> str:
         if self.spans is None:

@@ -182,6 +182,10 @@ class LLMClient:
     async def count_tokens_many(self, texts: list[str]) -> list[int]:
         return await self.tokens.count_many(texts)
 
+    async def count_chunk_tokens(self, texts: list[str], stored: list[dict[str, int] | None]) -> list[int]:
+        """Chunk counts: the ones stored with the chunks for the current tokenizer, the others counted."""
+        return await self.tokens.count_with_stored(texts, stored)
+
     # --- completions ------------------------------------------------------------------------------
     async def chat(self, payload: dict[str, Any]) -> LLMResult:
         response, endpoint, started = await self._send(payload, stream=False)

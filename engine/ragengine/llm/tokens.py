@@ -17,6 +17,10 @@ different model behind the same URL, see ``model_changed``) the old counts no lo
 are counted again. Concurrent requests that need the same uncounted text share one call (single flight),
 and the texts one request needs are counted concurrently, never one after another. Estimates are not
 cached, so a server that comes back is used again.
+
+Chunk counts are also stored with the chunks (``exact_counts`` at ingestion, under ``identity``: the
+counting source and served model), so a request over stored chunks counts only its prompt even on a fresh
+replica; ``count_with_stored`` uses a stored count only when its key is the current identity.
 """
 
 from __future__ import annotations
@@ -135,6 +139,30 @@ class TokenCounter:
                 for i in positions:
                     out[i] = value
         return out  # type: ignore[return-value]
+
+    @property
+    def identity(self) -> str:
+        """What the counts are valid for: the counting source and the served model (as of the last count)."""
+        return f"{self.method}:{self._served}"
+
+    async def exact_counts(self, texts: list[str]) -> tuple[str, list[int]] | None:
+        """Counts of ``texts`` worth storing with the chunks: (``identity``, counts), or None when any of
+        them could only be estimated (an estimate is never stored: a server that comes back counts again)."""
+        counts = await self.count_many(texts)
+        if self.method == "estimate" or any(text and self.cached(text) is None for text in texts):
+            return None
+        return self.identity, counts
+
+    async def count_with_stored(self, texts: list[str], stored: list[dict[str, int] | None]) -> list[int]:
+        """Counts of ``texts``, taking each from ``stored`` (the chunk's counts by identity) when it holds one
+        for the current identity; only the others are counted. Call after the prompt is counted, so the
+        tokenizer's kind is known and the identity is the one counting would use."""
+        await self._refresh_identity()
+        identity = self.identity
+        known = [counts.get(identity) if counts else None for counts in stored]
+        missing = [text for text, value in zip(texts, known, strict=True) if value is None]
+        counted = iter(await self.count_many(missing) if missing else [])
+        return [value if value is not None else next(counted) for value in known]
 
     def model_changed(self) -> None:
         """Forget the remote tokenizer kind: the next count probes again and keys by the new identity."""

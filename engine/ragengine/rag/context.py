@@ -1,10 +1,12 @@
 """Context selection: which retrieved chunks go into the prompt.
 
-``ContextSelector`` is a llama-index node postprocessor (usable in any llama-index query or chat
-engine); ``select_context`` applies the same rule to the engine's ``RetrievedNode`` list. The rule is
-the seed's ContextSelectionProcessor: sort by score (highest first; ties keep the retrieval order),
-drop chunks below the similarity threshold, skip a chunk that does not fit the remaining token
+The rule is the seed's ContextSelectionProcessor: sort by score (highest first; ties keep the retrieval
+order), drop chunks below the similarity threshold, skip a chunk that does not fit the remaining token
 budget, keep filling greedily. The chosen chunks go into the prompt in that score order.
+
+``select_context`` applies it to the engine's ``RetrievedNode`` list; ``rag.llama_postprocessor`` has
+the same rule as a llama-index node postprocessor, kept apart so that chat never imports llama-index
+(whose import costs seconds of start-up).
 """
 
 from __future__ import annotations
@@ -13,14 +15,10 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from llama_index.core.postprocessor.types import BaseNodePostprocessor
-from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
-from pydantic import Field
-
 log = logging.getLogger(__name__)
 
 
-def _greedy(items: Sequence[Any], text_of, score_of, budget: int, count_tokens, threshold: float) -> list[Any]:
+def greedy_fill(items: Sequence[Any], text_of, score_of, budget: int, count_tokens, threshold: float) -> list[Any]:
     chosen: list[Any] = []
     remaining = budget
     # The seed sorts by score before the fill; the hybrid index returns its fused rank order, in which a
@@ -39,34 +37,6 @@ def _greedy(items: Sequence[Any], text_of, score_of, budget: int, count_tokens, 
     return chosen
 
 
-class ContextSelector(BaseNodePostprocessor):
-    """Score order, threshold and token budget (the seed's rule) over any nodes."""
-
-    budget_tokens: int = Field(description="Tokens the selected chunks may use together.")
-    similarity_threshold: float = Field(0.0, description="Minimum similarity score in [0, 1].")
-    count_tokens: Callable[[str], int] = Field(description="The served model's token counter.")
-
-    @classmethod
-    def class_name(cls) -> str:
-        return "ContextSelector"
-
-    def _postprocess_nodes(
-        self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
-    ) -> list[NodeWithScore]:
-        return _greedy(
-            nodes, lambda n: n.node.get_content(), lambda n: n.score, self.budget_tokens, self.count_tokens,
-            self.similarity_threshold,
-        )
-
-
 def select_context(nodes, budget_tokens: int, count_tokens: Callable[[str], int], similarity_threshold: float) -> list:
-    """``RetrievedNode`` version of ``ContextSelector`` (same rule, without converting every node)."""
-    return _greedy(nodes, lambda n: n.text, lambda n: n.score, budget_tokens, count_tokens, similarity_threshold)
-
-
-def as_llama_nodes(nodes) -> list[NodeWithScore]:
-    """``RetrievedNode`` → llama-index ``NodeWithScore`` (for use with llama-index components)."""
-    return [
-        NodeWithScore(node=TextNode(id_=n.node_id, text=n.text, metadata=dict(n.metadata), ref_doc_id=n.doc_id), score=n.score)
-        for n in nodes
-    ]
+    """The rule over ``RetrievedNode``s (``count_tokens``: the served model's counts)."""
+    return greedy_fill(nodes, lambda n: n.text, lambda n: n.score, budget_tokens, count_tokens, similarity_threshold)

@@ -12,6 +12,10 @@ chunking or embedding: it stores what it is given and answers searches. What it 
   hit's stored vector, computed by the store from the same unit vectors the FAISS backend holds, so a
   ``similarity_threshold`` means the same on every backend. ``keyword_score`` is the store's own
   keyword rank (BM25 in FAISS, ``ts_rank_cd`` in PostgreSQL): comparable within one result list only.
+- A chunk's ``tokens`` (its LLM token counts by tokenizer identity, see ``index.chunk_tokens``) are
+  stored with the chunk and come back on its hits and in ``chunk_vectors``; ``chunk_metadata`` /
+  ``split_chunk_metadata`` keep them in the chunk row's metadata under a reserved key, never in the
+  document's.
 - Filters arrive as the parsed tree of ``ragengine.retrieval.filters`` and must select exactly the
   documents ``filters.matches`` selects, with values bound as parameters (never formatted into a query).
 """
@@ -43,6 +47,7 @@ class ChunkWrite:
     seq: int
     text: str  # what clients and prompts get
     search_text: str | None = None  # what keyword search indexes (contextual chunks: title + path + text)
+    tokens: dict[str, int] | None = None  # LLM token counts by tokenizer identity (index.chunk_tokens)
 
     @property
     def indexed_text(self) -> str:
@@ -72,6 +77,23 @@ class Hit:
     metadata: dict
     cosine: float
     keyword_score: float | None = None
+    tokens: dict[str, int] | None = None
+
+
+# The chunk row's metadata (a copy of its document's, for filters) also carries the chunk's token counts.
+TOKENS_KEY = "_ragengine_tokens"
+
+
+def chunk_metadata(doc_metadata: dict, tokens: dict[str, int] | None) -> dict:
+    return {**doc_metadata, TOKENS_KEY: tokens} if tokens else doc_metadata
+
+
+def split_chunk_metadata(metadata: dict) -> tuple[dict, dict[str, int] | None]:
+    """A chunk row's metadata → (its document's metadata, the chunk's token counts)."""
+    if TOKENS_KEY not in metadata:
+        return metadata, None
+    rest = dict(metadata)
+    return rest, rest.pop(TOKENS_KEY) or None
 
 
 class StoreAdapter(Protocol):

@@ -51,7 +51,7 @@ def doc_batches(state: IndexState) -> Iterator[tuple[list[DocWrite], np.ndarray]
     batch: list[DocWrite] = []
     slots: list[int] = []
     for rec in state.docs.values():
-        chunks = [ChunkWrite(i, rec.chunk_text(i)) for i in range(len(rec.slots))]
+        chunks = [ChunkWrite(i, rec.chunk_text(i), tokens=rec.chunk_tokens(i)) for i in range(len(rec.slots))]
         batch.append(DocWrite(rec.doc_id, rec.text, rec.metadata, chunks))
         slots.extend(rec.slots)
         if len(batch) >= BATCH_DOCS:

@@ -34,7 +34,17 @@ from typing import Any
 import numpy as np
 
 from ragengine.retrieval import filters as flt
-from ragengine.stores.base import ChunkWrite, DocumentRace, DocWrite, Hit, StoredDoc, StoreUnavailable, describe
+from ragengine.stores.base import (
+    ChunkWrite,
+    DocumentRace,
+    DocWrite,
+    Hit,
+    StoredDoc,
+    StoreUnavailable,
+    chunk_metadata,
+    describe,
+    split_chunk_metadata,
+)
 
 log = logging.getLogger(__name__)
 PART_CHARS = 16_000  # document text per row: 16k characters stay under 65,535 UTF-8 bytes
@@ -269,11 +279,12 @@ class MilvusStore:
     def chunk_vectors(self, name: str, doc_id: str) -> tuple[list[ChunkWrite], np.ndarray]:
         chunks, _ = self._index(name)
         rows = self._call("query", chunks, filter=f"doc_id == {literal(doc_id)}",
-                          output_fields=["seq", "text", "search_text", "vec"],
+                          output_fields=["seq", "text", "search_text", "metadata", "vec"],
                           limit=16384)
         rows.sort(key=lambda r: r["seq"])
         vectors = np.array([r["vec"] for r in rows], dtype=np.float32).reshape(len(rows), self.dim)
-        return [ChunkWrite(int(r["seq"]), r["text"], r["search_text"]) for r in rows], vectors
+        return [ChunkWrite(int(r["seq"]), r["text"], r["search_text"], split_chunk_metadata(r["metadata"])[1])
+                for r in rows], vectors
 
     def list_documents(self, name: str, f: flt.Filter | None, offset: int, limit: int) -> tuple[list[StoredDoc], int]:
         _, docs = self._index(name)
@@ -348,7 +359,8 @@ class MilvusStore:
                             raise ValueError("write() got fewer vectors than chunks")
                         chunk_rows.append({"pk": f"{doc.doc_id}#{chunk.seq}", "doc_id": doc.doc_id, "seq": chunk.seq,
                                            "text": chunk.text[:MAX_TEXT // 4],
-                                           "search_text": chunk.indexed_text[:MAX_TEXT // 4], "metadata": doc.metadata,
+                                           "search_text": chunk.indexed_text[:MAX_TEXT // 4],
+                                           "metadata": chunk_metadata(doc.metadata, chunk.tokens),
                                            "vec": np.asarray(vectors[pos + i], dtype=np.float32).tolist()})
                     parts = [doc.text[i:i + PART_CHARS] for i in range(0, len(doc.text), PART_CHARS)] or [""]
                     for p, part in enumerate(parts):
@@ -379,5 +391,6 @@ def _hit(h: dict, q: np.ndarray, *, keyword: bool = False) -> Hit:
     cosine = float(np.dot(np.asarray(e["vec"], dtype=np.float32), q))
     # BM25 "distance": a Milvus server reports the score, Milvus Lite its negative; both list best first.
     score = abs(float(h["distance"])) if keyword else None
-    return Hit(e["doc_id"], int(e["seq"]), e["text"], e["metadata"], cosine, score)
+    metadata, tokens = split_chunk_metadata(e["metadata"])
+    return Hit(e["doc_id"], int(e["seq"]), e["text"], metadata, cosine, score, tokens)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from typing import Any
@@ -25,7 +26,8 @@ import numpy as np
 from ragengine import metrics
 from ragengine.errors import BadRequest, Conflict, EngineError, NotFound
 from ragengine.index import disk
-from ragengine.index.chunking import Chunker, index_texts, validate_config
+from ragengine.index.chunk_tokens import ChunkTokenCounter, counts_to_store, per_document
+from ragengine.index.chunking import Chunker, index_texts, new_index_config
 from ragengine.index.documents import (
     NewDoc,
     clean_documents,
@@ -34,6 +36,7 @@ from ragengine.index.documents import (
     listed,
     new_documents,
     plan_update,
+    retrieval_request,
 )
 from ragengine.index.search import MAX_WIDEN
 from ragengine.index.state import node_id
@@ -54,6 +57,7 @@ class StoreRegistry:
         self.reranker = reranker
         self.adapter = adapter
         self.kind = adapter.kind
+        self.chunk_tokens: ChunkTokenCounter | None = None  # the LLM's counter, set when chat starts
         self._configs: dict[str, dict] = {}
         self._counts: dict[str, tuple[int, int]] = {}
         self._chunkers: dict[str, tuple[dict, Chunker]] = {}
@@ -192,10 +196,7 @@ class StoreRegistry:
 
     # -- writes ------------------------------------------------------------------------------------
     def _new_config(self, chunking: dict | None) -> dict:
-        defaults = {"chunk_size": self.settings.chunk_size, "chunk_overlap": self.settings.chunk_overlap,
-                    "contextual": self.settings.chunk_context}
-        config = validate_config(ChunkingConfig.from_dict({**defaults, **(chunking or {})}), self.embedder.chunk_token_limit)
-        return config.to_dict()
+        return new_index_config(self.settings, chunking, self.embedder.chunk_token_limit).to_dict()
 
     async def _prepare(self, chunker: Chunker, docs: list[NewDoc]) -> tuple[list[DocWrite], np.ndarray | None]:
         contextual = chunker.config.contextual
@@ -213,7 +214,15 @@ class StoreRegistry:
             return out, embedded
 
         writes, texts = await asyncio.to_thread(split)
-        vectors = await self.embedder.embed_texts(texts) if texts else None
+        if not texts:
+            return writes, None
+        chunks = [c.text for w in writes for c in w.chunks]
+        vectors, counted = await asyncio.gather(self.embedder.embed_texts(texts), counts_to_store(self.chunk_tokens, chunks))
+        tokens = per_document(counted, [len(w.chunks) for w in writes])
+        # The LLM's token counts travel with each chunk into the store (index.chunk_tokens).
+        writes = [dataclasses.replace(w, chunks=[dataclasses.replace(c, tokens={k: v[i] for k, v in t.items()})
+                                                 for i, c in enumerate(w.chunks)]) if t else w
+                  for w, t in zip(writes, tokens, strict=True)]
         return writes, vectors
 
     async def add_documents(self, index_name: str, documents: list[dict], chunking: dict | None = None) -> list[dict]:
@@ -314,16 +323,11 @@ class StoreRegistry:
     async def retrieve(self, index_name: str, query: str, top_k: int, *, filters: dict | None = None,
                        metadata_filter: dict | None = None, query_embedding: np.ndarray | None = None,
                        max_chunks_per_document: int | None = None) -> list[RetrievedNode]:
-        if not isinstance(query, str) or not query.strip():
-            raise BadRequest("Query string cannot be empty.")
-        if top_k < 1:
-            raise BadRequest("top_k must be at least 1.")
-        if max_chunks_per_document is not None and max_chunks_per_document < 1:
-            raise BadRequest("max_chunks_per_document must be at least 1.")
-        f = flt.combine(flt.parse_filters(filters) if filters is not None else None, flt.from_metadata_filter(metadata_filter))
+        req = retrieval_request(query, top_k, filters=filters, metadata_filter=metadata_filter,
+                                max_chunks_per_document=max_chunks_per_document, max_top_k=self.settings.max_top_k)
+        top_k, f = req.top_k, req.filter
         start = time.perf_counter()
         await self._config(index_name)  # asks the store: an index dropped through another replica is a 404 here too
-        top_k = min(top_k, self.settings.max_top_k)
         reranking = self.reranker is not None
         n_out = max(top_k, self.settings.rerank_candidates) if reranking else top_k
         pool = candidate_pool(n_out, self.settings.fusion_candidates)  # the same pool as FAISS (docs/retrieval.md)
@@ -369,7 +373,7 @@ def fuse_hits(dense: list[Hit], sparse: list[Hit], n_out: int, params: FusionPar
         score = cosine_to_score(h.cosine)
         nodes.append(RetrievedNode(doc_id=h.doc_id, node_id=node_id(h.doc_id, h.seq, h.text), text=h.text, score=score,
                                    metadata=dict(h.metadata), dense_score=score if k in dense_keys else None,
-                                   sparse_score=sparse_scores.get(k)))
+                                   sparse_score=sparse_scores.get(k), token_counts=h.tokens))
     return nodes
 
 

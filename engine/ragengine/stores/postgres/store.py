@@ -31,7 +31,17 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 
 from ragengine.retrieval.filters import Filter
-from ragengine.stores.base import ChunkWrite, DocumentRace, DocWrite, Hit, StoredDoc, StoreUnavailable, describe
+from ragengine.stores.base import (
+    ChunkWrite,
+    DocumentRace,
+    DocWrite,
+    Hit,
+    StoredDoc,
+    StoreUnavailable,
+    chunk_metadata,
+    describe,
+    split_chunk_metadata,
+)
 from ragengine.stores.postgres.filters import to_sql
 from ragengine.stores.postgres.schema import TEXT_SEARCH_CONFIG, Tables, tables
 
@@ -170,10 +180,11 @@ class PostgresStore:
     def chunk_vectors(self, name: str, doc_id: str) -> tuple[list[ChunkWrite], np.ndarray]:
         c = self.t.chunks
         with self._errors(), self.engine.connect() as conn:
-            rows = conn.execute(select(c.c.seq, c.c.text, c.c.search_text, c.c.embedding)
+            rows = conn.execute(select(c.c.seq, c.c.text, c.c.search_text, c.c.metadata, c.c.embedding)
                                 .where(c.c.index_name == name, c.c.doc_id == doc_id).order_by(c.c.seq)).all()
         vectors = np.array([np.asarray(r.embedding, dtype=np.float32) for r in rows], dtype=np.float32)
-        return [ChunkWrite(r.seq, r.text, r.search_text) for r in rows], vectors.reshape(len(rows), self.dim)
+        chunks = [ChunkWrite(r.seq, r.text, r.search_text, split_chunk_metadata(r.metadata)[1]) for r in rows]
+        return chunks, vectors.reshape(len(rows), self.dim)
 
     def list_documents(self, name: str, flt: Filter | None, offset: int, limit: int) -> tuple[list[StoredDoc], int]:
         d = self.t.documents
@@ -198,7 +209,7 @@ class PostgresStore:
             conn.execute(select(func.set_config("hnsw.ef_search", str(max(self.ef_search, k)), True)))
             conn.execute(select(func.set_config("hnsw.iterative_scan", "relaxed_order", True)))
             rows = conn.execute(stmt).all()
-        hits = [Hit(r.doc_id, r.seq, r.text, r.metadata, 1.0 - float(r.distance)) for r in rows]
+        hits = [_hit(r.doc_id, r.seq, r.text, r.metadata, 1.0 - float(r.distance)) for r in rows]
         hits.sort(key=lambda h: -h.cosine)  # relaxed_order may return a near-sorted list
         return hits
 
@@ -219,7 +230,7 @@ class PostgresStore:
                 .join(top, c.c.id == top.c.id).order_by(top.c.rank.desc(), c.c.id))
         with self._errors(), self.engine.connect() as conn:
             rows = conn.execute(stmt).all()
-        return [Hit(r.doc_id, r.seq, r.text, r.metadata, 1.0 - float(r.distance), float(r.rank)) for r in rows]
+        return [_hit(r.doc_id, r.seq, r.text, r.metadata, 1.0 - float(r.distance), float(r.rank)) for r in rows]
 
     # -- writes ------------------------------------------------------------------------------------
     def drop_index(self, name: str) -> bool:
@@ -262,12 +273,18 @@ class PostgresStore:
                     for i, chunk in enumerate(doc.chunks):
                         chunk_rows.append({"index_name": name, "doc_id": doc.doc_id, "seq": chunk.seq, "text": chunk.text,
                                            "search_text": chunk.indexed_text,
-                                           "metadata": doc.metadata, "embedding": _vector(vectors, pos + i)})
+                                           "metadata": chunk_metadata(doc.metadata, chunk.tokens),
+                                           "embedding": _vector(vectors, pos + i)})
                 pos += n
             if doc_rows:
                 conn.execute(t.documents.insert(), doc_rows)
             if chunk_rows:
                 conn.execute(t.chunks.insert(), chunk_rows)
+
+
+def _hit(doc_id: str, seq: int, text: str, metadata: dict, cosine: float, keyword_score: float | None = None) -> Hit:
+    doc_metadata, tokens = split_chunk_metadata(metadata)
+    return Hit(doc_id, seq, text, doc_metadata, cosine, keyword_score, tokens)
 
 
 def _vector(vectors: np.ndarray | None, i: int) -> Any:

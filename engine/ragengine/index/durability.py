@@ -1,0 +1,156 @@
+"""How the embedded FAISS indexes survive a restart: one folder per index under ``data_dir``, a journal
+written (fsync) before a change is applied, snapshots that empty the journal, flat → HNSW migration, and
+the ``/persist`` / ``/load`` copies. The registry decides what changes; this module makes it durable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
+
+import numpy as np
+
+from ragengine import metrics
+from ragengine.errors import BadRequest, EngineError
+from ragengine.index import disk
+from ragengine.index.journal import Journal
+from ragengine.index.snapshot import SnapshotError, read_snapshot, write_snapshot
+from ragengine.index.state import IndexState
+
+log = logging.getLogger(__name__)
+
+
+class Durability:
+    """The on-disk side of the embedded indexes; every method that writes runs its I/O in a thread."""
+
+    def __init__(self, data_dir: Path, dim: int, store_kwargs: dict, snapshot_journal_bytes: int) -> None:
+        self.data_dir = data_dir
+        self.dim = dim
+        self.store_kwargs = store_kwargs
+        # Snapshot once the journal passes this many bytes (0: only at shutdown and migrations).
+        self.snapshot_journal_bytes = snapshot_journal_bytes
+
+    def dir(self, name: str) -> Path:
+        return disk.index_root(self.data_dir) / disk.dir_name(name)
+
+    # -- start / stop ------------------------------------------------------------------------------
+    async def restore(self) -> tuple[list[IndexState], dict[str, str]]:
+        """Every index folder: the indexes that loaded, and for the others (left untouched) why not."""
+        root = disk.index_root(self.data_dir)
+        root.mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(disk.clean_trash, self.data_dir)
+        states, corrupt = [], {}
+        for path in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
+            try:
+                _name, state = await asyncio.to_thread(disk.load_index_dir, path, self.dim, self.store_kwargs)
+            except disk.IndexLoadError as exc:
+                key = unquote(path.name)
+                corrupt[key] = str(exc)
+                log.error("index %r NOT loaded (corrupt data, left untouched on disk): %s", key, exc)
+                continue
+            states.append(state)
+        return states, corrupt
+
+    async def close(self, states: list[IndexState]) -> None:
+        """Snapshot every index whose journal is not empty, so the next start replays nothing."""
+        for state in states:
+            async with state.lock:
+                try:
+                    if state.journal is not None and state.journal.size > 0:
+                        await self.snapshot(state)
+                except Exception:
+                    log.exception("snapshot of %r at shutdown failed; the journal will be replayed", state.name)
+                if state.journal is not None:
+                    state.journal.close()
+
+    # -- writes ------------------------------------------------------------------------------------
+    async def write(self, state: IndexState, op: dict, vectors: np.ndarray | None) -> None:
+        """Journal (fsync) then apply; the caller holds ``state.lock``. A new index gets its folder first."""
+        if not state.on_disk:
+            path = await asyncio.to_thread(disk.create_index_dir, self.data_dir, state)
+            state.journal = Journal(path / "journal.log", state.dim)
+            state.on_disk = True
+        assert state.journal is not None
+        journal = state.journal
+        seq = state.seq + 1
+        try:
+            await asyncio.to_thread(journal.append, seq, op, vectors)
+        except OSError as exc:
+            raise EngineError(f"Could not write to the index journal: {exc}", status_code=507) from exc
+
+        def apply() -> None:
+            with state.rw.write():
+                state.apply(op, vectors)
+                state.seq = seq
+
+        await asyncio.to_thread(apply)
+
+    async def maintain(self, state: IndexState) -> None:
+        """After a write: migrate to HNSW (then snapshot) when due, or snapshot a journal grown too long."""
+        assert state.journal is not None
+        if state.store.should_migrate():
+            await self.migrate(state)
+            await self.snapshot(state)
+        elif 0 < self.snapshot_journal_bytes < state.journal.size:
+            await self.snapshot(state)
+
+    async def migrate(self, state: IndexState) -> None:
+        """Flat → HNSW once the index outgrows hnsw_threshold; searches keep using flat meanwhile."""
+        def build() -> tuple[Any, np.ndarray]:
+            with state.rw.read():
+                vectors = np.array(state.store.vectors())
+                alive = state.store.alive[: state.store.ntotal].copy()
+            return state.store.build_hnsw(vectors), alive
+
+        log.info("index %r has %d vectors: building HNSW", state.name, state.n_chunks)
+        start = time.perf_counter()
+        hnsw, alive = await asyncio.to_thread(build)
+
+        def swap() -> None:
+            with state.rw.write():
+                state.store.replace(hnsw, alive)
+
+        await asyncio.to_thread(swap)
+        log.info("index %r now HNSW (built in %.1f s)", state.name, time.perf_counter() - start)
+
+    async def snapshot(self, state: IndexState) -> None:
+        """Compact when a fifth of the slots are tombstones, write the snapshot, empty the journal."""
+        assert state.journal is not None
+        start = time.perf_counter()
+        if state.tombstones() > max(1000, state.store.ntotal // 5):
+            def compact() -> None:
+                with state.rw.write():
+                    state.compact()
+
+            await asyncio.to_thread(compact)
+        await asyncio.to_thread(write_snapshot, state, self.dir(state.name) / "snapshot")
+        await asyncio.to_thread(state.journal.reset)
+        metrics.SNAPSHOT_SECONDS.observe(time.perf_counter() - start)
+
+    async def remove(self, name: str) -> None:
+        await asyncio.to_thread(disk.remove_dir, self.dir(name))
+
+    # -- /persist and /load ------------------------------------------------------------------------
+    def copy_path(self, name: str, path: str | None) -> Path:
+        """Where ``/persist`` writes and ``/load`` reads: a folder under ``data_dir`` (outside the live indexes)."""
+        return disk.safe_path(self.data_dir, path or f"persist/{disk.dir_name(name)}")
+
+    async def persist(self, state: IndexState, target: Path) -> None:
+        await asyncio.to_thread(write_snapshot, state, target)
+
+    async def read_copy(self, source: Path, name: str) -> IndexState:
+        try:
+            return await asyncio.to_thread(read_snapshot, source, name, self.dim, self.store_kwargs)
+        except SnapshotError as exc:
+            raise BadRequest(f"Loading failed: {exc}") from exc
+
+    async def install(self, state: IndexState) -> None:
+        """A loaded copy becomes a live index: its folder, a snapshot of it and an empty journal."""
+        path = await asyncio.to_thread(disk.create_index_dir, self.data_dir, state)
+        await asyncio.to_thread(write_snapshot, state, path / "snapshot")
+        state.journal = Journal(path / "journal.log", state.dim)
+        await asyncio.to_thread(state.journal.reset)
