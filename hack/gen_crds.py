@@ -24,7 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "operator"))
 
 from ragengine_operator import constants as c  # noqa: E402
-from ragengine_operator.spec import RAGEngineSpec, RAGEngineStatus  # noqa: E402
+from ragengine_operator.spec import RAGEngineSpec  # noqa: E402
+from ragengine_operator.spec_status import RAGEngineStatus  # noqa: E402
 
 OVERLAY = ROOT / "hack" / "crd-overlay.yaml"
 CRD_FILE = ROOT / "crds" / f"{c.GROUP}_{c.PLURAL}.yaml"

@@ -1,6 +1,6 @@
 """RAGEngine spec and status: THE schema source.
 
-hack/gen_crds.py turns these models into the CRD's structural schema (plus the CEL rules, printer
+hack/gen_crds.py turns these models (with spec_network.py, sources/spec.py and spec_status.py) into the CRD's structural schema (plus the CEL rules, printer
 columns and short names in hack/crd-overlay.yaml); the controller parses every object's spec with the
 same models. Rules that the API server enforces with CEL are mirrored in the validators below so a
 spec that slipped past an old CRD still fails loudly in the operator instead of half-working.
@@ -8,14 +8,14 @@ spec that slipped past an old CRD still fails loudly in the operator instead of 
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, WithJsonSchema, model_validator
 
-from .sources.spec import Source, SourceStatus, unique_names
-from .spec_types import Name, SpecModel, Url
+from .sources.spec import Source, unique_names
+from .spec_network import EngineNetworkPolicySpec
+from .spec_types import LabelMap, Name, SpecModel, Url
 
 # A resource quantity ("10Gi", "500m", 2): int-or-string in the schema, like core/v1.
 Quantity = Annotated[str | int, WithJsonSchema({"x-kubernetes-int-or-string": True})]
@@ -75,7 +75,6 @@ class Toleration(SpecModel):
 
 # core/v1 objects passed through to the pod as written; the API server validates them on the Deployment.
 _K8sObject = Annotated[dict[str, Any], WithJsonSchema({"type": "object", "x-kubernetes-preserve-unknown-fields": True})]
-LabelMap = Annotated[dict[str, Annotated[str, Field(max_length=63)]], Field(max_length=64)]
 
 
 class LocalObjectReference(SpecModel):
@@ -245,64 +244,6 @@ class RetrievalSpec(SpecModel):
     rerank_model: Annotated[str, Field(max_length=512)] | None = Field(None, description="Cross-encoder; unset = none.")
 
 
-# --- the engine's ingress NetworkPolicy (engine.networkPolicy): off unless set ---------------------
-class LabelSelectorRequirement(SpecModel):
-    """A metav1.LabelSelectorRequirement."""
-
-    key: Annotated[str, Field(min_length=1, max_length=317)]
-    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
-    values: list[Annotated[str, Field(max_length=63)]] | None = Field(None, max_length=64)
-
-
-class LabelSelector(SpecModel):
-    """A metav1.LabelSelector; an empty one ({}) selects everything in its scope."""
-
-    match_labels: LabelMap | None = None
-    match_expressions: list[LabelSelectorRequirement] | None = Field(None, max_length=16)
-
-
-def _cidr(value: str) -> str:
-    ipaddress.ip_network(value, strict=False)  # ValueError names the fault
-    return value
-
-
-class IPBlock(SpecModel):
-    """Addresses outside the cluster's pods (e.g. a load balancer's or an on-premise range)."""
-
-    cidr: Annotated[str, Field(max_length=64, pattern=r"^[0-9a-fA-F:.]+/[0-9]{1,3}$"), AfterValidator(_cidr)]
-    except_: list[Annotated[str, Field(max_length=64), AfterValidator(_cidr)]] | None = Field(
-        None, alias="except", max_length=32, description="Ranges inside cidr that are not admitted."
-    )
-
-
-class NetworkPolicyPeer(SpecModel):
-    """Who may connect (networking/v1): podSelector, namespaceSelector, both (ANDed), or ipBlock alone."""
-
-    namespace_selector: LabelSelector | None = None
-    pod_selector: LabelSelector | None = None
-    ip_block: IPBlock | None = None
-
-    @model_validator(mode="after")
-    def _one_kind(self) -> NetworkPolicyPeer:
-        selectors = self.namespace_selector is not None or self.pod_selector is not None
-        if selectors == (self.ip_block is not None):
-            raise ValueError(NETWORK_PEER_RULE)
-        return self
-
-
-NETWORK_PEER_RULE = "a networkPolicy.allowFrom peer sets podSelector and/or namespaceSelector, or ipBlock alone"
-
-
-class EngineNetworkPolicySpec(SpecModel):
-    """A NetworkPolicy <name>-engine on the engine's pods: only these peers (and the operator) reach its port."""
-
-    allow_from: list[NetworkPolicyPeer] = Field(
-        default_factory=list, max_length=32,
-        description="Peers admitted to the engine's port (any one suffices). Empty: only the operator. "
-        "Every other ingress to the engine's pods is dropped (where the CNI enforces NetworkPolicies).",
-    )
-
-
 class EngineSpec(PodOptions):
     image: Annotated[str, Field(max_length=512)] | None = Field(
         None, description="Engine image; the operator's default when unset."
@@ -433,27 +374,3 @@ FAISS_ONE_REPLICA = (
     "engine.replicas above 1 and engine.autoscaling need vectorStore.type postgres or milvus: the faiss index "
     "lives on one ReadWriteOnce volume with a single writer"
 )
-
-
-class Condition(SpecModel):
-    """A metav1.Condition."""
-
-    type: Annotated[str, Field(max_length=316)]
-    status: Literal["True", "False", "Unknown"]
-    reason: Annotated[str, Field(max_length=1024)]
-    message: Annotated[str, Field(max_length=32768)] = ""
-    last_transition_time: str
-    observed_generation: int | None = None
-
-
-class RAGEngineStatus(SpecModel):
-    observed_generation: int | None = Field(None, description="The generation the conditions describe.")
-    inference_replicas: int | None = Field(None, description="Ready vLLM pods (the scale subresource's status).")
-    data_volume_size: str | None = Field(None, description="Size the engine's data PVC has now (a spec may shrink back to it).")
-    model_cache_volume_size: str | None = Field(None, description="Size the model-cache PVC has now.")
-    inference_selector: str | None = Field(None, description="Label selector of the vLLM pods (for the scale subresource).")
-    endpoint: str | None = Field(None, description="In-cluster URL of the engine's OpenAI-compatible API.")
-    inference_url: str | None = Field(None, description="The LLM base URL the engine uses.")
-    model: str | None = Field(None, description="The served model name.")
-    conditions: list[Condition] = Field(default_factory=list)
-    sources: list[SourceStatus] | None = Field(None, description="The last sync of each spec.sources entry.")

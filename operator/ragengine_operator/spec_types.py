@@ -16,3 +16,4 @@ class SpecModel(BaseModel):
 
 Name = Annotated[str, Field(min_length=1, max_length=253)]
 Url = Annotated[str, Field(max_length=2048)]
+LabelMap = Annotated[dict[str, Annotated[str, Field(max_length=63)]], Field(max_length=64)]
