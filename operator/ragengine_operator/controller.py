@@ -243,11 +243,15 @@ class Controller:
 def post_event(body: dict, cond: dict[str, Any]) -> None:
     """One Event per transition or distinct failure, through kopf's own poster (batched, retried)."""
     bad = cond["type"] == c.DEGRADED and cond["status"] == "True"
-    message = f"{cond['type']}={cond['status']}: {cond['message']}"[:1024]
+    post(body, "Warning" if bad else "Normal", cond["reason"], f"{cond['type']}={cond['status']}: {cond['message']}")
+
+
+def post(body: Any, kind: str, reason: str, message: str) -> None:
+    """An Event through kopf's poster; outside a running operator (unit tests) there is none."""
     try:
-        kopf.event(body, type="Warning" if bad else "Normal", reason=cond["reason"], message=message)
-    except LookupError:  # outside a running operator (unit tests): there is no poster
-        log.debug("no kopf poster: event %s not posted", cond["reason"])
+        kopf.event(body, type=kind, reason=reason, message=message[:1024])
+    except LookupError:
+        log.debug("no kopf poster: event %s not posted", reason)
 
 
 def _error(failures: list[tuple[str, str, str]]) -> tuple[str, str] | None:

@@ -1,6 +1,6 @@
-"""RAGEngine spec and status: THE schema source.
+"""RAGEngine spec: THE schema source (with spec_network.py, sources/spec.py and, for status, spec_status.py).
 
-hack/gen_crds.py turns these models (with spec_network.py, sources/spec.py and spec_status.py) into the CRD's structural schema (plus the CEL rules, printer
+hack/gen_crds.py turns these models into the CRD's structural schema (plus the CEL rules, printer
 columns and short names in hack/crd-overlay.yaml); the controller parses every object's spec with the
 same models. Rules that the API server enforces with CEL are mirrored in the validators below so a
 spec that slipped past an old CRD still fails loudly in the operator instead of half-working.

@@ -25,11 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import kopf
 from kubernetes.client.rest import ApiException
 
 from .. import constants as c
-from ..controller import Controller, api_message
+from ..controller import Controller, api_message, post
 from ..kube import apply as kube
 from ..manifests.engine import endpoint
 from ..manifests.labels import Owner
@@ -242,14 +241,12 @@ class SourceSyncer:
                 log.warning("status.sources of %s/%s not written: %s", target.namespace, target.name, api_message(exc))
 
     def _post(self, target: Target, kind: str, reason: str, message: str) -> None:
+        """In a kopf handler's context (kopf finds its poster there), like the resync loop's reconciles."""
         if not self.settings.post_events or self.controller.kopf_context is None:
             return
-        body: Any = {"apiVersion": c.API_VERSION, "kind": c.KIND,
-                     "metadata": {"namespace": target.namespace, "name": target.name, "uid": target.uid}}
-        try:
-            self.controller.kopf_context.copy().run(kopf.event, body, type=kind, reason=reason, message=message[:1024])
-        except LookupError:
-            log.debug("no kopf poster: event %s not posted", reason)
+        body = {"apiVersion": c.API_VERSION, "kind": c.KIND,
+                "metadata": {"namespace": target.namespace, "name": target.name, "uid": target.uid}}
+        self.controller.kopf_context.copy().run(post, body, kind, reason, message)
 
 
 class ProgressReporter:
