@@ -52,7 +52,7 @@ def main() -> int:
 
     if "workload" in want:
         results["workload"] = {}
-        for backend in ("onnx", "torch"):
+        for backend in ("openvino", "onnx", "torch"):
             print(f"engine process ({backend}): start-up, {sizes['workload']} passages, /retrieve, peak RSS ...", flush=True)
             results["workload"][backend] = bench_workload(backend, sizes["workload"], queries, sizes["rounds"])
     if "ingest" in want:

@@ -65,20 +65,27 @@ def bench_ingest(emb, n: int) -> dict:
 
 
 def torch_and_threads(chunks: list[str], n_tokens: int, bs: int) -> dict:
-    """The torch fp32 model's own tokens/s on the same chunks (sentence-transformers encode), and the ONNX
-    backend at 1 thread and at every core, interleaved best of two (the machine is shared)."""
+    """The torch fp32 model's own tokens/s on the same chunks (sentence-transformers encode), and the
+    export runtimes (ONNX Runtime fp32; OpenVINO f32 and at its own precision, bf16 where the CPU has it)
+    at 1 thread and at every core, interleaved best of two (the machine may be shared)."""
     from ragengine.embedding.core import resolve_model_path
     from ragengine.embedding.export import find_onnx
+    from ragengine.embedding.exported import cpu_threads
     from ragengine.embedding.torch_backend import TorchBackend
     from ragengine.settings import DEFAULT_EMBEDDING_MODEL
 
-    runners = {"torch_fp32": TorchBackend(resolve_model_path(DEFAULT_EMBEDDING_MODEL), "cpu", None, bs, None)}
+    runners: dict = {"torch_fp32": TorchBackend(resolve_model_path(DEFAULT_EMBEDDING_MODEL), "cpu", None, bs, None)}
     found = find_onnx(DEFAULT_EMBEDDING_MODEL)
     if found:
-        from ragengine.embedding.onnx_backend import OnnxBackend, cpu_threads
+        from ragengine.embedding.onnx_backend import OnnxBackend
+        from ragengine.embedding.openvino_backend import OpenVinoBackend
 
         for threads in sorted({1, cpu_threads()}):
             runners[f"onnx_{threads}_threads"] = OnnxBackend(found[0], found[1], bs, threads=threads)
+            auto = OpenVinoBackend(found[0], found[1], bs, threads=threads)
+            runners[f"openvino_{auto.precision}_{threads}_threads"] = auto
+            if auto.precision != "f32":
+                runners[f"openvino_f32_{threads}_threads"] = OpenVinoBackend(found[0], found[1], bs, threads, "f32")
     best: dict[str, float] = {}
     for runner in runners.values():
         runner.embed_documents(chunks[:bs])

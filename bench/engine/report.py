@@ -18,7 +18,8 @@ def print_table(r: dict) -> None:
                      f"{i['engine_chunks_per_s']:.1f} / {i['raw_model_chunks_per_s']:.1f}",
                      f"ratio {i['ratio']:.2f} (target >= 0.9)"))
         if "torch_fp32_tokens_per_s" in i:
-            threads = ", ".join(f"{k[:-len('_tokens_per_s')]} {v:.0f}" for k, v in i.items() if k.startswith("onnx_"))
+            threads = ", ".join(f"{k[:-len('_tokens_per_s')]} {v:.0f}" for k, v in i.items()
+                                if k.startswith(("onnx_", "openvino_")))
             rows.append(("ingestion tokens/s: engine / torch fp32 model", f"{i['engine_tokens_per_s']:.0f} / "
                          f"{i['torch_fp32_tokens_per_s']:.0f}", f"x{i['vs_torch']:.2f} (target >= 1.5); raw: {threads}"))
     if "query_embed_p50_ms" in r:

@@ -1,7 +1,8 @@
 """Embedding models behind one small interface: ``Embedder`` (see ``core``).
 
 Backends, one module each, imported only when chosen (``settings.embedding_backend``):
-``onnx_backend`` (ONNX Runtime + ``tokenizers``, no torch), ``torch_backend`` (sentence-transformers),
+``openvino_backend`` and ``onnx_backend`` (OpenVINO / ONNX Runtime running the model's ONNX export, with
+``tokenizers``, no torch; what they share is in ``exported``), ``torch_backend`` (sentence-transformers),
 ``remote`` (an OpenAI-compatible ``/v1/embeddings``). ``export`` makes the ONNX file at install time.
 """
 

@@ -1,9 +1,11 @@
-"""``Embedder``: the engine's embedding model over one backend (ONNX Runtime, sentence-transformers or
-a remote OpenAI-compatible endpoint; see the package docstring).
+"""``Embedder``: the engine's embedding model over one backend (OpenVINO or ONNX Runtime running the
+model's ONNX export, sentence-transformers, or a remote OpenAI-compatible endpoint; see the package
+docstring).
 
 Every call is batched and runs in a worker thread, so the event loop never waits on a forward pass.
 Document batches and queries use separate single-thread executors: a query never queues behind a long
-ingestion batch. Backends are imported when chosen, so a torch-free install never imports torch.
+ingestion batch (the export runtimes also give queries their own one-thread compiled model). Backends
+are imported when chosen, so a torch-free install never imports torch.
 """
 
 from __future__ import annotations
@@ -164,12 +166,22 @@ def _normalise(vectors: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(vectors / norms, dtype=np.float32)
 
 
-def choose_backend(settings: EngineSettings) -> tuple[str, Any]:
-    """("remote" | "onnx" | "torch", the ONNX (model dir, file) when "onnx") for the settings.
+EXPORT_RUNTIMES = ("openvino", "onnx")  # run the ONNX export; "auto" takes the first that imports
+RUNTIME_MODULES = {"openvino": "openvino", "onnx": "onnxruntime"}
 
-    ``auto``: ONNX Runtime when the model has an ONNX export installed, ``onnxruntime`` imports and the
-    device is not CUDA (on a GPU, torch); otherwise torch. ``onnx`` without an export is an error that
-    says how to make one.
+
+def _imports(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+def choose_backend(settings: EngineSettings) -> tuple[str, Any]:
+    """("remote" | "openvino" | "onnx" | "torch", the export's (model dir, ONNX file) for the export runtimes).
+
+    ``auto``: on a CPU, when the model has an ONNX export installed, OpenVINO if it imports, else ONNX
+    Runtime; on CUDA or without an export (or either runtime), torch. Naming a runtime whose export or
+    package is missing is an error that says what to install.
     """
     if settings.embedding_url:
         return "remote", None
@@ -178,20 +190,23 @@ def choose_backend(settings: EngineSettings) -> tuple[str, Any]:
     if settings.embedding_backend == "torch":
         return "torch", None
     found = find_onnx(settings.embedding_model)
-    if settings.embedding_backend == "onnx":
+    if settings.embedding_backend in EXPORT_RUNTIMES:
         if found is None:
             raise RuntimeError(
-                f"embedding_backend=onnx but {settings.embedding_model!r} has no ONNX export: run "
+                f"embedding_backend={settings.embedding_backend} but {settings.embedding_model!r} has no ONNX export: run "
                 f"'python -m ragengine.embedding.export --model {settings.embedding_model}' (needs the onnx-export extra)"
             )
-        return "onnx", found
+        module = RUNTIME_MODULES[settings.embedding_backend]
+        if not _imports(module):
+            raise RuntimeError(f"embedding_backend={settings.embedding_backend} needs the {module!r} package "
+                               "(pip install 'ragengine[engine]')")
+        return settings.embedding_backend, found
     if found is None or settings.device == "cuda":
         return "torch", None
-    try:
-        import onnxruntime  # noqa: F401
-    except ImportError:
-        return "torch", None
-    return "onnx", found
+    for runtime in EXPORT_RUNTIMES:
+        if _imports(RUNTIME_MODULES[runtime]):
+            return runtime, found
+    return "torch", None
 
 
 def build_embedder(settings: EngineSettings) -> Embedder:
@@ -204,15 +219,21 @@ def build_embedder(settings: EngineSettings) -> Embedder:
 
         backend = RemoteBackend(settings.embedding_url or "", settings.embedding_model, settings.embedding_api_key,
                                 settings.embedding_batch_size, settings.embedding_max_tokens or 512)
+    elif kind == "openvino":
+        from ragengine.embedding.openvino_backend import OpenVinoBackend
+
+        backend = OpenVinoBackend(found[0], found[1], settings.embedding_batch_size,
+                                  settings.embedding_threads or None, settings.embedding_precision)
     elif kind == "onnx":
         from ragengine.embedding.onnx_backend import OnnxBackend
 
-        backend = OnnxBackend(found[0], found[1], settings.embedding_batch_size)
+        backend = OnnxBackend(found[0], found[1], settings.embedding_batch_size, settings.embedding_threads or None)
     else:
         from ragengine.embedding.torch_backend import TorchBackend
 
         cache = str(settings.embedding_cache_dir) if settings.embedding_cache_dir else None
         backend = TorchBackend(resolve_model_path(settings.embedding_model), pick_device(settings.device), cache,
                                settings.embedding_batch_size, settings.embedding_max_tokens)
-    log.info("embedding backend: %s (dim %d, %d tokens)", backend.name, backend.dim, backend.max_tokens)
+    log.info("embedding backend: %s (dim %d, %d tokens, %s threads for documents, precision %s)", backend.name,
+             backend.dim, backend.max_tokens, getattr(backend, "threads", "-"), getattr(backend, "precision", "f32"))
     return Embedder(backend)
