@@ -1,6 +1,6 @@
-# The RAG engine, CPU variant: no torch. Embeddings run on ONNX Runtime from an export of the
-# packaged all-MiniLM-L6-v2 made in the first stage (which has torch) and checked there against
-# sentence-transformers (cosine >= 0.999); the final image gets the export and the torch-free install.
+# The RAG engine, CPU variant: no torch. Embeddings run on OpenVINO (bf16 where the CPU has it) from an
+# export of the packaged all-MiniLM-L6-v2 made in the first stage (which has torch) and checked there
+# against sentence-transformers (cosine >= 0.999); the final image gets the export and the torch-free install.
 # Build from the repository root:
 #   docker build -f images/engine.Dockerfile -t ghcr.io/ragengine/engine:0.1.0 .
 FROM python:3.11-slim AS export
@@ -31,7 +31,7 @@ COPY --from=build /opt/venv /opt/venv
 # Where the engine looks for the export of its default model (ragengine.embedding.export.default_dir).
 COPY --from=export /onnx /opt/venv/share/ragengine/onnx
 ENV PATH=/opt/venv/bin:$PATH PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 \
-    HF_HOME=/data/models RAGENGINE_DEVICE=cpu RAGENGINE_EMBEDDING_BACKEND=onnx
+    HF_HOME=/data/models RAGENGINE_DEVICE=cpu RAGENGINE_EMBEDDING_BACKEND=openvino
 USER 1000:1000
 WORKDIR /home/ragengine
 VOLUME /data

@@ -14,9 +14,13 @@ from ragengine.embedding.exported import ExportedModel, Run
 class OnnxBackend(ExportedModel):
     name = "onnx"
 
+    _session: tuple[Run, set[str]] | None = None
+
     def _compile(self, onnx_file: Path, streams: int) -> tuple[Run, set[str]]:
-        """A one-thread session: ``InferenceSession.run`` is thread-safe and releases the GIL, so
-        ``streams`` threads share it."""
+        """One one-thread session for documents and queries: ``InferenceSession.run`` is thread-safe and
+        releases the GIL, so ``streams`` threads and the query thread share it (one copy of the weights)."""
+        if self._session is not None:
+            return self._session
         import onnxruntime as ort
 
         options = ort.SessionOptions()
@@ -24,4 +28,5 @@ class OnnxBackend(ExportedModel):
         options.inter_op_num_threads = 1
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         session = ort.InferenceSession(str(onnx_file), options, providers=["CPUExecutionProvider"])
-        return (lambda feed: session.run(None, feed)[0]), {i.name for i in session.get_inputs()}
+        self._session = (lambda feed: session.run(None, feed)[0]), {i.name for i in session.get_inputs()}
+        return self._session
