@@ -62,13 +62,13 @@ def _dense_scores(base: str, **extra) -> dict[str, float]:
     return {r["doc_id"]: r["dense_score"] for r in resp.json()["results"]}
 
 
-def test_retrieve_embeds_a_long_question_whole_and_the_request_can_turn_it_off(make_server):
+def test_retrieve_embeds_a_long_question_whole_when_the_setting_or_the_request_asks(make_server):
     with make_server(hybrid=False) as (base, _):
         httpx.post(f"{base}/index", json={"index_name": "kb", "documents": [BREAD, KERNEL]}, timeout=60).raise_for_status()
-        windowed = _dense_scores(base)  # the default: long_query_windows on
-        cut = _dense_scores(base, long_query_windows=False)
+        cut = _dense_scores(base)  # the default: long_query_windows off
+        windowed = _dense_scores(base, long_query_windows=True)
         assert windowed["bread"] > windowed["kernel"]
         assert windowed["bread"] > cut["bread"] + 0.1  # the request after the filler now counts
-    with make_server(hybrid=False, long_query_windows=False) as (base, _):
-        assert _dense_scores(base) == pytest.approx(cut)
-        assert _dense_scores(base, long_query_windows=True) == pytest.approx(windowed)
+    with make_server(hybrid=False, long_query_windows=True) as (base, _):
+        assert _dense_scores(base) == pytest.approx(windowed)
+        assert _dense_scores(base, long_query_windows=False) == pytest.approx(cut)

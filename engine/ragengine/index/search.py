@@ -109,7 +109,7 @@ async def search_index(state: IndexState, embedder: Any, settings: Any, query: s
     sparse_future = _POOL.submit(_bm25, state, query, pool, f) if hybrid else None
     try:
         if query_embedding is None:
-            windows = getattr(settings, "long_query_windows", True) if long_query_windows is None else long_query_windows
+            windows = getattr(settings, "long_query_windows", False) if long_query_windows is None else long_query_windows
             qvec = await long_query.embed_query(embedder, query, windows=windows)
         else:
             qvec = np.asarray(query_embedding, dtype=np.float32).reshape(-1)

@@ -86,7 +86,7 @@ class RetrieveRequest(_Tolerant):
     )
     long_query_windows: bool | None = Field(
         None, description="Embed a query longer than the embedding model's window window by window (unset = the "
-        "engine's long_query_windows setting, on by default); false cuts it at the window."
+        "engine's long_query_windows setting, off by default); false cuts it at the window."
     )
 
 
