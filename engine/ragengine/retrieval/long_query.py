@@ -43,10 +43,12 @@ def pool_windows(vectors: np.ndarray, tokens: Sequence[int]) -> np.ndarray:
 def pieces(embedder: Any, text: str) -> list[tuple[str, int]] | None:
     """The windows ``(text, tokens)`` to embed for ``text``, or None when it is embedded whole (it fits
     the model's window, or the embedder has no local tokenizer)."""
+    limit = int(getattr(embedder, "chunk_token_limit", 0) or 0)
+    if limit < 1 or len(text) <= limit:  # every token spans at least one character: it fits, skip tokenising
+        return None
     offsets_of = getattr(embedder, "token_offsets", None)
     offsets = offsets_of(text) if offsets_of is not None else None
-    limit = int(getattr(embedder, "chunk_token_limit", 0) or 0)
-    if not offsets or limit < 1 or len(offsets) <= limit:
+    if not offsets or len(offsets) <= limit:
         return None
     return [(text[start:end], n) for start, end, n in window_spans(offsets, limit)]
 
