@@ -6,7 +6,8 @@ registry-installed sets, through the engine's own IndexRegistry (the code behind
 
 What it does, per set and per chunking variant (plain chunks / contextual chunks):
   1. indexes the set's documents with ``IndexRegistry.add_documents`` (chunking + embedding as served);
-  2. asks every question (top 10 chunks) as dense only, BM25 only (the index's own BM25), hybrid with
+  2. asks every question (top 10 chunks) as dense only, BM25 only (the index's own BM25), dense and
+     hybrid with the other ``long_query_windows`` choice (long questions embedded window by window), hybrid with
      the fusion of the engine's settings, hybrid with the two earlier defaults (RRF k=60 with equal
      weights; convex 0.75; both 20 candidates per side), and hybrid / dense with at most one chunk per
      document (``max_chunks_per_document=1``);
@@ -58,6 +59,9 @@ GRID = ([{"method": "rrf", "dense_weight": w, "rrf_k": k, "pool": n}
            for w in (0.3, 0.4, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9) for n in POOLS])
 PREVIOUS_DEFAULT = {"method": "rrf", "dense_weight": 0.5, "rrf_k": 60, "pool": 20}
 CONVEX_075 = {"method": "convex", "dense_weight": 0.75, "pool": 20}  # the default from the first evaluation
+# Row labels for the long_query_windows choice that the engine's settings do not make (keyed by that choice).
+OTHER_QUESTIONS = {True: "long questions in windows (long_query_windows=true)",
+                   False: "questions cut at the model's window (long_query_windows=false)"}
 
 
 def subsample(data: ds.Dataset, max_questions: int | None, seed: int = 0) -> ds.Dataset:
@@ -90,8 +94,14 @@ class SetRun:
         await self.registry.add_documents("eval", self.data.documents)
         self.index_s = time.perf_counter() - started
         self.state = self.registry.get("eval")
+        from ragengine.retrieval.long_query import embed_queries_sync
+
         texts = [q.text for q in self.data.questions]
-        self.qvecs = await asyncio.to_thread(self.embedder.embed_queries_sync, texts)
+        # The question vectors /retrieve computes with the engine's long_query_windows, and with the other
+        # choice for the OTHER_QUESTIONS rows.
+        windows = self.settings.long_query_windows
+        self.qvecs = await asyncio.to_thread(embed_queries_sync, self.embedder, texts, windows=windows)
+        self.qvecs_other = await asyncio.to_thread(embed_queries_sync, self.embedder, texts, windows=not windows)
         return self
 
     async def __aexit__(self, *exc) -> None:
@@ -100,8 +110,9 @@ class SetRun:
 
     # -- one mode over every question ----------------------------------------------------------------
     async def engine(self, *, hybrid: bool, fusion: dict | None = None, per_doc: int | None = None,
-                     rerank: bool = False) -> list[list]:
-        """RetrievedNode lists from ``IndexRegistry.retrieve`` with these settings."""
+                     rerank: bool = False, other_questions: bool = False) -> list[list]:
+        """RetrievedNode lists from ``IndexRegistry.retrieve`` with these settings (``other_questions``: the
+        question vectors of the other ``long_query_windows`` choice)."""
         self.settings.hybrid = hybrid
         fusion = fusion or {}
         self.settings.fusion = fusion.get("method", "rrf")
@@ -110,7 +121,7 @@ class SetRun:
         self.settings.fusion_candidates = fusion.get("pool", POOL)
         self.registry.reranker = self.reranker if rerank else None
         out = []
-        for q, vec in zip(self.data.questions, self.qvecs, strict=True):
+        for q, vec in zip(self.data.questions, self.qvecs_other if other_questions else self.qvecs, strict=True):
             out.append(await self.registry.retrieve("eval", q.text, K, query_embedding=vec,
                                                     max_chunks_per_document=per_doc))
         self.registry.reranker = None
@@ -201,6 +212,9 @@ async def evaluate_set(data: ds.Dataset, embedder, reranker, fusion: dict, log) 
             modes: dict = {}
             modes["dense"] = run.score(docs_of(await run.engine(hybrid=False)))
             modes["bm25"] = run.score(run.bm25())
+            other = OTHER_QUESTIONS[not run.settings.long_query_windows]
+            modes[f"dense, {other}"] = run.score(docs_of(await run.engine(hybrid=False, other_questions=True)))
+            modes[f"hybrid, {other}"] = run.score(docs_of(await run.engine(hybrid=True, fusion=fusion, other_questions=True)))
             modes["hybrid (previous default: rrf k=60 w=0.5)"] = run.score(
                 docs_of(await run.engine(hybrid=True, fusion=PREVIOUS_DEFAULT)))
             modes["hybrid (convex w=0.75, 20 per side: the default before fusion_candidates)"] = run.score(

@@ -77,6 +77,12 @@ class EngineSettings(BaseSettings):
         "the results wanted. docs/retrieval.md has the evaluation behind the default."
     )
     rrf_k: int = Field(60, ge=1, description="RRF damping constant (fusion 'rrf' only).")
+    long_query_windows: bool = Field(
+        False, description="Embed a question longer than the embedding model's window (256 tokens for the default "
+        "model) window by window and average the vectors, instead of cutting it at the window; shorter questions "
+        "are unchanged. Better results for long questions, at the cost of embedding all of them. Per request: "
+        "/retrieve long_query_windows. docs/retrieval.md (\"Long questions\") has the evaluation."
+    )
     chunk_context: bool = Field(
         False, description="Default for new indexes: embed and keyword-index each chunk with its document's title "
         "and section path (chunking option 'contextual')."

@@ -98,7 +98,8 @@ async def retrieve(body: RetrieveRequest, request: Request) -> dict:
         raise Unprocessable(f"max_node_count must be between 1 and {settings.max_top_k}.")
     nodes = await _registry(request).retrieve(body.index_name, body.query, body.max_node_count,
                                              filters=body.filters, metadata_filter=body.metadata_filter,
-                                             max_chunks_per_document=body.max_chunks_per_document)
+                                             max_chunks_per_document=body.max_chunks_per_document,
+                                             long_query_windows=body.long_query_windows)
     results = [n.to_result() for n in nodes]
     return {"query": body.query, "results": results, "count": len(results)}
 

@@ -271,12 +271,14 @@ class IndexRegistry:
 
     async def retrieve(self, index_name: str, query: str, top_k: int, *, filters: dict | None = None,
                        metadata_filter: dict | None = None, query_embedding: np.ndarray | None = None,
-                       max_chunks_per_document: int | None = None) -> list[RetrievedNode]:
+                       max_chunks_per_document: int | None = None,
+                       long_query_windows: bool | None = None) -> list[RetrievedNode]:
         state = self.get(index_name)
         req = retrieval_request(query, top_k, filters=filters, metadata_filter=metadata_filter,
                                 max_chunks_per_document=max_chunks_per_document, max_top_k=self.settings.max_top_k)
         return await search_index(state, self.embedder, self.settings, req.query, req.top_k, req.filter,
-                                  query_embedding, self.reranker, req.max_chunks_per_document)
+                                  query_embedding, self.reranker, req.max_chunks_per_document,
+                                  long_query_windows=long_query_windows)
 
 def _held(state: IndexState, docs: list[NewDoc]) -> dict[str, tuple[str, dict]]:
     """What the index holds of these documents, as the shared document operations see it."""

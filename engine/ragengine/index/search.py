@@ -17,6 +17,7 @@ import numpy as np
 from ragengine import metrics
 from ragengine.index.state import IndexState, node_id
 from ragengine.index.types import RetrievedNode, cosine_to_score
+from ragengine.retrieval import long_query
 from ragengine.retrieval.grouping import OVERFETCH, cap_per_document
 from ragengine.retrieval.hybrid import FUSION_CANDIDATES, FusionParams, candidate_pool, fuse
 
@@ -94,7 +95,8 @@ def _widen_for_documents(nodes: list[RetrievedNode], state: IndexState, qvec: np
 
 async def search_index(state: IndexState, embedder: Any, settings: Any, query: str, top_k: int, f: Any,
                        query_embedding: np.ndarray | None, reranker: Any,
-                       max_per_document: int | None = None) -> list[RetrievedNode]:
+                       max_per_document: int | None = None, *,
+                       long_query_windows: bool | None = None) -> list[RetrievedNode]:
     start = time.perf_counter()
     hybrid = bool(settings.hybrid)
     pool = _pool_size(top_k, reranker is not None, settings)
@@ -107,7 +109,8 @@ async def search_index(state: IndexState, embedder: Any, settings: Any, query: s
     sparse_future = _POOL.submit(_bm25, state, query, pool, f) if hybrid else None
     try:
         if query_embedding is None:
-            qvec = await embedder.embed_query(query)
+            windows = getattr(settings, "long_query_windows", False) if long_query_windows is None else long_query_windows
+            qvec = await long_query.embed_query(embedder, query, windows=windows)
         else:
             qvec = np.asarray(query_embedding, dtype=np.float32).reshape(-1)
             qvec = qvec / max(float(np.linalg.norm(qvec)), 1e-12)

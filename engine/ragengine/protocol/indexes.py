@@ -84,6 +84,10 @@ class RetrieveRequest(_Tolerant):
     max_chunks_per_document: int | None = Field(
         None, ge=1, description="Document-level results: at most this many chunks of any one document (unset = no cap)."
     )
+    long_query_windows: bool | None = Field(
+        None, description="Embed a query longer than the embedding model's window window by window (unset = the "
+        "engine's long_query_windows setting, off by default); false cuts it at the window."
+    )
 
 
 class RetrieveResult(BaseModel):

@@ -42,6 +42,7 @@ from ragengine.index.search import MAX_WIDEN
 from ragengine.index.state import node_id
 from ragengine.index.types import ChunkingConfig, RetrievedNode, cosine_to_score
 from ragengine.retrieval import filters as flt
+from ragengine.retrieval import long_query
 from ragengine.retrieval.grouping import OVERFETCH, cap_per_document
 from ragengine.retrieval.hybrid import FusionParams, candidate_pool, fuse
 from ragengine.stores.base import ChunkWrite, DocumentRace, DocWrite, Hit, StoreAdapter, StoreUnavailable, describe
@@ -322,7 +323,8 @@ class StoreRegistry:
 
     async def retrieve(self, index_name: str, query: str, top_k: int, *, filters: dict | None = None,
                        metadata_filter: dict | None = None, query_embedding: np.ndarray | None = None,
-                       max_chunks_per_document: int | None = None) -> list[RetrievedNode]:
+                       max_chunks_per_document: int | None = None,
+                       long_query_windows: bool | None = None) -> list[RetrievedNode]:
         req = retrieval_request(query, top_k, filters=filters, metadata_filter=metadata_filter,
                                 max_chunks_per_document=max_chunks_per_document, max_top_k=self.settings.max_top_k)
         top_k, f = req.top_k, req.filter
@@ -334,7 +336,8 @@ class StoreRegistry:
         if max_chunks_per_document is not None:  # document-level results: over-fetch, cap below
             pool = n_out = max(pool, top_k * OVERFETCH)
         if query_embedding is None:
-            qvec = await self.embedder.embed_query(query)
+            windows = self.settings.long_query_windows if long_query_windows is None else long_query_windows
+            qvec = await long_query.embed_query(self.embedder, query, windows=windows)
         else:
             qvec = np.asarray(query_embedding, dtype=np.float32).reshape(-1)
             qvec = qvec / max(float(np.linalg.norm(qvec)), 1e-12)
