@@ -8,7 +8,7 @@ import httpx
 import numpy as np
 import pytest
 
-from ragengine.retrieval.long_query import embed_queries_sync, embed_query, pieces, pool_windows, window_spans
+from ragengine.retrieval.long_query import MAX_WINDOWS, embed_queries_sync, embed_query, pieces, pool_windows, window_spans
 
 # Neutral filler (well past all-MiniLM-L6-v2's 256 tokens) before the actual request: cut at the window,
 # the question's vector is the filler's alone.
@@ -25,6 +25,14 @@ def test_window_spans_cover_every_token_in_windows_of_at_most_size():
     assert window_spans([], 3) == []
     with pytest.raises(ValueError):
         window_spans(offsets, 0)
+
+
+def test_window_spans_stop_at_max_windows():
+    """A pasted book costs at most MAX_WINDOWS passes, not one per 254 tokens."""
+    offsets = [(i, i + 1) for i in range(10_000)]
+    spans = window_spans(offsets, 254)
+    assert len(spans) == MAX_WINDOWS and spans[-1] == (254 * 15, 254 * 16, 254)
+    assert len(window_spans(offsets[:600], 254)) == 3  # below the cap: every token
 
 
 def test_pool_windows_is_the_token_weighted_unit_mean():
