@@ -52,7 +52,7 @@ class EngineSettings(BaseSettings):
         "OpenVINO when it imports, else ONNX Runtime; otherwise torch.")
     embedding_threads: int = Field(
         0, ge=0, le=256, description="Threads for document embedding passes (OpenVINO / ONNX Runtime); 0 = every "
-        "core the process may use (its CPU quota included). Queries always run on one thread.")
+        "core the process may use (its CPU quota included), at most 8. Queries always run on one thread.")
     embedding_precision: Literal["auto", "f32", "bf16"] = Field(
         "auto", description="OpenVINO's inference precision: 'auto' = bf16 where the CPU computes it natively "
         "(cosine >= 0.999 against f32, measured), else f32.")

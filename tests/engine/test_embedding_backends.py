@@ -91,6 +91,16 @@ def test_cpu_threads_honours_a_cgroup_quota(tmp_path):
     assert cpu_threads(cpu_max) == cpu_threads(tmp_path / "absent") >= 1
 
 
+def test_default_threads_stop_at_eight_streams(monkeypatch):
+    """A pod without a CPU limit on a 64-core node: 8 document streams (~1 GiB of buffers), not 64."""
+    from ragengine.embedding import exported
+
+    monkeypatch.setattr(exported, "cpu_threads", lambda: 64)
+    assert exported.default_threads() == exported.MAX_DEFAULT_THREADS == 8
+    monkeypatch.setattr(exported, "cpu_threads", lambda: 2)
+    assert exported.default_threads() == 2
+
+
 def test_length_buckets_keep_the_callers_order(onnx_embedder):
     """Batches are cut from length-sorted texts; each vector must still come back at its text's place and
     equal the vector of that text embedded alone (padding changes nothing)."""

@@ -9,7 +9,7 @@ similar length, so a batch pads to its longest member and that is nearly every m
 padding waste); results go back in the caller's order.
 
 Threads: a document pass runs ``threads`` batches at once (default: every core the process may use,
-cgroup quota included), each batch on one thread: data parallel, not one batch split across threads.
+cgroup quota included, at most 8), each batch on one thread: data parallel, not one batch split across threads.
 Measured with OpenVINO bf16 on 2 cores (docs/performance.md): 9,200-10,600 tokens/s against
 4,400-6,700 for one batch on two intra-op threads while another process kept a core busy, since one
 delayed thread stalls every step of an intra-op pass. Queries run on a model compiled for one thread:
@@ -31,6 +31,11 @@ import numpy as np
 from ragengine.embedding.tokens import FastTokenizer
 
 QUERY_THREADS = 1  # see the module docstring
+# Each document stream keeps its own buffers: about 120 MiB per stream measured with OpenVINO (1,000
+# passages: +113 MiB at one stream, +237 at two). A pod without a CPU limit sees every core of its node,
+# so the default stops at 8 streams (~1 GiB, within the operator's default 2 GiB memory request);
+# RAGENGINE_EMBEDDING_THREADS sets more explicitly.
+MAX_DEFAULT_THREADS = 8
 # Tokens per forward pass: bounds a batch's activations whatever its length. Measured on 300 passages:
 # 16,384 gave 2.7 texts/s at 1,321 MiB peak, 4,096 gave 5.5 texts/s at 503 MiB (cache-sized batches).
 TOKENS_PER_BATCH = 4_096
@@ -53,6 +58,11 @@ def cpu_threads(cpu_max: Path = Path("/sys/fs/cgroup/cpu.max")) -> int:
     except (OSError, ValueError):
         pass  # no cgroup v2 quota
     return max(1, cores)
+
+
+def default_threads() -> int:
+    """Document streams when ``embedding_threads`` is 0: every usable core, at most ``MAX_DEFAULT_THREADS``."""
+    return min(cpu_threads(), MAX_DEFAULT_THREADS)
 
 
 def _read_json(path: Path) -> dict:
@@ -83,7 +93,7 @@ class ExportedModel:
         raw.enable_truncation(self.max_tokens)
         self._tok = raw
         self.batch_size = batch_size
-        self.threads = threads or cpu_threads()
+        self.threads = threads or default_threads()
         self._documents, self._inputs = self._compile(Path(onnx_file), self.threads)
         self._queries = self._documents if self.threads == QUERY_THREADS else self._compile(Path(onnx_file), QUERY_THREADS)[0]
         self._streams = ThreadPoolExecutor(self.threads, "embed-stream") if self.threads > 1 else None
