@@ -108,12 +108,7 @@ async def search_index(state: IndexState, embedder: Any, settings: Any, query: s
     # then run in one more hop from the event loop.
     sparse_future = _POOL.submit(_bm25, state, query, pool, f) if hybrid else None
     try:
-        if query_embedding is None:
-            windows = getattr(settings, "long_query_windows", False) if long_query_windows is None else long_query_windows
-            qvec = await long_query.embed_query(embedder, query, windows=windows)
-        else:
-            qvec = np.asarray(query_embedding, dtype=np.float32).reshape(-1)
-            qvec = qvec / max(float(np.linalg.norm(qvec)), 1e-12)
+        qvec = await long_query.query_vector(embedder, settings, query, query_embedding, long_query_windows)
 
         def job() -> list[RetrievedNode]:
             sparse = sparse_future.result() if sparse_future is not None else None

@@ -59,6 +59,17 @@ def pieces(embedder: Any, text: str) -> list[tuple[str, int]] | None:
     return [(text[start:end], n) for start, end, n in window_spans(offsets, limit)]
 
 
+async def query_vector(embedder: Any, settings: Any, query: str, query_embedding: np.ndarray | None,
+                       long_query_windows: bool | None) -> np.ndarray:
+    """A retrieval's unit query vector, the same on every store: the caller's ``query_embedding``
+    normalised, else ``query`` embedded, in windows when the request (or else the settings) asks."""
+    if query_embedding is not None:
+        vector = np.asarray(query_embedding, dtype=np.float32).reshape(-1)
+        return vector / max(float(np.linalg.norm(vector)), 1e-12)
+    windows = settings.long_query_windows if long_query_windows is None else long_query_windows
+    return await embed_query(embedder, query, windows=windows)
+
+
 async def embed_query(embedder: Any, text: str, *, windows: bool) -> np.ndarray:
     """The query vector of ``text``: whole (cut at the model's window) unless ``windows`` and it is longer."""
     cut = pieces(embedder, text) if windows else None

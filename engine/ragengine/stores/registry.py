@@ -335,12 +335,7 @@ class StoreRegistry:
         pool = candidate_pool(n_out, self.settings.fusion_candidates)  # the same pool as FAISS (docs/retrieval.md)
         if max_chunks_per_document is not None:  # document-level results: over-fetch, cap below
             pool = n_out = max(pool, top_k * OVERFETCH)
-        if query_embedding is None:
-            windows = self.settings.long_query_windows if long_query_windows is None else long_query_windows
-            qvec = await long_query.embed_query(self.embedder, query, windows=windows)
-        else:
-            qvec = np.asarray(query_embedding, dtype=np.float32).reshape(-1)
-            qvec = qvec / max(float(np.linalg.norm(qvec)), 1e-12)
+        qvec = await long_query.query_vector(self.embedder, self.settings, query, query_embedding, long_query_windows)
         nodes = await self._fused(index_name, query, qvec, pool, n_out, f)
         # Document-level results: search again with twice the candidates while capping would leave fewer
         # than top_k and the store has more, as the FAISS path does (search.MAX_WIDEN candidates at most).
