@@ -103,7 +103,7 @@ def export(model: str, out: Path) -> float:
             dynamic_axes={n: {0: "batch", 1: "sequence"} for n in [*names, "last_hidden_state"]},
         )
     reference = st.encode(SAMPLE, normalize_embeddings=True)
-    got = OnnxBackend(tmp, tmp / "model.onnx", batch_size=8).embed(SAMPLE)
+    got = OnnxBackend(tmp, tmp / "model.onnx", batch_size=8).embed_documents(SAMPLE)
     got /= np.linalg.norm(got, axis=1, keepdims=True)
     worst = float((reference * got).sum(axis=1).min())
     if worst < MIN_COSINE:

@@ -147,9 +147,6 @@ class ExportedModel:
             out[idx] = batch_vectors
         return out
 
-    def embed(self, texts: list[str]) -> np.ndarray:
-        return self.embed_documents(texts)
-
     def embed_documents(self, texts: list[str]) -> np.ndarray:
         return self._embed(texts, self._documents, self._streams)
 
