@@ -9,7 +9,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 class OperatorSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="RAGENGINE_OPERATOR_", extra="ignore")
 
-    engine_image: str = Field("ghcr.io/ragengine/engine:0.1.0", description="Engine image when spec.engine.image is unset.")
+    engine_image: str = Field("ghcr.io/ragengine/ragengine-engine:0.1.0", description="Engine image when spec.engine.image is unset.")
     vllm_image: str = Field("vllm/vllm-openai:v0.10.2", description="vLLM image when spec.inference.image is unset.")
     resync_seconds: float = Field(300.0, gt=0, description="Level-based re-reconcile period per RAGEngine.")
     resync_jitter: float = Field(

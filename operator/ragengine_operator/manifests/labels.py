@@ -17,7 +17,7 @@ class Owner:
     namespace: str
     name: str
     uid: str
-    engine_image: str = "ghcr.io/ragengine/engine:0.1.0"
+    engine_image: str = "ghcr.io/ragengine/ragengine-engine:0.1.0"
     vllm_image: str = "vllm/vllm-openai:v0.10.2"
     # Where the operator's own pods run (settings.pod_namespace/pod_labels), so an engine NetworkPolicy
     # can admit them: None when unknown (run outside a cluster).

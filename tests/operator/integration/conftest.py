@@ -64,7 +64,10 @@ def kube(bin_dir) -> Kube:
     kube = Kube(api, kubectl=[str(bin_dir / "kubectl"), f"--kubeconfig={KUBECONFIG}"])
     crd = ROOT / "crds" / "ragengine.io_ragengines.yaml"
     kube.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crd))
-    kube.kubectl("wait", "--for=condition=Established", "crd/ragengines.ragengine.io", "--timeout=30s")
+    # Right after the CRD is created its status may have no conditions yet, and `kubectl wait` then fails
+    # at once instead of waiting (seen on a fresh cluster): wait on the condition itself.
+    wait_for(lambda: kube.kubectl("wait", "--for=condition=Established", "crd/ragengines.ragengine.io",
+                                  "--timeout=5s", check=False).returncode == 0, 30, "the CRD to be Established")
     return kube
 
 
