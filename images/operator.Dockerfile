@@ -33,13 +33,6 @@ RUN --mount=type=secret,id=ca \
  && find /opt/venv -name '__pycache__' -prune -exec rm -rf {} +
 
 FROM ${BASE_IMAGE}
-ARG VERSION=dev
-ARG SOURCE=https://github.com/ragengine/ragengine
-ARG REVISION=unknown
-LABEL org.opencontainers.image.title="ragengine-operator" \
-      org.opencontainers.image.description="ragengine's Kubernetes operator (kopf) and source-sync jobs" \
-      org.opencontainers.image.version="${VERSION}" org.opencontainers.image.revision="${REVISION}" \
-      org.opencontainers.image.source="${SOURCE}" org.opencontainers.image.licenses="Apache-2.0"
 RUN apt-get update && apt-get install -y --no-install-recommends git openssh-client ca-certificates \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/cache/apt/archives/*.deb /var/cache/debconf/*-old /var/log/* /usr/share/doc/* /usr/share/man/* /usr/share/locale/* \
  && groupadd --gid 1000 ragengine && useradd --uid 1000 --gid 1000 --no-create-home --home-dir /tmp ragengine
@@ -48,3 +41,11 @@ ENV PATH=/opt/venv/bin:$PATH PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 HOME=/
 USER 1000:1000
 EXPOSE 8080 8081
 ENTRYPOINT ["ragengine-operator"]
+# Last, so that a new revision does not rebuild the layers above.
+ARG VERSION=dev
+ARG SOURCE=https://github.com/ragengine/ragengine
+ARG REVISION=unknown
+LABEL org.opencontainers.image.title="ragengine-operator" \
+      org.opencontainers.image.description="ragengine's Kubernetes operator (kopf) and source-sync jobs" \
+      org.opencontainers.image.version="${VERSION}" org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.source="${SOURCE}" org.opencontainers.image.licenses="Apache-2.0"

@@ -114,3 +114,31 @@ def test_engine_not_ready_carries_the_engines_reason():
     assert c["EngineReady"]["status"] == "False" and c["EngineReady"]["reason"] == "EngineNotReady"
     assert "index store did not answer" in c["EngineReady"]["message"] and c["Ready"]["reason"] == "EngineNotReady"
     assert c["Degraded"]["status"] == "False"  # a dependency outage is not the RAGEngine's failure
+
+
+def _pod(ready: bool, restarts: int, last: dict | None, now: dict | None = None) -> dict:
+    status = {"name": "engine", "ready": ready, "restartCount": restarts, "state": now or {"running": {}},
+              "lastState": {"terminated": last} if last else {}}
+    return {"metadata": {"name": "rag-engine-abc"}, "status": {"containerStatuses": [status]}}
+
+
+def test_a_restarted_container_is_reported_as_restarting_not_rolling_out():
+    # Seen on the real node: kill -9 of the engine's process said "RollingOut: 0/1 available, 1/1 updated".
+    killed = _pod(False, 1, {"reason": "Error", "exitCode": 137})
+    spec = RAGEngineSpec.model_validate({})
+    obs = Observed({"engine": dep(available=0)}, {"engine": [killed]}, engine_not_ready="embeddings: loading")
+    status, _ = compute_status(OWNER, spec, 3, obs, [], "T1")
+    c = {x["type"]: x for x in status["conditions"]}
+    assert c["EngineReady"]["reason"] == "Restarting" and c["Ready"]["reason"] == "Restarting"
+    assert c["EngineReady"]["message"] == ("engine: 0/1 available, pod rag-engine-abc container engine restarted "
+                                           "(restart 1; last termination: Error, exit code 137)")
+    assert c["Degraded"]["status"] == "False"  # the kubelet is already fixing it
+    # once ready again, or during a rollout (not all replicas updated), it is not a restart
+    assert workload_state("engine", dep(), [_pod(True, 1, {"reason": "Error", "exitCode": 137})]).reason \
+        == "DeploymentAvailable"
+    assert workload_state("engine", dep(available=0, updated=0), [killed]).reason == "RollingOut"
+    # the moment after the kill, before the kubelet restarted it: the current state is the termination
+    just_killed = _pod(False, 0, None, {"terminated": {"reason": "Error", "exitCode": 137}})
+    assert workload_state("engine", dep(available=0), [just_killed]).message == (
+        "engine: 0/1 available, pod rag-engine-abc container engine restarted (restart 0; last termination: Error, "
+        "exit code 137)")

@@ -78,6 +78,20 @@ def container_failure(pods: list[dict[str, Any]], pod_events: dict[str, tuple[st
     return None
 
 
+def restarted_container(pods: list[dict[str, Any]]) -> str | None:
+    """A pod whose container died (it is terminated now, or was and is not ready again yet; the kubelet
+    restarts it in place): what ended it, so status says so rather than "rolling out"."""
+    for pod in pods:
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+            ended = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get("terminated")
+            if not ended or cs.get("ready"):
+                continue
+            why = ended.get("reason") or "terminated"
+            return (f"pod {pod['metadata']['name']} container {cs.get('name')} restarted "
+                    f"(restart {cs.get('restartCount', 0)}; last termination: {why}, exit code {ended.get('exitCode')})")
+    return None
+
+
 def workload_state(what: str, dep: dict[str, Any] | None, pods: list[dict[str, Any]],
                    pod_events: dict[str, tuple[str, str]] | None = None) -> WorkloadState:
     if dep is None:
@@ -98,6 +112,9 @@ def workload_state(what: str, dep: dict[str, Any] | None, pods: list[dict[str, A
     updated, available, total = (st.get(k, 0) for k in ("updatedReplicas", "availableReplicas", "replicas"))
     if updated >= want and available >= want and total <= want:
         return WorkloadState(AVAILABLE, "DeploymentAvailable", f"{what}: {available}/{want} replicas available")
+    restarted = restarted_container(pods) if updated >= want else None
+    if restarted:
+        return WorkloadState(PROGRESSING, "Restarting", f"{what}: {available}/{want} available, {restarted}")
     unschedulable = _unschedulable(pods)
     if unschedulable:
         return WorkloadState(FAILED, "Unschedulable", f"{what}: {unschedulable}")
@@ -145,7 +162,7 @@ def conditions_for(spec: RAGEngineSpec | None, observed: Observed, error: tuple[
             "engine", observed.deployments.get(c.COMPONENT_ENGINE), observed.pods.get(c.COMPONENT_ENGINE, []),
             observed.pod_events,
         )
-        if s.state == PROGRESSING and observed.engine_not_ready:
+        if s.state == PROGRESSING and observed.engine_not_ready and s.reason != "Restarting":
             # the pods run but fail readiness: say which dependency, in the engine's own words
             s = states[c.COMPONENT_ENGINE] = WorkloadState(PROGRESSING, "EngineNotReady",
                                                            f"engine: {observed.engine_not_ready}")
