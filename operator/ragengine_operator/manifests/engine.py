@@ -119,25 +119,20 @@ def engine_hpa(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
     return hpa(owner, engine_deployment_name(owner), c.COMPONENT_ENGINE, spec.engine.autoscaling)
 
 
-def operator_peer(owner: Owner) -> dict[str, Any] | None:
-    """The operator's own pods as a NetworkPolicy peer (it asks a pod's /ready why it is not ready, and
-    source syncs push through the engine's API); None when the operator does not know where it runs."""
-    if owner.operator_namespace is None:
-        return None
-    return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": owner.operator_namespace}},
-            "podSelector": {"matchLabels": dict(owner.operator_labels)}}
+def sync_pods_peer(owner: Owner) -> dict[str, Any]:
+    """This RAGEngine's source-sync pods (Jobs in its namespace, manifests/sync_job.py): always admitted,
+    since they push the sources' documents through the engine's API."""
+    return {"podSelector": {"matchLabels": selector(owner, c.COMPONENT_SYNC)}}
 
 
 def engine_network_policy(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
-    """Only spec.engine.networkPolicy.allowFrom (and the operator) reach the engine's port. Ingress only:
-    the engine's own calls (LLM, embeddings, store) are not restricted here."""
-    assert spec.engine.network_policy is not None
-    peers = [peer.model_dump(by_alias=True, exclude_none=True) for peer in spec.engine.network_policy.allow_from]
-    operator = operator_peer(owner)
-    if operator is not None:
-        peers.append(operator)
-    # An ingress rule without peers admits everyone: no peers at all must mean no rule (deny all).
-    rules = [{"from": peers, "ports": [{"port": c.ENGINE_PORT, "protocol": "TCP"}]}] if peers else []
+    """Only spec.engine.networkPolicy.allowFrom (by default: the RAGEngine's namespace) and this RAGEngine's
+    source syncs reach the engine's port. The operator is not a peer: it never calls an engine (syncs run
+    in the tenant's namespace), so a shared operator cannot relay between tenants. Ingress only: the
+    engine's own calls (LLM, embeddings, store) are not restricted here."""
+    policy = spec.engine.network_policy
+    peers = [peer.model_dump(by_alias=True, exclude_none=True) for peer in policy.allow_from]
+    peers.append(sync_pods_peer(owner))
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -145,7 +140,7 @@ def engine_network_policy(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
         "spec": {
             "podSelector": {"matchLabels": selector(owner, c.COMPONENT_ENGINE)},
             "policyTypes": ["Ingress"],
-            "ingress": rules,
+            "ingress": [{"from": peers, "ports": [{"port": c.ENGINE_PORT, "protocol": "TCP"}]}],
         },
     }
 
