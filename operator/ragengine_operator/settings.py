@@ -71,6 +71,3 @@ class OperatorSettings(BaseSettings):
         "(http://<name>.<namespace>.svc.cluster.local). Set it when syncs run where Service names do not resolve.",
     )
     source_workers: int = Field(4, ge=1, description="Source syncs running at once (Jobs or subprocesses).")
-    sources_cache_dir: str = Field(
-        "/tmp/ragengine-sources", description="Git clones of sources (a cache: losing it costs one fetch)."
-    )
