@@ -72,7 +72,10 @@ def test_engine_children():
     assert ctr["readinessProbe"]["httpGet"] == {"path": "/ready", "port": "http"}
     assert ctr["livenessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
     assert d["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
-    assert ctr["volumeMounts"] == [{"name": "data", "mountPath": "/data"}]
+    assert ctr["volumeMounts"] == [{"name": "data", "mountPath": "/data"}, {"name": "tmp", "mountPath": "/tmp"}]
+    assert ctr["securityContext"]["readOnlyRootFilesystem"] is True  # issue 22, finding 21: scratch in /tmp only
+    assert {v["name"]: v for v in d["spec"]["template"]["spec"]["volumes"]}["tmp"]["emptyDir"]["sizeLimit"]
+    assert {"name": "HOME", "value": "/tmp"} in ctr["env"]
     assert ctr["image"] == "engine:1"
     svc = engine_service(OWNER)
     assert svc["metadata"]["name"] == "docs" and svc["spec"]["ports"][0]["port"] == 80
@@ -133,7 +136,7 @@ def test_external_store_scales_out_without_a_volume():
     assert dep["spec"]["replicas"] == 3
     assert dep["spec"]["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}
     pod = dep["spec"]["template"]["spec"]
-    assert pod["volumes"] == [{"name": "data", "emptyDir": {}}]
+    assert pod["volumes"][0] == {"name": "data", "emptyDir": {}}
     assert not any(k == "PersistentVolumeClaim" for k in (o["kind"] for o in p.apply))
     assert p.apply[2]["spec"]["maxUnavailable"] == 1
     assert ("HorizontalPodAutoscaler", "docs-engine") in {(r.kind, r.name) for r in p.delete}
@@ -269,7 +272,7 @@ def test_both_workloads_share_one_restricted_pod_profile():
         assert engine[key] == vllm_pod[key], key
     base = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
     assert vllm_pod["containers"][0]["securityContext"] == base
-    assert engine["containers"][0]["securityContext"] == {**base, "readOnlyRootFilesystem": False}
+    assert engine["containers"][0]["securityContext"] == {**base, "readOnlyRootFilesystem": True}
 
 
 def engine_policy(network_policy=None, owner=OWNER):

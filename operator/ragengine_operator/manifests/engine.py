@@ -24,6 +24,7 @@ from .security import container_security_context, locked_down_pod
 
 DEFAULT_RESOURCES = {"requests": {"cpu": "500m", "memory": "2Gi"}, "limits": {"memory": "8Gi"}}
 UID = 1000  # images/engine.Dockerfile runs as this user; fsGroup makes the PVC writable for it
+TMP_SIZE = "1Gi"  # the engine's /tmp (uploads in flight, library caches); the root filesystem is read-only
 
 
 def engine_deployment_name(owner: Owner) -> str:
@@ -55,16 +56,18 @@ def engine_deployment(owner: Owner, spec: RAGEngineSpec, secrets: dict[str, str]
         "image": spec.engine.image or owner.engine_image,
         "command": ["ragengine", "serve", "--host", "0.0.0.0", "--port", str(c.ENGINE_PORT), "--data-dir", c.ENGINE_DATA_DIR],
         "ports": [{"name": "http", "containerPort": c.ENGINE_PORT, "protocol": "TCP"}],
-        "env": engine_env(owner, spec),
+        # A read-only root: what is not /data (indexes, models) is scratch in an emptyDir /tmp, HOME included.
+        "env": [{"name": "HOME", "value": "/tmp"}, {"name": "XDG_CACHE_HOME", "value": "/tmp/.cache"},
+                *engine_env(owner, spec)],
         "resources": merge_resources(DEFAULT_RESOURCES, spec.engine.resources),
-        "volumeMounts": [{"name": "data", "mountPath": c.ENGINE_DATA_DIR}],
+        "volumeMounts": [{"name": "data", "mountPath": c.ENGINE_DATA_DIR}, {"name": "tmp", "mountPath": "/tmp"}],
         # startup covers loading the embedding model (first start may download it into /data/models).
         "startupProbe": http_probe("/health", "http", period=5, failures=120),
         # Readiness means "can answer": LLM serving the model, embeddings, index store (GET /ready).
         # Liveness stays shallow: a dead LLM must not restart the engine.
         "readinessProbe": http_probe("/ready", "http", period=5, failures=3),
         "livenessProbe": http_probe("/health", "http", period=10, failures=6),
-        "securityContext": {**container_security_context(), "readOnlyRootFilesystem": False},
+        "securityContext": {**container_security_context(), "readOnlyRootFilesystem": True},
     }
     pod = {
         "metadata": {"labels": metadata(owner, "", c.COMPONENT_ENGINE)["labels"]},
@@ -72,7 +75,8 @@ def engine_deployment(owner: Owner, spec: RAGEngineSpec, secrets: dict[str, str]
             "containers": [container],
             # External store: no index on the pod, /data is scratch (model cache, temp files).
             "volumes": [{"name": "data", "emptyDir": {}} if spec.vector_store.external else
-                        {"name": "data", "persistentVolumeClaim": {"claimName": data_pvc_name(owner)}}],
+                        {"name": "data", "persistentVolumeClaim": {"claimName": data_pvc_name(owner)}},
+                        {"name": "tmp", "emptyDir": {"sizeLimit": TMP_SIZE}}],
             "terminationGracePeriodSeconds": 60,  # lets the engine flush its journal
             **locked_down_pod(UID),
         },

@@ -73,6 +73,9 @@ def run(request: SyncRequest, credentials: dict[str, str], api_key: str | None, 
         return sync_source(source, engine, read, known, progress)
     except EngineUnavailable as exc:
         return failed(request, f"not synced: {exc}")
+    except MemoryError:
+        return failed(request, "not synced: out of memory: the source is too large to fetch or parse within the "
+                               "sync's memory limit")
     except Exception as exc:  # the process boundary: whatever went wrong is the source's status
         return failed(request, f"not synced: {type(exc).__name__}: {exc}"[:2048])
     finally:

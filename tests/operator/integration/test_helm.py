@@ -49,6 +49,15 @@ def test_helm_template_applies_server_side_dry_run(kube, bin_dir):
     assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
     out = kube.kubectl("apply", "--dry-run=server", "-f", "-", input=rendered)
     assert "(server dry run)" in out.stdout
+    # the operator's own NetworkPolicy (opt-in): DNS and the API server out, metrics in
+    rendered = helm(bin_dir, "template", "rag", str(CHART), "-n", "ragengine-system", "--set", "networkPolicy.enabled=true",
+                    "--set", "networkPolicy.apiServer[0].cidr=127.0.0.1/32", "--set", "networkPolicy.apiServer[0].port=6443",
+                    "--show-only", "templates/networkpolicy.yaml")
+    (policy,) = [d for d in yaml.safe_load_all(rendered) if d]
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    assert policy["spec"]["egress"][1] == {"to": [{"ipBlock": {"cidr": "127.0.0.1/32"}}],
+                                           "ports": [{"port": 6443, "protocol": "TCP"}]}
+    assert "(server dry run)" in kube.kubectl("apply", "--dry-run=server", "-f", "-", input=rendered).stdout
     # a glob: the namespaces are not known in advance, so a ClusterRole (and cluster scanning)
     docs = [d for d in yaml.safe_load_all(helm(bin_dir, "template", "rag", str(CHART), "-n", "ragengine-system",
                                                 "--set", "watchNamespaces={team-*}")) if d]

@@ -125,8 +125,9 @@ def test_a_failing_source_is_reported_and_the_others_sync(kube, namespace, sourc
         "unreachable": "repository unreachable",
         "no-secret": "Secret absent not found",
     }
-    for source, why in reasons.items():
-        entry = wait_source(kube, ns, n, source, f"{source} failed", lambda e: not e["synced"] and e.get("message"))
+    for source, why in reasons.items():  # (a source tried while the engine was not ready yet says so first)
+        entry = wait_source(kube, ns, n, source, f"{source} failed",
+                            lambda e, why=why: not e["synced"] and why in e.get("message", ""))
         assert why in entry["message"], entry
     cond = wait_for(lambda: (x := kube.condition(ns, n, SYNCED)) and x["reason"] == "SyncFailed" and x, 20, "SyncFailed")
     assert cond["status"] == "False" and all(s in cond["message"] for s in reasons), cond
