@@ -26,6 +26,7 @@ CONFIG_HASH_ANNOTATION = f"{GROUP}/config-hash"
 
 COMPONENT_ENGINE = "engine"
 COMPONENT_INFERENCE = "inference"
+COMPONENT_SYNC = "source-sync"  # the pods of source syncs (Jobs in job mode)
 
 # Condition types (positive polarity, per the API conventions) and the status values.
 READY = "Ready"
@@ -33,7 +34,9 @@ INFERENCE_READY = "InferenceReady"
 ENGINE_READY = "EngineReady"
 PROGRESSING = "Progressing"
 DEGRADED = "Degraded"
-CONDITION_TYPES = (READY, INFERENCE_READY, ENGINE_READY, PROGRESSING, DEGRADED)
+# True while the engine requires its API key and its NetworkPolicy is on; never feeds Ready.
+SECURE_DEFAULTS = "SecureDefaults"
+CONDITION_TYPES = (READY, INFERENCE_READY, ENGINE_READY, PROGRESSING, DEGRADED, SECURE_DEFAULTS)
 
 # Container-side facts of the two workloads.
 ENGINE_PORT = 8000

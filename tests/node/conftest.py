@@ -112,6 +112,7 @@ def chart_operator(kube, bin_dir) -> Iterator[str]:
         "watchNamespaces": [NAMESPACE_PATTERN],
         "crds": {"install": False},  # applied by the kube fixture, shared with the other tests
         "resyncSeconds": 10,
+        "sync": {"mode": "job", **ON_NODE},  # source syncs: Jobs in the RAGEngine's namespace, on the real node
         **ON_NODE,
     }
     values_file = ROOT / ".cluster" / "e2e-values.yaml"

@@ -28,7 +28,9 @@ def test_ready_when_both_available():
     assert c["Progressing"]["status"] == "False"
     assert status["observedGeneration"] == 3 and status["endpoint"] == "http://rag.ns.svc.cluster.local"
     assert status["model"] == "m" and status["inferenceUrl"].startswith("http://rag-inference.ns.svc")
-    assert len(changes) == 5
+    assert len(changes) == 6
+    assert c["SecureDefaults"]["status"] == "True"
+    assert status["apiKeySecretRef"] == {"name": "rag-api-key", "key": "api-key"}  # what clients read
     assert all(x["reason"] and x["message"] and x["lastTransitionTime"] == "T1" for x in c.values())
 
 
@@ -142,3 +144,22 @@ def test_a_restarted_container_is_reported_as_restarting_not_rolling_out():
     assert workload_state("engine", dep(available=0), [just_killed]).message == (
         "engine: 0/1 available, pod rag-engine-abc container engine restarted (restart 0; last termination: Error, "
         "exit code 137)")
+
+
+def test_secure_defaults_warns_when_a_spec_opts_out():
+    """Issue 22, finding 5: opting out of the API key or of the engine NetworkPolicy is said, with what it
+    exposes, in SecureDefaults=False (never Ready: the engine still serves)."""
+    def secure(spec):
+        c, status, _ = conds(RAGEngineSpec.model_validate(spec), {"engine": dep()})
+        assert c["Ready"]["status"] == "True"
+        return c["SecureDefaults"], status
+
+    cond, status = secure({"auth": {"enabled": False}})
+    assert (cond["status"], cond["reason"]) == ("False", "AuthDisabled") and "without a key" in cond["message"]
+    assert status["apiKeySecretRef"] is None
+    cond, _ = secure({"engine": {"networkPolicy": {"enabled": False}}})
+    assert (cond["status"], cond["reason"]) == ("False", "NetworkPolicyDisabled") and "every pod" in cond["message"]
+    cond, _ = secure({"auth": {"enabled": False}, "engine": {"networkPolicy": {"enabled": False}}})
+    assert cond["reason"] == "AuthAndNetworkPolicyDisabled"
+    cond, status = secure({"auth": {"apiKeySecretRef": {"name": "mine", "key": "k"}}})
+    assert cond["status"] == "True" and status["apiKeySecretRef"] == {"name": "mine", "key": "k"}

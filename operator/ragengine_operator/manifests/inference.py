@@ -35,14 +35,6 @@ def inference_name(owner: Owner) -> str:
     return owner.child("inference")
 
 
-def inference_api_key_secret(owner: Owner, key: str) -> dict[str, Any]:
-    """The Secret with vLLM's API key. `key` is generated once by the controller (never re-applied:
-    a new key on every reconcile would break the engine mid-flight)."""
-    ref = inference_api_key_ref(owner)
-    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-            "metadata": metadata(owner, ref.name, c.COMPONENT_INFERENCE), "stringData": {ref.key: key}}
-
-
 def inference_network_policy(owner: Owner) -> dict[str, Any]:
     """Only the engine's pods may reach vLLM (on its port); nothing else in or outside the namespace."""
     return {

@@ -16,7 +16,7 @@ from ..manifests.engine import (
     engine_pdb,
     engine_service,
 )
-from ..manifests.engine_env import inference_api_key_ref, secret_refs
+from ..manifests.engine_env import generated_key_refs, inference_api_key_ref, secret_refs
 from ..manifests.inference import (
     inference_deployment,
     inference_hpa,
@@ -25,8 +25,8 @@ from ..manifests.inference import (
     inference_service,
     model_cache_pvc,
 )
-from ..manifests.labels import Owner
-from ..spec import RAGEngineSpec
+from ..manifests.labels import Owner, key_secret
+from ..spec import RAGEngineSpec, SecretKeyRef
 
 
 @dataclass(frozen=True)
@@ -77,8 +77,8 @@ def plan(owner: Owner, spec: RAGEngineSpec, secrets: dict[str, str] | None = Non
         p.apply.append(engine_hpa(owner, spec))
     else:
         p.delete.append(Ref("autoscaling/v2", "HorizontalPodAutoscaler", engine))
-    # Opt-in: a policy nobody asked for would cut off every existing client of the engine.
-    if spec.engine.network_policy is not None:
+    # On unless opted out (SecureDefaults then says so): the namespace and the source syncs get in.
+    if spec.engine.network_policy.enabled:
         p.apply.append(engine_network_policy(owner, spec))
     else:
         p.delete.append(Ref("networking.k8s.io/v1", "NetworkPolicy", engine))
@@ -120,11 +120,15 @@ def name_conflict(existing: dict[str, Any] | None, owner: Owner) -> str | None:
     return f"{kind} {name} exists and is controlled by {ref.get('kind')} {ref.get('name')} (uid {uid})"
 
 
+def generated_key_secret(owner: Owner, ref: SecretKeyRef, value: str) -> dict[str, Any]:
+    """The Secret of one operator-generated key (engine_env.generated_key_refs) holding `value`."""
+    component = c.COMPONENT_INFERENCE if ref == inference_api_key_ref(owner) else c.COMPONENT_ENGINE
+    return key_secret(owner, ref.name, ref.key, component, value)
+
+
 def referenced_secrets(owner: Owner, spec: RAGEngineSpec) -> set[str]:
     """Names of every Secret the engine's and vLLM's env read (the controller digests them)."""
-    names = {ref.name for ref in secret_refs(spec, owner).values()}
-    if spec.runs_vllm:
-        names.add(inference_api_key_ref(owner).name)
-        if spec.inference.hf_token_secret_ref:  # type: ignore[union-attr]
-            names.add(spec.inference.hf_token_secret_ref.name)  # type: ignore[union-attr]
+    names = {ref.name for ref in secret_refs(spec, owner).values()} | {r.name for r in generated_key_refs(owner, spec)}
+    if spec.runs_vllm and spec.inference.hf_token_secret_ref:  # type: ignore[union-attr]
+        names.add(spec.inference.hf_token_secret_ref.name)  # type: ignore[union-attr]
     return names

@@ -7,7 +7,7 @@ from typing import Any
 
 from .. import constants as c
 from ..manifests.engine import endpoint
-from ..manifests.engine_env import llm_url, served_model
+from ..manifests.engine_env import engine_api_key_ref, llm_url, served_model
 from ..manifests.labels import Owner
 from ..sources.status import sources_condition
 from ..spec import RAGEngineSpec
@@ -127,8 +127,27 @@ def _cond(ctype: str, ok: bool, reason: str, message: str) -> dict[str, Any]:
     return {"type": ctype, "status": "True" if ok else "False", "reason": reason, "message": message}
 
 
+AUTH_OFF = ("spec.auth.enabled is false: anyone who reaches the engine reads, writes and deletes its indexes and "
+            "sessions, and uses its LLM, without a key")
+POLICY_OFF = ("spec.engine.networkPolicy.enabled is false: every pod of the cluster can reach the engine, not only "
+              "its namespace")
+
+
+def secure_defaults(spec: RAGEngineSpec) -> dict[str, Any]:
+    """SecureDefaults: True while the engine requires its API key and its NetworkPolicy is on; False, with
+    what is exposed, when the spec opts out of either. A warning, never a failure: it does not feed Ready."""
+    off = [(flag, why) for flag, why in (("Auth", AUTH_OFF), ("NetworkPolicy", POLICY_OFF))
+           if not (spec.auth.enabled if flag == "Auth" else spec.engine.network_policy.enabled)]
+    if not off:
+        return _cond(c.SECURE_DEFAULTS, True, "Secure",
+                     "the engine requires its API key and admits only its NetworkPolicy's peers")
+    reason = "And".join(flag for flag, _ in off) + "Disabled"
+    return _cond(c.SECURE_DEFAULTS, False, reason, "; ".join(why for _, why in off))
+
+
 def conditions_for(spec: RAGEngineSpec | None, observed: Observed, error: tuple[str, str] | None) -> list[dict]:
-    """The five conditions (six with sources), without timestamps. error = (reason, message) of a failed reconcile."""
+    """The six conditions (seven with sources), without timestamps. error = (reason, message) of a failed
+    reconcile. An invalid spec gets the five that can be said without one (no SecureDefaults)."""
     if spec is None:  # invalid spec: nothing else can be said
         reason, message = error or ("InvalidSpec", "spec is invalid")
         return [
@@ -189,7 +208,7 @@ def conditions_for(spec: RAGEngineSpec | None, observed: Observed, error: tuple[
         ready = _cond(c.READY, True, "Available", "inference and engine are available")
     # SourcesSynced never feeds Ready: an engine whose source fails still serves what it has.
     sources = sources_condition(spec.sources, observed.sources)
-    return [ready, inference, engine, progressing, degraded] + ([sources] if sources else [])
+    return [ready, inference, engine, progressing, degraded, secure_defaults(spec)] + ([sources] if sources else [])
 
 
 def stamp(new: list[dict], old: list[dict], now: str, generation: int | None) -> list[dict]:
@@ -238,6 +257,8 @@ def compute_status(
         status["model"] = served_model(spec)
         status["dataVolumeSize"] = observed.data_volume_size
         status["modelCacheVolumeSize"] = observed.model_cache_volume_size
+        key = engine_api_key_ref(owner, spec.auth)
+        status["apiKeySecretRef"] = {"name": key.name, "key": key.key} if key else None
         # the scale subresource reads these; None removes them (merge patch) when vLLM goes away
         status["inferenceReplicas"] = status["inferenceSelector"] = None
         if spec.runs_vllm:
