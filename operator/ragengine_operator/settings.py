@@ -5,12 +5,19 @@ from __future__ import annotations
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from .constants import DEFAULT_VLLM_IMAGE
+
 
 class OperatorSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="RAGENGINE_OPERATOR_", extra="ignore")
 
     engine_image: str = Field("ghcr.io/ragengine/engine:0.1.0", description="Engine image when spec.engine.image is unset.")
-    vllm_image: str = Field("vllm/vllm-openai:v0.10.2", description="vLLM image when spec.inference.image is unset.")
+    vllm_image: str = Field(DEFAULT_VLLM_IMAGE, description="vLLM image when spec.inference.image is unset.")
+    cluster_domain: str = Field(
+        "cluster.local", pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)?$",
+        description="The cluster's DNS domain, in the Services' URLs (the endpoint, the engine's LLM URL). Empty: "
+        "<service>.<namespace>.svc, which the pods' DNS search path completes under any domain.",
+    )
     resync_seconds: float = Field(300.0, gt=0, description="Level-based re-reconcile period per RAGEngine.")
     resync_jitter: float = Field(
         0.2, ge=0, le=1, description="Each resync waits resync_seconds * (1 + up to this share), so objects spread out."
@@ -40,7 +47,7 @@ class OperatorSettings(BaseSettings):
     # Document sources (spec.sources, docs/sources.md): synced by the operator through the engine's API.
     engine_url: str | None = Field(
         None, description="Base URL of an engine, '{name}' and '{namespace}' filled in; default: its Service "
-        "(http://<name>.<namespace>.svc.cluster.local). Set it when the operator runs outside the cluster.",
+        "(http://<name>.<namespace>.svc.<cluster_domain>). Set it when the operator runs outside the cluster.",
     )
     source_workers: int = Field(4, ge=1, description="Source syncs running at once (each in its own thread).")
     sources_cache_dir: str = Field(

@@ -31,7 +31,7 @@ def engine_deployment_name(owner: Owner) -> str:
 
 
 def engine_service_name(owner: Owner) -> str:
-    return owner.name  # the endpoint is http://<name>.<ns>.svc.cluster.local
+    return owner.name  # the endpoint is http://<name>.<ns>.svc.<cluster domain>
 
 
 def data_pvc_name(owner: Owner) -> str:
@@ -39,7 +39,7 @@ def data_pvc_name(owner: Owner) -> str:
 
 
 def endpoint(owner: Owner) -> str:
-    return f"http://{engine_service_name(owner)}.{owner.namespace}.svc.cluster.local"
+    return f"http://{owner.service_host(engine_service_name(owner))}"
 
 
 def engine_data_pvc(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
@@ -133,6 +133,8 @@ def engine_network_policy(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
     the engine's own calls (LLM, embeddings, store) are not restricted here."""
     assert spec.engine.network_policy is not None
     peers = [peer.model_dump(by_alias=True, exclude_none=True) for peer in spec.engine.network_policy.allow_from]
+    if spec.monitoring is not None:  # Prometheus scrapes /metrics on the same port
+        peers += [peer.model_dump(by_alias=True, exclude_none=True) for peer in spec.monitoring.scrape_from]
     operator = operator_peer(owner)
     if operator is not None:
         peers.append(operator)

@@ -58,6 +58,14 @@ OPERATOR_ONLY = {
     "engine.nodeSelector", "engine.tolerations", "inference.gpuResourceName",
     "engine.autoscaling.minReplicas", "engine.autoscaling.maxReplicas", "engine.autoscaling.targetCPUUtilizationPercentage",
     "storage.reclaimPolicy",  # the PVCs' owner references
+    # vLLM's command line and its autoscaler (manifests/inference.py)
+    "inference.revision", "inference.toolCallParser", "inference.autoscaling.metric",
+    "inference.autoscaling.targetRequestsWaiting", "inference.autoscaling.keda.serverAddress",
+    # the ServiceMonitors / PodMonitors and the NetworkPolicies' scrape peers (manifests/monitoring.py)
+    "monitoring.kind", "monitoring.interval", "monitoring.labels",
+    *(f"monitoring.scrapeFrom.{field}" for field in (
+        "ipBlock.cidr", "ipBlock.except", "namespaceSelector.matchExpressions", "namespaceSelector.matchLabels",
+        "podSelector.matchExpressions", "podSelector.matchLabels")),
     # the engine's NetworkPolicy (manifests/engine.py)
     *(f"engine.networkPolicy.allowFrom.{field}" for field in (
         "ipBlock.cidr", "ipBlock.except", "namespaceSelector.matchExpressions", "namespaceSelector.matchLabels",
@@ -70,7 +78,7 @@ OPERATOR_ONLY = {
 
 
 def inference_service_url(owner: Owner) -> str:
-    return f"http://{owner.child('inference')}.{owner.namespace}.svc.cluster.local:{c.VLLM_PORT}/v1"
+    return f"http://{owner.service_host(owner.child('inference'))}:{c.VLLM_PORT}/v1"
 
 
 def llm_url(owner: Owner, spec: RAGEngineSpec) -> str | None:

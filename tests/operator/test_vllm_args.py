@@ -1,0 +1,88 @@
+"""The vLLM command lines the operator renders, held to the options of the pinned vLLM release as its own
+parser reported them (operator/ragengine_operator/vllm_flags.json, made by hack/vllm_flags.py, which also
+parsed these very command lines with that parser). No vLLM is needed here."""
+
+from __future__ import annotations
+
+import pytest
+
+from ragengine_operator import constants as c
+from ragengine_operator import vllm_cli
+from ragengine_operator.manifests.inference import vllm_args
+from ragengine_operator.manifests.model_facts import TOOL_PARSERS
+from ragengine_operator.spec import MANAGED_VLLM_FLAGS, TOOL_FLAGS, RAGEngineSpec
+
+from .vllm_samples import REFUSED, SAMPLES
+
+RELEASE = vllm_cli.release()
+
+
+def rendered(spec: dict) -> list[str]:
+    return vllm_args(RAGEngineSpec.model_validate(spec))
+
+
+def test_the_flags_are_those_of_the_pinned_release():
+    assert RELEASE.version == c.VLLM_VERSION and c.DEFAULT_VLLM_IMAGE.endswith(f":v{c.VLLM_VERSION}")
+    assert len(RELEASE.options) > 300  # the whole `vllm serve` parser, not a hand-made list
+
+
+@pytest.mark.parametrize("spec", SAMPLES, ids=[s["inference"]["model"] for s in SAMPLES])
+def test_every_rendered_option_is_the_releases_with_its_values(spec):
+    args = rendered(spec)
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        assert arg.startswith("--"), f"{arg!r} would be a positional argument: {args}"
+        name, _, inline = arg.partition("=")
+        assert name in RELEASE.options, f"{name} is not an option of vLLM {RELEASE.version}"
+        nargs = RELEASE.options[name]
+        if nargs == "0":
+            assert not inline, f"{name} is a switch"
+            i += 1
+            continue
+        values = [inline] if inline else []
+        i += 1
+        while not inline and i < len(args) and not args[i].startswith("--"):
+            values.append(args[i])
+            i += 1
+        assert len(values) == 1 or nargs in ("+", "*"), f"{name} takes {nargs} value(s), got {values}"
+        assert values or nargs in ("?", "*"), f"{name} needs a value"
+
+
+def test_the_command_lines_vllm_parsed_are_the_ones_rendered_now():
+    """hack/vllm_flags.py parsed these with vLLM's parser: rendering something else needs a new run of it."""
+    checked = [entry["argv"] for entry in vllm_cli_data()["checked"]]
+    assert checked == [rendered(spec) for spec in SAMPLES], "run python hack/vllm_flags.py"
+    for entry in vllm_cli_data()["checked"]:
+        assert entry["read"] is not None and entry["read"]["port"] == c.VLLM_PORT
+
+
+def vllm_cli_data() -> dict:
+    import json
+    from importlib import resources
+
+    return json.loads(resources.files("ragengine_operator").joinpath("vllm_flags.json").read_text())
+
+
+@pytest.mark.parametrize(("args", "dest"), REFUSED, ids=[" ".join(a) for a, _ in REFUSED])
+def test_each_form_vllm_reads_as_a_managed_flag_is_refused(args, dest):
+    with pytest.raises(ValueError, match=r"inference\.args must not"):
+        RAGEngineSpec.model_validate({"inference": {"model": "m", "args": args}})
+
+
+def test_the_prefix_rule_never_refuses_a_real_option():
+    managed = set(MANAGED_VLLM_FLAGS) | set(TOOL_FLAGS) | {"--revision"}
+    assert not vllm_cli.overridden([o for o in RELEASE.options if o not in managed and o not in vllm_cli.OVERRIDING],
+                                   managed)
+    assert set(MANAGED_VLLM_FLAGS) | set(TOOL_FLAGS) | set(vllm_cli.OVERRIDING) <= set(RELEASE.options)
+
+
+def test_values_are_not_positional_but_a_word_after_a_switch_is():
+    assert vllm_cli.positionals(["--max-num-seqs", "64", "--dtype=bfloat16", "--trust-remote-code"]) == []
+    assert vllm_cli.positionals(["--enable-prefix-caching", "other/model"]) == ["other/model"]
+    assert vllm_cli.positionals(["--allowed-media-domains", "a", "b"]) == []  # a list option takes them all
+    assert vllm_cli.positionals(["--some-newer-option", "x"]) == []  # unknown to the release: assume a value
+
+
+def test_default_tool_call_parsers_exist_in_the_release():
+    assert {parser for _, parser in TOOL_PARSERS} <= set(RELEASE.tool_call_parsers)
