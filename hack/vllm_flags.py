@@ -12,7 +12,9 @@
    (FlexibleArgumentParser, then the serve command's own validation): each must parse, and the model,
    served name, port, host, tensor-parallel size, context length, revision and tool parser vLLM reads
    must be what the spec says. The user arguments the operator refuses (REFUSED in the samples) are parsed
-   too, to show that vLLM would indeed read each one as a flag the operator manages.
+   after the operator's flags, to show that vLLM would read each one as a flag the operator manages; the
+   ones the CRD cannot tell apart (OUTVOTED: unique prefixes) are parsed as rendered, to show that the
+   operator's flags, which come last, win.
 3. Writes operator/ragengine_operator/vllm_flags.json: every option of that parser with its nargs, the
    tool-call parsers, and the checked command lines. tests/operator/test_vllm_args.py holds the operator
    to it in `make test` (no vLLM needed there).
@@ -132,22 +134,27 @@ def main() -> int:
     from ragengine_operator import constants as c
     from ragengine_operator.manifests.inference import vllm_args
     from ragengine_operator.spec import RAGEngineSpec
-    from tests.operator.vllm_samples import REFUSED, SAMPLES
+    from tests.operator.vllm_samples import OUTVOTED, REFUSED, SAMPLES
 
     version = opts.version or c.VLLM_VERSION
     python = ensure_venv(opts.venv or Path.home() / ".cache" / "ragengine" / f"vllm-{version}", version)
     specs = [RAGEngineSpec.model_validate(s) for s in SAMPLES]
     rendered = [vllm_args(spec) for spec in specs]
     base = rendered[0]
+    # REFUSED forms after the operator's flags (where the operator used to put user args): vLLM reads the
+    # user's value, hence the refusal. OUTVOTED forms as the operator renders them, before its flags.
     refused = [base + args for args, _ in REFUSED]
+    outvoted = [vllm_args(RAGEngineSpec.model_validate({"inference": {**SAMPLES[0]["inference"], "args": args}}))
+                for args, _ in OUTVOTED]
     with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / "in.json").write_text(json.dumps(rendered + refused))
+        (Path(tmp) / "in.json").write_text(json.dumps(rendered + refused + outvoted))
         env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
         subprocess.run([str(python), __file__, "--dump", f"{tmp}/in.json", f"{tmp}/out.json"], check=True, env=env)
         result = json.loads((Path(tmp) / "out.json").read_text())
+    parsed = result["parsed"]
     failures = []
     checked = []
-    for spec, entry in zip(specs, result["parsed"][: len(specs)], strict=True):
+    for spec, entry in zip(specs, parsed[: len(specs)], strict=True):
         want = expected(spec)
         got = entry.get("read")
         ok = got is not None and all(got[k] == v for k, v in want.items())
@@ -155,22 +162,32 @@ def main() -> int:
         if not ok:
             failures.append(f"{entry['argv']}: {entry.get('error') or {k: (got[k], v) for k, v in want.items() if got[k] != v}}")
         checked.append({"argv": entry["argv"], "read": got})
-    base_read = result["parsed"][0]["read"]
-    for (args, dest), entry in zip(REFUSED, result["parsed"][len(specs):], strict=True):
+    base_read = parsed[0]["read"]
+    for (args, dest), entry in zip(REFUSED, parsed[len(specs): len(specs) + len(REFUSED)], strict=True):
         got = entry.get("read")
         # vLLM reads the user's value for `dest` (or refuses the command line): the operator must refuse it
         overrides = got is None or got.get(dest) != base_read.get(dest)
-        print(f"{'ok  ' if overrides else 'FAIL'} refused {args} -> vLLM reads {dest}="
+        print(f"{'ok  ' if overrides else 'FAIL'} refused {args}: after the operator's flags vLLM reads {dest}="
               f"{got.get(dest) if got else entry.get('error')}")
         if not overrides:
             failures.append(f"{args}: vLLM does not read it as {dest}; the operator need not refuse it")
+    checked_outvoted = []
+    for (args, dest), entry in zip(OUTVOTED, parsed[len(specs) + len(REFUSED):], strict=True):
+        got = entry.get("read")
+        wins = got is not None and got[dest] == base_read[dest]
+        print(f"{'ok  ' if wins else 'FAIL'} outvoted {args}: before the operator's flags vLLM reads {dest}="
+              f"{got.get(dest) if got else entry.get('error')}")
+        if not wins:
+            failures.append(f"{args}: the operator's {dest} does not win")
+        checked_outvoted.append({"argv": entry["argv"], "read": got})
     OUT.write_text(json.dumps({
         "vllm": result["vllm"],
         "made_by": "hack/vllm_flags.py: the `vllm serve` parser of this release (VLLM_TARGET_DEVICE=cpu)",
         "options": result["options"],
         "tool_call_parsers": result["tool_call_parsers"],
         "checked": checked,
-    }, indent=1, sort_keys=False) + "\n")
+        "outvoted": checked_outvoted,
+    }, indent=1) + "\n")
     print(f"{len(result['options'])} options, {len(result['tool_call_parsers'])} tool parsers -> {OUT.relative_to(ROOT)}")
     for failure in failures:
         print("FAIL", failure, file=sys.stderr)

@@ -38,8 +38,8 @@ MANAGED_VLLM_FLAGS = frozenset({"--port", "--served-model-name", "--max-model-le
                                 "--api-key", "--model", "--host"})
 TOOL_FLAGS = frozenset({"--tool-call-parser", "--enable-auto-tool-choice"})
 MAX_GPUS_PER_NODE = 8  # the largest common GPU node (8x A100/H100/H200/B200, MI300X); one pod runs on one node
-POSITIONAL_ARG = ("inference.args must not contain a positional argument (a bare word that is no option's value): "
-                  "vLLM would serve it as the model instead of inference.model")
+POSITIONAL_ARG = ("inference.args must start with an option (--name or --name=value): vLLM takes a leading bare "
+                  "word for the model")
 RWO_ONE_REPLICA = ("inference.replicas above 1 (or autoscaling.maxReplicas above 1) needs modelCache.accessMode "
                    "ReadWriteMany: a ReadWriteOnce cache mounts on one node only")
 
@@ -227,10 +227,9 @@ class InferenceSpec(PodOptions):
     )
     args: list[Annotated[str, Field(max_length=1024)]] = Field(
         default_factory=list, max_length=64,
-        description="Extra vLLM arguments, appended. The operator's own flags (--port, --served-model-name, "
-        "--max-model-len, --tensor-parallel-size, --api-key, --model, --host, in any spelling vLLM accepts: "
-        "--max_model_len, unique prefixes), --config, --uds and positional arguments are refused: set the "
-        "fields instead. Write a value as --option=value or as the next item.",
+        description="Extra vLLM arguments, before the operator's own flags (--port, --served-model-name, "
+        "--max-model-len, --tensor-parallel-size, --api-key, --model, --host), which win. Those flags (also "
+        "spelt with underscores), --config, --uds and a leading bare word are refused: set the fields instead.",
     )
     node_selector: dict[str, str] | None = None
     tolerations: list[Toleration] | None = Field(
@@ -269,22 +268,21 @@ class InferenceSpec(PodOptions):
         return self
 
     def _check_args(self) -> None:
-        """The forms vLLM reads as one of the operator's flags (vllm_cli.py) are refused, with the words of
-        the CRD's CEL rules (which catch the exact and underscore spellings and a leading bare word)."""
-        managed = vllm_cli.overridden(self.args, set(MANAGED_VLLM_FLAGS))
-        own = [f for f in managed if f in MANAGED_VLLM_FLAGS]
+        """The spellings vLLM reads as one of the operator's flags (vllm_cli.py), in the words of the CRD's
+        CEL rules. Other spellings (unique prefixes) lose to the operator's flags, which come last."""
+        found = vllm_cli.overridden(self.args, MANAGED_VLLM_FLAGS)
+        own = [f for f in found if f in MANAGED_VLLM_FLAGS]
         if own:
             raise ValueError(f"inference.args must not set {', '.join(own)}: the operator sets them from the spec")
-        if managed:
+        if found:
             raise ValueError(OVERRIDING_ARGS)
+        if vllm_cli.leading_positional(self.args) is not None:
+            raise ValueError(POSITIONAL_ARG)
         if self.revision is not None and vllm_cli.overridden(self.args, {"--revision"}):
             raise ValueError("inference.args must not set --revision when inference.revision is set")
-        if self.tool_call_parser is not None and vllm_cli.overridden(self.args, set(TOOL_FLAGS)):
+        if self.tool_call_parser is not None and vllm_cli.overridden(self.args, TOOL_FLAGS):
             raise ValueError("inference.args must not set --tool-call-parser or --enable-auto-tool-choice when "
                              "inference.toolCallParser is set")
-        bare = vllm_cli.positionals(self.args)
-        if bare:
-            raise ValueError(f"{POSITIONAL_ARG} ({bare[0]!r})")
 
 
 MIG_ONE_GPU = ("inference.gpus above 1 needs whole GPUs: a CUDA process sees one MIG instance, so tensor "

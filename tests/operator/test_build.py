@@ -37,7 +37,7 @@ def test_vllm_deployment():
     assert args[args.index("--served-model-name") + 1] == "Qwen/Qwen2.5-7B-Instruct"
     assert args[args.index("--tensor-parallel-size") + 1] == "2"
     assert args[args.index("--max-model-len") + 1] == "8192"
-    assert args[-1] == "--enable-prefix-caching"
+    assert args[0] == "--enable-prefix-caching"  # the user's first: the operator's flags come last and win
     assert ctr["resources"]["limits"][c.GPU_RESOURCE] == "2" and ctr["resources"]["requests"]["memory"] == "64Gi"
     assert {"key": c.GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
     assert {"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"} in pod["tolerations"]

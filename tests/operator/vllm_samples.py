@@ -1,9 +1,11 @@
-"""vLLM command lines to check with vLLM's own parser (hack/vllm_flags.py) and against the flags it
+"""vLLM command lines to check with vLLM's own parser (hack/vllm_flags.py) and against the options it
 recorded (test_vllm_args.py).
 
 SAMPLES: specs whose rendered `vllm serve` arguments must parse, with the values the spec asks for.
-REFUSED: user arguments (appended to the first sample's) that vLLM reads as a flag the operator manages
-(argparse dest), each a form the old check let through; spec.py refuses every one of them.
+REFUSED: user arguments that vLLM reads as a flag the operator manages (argparse dest), which spec.py
+  and the CRD refuse (the old check let each through).
+OUTVOTED: user arguments that vLLM also reads as a managed flag, but which the CRD's CEL cannot tell
+  apart from others (unique prefixes); the operator's flags come after them and win.
 """
 
 from __future__ import annotations
@@ -24,13 +26,16 @@ SAMPLES: list[dict[str, Any]] = [
 REFUSED: list[tuple[list[str], str]] = [
     (["--max_model_len=99"], "max_model_len"),
     (["--served_model_name", "x"], "served_model_name"),
-    (["--served-model", "x"], "served_model_name"),  # a unique prefix
     (["--tensor_parallel_size=4"], "tensor_parallel_size"),
-    (["-t", "4"], "tensor_parallel_size"),  # a prefix of -tp
-    (["--max-model=5"], "max_model_len"),
     (["--port=9000"], "port"),
     (["--host", "127.0.0.1"], "host"),
-    (["--enable-prefix-caching", "other/model"], "model"),  # a bare word after a switch is the model tag
+    (["other/model"], "model"),  # a leading bare word is the model tag
     (["--uds", "/tmp/vllm.sock"], "uds"),  # serves on the socket: host and port ignored
     (["--config", "/tmp/absent.yaml"], "model"),  # any option from a file (here: refused for the missing file)
+]
+
+OUTVOTED: list[tuple[list[str], str]] = [
+    (["--served-model", "x"], "served_model_name"),
+    (["-t", "4"], "tensor_parallel_size"),  # a prefix of -tp
+    (["--max-model=5"], "max_model_len"),
 ]

@@ -117,10 +117,12 @@ def vllm_args(spec: RAGEngineSpec) -> list[str]:
     """`vllm serve` arguments (the image's entrypoint); each flag is checked against the pinned release's
     parser (vllm_flags.json, hack/vllm_flags.py). `--model` rather than the positional model tag: both
     entrypoints vLLM images have used (`vllm serve`, `python -m vllm.entrypoints.openai.api_server`) read
-    it. The user's args come last (a later option wins), minus the forms spec.py refuses."""
+    it. The user's args come first and the operator's flags last: a later option wins, so a spelling of
+    one of them that slipped past spec.py's refusal (vllm_cli.py) still loses."""
     inf = spec.inference
     assert inf is not None and inf.model is not None
     args = [
+        *inf.args,
         "--model", inf.model,
         "--served-model-name", inf.served_model_name or inf.model,
         "--tensor-parallel-size", str(inf.gpus),
@@ -135,7 +137,7 @@ def vllm_args(spec: RAGEngineSpec) -> list[str]:
     parser = tool_call_parser(inf)
     if parser is not None:
         args += ["--enable-auto-tool-choice", "--tool-call-parser", parser]
-    return args + list(inf.args)
+    return args
 
 
 def model_cache_pvc(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
