@@ -205,7 +205,7 @@ class InferenceSpec(PodOptions):
         None, description="vLLM OpenAI server image; the operator's default when unset."
     )
     gpus: int = Field(
-        1, ge=1, le=MAX_GPUS_PER_NODE,
+        1, ge=1, le=64,  # the CEL rule (and _one_mode) say why 8 is the limit
         description="GPUs per replica (gpuResourceName), = --tensor-parallel-size. One replica is one pod on one "
         "node, so at most a node's GPUs (8); serving across nodes is not built (docs/multi-node.md).",
     )
@@ -256,6 +256,8 @@ class InferenceSpec(PodOptions):
         self._check_args()
         if self.url is not None and (self.revision is not None or self.tool_call_parser is not None):
             raise ValueError("inference.revision and inference.toolCallParser apply to inference.model only")
+        if self.gpus > MAX_GPUS_PER_NODE:
+            raise ValueError(GPUS_ABOVE_A_NODE)
         if "/mig-" in self.gpu_resource_name and self.gpus > 1:
             raise ValueError(MIG_ONE_GPU)
         if not self.gpu_resource_name.startswith("nvidia.com/") and self.image is None:
@@ -285,6 +287,8 @@ class InferenceSpec(PodOptions):
                              "inference.toolCallParser is set")
 
 
+GPUS_ABOVE_A_NODE = ("inference.gpus is at most 8, a node's GPUs: one vLLM replica is one pod on one node, and "
+                     "serving across nodes is not built (docs/multi-node.md)")
 MIG_ONE_GPU = ("inference.gpus above 1 needs whole GPUs: a CUDA process sees one MIG instance, so tensor "
                "parallelism over MIG slices cannot work")
 NON_NVIDIA_IMAGE = ("inference.gpuResourceName other than nvidia.com/* needs inference.image: the default vLLM image "

@@ -63,7 +63,7 @@ INVALID: list[tuple[str, dict[str, Any], str, bool]] = [
      "tensor parallelism over MIG slices", True),
     ("amd-without-image", {"inference": {"model": "m", "gpuResourceName": "amd.com/gpu"}},
      "needs inference.image", True),
-    ("gpus-above-a-node", {"inference": {"model": "m", "gpus": 16}}, "spec.inference.gpus", True),
+    ("gpus-above-a-node", {"inference": {"model": "m", "gpus": 16}}, "inference.gpus is at most 8, a node's GPUs", True),
     ("keda-needs-requests-waiting", {"inference": {"model": "m", "autoscaling": {
         "maxReplicas": 1, "keda": {"serverAddress": "http://prometheus:9090"}}}},
      "keda needs metric requestsWaiting", True),
