@@ -45,7 +45,6 @@ from .settings import OperatorSettings
 from .spec import RAGEngineSpec
 
 log = logging.getLogger(__name__)
-SERVED_TTL_S = 120.0  # how long the answer "does the cluster serve this add-on kind" is trusted
 STATUS_KEYS = ("observedGeneration", "conditions", "endpoint", "inferenceUrl", "model", "inferenceReplicas",
                "inferenceSelector", "dataVolumeSize", "modelCacheVolumeSize")
 
@@ -173,11 +172,11 @@ class Controller:
         return failures
 
     def served(self, api_version: str, kind: str) -> bool:
-        """Whether an add-on kind is served, asked at most every SERVED_TTL_S (a CRD installed later is
-        found within that); an error reading it counts as served, so the apply reports it."""
+        """Whether an add-on kind is served, asked at most every settings.addon_recheck_seconds (a CRD
+        installed later is found within that); an error reading it counts as served, so the apply reports it."""
         key, now_s = (api_version, kind), time.monotonic()
         hit = self._served.get(key)
-        if hit is None or now_s - hit[0] > SERVED_TTL_S:
+        if hit is None or now_s - hit[0] > self.settings.addon_recheck_seconds:
             try:
                 answer = kube.served(self.dyn, api_version, kind)
             except ApiException as exc:

@@ -38,6 +38,11 @@ class OperatorSettings(BaseSettings):
         default_factory=dict, description="The operator pods' selector labels (JSON in the environment), with pod_namespace."
     )
     max_workers: int = Field(16, ge=1, description="Threads running sync handlers (reconciles in parallel).")
+    addon_recheck_seconds: float = Field(
+        120.0, gt=0, description="How long the answer 'does the cluster serve this add-on kind' (the Prometheus "
+        "operator's ServiceMonitor/PodMonitor, KEDA's ScaledObject) is trusted: a CRD installed later is used "
+        "within this.",
+    )
     post_events: bool = Field(True, description="Write Kubernetes Events on condition transitions.")
     # Fault injection for the crash-recovery test: exit hard after this many server-side applies.
     crash_after_applies: int | None = Field(None, ge=1)

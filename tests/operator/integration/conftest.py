@@ -31,6 +31,7 @@ os.environ.setdefault("RAGENGINE_OPERATOR_RESYNC_SECONDS", "5")
 os.environ.setdefault("RAGENGINE_OPERATOR_WATCH_TIMEOUT_SECONDS", "10")
 os.environ.setdefault("RAGENGINE_OPERATOR_METRICS_PORT", "0")
 os.environ.setdefault("RAGENGINE_OPERATOR_LIVENESS_PORT", "0")
+os.environ.setdefault("RAGENGINE_OPERATOR_ADDON_RECHECK_SECONDS", "1")  # a CRD a test installs is seen at once
 # Where the operator "runs", as the chart sets it from the downward API (an engine NetworkPolicy admits it).
 os.environ.setdefault("RAGENGINE_OPERATOR_POD_NAMESPACE", OPERATOR_NAMESPACE)
 os.environ.setdefault("RAGENGINE_OPERATOR_POD_LABELS", '{"app.kubernetes.io/name": "ragengine-operator"}')
