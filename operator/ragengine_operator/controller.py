@@ -78,7 +78,7 @@ class Controller:
         # kopf.event() finds kopf's event queue through context variables that kopf sets only for
         # its handlers: the resync loop runs its reconciles in a copy of a handler's context.
         self.kopf_context: contextvars.Context | None = None
-        self._served: dict[tuple[str, str], tuple[float, bool]] = {}
+        self._served: dict[str, tuple[float, frozenset[str]]] = {}  # add-on group version -> (when, kinds)
 
     def remember_context(self) -> None:
         """Called from a kopf handler: keep its context for reconciles started outside handlers."""
@@ -174,16 +174,16 @@ class Controller:
     def served(self, api_version: str, kind: str) -> bool:
         """Whether an add-on kind is served, asked at most every settings.addon_recheck_seconds (a CRD
         installed later is found within that); an error reading it counts as served, so the apply reports it."""
-        key, now_s = (api_version, kind), time.monotonic()
-        hit = self._served.get(key)
+        now_s = time.monotonic()
+        hit = self._served.get(api_version)
         if hit is None or now_s - hit[0] > self.settings.addon_recheck_seconds:
             try:
-                answer = kube.served(self.dyn, api_version, kind)
+                kinds = kube.served_kinds(self.dyn, api_version)
             except ApiException as exc:
-                log.info("cannot tell whether %s %s is served: %s", api_version, kind, api_message(exc))
-                answer = True
-            hit = self._served[key] = (now_s, answer)
-        return hit[1]
+                log.info("cannot tell what %s serves: %s", api_version, api_message(exc))
+                return True
+            hit = self._served[api_version] = (now_s, kinds)
+        return kind in hit[1]
 
     def _secret_digests(self, owner: Owner, spec: RAGEngineSpec) -> dict[str, str]:
         """Digest of each Secret the pods read: a rotated key changes the pod template, so the pods

@@ -17,21 +17,21 @@ from kubernetes.dynamic.exceptions import NotFoundError
 from .. import constants as c
 
 # The dynamic client's errors subclass ApiException: callers catch ApiException (status, body).
-__all__ = ["ApiException", "delete", "get", "list_objects", "patch_status", "served", "server_side_apply"]
+__all__ = ["ApiException", "delete", "get", "list_objects", "patch_status", "served_kinds", "server_side_apply"]
 
 
 def _resource(dyn: DynamicClient, api_version: str, kind: str) -> Any:
     return dyn.resources.get(api_version=api_version, kind=kind)
 
 
-def served(dyn: DynamicClient, api_version: str, kind: str) -> bool:
-    """Whether the API server serves `kind` (an add-on's CRD may be absent): one GET of its group version.
+def served_kinds(dyn: DynamicClient, api_version: str) -> frozenset[str]:
+    """The kinds the API server serves in a group version (an add-on's CRDs may be absent: none): one GET.
     Not the dynamic client's discovery, which drops its whole cache on every miss."""
     try:
         listing = dyn.request("GET", f"/apis/{api_version}", _request_timeout=30)
     except NotFoundError:
-        return False
-    return any(r.get("kind") == kind for r in (listing.to_dict().get("resources") or []))
+        return frozenset()
+    return frozenset(str(r.get("kind")) for r in (listing.to_dict().get("resources") or []))
 
 
 def server_side_apply(dyn: DynamicClient, obj: dict[str, Any]) -> dict[str, Any]:
