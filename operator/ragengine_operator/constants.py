@@ -49,3 +49,7 @@ VLLM_SCRATCH_DIR = "/cache"  # XDG/vLLM/torch compile caches: an emptyDir (restr
 VLLM_UID = 1000
 VLLM_SHM_LIMIT = "8Gi"
 GPU_RESOURCE = "nvidia.com/gpu"
+# The vLLM release the operator renders its flags for (operator/ragengine_operator/vllm_flags.json is
+# extracted from this release's own parser by hack/vllm_flags.py).
+VLLM_VERSION = "0.33.0"
+DEFAULT_VLLM_IMAGE = f"vllm/vllm-openai:v{VLLM_VERSION}"

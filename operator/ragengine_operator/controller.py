@@ -28,6 +28,7 @@ import kopf
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 from kubernetes.dynamic import DynamicClient
+from kubernetes.dynamic.exceptions import ResourceNotFoundError
 from pydantic import ValidationError
 
 from . import constants as c
@@ -36,7 +37,7 @@ from .kube import apply as kube
 from .kube.observe import observe
 from .manifests.engine_env import generated_key_refs
 from .manifests.labels import Owner, secret_digest
-from .reconcile.plan import generated_key_secret, name_conflict, plan, referenced_secrets
+from .reconcile.plan import OPTIONAL_APIS, generated_key_secret, name_conflict, plan, referenced_secrets
 from .reconcile.policy import POLICY_VIOLATION, Policy, refusals
 from .reconcile.schedule import next_due
 from .reconcile.status import compute_status
@@ -78,6 +79,7 @@ class Controller:
         # kopf.event() finds kopf's event queue through context variables that kopf sets only for
         # its handlers: the resync loop runs its reconciles in a copy of a handler's context.
         self.kopf_context: contextvars.Context | None = None
+        self._served: dict[str, tuple[float, frozenset[str]]] = {}  # add-on group version -> (when, kinds)
 
     def remember_context(self) -> None:
         """Called from a kopf handler: keep its context for reconciles started outside handlers."""
@@ -94,7 +96,8 @@ class Controller:
     def owner(self, body: dict[str, Any]) -> Owner:
         meta = body["metadata"]
         s = self.settings
-        return Owner(meta["namespace"], meta["name"], meta["uid"], engine_image=s.engine_image, vllm_image=s.vllm_image)
+        return Owner(meta["namespace"], meta["name"], meta["uid"], engine_image=s.engine_image, vllm_image=s.vllm_image,
+                     cluster_domain=s.cluster_domain)
 
     def _apply(self, obj: dict[str, Any]) -> None:
         kube.server_side_apply(self.dyn, obj)
@@ -138,6 +141,10 @@ class Controller:
         failures = self._ensure_generated_keys(owner, spec)
         desired = plan(owner, spec, self._secret_digests(owner, spec))
         for obj in desired.apply:
+            if obj["apiVersion"] in OPTIONAL_APIS and not self.served(obj["apiVersion"], obj["kind"]):
+                failures.append(("ApplyFailed", child_id(obj), f"the API server does not serve {obj['apiVersion']} "
+                                 f"{obj['kind']}: install its CRD (the Prometheus operator, KEDA) or change the spec"))
+                continue
             try:
                 existing = kube.get(self.dyn, obj["apiVersion"], obj["kind"], owner.namespace, obj["metadata"]["name"])
                 conflict = name_conflict(existing, owner)
@@ -147,7 +154,12 @@ class Controller:
                 self._apply(obj)
             except ApiException as exc:
                 failures.append(("ApplyFailed", child_id(obj), api_message(exc)))
+            except ResourceNotFoundError:
+                failures.append(("ApplyFailed", child_id(obj), f"the API server does not serve {obj['apiVersion']} "
+                                 f"{obj['kind']}"))
         for ref in desired.delete:
+            if ref.optional and not self.served(ref.api_version, ref.kind):
+                continue  # the cluster has no such kind, so no such object
             try:
                 existing = kube.get(self.dyn, ref.api_version, ref.kind, owner.namespace, ref.name)
                 if existing is not None and name_conflict(existing, owner) is None:
@@ -156,7 +168,23 @@ class Controller:
                                 uid=existing["metadata"]["uid"])
             except ApiException as exc:
                 failures.append(("DeleteFailed", f"{ref.kind} {ref.name}", api_message(exc)))
+            except ResourceNotFoundError:
+                continue  # the kind went away since served() looked: nothing of it to delete
         return failures
+
+    def served(self, api_version: str, kind: str) -> bool:
+        """Whether an add-on kind is served, asked at most every settings.addon_recheck_seconds (a CRD
+        installed later is found within that); an error reading it counts as served, so the apply reports it."""
+        now_s = time.monotonic()
+        hit = self._served.get(api_version)
+        if hit is None or now_s - hit[0] > self.settings.addon_recheck_seconds:
+            try:
+                kinds = kube.served_kinds(self.dyn, api_version)
+            except ApiException as exc:
+                log.info("cannot tell what %s serves: %s", api_version, api_message(exc))
+                return True
+            hit = self._served[api_version] = (now_s, kinds)
+        return kind in hit[1]
 
     def _secret_digests(self, owner: Owner, spec: RAGEngineSpec) -> dict[str, str]:
         """The version (uid/resourceVersion, read as metadata only) of each Secret the pods read: a

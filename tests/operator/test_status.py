@@ -101,7 +101,9 @@ def test_pending_error_is_kept_until_that_generation_reconciles():
 def test_scaled_to_zero_inference_and_scale_status():
     zero = RAGEngineSpec.model_validate({"inference": {"model": "m", "replicas": 0}})
     c, status, _ = conds(zero, {"inference": dep(replicas=0, available=0, updated=0), "engine": dep()})
-    assert c["InferenceReady"]["reason"] == "ScaledToZero" and c["Ready"]["status"] == "False"
+    # on purpose, and the engine serves without it (retrieval, extractive answers): a state reached
+    assert c["InferenceReady"]["reason"] == "ScaledToZero" and c["InferenceReady"]["status"] == "False"
+    assert c["Ready"]["status"] == "True" and c["Ready"]["reason"] == "ScaledToZero"
     assert c["Degraded"]["status"] == "False"
     _, status, _ = conds(MODEL, {"inference": {**dep(), "status": {**dep()["status"], "readyReplicas": 1}}, "engine": dep()})
     assert status["inferenceReplicas"] == 1
@@ -163,3 +165,15 @@ def test_secure_defaults_warns_when_a_spec_opts_out():
     assert cond["reason"] == "AuthAndNetworkPolicyDisabled"
     cond, status = secure({"auth": {"apiKeySecretRef": {"name": "mine", "key": "k"}}})
     assert cond["status"] == "True" and status["apiKeySecretRef"] == {"name": "mine", "key": "k"}
+
+
+def test_vllm_running_unready_names_the_pod_and_leaves_the_engine_ready():
+    """A vLLM pod loading its model (or failing /health): InferenceReady=False with the pod and why,
+    EngineReady stays True (the engine's readiness does not follow the LLM), nothing is Degraded."""
+    pod = {"metadata": {"name": "rag-inference-7d9f-x2"}, "status": {"phase": "Running", "conditions": [
+        {"type": "Ready", "status": "False", "reason": "ContainersNotReady"}]}}
+    c, _, _ = conds(MODEL, {"inference": dep(available=0), "engine": dep()}, pods={"inference": [pod]})
+    assert c["InferenceReady"]["status"] == "False" and c["InferenceReady"]["reason"] == "InferenceNotReady"
+    assert "rag-inference-7d9f-x2" in c["InferenceReady"]["message"] and "extractive" in c["InferenceReady"]["message"]
+    assert c["EngineReady"]["status"] == "True" and c["Degraded"]["status"] == "False"
+    assert c["Ready"]["status"] == "False" and c["Ready"]["reason"] == "InferenceNotReady"

@@ -72,6 +72,14 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: [autoscaling]
   resources: [horizontalpodautoscalers]
   verbs: [get, create, patch, delete]
+# add-ons, used only when a RAGEngine asks (spec.monitoring, inference.autoscaling.keda): scrape
+# configuration for the Prometheus operator, and KEDA's ScaledObject on the vLLM Deployment
+- apiGroups: [monitoring.coreos.com]
+  resources: [servicemonitors, podmonitors]
+  verbs: [get, create, patch, delete]
+- apiGroups: [keda.sh]
+  resources: [scaledobjects]
+  verbs: [get, create, patch, delete]
 # pods: watched so a container failure is reported at once, and a sync Job's result is read
 - apiGroups: [""]
   resources: [pods]

@@ -18,7 +18,7 @@ from .. import constants as c
 
 # The dynamic client's errors subclass ApiException: callers catch ApiException (status, body).
 __all__ = ["ApiException", "delete", "get", "get_metadata", "list_objects", "patch_status", "secret_type",
-           "server_side_apply"]
+           "served_kinds", "server_side_apply"]
 # Reads that leave an object's content on the server: a Secret's metadata (uid, resourceVersion,
 # owners) or its type are all the operator needs of the Secrets it does not create.
 METADATA_ONLY = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
@@ -27,6 +27,16 @@ TABLE = "application/json;as=Table;g=meta.k8s.io;v=v1"
 
 def _resource(dyn: DynamicClient, api_version: str, kind: str) -> Any:
     return dyn.resources.get(api_version=api_version, kind=kind)
+
+
+def served_kinds(dyn: DynamicClient, api_version: str) -> frozenset[str]:
+    """The kinds the API server serves in a group version (an add-on's CRDs may be absent: none): one GET.
+    Not the dynamic client's discovery, which drops its whole cache on every miss."""
+    try:
+        listing = dyn.request("GET", f"/apis/{api_version}", _request_timeout=30)
+    except NotFoundError:
+        return frozenset()
+    return frozenset(str(r.get("kind")) for r in (listing.to_dict().get("resources") or []))
 
 
 def server_side_apply(dyn: DynamicClient, obj: dict[str, Any]) -> dict[str, Any]:

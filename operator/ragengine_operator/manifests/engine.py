@@ -33,7 +33,7 @@ def engine_deployment_name(owner: Owner) -> str:
 
 
 def engine_service_name(owner: Owner) -> str:
-    return owner.name  # the endpoint is http://<name>.<ns>.svc.cluster.local
+    return owner.name  # the endpoint is http://<name>.<ns>.svc.<cluster domain>
 
 
 def data_pvc_name(owner: Owner) -> str:
@@ -41,7 +41,7 @@ def data_pvc_name(owner: Owner) -> str:
 
 
 def endpoint(owner: Owner) -> str:
-    return f"http://{engine_service_name(owner)}.{owner.namespace}.svc.cluster.local"
+    return f"http://{owner.service_host(engine_service_name(owner))}"
 
 
 def engine_data_pvc(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
@@ -142,6 +142,8 @@ def engine_network_policy(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
     policy = spec.engine.network_policy
     peers = [peer.model_dump(by_alias=True, exclude_none=True) for peer in policy.allow_from]
     peers.append(sync_pods_peer(owner))
+    if spec.monitoring is not None:  # Prometheus scrapes /metrics on the same port
+        peers += [peer.model_dump(by_alias=True, exclude_none=True) for peer in spec.monitoring.scrape_from]
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",

@@ -60,6 +60,14 @@ OPERATOR_ONLY = {
     "storage.reclaimPolicy",  # the PVCs' owner references
     "auth.enabled",  # whether api_key is set at all, from spec.auth's Secret or the generated one
     "engine.networkPolicy.enabled",
+    # vLLM's command line and its autoscaler (manifests/inference.py)
+    "inference.revision", "inference.toolCallParser", "inference.autoscaling.metric",
+    "inference.autoscaling.targetRequestsWaiting", "inference.autoscaling.keda.serverAddress",
+    # the ServiceMonitors / PodMonitors and the NetworkPolicies' scrape peers (manifests/monitoring.py)
+    "monitoring.kind", "monitoring.interval", "monitoring.labels",
+    *(f"monitoring.scrapeFrom.{field}" for field in (
+        "ipBlock.cidr", "ipBlock.except", "namespaceSelector.matchExpressions", "namespaceSelector.matchLabels",
+        "podSelector.matchExpressions", "podSelector.matchLabels")),
     # the engine's NetworkPolicy (manifests/engine.py)
     *(f"engine.networkPolicy.allowFrom.{field}" for field in (
         "ipBlock.cidr", "ipBlock.except", "namespaceSelector.matchExpressions", "namespaceSelector.matchLabels",
@@ -72,7 +80,7 @@ OPERATOR_ONLY = {
 
 
 def inference_service_url(owner: Owner) -> str:
-    return f"http://{owner.child('inference')}.{owner.namespace}.svc.cluster.local:{c.VLLM_PORT}/v1"
+    return f"http://{owner.service_host(owner.child('inference'))}:{c.VLLM_PORT}/v1"
 
 
 def llm_url(owner: Owner, spec: RAGEngineSpec) -> str | None:

@@ -18,10 +18,18 @@ class Owner:
     name: str
     uid: str
     engine_image: str = "ghcr.io/ragengine/ragengine-engine:0.1.0"
-    vllm_image: str = "vllm/vllm-openai:v0.10.2"
+    vllm_image: str = c.DEFAULT_VLLM_IMAGE
+    # The cluster's DNS domain (settings.cluster_domain); "" = the short <svc>.<ns>.svc form, which the
+    # pods' DNS search path completes under any domain.
+    cluster_domain: str = "cluster.local"
 
     def child(self, suffix: str) -> str:
         return f"{self.name}-{suffix}" if suffix else self.name
+
+    def service_host(self, service: str) -> str:
+        """In-cluster DNS name of one of this RAGEngine's Services."""
+        host = f"{service}.{self.namespace}.svc"
+        return f"{host}.{self.cluster_domain}" if self.cluster_domain else host
 
 
 def selector(owner: Owner, component: str) -> dict[str, str]:
@@ -133,8 +141,11 @@ def http_service(owner: Owner, name: str, component: str, port: int) -> dict[str
     }
 
 
-def hpa(owner: Owner, target: str, component: str, autoscaling: Any) -> dict[str, Any]:
-    """An autoscaling/v2 HPA on Deployment `target` (CPU utilisation), named like it."""
+def hpa(owner: Owner, target: str, component: str, autoscaling: Any, metric: dict[str, Any] | None = None,
+        ) -> dict[str, Any]:
+    """An autoscaling/v2 HPA on Deployment `target`, named like it: CPU utilisation, or `metric`."""
+    cpu = {"type": "Resource", "resource": {"name": "cpu", "target": {
+        "type": "Utilization", "averageUtilization": autoscaling.target_cpu_utilization_percentage}}}
     return {
         "apiVersion": "autoscaling/v2",
         "kind": "HorizontalPodAutoscaler",
@@ -143,8 +154,7 @@ def hpa(owner: Owner, target: str, component: str, autoscaling: Any) -> dict[str
             "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": target},
             "minReplicas": autoscaling.min_replicas,
             "maxReplicas": autoscaling.max_replicas,
-            "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": {
-                "type": "Utilization", "averageUtilization": autoscaling.target_cpu_utilization_percentage}}}],
+            "metrics": [metric or cpu],
         },
     }
 

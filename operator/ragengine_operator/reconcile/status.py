@@ -123,6 +123,29 @@ def workload_state(what: str, dep: dict[str, Any] | None, pods: list[dict[str, A
     )
 
 
+def _running_unready(pods: list[dict[str, Any]]) -> str | None:
+    """The first pod that runs but fails readiness (vLLM loading its model, or its /health failing)."""
+    for pod in pods:
+        st = pod.get("status") or {}
+        ready = {x.get("type"): x.get("status") for x in st.get("conditions") or []}.get("Ready")
+        if st.get("phase") == "Running" and ready == "False":
+            return pod["metadata"]["name"]
+    return None
+
+
+def inference_state(dep: dict[str, Any] | None, pods: list[dict[str, Any]],
+                    pod_events: dict[str, tuple[str, str]] | None) -> WorkloadState:
+    """vLLM's workload state; a pod that runs unready is named (InferenceNotReady): the engine keeps
+    serving retrieval and extractive answers meanwhile (its readiness does not follow the LLM)."""
+    s = workload_state("vLLM", dep, pods, pod_events)
+    pod = _running_unready(pods) if s.state == PROGRESSING else None
+    if pod is None:
+        return s
+    return WorkloadState(PROGRESSING, "InferenceNotReady",
+                         f"{s.message}; pod {pod} runs but is not ready (loading the model, or its /health fails): "
+                         "the engine answers with retrieval and extractive answers meanwhile")
+
+
 def _cond(ctype: str, ok: bool, reason: str, message: str) -> dict[str, Any]:
     return {"type": ctype, "status": "True" if ok else "False", "reason": reason, "message": message}
 
@@ -169,8 +192,8 @@ def conditions_for(spec: RAGEngineSpec | None, observed: Observed, error: tuple[
         if spec.inference.replicas == 0 and spec.inference.autoscaling is None:
             inference = _cond(c.INFERENCE_READY, False, "ScaledToZero", "spec.inference.replicas is 0 (GPUs freed)")
         else:
-            s = states[c.COMPONENT_INFERENCE] = workload_state(
-                "vLLM", observed.deployments.get(c.COMPONENT_INFERENCE), observed.pods.get(c.COMPONENT_INFERENCE, []),
+            s = states[c.COMPONENT_INFERENCE] = inference_state(
+                observed.deployments.get(c.COMPONENT_INFERENCE), observed.pods.get(c.COMPONENT_INFERENCE, []),
                 observed.pod_events,
             )
             inference = _cond(c.INFERENCE_READY, s.state == AVAILABLE, s.reason, s.message)
@@ -199,11 +222,17 @@ def conditions_for(spec: RAGEngineSpec | None, observed: Observed, error: tuple[
         if rolling
         else _cond(c.PROGRESSING, False, "Complete", "all children are up to date")
     )
-    not_ready = [x for x in (inference, engine) if x["status"] != "True"]
+    # vLLM scaled to zero on purpose is a state reached, not one awaited: the engine serves retrieval and
+    # extractive answers (its readiness does not follow the LLM), so Ready holds.
+    scaled_to_zero = inference["reason"] == "ScaledToZero"
+    not_ready = [x for x in (inference, engine) if x["status"] != "True" and not (x is inference and scaled_to_zero)]
     if error:
         ready = _cond(c.READY, False, error[0], error[1])
     elif not_ready:
         ready = _cond(c.READY, False, not_ready[0]["reason"], "; ".join(x["message"] for x in not_ready))
+    elif scaled_to_zero:
+        ready = _cond(c.READY, True, "ScaledToZero", "the engine is available; vLLM is scaled to zero (retrieval and "
+                      "extractive answers until it is scaled up)")
     else:
         ready = _cond(c.READY, True, "Available", "inference and engine are available")
     # SourcesSynced never feeds Ready: an engine whose source fails still serves what it has.

@@ -34,6 +34,7 @@ os.environ.setdefault("RAGENGINE_OPERATOR_LIVENESS_PORT", "0")
 # Source syncs in subprocesses of the operator (kwok's pods run no containers, so a sync Job would never
 # run here); tests/operator/integration/test_sync_jobs.py covers the Job mode on its own operator.
 os.environ.setdefault("RAGENGINE_OPERATOR_SYNC_MODE", "subprocess")
+os.environ.setdefault("RAGENGINE_OPERATOR_ADDON_RECHECK_SECONDS", "1")  # a CRD a test installs is seen at once
 
 from kubernetes import client as k8s  # noqa: E402
 from kubernetes import config as k8s_config  # noqa: E402

@@ -337,21 +337,29 @@ def test_fleet_fields_reach_the_running_pods(kube, namespace):
 
 # --- item 8: EngineReady says why the engine's readiness fails ----------------------------------------
 def test_engine_not_ready_names_the_failing_dependency(kube, namespace, tmp_path):
-    """A real engine process whose LLM is down answers GET /ready with 503 and the reason. kwok runs no
-    containers, so the test plays the kubelet: the pod's IP is where that engine listens (a loopback
-    address of its own, port 8000 like the container) and its Ready condition is False."""
+    """A real engine process whose embeddings service went away answers GET /ready with 503 and the
+    reason (an LLM that is down does not count: the engine serves without it). kwok runs no containers,
+    so the test plays the kubelet: the pod's IP is where that engine listens (a loopback address of its
+    own, port 8000 like the container) and its Ready condition is False."""
+    import contextlib
     import random as _random
 
     import httpx
 
+    from tests.engine.test_cli_rerank_remote import _fake_embeddings_app
+    from tests.support.server import serve_app
+
     ns, n = namespace, "unready"
     ip = f"127.{_random.randint(1, 254)}.{_random.randint(1, 254)}.{_random.randint(2, 254)}"
     dead_llm = "http://127.0.0.1:9/v1"
+    embeddings = contextlib.ExitStack()
+    emb_url = embeddings.enter_context(serve_app(_fake_embeddings_app([]))) + "/v1"
     engine = subprocess.Popen(
         [str(Path(sys.executable).with_name("ragengine")), "serve", "--host", ip, "--port", str(c.ENGINE_PORT),
          "--data-dir", str(tmp_path / "data"), "--llm-url", dead_llm],
         stdout=(tmp_path / "engine.log").open("wb"), stderr=subprocess.STDOUT,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+             EngineSettings.env_name("embedding_url"): emb_url, EngineSettings.env_name("embedding_model"): "fake"})
     try:
         kube.create_rag(ns, n, {"inference": {"url": dead_llm}})
         def up() -> bool:
@@ -362,6 +370,8 @@ def test_engine_not_ready_names_the_failing_dependency(kube, namespace, tmp_path
                 return False
 
         wait_for(up, 240, "the engine process up", interval=0.5)
+        assert httpx.get(f"http://{ip}:{c.ENGINE_PORT}/ready", timeout=5).status_code == 200  # the LLM is down
+        embeddings.close()  # now the embeddings service goes away
         (pod,) = wait_for(lambda: kube.pods(ns, f"{c.SELECTOR_NAME}={n},{c.SELECTOR_COMPONENT}=engine"), 30, "engine pod")
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         status = {"status": {"podIP": ip, "podIPs": [{"ip": ip}], "conditions": [
@@ -372,7 +382,8 @@ def test_engine_not_ready_names_the_failing_dependency(kube, namespace, tmp_path
                      "-p", json.dumps(status))
         cond = wait_for(lambda: (x := kube.condition(ns, n, c.ENGINE_READY)) and x["reason"] == "EngineNotReady" and x,
                         30, "EngineReady=False with the engine's reason")
-        assert cond["status"] == "False" and "LLM at" in cond["message"] and "unreachable" in cond["message"], cond
+        assert cond["status"] == "False" and "embeddings at" in cond["message"] and "unreachable" in cond["message"], cond
     finally:
+        embeddings.close()
         engine.terminate()
         engine.wait(timeout=30)
