@@ -36,6 +36,10 @@ class EngineSettings(BaseSettings):
     )
     max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024, description="Requests with larger bodies get 413.")
     max_document_chars: int = Field(5_000_000, ge=1, description="A single document's text longer than this gets 413.")
+    max_import_bytes: int = Field(
+        64 * 1024**3, ge=1024, description="POST /indexes/{name}/import: the largest export file accepted (the body "
+        "limit of the other routes is max_body_bytes)."
+    )
     load_sample_index: bool = Field(False, description="Create the bundled 'sample' index on start when absent.")
 
     # --- embeddings --------------------------------------------------------------------------------
@@ -48,6 +52,25 @@ class EngineSettings(BaseSettings):
         None, description="OpenAI-compatible embeddings base URL (ending in /v1); overrides embedding_model."
     )
     embedding_api_key: str | None = Field(None, description="Bearer token for embedding_url.")
+    embedding_file: Path | None = Field(
+        None, description="JSON file {model, url, generation} naming the embedding model (over embedding_model and "
+        "embedding_url), re-read when it changes: a new model re-indexes every index to it in the background, "
+        "without a restart (the operator renders it from spec.embedding). docs/versions.md."
+    )
+    index_versions_kept: int = Field(
+        1, ge=0, le=100, description="Earlier versions of an index kept for rollback after a re-index makes a new "
+        "one live (the most recently live first; 0: dropped at the swap). Each keeps its data in the store (and, "
+        "with FAISS, in memory)."
+    )
+    reindex_on_model_change: bool = Field(
+        True, description="When the embedding model changes, re-index every index to it in the background (the "
+        "old versions serve meanwhile); false: only POST /indexes/{name}/reindex does."
+    )
+    reindex_swap_wait_s: float = Field(
+        120.0, ge=0, le=3600, description="External stores: how long a finished re-index waits, before it swaps, "
+        "for every replica to have loaded the new model (so none embeds a query on a cold model); then it swaps "
+        "anyway."
+    )
     embedding_cache_dir: Path | None = Field(None, description="Where hub models are cached (a volume in a cluster).")
     embedding_batch_size: int = Field(64, ge=1, le=4096, description="Texts per embedding forward pass / HTTP call.")
     device: str = Field("auto", description="'auto', 'cpu' or 'cuda' for embeddings and FAISS.")

@@ -26,6 +26,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ragengine.retrieval",),
     ("ragengine.index",),
     ("ragengine.stores",),  # external vector stores: the index API over PostgreSQL / Milvus
+    ("ragengine.versions",),  # index versions over either: re-index, swap, rollback, export / import
     ("ragengine.rag",),
     ("ragengine.chat", "ragengine.conversations"),
     ("ragengine.api",),

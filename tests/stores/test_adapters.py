@@ -151,11 +151,30 @@ def test_postgres_write_is_all_or_nothing(request, store_prefix, tmp_path):
     store.close()
 
 
-def test_postgres_dimension_mismatch_is_reported(request, store_prefix, tmp_path):
-    make_adapter("postgres", request, store_prefix, tmp_path).open()
-    other = make_adapter("postgres", request, store_prefix, tmp_path, dim=16)
-    with pytest.raises(StoreUnavailable, match=r"dimension mismatch.*8-dimensional.*16-dimensional"):
-        other.open()
+@pytest.mark.parametrize("kind", ["postgres", "milvus"])
+def test_a_store_filled_by_another_model_opens_and_keeps_both_dimensions(kind, request, store_prefix, tmp_path):
+    """Issue 25: a store made with an 8-dimensional model used to refuse to open for a 16-dimensional one
+    (``dimension mismatch``, the engine Degraded until the index was dropped). Now it opens: the old index
+    keeps its vectors and answers 8-dimensional queries, a new index gets 16-dimensional ones beside it."""
+    old = make_adapter(kind, request, store_prefix, tmp_path)
+    old.open()
+    writes, vectors = docs_and_vectors()
+    old.write("old", {}, [], writes, vectors, add_only=True)
+    old.close()
+    new = make_adapter(kind, request, store_prefix, tmp_path, dim=16)
+    new.open()
+    assert new.dim_of("old") == DIM
+    assert [h.doc_id for h in new.dense("old", vectors[2], 1, None)] == [writes[2].doc_id]
+    wide = np.random.default_rng(7).standard_normal((1, 16)).astype(np.float32)
+    wide /= np.linalg.norm(wide)
+    new.write("wide", {}, [], [DocWrite("w", "wide document", {}, [ChunkWrite(0, "wide chunk")])], wide, add_only=True,
+              dim=16)
+    assert new.dim_of("wide") == 16
+    assert [h.doc_id for h in new.dense("wide", wide[0], 1, None)] == ["w"]
+    assert new.counts() == {"old": (len(writes), len(writes)), "wide": (1, 1)}
+    chunks, kept = new.chunks_of("wide", ["w"])["w"]
+    assert [c.text for c in chunks] == ["wide chunk"] and np.array_equal(kept, wide)
+    new.close()
 
 
 def test_postgres_unreachable_and_unknown_user_are_reported(request, store_prefix, tmp_path):

@@ -108,11 +108,15 @@ async def retrieve(body: RetrieveRequest, request: Request) -> dict:
 async def startup(app: FastAPI, settings: EngineSettings, stack: AsyncExitStack) -> None:
     """Build the embedder, reranker and index registry (FAISS restored from disk, or an external store) onto app.state."""
     from ragengine.embedding import build_embedder
-    from ragengine.stores import build_registry
+    from ragengine.embedding.pool import ModelRef, read_target, watch_target
+    from ragengine.versions import build_registry
 
+    target, generation = ModelRef.from_settings(settings), None
+    if settings.embedding_file is not None and settings.embedding_file.exists():
+        target, generation = read_target(settings.embedding_file, settings)  # a bad file stops the start here
     embedder: Any = getattr(app.state, "embedder", None)
     if embedder is None:
-        embedder = await asyncio.to_thread(build_embedder, settings)
+        embedder = await asyncio.to_thread(build_embedder, target.settings_for(settings))
         app.state.embedder = embedder
         stack.callback(embedder.close)
     reranker: Any = getattr(app.state, "reranker", None)
@@ -123,10 +127,19 @@ async def startup(app: FastAPI, settings: EngineSettings, stack: AsyncExitStack)
         reranker = await asyncio.to_thread(Reranker, settings.rerank_model, settings.device, cache)
         app.state.reranker = reranker
         stack.callback(reranker.close)
-    registry = build_registry(settings, embedder, reranker)
+    registry = build_registry(settings, embedder, reranker, target)
+    registry.generation = generation
+    stack.callback(registry.embedders.close)  # after the registry's close (the stack unwinds in reverse)
     await registry.start()
     app.state.registry = registry
     stack.push_async_callback(registry.close)
+    if settings.embedding_file is not None:
+        async def retarget(ref: ModelRef, gen: int | None) -> None:
+            await registry.set_target(ref, gen)
+            app.state.embedder = registry.embedder
+
+        watcher = asyncio.create_task(watch_target(settings.embedding_file, settings, retarget), name="embedding-file")
+        stack.callback(watcher.cancel)
     if settings.load_sample_index and not registry.exists("sample"):
         from ragengine.sample import load_sample_index
 

@@ -187,7 +187,7 @@ def _imports(module: str) -> bool:
 
 
 def choose_backend(settings: EngineSettings) -> tuple[str, Any]:
-    """("remote" | "openvino" | "onnx" | "torch", the export's (model dir, ONNX file) for the export runtimes).
+    """("remote" | "wordllama" | "openvino" | "onnx" | "torch", the export's (model dir, ONNX file) for the export runtimes).
 
     ``auto``: on a CPU, when the model has an ONNX export installed, OpenVINO if it imports, else ONNX
     Runtime; on CUDA or without an export (or either runtime), torch. Naming a runtime whose export or
@@ -195,6 +195,10 @@ def choose_backend(settings: EngineSettings) -> tuple[str, Any]:
     """
     if settings.embedding_url:
         return "remote", None
+    from ragengine.embedding.wordllama_backend import PREFIX as WORDLLAMA
+
+    if settings.embedding_model.startswith(WORDLLAMA):  # static embeddings: no runtime to choose
+        return "wordllama", None
     from ragengine.embedding.export import find_onnx
 
     if settings.embedding_backend == "torch":
@@ -229,6 +233,10 @@ def build_embedder(settings: EngineSettings) -> Embedder:
 
         backend = RemoteBackend(settings.embedding_url or "", settings.embedding_model, settings.embedding_api_key,
                                 settings.embedding_batch_size, settings.embedding_max_tokens or 512)
+    elif kind == "wordllama":
+        from ragengine.embedding.wordllama_backend import WordLlamaBackend
+
+        backend = WordLlamaBackend(settings.embedding_model, settings.embedding_batch_size)
     elif kind == "openvino":
         from ragengine.embedding.openvino_backend import OpenVinoBackend
 

@@ -29,6 +29,18 @@ class IndexLoadError(Exception):
     pass
 
 
+VERSION_SEP = "/"  # index versions after the first live under "<name>/v<n>" (ragengine.versions.book)
+
+
+def validate_physical(name: str) -> str:
+    """An index's own name, or an index version's ("<name>/v<n>", "<name>/import-<id>"): what the stores hold."""
+    base, sep, rest = name.partition(VERSION_SEP)
+    validate_name(base)
+    if sep and not (rest and rest.replace("-", "").isalnum() and len(rest) <= 64):
+        raise BadRequest(f"Invalid index version name {name!r}.")
+    return name
+
+
 def validate_name(name: str) -> str:
     if not isinstance(name, str) or not name.strip():
         raise BadRequest("Index name cannot be empty.")
@@ -99,13 +111,15 @@ def clean_trash(data_dir: Path) -> None:
                 shutil.rmtree(entry, ignore_errors=True)
 
 
-def load_index_dir(path: Path, dim: int, store_kwargs: dict) -> tuple[str, IndexState]:
-    """Restore one index folder (runs in a worker thread at start-up)."""
+def load_index_dir(path: Path, dim: int | None, store_kwargs: dict) -> tuple[str, IndexState]:
+    """Restore one index folder (runs in a worker thread at start-up); ``dim`` None: its own dimension
+    (index.json), as each index version has its model's."""
     try:
         meta = json.loads((path / "index.json").read_text(encoding="utf-8"))
         name = meta["name"]
     except (OSError, ValueError, KeyError) as exc:
         raise IndexLoadError(f"{path}: index.json missing or unreadable ({exc})") from exc
+    dim = int(meta.get("dim") or 0) if dim is None else dim
     try:
         snap = path / "snapshot"
         if not snap.exists() and (path / "snapshot.old").exists():

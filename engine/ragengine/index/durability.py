@@ -46,7 +46,8 @@ class Durability:
         states, corrupt = [], {}
         for path in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
             try:
-                _name, state = await asyncio.to_thread(disk.load_index_dir, path, self.dim, self.store_kwargs)
+                # Each index with its own dimension: index versions of several models live side by side.
+                _name, state = await asyncio.to_thread(disk.load_index_dir, path, None, self.store_kwargs)
             except disk.IndexLoadError as exc:
                 key = unquote(path.name)
                 corrupt[key] = str(exc)
@@ -68,6 +69,14 @@ class Durability:
                     state.journal.close()
 
     # -- writes ------------------------------------------------------------------------------------
+    async def create(self, state: IndexState) -> None:
+        """The index's folder and an empty journal now (an index version exists before its first document)."""
+        if not state.on_disk:
+            path = await asyncio.to_thread(disk.create_index_dir, self.data_dir, state)
+            state.journal = Journal(path / "journal.log", state.dim)
+            await asyncio.to_thread(state.journal.open)
+            state.on_disk = True
+
     async def write(self, state: IndexState, op: dict, vectors: np.ndarray | None) -> None:
         """Journal (fsync) then apply; the caller holds ``state.lock``. A new index gets its folder first."""
         if not state.on_disk:
@@ -144,7 +153,7 @@ class Durability:
 
     async def read_copy(self, source: Path, name: str) -> IndexState:
         try:
-            return await asyncio.to_thread(read_snapshot, source, name, self.dim, self.store_kwargs)
+            return await asyncio.to_thread(read_snapshot, source, name, None, self.store_kwargs)
         except SnapshotError as exc:
             raise BadRequest(f"Loading failed: {exc}") from exc
 

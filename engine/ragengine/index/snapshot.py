@@ -97,10 +97,12 @@ def read_manifest(path: Path) -> dict:
     return manifest
 
 
-def read_snapshot(path: Path, name: str, dim: int, store_kwargs: dict) -> IndexState:
-    """Load and verify a snapshot directory into a fresh IndexState named ``name``."""
+def read_snapshot(path: Path, name: str, dim: int | None, store_kwargs: dict) -> IndexState:
+    """Load and verify a snapshot directory into a fresh IndexState named ``name`` (``dim`` None: the
+    snapshot's own dimension; an index version carries its model, checked by ``ragengine.versions``)."""
     path = Path(path)
     manifest = read_manifest(path)
+    dim = int(manifest["dim"]) if dim is None else dim
     if manifest["dim"] != dim:
         raise SnapshotError(
             f"{path}: vectors have dimension {manifest['dim']} but the embedding model has {dim}; "
