@@ -17,6 +17,7 @@ from ragengine.api import chat as chat_api
 from ragengine.api import conversations as conversations_api
 from ragengine.api import indexes as indexes_api
 from ragengine.api import ops as ops_api
+from ragengine.api import versions as versions_api
 from ragengine.api.openapi import document_error_responses
 from ragengine.errors import install_error_handlers
 from ragengine.metrics import install_middleware
@@ -48,6 +49,7 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
     install_middleware(app, settings)  # body limit and request metrics; outermost, so they see 401s too
     app.include_router(ops_api.router)
     app.include_router(indexes_api.router)
+    app.include_router(versions_api.router)
     app.include_router(chat_api.router)
     app.include_router(conversations_api.router)
     missing = uncovered((m, r.path) for r in api_routes(app.routes) for m in r.methods or ())

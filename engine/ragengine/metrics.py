@@ -161,24 +161,30 @@ class _BodyTooLarge(Exception):
 
 
 class BodyLimitMiddleware:
-    """413 for request bodies over ``max_bytes``: by Content-Length up front, else while streaming."""
+    """413 for request bodies over ``max_bytes``: by Content-Length up front, else while streaming. An index
+    import (``POST /indexes/{name}/import``, a whole export file, streamed) has its own ``import_bytes``."""
 
-    def __init__(self, app: Callable, max_bytes: int) -> None:
+    def __init__(self, app: Callable, max_bytes: int, import_bytes: int | None = None) -> None:
         self.app = app
-        self.max_bytes = max_bytes
+        self.default_bytes = max_bytes
+        self.import_bytes = import_bytes or max_bytes
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        imports = scope.get("method") == "POST" and str(scope.get("path", "")).endswith("/import")
+        await self._limited(scope, receive, send, self.import_bytes if imports else self.default_bytes)
+
+    async def _limited(self, scope: dict, receive: Callable, send: Callable, max_bytes: int) -> None:
         for name, value in scope.get("headers", ()):
             if name == b"content-length":
                 try:
-                    too_big = int(value) > self.max_bytes
+                    too_big = int(value) > max_bytes
                 except ValueError:
                     too_big = False
                 if too_big:
-                    await self._reject(scope, send)
+                    await self._reject(scope, send, max_bytes)
                     return
         seen = 0
         started = False
@@ -188,7 +194,7 @@ class BodyLimitMiddleware:
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
+                if seen > max_bytes:
                     raise _BodyTooLarge
             return message
 
@@ -202,10 +208,10 @@ class BodyLimitMiddleware:
             await self.app(scope, _receive, _send)
         except _BodyTooLarge:
             if not started:
-                await self._reject(scope, send)
+                await self._reject(scope, send, max_bytes)
 
-    async def _reject(self, scope: dict, send: Callable) -> None:
-        message = f"Request body too large: the limit is {self.max_bytes} bytes."
+    async def _reject(self, scope: dict, send: Callable, max_bytes: int) -> None:
+        message = f"Request body too large: the limit is {max_bytes} bytes."
         payload = json.dumps(error_body_for(scope.get("path", ""), 413, message, "invalid_request_error")).encode()
         await send({
             "type": "http.response.start", "status": 413,
@@ -219,6 +225,7 @@ def install_middleware(app: Any, settings: Any) -> None:
     """Add the body limit and request metrics middlewares to ``app`` (idempotent; call in create_app)."""
     if getattr(app.state, "_core_middleware", False):
         return
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes,
+                       import_bytes=getattr(settings, "max_import_bytes", None))
     app.add_middleware(MetricsMiddleware)  # added last = outermost: it also counts the 413s
     app.state._core_middleware = True

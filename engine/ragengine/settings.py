@@ -66,6 +66,10 @@ class EngineSettings(BaseSettings):
         True, description="When the embedding model changes, re-index every index to it in the background (the "
         "old versions serve meanwhile); false: only POST /indexes/{name}/reindex does."
     )
+    reindex_lease_s: float = Field(
+        30.0, ge=1, le=3600, description="External stores: a re-index job's lease; when its replica dies, another "
+        "(or the restarted one) takes the job over after this and resumes it."
+    )
     reindex_swap_wait_s: float = Field(
         120.0, ge=0, le=3600, description="External stores: how long a finished re-index waits, before it swaps, "
         "for every replica to have loaded the new model (so none embeds a query on a cold model); then it swaps "

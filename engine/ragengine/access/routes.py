@@ -64,6 +64,14 @@ ROUTES: dict[tuple[str, str], Rule] = {
     ("POST", "/persist/{index_name}"): Rule(A, IndexFrom.path),
     ("POST", "/load/{index_name}"): Rule(A, IndexFrom.path, creates=True),
     ("POST", "/retrieve"): Rule(R, IndexFrom.body),
+    # index versions (re-index, rollback) and export / import: an export holds every document
+    ("POST", "/indexes/{index_name}/reindex"): Rule(W, IndexFrom.path),
+    ("GET", "/indexes/{index_name}/reindex"): Rule(W, IndexFrom.path),
+    ("GET", "/indexes/{index_name}/versions"): Rule(W, IndexFrom.path),
+    ("POST", "/indexes/{index_name}/versions/{version}/activate"): Rule(A, IndexFrom.path),
+    ("DELETE", "/indexes/{index_name}/versions/{version}"): Rule(A, IndexFrom.path),
+    ("GET", "/indexes/{index_name}/export"): Rule(W, IndexFrom.path),
+    ("POST", "/indexes/{index_name}/import"): Rule(W, IndexFrom.path, creates=True),
     # OpenAI-compatible
     ("POST", "/v1/chat/completions"): Rule(R, IndexFrom.chat),
     ("GET", "/v1/models"): Rule(R, IndexFrom.list),

@@ -7,7 +7,7 @@ import logging
 from contextlib import AsyncExitStack
 from typing import Any
 
-from fastapi import APIRouter, FastAPI, Query, Request
+from fastapi import APIRouter, FastAPI, Query, Request, Response
 
 from ragengine.access.enforce import visible_to
 from ragengine.errors import Unprocessable
@@ -26,6 +26,7 @@ from ragengine.protocol.indexes import (
 )
 from ragengine.protocol.paging import MAX_OFFSET, MAX_TEXT_LENGTH
 from ragengine.settings import EngineSettings
+from ragengine.versions.registry import SERVED
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["indexes"])
@@ -93,7 +94,7 @@ async def load_index(index_name: str, request: Request, path: str | None = Query
 
 
 @router.post("/retrieve", response_model=RetrieveResponse, responses=error_responses(404, 409, 502, 504))
-async def retrieve(body: RetrieveRequest, request: Request) -> dict:
+async def retrieve(body: RetrieveRequest, request: Request, response: Response) -> dict:
     settings = request.app.state.settings
     if body.max_node_count > settings.max_top_k:
         raise Unprocessable(f"max_node_count must be between 1 and {settings.max_top_k}.")
@@ -102,6 +103,10 @@ async def retrieve(body: RetrieveRequest, request: Request) -> dict:
                                              max_chunks_per_document=body.max_chunks_per_document,
                                              long_query_windows=body.long_query_windows)
     results = [n.to_result() for n in nodes]
+    served = SERVED.get()
+    if served is not None:  # which version of the index answered, with which model (docs/versions.md)
+        response.headers["X-Index-Version"] = str(served[0])
+        response.headers["X-Embedding-Model"] = served[1].encode("ascii", "replace").decode()
     return {"query": body.query, "results": results, "count": len(results)}
 
 

@@ -1,9 +1,10 @@
 """The portable export of an index: one gzip file, streamed both ways, checked end to end. Pure (bytes in,
 bytes out), so the API, the CLI and the tests share it.
 
-Layout: a gzip member (RFC 1952) whose header carries its own CRC16 (FHCRC), so every byte of the file is
-covered (header: CRC16; compressed data: deflate's structure and the CRC32 and length in the trailer). Inside,
-JSON lines:
+Layout: a gzip member (RFC 1952) whose header carries its own CRC16 (FHCRC), so every bit that carries data
+is covered (header: CRC16; compressed data: deflate's structure and the CRC32 and length in the trailer; the
+only bits no check sees are the padding after deflate's last block, which no reader uses). Inside, JSON
+lines:
 
 1. the header: ``{"format": "ragengine-index-export", "version": 1, "index", "chunking", "embedding": {"key",
    "model", "url", "dim"}, "created_at"}``;

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import dataclasses
 import logging
 import time
@@ -40,6 +41,8 @@ from ragengine.versions import book as bk
 from ragengine.versions.book import Book
 
 log = logging.getLogger(__name__)
+# The version (number, embedding model) the last read of this task was served from: /retrieve's headers.
+SERVED: contextvars.ContextVar[tuple[int, str] | None] = contextvars.ContextVar("served_version", default=None)
 LOOP_S = 1.0  # how often jobs, targets and (external stores) the books are looked at
 HEARTBEAT_S = 5.0  # external stores: how often a replica says which models it has loaded
 LEASE_S = 30.0  # external stores: a job's lease; renewed with its progress
@@ -55,7 +58,8 @@ class VersionedRegistry:
         self.shared = shared  # an external store: other replicas may run jobs and write books
         self.kind = inner.kind
         self.replica = uuid.uuid4().hex[:12]
-        self.lease_s = LEASE_S if shared else 0.0  # one process per FAISS data directory: no one to wait for
+        # One process per FAISS data directory: no one to wait for, a restarted process resumes at once.
+        self.lease_s = float(getattr(settings, "reindex_lease_s", LEASE_S)) if shared else 0.0
         self.generation: int | None = None  # the embedding file's generation of the target (None: by env)
         self._books: dict[str, Book] = {}
         self._deleting: set[str] = set()
@@ -464,6 +468,7 @@ class VersionedRegistry:
         live = book.live_version
         if live.model is None:
             raise Conflict(self._unknown_model(book))
+        SERVED.set((live.version, live.model))
         return live
 
     async def list_documents(self, index_name: str, **kwargs: Any) -> dict:
