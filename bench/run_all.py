@@ -25,6 +25,7 @@ BENCHES = {
     "conversations": "bench_conversations.py",
     "operator": "bench_operator.py",
     "stores": "bench_stores.py",
+    "versions": "bench_versions.py",
     "sources": "bench_sources.py",
     "responsiveness": "bench_responsiveness.py",
 }

@@ -24,7 +24,8 @@ def wait_job(base: str, index: str, timeout_s: float = 300.0, headers: dict | No
 
 @dataclass
 class Answer:
-    at: float
+    at: float  # when the request was sent (epoch seconds)
+    ms: float  # how long it took
     status: int
     version: int | None
     model: str | None
@@ -51,17 +52,18 @@ class QueryLoop:
     def _run(self) -> None:
         with httpx.Client(timeout=60, headers=self.headers) as client:
             while not self._stop.is_set():
-                start = time.perf_counter()
+                at, start = time.time(), time.perf_counter()
                 try:
                     resp = client.post(f"{self.base}/retrieve", json=self.body)
                 except httpx.HTTPError as exc:
-                    self.answers.append(Answer(start, 0, None, None, (), repr(exc)))
+                    self.answers.append(Answer(at, (time.perf_counter() - start) * 1000, 0, None, None, (), repr(exc)))
                     continue
+                ms = (time.perf_counter() - start) * 1000
                 ranking: tuple = ()
                 if resp.status_code == 200:
                     ranking = tuple((r["doc_id"], round(r["score"], 6)) for r in resp.json()["results"])
                 version = resp.headers.get("x-index-version")
-                self.answers.append(Answer(start, resp.status_code, int(version) if version else None,
+                self.answers.append(Answer(at, ms, resp.status_code, int(version) if version else None,
                                            resp.headers.get("x-embedding-model"), ranking,
                                            "" if resp.status_code == 200 else resp.text[:300]))
 
