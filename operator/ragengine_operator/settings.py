@@ -31,6 +31,11 @@ class OperatorSettings(BaseSettings):
     probe_engine_readiness: bool = Field(
         True, description="Ask a running but unready engine pod's GET /ready why, for EngineReady's message."
     )
+    probe_engine_indexes: bool = Field(
+        True, description="Ask the engine's GET /health (engine_url, else its Service) how its indexes stand, for "
+        "status.indexes and the Reindexing condition: on every reconcile, and on child events while a change of "
+        "embedding model is pending. The engine's NetworkPolicy must admit the operator's namespace for it.",
+    )
     metrics_port: int = Field(8080, ge=0, le=65535, description="Prometheus /metrics port; 0 = off.")
     liveness_port: int = Field(8081, ge=0, le=65535, description="kopf liveness endpoint /healthz; 0 = off.")
     max_workers: int = Field(16, ge=1, description="Threads running sync handlers (reconciles in parallel).")

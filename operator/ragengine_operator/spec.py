@@ -298,10 +298,12 @@ OVERRIDING_ARGS = ("inference.args must not set --config or --uds: a config file
 
 
 class EmbeddingSpec(SpecModel):
-    """The embedding model run inside the engine, or a remote OpenAI-compatible embeddings endpoint."""
+    """The embedding model run inside the engine, or a remote OpenAI-compatible embeddings endpoint. A change
+    re-indexes every index to the new model in the background, without restarting the engine: the old
+    versions serve until the new ones are built (status.indexes, the Reindexing condition; docs/versions.md)."""
 
     model: Annotated[str, Field(max_length=512)] | None = Field(
-        None, description="'package:<module>', a path, or a sentence-transformers model name."
+        None, description="'package:<module>', 'wordllama:<config>', a path, or a sentence-transformers model name."
     )
     url: Url | None = Field(None, description="OpenAI-compatible embeddings base URL ending in /v1.")
     api_key_secret_ref: SecretKeyRef | None = Field(None, description="Bearer token for url.")
@@ -458,6 +460,29 @@ class AuthSpec(SpecModel):
 
 AUTH_OFF_WITH_KEY = "auth.apiKeySecretRef needs auth.enabled: a key the engine would not check is a mistake"
 
+# Five cron fields (minute hour day-of-month month day-of-week) of digits, '*', ',', '-' and '/', or a macro.
+CRON = r"^(@(yearly|annually|monthly|weekly|daily|midnight|hourly)|([0-9*,/-]+ ){4}[0-9*,/-]+)$"
+
+
+class BackupVolumeSpec(SpecModel):
+    """Where the backups go: an existing PVC (claimName), or one the operator creates (<name>-backup)."""
+
+    claim_name: Name | None = Field(None, description="An existing PersistentVolumeClaim; size and class then unused.")
+    size: Size = Field("10Gi", description="The created claim's size (it can grow, never shrink).")
+    storage_class_name: Annotated[str, Field(max_length=253)] | None = Field(
+        None, description="The created claim's StorageClass; the cluster default when unset.")
+
+
+class BackupSpec(SpecModel):
+    """A CronJob that exports every index to a volume (GET /indexes/{name}/export: portable, compressed,
+    checksummed files that POST /indexes/{name}/import or `ragengine import` restores on any store)."""
+
+    schedule: Annotated[str, Field(max_length=128, pattern=CRON)] = Field(
+        description="When, as a cron schedule (e.g. '0 3 * * *') in the CronJob's time zone (the controller's, UTC "
+        "by default).")
+    retention: int = Field(7, ge=1, le=1000, description="Export files kept per index (the newest).")
+    volume: BackupVolumeSpec = Field(default_factory=BackupVolumeSpec, json_schema_extra={"default": {}})
+
 
 class RAGEngineSpec(SpecModel):
     """Desired state of a RAGEngine: inference (optional), embedding, retrieval, engine, storage, auth."""
@@ -475,6 +500,9 @@ class RAGEngineSpec(SpecModel):
         None, description="Render a ServiceMonitor or PodMonitor for vLLM and the engine; unset: none."
     )
     sessions: SessionsSpec = Field(default_factory=SessionsSpec, json_schema_extra={"default": {}})
+    backup: BackupSpec | None = Field(
+        None, description="Export every index on a schedule to a volume (a CronJob running the engine image's "
+        "`ragengine export --all`); unset: none.")
     sources: Annotated[list[Source], AfterValidator(unique_names)] = Field(
         default_factory=list, max_length=32,
         description="Documents the indexes hold, synced by the operator from ConfigMaps, git repositories or "

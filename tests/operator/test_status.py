@@ -177,3 +177,48 @@ def test_vllm_running_unready_names_the_pod_and_leaves_the_engine_ready():
     assert "rag-inference-7d9f-x2" in c["InferenceReady"]["message"] and "extractive" in c["InferenceReady"]["message"]
     assert c["EngineReady"]["status"] == "True" and c["Degraded"]["status"] == "False"
     assert c["Ready"]["status"] == "False" and c["Ready"]["reason"] == "InferenceNotReady"
+
+
+def _health(target: str, indexes: dict) -> dict:
+    return {"status": "Healthy", "embedding": {"target": target}, "indexes": indexes}
+
+
+def test_reindexing_is_reported_and_never_takes_ready_away():
+    from ragengine_operator.manifests.engine_env import target_digest
+
+    spec = RAGEngineSpec.model_validate({"embedding": {"model": "wordllama:l2_supercat"}})
+    deployments = {"engine": dep()}
+
+    def status_with(health=None, error=None, old=(), previous=None):
+        observed = Observed(deployments, {}, engine_health=health, engine_health_error=error,
+                            previous_embedding=previous)
+        status, _ = compute_status(OWNER, spec, 3, observed, list(old), "T1")
+        return {x["type"]: x for x in status["conditions"]}, status
+
+    old_model = _health("another-digest", {"kb": {"version": 1, "current": True, "documents": 10}})
+    c, status = status_with(old_model)
+    assert (c["Reindexing"]["status"], c["Reindexing"]["reason"]) == ("True", "Pending")
+    assert c["Ready"]["status"] == "True"
+    running = _health(target_digest(spec), {
+        "kb": {"version": 1, "current": False, "documents": 10,
+               "reindex": {"kind": "reindex", "version": 2, "documents_done": 4, "documents_total": 10}},
+        "notes": {"version": 3, "current": True, "documents": 2}})
+    c, status = status_with(running)
+    assert (c["Reindexing"]["status"], c["Reindexing"]["reason"]) == ("True", "Reindexing")
+    assert "index kb: version 2, 4 of 10 documents" in c["Reindexing"]["message"]
+    assert c["Ready"]["status"] == "True"
+    assert status["indexes"][0] == {"name": "kb", "version": 1, "current": False, "documents": 10, "reindexVersion": 2,
+                                    "documentsDone": 4, "documentsTotal": 10}
+    assert status["embeddingTarget"] == target_digest(spec)
+    done = _health(target_digest(spec), {"kb": {"version": 2, "current": True, "documents": 10}})
+    c, status = status_with(done)
+    assert (c["Reindexing"]["status"], c["Reindexing"]["reason"]) == ("False", "Current")
+    stale = _health(target_digest(spec), {"kb": {"version": 1, "current": False, "documents": 10}})
+    assert status_with(stale)[0]["Reindexing"]["reason"] == "NotCurrent"
+    # Not asked this time: the last word stands (no flapping), and status.indexes too.
+    kept, status = status_with(None, old=list(c.values()), previous=target_digest(spec))
+    assert kept["Reindexing"]["reason"] == "Current" and kept["Reindexing"]["lastTransitionTime"] == "T1"
+    # Asked and unreachable while a change is pending: Unknown, saying why.
+    c, _ = status_with(None, error="GET http://x/health failed: ConnectTimeout", previous="another-digest")
+    assert (c["Reindexing"]["status"], c["Reindexing"]["reason"]) == ("Unknown", "EngineUnreachable")
+    assert c["Ready"]["status"] == "True"

@@ -71,8 +71,11 @@ async def _check_llm(settings: EngineSettings) -> str | None:
 
 
 async def _check_embeddings(request: Request, settings: EngineSettings) -> str | None:
-    if settings.embedding_url:
-        base = settings.embedding_url.rstrip("/")
+    # The target model's URL (the embedding file's, when the operator renders one), else the settings'.
+    target = getattr(getattr(getattr(request.app.state, "registry", None), "embedders", None), "target", None)
+    url = target.url if target is not None else settings.embedding_url
+    if url:
+        base = url.rstrip("/")
         try:
             async with httpx.AsyncClient(timeout=READY_TIMEOUT_S) as http:
                 resp = await http.get(f"{base}/models")

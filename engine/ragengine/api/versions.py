@@ -18,13 +18,14 @@ def _registry(request: Request):
 
 
 @router.post("/indexes/{index_name}/reindex", status_code=202, response_model=VersionsResponse,
-             responses=error_responses(404, 409, 503))
+             responses={200: {"description": "only_if_changed: the index has this model and chunking already.",
+                              "model": VersionsResponse}, **error_responses(404, 409, 503)})
 async def reindex(index_name: str, body: ReindexRequest, request: Request) -> JSONResponse:
     """Build a new version of the index from its stored text (another embedding model, or chunking) in the
     background; the live version serves until the new one is complete, then they swap. 202 with the job."""
     chunking = body.chunking.model_dump(exclude_none=True) if body.chunking else None
-    out = await _registry(request).reindex(index_name, chunking, body.embedding_model)
-    return JSONResponse(VersionsResponse.model_validate(out).model_dump(), status_code=202)
+    out, started = await _registry(request).reindex(index_name, chunking, body.embedding_model, body.only_if_changed)
+    return JSONResponse(VersionsResponse.model_validate(out).model_dump(), status_code=202 if started else 200)
 
 
 @router.get("/indexes/{index_name}/reindex", response_model=VersionsResponse, responses=error_responses(404, 409))

@@ -17,7 +17,6 @@ so a new model starts re-indexes without restarting the engine (``read_target``)
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import logging
 import os
@@ -28,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ragengine.errors import EngineError
-from ragengine.settings import EngineSettings
+from ragengine.settings import EngineSettings, embedding_digest
 
 log = logging.getLogger(__name__)
 RETRY_FAILED_S = 60.0  # a model that failed to load is tried again after this
@@ -70,9 +69,8 @@ class ModelRef:
 
 
 def target_digest(ref: ModelRef) -> str:
-    """What /health reports of the target model: a digest of its identity (the operator computes the same
-    from the spec to tell whether the engine has picked up a change), so no internal URL is shown."""
-    return hashlib.sha256(json.dumps(ref.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
+    """What /health reports of the target model (settings.embedding_digest: the operator computes the same)."""
+    return embedding_digest(ref.model, ref.url)
 
 
 def read_target(path: Path, settings: EngineSettings) -> tuple[ModelRef, int | None]:

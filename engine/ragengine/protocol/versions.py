@@ -21,6 +21,10 @@ class ReindexRequest(BaseModel):
         "hub name); default: the engine's current model. It is loaded before the answer: a model that cannot "
         "load is a 503 now, not a failed job later.",
     )
+    only_if_changed: bool = Field(
+        False, description="Start nothing (200) when the live version, or the one being built, already has this "
+        "model and chunking (the operator's source syncs send this when a source's chunking is set)."
+    )
 
 
 class VersionOut(BaseModel):

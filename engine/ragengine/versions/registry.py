@@ -498,17 +498,31 @@ class VersionedRegistry:
             entry["documents"], entry["chunks"] = found.get("documents", 0), found.get("chunks", 0)
         return out
 
-    async def reindex(self, name: str, chunking: dict | None, model: str | None) -> dict:
+    async def reindex(self, name: str, chunking: dict | None, model: str | None,
+                      only_if_changed: bool = False) -> tuple[dict, bool]:
+        """Start building a new version; -> (the book's summary, whether a job started). ``only_if_changed``:
+        not when the live version (or the running job's target) already has this model and chunking."""
         await self.book(name)
         key = ModelRef.parse(model).key if model else self.embedders.target.key
         embedder = await self.embedders.get(key)  # a model that cannot load is refused now, not in the background
         config = await self._config_for(name, embedder, chunking)
-        new = await self._update(name, lambda cur: bk.start_reindex(_exists(cur, name), key, embedder.dim, config,
-                                                                    uuid.uuid4().hex[:12], time.time()))
-        assert new is not None and new.running_job is not None
-        log.info("index %r: re-index to version %d (model %r) started", name, new.running_job.version, key)
-        self._wake.set()
-        return bk.summary(new, target_model=self.embedders.target.key)
+        started: list[bool] = []
+
+        def change(cur: Book | None) -> Book:
+            book = _exists(cur, name)
+            job = book.running_job
+            have = [book.live_version] + ([book.version(job.version)] if job is not None else [])
+            if only_if_changed and any((v.model, v.chunking) == (key, config) for v in have):
+                return book
+            started.append(True)
+            return bk.start_reindex(book, key, embedder.dim, config, uuid.uuid4().hex[:12], time.time())
+
+        new = await self._update(name, change)
+        assert new is not None
+        if started:
+            log.info("index %r: re-index to version %d (model %r) started", name, new.running_job.version, key)  # type: ignore[union-attr]
+            self._wake.set()
+        return bk.summary(new, target_model=self.embedders.target.key), bool(started)
 
     async def activate(self, name: str, version: int) -> dict:
         new = await self._update(name, lambda cur: bk.start_activate(_exists(cur, name), version, uuid.uuid4().hex[:12],

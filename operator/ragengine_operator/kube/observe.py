@@ -83,6 +83,23 @@ def engine_readiness_reason(pods: list[dict[str, Any]]) -> str | None:
     return None
 
 
+HEALTH_TIMEOUT_SECONDS = 2.0
+
+
+def engine_health(url: str) -> tuple[dict[str, Any] | None, str | None]:
+    """(the engine's GET /health, None) or (None, why not): how its indexes stand (versions, re-indexes, its
+    target model's digest). /health needs no key; where the engine's NetworkPolicy does not admit the
+    operator's namespace it times out (docs/versions.md)."""
+    try:
+        resp = httpx.get(url.rstrip("/") + "/health", timeout=HEALTH_TIMEOUT_SECONDS)
+        body = resp.json()
+    except (httpx.HTTPError, ValueError) as exc:
+        return None, f"GET {url}/health failed: {type(exc).__name__}: {exc}"[:512]
+    if resp.status_code != 200 or not isinstance(body, dict) or "indexes" not in body:
+        return None, f"GET {url}/health answered HTTP {resp.status_code} without the indexes"
+    return body, None
+
+
 def probe_llm(url: str, model: str | None) -> str | None:
     """None when `GET {url}/models` answers (and lists `model` when it can be read); else the reason.
 

@@ -10,9 +10,10 @@ together they cover every leaf of RAGEngineSpec.
 from __future__ import annotations
 
 import hashlib
+import json
 from typing import Any
 
-from ragengine.settings import EngineSettings
+from ragengine.settings import DEFAULT_EMBEDDING_MODEL, EngineSettings, embedding_digest
 
 from .. import constants as c
 from ..spec import AuthSpec, RAGEngineSpec, SecretKeyRef
@@ -24,8 +25,6 @@ SPEC_TO_ENGINE = {
     "inference.model": "llm_url",  # in-cluster vLLM Service URL
     "inference.servedModelName": "llm_model",
     "inference.contextWindow": "context_window",
-    "embedding.model": "embedding_model",
-    "embedding.url": "embedding_url",
     "retrieval.contextTokenRatio": "context_token_ratio",
     "retrieval.similarityThreshold": "similarity_threshold",
     "retrieval.hybrid": "hybrid",
@@ -46,6 +45,12 @@ SECRET_TO_ENGINE = {
 }
 # spec paths that shape other objects (vLLM, volumes, the engine Deployment), not engine settings.
 OPERATOR_ONLY = {
+    # the engine's embedding file (a ConfigMap it watches: embedding_file), so a new model re-indexes without
+    # a restart; tests/operator/test_engine_env_contract.py parses it back with the engine's own reader
+    "embedding.model", "embedding.url",
+    # the backup CronJob and its volume (manifests/backup.py)
+    "backup.schedule", "backup.retention", "backup.volume.claimName", "backup.volume.size",
+    "backup.volume.storageClassName",
     "inference.image", "inference.gpus", "inference.replicas", "inference.args", "inference.nodeSelector",
     "inference.tolerations", "inference.resources", "inference.modelCache.size",
     "inference.modelCache.storageClassName", "inference.modelCache.accessMode", "inference.hfTokenSecretRef",
@@ -116,14 +121,42 @@ def engine_values(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
         "llm_url": llm_url(owner, spec),
         "llm_model": served_model(spec),
         "context_window": inf.context_window if inf else None,
-        "embedding_model": spec.embedding.model,
-        "embedding_url": spec.embedding.url,
+        "embedding_file": f"{c.ENGINE_EMBEDDING_DIR}/{c.ENGINE_EMBEDDING_FILE}",  # spec.embedding, watched
         "embedding_cache_dir": c.ENGINE_MODEL_CACHE_DIR,  # on the data volume: downloaded once
         "context_token_ratio": r.context_token_ratio,
         "similarity_threshold": r.similarity_threshold,
         "hybrid": r.hybrid,
         "rerank_model": r.rerank_model,
     }
+
+
+def embedding_target(spec: RAGEngineSpec) -> tuple[str, str | None]:
+    """(model, url) the engine embeds with: spec.embedding, the engine's default model when it names none."""
+    return spec.embedding.model or DEFAULT_EMBEDDING_MODEL, spec.embedding.url
+
+
+def embedding_file(spec: RAGEngineSpec, generation: int | None) -> dict[str, Any]:
+    """The engine's embedding file (ragengine.embedding.pool.read_target reads it). ``generation``: the
+    RAGEngine's generation when spec.embedding last changed, so a replica whose copy of the file is older
+    never undoes a newer model (the kubelet updates each node's copy in its own time)."""
+    return {"model": spec.embedding.model, "url": spec.embedding.url, "generation": generation}
+
+
+def embedding_generation(current: dict[str, Any] | None, spec: RAGEngineSpec, generation: int | None) -> int | None:
+    """The generation for the embedding file: the one it has while spec.embedding is what it says (a change
+    elsewhere in the spec must not look like a new model), else the RAGEngine's current one."""
+    try:
+        held = json.loads(((current or {}).get("data") or {}).get(c.ENGINE_EMBEDDING_FILE, ""))
+    except ValueError:
+        held = None
+    if isinstance(held, dict) and (held.get("model"), held.get("url")) == (spec.embedding.model, spec.embedding.url):
+        return held.get("generation") if isinstance(held.get("generation"), int) else generation
+    return generation
+
+
+def target_digest(spec: RAGEngineSpec) -> str:
+    """What the engine's /health reports (embedding.target) once it has picked up spec.embedding."""
+    return embedding_digest(*embedding_target(spec))
 
 
 def inference_api_key_ref(owner: Owner) -> SecretKeyRef:

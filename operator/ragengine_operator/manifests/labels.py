@@ -37,7 +37,8 @@ def selector(owner: Owner, component: str) -> dict[str, str]:
     return {c.SELECTOR_NAME: owner.name, c.SELECTOR_COMPONENT: component}
 
 
-APP_NAMES = {c.COMPONENT_ENGINE: "ragengine", c.COMPONENT_INFERENCE: "vllm", c.COMPONENT_SYNC: "ragengine-source-sync"}
+APP_NAMES = {c.COMPONENT_ENGINE: "ragengine", c.COMPONENT_INFERENCE: "vllm", c.COMPONENT_SYNC: "ragengine-source-sync",
+             c.COMPONENT_BACKUP: "ragengine-backup"}
 
 
 def labels(owner: Owner, component: str) -> dict[str, str]:

@@ -6,11 +6,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import constants as c
+from ..manifests.backup import backup_cronjob, backup_name, backup_pvc
 from ..manifests.engine import (
     data_pvc_name,
     engine_data_pvc,
     engine_deployment,
     engine_deployment_name,
+    engine_embedding_configmap,
     engine_hpa,
     engine_network_policy,
     engine_pdb,
@@ -53,9 +55,11 @@ class Plan:
         return [f"{o['kind']}/{o['metadata']['name']}" for o in self.apply]
 
 
-def plan(owner: Owner, spec: RAGEngineSpec, secrets: dict[str, str] | None = None) -> Plan:
+def plan(owner: Owner, spec: RAGEngineSpec, secrets: dict[str, str] | None = None,
+         embedding_generation: int | None = None) -> Plan:
     """Volumes first (pods reference them), then workloads, then Services. `secrets` maps the names of
-    the Secrets the pods read to a digest of their data (see referenced_secrets): a change rolls them."""
+    the Secrets the pods read to a digest of their data (see referenced_secrets): a change rolls them.
+    `embedding_generation`: the generation in the engine's embedding file (engine_env.embedding_generation)."""
     p = Plan()
     vllm = inference_name(owner)
     hpa_ref = Ref("autoscaling/v2", "HorizontalPodAutoscaler", vllm)
@@ -82,6 +86,8 @@ def plan(owner: Owner, spec: RAGEngineSpec, secrets: dict[str, str] | None = Non
     # its data, until the RAGEngine goes: switching back finds it).
     if not external:
         p.apply.append(engine_data_pvc(owner, spec))
+    # spec.embedding as a file the engine watches (not env): a new model re-indexes, the pods stay.
+    p.apply.append(engine_embedding_configmap(owner, spec, embedding_generation))
     p.apply += [engine_deployment(owner, spec, secrets), engine_service(owner)]
     engine = engine_deployment_name(owner)
     if external:
@@ -105,6 +111,11 @@ def plan(owner: Owner, spec: RAGEngineSpec, secrets: dict[str, str] | None = Non
     names = [engine, vllm]
     p.delete += [Ref(MONITORING_API, kind, name, optional=True) for kind in KINDS for name in names
                  if (kind, name) not in keep]
+    # Backups: the CronJob goes with spec.backup; its volume stays (it holds the backups).
+    if spec.backup is not None:
+        p.apply += ([backup_pvc(owner, spec)] if spec.backup.volume.claim_name is None else []) + [backup_cronjob(owner, spec)]
+    else:
+        p.delete.append(Ref("batch/v1", "CronJob", backup_name(owner)))
     assert data_pvc_name(owner) not in {r.name for r in p.delete}  # never delete an index volume
     return p
 

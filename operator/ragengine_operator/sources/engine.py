@@ -101,6 +101,15 @@ class EngineClient:
             done.deleted += len(ids)
             progress(done)
 
+    def follow_chunking(self, index: str, chunking: dict) -> int | None:
+        """A source's chunking changed: re-index the index to it (the engine keeps serving the old version
+        and compares after resolving sizes, so an unchanged chunking starts nothing). -> the version being
+        built, or None."""
+        resp = self._call("POST", f"/indexes/{index}/reindex", json={"chunking": chunking, "only_if_changed": True})
+        if resp.status_code != 202:  # 200: nothing changed; 404: no index yet (the first write makes it so)
+            return None
+        return (resp.json().get("job") or {}).get("version")
+
     def chunks(self, index: str) -> int | None:
         resp = self._call("GET", "/health")
         return ((resp.json().get("indexes") or {}).get(index) or {}).get("chunks")

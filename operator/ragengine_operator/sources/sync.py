@@ -60,12 +60,20 @@ def sync_source(source: Source, engine: EngineClient, read: Callable[[], Fetched
         result.message = str(exc)
         return result
     result.revision, result.validators = fetched.revision, fetched.validators
+    chunking = source.chunking.model_dump(exclude_none=True) if source.chunking else None
+    reindexing = None
+    if chunking:  # an edited chunking re-indexes the index in the engine (the old version serves meanwhile)
+        try:
+            reindexing = engine.follow_chunking(source.index_name, chunking)
+        except EngineUnavailable as exc:
+            result.message = f"not synced: {exc}"
+            return result
+    note = f"; re-indexing to the new chunking (version {reindexing})" if reindexing else ""
     if fetched.unchanged and previous_revision == fetched.revision:
-        result.ok, result.message = True, "up to date"
+        result.ok, result.message = True, "up to date" + note
         return result
     result.skipped = len(fetched.skipped)
     result.skipped_examples = dict(list(fetched.skipped.items())[:5])
-    chunking = source.chunking.model_dump(exclude_none=True) if source.chunking else None
     try:
         indexed = engine.indexed(source.index_name, source.name)
         plan = plan_sync(source.name, fetched.revision, fetched.files, indexed, source.metadata, fetched.kept)
@@ -84,4 +92,5 @@ def sync_source(source: Source, engine: EngineClient, read: Callable[[], Fetched
                       f"{plan.unchanged} unchanged, {result.skipped} skipped")
     if result.skipped_examples:
         result.message += " (" + "; ".join(f"{p}: {why}" for p, why in result.skipped_examples.items()) + ")"
+    result.message += note
     return result
