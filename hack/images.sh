@@ -47,6 +47,11 @@ build() {
   [[ -d $uv_cache ]] && args+=(--volume "$uv_cache:/root/.cache/uv")
   log "building $(name "$what") on $base"
   podman build "${args[@]}" "$ROOT" >&2
+  if [[ $what == engine ]]; then
+    # The engine's export stage has torch (and no passwd entry for uid 1000): the tests run the operator's
+    # vLLM environment in it (tests/images/test_vllm_user.py). Cached: this adds seconds, and is never pushed.
+    podman build "${args[@]/$(name engine)/localhost/ragengine-torch:$TAG}" --target export "$ROOT" > /dev/null
+  fi
   log "$(name "$what"): $(podman image inspect "$(name "$what")" --format '{{.Size}}' \
         | awk '{printf "%.0f MB", $1/1e6}') in $(( $(date +%s) - t0 )) s"
 }

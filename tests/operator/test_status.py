@@ -177,3 +177,16 @@ def test_vllm_running_unready_names_the_pod_and_leaves_the_engine_ready():
     assert "rag-inference-7d9f-x2" in c["InferenceReady"]["message"] and "extractive" in c["InferenceReady"]["message"]
     assert c["EngineReady"]["status"] == "True" and c["Degraded"]["status"] == "False"
     assert c["Ready"]["status"] == "False" and c["Ready"]["reason"] == "InferenceNotReady"
+
+
+def test_an_unreachable_external_llm_is_degraded_while_the_engine_stays_ready():
+    # Seen on the real node: with the LLM down, Argo CD's health check (docs/operator.md) said Progressing.
+    spec = RAGEngineSpec.model_validate({"inference": {"url": "http://llm.example/v1"}})
+    obs = Observed({"engine": dep()}, {}, inference_unreachable="inference URL http://llm.example/v1 is unreachable")
+    status, _ = compute_status(OWNER, spec, 3, obs, [], "T1")
+    c = {x["type"]: x for x in status["conditions"]}
+    assert (c["InferenceReady"]["status"], c["EngineReady"]["status"]) == ("False", "True")
+    assert (c["Degraded"]["status"], c["Degraded"]["reason"]) == ("True", "InferenceUnreachable")
+    assert c["Degraded"]["message"] == ("inference URL http://llm.example/v1 is unreachable; the engine still answers "
+                                        "retrieval, and chat extractively")
+    assert (c["Ready"]["status"], c["Ready"]["reason"]) == ("False", "InferenceUnreachable")

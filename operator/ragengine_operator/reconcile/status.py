@@ -215,6 +215,11 @@ def conditions_for(spec: RAGEngineSpec | None, observed: Observed, error: tuple[
         degraded = _cond(c.DEGRADED, True, *error)
     elif failed:
         degraded = _cond(c.DEGRADED, True, failed[0].reason, "; ".join(s.message for s in failed))
+    elif inference["reason"] == "InferenceUnreachable":
+        # An outage of the external LLM, not a step on the way: GitOps tools (Argo CD's health check, Flux's
+        # failed expression in docs/operator.md) must show it, while the engine keeps serving what it can.
+        degraded = _cond(c.DEGRADED, True, "InferenceUnreachable", f"{inference['message']}; the engine still "
+                         "answers retrieval, and chat extractively")
     else:
         degraded = _cond(c.DEGRADED, False, "AsExpected", "no child reports a failure")
     progressing = (

@@ -65,7 +65,8 @@ def test_configmap_source_follows_edits_and_removal(kube, namespace, source_engi
     docs = documents(source_engine, index)
     assert set(docs) == {"by-hand", "faq:install.md", "faq:upgrade.txt"}
     assert "no licence prompt" in docs["faq:install.md"]["text"]
-    assert any(e.reason == "SourceSynced" and "1 updated, 1 deleted" in e.message for e in events(kube, ns, n))
+    wait_for(lambda: any(e.reason == "SourceSynced" and "1 updated, 1 deleted" in e.message
+                         for e in events(kube, ns, n)), 30, "the SourceSynced Event of the re-sync")  # posted after status
     columns = kube.kubectl("get", "rag", n, "-n", ns).stdout.split("\n")[0].split()
     assert columns[:5] == ["NAME", "READY", "MODEL", "ENDPOINT", "SOURCES"], columns
 
