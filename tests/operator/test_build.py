@@ -292,7 +292,7 @@ def engine_policy(network_policy=None, owner=OWNER):
 SYNC_PODS = {"podSelector": {"matchLabels": {c.SELECTOR_NAME: "docs", c.SELECTOR_COMPONENT: c.COMPONENT_SYNC}}}
 
 
-def test_engine_network_policy_is_on_by_default_and_admits_the_namespace():
+def test_engine_network_policy_rendered_not_enforced_is_on_by_default_and_admits_the_namespace():
     """Secure by default (issue 22, finding 5): unset, the policy admits the pods of the RAGEngine's own
     namespace and its source syncs, never the operator nor the rest of the cluster."""
     policy, deletes = engine_policy()
@@ -302,12 +302,12 @@ def test_engine_network_policy_is_on_by_default_and_admits_the_namespace():
     assert not any("namespaceSelector" in peer for peer in rule["from"])
 
 
-def test_engine_network_policy_opt_out_deletes_it():
+def test_engine_network_policy_rendered_not_enforced_opt_out_deletes_it():
     policy, deletes = engine_policy({"enabled": False})
     assert policy is None and ("NetworkPolicy", "docs-engine") in deletes
 
 
-def test_engine_network_policy_admits_only_the_listed_peers_on_the_engine_port():
+def test_engine_network_policy_rendered_not_enforced_admits_only_the_listed_peers():
     peers = [
         {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}}},
         {"namespaceSelector": {"matchLabels": {"team": "web"}},
@@ -325,7 +325,7 @@ def test_engine_network_policy_admits_only_the_listed_peers_on_the_engine_port()
     assert rule["ports"] == [{"port": c.ENGINE_PORT, "protocol": "TCP"}]
 
 
-def test_engine_network_policy_without_peers_admits_only_the_source_syncs():
+def test_engine_network_policy_rendered_not_enforced_without_peers_admits_only_the_syncs():
     policy, _ = engine_policy({"allowFrom": []})
     assert [r["from"] for r in policy["spec"]["ingress"]] == [[SYNC_PODS]]
 
