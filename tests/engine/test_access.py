@@ -320,7 +320,7 @@ def test_denials_are_audited(engine, caplog):
     assert {"event": "access_denied", "principal": "key:reader-a", "method": "DELETE",
             "route": "/indexes/{index_name}", "index": INDEX, "reason": "role", "status": 403} in lines
     metrics = httpx.get(f"{base}/metrics").text
-    assert _counter(metrics, 'ragengine_access_decisions_total{outcome="role",principal="reader-a"}') >= 1
+    assert _counter(metrics, 'ragengine_access_decisions_total{kind="key",outcome="role",principal="reader-a"}') >= 1
 
 
 def test_no_credentials_configured_means_open(server):
