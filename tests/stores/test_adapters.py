@@ -198,6 +198,7 @@ ACL_DOCS = {
     "number": {"acl": 7},
     "object": {"acl": {"group": "ops"}},
     "nested": {"acl": [["group:ops"]]},
+    "nested-beside-valid": {"acl": ["group:ops", ["group:dev"]]},  # lax jsonpath would unwrap the inner list
     "one-bad": {"acl": ["group:ops", 5]},
     "bad-prefix": {"acl": ["role:ops", "group:ops"]},
     "empty-name": {"acl": ["group:", "group:ops"]},

@@ -31,8 +31,9 @@ from ragengine.retrieval.filters import ACL_KEY, ACL_MAX, Acl, Compound, Conditi
 
 _ORDER = {"gt": "__gt__", "gte": "__ge__", "lt": "__lt__", "lte": "__le__"}
 # An entry that is not a well-formed ACL entry (filters.acl_entry_ok): not a string, too long, or neither
-# "group:" nor "user:" followed by at least one character. Constant code, never built from values.
-_BAD_ENTRY = '$[*] ? (@.type() != "string" || !(@ like_regex "^(group|user):." flag "s") || @ like_regex "^(.{171}){3}" flag "s")'
+# "group:" nor "user:" followed by at least one character. Constant code, never built from values. Strict:
+# lax mode would unwrap a nested array and judge its entries instead; the first test is never an error.
+_BAD_ENTRY = 'strict $[*] ? (@.type() != "string" || !(@ like_regex "^(group|user):." flag "s") || @ like_regex "^(.{171}){3}" flag "s")'
 
 
 def to_sql(flt: Filter, column: Any) -> ColumnElement[bool]:
@@ -78,7 +79,7 @@ def _acl(flt: Acl, column: Any) -> ColumnElement[bool]:
     well_formed = and_(
         func.jsonb_typeof(stored) == "array",
         func.jsonb_array_length(case((func.jsonb_typeof(stored) == "array", stored), else_=_json([]))) <= ACL_MAX,
-        not_(func.jsonb_path_exists(stored, cast(literal(_BAD_ENTRY), JSONPATH))),
+        not_(func.jsonb_path_exists(stored, cast(literal(_BAD_ENTRY), JSONPATH), _json({}), True)),  # silent
     )
     shares = or_(*[stored.op("@>", is_comparison=True)(func.jsonb_build_array(_json(t))) for t in flt.tokens]) \
         if flt.tokens else false()
