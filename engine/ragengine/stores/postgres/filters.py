@@ -33,7 +33,8 @@ _ORDER = {"gt": "__gt__", "gte": "__ge__", "lt": "__lt__", "lte": "__le__"}
 # An entry that is not a well-formed ACL entry (filters.acl_entry_ok): not a string, too long, or neither
 # "group:" nor "user:" followed by at least one character. Constant code, never built from values. Strict:
 # lax mode would unwrap a nested array and judge its entries instead; the first test is never an error.
-_BAD_ENTRY = 'strict $[*] ? (@.type() != "string" || !(@ like_regex "^(group|user):." flag "s") || @ like_regex "^(.{171}){3}" flag "s")'
+_BAD_ENTRY = ('strict $[*] ? (@.type() != "string" || !(@ like_regex "^(group|user):." flag "s")'
+              ' || @ like_regex "^(.{171}){3}" flag "s")')  # 3 × 171 = 513 characters: too long
 
 
 def to_sql(flt: Filter, column: Any) -> ColumnElement[bool]:
