@@ -3,7 +3,8 @@
 ``EXPECTED`` below is this test's own statement of what each route needs (role, where its index comes
 from, whether it creates the index), written out by hand; it is not read from ``access/routes.py``. The
 test first checks that it names exactly the app's operations, so a route added without a rule (or with
-one this spec does not know) fails here. Then every route is called as every principal:
+one this spec does not know) fails here. Then every route is called as every principal (the ServiceAccount
+column, which needs the local API server, is in test_access_serviceaccounts.py):
 
 - no credentials and a wrong key: 401 (except the open probes and metrics);
 - a reader of another team's indexes: 404 with the missing-index message on index routes (403 on routes
@@ -158,7 +159,12 @@ def test_open_paths_are_the_documented_ones():
 @pytest.mark.parametrize("principal", list(PRINCIPALS))
 def test_every_route_as_every_principal(engine, principal):
     base, _app, spec, _ = engine
-    auth, role, sees = PRINCIPALS[principal]
+    check_every_route(base, spec, principal, *PRINCIPALS[principal])
+
+
+def check_every_route(base: str, spec: dict, principal: str, auth: str | None, role: int | None, sees: bool) -> None:
+    """One column of the matrix: every route of ``EXPECTED`` called with ``auth`` (the ServiceAccount column
+    runs from tests/engine/test_access_serviceaccounts.py, with a real token from the local API server)."""
     for (method, path), (needed, scope, creates) in EXPECTED.items():
         _ensure_index(base)
         resp = _call(base, method, path, scope, auth)
