@@ -120,7 +120,7 @@ def test_another_audience_and_an_account_without_a_rule_are_refused(cluster, wor
 
 
 def test_an_expired_token_is_refused(cluster, world, engine):
-    base, app, _ = engine
+    base, *_ = engine
     real = cluster.create_token(world["ns"], "frontend", world["audience"])
     now = int(time.time())
     # Expired past the API server's 60 s leeway: the API server refuses it (asked directly here; the engine
