@@ -288,6 +288,15 @@ def _counter(metrics: str, name: str) -> float:
     (json.dumps({"keys": [{"name": "a", "key": "k" * 20, "indexes": ["*"], "role": "read"},
                           {"name": "a", "key": "j" * 20, "indexes": ["*"], "role": "read"}]}), "repeated: a"),
     (json.dumps({"users": []}), "Extra inputs are not permitted"),
+    (json.dumps({"serviceAccounts": [{"namespace": "shop", "name": "frontend", "indexes": ["*"], "role": "read"}]}),
+     "serviceAccounts need 'audience'"),
+    (json.dumps({"audience": "x", "serviceAccounts": [{"namespace": "shop", "name": "frontend", "indexes": ["*"],
+                                                       "role": "reader"}]}), "unknown role 'reader'"),
+    (json.dumps({"audience": "x", "serviceAccounts": [{"namespace": "shop", "name": "a", "indexes": ["*"],
+                                                       "role": "read"}] * 2}), "repeated: shop/a"),
+    (json.dumps({"keys": [{"name": "a", "key": "k" * 20, "indexes": ["*"], "role": "read",
+                           "limits": {"requestsPerMinute": 0}}]}), "greater than or equal to 1"),
+    (json.dumps({"defaultLimits": {"requestsPerMinut": 5}}), "Extra inputs are not permitted"),
 ])
 def test_a_bad_access_file_stops_the_start_with_a_clear_message(tmp_path, content, fragment):
     from ragengine.access.source import AccessConfigError
@@ -332,3 +341,25 @@ def test_denials_are_audited(engine, caplog):
 def test_no_credentials_configured_means_open(server):
     assert httpx.get(f"{server}/indexes").status_code == 200
     assert httpx.get(f"{server}/openapi.json").status_code == 200
+
+
+def test_an_index_pattern_that_matches_nothing_is_warned_about(tmp_path, embedder, caplog):
+    from ragengine.app import create_app
+    from ragengine.settings import EngineSettings
+    from tests.support.server import serve_app
+
+    access_file = tmp_path / "access.yaml"
+    rules = {"keys": [{"name": "typo", "key": READ_A, "indexes": ["taem-a-*", "team-a-*"], "role": "read"}]}
+    _write_access(access_file, rules)
+    app = create_app(EngineSettings(api_key=ADMIN_KEY, access_file=access_file, data_dir=tmp_path / "data"))
+    app.state.embedder = embedder
+    with caplog.at_level("WARNING", logger="ragengine.access"), serve_app(app) as base:
+        assert httpx.post(f"{base}/index", headers={"Authorization": f"Bearer {ADMIN_KEY}"}, timeout=60,
+                          json={"index_name": INDEX, "documents": [{"text": "x"}]}).status_code == 200
+        assert app.state.access.warnings == ["key 'typo': index pattern 'taem-a-*' matches no index (yet)",
+                                             "key 'typo': index pattern 'team-a-*' matches no index (yet)"]
+        _write_access(access_file, {"keys": [{**rules["keys"][0], "role": "write"}]})  # a reload checks again
+        _wait_for(lambda: app.state.access.warnings == [
+            "key 'typo': index pattern 'taem-a-*' matches no index (yet)"], "the reload's warnings")
+        assert _status_with(base, READ_A) == 200  # a warning, not an error: the rules serve
+    assert any("'taem-a-*' matches no index" in r.getMessage() for r in caplog.records)
