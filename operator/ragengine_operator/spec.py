@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, WithJsonSchema, model_validator
 
 from .sources.spec import Source, unique_names
+from .spec_access import AccessSpec
 from .spec_network import EngineNetworkPolicySpec
 from .spec_types import LabelMap, Name, SpecModel, Url
 
@@ -333,7 +334,7 @@ class AuthSpec(SpecModel):
 
 
 class RAGEngineSpec(SpecModel):
-    """Desired state of a RAGEngine: inference (optional), embedding, retrieval, engine, storage, auth."""
+    """Desired state of a RAGEngine: inference (optional), embedding, retrieval, engine, storage, auth, access."""
 
     inference: InferenceSpec | None = Field(
         None, description="Generation backend; omit for retrieval-only (extractive answers)."
@@ -344,6 +345,9 @@ class RAGEngineSpec(SpecModel):
     vector_store: VectorStoreSpec = Field(default_factory=VectorStoreSpec, json_schema_extra={"default": {}})
     storage: StorageSpec = Field(default_factory=StorageSpec, json_schema_extra={"default": {}})
     auth: AuthSpec = Field(default_factory=AuthSpec, json_schema_extra={"default": {}})
+    access: AccessSpec | None = Field(
+        None, description="Principals (keys, ServiceAccounts), roles, index patterns, groups and rate limits; rendered "
+        "into the engine's access file (docs/access.md).")
     sessions: SessionsSpec = Field(default_factory=SessionsSpec, json_schema_extra={"default": {}})
     sources: Annotated[list[Source], AfterValidator(unique_names)] = Field(
         default_factory=list, max_length=32,

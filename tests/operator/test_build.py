@@ -106,6 +106,11 @@ def test_config_hash_rolls_only_the_affected_deployment():
     assert ha["docs-engine"] == hb["docs-engine"] and ha["docs-inference"] != hb["docs-inference"]
 
 
+# Without spec.access: its Secret, the engine's ServiceAccount and its TokenReview binding are not wanted.
+NO_ACCESS = {("Secret", "docs-access"), ("ServiceAccount", "docs-engine"),
+             ("ClusterRoleBinding", "ragengine-tokenreview-team-a-docs")}
+
+
 def test_plan_modes():
     p = plan(OWNER, RAGEngineSpec.model_validate(FULL))
     assert p.names() == ["PersistentVolumeClaim/docs-model-cache", "Deployment/docs-inference", "Service/docs-inference",
@@ -114,10 +119,11 @@ def test_plan_modes():
     assert {(r.kind, r.name) for r in p.delete} == {("PodDisruptionBudget", "docs-engine"),
                                                     ("HorizontalPodAutoscaler", "docs-engine"),
                                                     ("HorizontalPodAutoscaler", "docs-inference"),
-                                                    ("NetworkPolicy", "docs-engine")}
+                                                    ("NetworkPolicy", "docs-engine"),
+                                                    *NO_ACCESS}
     url = plan(OWNER, RAGEngineSpec.model_validate({"inference": {"url": "http://x/v1"}}))
     assert url.names() == ["PersistentVolumeClaim/docs-data", "Deployment/docs-engine", "Service/docs"]
-    assert {r.name for r in url.delete} == {"docs-inference", "docs-engine"}
+    assert {r.name for r in url.delete} == {"docs-inference", "docs-engine"} | {name for _, name in NO_ACCESS}
     assert ("NetworkPolicy", "docs-inference") in {(r.kind, r.name) for r in url.delete}
 
 

@@ -27,19 +27,19 @@ def _resource(dyn: DynamicClient, api_version: str, kind: str) -> Any:
 def server_side_apply(dyn: DynamicClient, obj: dict[str, Any]) -> dict[str, Any]:
     meta = obj["metadata"]
     res = _resource(dyn, obj["apiVersion"], obj["kind"])
-    out = res.server_side_apply(body=obj, name=meta["name"], namespace=meta["namespace"],
+    out = res.server_side_apply(body=obj, name=meta["name"], namespace=meta.get("namespace"),  # None: cluster-scoped
                                 field_manager=c.FIELD_MANAGER, force_conflicts=True, _request_timeout=30)
     return out.to_dict()
 
 
-def get(dyn: DynamicClient, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+def get(dyn: DynamicClient, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
     try:
         return _resource(dyn, api_version, kind).get(name=name, namespace=namespace, _request_timeout=30).to_dict()
     except NotFoundError:
         return None
 
 
-def list_objects(dyn: DynamicClient, api_version: str, kind: str, namespace: str, selector: str,
+def list_objects(dyn: DynamicClient, api_version: str, kind: str, namespace: str | None, selector: str,
                  field_selector: str | None = None) -> list[dict]:
     query: dict[str, Any] = {"label_selector": selector} if selector else {}
     if field_selector:
@@ -48,7 +48,7 @@ def list_objects(dyn: DynamicClient, api_version: str, kind: str, namespace: str
     return out.to_dict().get("items") or []
 
 
-def delete(dyn: DynamicClient, api_version: str, kind: str, namespace: str, name: str,
+def delete(dyn: DynamicClient, api_version: str, kind: str, namespace: str | None, name: str,
            uid: str | None = None) -> bool:
     """Delete (foreground: pods go first); False when it was already gone.
 

@@ -6,6 +6,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import constants as c
+from ..manifests.access import (
+    access_secret_name,
+    binding_name,
+    engine_service_account,
+    needs_token_review,
+    tokenreview_binding,
+)
+from ..manifests.access import engine_account as access_account
 from ..manifests.engine import (
     data_pvc_name,
     engine_data_pvc,
@@ -77,6 +85,18 @@ def plan(owner: Owner, spec: RAGEngineSpec, secrets: dict[str, str] | None = Non
         p.apply.append(engine_hpa(owner, spec))
     else:
         p.delete.append(Ref("autoscaling/v2", "HorizontalPodAutoscaler", engine))
+    # spec.access: the access Secret is the controller's to apply (it reads the keys); the rest is planned here.
+    if spec.access is None:
+        p.delete.append(Ref("v1", "Secret", access_secret_name(owner)))
+    own_account = needs_token_review(spec) and spec.engine.service_account_name is None
+    if own_account:
+        p.apply.insert(0, engine_service_account(owner))  # before the Deployment that runs as it
+    else:
+        p.delete.append(Ref("v1", "ServiceAccount", owner.child("engine")))
+    if needs_token_review(spec):
+        p.apply.append(tokenreview_binding(owner, access_account(owner, spec)))
+    else:
+        p.delete.append(Ref("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", binding_name(owner)))
     # Opt-in: a policy nobody asked for would cut off every existing client of the engine.
     if spec.engine.network_policy is not None:
         p.apply.append(engine_network_policy(owner, spec))
@@ -92,6 +112,17 @@ def controller_uid(obj: dict[str, Any]) -> str | None:
         if ref.get("controller"):
             return ref.get("uid")
     return None
+
+
+def labelled_child(existing: dict[str, Any], owner: Owner) -> bool:
+    """A cluster-scoped child (the TokenReview binding), which cannot have an owner reference: ours when its
+    labels name a RAGEngine of this namespace and name (one of an earlier incarnation is adopted, as a retained
+    claim is; its uid label is what the clean-up of deleted RAGEngines goes by)."""
+    from ..manifests.access import LABEL_OWNER_NAMESPACE
+
+    labels = (existing.get("metadata") or {}).get("labels") or {}
+    return (not existing["metadata"].get("namespace") and labels.get(c.LABEL_MANAGED_BY) == c.FIELD_MANAGER
+            and labels.get(c.SELECTOR_NAME) == owner.name and labels.get(LABEL_OWNER_NAMESPACE) == owner.namespace)
 
 
 def retained_claim(existing: dict[str, Any], owner: Owner) -> bool:
@@ -111,7 +142,7 @@ def name_conflict(existing: dict[str, Any] | None, owner: Owner) -> str | None:
     if existing is None:
         return None
     uid = controller_uid(existing)
-    if uid == owner.uid or (uid is None and retained_claim(existing, owner)):
+    if uid == owner.uid or (uid is None and (retained_claim(existing, owner) or labelled_child(existing, owner))):
         return None
     kind, name = existing.get("kind", "object"), existing["metadata"]["name"]
     if uid is None:
