@@ -54,7 +54,7 @@ def test_the_rendered_file_is_what_the_engine_accepts_and_holds_no_key():
 
 
 def test_unusable_keys_are_refused_with_the_secret_named():
-    with pytest.raises(AccessInputError, match="Secret app-a-key .* shorter than 16"):
+    with pytest.raises(AccessInputError, match=r"Secret app-a-key .* shorter than 16"):
         render_access(OWNER, spec().access, {("app-a-key", "key"): "short"})
     taken = {**ACCESS, "keys": [{**ACCESS["keys"][0], "name": "api-key"}]}
     with pytest.raises(AccessInputError, match="'api-key' is taken"):
