@@ -106,9 +106,8 @@ def test_config_hash_rolls_only_the_affected_deployment():
     assert ha["docs-engine"] == hb["docs-engine"] and ha["docs-inference"] != hb["docs-inference"]
 
 
-# Without spec.access: its Secret, the engine's ServiceAccount and its TokenReview binding are not wanted.
-NO_ACCESS = {("Secret", "docs-access"), ("ServiceAccount", "docs-engine"),
-             ("ClusterRoleBinding", "ragengine-tokenreview-team-a-docs")}
+# Without spec.access: the engine's ServiceAccount and its TokenReview binding are not wanted.
+NO_ACCESS = {("ServiceAccount", "docs-engine"), ("ClusterRoleBinding", "ragengine-tokenreview-team-a-docs")}
 
 
 def test_plan_modes():

@@ -7,7 +7,6 @@ from typing import Any
 
 from .. import constants as c
 from ..manifests.access import (
-    access_secret_name,
     binding_name,
     engine_service_account,
     needs_token_review,
@@ -86,8 +85,8 @@ def plan(owner: Owner, spec: RAGEngineSpec, secrets: dict[str, str] | None = Non
     else:
         p.delete.append(Ref("autoscaling/v2", "HorizontalPodAutoscaler", engine))
     # spec.access: the access Secret is the controller's to apply (it reads the keys); the rest is planned here.
-    if spec.access is None:
-        p.delete.append(Ref("v1", "Secret", access_secret_name(owner)))
+    # Without spec.access the Secret stays, unmounted, until the RAGEngine goes (the operator may not delete
+    # Secrets: least privilege), as the model cache stays in URL mode.
     own_account = needs_token_review(spec) and spec.engine.service_account_name is None
     if own_account:
         p.apply.insert(0, engine_service_account(owner))  # before the Deployment that runs as it
