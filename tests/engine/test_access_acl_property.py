@@ -16,6 +16,7 @@ import re
 import numpy as np
 import pytest
 
+from ragengine.index.documents import content_id
 from ragengine.retrieval.filters import Acl
 
 GROUPS = ["ops", "dev", "sec", "o'p\"s"]
@@ -76,9 +77,13 @@ async def test_random_acls_never_leak(seed, vector_store, store_settings, embedd
         vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
         await registry.add_precomputed("prop", texts, vectors, metas)
         query = np.random.default_rng(seed + 100).standard_normal(embedder.dim).astype(np.float32)
-        for _ in range(N_PRINCIPALS):
+        gone = set(rng.sample(range(N_DOCS), N_DOCS // 4))
+        for round_ in range(N_PRINCIPALS):
+            if round_ == N_PRINCIPALS // 2:  # halfway: deletions (tombstones in FAISS) must not come back
+                await registry.delete_documents("prop", [content_id(texts[i]) for i in sorted(gone)])
             tokens = random_tokens(rng)
-            admitted = {i for i, m in enumerate(metas) if oracle(m, tokens)}
+            live = gone if round_ < N_PRINCIPALS // 2 else set()
+            admitted = {i for i, m in enumerate(metas) if oracle(m, tokens) and (i in live or i not in gone)}
             acl = Acl(tuple(sorted(tokens)))
             nodes = await registry.retrieve("prop", "pump restart cooling loop", N_DOCS, query_embedding=query, acl=acl)
             got = [n.metadata["n"] for n in nodes]
