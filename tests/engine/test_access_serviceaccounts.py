@@ -191,3 +191,14 @@ def test_serviceaccount_rules_the_engine_cannot_use_stop_the_start(world, tmp_pa
     with pytest.raises(AccessConfigError) as err:
         create_app(EngineSettings(access_file=tmp_path / "access.yaml", data_dir=tmp_path / "data", **values))
     assert fragment in str(err.value) and str(tmp_path / "access.yaml") in str(err.value)
+
+
+def test_a_serviceaccounts_denials_are_audited_under_its_name(cluster, world, engine, caplog):
+    base, *_ = engine
+    token = cluster.create_token(world["ns"], "frontend", world["audience"])
+    with caplog.at_level("WARNING", logger="ragengine.access"):
+        r = httpx.delete(f"{base}/indexes/{INDEX}", headers={"Authorization": f"Bearer {token}"})
+    assert r.status_code in (403, 404)
+    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "ragengine.access"]
+    assert any(line["principal"] == f"serviceaccount:{world['ns']}/frontend" and line["route"] == "/indexes/{index_name}"
+               for line in lines), lines
