@@ -363,3 +363,23 @@ def test_an_index_pattern_that_matches_nothing_is_warned_about(tmp_path, embedde
             "key 'typo': index pattern 'taem-a-*' matches no index (yet)"], "the reload's warnings")
         assert _status_with(base, READ_A) == 200  # a warning, not an error: the rules serve
     assert any("'taem-a-*' matches no index" in r.getMessage() for r in caplog.records)
+
+
+def test_a_session_disappears_for_a_principal_that_no_longer_sees_its_index(engine):
+    base, *_ = engine
+    _ensure_index(base)
+    as_a = {"Authorization": f"Bearer {READ_A}"}
+    sid = httpx.post(f"{base}/v1/sessions", headers=as_a, json={"index_name": INDEX}).json()["id"]
+    assert httpx.get(f"{base}/v1/sessions/{sid}", headers=as_a).status_code == 200
+    access_file = engine[3]
+    narrowed = {"keys": [{**k, "indexes": ["team-z-*"]} if k["name"] == "reader-a" else k for k in ACCESS["keys"]]}
+    try:
+        _write_access(access_file, narrowed)
+        _wait_for(lambda: httpx.get(f"{base}/v1/sessions/{sid}", headers=as_a).status_code == 404,
+                  "the session to be hidden")
+        r = httpx.post(f"{base}/v1/sessions/{sid}/messages", headers=as_a, json={"content": "runbook?"})
+        assert r.status_code == 404 and r.json()["error"]["message"] == f"No such session: '{sid}'."
+        assert sid not in [s["id"] for s in httpx.get(f"{base}/v1/sessions", headers=as_a).json()["data"]]
+    finally:
+        _write_access(access_file, ACCESS)
+        _wait_for(lambda: httpx.get(f"{base}/v1/sessions/{sid}", headers=as_a).status_code == 200, "the session back")

@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.conversations.conftest import fresh_database
 from tests.conversations.scripted_llm import ScriptedLLM, create_scripted_app, tool_call
 from tests.support.server import serve_app
 from tests.support.stores import store_values
@@ -94,6 +95,8 @@ def engines(llm, embedder, tmp_path_factory, request):
             (work / "access.yaml").write_text(json.dumps(ACCESS))
             values = store_values(store, prefix=f"iso{os.getpid()}", work_dir=work,
                                   pg_url=lambda: request.getfixturevalue("pgvector_url"))
+            if store == "postgres":  # sessions, uploads and their owners in PostgreSQL too, as the operator deploys it
+                values["database_url"] = fresh_database(values["vector_store_url"])
             settings = EngineSettings(api_key=ADMIN, access_file=work / "access.yaml", data_dir=work / "data",
                                       llm_url=llm.base, llm_retries=0, similarity_threshold=0.0, session_ttl_s=0,
                                       **values)
