@@ -30,7 +30,7 @@ sys.path[:0] = [str(ROOT / "engine"), str(ROOT)]
 import numpy as np  # noqa: E402
 
 from bench.engine.common import load_embedder, pct  # noqa: E402
-from ragengine.retrieval.filters import Acl  # noqa: E402
+from ragengine.access.acl import Acl  # noqa: E402
 
 
 def ms(values: list[float]) -> dict:
@@ -77,11 +77,12 @@ async def acl_cost(n: int, rounds: int) -> dict:
 
 async def limit_cost(url: str, rounds: int) -> dict:
     from ragengine.access.limits import UsageCounter
+    from ragengine.conversations.models import UsageRow
     from ragengine.conversations.store import SessionStore
 
     store = SessionStore(url)
     store.create_tables()
-    counter = UsageCounter(store.engine)
+    counter = UsageCounter(store.engine, UsageRow.__table__)
     await counter.take_request("key:warm", 10**9)
     out = []
     for _ in range(rounds):

@@ -19,6 +19,7 @@ from ragengine.api import conversations as conversations_api
 from ragengine.api import indexes as indexes_api
 from ragengine.api import ops as ops_api
 from ragengine.api.openapi import document_error_responses
+from ragengine.conversations.models import UsageRow
 from ragengine.errors import install_error_handlers
 from ragengine.metrics import install_middleware
 from ragengine.settings import EngineSettings
@@ -38,7 +39,7 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
             await chat_api.startup(app, settings, stack)
             await conversations_api.startup(app, settings, stack)
             # Rate limits count in the sessions' database (shared by replicas on PostgreSQL).
-            app.state.usage = UsageCounter(app.state.sessions.engine)
+            app.state.usage = UsageCounter(app.state.sessions.engine, UsageRow.__table__)  # type: ignore[arg-type]  # a Table, typed FromClause
             registry = getattr(app.state, "registry", None)
             if registry is not None:
                 access.index_names = registry.names

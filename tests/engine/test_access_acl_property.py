@@ -16,8 +16,8 @@ import re
 import numpy as np
 import pytest
 
+from ragengine.access.acl import Acl
 from ragengine.index.documents import content_id
-from ragengine.retrieval.filters import Acl
 
 GROUPS = ["ops", "dev", "sec", "o'p\"s"]
 USERS = ["app-a", "app-b", "shop/frontend", "x\\y"]

@@ -16,6 +16,7 @@ import pytest
 from sqlalchemy import text
 
 from ragengine.access.limits import UsageCounter, estimate, wait_s
+from ragengine.conversations.models import UsageRow
 from tests.conversations.scripted_llm import ScriptedLLM, create_scripted_app
 from tests.support.server import serve_app
 
@@ -55,7 +56,7 @@ async def test_counter_counts_what_it_admits_and_says_when_to_retry(db, tmp_path
     store = SessionStore(url)
     store.create_tables()
     clock = Clock(600 * 60.0 + 10)  # 10 s into a minute
-    counter = UsageCounter(store.engine, clock)
+    counter = UsageCounter(store.engine, UsageRow.__table__, clock)
     assert [await counter.take_request("key:a", 3) for _ in range(3)] == [0.0, 0.0, 0.0]
     wait = await counter.take_request("key:a", 3)
     assert wait == pytest.approx(wait_s(0, 3, 10, 3, 1))  # refused, and the refusal was not counted:

@@ -225,7 +225,7 @@ def acl_adapter(request, store_prefix, tmp_path):
 
 @pytest.mark.parametrize("tokens", ACL_PRINCIPALS, ids=[str(i) for i in range(len(ACL_PRINCIPALS))])
 def test_acl_filter_selects_exactly_what_matches_selects(acl_adapter, tokens):
-    from ragengine.retrieval.filters import Acl
+    from ragengine.access.acl import Acl
 
     f = Acl(tuple(sorted(tokens)))
     expected = {d for d, meta in ACL_DOCS.items() if matches(f, meta)}

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ragengine.access.acl import Acl
 from ragengine.access.routes import IndexFrom, Rule
 from ragengine.access.rules import Principal, Role
-from ragengine.retrieval.filters import Acl
 
 NEEDS = {Role.read: "read", Role.write: "write", Role.admin: "admin"}
 

@@ -22,12 +22,10 @@ import math
 import time
 from collections.abc import Callable
 
-from sqlalchemy import delete, select
+from sqlalchemy import Table, delete, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Engine
-
-from ragengine.conversations.models import UsageRow
 
 WINDOW_S = 60.0
 
@@ -56,8 +54,13 @@ def retry_after(seconds: float) -> str:
 
 
 class UsageCounter:
-    def __init__(self, engine: Engine, clock: Callable[[], float] = time.time) -> None:
+    """``table``: the sessions' ``access_usage`` (``conversations.models.UsageRow.__table__``, created by their
+    migrations), given by the app: access control sits below the conversations in the engine's layers."""
+
+    def __init__(self, engine: Engine, table: Table, clock: Callable[[], float] = time.time) -> None:
         self.engine = engine
+        self.t = table.c
+        self.table = table
         self.clock = clock
         self._insert = pg_insert if engine.dialect.name == "postgresql" else sqlite_insert
         self._pruned_minute = -1
@@ -68,13 +71,13 @@ class UsageCounter:
         return minute, now - minute * WINDOW_S
 
     def _counts(self, conn, principal: str, minute: int) -> dict[int, tuple[int, int]]:
-        rows = conn.execute(select(UsageRow.minute, UsageRow.requests, UsageRow.tokens)
-                            .where(UsageRow.principal == principal, UsageRow.minute.in_((minute - 1, minute))))
+        rows = conn.execute(select(self.t.minute, self.t.requests, self.t.tokens)
+                            .where(self.t.principal == principal, self.t.minute.in_((minute - 1, minute))))
         return {r[0]: (int(r[1]), int(r[2])) for r in rows}
 
     def _prune(self, conn, minute: int) -> None:
         if self._pruned_minute != minute:  # at most once a minute per replica
-            conn.execute(delete(UsageRow).where(UsageRow.minute < minute - 1))
+            conn.execute(delete(self.table).where(self.t.minute < minute - 1))
             self._pruned_minute = minute
 
     def _take_request(self, principal: str, limit: int) -> float:
@@ -88,12 +91,12 @@ class UsageCounter:
                 return wait
             # The previous minute is closed: its weight is fixed, so the WHERE decides atomically.
             room = limit - previous * max(0.0, 1.0 - elapsed / WINDOW_S)
-            insert = self._insert(UsageRow).values(principal=principal, minute=minute, requests=1, tokens=0)
+            insert = self._insert(self.table).values(principal=principal, minute=minute, requests=1, tokens=0)
             stmt = insert.on_conflict_do_update(
-                index_elements=[UsageRow.principal, UsageRow.minute],
-                set_={"requests": UsageRow.requests + 1},
-                where=(UsageRow.requests + 1) <= room,
-            ).returning(UsageRow.requests)
+                index_elements=[self.t.principal, self.t.minute],
+                set_={"requests": self.t.requests + 1},
+                where=(self.t.requests + 1) <= room,
+            ).returning(self.t.requests)
             if conn.execute(stmt).first() is not None:
                 return 0.0
             counts = self._counts(conn, principal, minute)  # another replica took the last one meanwhile
@@ -110,9 +113,9 @@ class UsageCounter:
     def _add_tokens(self, principal: str, tokens: int) -> None:
         minute, _ = self._now()
         with self.engine.begin() as conn:
-            stmt = self._insert(UsageRow).values(principal=principal, minute=minute, requests=0, tokens=tokens)
-            conn.execute(stmt.on_conflict_do_update(index_elements=[UsageRow.principal, UsageRow.minute],
-                                                    set_={"tokens": UsageRow.tokens + tokens}))
+            stmt = self._insert(self.table).values(principal=principal, minute=minute, requests=0, tokens=tokens)
+            conn.execute(stmt.on_conflict_do_update(index_elements=[self.t.principal, self.t.minute],
+                                                    set_={"tokens": self.t.tokens + tokens}))
 
     async def take_request(self, principal: str, limit: int) -> float:
         """Count one request of ``principal`` if it fits: 0.0; else the seconds to wait (nothing counted)."""

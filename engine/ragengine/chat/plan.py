@@ -26,10 +26,10 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from ragengine.access.acl import Acl
 from ragengine.errors import BadRequest
 from ragengine.llm.tokens import message_text
 from ragengine.protocol.openai import MODEL_ALIAS_PREFIX, ChatCompletionRequest, requested_index
-from ragengine.retrieval.filters import Acl
 
 log = logging.getLogger(__name__)
 

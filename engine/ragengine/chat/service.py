@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ragengine.access.acl import Acl
 from ragengine.chat.plan import (
     MIN_TOP_K,
     MessageSplit,
@@ -48,7 +49,6 @@ from ragengine.protocol.openai import (
 from ragengine.rag.context import select_context
 from ragengine.rag.extractive import NO_ANSWER, extractive_answer
 from ragengine.rag.reformulate import ReformulationResult, reformulate_query
-from ragengine.retrieval.filters import Acl
 from ragengine.settings import EngineSettings
 
 log = logging.getLogger(__name__)

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ragengine.access.acl import Acl
 from ragengine.conversations.budget import Budget
 from ragengine.conversations.events import event
 from ragengine.conversations.prompting import (
@@ -35,7 +36,6 @@ from ragengine.protocol.conversations import MAIN_THREAD, MessageRequest
 from ragengine.rag.extractive import NO_ANSWER, extractive_answer
 from ragengine.rag.groundedness import assess_groundedness
 from ragengine.rag.reformulate import reformulate_query
-from ragengine.retrieval.filters import Acl
 
 log = logging.getLogger(__name__)
 ACTIVE = ("uploaded", "processing")

@@ -20,8 +20,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from ragengine.access.acl import Acl
 from ragengine.errors import UpstreamError
-from ragengine.retrieval.filters import Acl
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,8 @@ Document ACLs (access control) add one node clients cannot write, ``Acl(tokens)`
 when its metadata has no ``acl`` key, or when ``acl`` is a well-formed list (``ACL_MAX`` entries at most, each
 a string ``group:<g>`` or ``user:<name>``) sharing an entry with ``tokens``. Anything else under ``acl``
 (a string, ``null``, a number, a list with one bad entry, an unknown prefix) hides the document from every
-caller it is applied to: fail closed. Each store selects exactly what ``matches`` selects, before top-k.
+caller it is applied to: fail closed (the grammar: ``access.acl``). Each store selects exactly what
+``matches`` selects, before top-k.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from ragengine.access.acl import ACL_KEY, ACL_MAX, Acl, acl_allows  # noqa: F401  (re-exported)
 from ragengine.errors import BadRequest
 
 COMPARISONS = ("eq", "ne", "gt", "gte", "lt", "lte", "in", "nin")
@@ -51,41 +53,7 @@ class Compound:
     filters: tuple
 
 
-@dataclass(frozen=True)
-class Acl:
-    """Visible to a principal whose ACL entries are ``tokens`` (sorted, e.g. ``("group:ops", "user:app-a")``)."""
-
-    tokens: tuple[str, ...]
-
-
 Filter = Condition | Compound | Acl
-ACL_KEY = "acl"
-ACL_PREFIXES = ("group:", "user:")
-ACL_MAX = 256  # entries; the jsonpath and expression translations assume no more
-
-
-def acl_entry_ok(entry: Any) -> bool:
-    return isinstance(entry, str) and len(entry) <= 512 and any(
-        entry.startswith(p) and len(entry) > len(p) for p in ACL_PREFIXES)
-
-
-def acl_problem(value: Any) -> str | None:
-    """Why ``value`` is not a well-formed ``acl`` (None when it is); a malformed one hides its document."""
-    if not isinstance(value, list):
-        return f"'acl' must be a list of 'group:<g>' / 'user:<name>' strings, not {type(value).__name__}"
-    if len(value) > ACL_MAX:
-        return f"'acl' has more than {ACL_MAX} entries"
-    bad = [e for e in value if not acl_entry_ok(e)]
-    if bad:
-        return f"'acl' entry {bad[0]!r} is not 'group:<g>' or 'user:<name>'"
-    return None
-
-
-def acl_allows(metadata: dict, tokens: tuple[str, ...]) -> bool:
-    if ACL_KEY not in metadata:
-        return True
-    value = metadata[ACL_KEY]
-    return acl_problem(value) is None and any(t in value for t in tokens)
 
 
 def _is_scalar(value: Any) -> bool:

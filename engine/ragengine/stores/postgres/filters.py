@@ -30,7 +30,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from ragengine.retrieval.filters import ACL_KEY, ACL_MAX, Acl, Compound, Condition, Filter
 
 _ORDER = {"gt": "__gt__", "gte": "__ge__", "lt": "__lt__", "lte": "__le__"}
-# An entry that is not a well-formed ACL entry (filters.acl_entry_ok): not a string, too long, or neither
+# An entry that is not a well-formed ACL entry (access.acl.acl_entry_ok): not a string, too long, or neither
 # "group:" nor "user:" followed by at least one character. Constant code, never built from values. Strict:
 # lax mode would unwrap a nested array and judge its entries instead; the first test is never an error.
 _BAD_ENTRY = ('strict $[*] ? (@.type() != "string" || !(@ like_regex "^(group|user):." flag "s")'
