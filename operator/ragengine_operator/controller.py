@@ -216,7 +216,7 @@ class Controller:
             for ns in sorted({a.namespace for a in access.service_accounts}):
                 if kube.get(self.dyn, "v1", "Namespace", None, ns) is None:
                     raise AccessInputError(f"access.serviceAccounts: namespace {ns!r} does not exist")
-            text = render_access(owner, access, keys, api_key_set=spec.auth.api_key_secret_ref is not None)
+            text = render_access(owner, access, keys)
             existing = kube.get(self.dyn, "v1", "Secret", owner.namespace, name)
             conflict = name_conflict(existing, owner)
             if conflict:

@@ -75,6 +75,8 @@ class AccessSpec(SpecModel):
     def _unique(self) -> AccessSpec:
         names = [k.name for k in self.keys]
         accounts = [f"{a.namespace}/{a.name}" for a in self.service_accounts]
+        if "api-key" in names:  # the engine's name for RAGENGINE_API_KEY (the admin key the operator sets)
+            raise ValueError("access.keys: the name 'api-key' is reserved for the engine's admin key")
         for what, items in (("access.keys names", names), ("access.serviceAccounts", accounts)):
             dupes = sorted({n for n in items if items.count(n) > 1})
             if dupes:

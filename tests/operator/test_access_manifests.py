@@ -9,6 +9,7 @@ import hashlib
 
 import pytest
 import yaml
+from pydantic import ValidationError
 
 from ragengine.access.rules import AccessRules
 from ragengine.settings import EngineSettings
@@ -57,8 +58,8 @@ def test_unusable_keys_are_refused_with_the_secret_named():
     with pytest.raises(AccessInputError, match=r"Secret app-a-key .* shorter than 16"):
         render_access(OWNER, spec().access, {("app-a-key", "key"): "short"})
     taken = {**ACCESS, "keys": [{**ACCESS["keys"][0], "name": "api-key"}]}
-    with pytest.raises(AccessInputError, match="'api-key' is taken"):
-        render_access(OWNER, spec(taken).access, {("app-a-key", "key"): KEY}, api_key_set=True)
+    with pytest.raises(ValidationError, match="'api-key' is reserved"):
+        spec(taken)
 
 
 def _pod(s: RAGEngineSpec) -> dict:

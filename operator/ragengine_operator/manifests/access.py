@@ -61,8 +61,7 @@ def engine_account(owner: Owner, spec: RAGEngineSpec) -> str:
     return spec.engine.service_account_name or owner.child("engine")
 
 
-def render_access(owner: Owner, access: AccessSpec, keys: dict[tuple[str, str], str],
-                  api_key_set: bool = False) -> str:
+def render_access(owner: Owner, access: AccessSpec, keys: dict[tuple[str, str], str]) -> str:
     """The access file (YAML). ``keys``: (Secret name, key) -> the key, as read from the Secrets."""
     def rule(r: Any) -> dict[str, Any]:
         out: dict[str, Any] = {"indexes": list(r.indexes), "role": r.role}
@@ -90,8 +89,6 @@ def render_access(owner: Owner, access: AccessSpec, keys: dict[tuple[str, str], 
     except ValidationError as exc:
         raise AccessInputError("; ".join(f"access.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
                                          for e in exc.errors())) from None
-    if api_key_set and any(k.name == "api-key" for k in access.keys):
-        raise AccessInputError("access.keys: the name 'api-key' is taken by auth.apiKeySecretRef")
     return yaml.safe_dump(data, sort_keys=True)
 
 
