@@ -67,6 +67,9 @@ async def test_counter_counts_what_it_admits_and_says_when_to_retry(db, tmp_path
     assert await counter.tokens_wait("key:a", 50) == 0.0
     await counter.add_tokens("key:a", 20)
     assert await counter.tokens_wait("key:a", 50) > 0
+    longest = "serviceaccount:" + "n" * 63 + "/" + "a" * 253  # the longest principal id there can be
+    assert await counter.take_request(longest, 3) == 0.0
+    assert (await store.create_session(principal=longest)).owner == longest
     clock.t += 3 * 60  # two minutes later the old rows are gone
     assert await counter.take_request("key:a", 3) == 0.0
     with store.engine.connect() as conn:

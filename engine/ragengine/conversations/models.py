@@ -41,8 +41,9 @@ class SessionRow(Base):
     meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSON, default=dict)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
-    # The principal that created it (access.rules.Principal.id); NULL: made before access control, admins only.
-    owner: Mapped[str | None] = mapped_column(String(320), index=True)
+    # The principal that created it (access.rules.Principal.id, at most "serviceaccount:" + 63 + "/" + 253 = 332
+    # characters); NULL: made before access control, admins only.
+    owner: Mapped[str | None] = mapped_column(String(400), index=True)
 
 
 class ThreadRow(Base):
@@ -92,7 +93,7 @@ class FileRow(Base):
     lease_owner: Mapped[str | None] = mapped_column(String(128))
     lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime)
     attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
-    owner: Mapped[str | None] = mapped_column(String(320), index=True)  # as SessionRow.owner
+    owner: Mapped[str | None] = mapped_column(String(400), index=True)  # as SessionRow.owner
 
 
 class FileBlobRow(Base):
@@ -119,7 +120,7 @@ class UsageRow(Base):
 
     __tablename__ = "access_usage"
 
-    principal: Mapped[str] = mapped_column(String(320), primary_key=True)
+    principal: Mapped[str] = mapped_column(String(400), primary_key=True)
     minute: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)  # unix time // 60
     requests: Mapped[int] = mapped_column(BigInteger, default=0)
     tokens: Mapped[int] = mapped_column(BigInteger, default=0)

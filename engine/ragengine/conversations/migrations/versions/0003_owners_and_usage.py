@@ -17,11 +17,11 @@ down_revision = "0002"
 def upgrade() -> None:
     for table in ("conv_sessions", "conv_files"):
         with op.batch_alter_table(table) as batch:
-            batch.add_column(sa.Column("owner", sa.String(320), nullable=True))
+            batch.add_column(sa.Column("owner", sa.String(400), nullable=True))
             batch.create_index(f"ix_{table}_owner", ["owner"])
     op.create_table(
         "access_usage",
-        sa.Column("principal", sa.String(320), primary_key=True),
+        sa.Column("principal", sa.String(400), primary_key=True),
         sa.Column("minute", sa.BigInteger(), primary_key=True, autoincrement=False),
         sa.Column("requests", sa.BigInteger(), nullable=False),
         sa.Column("tokens", sa.BigInteger(), nullable=False),
