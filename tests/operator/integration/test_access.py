@@ -132,4 +132,4 @@ def test_the_binding_of_a_deleted_ragengine_is_swept(kube, namespace, operator_i
     # The sweep, as the operator runs it (under the chart's ClusterRole).
     controller = Controller(k8s_config.new_client_from_config(config_file=str(operator_identity)), OperatorSettings())
     assert controller.sweep_bindings() >= 1
-    assert _binding(kube, ns, n) is None
+    wait_for(lambda: _binding(kube, ns, n) is None, 30, "the binding gone (a foreground delete: the GC finishes it)")
