@@ -109,6 +109,10 @@ def test_config_hash_rolls_only_the_affected_deployment():
     assert ha["docs-engine"] == hb["docs-engine"] and ha["docs-inference"] != hb["docs-inference"]
 
 
+# Without spec.access: the engine's ServiceAccount and its TokenReview binding are not wanted.
+NO_ACCESS = {("ServiceAccount", "docs-engine"), ("ClusterRoleBinding", "ragengine-tokenreview-team-a-docs")}
+
+
 def test_plan_modes():
     p = plan(OWNER, RAGEngineSpec.model_validate(FULL))
     assert p.names() == ["PersistentVolumeClaim/docs-model-cache", "Deployment/docs-inference", "Service/docs-inference",
@@ -116,14 +120,14 @@ def test_plan_modes():
                          "Service/docs", "NetworkPolicy/docs-engine"]
     assert {(r.kind, r.name) for r in p.delete if not r.optional} == {
         ("PodDisruptionBudget", "docs-engine"), ("HorizontalPodAutoscaler", "docs-engine"),
-        ("HorizontalPodAutoscaler", "docs-inference")}
+        ("HorizontalPodAutoscaler", "docs-inference"), *NO_ACCESS}
     # add-ons' kinds (KEDA, the Prometheus operator): deleted where the cluster serves them
     assert {(r.kind, r.name) for r in p.delete if r.optional} == {("ScaledObject", "docs-inference")} | {
         (kind, name) for kind in ("ServiceMonitor", "PodMonitor") for name in ("docs-engine", "docs-inference")}
     url = plan(OWNER, RAGEngineSpec.model_validate({"inference": {"url": "http://x/v1"}}))
     assert url.names() == ["PersistentVolumeClaim/docs-data", "Deployment/docs-engine", "Service/docs",
                            "NetworkPolicy/docs-engine"]
-    assert {r.name for r in url.delete} == {"docs-inference", "docs-engine"}
+    assert {r.name for r in url.delete} == {"docs-inference", "docs-engine"} | {name for _, name in NO_ACCESS}
     assert ("NetworkPolicy", "docs-inference") in {(r.kind, r.name) for r in url.delete}
 
 
