@@ -36,7 +36,6 @@ from . import constants as c
 from . import metrics
 from .kube import apply as kube
 from .kube.observe import observe
-from .manifests.engine_env import generated_key_refs
 from .manifests.access import (
     COMPONENT_TOKENREVIEW,
     LABEL_OWNER_NAMESPACE,
@@ -45,6 +44,7 @@ from .manifests.access import (
     access_secret_name,
     render_access,
 )
+from .manifests.engine_env import generated_key_refs
 from .manifests.labels import Owner, secret_digest
 from .reconcile.plan import OPTIONAL_APIS, generated_key_secret, name_conflict, plan, referenced_secrets
 from .reconcile.policy import POLICY_VIOLATION, Policy, refusals
