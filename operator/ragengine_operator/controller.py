@@ -54,6 +54,7 @@ from .settings import OperatorSettings
 from .spec import RAGEngineSpec
 
 log = logging.getLogger(__name__)
+CLUSTER_SCOPED = frozenset({"ClusterRoleBinding"})  # what the plan may delete outside the RAGEngine's namespace
 STATUS_KEYS = ("observedGeneration", "conditions", "endpoint", "inferenceUrl", "model", "inferenceReplicas",
                "inferenceSelector", "dataVolumeSize", "modelCacheVolumeSize", "apiKeySecretRef")
 
@@ -180,6 +181,8 @@ class Controller:
                     kube.delete(self.dyn, ref.api_version, ref.kind, owner.namespace, ref.name,
                                 uid=existing["metadata"]["uid"])
             except ApiException as exc:
+                if exc.status == 403 and ref.kind in CLUSTER_SCOPED:
+                    continue  # an operator without cluster-wide rights (rbac.tokenReview: false) made none
                 failures.append(("DeleteFailed", f"{ref.kind} {ref.name}", api_message(exc)))
             except ResourceNotFoundError:
                 continue  # the kind went away since served() looked: nothing of it to delete
@@ -273,7 +276,13 @@ class Controller:
         (the uid precondition keeps a binding re-applied meanwhile)."""
         selector = f"{c.LABEL_MANAGED_BY}={c.FIELD_MANAGER},{c.SELECTOR_COMPONENT}={COMPONENT_TOKENREVIEW}"
         deleted = 0
-        for binding in kube.list_objects(self.dyn, "rbac.authorization.k8s.io/v1", "ClusterRoleBinding", None, selector):
+        try:
+            bindings = kube.list_objects(self.dyn, "rbac.authorization.k8s.io/v1", "ClusterRoleBinding", None, selector)
+        except ApiException as exc:
+            if exc.status == 403:  # no cluster-wide rights (rbac.tokenReview: false): it made none either
+                return 0
+            raise
+        for binding in bindings:
             meta = binding["metadata"]
             labels = meta.get("labels") or {}
             ns, name = labels.get(LABEL_OWNER_NAMESPACE), labels.get(c.SELECTOR_NAME)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import uuid
 from pathlib import Path
 
 import httpx
@@ -109,7 +110,8 @@ def engine(engines, vector_store) -> Engine:
 
 def fresh_database(admin_url: str) -> str:
     """A new database on the test server (the sessions' tables live in its public schema)."""
-    name = f"conv_{os.getpid()}_{next(_databases)}"
+    # unique across module instances: pytest loads this conftest, and other packages import it again
+    name = f"conv_{os.getpid()}_{next(_databases)}_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(admin_url, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     return admin_url.rsplit("/", 1)[0] + f"/{name}"
