@@ -310,9 +310,9 @@ def ipv4_ok(candidate: str) -> bool:
         return False
 
 
-SENSITIVE_RULES = {  # detector -> (pattern, check of a whole match)
+SENSITIVE_RULES = {  # detector -> (pattern, check of a whole match), the most specific first
     "email": (EMAIL, None),
-    "phone": (PHONE, phone_ok),
     "credit_card": (CREDIT_CARD, card_ok),
     "ip_address": (IPV4, ipv4_ok),
+    "phone": (PHONE, phone_ok),
 }

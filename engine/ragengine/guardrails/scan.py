@@ -71,6 +71,9 @@ class Rule:
     find: Finder
 
 
+Span = tuple[int, int, str, int, int]  # start, end, replacement, scanner, rule (ties go to the earlier rule)
+
+
 @dataclass
 class Verdict:
     """What a policy did to one answer. ``hits``: scanner index -> times it acted."""
@@ -152,7 +155,8 @@ class OutputGuard:
         elif isinstance(cfg, SecretsConfig):
             self.rules += [Rule(i, r.pattern, _secret(r.confirm, cfg.redact_mode)) for r in secret_rules()]
         elif isinstance(cfg, SensitiveConfig):
-            for name in cfg.detectors:
+            # the loosest detector last: digits that are both a phone number and an IPv4 address are an address
+            for name in sorted(cfg.detectors, key=list(SENSITIVE_RULES).index):
                 pattern, check = SENSITIVE_RULES[name]
                 self.rules.append(Rule(i, regex.compile(pattern), _checked(f"<{name.upper()}>", check)))
         elif isinstance(cfg, JSONConfig):
@@ -189,12 +193,7 @@ class OutputGuard:
         text = self._strip(text, v)
         if v.blocked:
             return self._block(v)
-        spans = []
-        for rule in self.rules:
-            for m in rule.pattern.finditer(text):
-                found = rule.find(m)
-                if found is not None:
-                    spans.append((*found, rule.scanner))
+        spans = [(*found, rule.scanner, k) for k, rule in enumerate(self.rules) for found in _hits(rule, text, 0)]
         if any(self.action_of(s[3]) == "block" for s in spans):
             v.hits.update(s[3] for s in spans if self.action_of(s[3]) == "block")
             return self._block(v)
@@ -281,20 +280,30 @@ class OutputGuard:
         return OutputStream(self)
 
 
-def _select(spans: list[tuple[int, int, str, int]]) -> list[tuple[int, int, str, int]]:
-    """Non-overlapping spans, left to right; of two starting together the longer wins."""
-    out: list[tuple[int, int, str, int]] = []
+def _hits(rule: Rule, text: str, i: int):
+    """The rule's hits from ``i``, left to right. A match its check refuses (a Luhn failure, a UUID) does not
+    hide a hit that starts inside it: the search goes on from the next position, not from its end."""
+    while (m := rule.pattern.search(text, i)) is not None:
+        found = rule.find(m)
+        if found is not None:
+            yield found
+        i = m.end() if found is not None and m.end() > m.start() else m.start() + 1
+
+
+def _select(spans: list[Span]) -> list[Span]:
+    """Non-overlapping spans, left to right; of two starting together the longer wins, then the earlier rule."""
+    out: list[Span] = []
     end = -1
-    for s in sorted(spans, key=lambda s: (s[0], -(s[1] - s[0]), s[3])):
+    for s in sorted(spans, key=lambda s: (s[0], -(s[1] - s[0]), s[4])):
         if s[0] >= end:
             out.append(s)
             end = s[1]
     return out
 
 
-def _apply(text: str, spans: list[tuple[int, int, str, int]], hits: Counter, offset: int = 0) -> str:
+def _apply(text: str, spans: list[Span], hits: Counter, offset: int = 0) -> str:
     parts, cursor = [], 0
-    for start, end, label, scanner in spans:
+    for start, end, label, scanner, _ in spans:
         parts += [text[cursor : start - offset], label]
         cursor = end - offset
         hits[scanner] += 1
@@ -346,7 +355,7 @@ class OutputStream:
         self.held_whole: list[str] = []  # with a whole-answer scanner: everything, until close
         self.emitted = 0  # raw[:emitted] has been released
         self.pos = [0] * len(guard.rules)  # per rule: positions before it are settled
-        self.found: list[tuple[int, int, str, int]] = []  # final spans not yet released
+        self.found: list[Span] = []  # final spans not yet released
         self.sent: list[str] = []
         self.limits = [_LimitState(guard, i) for i in guard.limits]
         self.closed = False
@@ -400,8 +409,7 @@ class OutputStream:
         for k, rule in enumerate(self.g.rules):
             i, hold, p = self.pos[k], None, rule.pattern
             if final:
-                for m in p.finditer(raw, i):
-                    self._record(rule, m)
+                self.found += [(*found, rule.scanner, k) for found in _hits(rule, raw, i)]
                 self.pos[k] = n
                 continue
             while i < n:
@@ -417,8 +425,10 @@ class OutputStream:
                 hold = next((j for j in range(i, s + 1) if p.fullmatch(raw, j, partial=True) is not None), None)
                 if hold is not None:
                     break
-                self._record(rule, m)
-                i = m.end() if m.end() > s else s + 1
+                found = rule.find(m)
+                if found is not None:
+                    self.found.append((*found, rule.scanner, k))
+                i = m.end() if found is not None and m.end() > s else s + 1
             self.pos[k] = n if hold is None else hold
         cut = min(self.pos, default=n)
         moved = True
@@ -428,11 +438,6 @@ class OutputStream:
                 if s[0] < cut < s[1]:
                     cut, moved = s[0], True
         return cut
-
-    def _record(self, rule: Rule, m) -> None:
-        s = rule.find(m)
-        if s is not None:
-            self.found.append((*s, rule.scanner))
 
     def _release(self, cut: int) -> str:
         ready = [s for s in self.found if s[0] < cut]
