@@ -36,6 +36,7 @@ from . import metrics
 from .kube import apply as kube
 from .kube.observe import observe
 from .manifests.engine_env import generated_key_refs
+from .manifests.guardrails import default_policy
 from .manifests.labels import Owner, secret_digest
 from .reconcile.plan import OPTIONAL_APIS, generated_key_secret, name_conflict, plan, referenced_secrets
 from .reconcile.policy import POLICY_VIOLATION, Policy, refusals
@@ -139,7 +140,8 @@ class Controller:
     def _apply_children(self, owner: Owner, spec: RAGEngineSpec) -> list[tuple[str, str, str]]:
         """-> [(reason, child, message)] for each child not brought to its desired state."""
         failures = self._ensure_generated_keys(owner, spec)
-        desired = plan(owner, spec, self._secret_digests(owner, spec))
+        desired = plan(owner, spec, self._secret_digests(owner, spec),
+                       default_policy(self.settings.default_guardrails_policy) if spec.guardrails.enabled else None)
         for obj in desired.apply:
             if obj["apiVersion"] in OPTIONAL_APIS and not self.served(obj["apiVersion"], obj["kind"]):
                 failures.append(("ApplyFailed", child_id(obj), f"the API server does not serve {obj['apiVersion']} "

@@ -96,6 +96,9 @@ class Source(SpecModel):
     chunking: SourceChunking | None = None
     metadata: dict[str, Annotated[str, Field(max_length=1024)]] | None = Field(
         None, description="Extra metadata on every document of this source.")
+    screen: bool = Field(
+        False, description="Screen this source's chunks before they enter a prompt, in any index (metadata "
+        "screen_retrieved: 'true' on its documents; docs/guardrails.md).")
     config_map: ConfigMapSource | None = None
     git: GitSource | None = None
     http: HttpSource | None = None
