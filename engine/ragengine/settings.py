@@ -171,6 +171,21 @@ class EngineSettings(BaseSettings):
         "the most relevant retrieved sentences; false = the upstream error instead.",
     )
 
+    # --- guardrails (docs/guardrails.md) --------------------------------------------------------------
+    guardrails_policy: Path | None = Field(
+        None, description="KAITO's guardrails.yaml: the output policy applied to chat completions and session "
+        "answers (JSON and streams), re-read within a second when the file changes; unset = no output policy.",
+    )
+    guardrails_fail_open: bool = Field(
+        False, description="When no usable policy could be loaded, or a scanner fails: false = refuse the answer "
+        "(503, or an error event in a stream), true = send it unscreened, saying so in its guardrails field.",
+    )
+    screen_indexes: list[str] = Field(
+        default_factory=list, description="Indexes (shell patterns, '*' = all) whose retrieved chunks are screened "
+        "before the prompt: hidden characters stripped, prompt-injection phrasing kept out. Documents with the "
+        "metadata screen_retrieved: 'true' are screened in any index.",
+    )
+
     # --- sessions ----------------------------------------------------------------------------------
     database_url: str | None = Field(
         None, description="SQLAlchemy URL for sessions; unset = an SQLite file in data_dir."

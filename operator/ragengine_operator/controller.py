@@ -45,6 +45,7 @@ from .manifests.access import (
     render_access,
 )
 from .manifests.engine_env import generated_key_refs
+from .manifests.guardrails import default_policy
 from .manifests.labels import Owner, secret_digest
 from .reconcile.plan import OPTIONAL_APIS, generated_key_secret, name_conflict, plan, referenced_secrets
 from .reconcile.policy import POLICY_VIOLATION, Policy, refusals
@@ -153,7 +154,8 @@ class Controller:
             failure = self._apply_access(owner, spec)
             if failure:
                 failures.append(failure)
-        desired = plan(owner, spec, self._secret_digests(owner, spec))
+        desired = plan(owner, spec, self._secret_digests(owner, spec),
+                       default_policy(self.settings.default_guardrails_policy) if spec.guardrails.enabled else None)
         for obj in desired.apply:
             if obj["apiVersion"] in OPTIONAL_APIS and not self.served(obj["apiVersion"], obj["kind"]):
                 failures.append(("ApplyFailed", child_id(obj), f"the API server does not serve {obj['apiVersion']} "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field
@@ -40,6 +41,9 @@ class OperatorSettings(BaseSettings):
         "within this.",
     )
     post_events: bool = Field(True, description="Write Kubernetes Events on condition transitions.")
+    default_guardrails_policy: Path | None = Field(
+        None, description="The default output policy (KAITO's guardrails.yaml) for RAGEngines with guardrails enabled "
+        "and no configMapRef; the chart mounts its guardrails.defaultPolicy here. Unset: the engine package's.")
     # Fault injection for the crash-recovery test: exit hard after this many server-side applies.
     crash_after_applies: int | None = Field(None, ge=1)
     watch_timeout_seconds: int = Field(

@@ -325,6 +325,10 @@ class RetrievalSpec(SpecModel):
         description="Minimum cosine similarity for a chunk to enter the prompt (0.3: see docs/retrieval.md).")
     hybrid: bool = Field(True, description="Fuse dense and BM25 results.")
     rerank_model: Annotated[str, Field(max_length=512)] | None = Field(None, description="Cross-encoder; unset = none.")
+    screen_indexes: list[Annotated[str, Field(min_length=1, max_length=200)]] | None = Field(
+        None, max_length=64, description="Indexes (shell patterns, '*' = all) whose retrieved chunks are screened "
+        "before the prompt: hidden characters stripped, prompt-injection phrasing kept out (docs/guardrails.md). A "
+        "source's screen: true opts its documents in wherever they are.")
 
 
 class EngineSpec(PodOptions):
@@ -457,6 +461,20 @@ class AuthSpec(SpecModel):
         return self
 
 
+class GuardrailsSpec(SpecModel):
+    """KAITO's spec.guardrails: the output policy (KAITO's guardrails.yaml) on every answer of the engine."""
+
+    enabled: bool = Field(False, description="Apply the output policy to chat completions and session answers, "
+                          "JSON and streams.")
+    config_map_ref: LocalObjectReference | None = Field(
+        None, description="A ConfigMap in the RAGEngine's namespace whose key guardrails.yaml is the policy; mounted "
+        "as a volume, so an edit reaches the engine within a minute or so, without a restart. Unset: the chart's "
+        "default policy, in ConfigMap <name>-guardrails.")
+    fail_open: bool = Field(
+        False, description="With no usable policy (or a scanner failing): false refuses answers (503), true sends "
+        "them unscreened, saying so. A bad edit never matters while a good policy was loaded: it keeps serving.")
+
+
 AUTH_OFF_WITH_KEY = "auth.apiKeySecretRef needs auth.enabled: a key the engine would not check is a mistake"
 
 
@@ -479,6 +497,7 @@ class RAGEngineSpec(SpecModel):
         None, description="Principals (keys, ServiceAccounts), roles, index patterns, groups and rate limits; rendered "
         "into the engine's access file (docs/access.md).")
     sessions: SessionsSpec = Field(default_factory=SessionsSpec, json_schema_extra={"default": {}})
+    guardrails: GuardrailsSpec = Field(default_factory=GuardrailsSpec, json_schema_extra={"default": {}})
     sources: Annotated[list[Source], AfterValidator(unique_names)] = Field(
         default_factory=list, max_length=32,
         description="Documents the indexes hold, synced by the operator from ConfigMaps, git repositories or "

@@ -14,6 +14,7 @@ from ragengine.access.enforce import principal_of, visible_to
 from ragengine.api.sse import sse_response
 from ragengine.chat.service import ChatService, JSONOutcome
 from ragengine.errors import BadRequest, PayloadTooLarge
+from ragengine.guardrails.runtime import Guardrails
 from ragengine.llm.client import LLMClient
 from ragengine.protocol.errors import error_responses
 from ragengine.protocol.openai import MODEL_ALIAS_PREFIX, ChatCompletionRequest, ModelCard, ModelList
@@ -29,7 +30,11 @@ async def startup(app: FastAPI, settings: EngineSettings, stack: AsyncExitStack)
     registry = getattr(app.state, "registry", None)
     if registry is not None:
         registry.chunk_tokens = llm.tokens  # chunks get the LLM's token counts at ingestion (index.chunk_tokens)
-    app.state.chat = ChatService(settings, llm, registry)
+    # The output policy (RAGENGINE_GUARDRAILS_POLICY), watched for edits; the session service uses it too.
+    guardrails = Guardrails(settings.guardrails_policy, fail_open=settings.guardrails_fail_open)
+    await guardrails.watch(stack)
+    app.state.guardrails = guardrails
+    app.state.chat = ChatService(settings, llm, registry, guardrails)
 
 
 async def read_json(request: Request, limit: int):

@@ -235,7 +235,8 @@ async def startup(app: FastAPI, settings: EngineSettings, stack: AsyncExitStack)
     app.state.sessions = store
     app.state.ingestion = ingestion
     app.state.conversations = ConversationService(settings, store, registry, app.state.llm,
-                                                  getattr(app.state, "embedder", None))
+                                                  getattr(app.state, "embedder", None),
+                                                  getattr(app.state, "guardrails", None))
     if settings.session_ttl_s > 0:
         task = asyncio.create_task(_cleanup_loop(store, ingestion, settings), name="session-ttl-cleanup")
 

@@ -33,6 +33,9 @@ from ragengine.chat.plan import (
 )
 from ragengine.chat.stream import chunk, extractive_stream, relay
 from ragengine.errors import BadRequest, NotFound
+from ragengine.guardrails.output import guard_chat
+from ragengine.guardrails.runtime import Guardrails
+from ragengine.guardrails.screening import screen_nodes
 from ragengine.llm.client import LLMClient, LLMUnavailable
 from ragengine.llm.tokens import estimate_tokens
 from ragengine.metrics import LLM_TTFT_SECONDS, RAG_TTFT_SECONDS
@@ -101,13 +104,22 @@ def _ms(seconds: float) -> str:
 
 
 class ChatService:
-    def __init__(self, settings: EngineSettings, llm: LLMClient, registry: Any) -> None:
+    def __init__(self, settings: EngineSettings, llm: LLMClient, registry: Any, guardrails: Guardrails | None = None
+                 ) -> None:
         self.settings = settings
         self.llm = llm
         self.registry = registry
+        self.guardrails = guardrails
 
     async def create(self, body: Any, *, received: float | None = None, acl: Acl | None = None) -> JSONOutcome | StreamOutcome:
-        """``acl``: the caller's document ACL (access.decide.document_acl); None sees every document."""
+        """The answer, through the output policy (guardrails/output.py) when one is configured. ``acl``: the
+        caller's document ACL (access.decide.document_acl); None sees every document."""
+        if self.guardrails is not None:
+            self.guardrails.for_answer()  # fail-closed without a usable policy: 503 before the LLM is asked
+        outcome = await self._answer(body, received, acl)
+        return guard_chat(self.guardrails, outcome, n=body.get("n") or 1)
+
+    async def _answer(self, body: Any, received: float | None, acl: Acl | None) -> JSONOutcome | StreamOutcome:
         t0 = received if received is not None else time.perf_counter()
         req = parse_request(body)
         target = dataclasses.replace(resolve_target(req, self.settings.context_token_ratio), acl=acl)
@@ -128,6 +140,7 @@ class ChatService:
             split = MessageSplit(user_prompt=query, history=split.history)
             messages = [*split.history, {"role": "user", "content": query}]
         budget, nodes, timing = await self._budget_and_retrieve(req, target, split, query, messages)
+        nodes, screening = screen_nodes(nodes, target.index_name, self.settings.screen_indexes)
         chosen = await self._select(nodes, budget, timing)
         max_tokens = reply_max_tokens(budget, chosen.context_tokens)
         info = RagInfo(
@@ -135,7 +148,7 @@ class ChatService:
             top_k=budget.top_k, retrieved=len(nodes), selected=len(chosen.nodes), context_tokens=chosen.context_tokens,
             context_budget=budget.context_budget, prompt_tokens=budget.prompt_tokens, max_tokens=max_tokens,
             max_tokens_requested=budget.max_tokens_requested, token_counter=self.llm.tokens.method,
-            query_used=query, reformulation=reformulation.to_dict() if reformulation else None,
+            query_used=query, reformulation=reformulation.to_dict() if reformulation else None, screening=screening,
         )
         if not chosen.nodes:
             # The seed: nothing relevant fits → the request goes to the LLM as sent.
@@ -318,7 +331,7 @@ class ChatService:
             choices=[Choice(index=i, message=ChatMessage(role="assistant", content=text), finish_reason="stop")
                      for i in range(n)],
             usage=Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion),
-        ).model_dump(exclude={"rag"})
+        ).model_dump(exclude={"rag", "guardrails"})
         out["rag"] = extra["rag"]  # only the fields that apply, as in every other answer
         return self._json(out, t0, "extractive")
 

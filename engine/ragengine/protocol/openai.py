@@ -96,6 +96,8 @@ class RagInfo(OpenAIBaseModel):
     token_counter: str | None = Field(None, description="How tokens were counted: vllm, llama.cpp, local, estimate.")
     query_used: str | None = Field(None, description="The retrieval query (after reformulation, when it ran).")
     reformulation: dict[str, Any] | None = Field(None, description="What the reformulation step did, when requested.")
+    screening: dict[str, Any] | None = Field(
+        None, description="Retrieved chunks screened before the prompt (screened, stripped, quarantined, reasons).")
 
 
 class ChatMessage(OpenAIBaseModel):
@@ -127,6 +129,9 @@ class ChatCompletionResponse(OpenAIBaseModel):
     generation_method: Literal["llm", "extractive_fallback"] = "llm"
     fallback_reason: str | None = None
     rag: RagInfo | None = None
+    guardrails: dict[str, Any] | None = Field(
+        None, description="What the output policy did: action (allow, redact, block), the scanners that acted "
+        "(type, action, count) and the policy's sha256 prefix. Never what was removed.")
 
 
 class DeltaMessage(OpenAIBaseModel):

@@ -16,6 +16,7 @@ from ragengine.settings import EngineSettings
 
 from .. import constants as c
 from ..spec import AuthSpec, RAGEngineSpec, SecretKeyRef
+from .guardrails import POLICY_PATH
 from .labels import Owner
 
 # spec path -> EngineSettings field (values).
@@ -35,6 +36,9 @@ SPEC_TO_ENGINE = {
     "vectorStore.hnsw.m": "hnsw_m",
     "vectorStore.hnsw.efConstruction": "hnsw_ef_construction",
     "vectorStore.hnsw.efSearch": "hnsw_ef_search",
+    "retrieval.screenIndexes": "screen_indexes",
+    "guardrails.enabled": "guardrails_policy",  # the mounted ConfigMap's file (manifests/guardrails.py)
+    "guardrails.failOpen": "guardrails_fail_open",
 }
 # spec path of a SecretKeyRef -> EngineSettings field (valueFrom.secretKeyRef).
 SECRET_TO_ENGINE = {
@@ -60,6 +64,7 @@ OPERATOR_ONLY = {
     "storage.reclaimPolicy",  # the PVCs' owner references
     "auth.enabled",  # whether api_key is set at all, from spec.auth's Secret or the generated one
     "engine.networkPolicy.enabled",
+    "guardrails.configMapRef.name",  # the policy volume (manifests/guardrails.py)
     # vLLM's command line and its autoscaler (manifests/inference.py)
     "inference.revision", "inference.toolCallParser", "inference.autoscaling.metric",
     "inference.autoscaling.targetRequestsWaiting", "inference.autoscaling.keda.serverAddress",
@@ -81,7 +86,7 @@ OPERATOR_ONLY = {
         "serviceAccounts.name")),
     # synced by the operator through the engine's API (sources/runner.py)
     *(f"sources.{field}" for field in (
-        "name", "index", "interval", "metadata", "acl", "chunking.chunkSize", "chunking.chunkOverlap", "configMap.name",
+        "name", "index", "interval", "metadata", "acl", "screen", "chunking.chunkSize", "chunking.chunkOverlap", "configMap.name",
         "configMap.keys", "git.url", "git.ref", "git.paths", "git.secretRef.name", "http.urls", "http.secretRef.name")),
 }
 
@@ -130,6 +135,9 @@ def engine_values(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
         "similarity_threshold": r.similarity_threshold,
         "hybrid": r.hybrid,
         "rerank_model": r.rerank_model,
+        "screen_indexes": r.screen_indexes,
+        "guardrails_policy": POLICY_PATH if spec.guardrails.enabled else None,
+        "guardrails_fail_open": spec.guardrails.fail_open if spec.guardrails.enabled else None,
     }
 
 

@@ -100,6 +100,9 @@ class Source(SpecModel):
         None, max_length=256, description="Document ACL of every document of this source: visible only to principals "
         "in these groups (group:<g>) or with these names (user:<key name>, user:<namespace>/<serviceaccount>); "
         "unset = everyone who may read the index (docs/access.md).")
+    screen: bool = Field(
+        False, description="Screen this source's chunks before they enter a prompt, in any index (metadata "
+        "screen_retrieved: 'true' on its documents; docs/guardrails.md).")
     config_map: ConfigMapSource | None = None
     git: GitSource | None = None
     http: HttpSource | None = None
