@@ -27,6 +27,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ragengine.index",),
     ("ragengine.stores",),  # external vector stores: the index API over PostgreSQL / Milvus
     ("ragengine.rag",),
+    ("ragengine.guardrails",),  # the output policy and the screening the answers pass through
     ("ragengine.chat", "ragengine.conversations"),
     ("ragengine.api",),
     ("ragengine.app",),
