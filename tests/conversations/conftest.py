@@ -1,8 +1,8 @@
 """Fixtures: the session store on SQLite and on a real PostgreSQL server, scripted LLMs, one engine per
 vector store.
 
-Each engine (embedding model load: tens of seconds on a busy machine) is started once per test run
-and shared; tests keep to their own sessions and files, so sharing is safe. The HTTP tests run on every
+Each engine (on the run's one loaded embedding model, borrowed) is started once per test run and
+shared; tests keep to their own sessions and files, so sharing is safe. The HTTP tests run on every
 vector store (the root conftest's ``vector_store`` parametrisation).
 """
 
@@ -21,10 +21,10 @@ from sqlalchemy import text
 from ragengine.conversations.models import Base
 from ragengine.conversations.store import SessionStore
 from tests.conversations.scripted_llm import ScriptedLLM, create_scripted_app
+from tests.support.embedding import borrowed
 from tests.support.server import serve_app
 from tests.support.stores import store_values
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 _databases = itertools.count()
 
 
@@ -71,7 +71,7 @@ class Engine:
 
 
 @pytest.fixture(scope="session")
-def engines(llms, tmp_path_factory, request):
+def engines(llms, embedder, tmp_path_factory, request):
     """``engines(store)``: the engine on that vector store, started on first use and shared by the run's
     tests. On ``postgres`` the sessions and the upload queue live in the same (fresh) database as the
     indexes, as the operator deploys it; elsewhere in the engine's SQLite file."""
@@ -94,7 +94,8 @@ def engines(llms, tmp_path_factory, request):
                 max_upload_bytes=200_000, sse_keepalive_s=0.2, session_ttl_s=0, **values,
             )
             app = create_app(settings)
-            base = stack.enter_context(serve_app(app, timeout_s=600))
+            app.state.embedder = stack.enter_context(borrowed(embedder))
+            base = stack.enter_context(serve_app(app))
             eng = running[store] = Engine(base, app, primary, secondary)
             stack.callback(eng.http.close)
             return eng

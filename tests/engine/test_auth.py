@@ -35,13 +35,15 @@ def _request(base: str, method: str, path: str, headers: dict[str, str]) -> http
 def authed(embedder, tmp_path_factory):
     from ragengine.app import create_app
     from ragengine.settings import EngineSettings
+    from tests.support.embedding import borrowed
     from tests.support.server import serve_app
 
     app = create_app(EngineSettings(api_key=KEY, data_dir=tmp_path_factory.mktemp("auth") / "data"))
-    app.state.embedder = embedder
-    with serve_app(app) as base:
-        spec = httpx.get(f"{base}/openapi.json", headers={"Authorization": f"Bearer {KEY}"}).json()
-        yield base, app, spec
+    with borrowed(embedder) as own:
+        app.state.embedder = own
+        with serve_app(app) as base:
+            spec = httpx.get(f"{base}/openapi.json", headers={"Authorization": f"Bearer {KEY}"}).json()
+            yield base, app, spec
 
 
 def test_open_paths_are_the_documented_ones():

@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import httpx
+import pytest
 
 from tests.llm_server import FakeLLM, create_llm_app
-from tests.support.server import free_port, serve_app
+from tests.support.server import refused_port, serve_app
 
 
 def test_ready_with_a_serving_llm_and_the_local_model(make_server):
@@ -17,8 +20,14 @@ def test_ready_with_a_serving_llm_and_the_local_model(make_server):
         assert resp.json() == {"ready": True, "checks": {"llm": "ok", "embeddings": "ok", "store": "ok"}}
 
 
-def test_unreachable_llm_is_not_ready_but_alive(make_server):
-    dead = f"http://127.0.0.1:{free_port()}/v1"
+@pytest.fixture
+def dead_port() -> Iterator[int]:
+    with refused_port() as port:
+        yield port
+
+
+def test_unreachable_llm_is_not_ready_but_alive(make_server, dead_port):
+    dead = f"http://127.0.0.1:{dead_port}/v1"
     with make_server(llm_url=dead) as (base, _):
         resp = httpx.get(f"{base}/ready")
         assert resp.status_code == 503
@@ -35,8 +44,8 @@ def test_llm_not_serving_the_configured_model(make_server):
         assert resp.status_code == 503 and "does not serve model 'qwen'" in resp.json()["reason"]
 
 
-def test_unreachable_embeddings_url_and_store_health(make_server):
-    dead = f"http://127.0.0.1:{free_port()}/v1"
+def test_unreachable_embeddings_url_and_store_health(make_server, dead_port):
+    dead = f"http://127.0.0.1:{dead_port}/v1"
 
     class DownStore:
         def status(self):

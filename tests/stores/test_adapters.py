@@ -160,10 +160,10 @@ def test_postgres_dimension_mismatch_is_reported(request, store_prefix, tmp_path
 
 def test_postgres_unreachable_and_unknown_user_are_reported(request, store_prefix, tmp_path):
     from ragengine.stores.postgres.store import PostgresStore
-    from tests.support.server import free_port
+    from tests.support.server import refused_port
 
-    with pytest.raises(StoreUnavailable, match=r"(?i)connection"):
-        PostgresStore(f"postgresql://postgres@127.0.0.1:{free_port()}/postgres", schema=store_prefix, dim=DIM).open()
+    with refused_port() as port, pytest.raises(StoreUnavailable, match=r"(?i)connection"):
+        PostgresStore(f"postgresql://postgres@127.0.0.1:{port}/postgres", schema=store_prefix, dim=DIM).open()
     url = request.getfixturevalue("pgvector_url").replace("postgres@", "nobody@")
     with pytest.raises(StoreUnavailable, match='role "nobody" does not exist'):
         PostgresStore(url, schema=store_prefix, dim=DIM).open()

@@ -169,7 +169,7 @@ def test_sync_sends_the_engine_api_key_and_a_restart_resyncs_nothing(kube, names
     from ragengine_operator.sources.runner import SourceSyncer, Target
     from ragengine_operator.sources.spec import Source
     from ragengine_operator.sources.status import SourceState, after_sync
-    from tests.support.server import serve_app
+    from tests.support.embedding import serve_engine
 
     ns = namespace
     kube.core.create_namespaced_config_map(ns, {"metadata": {"name": "notes"}, "data": {"a.md": "# A\n\nAlpha.\n"}})
@@ -177,8 +177,7 @@ def test_sync_sends_the_engine_api_key_and_a_restart_resyncs_nothing(kube, names
     kube.core.create_namespaced_secret(ns, {"metadata": {"name": "stale"}, "stringData": {"api-key": "wrong-key"}})
     source = Source.model_validate({"name": "notes", "configMap": {"name": "notes"}})
     app = create_app(EngineSettings(data_dir=tmp_path / "data", api_key="right-key"))
-    app.state.embedder = embedder
-    with serve_app(app) as base:
+    with serve_engine(app, embedder) as base:
         syncer = SourceSyncer(Controller(kube.api, OperatorSettings(engine_url=base)))
 
         def target(secret: str) -> Target:
