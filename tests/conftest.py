@@ -5,13 +5,8 @@ parametrisation over the vector stores: a test that uses ``vector_store`` (direc
 
 from __future__ import annotations
 
-import os
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
 import itertools
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -46,8 +41,25 @@ def store_prefix(request) -> str:
     return f"t{os.getpid()}_{next(_schemas)}"
 
 
+# Offline for the whole run, as the Makefile exports it (set before collection imports huggingface_hub,
+# which reads them at import); put back as they were when the run ends.
+OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+_saved_env: dict[str, str | None] = {}
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "stores(*kinds): run only on these vector stores (default: every store)")
+    for key, value in OFFLINE.items():
+        _saved_env[key] = os.environ.get(key)
+        os.environ.setdefault(key, value)
+
+
+def pytest_unconfigure(config):
+    for key, value in _saved_env.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
 
 
 def pytest_generate_tests(metafunc):

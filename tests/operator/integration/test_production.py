@@ -19,7 +19,7 @@ from kubernetes.client.rest import ApiException
 from ragengine.settings import EngineSettings
 from ragengine_operator import constants as c
 
-from .conftest import OPERATOR_KUBECONFIG, OPERATOR_NAMESPACE, ROOT, helm_template, service_account_kubeconfig
+from .conftest import OPERATOR_ENV, OPERATOR_KUBECONFIG, OPERATOR_NAMESPACE, ROOT, helm_template, service_account_kubeconfig
 from .kube import wait_for
 
 MODEL_SPEC = {"inference": {"model": "Qwen/Qwen2.5-0.5B-Instruct"}, "storage": {"size": "1Gi"}}
@@ -32,7 +32,7 @@ def degraded(kube, ns: str, n: str, timeout: float = 30) -> dict:
 
 def start_operator(ns: str, log: Path, kubeconfig: Path = OPERATOR_KUBECONFIG) -> subprocess.Popen:
     exe = Path(sys.executable).with_name("ragengine-operator")
-    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+    env = {**os.environ, **OPERATOR_ENV, "KUBECONFIG": str(kubeconfig)}
     return subprocess.Popen([str(exe), "--namespace", ns], stdout=log.open("ab"), stderr=subprocess.STDOUT, env=env, cwd=ROOT)
 
 
