@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -34,8 +35,8 @@ class EngineProcess:
     base_url: str
     llm_url: str
     data_dir: Path
-    pid: int
-    process: subprocess.Popen  # to kill -9 it in a durability test; stopped on exit whatever its state
+    pid: int  # the engine's own process (under a wrapper: the wrapper's child), to kill -9 it
+    process: subprocess.Popen  # what was started (the engine, or its wrapper); stopped on exit whatever its state
     known_ids: dict[str, list[str]] = field(default_factory=dict)  # what a test seeded, by parameter name
 
 
@@ -59,7 +60,31 @@ def _wait(url: str, proc: subprocess.Popen, log: Path, deadline: float) -> None:
     raise TimeoutError(f"{url} not ready in time:\n{log.read_text()[-4000:]}")
 
 
-def _stop(proc: subprocess.Popen) -> None:
+def _child(proc: subprocess.Popen, log: Path, deadline: float) -> int:
+    """The pid of the process a wrapper (strace) started: the one the wrapper's signals do not reach."""
+    children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{proc.args!r} exited with {proc.returncode}:\n{log.read_text()[-4000:]}")
+        with contextlib.suppress(OSError):
+            pids = children.read_text().split()
+            if pids:
+                return int(pids[0])
+        time.sleep(0.01)
+    raise TimeoutError(f"{proc.args!r} started no child")
+
+
+def _stop(proc: subprocess.Popen, inner: int | None = None) -> None:
+    """Stop ``proc``; a wrapper by stopping the process it runs (strace -o ignores SIGTERM itself)."""
+    if inner is not None and proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(inner, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+            return
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(inner, signal.SIGKILL)
     if proc.poll() is None:
         proc.terminate()
         try:
@@ -86,6 +111,7 @@ def engine_processes(work_dirs: list[Path], *, settings: dict[str, str] | None =
     env = _env()
     deadline = time.monotonic() + start_timeout_s
     procs: list[subprocess.Popen] = []
+    inner: dict[int, int] = {}  # wrapper pid -> the engine's pid
     try:
         llm_url = ""
         if llm:
@@ -109,6 +135,8 @@ def engine_processes(work_dirs: list[Path], *, settings: dict[str, str] | None =
             offset = log.stat().st_size if log.exists() else 0
             with log.open("ab") as out:  # appended: a restarted engine keeps the earlier log
                 procs.append(subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT))
+            if wrap:
+                inner[procs[-1].pid] = _child(procs[-1], log, deadline)
             started.append((work_dir, offset, procs[-1]))
         engines = []
         for work_dir, offset, proc in started:
@@ -116,9 +144,9 @@ def engine_processes(work_dirs: list[Path], *, settings: dict[str, str] | None =
             port = announced_port(log, proc, offset=offset, timeout_s=max(1.0, deadline - time.monotonic()))
             base = f"http://127.0.0.1:{port}"
             _wait(f"{base}/health", proc, log, deadline)
-            engines.append(EngineProcess(base_url=base, llm_url=llm_url, data_dir=work_dir / "data", pid=proc.pid,
-                                         process=proc))
+            engines.append(EngineProcess(base_url=base, llm_url=llm_url, data_dir=work_dir / "data",
+                                         pid=inner.get(proc.pid, proc.pid), process=proc))
         yield engines
     finally:
         for proc in reversed(procs):
-            _stop(proc)
+            _stop(proc, inner.get(proc.pid))
