@@ -33,7 +33,7 @@ def _parse_set(values: tuple[str, ...]) -> dict[str, Any]:
 @main.command()
 @click.option("--host", default=None, help="Bind address [env RAGENGINE_HOST; 127.0.0.1].")
 @click.option("--port", type=int, default=None,
-              help="Port [env RAGENGINE_PORT; 8000]; 0 = a free port, printed as 'listening on URL' once bound.")
+              help="Port [env RAGENGINE_PORT; 8000]; 0 = a free port. 'listening on URL' is printed once bound.")
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Indexes, journals and sessions [env RAGENGINE_DATA_DIR; ./data].")
 @click.option("--embedding-model", default=None, help="package:<module>, a local path or a model name.")
@@ -68,15 +68,17 @@ def serve(host, port, data_dir, embedding_model, embedding_url, llm_url, rerank_
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     app = create_app(settings)
-    if port != 0:
-        uvicorn.run(app, host=settings.host, port=settings.port, log_level=log_level.lower(), timeout_graceful_shutdown=30)
-        return
-    # Port 0: bind first, so the port is ours before anyone reads it (tests and scripts wait for this line).
+    # Bind before the model loads: a taken port fails at once, and the port is ours when this line is
+    # printed (with --port 0, the kernel's choice: tests and scripts read it). Connections are refused
+    # until the app has started (uvicorn listens after its start-up).
     import socket
 
     sock = socket.socket(socket.AF_INET6 if ":" in settings.host else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((settings.host, 0))
+    try:
+        sock.bind((settings.host, 0 if port == 0 else settings.port))
+    except OSError as exc:
+        raise click.ClickException(f"cannot bind {settings.host}:{settings.port}: {exc.strerror}") from exc
     bound = sock.getsockname()[1]
     click.echo(f"listening on http://{settings.host}:{bound}", err=True)
     config = uvicorn.Config(app, host=settings.host, port=bound, log_level=log_level.lower(), timeout_graceful_shutdown=30)

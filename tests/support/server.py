@@ -29,9 +29,9 @@ START_TIMEOUT_S = 300.0
 
 
 def bound_socket(host: str = "127.0.0.1") -> socket.socket:
-    """A TCP socket bound to port 0 on ``host``: the kernel's choice, held from now on."""
+    """A TCP socket bound to port 0 on ``host``: the kernel's choice, held from now on. No SO_REUSEADDR:
+    no other socket can bind the port while this one holds it, listening or not."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, 0))
     return sock
 

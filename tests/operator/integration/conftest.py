@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import subprocess
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -174,6 +175,15 @@ def bare_namespace(kube, operator_identity, request):
     yield ns
     kube.delete_all_ragengines(ns, force=True)
     kube.core.delete_namespace(ns)
+
+
+@pytest.fixture
+def dead_port() -> Iterator[int]:
+    """A loopback port that refuses connections for the whole test (held bound, never listening)."""
+    from tests.support.server import refused_port
+
+    with refused_port() as port:
+        yield port
 
 
 @pytest.fixture(scope="session")

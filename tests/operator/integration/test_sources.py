@@ -109,14 +109,14 @@ def test_git_source_follows_each_commit(kube, namespace, source_engine, tmp_path
         assert kube.condition(ns, n, SYNCED)["status"] == "True"
 
 
-def test_a_failing_source_is_reported_and_the_others_sync(kube, namespace, source_engine):
+def test_a_failing_source_is_reported_and_the_others_sync(kube, namespace, source_engine, dead_port):
     ns, n = namespace, "mixed"
     index = f"mixed-{ns}"
     kube.core.create_namespaced_config_map(ns, {"metadata": {"name": "good"}, "data": {"a.md": "# A\n\nFine.\n"}})
     kube.create_rag(ns, n, {"sources": [
         {"name": "good", "index": index, "configMap": {"name": "good"}},
         {"name": "missing", "index": index, "configMap": {"name": "no-such-configmap"}},
-        {"name": "unreachable", "index": index, "git": {"url": "http://127.0.0.1:9/nothing.git"}},
+        {"name": "unreachable", "index": index, "git": {"url": f"http://127.0.0.1:{dead_port}/nothing.git"}},
         {"name": "no-secret", "index": index, "git": {"url": "https://git.invalid/x.git", "secretRef": {"name": "absent"}}},
     ]})
     wait_source(kube, ns, n, "good", "the good source", lambda e: e["synced"])
