@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 from pathlib import Path
 
 import httpx
@@ -94,7 +95,7 @@ def test_rerank_reorders_by_cross_encoder(make_server, tiny_cross_encoder):
         # The oracle is the model itself through transformers, not the engine's Reranker: its logit for
         # each (query, passage) pair. The results must come in that order (a tolerance for batching noise).
         logits = cross_encoder_logits(tiny_cross_encoder, "tomato soil", [r["text"] for r in results])
-        assert all(x >= y - 1e-4 for x, y in zip(logits, logits[1:], strict=False)), logits
+        assert all(x >= y - 1e-4 for x, y in itertools.pairwise(logits)), logits
         assert len(set(np.round(logits, 2))) == 12, logits  # distinct scores: the order is the model's, not a tie's
         assert all(0 <= r["score"] <= 1 for r in results)
         assert "ragengine_rerank_seconds_count" in httpx.get(f"{base}/metrics").text
