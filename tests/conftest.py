@@ -49,6 +49,7 @@ _saved_env: dict[str, str | None] = {}
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "stores(*kinds): run only on these vector stores (default: every store)")
+    config.addinivalue_line("markers", "milvus: runs on Milvus Lite (set on every milvus parametrisation)")
     for key, value in OFFLINE.items():
         _saved_env[key] = os.environ.get(key)
         os.environ.setdefault(key, value)
@@ -60,6 +61,22 @@ def pytest_unconfigure(config):
             os.environ.pop(key, None)
         else:
             os.environ[key] = value
+
+
+# Parameters that choose a store; a test with one set to "postgres" or "milvus" runs on that server.
+STORE_PARAMS = ("vector_store", "store", "adapter", "url")
+
+
+def pytest_collection_modifyitems(items):
+    """``postgres`` on every test that starts or uses the run's PostgreSQL (its fixtures, or a store parameter
+    set to postgres), ``milvus`` on every Milvus Lite one: ``-m "not postgres"`` then really starts none."""
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        chosen = {params.get(name) for name in STORE_PARAMS}
+        if "postgres" in chosen or {"pgvector_url", "pg_url"} & set(item.fixturenames):
+            item.add_marker(pytest.mark.postgres)
+        if "milvus" in chosen:
+            item.add_marker(pytest.mark.milvus)
 
 
 def pytest_generate_tests(metafunc):

@@ -24,7 +24,7 @@ import httpx
 import uvicorn
 
 # How long a server may take to start (the embedding model loads on a busy two-core machine). pytest's
-# per-test timeout (pyproject.toml) must leave room for two sequential starts; test_support checks it.
+# per-test timeout (pyproject.toml) must leave room for two sequential starts; tests/test_suite_limits.py checks it.
 START_TIMEOUT_S = 300.0
 
 
