@@ -108,6 +108,19 @@ def engine(engines, vector_store) -> Engine:
     return engines(vector_store)
 
 
+def backdate(store: SessionStore, row_class, row_id: str, hours: float = 1.0) -> None:
+    """Make a session or file look untouched for ``hours`` (its updated_at moved back): TTL tests need an
+    idle row, not a sleep past a one-second TTL."""
+    from datetime import timedelta
+
+    from sqlalchemy import update
+
+    from ragengine.conversations.models import utcnow
+
+    with store.engine.begin() as conn:
+        conn.execute(update(row_class).where(row_class.id == row_id).values(updated_at=utcnow() - timedelta(hours=hours)))
+
+
 def fresh_database(admin_url: str) -> str:
     """A new database on the test server (the sessions' tables live in its public schema)."""
     name = f"conv_{os.getpid()}_{next(_databases)}"
