@@ -24,6 +24,7 @@ import http.client
 import json
 import re
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,12 +77,25 @@ def calls(log: Path) -> list[Call]:
     return sorted(out, key=lambda c: c.line)
 
 
-def response(trace: list[Call], client_port: int, status: str) -> Call:
-    """The engine's write of ``HTTP/1.1 <status>`` on the connection from ``client_port``."""
+def _reply(trace: list[Call], client_port: int, status: str) -> Call | None:
     for call in trace:
         if call.fd.startswith("TCP:") and call.fd.endswith(f":{client_port}]") and call.data.startswith(f'"HTTP/1.1 {status}'):
             return call
-    raise AssertionError(f"no HTTP/1.1 {status} written to the client on port {client_port}")
+    return None
+
+
+def traced_reply(log: Path, client_port: int, status: str, timeout_s: float = 60) -> tuple[list[Call], Call]:
+    """(the calls so far, the engine's write of ``HTTP/1.1 <status>`` to the client on ``client_port``).
+    The client can read the response before strace has logged the write (it logs a call when it returns),
+    so the log is read again until the line is there."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        trace = calls(log)
+        reply = _reply(trace, client_port, status)
+        if reply is not None:
+            return trace, reply
+        assert time.monotonic() < deadline, f"no HTTP/1.1 {status} written to the client on port {client_port}"
+        time.sleep(0.05)
 
 
 def durable_before(trace: list[Call], reply: Call, journal: str) -> tuple[list[Call], list[Call]]:
@@ -129,8 +143,7 @@ def test_faiss_journal_is_fsynced_before_the_200(traced):
     client, status, body = request(base, "POST", "/index", {"index_name": "durable", "documents": [
         {"doc_id": marker, "text": f"{marker}: this write must reach the disk before it is acknowledged."}]})
     assert status == 200 and body[0]["doc_id"] == marker, body
-    trace = calls(log)
-    reply = response(trace, client, "200")
+    trace, reply = traced_reply(log, client, "200")
     writes, synced = durable_before(trace, reply, "/journal.log")
     assert any(marker in w.data for w in writes), "the record was not written to the journal before the 200"
     last_write = max(w.done for w in writes)
@@ -142,15 +155,15 @@ def test_sqlite_session_writes_are_fsynced_before_the_response(traced):
     base, log = traced
     client, status, body = request(base, "POST", "/v1/sessions", {"title": "fsync-probe-session"})
     assert status == 201, body
-    trace = calls(log)
-    writes, synced = durable_before(trace, response(trace, client, "201"), "/sessions.db-wal")
+    trace, reply = traced_reply(log, client, "201")
+    writes, synced = durable_before(trace, reply, "/sessions.db-wal")
     assert writes, "the session was not written to the WAL before the 201"
     assert any(s.line > max(w.done for w in writes) for s in synced), "the WAL was not fsynced before the 201"
 
     client, status, body = request(base, "POST", f"/v1/sessions/{body['id']}/messages", {"content": "Hello?"})
     assert status == 200 and body["assistant_message"]["content"], body
-    trace = calls(log)
-    writes, synced = durable_before(trace, response(trace, client, "200"), "/sessions.db-wal")
+    trace, reply = traced_reply(log, client, "200")
+    writes, synced = durable_before(trace, reply, "/sessions.db-wal")
     assert writes, "the messages were not written to the WAL before the 200"
     assert any(s.line > max(w.done for w in writes) for s in synced), "the WAL was not fsynced before the 200"
 
@@ -175,8 +188,7 @@ def test_upload_bytes_are_fsynced_before_the_202(traced):
     finally:
         conn.close()
     assert status == 202, body
-    trace = calls(log)
-    reply = response(trace, client, "202")
+    trace, reply = traced_reply(log, client, "202")
     writes, synced = durable_before(trace, reply, f"/uploads/{body['file_id']}")
     assert writes, "the upload's bytes were not written before the 202"
     assert any(s.line > max(w.done for w in writes) for s in synced), "the upload's bytes were not fsynced before the 202"
