@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
+from fastapi.routing import APIRoute
 
 from ragengine import __version__
+from ragengine.access.enforce import AuthenticationMiddleware, authorize
+from ragengine.access.routes import uncovered
+from ragengine.access.source import AccessSource
 from ragengine.api import chat as chat_api
 from ragengine.api import conversations as conversations_api
 from ragengine.api import indexes as indexes_api
 from ragengine.api import ops as ops_api
 from ragengine.api.openapi import document_error_responses
-from ragengine.auth import BearerAuthMiddleware
 from ragengine.errors import install_error_handlers
 from ragengine.metrics import install_middleware
 from ragengine.settings import EngineSettings
@@ -27,20 +31,36 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
         # Each part registers its services on app.state and its clean-up on the stack, in
         # dependency order: indexes (embedder, registry), then chat (LLM client), then conversations.
         async with AsyncExitStack() as stack:
+            await access.watch(stack)
             await indexes_api.startup(app, settings, stack)
             await chat_api.startup(app, settings, stack)
             await conversations_api.startup(app, settings, stack)
             yield
 
-    app = FastAPI(title="ragengine", version=__version__, lifespan=lifespan)
+    access = AccessSource(settings.api_key, settings.access_file)  # a bad access file stops the start here
+    # Every route's handler runs after `authorize`, which applies the route's rule (access/routes.py).
+    app = FastAPI(title="ragengine", version=__version__, lifespan=lifespan, dependencies=[Depends(authorize)])
     app.state.settings = settings
+    app.state.access = access
+    app.state.reserved_indexes = frozenset({settings.conversation_index})
     install_error_handlers(app, settings)
-    if settings.api_key:
-        app.add_middleware(BearerAuthMiddleware, api_key=settings.api_key)
+    app.add_middleware(AuthenticationMiddleware, source=access)
     install_middleware(app, settings)  # body limit and request metrics; outermost, so they see 401s too
     app.include_router(ops_api.router)
     app.include_router(indexes_api.router)
     app.include_router(chat_api.router)
     app.include_router(conversations_api.router)
-    document_error_responses(app, auth=bool(settings.api_key), external_store=settings.vector_store != "faiss")
+    missing = uncovered((m, r.path) for r in api_routes(app.routes) for m in r.methods or ())
+    if missing:
+        raise RuntimeError(f"routes without an access rule in ragengine/access/routes.py: {', '.join(missing)}")
+    document_error_responses(app, auth=access.enabled, external_store=settings.vector_store != "faiss")
     return app
+
+
+def api_routes(routes: Any) -> Iterator[APIRoute]:
+    """Every ``APIRoute``, through included routers (recent FastAPI keeps an included router as one route)."""
+    for route in routes:
+        if isinstance(route, APIRoute):
+            yield route
+        elif hasattr(route, "original_router"):
+            yield from api_routes(route.original_router.routes)

@@ -43,6 +43,13 @@ class Unauthorized(EngineError):
     error_type = "authentication_error"
 
 
+class Forbidden(EngineError):
+    """Authenticated, but the principal's role does not allow this (access.decide)."""
+
+    status_code = 403
+    error_type = "permission_error"
+
+
 class NotFound(EngineError):
     status_code = 404
     error_type = "not_found_error"

@@ -97,6 +97,16 @@ TOOL_CALLS = Counter("ragengine_tool_calls_total", "semantic_search tool calls e
 FILES_INGESTED = Counter(
     "ragengine_conversation_files_total", "Uploaded files by final ingestion status.", ["status"], registry=REGISTRY,
 )
+# Access control: principal labels are names from the engine's own configuration (bounded), plus
+# "unauthenticated" and "anonymous" (access control off); outcome is access.decide's reason token.
+ACCESS_DECISIONS = Counter(
+    "ragengine_access_decisions_total", "Access decisions by principal and outcome.", ["principal", "outcome"],
+    registry=REGISTRY,
+)
+ACCESS_RELOADS = Counter(
+    "ragengine_access_reloads_total", "Re-reads of the access file by outcome (ok, error).", ["outcome"],
+    registry=REGISTRY,
+)
 
 
 def route_template(scope: dict) -> str:

@@ -21,6 +21,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ragengine.errors",),
     ("ragengine.metrics",),
     ("ragengine.protocol",),
+    ("ragengine.access",),  # who may do what; the stores and sessions take its principals
     ("ragengine.rag.text", "ragengine.filetypes"),  # text primitives; files to documents
     ("ragengine.embedding", "ragengine.llm", "ragengine.sample"),
     ("ragengine.retrieval",),
@@ -28,7 +29,6 @@ LAYERS: list[tuple[str, ...]] = [
     ("ragengine.stores",),  # external vector stores: the index API over PostgreSQL / Milvus
     ("ragengine.rag",),
     ("ragengine.chat", "ragengine.conversations"),
-    ("ragengine.auth",),
     ("ragengine.api",),
     ("ragengine.app",),
     ("ragengine.cli",),

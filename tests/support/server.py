@@ -36,6 +36,15 @@ def bound_socket(host: str = "127.0.0.1") -> socket.socket:
     return sock
 
 
+def port_for_external_server(host: str = "127.0.0.1") -> int:
+    """A port number the kernel just handed out, for a server that cannot bind port 0 itself and fails
+    loudly when the port is taken meanwhile (a container's published port, a test server started again on
+    the same port). Never where a conflict would go unnoticed, such as a readiness check that someone
+    else's server could answer."""
+    with bound_socket(host) as sock:
+        return sock.getsockname()[1]
+
+
 @contextlib.contextmanager
 def refused_port() -> Iterator[int]:
     """A loopback port where connections are refused while the context lasts (bound, never listening)."""
@@ -67,15 +76,17 @@ def announced_port(log: Path, proc: subprocess.Popen, *, offset: int = 0, timeou
 
 
 @contextlib.contextmanager
-def serve_app(app, *, ready_path: str = "/health", timeout_s: float = START_TIMEOUT_S) -> Iterator[str]:
-    """Serve ``app`` with uvicorn in a background thread; yields the base URL ("http://127.0.0.1:PORT")."""
-    sock = bound_socket()
+def serve_app(app, *, ready_path: str = "/health", timeout_s: float = START_TIMEOUT_S,
+              host: str = "127.0.0.1") -> Iterator[str]:
+    """Serve ``app`` with uvicorn in a background thread; yields the base URL ("http://HOST:PORT").
+    ``host``: the machine's own address for servers that containers and pods must reach."""
+    sock = bound_socket(host)
     port = sock.getsockname()[1]
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name=f"uvicorn-{port}", daemon=True)
     thread.start()
-    base = f"http://127.0.0.1:{port}"
+    base = f"http://{host}:{port}"
     deadline = time.monotonic() + timeout_s
     try:
         while True:

@@ -9,6 +9,7 @@ from contextlib import AsyncExitStack
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse
 
+from ragengine.access.enforce import visible_to
 from ragengine.api.sse import sse_response
 from ragengine.chat.service import ChatService, JSONOutcome
 from ragengine.errors import BadRequest, PayloadTooLarge
@@ -70,5 +71,6 @@ async def list_models(request: Request) -> ModelList:
     cards = [ModelCard(**m) for m in await llm.list_models()] if llm.configured else []
     registry = getattr(request.app.state, "registry", None)
     for name in sorted(registry.names()) if registry is not None else []:
-        cards.append(ModelCard(id=f"{MODEL_ALIAS_PREFIX}{name}", owned_by="ragengine"))
+        if visible_to(request, name):
+            cards.append(ModelCard(id=f"{MODEL_ALIAS_PREFIX}{name}", owned_by="ragengine"))
     return ModelList(data=cards)

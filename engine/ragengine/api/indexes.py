@@ -9,6 +9,7 @@ from typing import Any
 
 from fastapi import APIRouter, FastAPI, Query, Request
 
+from ragengine.access.enforce import visible_to
 from ragengine.errors import Unprocessable
 from ragengine.protocol.errors import error_responses
 from ragengine.protocol.indexes import (
@@ -43,7 +44,7 @@ async def index_documents(body: IndexRequest, request: Request) -> list[dict]:
 
 @router.get("/indexes", response_model=list[str])
 async def list_indexes(request: Request) -> list[str]:
-    return await _registry(request).list_names()
+    return [name for name in await _registry(request).list_names() if visible_to(request, name)]
 
 
 @router.get("/indexes/{index_name}/documents", response_model=ListDocumentsResponse, responses=error_responses(400, 404, 409))

@@ -52,11 +52,8 @@ class IndexRegistry:
         self._indexes: dict[str, IndexState] = {}
         self.corrupt: dict[str, str] = {}  # index folder or name → why it was not loaded
         self._registry_lock = asyncio.Lock()
-        from ragengine.index.store import gpu_available
-
         self.store_kwargs = {"hnsw_threshold": settings.hnsw_threshold, "hnsw_m": settings.hnsw_m,
-                             "ef_search": settings.hnsw_ef_search, "ef_construction": settings.hnsw_ef_construction,
-                             "use_gpu": settings.device in ("auto", "cuda") and gpu_available()}
+                             "ef_search": settings.hnsw_ef_search, "ef_construction": settings.hnsw_ef_construction}
         self.durability = Durability(self.data_dir, embedder.dim, self.store_kwargs, settings.snapshot_journal_bytes)
 
     # -- lookup ------------------------------------------------------------------------------------

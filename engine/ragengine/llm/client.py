@@ -27,6 +27,7 @@ import httpx
 
 from ragengine import __version__
 from ragengine.errors import UpstreamError
+from ragengine.llm.availability import LLMAvailability
 from ragengine.llm.tokens import TokenCounter
 from ragengine.settings import EngineSettings
 
@@ -116,6 +117,7 @@ class LLMClient:
         self.endpoints: list[str] = [u.rstrip("/").removesuffix("/chat/completions")
                                      for u in [settings.llm_url, *settings.llm_fallback_urls] if u]
         self.configured = bool(self.endpoints)
+        self.availability = LLMAvailability(configured=self.configured)
         headers = {"User-Agent": f"ragengine/{__version__}"}
         if settings.llm_api_key:
             headers["Authorization"] = f"Bearer {settings.llm_api_key}"
@@ -229,6 +231,7 @@ class LLMClient:
                 else:
                     if response.status_code < 400:
                         self._down_until.pop(endpoint, None)
+                        self.availability.ok()
                         return response, endpoint, started
                     if stream:
                         await response.aread()
@@ -254,7 +257,9 @@ class LLMClient:
             # Every endpoint refused: the caller gets the upstream status, and its own words when one
             # endpoint is configured (OpenAI clients map 400/401/429 to their exception classes).
             status, message = rejected
+            if status in (401, 403):  # it answers, but not to us: unusable all the same
+                self.availability.down(f"The LLM refused the engine's key (HTTP {status}): {message}")
             raise LLMUnavailable(message if len(failures) == 1 else "; ".join(failures), status_code=status)
-        raise LLMUnavailable(
-            "The LLM is unavailable: " + "; ".join(failures), status_code=504 if timed_out else 502
-        )
+        reason = "The LLM is unavailable: " + "; ".join(failures)
+        self.availability.down(reason)
+        raise LLMUnavailable(reason, status_code=504 if timed_out else 502)

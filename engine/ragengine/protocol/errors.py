@@ -36,7 +36,8 @@ class OpenAIErrorResponse(BaseModel):
 
 ERROR_DESCRIPTIONS = {
     400: "Bad request: malformed JSON, an invalid value, a filter or name the engine refuses.",
-    401: "Missing or wrong API key (only when the engine runs with an API key).",
+    401: "Missing or wrong credentials (only when the engine runs with access control: an API key or an access file).",
+    403: "The caller's role does not allow this (docs/access.md).",
     404: "Not found: the index, document, session, thread or file does not exist.",
     409: "Conflict: the index or document exists already, or the index could not be loaded from disk.",
     413: "Payload too large: the body, a document or an upload is above its limit.",

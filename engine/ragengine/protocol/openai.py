@@ -21,6 +21,14 @@ ENGINE_FIELDS = ("index_name", "context_token_ratio", "filters", "metadata_filte
 MODEL_ALIAS_PREFIX = "rag:"
 
 
+def requested_index(index_name: str | None, model: str | None) -> str | None:
+    """The index a chat request names: ``index_name``, else a ``rag:<index>`` model alias. Access control
+    reads the index through this same function, so it checks exactly the index the request will use."""
+    if model and model.startswith(MODEL_ALIAS_PREFIX):
+        return index_name or model[len(MODEL_ALIAS_PREFIX):] or None
+    return index_name
+
+
 class OpenAIBaseModel(BaseModel):
     model_config = ConfigDict(extra="allow", populate_by_name=True)
 

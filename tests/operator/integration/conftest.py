@@ -30,18 +30,19 @@ CHART = ROOT / "charts" / "ragengine"
 OPERATOR_NAMESPACE = "ragengine-system"
 RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest"}
 # The operator's environment in these tests: its kubeconfig (the operator code resolves $KUBECONFIG when
-# it logs in), short periods, no ports, and where it "runs" as the chart sets it from the downward API
-# (an engine NetworkPolicy admits it). Operator subprocesses get it explicitly (``{**os.environ,
-# **OPERATOR_ENV}``); the in-process operator gets it only while it runs (the ``operator`` fixture),
-# and the variables are put back when it stops. Nothing is set at import.
+# it logs in), short periods, no ports, source syncs in subprocesses of the operator (kwok's pods run no
+# containers, so a sync Job would never run here; test_sync_jobs.py covers the Job mode on its own
+# operator), and a CRD a test installs seen at once. Operator subprocesses get it explicitly
+# (``{**os.environ, **OPERATOR_ENV}``); the in-process operator gets it only while it runs (the
+# ``operator`` fixture), and the variables are put back when it stops. Nothing is set at import.
 OPERATOR_ENV = {
     "KUBECONFIG": str(OPERATOR_KUBECONFIG),
     "RAGENGINE_OPERATOR_RESYNC_SECONDS": "5",
     "RAGENGINE_OPERATOR_WATCH_TIMEOUT_SECONDS": "10",
     "RAGENGINE_OPERATOR_METRICS_PORT": "0",
     "RAGENGINE_OPERATOR_LIVENESS_PORT": "0",
-    "RAGENGINE_OPERATOR_POD_NAMESPACE": OPERATOR_NAMESPACE,
-    "RAGENGINE_OPERATOR_POD_LABELS": '{"app.kubernetes.io/name": "ragengine-operator"}',
+    "RAGENGINE_OPERATOR_SYNC_MODE": "subprocess",
+    "RAGENGINE_OPERATOR_ADDON_RECHECK_SECONDS": "1",
 }
 
 
@@ -69,7 +70,10 @@ def kube(bin_dir) -> Kube:
     kube = Kube(api, kubectl=[str(bin_dir / "kubectl"), f"--kubeconfig={KUBECONFIG}"])
     crd = ROOT / "crds" / "ragengine.io_ragengines.yaml"
     kube.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crd))
-    kube.kubectl("wait", "--for=condition=Established", "crd/ragengines.ragengine.io", "--timeout=30s")
+    # Right after the CRD is created its status may have no conditions yet, and `kubectl wait` then fails
+    # at once instead of waiting (seen on a fresh cluster): wait on the condition itself.
+    wait_for(lambda: kube.kubectl("wait", "--for=condition=Established", "crd/ragengines.ragengine.io",
+                                  "--timeout=5s", check=False).returncode == 0, 30, "the CRD to be Established")
     return kube
 
 
@@ -95,8 +99,10 @@ def service_account_kubeconfig(kube: Kube, sa: str, path: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def operator_identity(kube, bin_dir) -> Path:
-    """The chart's ServiceAccount and RBAC applied as the chart renders them; a kubeconfig for it."""
-    docs = helm_template(bin_dir, "--show-only", "templates/serviceaccount.yaml", "--show-only", "templates/rbac.yaml")
+    """The chart's ServiceAccount, RBAC and Secret admission policy applied as the chart renders them; a
+    kubeconfig for it. Every operator in the tests thus writes Secrets under the policy."""
+    docs = helm_template(bin_dir, "--show-only", "templates/serviceaccount.yaml", "--show-only", "templates/rbac.yaml",
+                         "--show-only", "templates/admission-policy.yaml")
     kube.kubectl("create", "namespace", OPERATOR_NAMESPACE, check=False)
     kube.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=yaml.safe_dump_all(docs))
     sa = next(d for d in docs if d["kind"] == "ServiceAccount")["metadata"]["name"]
@@ -121,12 +127,11 @@ def source_engine(embedder, tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="session")
-def operator(kube, operator_identity, source_engine, tmp_path_factory):
+def operator(kube, operator_identity, source_engine):
     """The operator in this process (kopf's KopfRunner), serving namespaces t-*."""
     from kopf.testing import KopfRunner
 
-    env = {**OPERATOR_ENV, "RAGENGINE_OPERATOR_ENGINE_URL": source_engine,
-           "RAGENGINE_OPERATOR_SOURCES_CACHE_DIR": str(tmp_path_factory.mktemp("source-cache"))}
+    env = {**OPERATOR_ENV, "RAGENGINE_OPERATOR_ENGINE_URL": source_engine}
     args = ["run", "--standalone", f"--namespace={OPERATOR_NAMESPACES}", "-m", "ragengine_operator.handlers"]
     with pytest.MonkeyPatch.context() as mp:
         for key, value in env.items():

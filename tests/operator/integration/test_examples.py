@@ -21,7 +21,8 @@ EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 
 def test_there_are_examples():
     assert {p.name for p in EXAMPLES} >= {"gpu-vllm.yaml", "external-llm.yaml", "cpu-retrieval-only.yaml",
-                                          "postgres-replicas.yaml", "configmap-source.yaml", "git-source.yaml"}
+                                          "postgres-replicas.yaml", "configmap-source.yaml", "git-source.yaml",
+                                          "client.yaml"}
 
 
 # The external-LLM example names placeholder URLs that do not resolve here: it must say so, not
@@ -65,6 +66,11 @@ def test_example_becomes_ready(kube, namespace, path, tmp_path):
         for doc in docs:
             if doc["kind"] == "RAGEngine":
                 check_ready(kube, namespace, path, doc)
+    for doc in docs:
+        if doc["kind"] == "Pod":  # a client: admitted as "restricted", reads the key the operator made
+            pod = kube.core.read_namespaced_pod(doc["metadata"]["name"], namespace)
+            ref = pod.spec.containers[0].env[0].value_from.secret_key_ref
+            assert kube.core.read_namespaced_secret(ref.name, namespace).data[ref.key]
 
 
 def check_ready(kube, namespace: str, path: Path, doc: dict) -> None:
@@ -78,6 +84,10 @@ def check_ready(kube, namespace: str, path: Path, doc: dict) -> None:
         return
     rag = kube.wait_ready(namespace, name, timeout=60)
     assert rag["status"]["endpoint"].startswith(f"http://{name}.{namespace}.svc")
+    # secure by default: a key clients read (the example's own Secret, or the generated one) and a policy
+    key = rag["status"]["apiKeySecretRef"]
+    assert kube.core.read_namespaced_secret(key["name"], namespace).data[key["key"]]
+    assert kube.condition(namespace, name, "SecureDefaults")["status"] == "True"
     for source in doc["spec"].get("sources") or []:
         entry = wait_for(lambda s=source["name"]: next((e for e in (kube.get_rag(namespace, name).get("status") or {})
                                                         .get("sources") or [] if e["name"] == s and e.get("synced")),
