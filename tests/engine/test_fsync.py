@@ -45,7 +45,7 @@ class Call:
     result: str
 
 
-_LINE = re.compile(r"^(\d+) (?:<\.\.\. (\w+) resumed>(.*)|(\w+)\((\d+)<(\w+:\[[^\]]*\]|[^>]*)>(.*))$")
+_LINE = re.compile(r"^(\d+)\s+(?:<\.\.\. (\w+) resumed>(.*)|(\w+)\((\d+)<(\w+:\[[^\]]*\]|[^>]*)>(.*))$")
 _RESULT = re.compile(r"^(.*)\)\s+=\s+(-?\d+)(?:\s.*)?$")
 _UNFINISHED = " <unfinished ...>"
 

@@ -7,9 +7,11 @@ from ragengine_operator.spec import RAGEngineSpec
 
 from .cases import GOOD_MODEL, GOOD_URL, INVALID
 
-# The CRD words one CEL rule for both directions; pydantic words each direction on its own.
+# Where the CRD's one CEL rule words a case differently from pydantic: it words both directions of the
+# secret rule together, and lists every managed vLLM flag where pydantic names the one it found.
 PYDANTIC_WORDING = {"faiss-with-secret": "spec.vectorStore: Value error, vectorStore.connectionSecretRef applies to "
-                                         "postgres and milvus only"}
+                                         "postgres and milvus only",
+                    "vllm-underscore-flag": "spec.inference: Value error, inference.args must not set --max-model-len"}
 
 
 def k8s_errors(exc: ValidationError) -> str:
