@@ -15,6 +15,7 @@ from pydantic import AfterValidator, Field, WithJsonSchema, model_validator
 
 from . import vllm_cli
 from .sources.spec import Source, unique_names
+from .spec_access import AccessSpec
 from .spec_network import EngineNetworkPolicySpec, NetworkPolicyPeer
 from .spec_types import LabelMap, Name, SpecModel, Url
 
@@ -460,7 +461,7 @@ AUTH_OFF_WITH_KEY = "auth.apiKeySecretRef needs auth.enabled: a key the engine w
 
 
 class RAGEngineSpec(SpecModel):
-    """Desired state of a RAGEngine: inference (optional), embedding, retrieval, engine, storage, auth."""
+    """Desired state of a RAGEngine: inference (optional), embedding, retrieval, engine, storage, auth, access."""
 
     inference: InferenceSpec | None = Field(
         None, description="Generation backend; omit for retrieval-only (extractive answers)."
@@ -474,6 +475,9 @@ class RAGEngineSpec(SpecModel):
     monitoring: MonitoringSpec | None = Field(
         None, description="Render a ServiceMonitor or PodMonitor for vLLM and the engine; unset: none."
     )
+    access: AccessSpec | None = Field(
+        None, description="Principals (keys, ServiceAccounts), roles, index patterns, groups and rate limits; rendered "
+        "into the engine's access file (docs/access.md).")
     sessions: SessionsSpec = Field(default_factory=SessionsSpec, json_schema_extra={"default": {}})
     sources: Annotated[list[Source], AfterValidator(unique_names)] = Field(
         default_factory=list, max_length=32,

@@ -109,6 +109,10 @@ def test_config_hash_rolls_only_the_affected_deployment():
     assert ha["docs-engine"] == hb["docs-engine"] and ha["docs-inference"] != hb["docs-inference"]
 
 
+# Without spec.access: the engine's ServiceAccount and its TokenReview binding are not wanted.
+NO_ACCESS = {("ServiceAccount", "docs-engine"), ("ClusterRoleBinding", "ragengine-tokenreview-team-a-docs")}
+
+
 def test_plan_modes():
     p = plan(OWNER, RAGEngineSpec.model_validate(FULL))
     assert p.names() == ["PersistentVolumeClaim/docs-model-cache", "Deployment/docs-inference", "Service/docs-inference",
@@ -116,14 +120,14 @@ def test_plan_modes():
                          "Service/docs", "NetworkPolicy/docs-engine"]
     assert {(r.kind, r.name) for r in p.delete if not r.optional} == {
         ("PodDisruptionBudget", "docs-engine"), ("HorizontalPodAutoscaler", "docs-engine"),
-        ("HorizontalPodAutoscaler", "docs-inference")}
+        ("HorizontalPodAutoscaler", "docs-inference"), *NO_ACCESS}
     # add-ons' kinds (KEDA, the Prometheus operator): deleted where the cluster serves them
     assert {(r.kind, r.name) for r in p.delete if r.optional} == {("ScaledObject", "docs-inference")} | {
         (kind, name) for kind in ("ServiceMonitor", "PodMonitor") for name in ("docs-engine", "docs-inference")}
     url = plan(OWNER, RAGEngineSpec.model_validate({"inference": {"url": "http://x/v1"}}))
     assert url.names() == ["PersistentVolumeClaim/docs-data", "Deployment/docs-engine", "Service/docs",
                            "NetworkPolicy/docs-engine"]
-    assert {r.name for r in url.delete} == {"docs-inference", "docs-engine"}
+    assert {r.name for r in url.delete} == {"docs-inference", "docs-engine"} | {name for _, name in NO_ACCESS}
     assert ("NetworkPolicy", "docs-inference") in {(r.kind, r.name) for r in url.delete}
 
 
@@ -292,7 +296,7 @@ def engine_policy(network_policy=None, owner=OWNER):
 SYNC_PODS = {"podSelector": {"matchLabels": {c.SELECTOR_NAME: "docs", c.SELECTOR_COMPONENT: c.COMPONENT_SYNC}}}
 
 
-def test_engine_network_policy_is_on_by_default_and_admits_the_namespace():
+def test_engine_network_policy_rendered_not_enforced_is_on_by_default_and_admits_the_namespace():
     """Secure by default (issue 22, finding 5): unset, the policy admits the pods of the RAGEngine's own
     namespace and its source syncs, never the operator nor the rest of the cluster."""
     policy, deletes = engine_policy()
@@ -302,12 +306,12 @@ def test_engine_network_policy_is_on_by_default_and_admits_the_namespace():
     assert not any("namespaceSelector" in peer for peer in rule["from"])
 
 
-def test_engine_network_policy_opt_out_deletes_it():
+def test_engine_network_policy_rendered_not_enforced_opt_out_deletes_it():
     policy, deletes = engine_policy({"enabled": False})
     assert policy is None and ("NetworkPolicy", "docs-engine") in deletes
 
 
-def test_engine_network_policy_admits_only_the_listed_peers_on_the_engine_port():
+def test_engine_network_policy_rendered_not_enforced_admits_only_the_listed_peers():
     peers = [
         {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}}},
         {"namespaceSelector": {"matchLabels": {"team": "web"}},
@@ -325,7 +329,7 @@ def test_engine_network_policy_admits_only_the_listed_peers_on_the_engine_port()
     assert rule["ports"] == [{"port": c.ENGINE_PORT, "protocol": "TCP"}]
 
 
-def test_engine_network_policy_without_peers_admits_only_the_source_syncs():
+def test_engine_network_policy_rendered_not_enforced_without_peers_admits_only_the_syncs():
     policy, _ = engine_policy({"allowFrom": []})
     assert [r["from"] for r in policy["spec"]["ingress"]] == [[SYNC_PODS]]
 

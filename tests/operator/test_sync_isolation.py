@@ -97,7 +97,7 @@ def test_credentials_reach_the_job_by_reference_only():
     assert "credentials" not in {v["name"] for v in pod["volumes"]}
 
 
-def test_the_engine_network_policy_admits_the_sync_pods_and_namespace_policies_can_select_them():
+def test_the_engine_network_policy_rendered_not_enforced_admits_the_sync_pods():
     labels = job()["spec"]["template"]["metadata"]["labels"]
     assert labels[c.SELECTOR_COMPONENT] == c.COMPONENT_SYNC and labels["ragengine.io/source"] == "handbook"
     assert labels[c.LABEL_MANAGED_BY] == c.FIELD_MANAGER  # in the operator's (server-side filtered) pod watch

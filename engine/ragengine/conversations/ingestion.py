@@ -60,7 +60,8 @@ class IngestionWorker:
             while self._busy or await self.jobs.pending():
                 await asyncio.sleep(0.02)
 
-    async def accept(self, filename: str, content_type: str | None, data: bytes) -> FileInfo:
+    async def accept(self, filename: str, content_type: str | None, data: bytes, *,
+                     principal: str | None = None) -> FileInfo:
         """Validate (413, 415), store the bytes, record the file as ``uploaded`` and queue it."""
         if len(data) > self.settings.max_upload_bytes:
             raise PayloadTooLarge(f"The file is {len(data)} bytes; the limit is {self.settings.max_upload_bytes}.")
@@ -72,7 +73,7 @@ class IngestionWorker:
         if text is not None and len(text) > self.settings.max_document_chars:
             text = None
         return await self.jobs.submit(filename=filename or "upload", content_type=CANONICAL[kind], text=text,
-                                      data=data)
+                                      data=data, principal=principal)
 
     async def delete(self, file_id: str) -> None:
         info = await self.store.get_file(file_id)

@@ -51,7 +51,8 @@ class Jobs(Protocol):
     lease_s: float
 
     async def start(self) -> None: ...
-    async def submit(self, *, filename: str, content_type: str, text: str | None, data: bytes) -> FileInfo: ...
+    async def submit(self, *, filename: str, content_type: str, text: str | None, data: bytes,
+                     principal: str | None = None) -> FileInfo: ...
     async def next(self) -> Claim: ...
     async def data(self, claim: Claim) -> bytes | None: ...
     async def renew(self, claim: Claim) -> bool: ...
@@ -80,9 +81,10 @@ class LocalJobs:
                 log.info("re-queueing %s file %s after restart", status, f.id)
                 self.queue.put_nowait(f.id)
 
-    async def submit(self, *, filename: str, content_type: str, text: str | None, data: bytes) -> FileInfo:
+    async def submit(self, *, filename: str, content_type: str, text: str | None, data: bytes,
+                     principal: str | None = None) -> FileInfo:
         info = await self.store.create_file(filename=filename, content_type=content_type, size_bytes=len(data),
-                                            text=text)
+                                            text=text, principal=principal)
         await asyncio.to_thread(_write_durably, self._path(info.id), data)
         self.queue.put_nowait(info.id)
         return info
@@ -122,9 +124,10 @@ class DatabaseJobs:
     async def start(self) -> None:
         """Nothing to re-queue: jobs left by a crash are open rows whose lease runs out by itself."""
 
-    async def submit(self, *, filename: str, content_type: str, text: str | None, data: bytes) -> FileInfo:
+    async def submit(self, *, filename: str, content_type: str, text: str | None, data: bytes,
+                     principal: str | None = None) -> FileInfo:
         info = await self.store.create_file(filename=filename, content_type=content_type, size_bytes=len(data),
-                                            text=text, data=data)
+                                            text=text, data=data, principal=principal)
         self._wake.set()  # this replica's idle workers look at once; the others within poll_s
         return info
 

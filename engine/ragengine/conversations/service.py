@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ragengine.access.acl import Acl
 from ragengine.conversations.budget import Budget
 from ragengine.conversations.events import event
 from ragengine.conversations.prompting import (
@@ -56,6 +57,8 @@ class Turn:
     session_id: str
     req: MessageRequest
     started: float
+    acl: Acl | None = None  # the caller's document ACL (access control)
+    files_of: str | None = None  # attachable files: this principal's (None: any, for admins)
     session: Any = None
     user: Any = None  # the stored user message
     history: list[dict] = field(default_factory=list)
@@ -118,9 +121,12 @@ class ConversationService:
         """The LLM client's LLMAvailability (None for a client without one)."""
         return getattr(self.llm, "availability", None)
 
-    async def run(self, session_id: str, req: MessageRequest) -> AsyncIterator[dict]:
-        """The message's events, in the seed's order; the steps below each yield theirs."""
-        turn = Turn(session_id, req, time.perf_counter(), thread_id=req.thread_id,
+    async def run(self, session_id: str, req: MessageRequest, *, acl: Acl | None = None,
+                  files_of: str | None = None) -> AsyncIterator[dict]:
+        """The message's events, in the seed's order; the steps below each yield theirs. ``acl``: the caller's
+        document ACL, applied to every search (the knowledge index, the session's files, tool calls);
+        ``files_of``: files in ``req.file_ids`` must be this principal's (access.decide.owner_filter)."""
+        turn = Turn(session_id, req, time.perf_counter(), acl=acl, files_of=files_of, thread_id=req.thread_id,
                     meta={"mode": req.mode, "query_used": req.content})
         async for evt in self._open(turn):
             yield evt
@@ -158,7 +164,7 @@ class ConversationService:
         else:
             await self.store.get_thread(t.session_id, t.thread_id)
         if req.file_ids:
-            await self.store.attach_files(t.session_id, req.file_ids)
+            await self.store.attach_files(t.session_id, req.file_ids, owned_by=t.files_of)
         n_history = s.session_history_messages
         if n_history:
             stored = await self.store.history(t.session_id, t.thread_id, last=n_history)
@@ -183,7 +189,7 @@ class ConversationService:
         """Scope, token budget, inline files and (rag mode) retrieved chunks, fitted to the budget."""
         s, req = self.settings, t.req
         files = await self.store.session_files(t.session_id) if req.mode != "none" else []
-        t.scope = Scope(s.conversation_index, tuple(f.id for f in files if f.status == "completed"))
+        t.scope = Scope(s.conversation_index, tuple(f.id for f in files if f.status == "completed"), t.acl)
         pending = [f for f in files if f.status in ACTIVE and f.text]
         t.meta["scope_file_ids"] = list(t.scope.file_ids)
         t.budget = await Budget.create(self.llm, s, req.max_tokens) if self.llm_ok else None
@@ -345,7 +351,7 @@ class ConversationService:
         if knowledge == self.settings.conversation_index:  # a session stored before that was refused
             knowledge = None
         if knowledge and self.registry.exists(knowledge):
-            found += await self.registry.retrieve(knowledge, query, top_k)
+            found += await self.registry.retrieve(knowledge, query, top_k, acl=scope.acl)
         elif knowledge and meta is not None:
             meta["index_missing"] = knowledge  # created later, or deleted: not an error
         found.sort(key=lambda n: n.score, reverse=True)  # the seed's order; two lists merge on one cosine scale

@@ -72,9 +72,16 @@ OPERATOR_ONLY = {
     *(f"engine.networkPolicy.allowFrom.{field}" for field in (
         "ipBlock.cidr", "ipBlock.except", "namespaceSelector.matchExpressions", "namespaceSelector.matchLabels",
         "podSelector.matchExpressions", "podSelector.matchLabels")),
+    # rendered into the engine's access file, a Secret mounted into the engine (manifests/access.py)
+    *(f"access.{field}" for field in (
+        "audience", "defaultLimits.requestsPerMinute", "defaultLimits.tokensPerMinute",
+        *(f"{kind}.{leaf}" for kind in ("keys", "serviceAccounts") for leaf in (
+            "indexes", "role", "groups", "limits.requestsPerMinute", "limits.tokensPerMinute")),
+        "keys.name", "keys.keySecretRef", "serviceAccounts.namespace",
+        "serviceAccounts.name")),
     # synced by the operator through the engine's API (sources/runner.py)
     *(f"sources.{field}" for field in (
-        "name", "index", "interval", "metadata", "chunking.chunkSize", "chunking.chunkOverlap", "configMap.name",
+        "name", "index", "interval", "metadata", "acl", "chunking.chunkSize", "chunking.chunkOverlap", "configMap.name",
         "configMap.keys", "git.url", "git.ref", "git.paths", "git.secretRef.name", "http.urls", "http.secretRef.name")),
 }
 

@@ -257,7 +257,7 @@ def test_vllm_is_locked_down_and_admitted_as_restricted(kube, namespace):
     assert kube.core.read_namespaced_secret(f"{n}-inference-api-key", ns).data["api-key"] == key
 
 
-def test_engine_network_policy_is_on_by_default_and_an_opt_out_is_warned(kube, namespace):
+def test_engine_network_policy_rendered_not_enforced_is_on_by_default_and_an_opt_out_is_warned(kube, namespace):
     """Secure by default (issue 22, finding 5): the engine's NetworkPolicy exists without being asked for,
     admitting the RAGEngine's namespace and its source syncs (never the operator); allowFrom replaces the
     namespace with the listed peers; opting out deletes it and SecureDefaults says so with a Warning Event.
