@@ -29,7 +29,7 @@ from kubernetes import config as k8s_config
 
 from tests.llm_server import FakeLLM, create_llm_app
 from tests.operator.integration.kube import Kube, wait_for
-from tests.support.server import free_port
+from tests.support.server import port_for_external_server
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBECONFIG = ROOT / ".cluster" / "kubeconfig"
@@ -157,7 +157,7 @@ class RestartableServer:
     """A uvicorn server on the machine's address and a fixed port that a test can stop and start again."""
 
     def __init__(self, app, host: str) -> None:
-        self.app, self.host, self.port = app, host, free_port()
+        self.app, self.host, self.port = app, host, port_for_external_server(host)  # uvicorn fails if taken
         self.server: uvicorn.Server | None = None
         self.thread: threading.Thread | None = None
 
