@@ -158,6 +158,12 @@ class EngineSettings(BaseSettings):
         0.3, ge=0.0, le=1.0, description="Minimum cosine similarity in [0, 1] for a chunk to enter the prompt "
         "(0.3: measured in docs/retrieval.md; the seed's 0.85 L2 = 0.575 drops relevant context for ~30% of questions)."
     )
+    no_context: Literal["answer", "refuse", "disclaim"] = Field(
+        "answer", description="When retrieval was asked for and no chunk passed similarity_threshold: 'answer' "
+        "(the LLM answers the question as sent, the seed's behaviour), 'refuse' (a fixed message, the LLM is not "
+        "asked) or 'disclaim' (the LLM's answer followed by a disclaimer). Chat completions also say so in the "
+        "X-RAG-Outcome header; docs/engine.md (\"No context\").",
+    )
     node_token_approximation: int = Field(500, ge=1, description="Divisor in top_k = max(100, free_tokens / this).")
     reformulate: bool = Field(False, description="Rewrite follow-up questions into standalone ones before search.")
     reformulate_history: int = Field(6, ge=1, description="Messages of history given to the reformulator.")

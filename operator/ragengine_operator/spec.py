@@ -323,6 +323,9 @@ class RetrievalSpec(SpecModel):
     similarity_threshold: float = Field(
         0.3, ge=0.0, le=1.0,
         description="Minimum cosine similarity for a chunk to enter the prompt (0.3: see docs/retrieval.md).")
+    no_context: Literal["answer", "refuse", "disclaim"] = Field(
+        "answer", description="When no chunk passes similarityThreshold: 'answer' (the LLM answers as asked), "
+        "'refuse' (a fixed message) or 'disclaim' (the answer plus a disclaimer); see docs/engine.md.")
     hybrid: bool = Field(True, description="Fuse dense and BM25 results.")
     rerank_model: Annotated[str, Field(max_length=512)] | None = Field(None, description="Cross-encoder; unset = none.")
     screen_indexes: list[Annotated[str, Field(min_length=1, max_length=200)]] | None = Field(

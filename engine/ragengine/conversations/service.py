@@ -39,6 +39,7 @@ from ragengine.metrics import GROUNDEDNESS_SCORE, SESSION_MESSAGES, TOOL_CALLS, 
 from ragengine.protocol.conversations import MAIN_THREAD, MessageRequest
 from ragengine.rag.extractive import NO_ANSWER, extractive_answer
 from ragengine.rag.groundedness import assess_groundedness
+from ragengine.rag.no_context import DISCLAIMER, REFUSAL, REFUSAL_METHOD
 from ragengine.rag.reformulate import reformulate_query
 
 log = logging.getLogger(__name__)
@@ -238,12 +239,25 @@ class ConversationService:
         return event("context_found", context_chunks=len(t.nodes), inline_files=[d.file_id for d in t.inline],
                      sources=[n.to_source_node() for n in t.nodes])
 
+    def _no_context(self, t: Turn) -> str | None:
+        """The ``no_context`` setting when retrieval ran (rag mode) and nothing passed the threshold, else None."""
+        if t.mode != "rag" or t.req.mode == "none" or t.nodes or t.inline:
+            return None
+        return str(self.settings.no_context)
+
     def _top_k(self, req: MessageRequest) -> int:
         return req.top_k or self.settings.conversation_top_k
 
     async def _generate(self, t: Turn, gen: Generation) -> AsyncIterator[dict]:
         """The LLM's answer, streamed as text chunks (tools mode: after the tool rounds). ``generation_start``
         goes out with the first text, so an LLM that fails before answering leaves only the extractive one."""
+        if self._no_context(t) == "refuse":
+            yield event("generation_start", message="No document matched the question.",
+                        generation_method=REFUSAL_METHOD)
+            gen.answer, gen.method = REFUSAL, REFUSAL_METHOD
+            if (shown := t.out.feed(REFUSAL)):
+                yield event("text_chunk", content=shown)
+            return
         if not self.llm_ok:
             return
         context = format_context(t.nodes, t.inline) if (t.mode == "rag" or t.inline) else None
@@ -343,6 +357,13 @@ class ConversationService:
                     gen.answer += piece
                     t.out.shown += piece  # the engine's own words: not screened
                     yield event("text_chunk", content=piece)
+        if (policy := self._no_context(t)) is not None:
+            meta["no_context"] = policy
+            if policy == "disclaim" and not t.out.blocked:  # rag/no_context.py: the client sees it is ungrounded
+                piece = ("\n\n" if t.out.shown else "") + DISCLAIMER
+                gen.answer += piece
+                t.out.shown += piece
+                yield event("text_chunk", content=piece)
         SESSION_MESSAGES.labels(req.mode, meta.get("generation_method", "llm")).inc()
         meta["total_ms"] = round((time.perf_counter() - t.started) * 1000, 2)
         reply = await self.store.add_message(t.session_id, t.thread_id, "assistant", t.out.shown, meta)

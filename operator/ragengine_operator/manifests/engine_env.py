@@ -29,6 +29,7 @@ SPEC_TO_ENGINE = {
     "embedding.url": "embedding_url",
     "retrieval.contextTokenRatio": "context_token_ratio",
     "retrieval.similarityThreshold": "similarity_threshold",
+    "retrieval.noContext": "no_context",
     "retrieval.hybrid": "hybrid",
     "retrieval.rerankModel": "rerank_model",
     "vectorStore.type": "vector_store",
@@ -133,6 +134,7 @@ def engine_values(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
         "embedding_cache_dir": c.ENGINE_MODEL_CACHE_DIR,  # on the data volume: downloaded once
         "context_token_ratio": r.context_token_ratio,
         "similarity_threshold": r.similarity_threshold,
+        "no_context": r.no_context,
         "hybrid": r.hybrid,
         "rerank_model": r.rerank_model,
         "screen_indexes": r.screen_indexes,
