@@ -48,6 +48,10 @@ RETRIEVE_SECONDS = Histogram(
 INGEST_SECONDS = Histogram(
     "ragengine_ingest_seconds", "One write request: chunk + embed + journal + apply.", buckets=_SLOW, registry=REGISTRY
 )
+EMBEDDING_BACKEND = Gauge(
+    "ragengine_embedding_backend", "1 for the embedding backend in use (openvino, onnx, torch, remote).", ["backend"],
+    registry=REGISTRY,
+)
 INDEX_DOCUMENTS = Gauge("ragengine_index_documents", "Documents per index.", ["index"], registry=REGISTRY)
 INDEX_CHUNKS = Gauge("ragengine_index_chunks", "Chunks (vectors) per index.", ["index"], registry=REGISTRY)
 INDEX_CORRUPT = Gauge("ragengine_index_corrupt", "1 when an index failed to load from disk.", ["index"], registry=REGISTRY)
