@@ -21,8 +21,19 @@ from ragengine.retrieval import long_query
 from ragengine.retrieval.grouping import OVERFETCH, cap_per_document
 from ragengine.retrieval.hybrid import FUSION_CANDIDATES, FusionParams, candidate_pool, fuse
 
+
+def _one_openmp_thread() -> None:
+    """Each search worker runs FAISS on one OpenMP thread (libgomp keeps the setting per thread): a single
+    query's flat search takes well under a millisecond, and concurrent queries that each fan out over every
+    core spin against each other (issue 28: 56 req/s at 16 clients, 126 with OMP_NUM_THREADS=1). Ingestion
+    and HNSW builds run on other threads and keep every core."""
+    import faiss
+
+    faiss.omp_set_num_threads(1)
+
+
 # Searches only (ingestion embeds on the embedder's own thread), so queries never queue behind writes.
-_POOL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="search")
+_POOL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="search", initializer=_one_openmp_thread)
 MAX_WIDEN = 10_000  # candidates at most when widening for max_chunks_per_document
 
 
