@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import itertools
 import os
+from collections.abc import Iterator
 from contextlib import asynccontextmanager
 
 import httpx
@@ -24,7 +25,8 @@ from ragengine.errors import NotFound
 from ragengine.index.types import RetrievedNode
 from ragengine.settings import EngineSettings
 from tests.llm_server import FakeLLM, create_llm_app, tokenize
-from tests.support.server import free_port, serve_app
+from tests.support.embedding import borrowed
+from tests.support.server import refused_port, serve_app
 from tests.support.stores import store_values
 
 DOCS = [
@@ -94,19 +96,6 @@ def embedding_model(embedder):
     return embedder
 
 
-class _Borrowed(Embedder):
-    """An engine's own Embedder over a shared, already loaded model: closing it leaves the model loaded."""
-
-    def close(self) -> None:
-        self._docs_pool.shutdown(wait=False, cancel_futures=True)
-        self._query_pool.shutdown(wait=False, cancel_futures=True)
-
-
-def fresh_embedder(shared: Embedder) -> Embedder:
-    # Same loaded model; own thread pools and query batcher, since each engine runs its own event loop.
-    return _Borrowed(shared.backend)
-
-
 def index_docs(base: str) -> None:
     documents = [{"doc_id": d, "text": t, "metadata": {"source": d}} for d, t, _ in DOCS]
     r = httpx.post(f"{base}/index", json={"index_name": "docs", "documents": documents}, timeout=120)
@@ -136,9 +125,10 @@ def llm_url(llm_server, fake_llm) -> str:
     return llm_server[1] + "/v1"
 
 
-@pytest.fixture
-def dead_url() -> str:
-    return f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
+@pytest.fixture(scope="session")
+def dead_url() -> Iterator[str]:
+    with refused_port() as port:  # held bound, never listening: refused for the whole run
+        yield f"http://127.0.0.1:{port}/v1"
 
 
 @pytest.fixture(scope="session")
@@ -157,8 +147,7 @@ def engines(llm_server, embedding_model, tmp_path_factory, request):
         values.setdefault("data_dir", tmp_path_factory.mktemp("engine"))
         values = {**store_values(store, prefix=f"chat{os.getpid()}_{next(prefixes)}", work_dir=values["data_dir"],
                                  pg_url=lambda: request.getfixturevalue("pgvector_url")), **values}
-        embedder = fresh_embedder(embedding_model)
-        stack.callback(embedder.close)
+        embedder = stack.enter_context(borrowed(embedding_model))
         app = chat_app(EngineSettings(**values), registry, embedder)
         base = stack.enter_context(serve_app(app))
         if registry is not None:

@@ -14,7 +14,8 @@ import pytest
 
 from ragengine.index.types import RetrievedNode
 from ragengine.settings import EngineSettings
-from tests.chat.conftest import FakeRegistry, chat_app, fake_llm, fresh_embedder, llm_server  # noqa: F401
+from tests.chat.conftest import FakeRegistry, chat_app, fake_llm, llm_server  # noqa: F401
+from tests.support.embedding import borrowed
 from tests.support.server import serve_app
 
 POLICY = """blockMessage: Blocked by the policy.
@@ -67,8 +68,7 @@ def guarded(llm_server, embedder, tmp_path):  # noqa: F811
         path.parent.mkdir(exist_ok=True)
         if policy is not None:
             path.write_text(policy)
-        emb = fresh_embedder(embedder)
-        stack.callback(emb.close)
+        emb = stack.enter_context(borrowed(embedder))
         settings = EngineSettings(data_dir=tmp_path / "data", llm_url=llm_server[1] + "/v1", llm_retries=0,
                                   similarity_threshold=0.0, guardrails_policy=path, **values)
         app = chat_app(settings, FakeRegistry({"ops": list(DOCS), "wiki": list(OPT_IN)}), emb)

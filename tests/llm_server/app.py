@@ -57,6 +57,10 @@ class FakeLLM:
     tokenize_enabled: bool = True
     # Streams send this many content chunks, then an error event instead of the rest.
     stream_error_after: int | None = None
+    # Streams send this many content chunks, then wait until ``stream_release`` is set (or the client goes):
+    # a test sees what the engine forwarded while the LLM is provably still generating.
+    stream_hold_after: int | None = None
+    stream_release: threading.Event = field(default_factory=threading.Event, repr=False)
     max_log: int = 10_000
     # Each entry answers one chat request with (status, message) instead of a completion.
     fail_next: list[tuple[int, str]] = field(default_factory=list)
@@ -179,6 +183,9 @@ def create_llm_app(llm: FakeLLM | None = None) -> FastAPI:
                             return
                         if llm.latency_per_token_s:
                             await asyncio.sleep(llm.latency_per_token_s)
+                        if llm.stream_hold_after is not None and j == llm.stream_hold_after:
+                            while not llm.stream_release.is_set():  # cancelled here when the client goes
+                                await asyncio.sleep(0.01)
                         yield event([{"index": i, "delta": {"content": piece if j == 0 else joiner + piece},
                                       "finish_reason": None}])
                     yield event([{"index": i, "delta": {}, "finish_reason": finish}])

@@ -32,6 +32,7 @@ from ragengine_operator.sources.protocol import (
 )
 from ragengine_operator.sources.sync import SyncResult
 from ragengine_operator.spec import RAGEngineSpec, SecretKeyRef
+from tests.support.server import refused_port
 
 OWNER = Owner("team-a", "docs", "uid-1")
 POD = SyncPod("registry.local/operator:1", cpu="500m", memory="768Mi", deadline_seconds=900, tmp_size="1Gi",
@@ -243,7 +244,8 @@ def test_a_subprocess_sync_runs_under_its_address_space_limit(trickle):
 
 
 def test_a_subprocess_sync_reports_a_failure_as_a_result():
-    source = {"name": "faq", "http": {"urls": ["http://127.0.0.1:9/faq.txt"]}}
-    result, _ = run_worker(source, Limits("1Gi", 60, 60))
+    with refused_port() as port:
+        source = {"name": "faq", "http": {"urls": [f"http://127.0.0.1:{port}/faq.txt"]}}
+        result, _ = run_worker(source, Limits("1Gi", 60, 60))
     assert not result.ok and "unreachable" in result.message and result.type == "http", result
     assert json.loads(encode_result(result, []))["name"] == "faq"

@@ -13,8 +13,9 @@ import pytest
 from ragengine_operator.sources.engine import EngineClient
 from ragengine_operator.sources.spec import Source
 from ragengine_operator.sources.sync import fetch, sync_source
+from tests.support.embedding import borrowed
 from tests.support.git_server import Repo, git_http_server
-from tests.support.server import free_port, serve_app
+from tests.support.server import refused_port, serve_app
 
 AUTH = ("reader", "s3cret-token")
 
@@ -25,9 +26,10 @@ def engine(embedder, tmp_path):
     from ragengine.settings import EngineSettings
 
     app = create_app(EngineSettings(data_dir=tmp_path / "data"))
-    app.state.embedder = embedder
-    with serve_app(app) as base:
-        yield base
+    with borrowed(embedder) as own:
+        app.state.embedder = own
+        with serve_app(app) as base:
+            yield base
 
 
 @pytest.fixture
@@ -126,13 +128,14 @@ def test_bad_sources_report_a_reason_and_lose_nothing(engine, git, tmp_path):
          "ref not found"),
         (Source.model_validate({"name": "s", "index": "docs", "git": {"url": url, "paths": ["*.pdf"]}}), good,
          "matches paths"),
-        (Source.model_validate({"name": "s", "index": "docs", "git": {"url": f"http://127.0.0.1:{free_port()}/x.git"}}),
-         good, "unreachable"),
     ]
-    for bad, secret, reason in cases:
-        result = run(bad, engine, tmp_path / bad.git.ref, secret)
-        assert not result.ok and reason in result.message, result.message
-        assert set(held(engine)) == {"s:a.md"}  # nothing already indexed is lost
+    with refused_port() as port:
+        cases.append((Source.model_validate({"name": "s", "index": "docs",
+                                             "git": {"url": f"http://127.0.0.1:{port}/x.git"}}), good, "unreachable"))
+        for bad, secret, reason in cases:
+            result = run(bad, engine, tmp_path / bad.git.ref, secret)
+            assert not result.ok and reason in result.message, result.message
+            assert set(held(engine)) == {"s:a.md"}  # nothing already indexed is lost
 
 
 def test_a_write_failing_part_way_says_how_much_of_the_revision_was_written(engine):

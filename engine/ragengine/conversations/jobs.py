@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Protocol
 
 from ragengine.conversations.store import ACTIVE_FILE_STATUSES, FileInfo, SessionStore
+from ragengine.index.journal import fsync_dir
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +85,7 @@ class LocalJobs:
                      principal: str | None = None) -> FileInfo:
         info = await self.store.create_file(filename=filename, content_type=content_type, size_bytes=len(data),
                                             text=text, principal=principal)
-        await asyncio.to_thread(self._path(info.id).write_bytes, data)
+        await asyncio.to_thread(_write_durably, self._path(info.id), data)
         self.queue.put_nowait(info.id)
         return info
 
@@ -163,3 +164,13 @@ def make_jobs(store: SessionStore, settings) -> Jobs:
     if store.dialect == "postgresql":
         return DatabaseJobs(store, lease_s=settings.ingestion_lease_s, poll_s=settings.ingestion_poll_s)
     return LocalJobs(store, settings.data_dir)
+
+
+def _write_durably(path: Path, data: bytes) -> None:
+    """The upload's bytes and their folder entry on disk before the 202: the job re-queued after a crash or
+    a power cut finds its input."""
+    with open(path, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    fsync_dir(path.parent)

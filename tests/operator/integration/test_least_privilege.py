@@ -18,7 +18,7 @@ from kubernetes.client.rest import ApiException
 
 from ragengine_operator import constants as c
 
-from .conftest import CHART, OPERATOR_NAMESPACE, ROOT, service_account_kubeconfig
+from .conftest import CHART, OPERATOR_ENV, OPERATOR_NAMESPACE, ROOT, service_account_kubeconfig
 from .kube import wait_for
 
 
@@ -71,7 +71,7 @@ def test_roles_in_the_watched_namespace_are_all_the_operator_needs(kube, bin_dir
     proc = subprocess.Popen(
         [str(Path(sys.executable).with_name("ragengine-operator")), "--namespace", ns],
         stdout=log.open("ab"), stderr=subprocess.STDOUT, cwd=ROOT,
-        env={**os.environ, "KUBECONFIG": str(kubeconfig), "RAGENGINE_OPERATOR_SCAN_CLUSTER": "false",
+        env={**os.environ, **OPERATOR_ENV, "KUBECONFIG": str(kubeconfig), "RAGENGINE_OPERATOR_SCAN_CLUSTER": "false",
              "RAGENGINE_OPERATOR_METRICS_PORT": "0", "RAGENGINE_OPERATOR_LIVENESS_PORT": "0",
              "RAGENGINE_OPERATOR_SYNC_MODE": "subprocess", "RAGENGINE_OPERATOR_ENGINE_URL": source_engine})
     try:
