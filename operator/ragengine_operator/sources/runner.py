@@ -49,6 +49,7 @@ from ..manifests.engine import endpoint
 from ..manifests.engine_env import engine_api_key_ref
 from ..manifests.labels import Owner
 from ..manifests.sync_job import SyncPod
+from ..metrics import SOURCE_SYNCS
 from ..spec import AuthSpec, ObservabilitySpec
 from .in_job import JobRunner
 from .in_subprocess import SubprocessRunner
@@ -262,6 +263,7 @@ class SourceSyncer:
                 result = await SubprocessRunner(self.controller.dyn, self.limits, s.sync_tmp_size).run(
                     target.owner, prepared, progress)
             tracing.annotate(**result_attributes(result))
+            SOURCE_SYNCS.labels(request.action, "ok" if result.ok else "failed").inc()
             return result
 
     def engine_url(self, target: Target) -> str:
