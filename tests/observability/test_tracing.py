@@ -183,7 +183,7 @@ def test_request_ids_and_the_json_access_line(otelcol, llm, embedder, monkeypatc
                                {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": otelcol.grpc})
     sink = io.StringIO()
     handler = logs.handler("json", sink)
-    access = logging.getLogger("ragengine.access")
+    access = logging.getLogger("ragengine.requests")
     access.addHandler(handler)
     access.setLevel(logging.INFO)
     trace_id, _, header = traceparent()
@@ -201,5 +201,46 @@ def test_request_ids_and_the_json_access_line(otelcol, llm, embedder, monkeypatc
     lines = [json.loads(line) for line in sink.getvalue().splitlines()]
     mine = next(x for x in lines if x.get("request_id") == "req-log-1")
     assert mine["route"] == "/v1/chat/completions" and mine["status"] == 200 and mine["method"] == "POST"
-    assert mine["duration_ms"] > 0 and mine["trace_id"] == trace_id and mine["logger"] == "ragengine.access"
+    assert mine["duration_ms"] > 0 and mine["trace_id"] == trace_id and mine["logger"] == "ragengine.requests"
     assert {x["request_id"] for x in lines if x.get("status") == 400} == {bad.headers["x-request-id"]}
+
+
+def test_an_uploads_ingestion_is_a_child_of_the_upload_request(otelcol, llm, embedder, monkeypatch, tmp_path):
+    _, llm_url = llm
+    _app, served = start_engine(monkeypatch, tmp_path, embedder, llm_url,
+                                {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": otelcol.grpc})
+    trace_id, _, header = traceparent()
+    with served as base:
+        r = httpx.post(f"{base}/v1/files", files={"file": ("notes.txt", f"Upload notes. {CANARY}".encode(), "text/plain")},
+                       headers={"traceparent": header}, timeout=60)
+        assert r.status_code == 202, r.text
+        spans = otelcol.wait_for(lambda s: any(x["name"] == "ingestion" and x["attrs"].get("ragengine.status")
+                                               for x in of_trace(s, trace_id)))
+    spans = of_trace(spans, trace_id)
+    by_name = {s["name"]: s for s in spans}
+    server = next(s for s in spans if s["kind"] in (2, "SPAN_KIND_SERVER"))
+    ingestion = by_name["ingestion"]
+    assert ingestion["parentSpanId"] == server["spanId"] and ingestion["attrs"]["ragengine.status"] == "completed"
+    assert ingestion["attrs"]["ragengine.file_id"] == r.json()["file_id"]
+    assert by_name["parse"]["parentSpanId"] == ingestion["spanId"]
+    assert by_name["index_write"]["parentSpanId"] == ingestion["spanId"]
+    assert CANARY not in otelcol.raw()
+
+
+def test_text_log_lines_and_ids_on_refused_requests(llm, embedder, monkeypatch, tmp_path):
+    """log_format=text, and the id on a 401 (authentication runs inside the request-id middleware)."""
+    _, llm_url = llm
+    _app, served = start_engine(monkeypatch, tmp_path, embedder, llm_url, {}, api_key="k-secret")
+    sink = io.StringIO()
+    handler = logs.handler("text", sink)
+    access = logging.getLogger("ragengine.requests")
+    access.addHandler(handler)
+    access.setLevel(logging.INFO)
+    try:
+        with served as base:
+            refused = httpx.get(f"{base}/indexes", headers={"x-request-id": "no-key-1"}, timeout=30)
+    finally:
+        access.removeHandler(handler)
+    assert refused.status_code == 401 and refused.headers["x-request-id"] == "no-key-1"
+    line = next(x for x in sink.getvalue().splitlines() if "request_id=no-key-1" in x)
+    assert "ragengine.requests: GET /indexes 401" in line and not line.startswith("{")

@@ -3,7 +3,7 @@
 Every record logged while a request is served carries its ``request_id`` and, when tracing is on, the
 ``trace_id`` and ``span_id`` of the span that was current: the request id is the trace id's partner,
 so a line leads to its trace and a trace (its server span's ``ragengine.request_id``) to its lines. The
-request middleware (observability/requests.py) writes one ``ragengine.access`` line per request with
+request middleware (observability/requests.py) writes one ``ragengine.requests`` line per request with
 its method, route, path, status and duration. ``configure(format, level)`` installs this on the root
 logger (``ragengine serve`` calls it; uvicorn's own access log is off, this one replaces it).
 """

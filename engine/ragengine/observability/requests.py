@@ -3,7 +3,7 @@
 The id is the caller's ``x-request-id`` when it is a plausible id (1 to 128 visible ASCII characters),
 else a new one (32 hex digits); every response carries it, errors and streams included, and so does the
 request's server span (``ragengine.request_id``) and each log line written while it is served
-(observability/logs.py). The access line (logger ``ragengine.access``) is written when the response has
+(observability/logs.py). The access line (logger ``ragengine.requests``) is written when the response has
 been sent, streams included: method, route template, path, status, duration. The probes and the metrics
 scrape (/health, /ready, /metrics) are logged at DEBUG, so a pod's log is not mostly probes.
 """
@@ -25,7 +25,7 @@ HEADER = "x-request-id"
 _VALID = re.compile(r"^[\x21-\x7e]{1,128}$")
 QUIET_ROUTES = frozenset({"/health", "/ready", "/metrics"})
 EXCLUDED = ",".join(f"//[^/]*{route}$" for route in sorted(QUIET_ROUTES))  # no traces either (URL regexes)
-access_log = logging.getLogger("ragengine.access")
+access_log = logging.getLogger("ragengine.requests")
 
 
 def request_id(headers: list[tuple[bytes, bytes]]) -> str:
