@@ -71,3 +71,16 @@ def test_an_unknown_protocol_stops_the_start():
     with pytest.raises(ValueError, match="http/json"):
         Tracing.from_env("ragengine", env={"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://c:4318",
                                            "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/json"})
+
+
+def test_a_sync_requests_digest_ignores_its_span():
+    """The digest names a sync's pod (adopted after an operator restart): each run's own traceparent must
+    not change it."""
+    from dataclasses import replace
+
+    from ragengine_operator.sources.protocol import SyncRequest
+
+    request = SyncRequest("sync", "faq", "docs", "http://docs.team-a", {"name": "faq"}, "rev-1")
+    traced = replace(request, tracing=["http://c:4317", "grpc", 1.0])
+    assert replace(traced, traceparent=f"00-{'a' * 32}-{'b' * 16}-01").digest() == traced.digest()
+    assert traced.digest() != request.digest()  # where the spans go is part of what the worker is asked

@@ -63,7 +63,8 @@ class SyncRequest:
         return cls(**json.loads(text))
 
     def digest(self) -> str:
-        same = {k: v for k, v in asdict(self).items() if k != "traceparent"}
+        # untraced: the digest of the same request before tracing existed (a running Job is still recognised)
+        same = {k: v for k, v in asdict(self).items() if k != "traceparent" and not (k == "tracing" and v is None)}
         return hashlib.sha256(json.dumps(same, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
 
     @property
