@@ -31,6 +31,7 @@ BATCH_PARTS = 8
 # Claims of one job before it is failed: a file that kills its replica each time (memory, a parser
 # crash) must not take every replica down in turn. Rolling restarts interrupt a job once or twice.
 MAX_ATTEMPTS = 5
+MAX_ORIGINS = 10_000  # uploads whose ingestion joins the upload's trace, waiting at once
 
 
 class IngestionWorker:
@@ -44,7 +45,9 @@ class IngestionWorker:
         self.tracing = tracing_ or tracing.Tracing.off()
         self._tasks: list[asyncio.Task] = []
         self._busy = 0
-        self._origins: dict[str, Any] = {}  # file id -> the upload request's trace context (this process's uploads)
+        # file id -> the upload request's trace context, for this process's uploads; a file another replica
+        # ingests (or one ingested after a restart) gets a trace of its own. Bounded: the oldest go first.
+        self._origins: dict[str, Any] = {}
 
     async def start(self) -> None:
         await self.jobs.start()
@@ -83,6 +86,8 @@ class IngestionWorker:
             from opentelemetry import context
 
             self._origins[info.id] = context.get_current()
+            while len(self._origins) > MAX_ORIGINS:
+                self._origins.pop(next(iter(self._origins)))
             tracing.annotate(file_id=info.id, file_kind=kind, bytes=len(data))
         return info
 
