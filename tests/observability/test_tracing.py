@@ -244,3 +244,35 @@ def test_text_log_lines_and_ids_on_refused_requests(llm, embedder, monkeypatch, 
     assert refused.status_code == 401 and refused.headers["x-request-id"] == "no-key-1"
     line = next(x for x in sink.getvalue().splitlines() if "request_id=no-key-1" in x)
     assert "ragengine.requests: GET /indexes 401" in line and not line.startswith("{")
+
+
+def test_a_streamed_answer_after_reformulation(otelcol, llm, embedder, monkeypatch, tmp_path):
+    """The reformulation's own LLM call sits under its span; the answer's streamed call ends with the stream."""
+    fake, llm_url = llm
+    _app, served = start_engine(monkeypatch, tmp_path, embedder, llm_url,
+                                {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": otelcol.grpc}, reformulate=True)
+    trace_id, _, header = traceparent()
+    messages = [{"role": "user", "content": "What is KAITO?"}, {"role": "assistant", "content": "An operator."},
+                {"role": "user", "content": "How does it get GPU nodes?"}]
+    with served as base:
+        index(base)
+        fake.reset()
+        with httpx.stream("POST", f"{base}/v1/chat/completions", headers={"traceparent": header}, timeout=60,
+                          json={"index_name": "docs", "stream": True, "messages": messages}) as r:
+            assert r.status_code == 200
+            body = r.read().decode()
+        assert body.rstrip().endswith("data: [DONE]")
+        spans = otelcol.wait_for(lambda s: sum(x["name"] == "llm_call" for x in of_trace(s, trace_id)) == 2)
+    spans = of_trace(spans, trace_id)
+    server = next(s for s in spans if s["kind"] in (2, "SPAN_KIND_SERVER"))
+    reformulation = next(s for s in spans if s["name"] == "reformulation")
+    assert reformulation["parentSpanId"] == server["spanId"]
+    assert reformulation["attrs"]["ragengine.outcome"] == "rewritten"
+    calls = {s["parentSpanId"]: s for s in spans if s["name"] == "llm_call"}
+    assert calls[reformulation["spanId"]]["attrs"]["llm.stream"] is False
+    answer = calls[server["spanId"]]
+    assert answer["attrs"]["llm.stream"] is True and answer["attrs"]["llm.first_chunk_ms"] > 0
+    # Both calls told the LLM their place in the trace.
+    assert [r["headers"]["traceparent"].split("-")[1] for r in fake.requests
+            if r["path"] == "/v1/chat/completions"] == [trace_id, trace_id]
+    assert "How does it get GPU nodes?" not in otelcol.raw()
