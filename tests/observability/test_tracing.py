@@ -276,3 +276,38 @@ def test_a_streamed_answer_after_reformulation(otelcol, llm, embedder, monkeypat
     assert [r["headers"]["traceparent"].split("-")[1] for r in fake.requests
             if r["path"] == "/v1/chat/completions"] == [trace_id, trace_id]
     assert "How does it get GPU nodes?" not in otelcol.raw()
+
+
+POLICY = """blockMessage: Blocked by the policy.
+scanners:
+  - type: regex
+    action: redact
+    patterns: ['\\bAKIA[0-9A-Z]{16}\\b']
+"""
+SECRET = "AKIAABCDEFGHIJKLMNOP"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_guardrails_span_says_what_acted_and_never_what_it_redacted(otelcol, llm, embedder, monkeypatch, tmp_path,
+                                                                     stream):
+    fake, llm_url = llm
+    policy = tmp_path / "guardrails.yaml"
+    policy.write_text(POLICY)
+    _app, served = start_engine(monkeypatch, tmp_path, embedder, llm_url,
+                                {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": otelcol.grpc}, guardrails_policy=policy)
+    trace_id, _, header = traceparent()
+    with served as base:
+        index(base)
+        fake.reply = f"The key is {SECRET} here."
+        r = httpx.post(f"{base}/v1/chat/completions", headers={"traceparent": header}, timeout=60,
+                       json={"index_name": "docs", "stream": stream, "messages": [{"role": "user", "content": "key?"}]})
+        assert r.status_code == 200 and SECRET not in r.text
+        spans = otelcol.wait_for(lambda s: any(x["name"] == "guardrails" for x in of_trace(s, trace_id)))
+    spans = of_trace(spans, trace_id)
+    server = next(s for s in spans if s["kind"] in (2, "SPAN_KIND_SERVER"))
+    guard = next(s for s in spans if s["name"] == "guardrails")
+    assert guard["parentSpanId"] == server["spanId"]
+    assert guard["attrs"]["guardrails.action"] == "redact"
+    assert guard["attrs"]["ragengine.mode"] == ("stream" if stream else "json")
+    assert guard["attrs"]["guardrails.scanners"] == ["regex:redact:1"]
+    assert SECRET not in otelcol.raw()
