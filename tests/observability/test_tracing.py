@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import time
 import uuid
 
 import httpx
@@ -311,3 +312,40 @@ def test_guardrails_span_says_what_acted_and_never_what_it_redacted(otelcol, llm
     assert guard["attrs"]["ragengine.mode"] == ("stream" if stream else "json")
     assert guard["attrs"]["guardrails.scanners"] == ["regex:redact:1"]
     assert SECRET not in otelcol.raw()
+
+
+def test_a_session_answer_in_tools_mode(otelcol, embedder, monkeypatch, tmp_path):
+    """Tool rounds: each round's LLM call and tool calls under its span, the tool's search under the call."""
+    from tests.conversations.scripted_llm import ScriptedLLM, create_scripted_app, tool_call
+
+    scripted = ScriptedLLM()
+    with serve_app(create_scripted_app(scripted)) as llm_base:
+        _app, served = start_engine(monkeypatch, tmp_path, embedder, llm_base + "/v1",
+                                    {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": otelcol.grpc})
+        with served as base, httpx.Client(base_url=base, timeout=60) as http:
+            r = http.post("/v1/files", files={"file": ("safe.txt", b"The alpha launch code is kept in the blue safe.",
+                                                       "text/plain")})
+            file_id = r.json()["file_id"]
+            deadline = time.monotonic() + 120
+            while http.get(f"/v1/files/{file_id}").json()["ingestion_status"] != "completed":
+                assert time.monotonic() < deadline, "the upload was not ingested"
+                time.sleep(0.05)
+            sid = http.post("/v1/sessions", json={"file_ids": [file_id]}).json()["id"]
+            scripted.script = [{"content": None, "tool_calls": [tool_call("alpha launch code")]}]
+            trace_id, _, header = traceparent()
+            r = http.post(f"/v1/sessions/{sid}/messages", json={"content": "Where is the alpha code?", "mode": "tools"},
+                          headers={"traceparent": header})
+            assert r.status_code == 200, r.text
+            spans = otelcol.wait_for(lambda s: any(x["name"] == "groundedness" for x in of_trace(s, trace_id)))
+    spans = of_trace(spans, trace_id)
+    server = next(s for s in spans if s["kind"] in (2, "SPAN_KIND_SERVER"))
+    rounds = sorted((s for s in spans if s["name"] == "tool_round"), key=lambda s: s["attrs"]["ragengine.round"])
+    assert [r["parentSpanId"] for r in rounds] == [server["spanId"]] * 2
+    assert [r["attrs"]["ragengine.tool_calls"] for r in rounds] == [1, 0]
+    call = next(s for s in spans if s["name"] == "tool_call")
+    assert call["parentSpanId"] == rounds[0]["spanId"] and call["attrs"]["gen_ai.tool.name"] == "semantic_search"
+    assert call["attrs"]["ragengine.hits"] >= 1 and "ragengine.tool.query" not in call["attrs"]
+    assert any(s["name"] == "retrieval" and s["parentSpanId"] == call["spanId"] for s in spans)
+    assert {s["parentSpanId"] for s in spans if s["name"] == "llm_call"} == {r["spanId"] for r in rounds}
+    assert next(s for s in spans if s["name"] == "groundedness")["parentSpanId"] == server["spanId"]
+    assert "alpha launch code" not in otelcol.raw()
