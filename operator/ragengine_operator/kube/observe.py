@@ -12,6 +12,7 @@ from kubernetes.dynamic import DynamicClient
 from .. import constants as c
 from ..manifests.engine import data_pvc_name, engine_deployment_name
 from ..manifests.engine_env import served_model
+from ..manifests.guardrails import POLICY_KEY, policy_configmap_name
 from ..manifests.inference import inference_name, model_cache_pvc_name
 from ..manifests.labels import Owner
 from ..reconcile.status import Observed, container_failure
@@ -120,6 +121,9 @@ def observe(dyn: DynamicClient, owner: Owner, spec: RAGEngineSpec | None, probe_
         wanted[c.COMPONENT_INFERENCE] = inference_name(owner)
     elif spec.inference is not None and spec.inference.url and probe_external:
         obs.inference_unreachable = probe_llm(spec.inference.url, served_model(spec))
+    if spec.guardrails.enabled:  # a ConfigMap edit is seen at the next resync (or any reconcile)
+        cm = get(dyn, "v1", "ConfigMap", owner.namespace, policy_configmap_name(owner, spec))
+        obs.guardrails_policy = ((cm or {}).get("data") or {}).get(POLICY_KEY)
     obs.data_volume_size = _requested(get(dyn, "v1", "PersistentVolumeClaim", owner.namespace, data_pvc_name(owner)))
     if spec.runs_vllm:
         obs.model_cache_volume_size = _requested(

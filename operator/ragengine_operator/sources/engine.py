@@ -8,6 +8,7 @@ behaves the same on FAISS and on an external store and needs no access to the en
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -17,6 +18,11 @@ from ragengine_operator.sources.plan import HASH_KEY, SOURCE_KEY, SyncPlan
 
 PAGE = 100
 BATCH = 32
+# A sync pod's first connections can be refused while the network policy learns its address (kube-router
+# refused a new pod for about a second on the real node; a Job that pushes at once never got through), and a
+# restarting engine refuses for a while too. A refused connect sent nothing, so it is repeated, writes too.
+CONNECT_GRACE_S = 30.0
+FIRST_RETRY_S, MAX_RETRY_S = 0.25, 2.0
 
 
 class EngineUnavailable(Exception):
@@ -31,16 +37,32 @@ class Applied:
 
 
 class EngineClient:
-    def __init__(self, base_url: str, api_key: str | None = None, timeout: float = 600.0) -> None:
+    def __init__(self, base_url: str, api_key: str | None = None, timeout: float = 600.0,
+                 connect_grace_s: float = CONNECT_GRACE_S) -> None:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout)
+        self.connect_grace_s = connect_grace_s
+        self.refused = 0  # connects refused (or timed out) and repeated so far
 
     def close(self) -> None:
         self.http.close()
 
+    def _send(self, method: str, path: str, **kwargs) -> httpx.Response:
+        """One request; a connect that fails is repeated with backoff for ``connect_grace_s``."""
+        deadline, delay = time.monotonic() + self.connect_grace_s, FIRST_RETRY_S
+        while True:
+            try:
+                return self.http.request(method, path, **kwargs)
+            except (httpx.ConnectError, httpx.ConnectTimeout):
+                if time.monotonic() + delay > deadline:
+                    raise
+                self.refused += 1
+                time.sleep(delay)
+                delay = min(delay * 2, MAX_RETRY_S)
+
     def _call(self, method: str, path: str, **kwargs) -> httpx.Response:
         try:
-            resp = self.http.request(method, path, **kwargs)
+            resp = self._send(method, path, **kwargs)
         except httpx.HTTPError as exc:
             raise EngineUnavailable(f"engine unreachable: {exc}") from exc
         if resp.status_code >= 400 and resp.status_code != 404:
