@@ -47,8 +47,6 @@ def _parse_set(values: tuple[str, ...]) -> dict[str, Any]:
 def serve(host, port, data_dir, embedding_model, embedding_url, llm_url, rerank_model, hnsw_threshold,
           load_sample_index, extra, log_level) -> None:
     """Run the engine's HTTP server. Flags override RAGENGINE_* environment variables."""
-    import logging
-
     import uvicorn
     from pydantic import ValidationError
 
@@ -65,7 +63,10 @@ def serve(host, port, data_dir, embedding_model, embedding_url, llm_url, rerank_
         settings = EngineSettings(**overrides)
     except ValidationError as exc:
         raise click.ClickException(f"invalid settings:\n{exc}") from exc
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # JSON lines with the request's ids (or plain text: log_format); the engine's access line replaces uvicorn's.
+    from ragengine.observability import logs
+
+    logs.configure(settings.log_format, log_level)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     app = create_app(settings)
     # Bind before the model loads: a taken port fails at once, and the port is ours when this line is
@@ -81,7 +82,8 @@ def serve(host, port, data_dir, embedding_model, embedding_url, llm_url, rerank_
         raise click.ClickException(f"cannot bind {settings.host}:{settings.port}: {exc.strerror}") from exc
     bound = sock.getsockname()[1]
     click.echo(f"listening on http://{settings.host}:{bound}", err=True)
-    config = uvicorn.Config(app, host=settings.host, port=bound, log_level=log_level.lower(), timeout_graceful_shutdown=30)
+    config = uvicorn.Config(app, host=settings.host, port=bound, log_level=log_level.lower(), timeout_graceful_shutdown=30,
+                            log_config=None, access_log=False)
     uvicorn.Server(config).run(sockets=[sock])
 
 

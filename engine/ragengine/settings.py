@@ -50,6 +50,18 @@ class EngineSettings(BaseSettings):
     max_document_chars: int = Field(5_000_000, ge=1, description="A single document's text longer than this gets 413.")
     load_sample_index: bool = Field(False, description="Create the bundled 'sample' index on start when absent.")
 
+    # --- observability (docs/observability.md) ----------------------------------------------------------
+    # Traces are configured by the standard OTEL_* variables (an OTLP endpoint turns them on); these two
+    # are the engine's own choices.
+    log_format: Literal["json", "text"] = Field(
+        "json", description="Log lines as JSON objects (one per line: time, level, logger, message, request_id, "
+        "trace_id; access lines add method, route, path, status, duration_ms) or as plain text.",
+    )
+    trace_content: bool = Field(
+        False, description="Put user content (questions, rewritten queries, tool queries) into spans. Off: spans "
+        "carry counts, ids, scores, models and timings, never document text or what users wrote.",
+    )
+
     # --- embeddings --------------------------------------------------------------------------------
     embedding_model: str = Field(
         DEFAULT_EMBEDDING_MODEL,

@@ -478,6 +478,26 @@ class GuardrailsSpec(SpecModel):
         "them unscreened, saying so. A bad edit never matters while a good policy was loaded: it keeps serving.")
 
 
+class TracingSpec(SpecModel):
+    """OpenTelemetry traces of answers, ingestion and source syncs (docs/observability.md)."""
+
+    endpoint: Annotated[str, Field(pattern=r"^https?://[^\s/]+(/\S*)?$", max_length=512)] = Field(
+        description="The OTLP receiver (an OpenTelemetry Collector, Tempo, Jaeger): http://host:4317 for gRPC, or the "
+        "full URL of /v1/traces for http/protobuf. Rendered as OTEL_EXPORTER_OTLP_TRACES_ENDPOINT for the engine and "
+        "the sync workers, and as vLLM's --otlp-traces-endpoint.")
+    protocol: Literal["grpc", "http/protobuf"] = Field(
+        "grpc", description="OTLP transport (OTEL_EXPORTER_OTLP_TRACES_PROTOCOL); vLLM's default is grpc.")
+    sampling_ratio: float = Field(
+        1.0, ge=0.0, le=1.0, description="Share of new traces recorded (parentbased_traceidratio): a request that "
+        "comes with a sampled traceparent is recorded whatever the ratio, and vLLM follows the engine's decision.")
+
+
+class ObservabilitySpec(SpecModel):
+    """Where the RAGEngine's traces go; metrics are spec.monitoring's."""
+
+    tracing: TracingSpec | None = Field(None, description="OpenTelemetry traces; unset: none are exported.")
+
+
 AUTH_OFF_WITH_KEY = "auth.apiKeySecretRef needs auth.enabled: a key the engine would not check is a mistake"
 
 
@@ -496,6 +516,7 @@ class RAGEngineSpec(SpecModel):
     monitoring: MonitoringSpec | None = Field(
         None, description="Render a ServiceMonitor or PodMonitor for vLLM and the engine; unset: none."
     )
+    observability: ObservabilitySpec = Field(default_factory=ObservabilitySpec, json_schema_extra={"default": {}})
     access: AccessSpec | None = Field(
         None, description="Principals (keys, ServiceAccounts), roles, index patterns, groups and rate limits; rendered "
         "into the engine's access file (docs/access.md).")

@@ -20,6 +20,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ragengine", "ragengine.settings"),
     ("ragengine.errors",),
     ("ragengine.metrics",),
+    ("ragengine.observability",),  # traces, request ids, log lines: every layer above opens spans
     ("ragengine.protocol",),
     ("ragengine.access",),  # who may do what; the stores and sessions take its principals
     ("ragengine.rag.text", "ragengine.filetypes"),  # text primitives; files to documents

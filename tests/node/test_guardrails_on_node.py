@@ -31,7 +31,7 @@ def _policy(kube: Kube, ns: str, text: str) -> None:
 @pytest.fixture(scope="module")
 def guarded(kube: Kube, chart_operator, namespace, llm) -> str:
     fake, server = llm
-    fake.reply = ANSWER
+    fake.reply, fake.split = ANSWER, lambda text: [text]  # verbatim (not re-spaced word by word)
     _policy(kube, namespace, REDACT)
     kube.core.create_namespaced_secret(namespace, {"metadata": {"name": "guarded-key"}, "stringData": {"key": KEY}})
     kube.create_rag(namespace, NAME, {

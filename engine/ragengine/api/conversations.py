@@ -229,7 +229,7 @@ async def startup(app: FastAPI, settings: EngineSettings, stack: AsyncExitStack)
     await asyncio.to_thread(store.create_tables)
     stack.callback(store.close)
     registry = getattr(app.state, "registry", None)
-    ingestion = IngestionWorker(store, registry, settings)
+    ingestion = IngestionWorker(store, registry, settings, tracing_=app.state.tracing)
     await ingestion.start()
     stack.push_async_callback(ingestion.stop)
     app.state.sessions = store

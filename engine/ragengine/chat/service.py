@@ -38,7 +38,8 @@ from ragengine.guardrails.runtime import Guardrails
 from ragengine.guardrails.screening import screen_nodes
 from ragengine.llm.client import LLMClient, LLMUnavailable
 from ragengine.llm.tokens import estimate_tokens
-from ragengine.metrics import LLM_TTFT_SECONDS, RAG_TTFT_SECONDS
+from ragengine.metrics import CONTEXT_CHUNKS, LLM_FALLBACKS, LLM_TTFT_SECONDS, RAG_TTFT_SECONDS
+from ragengine.observability import tracing
 from ragengine.protocol.openai import (
     ChatCompletionRequest,
     ChatCompletionResponse,
@@ -135,6 +136,8 @@ class ChatService:
         if target.index_name is not None and (self.registry is None or not self.registry.exists(target.index_name)):
             raise NotFound(f"No such index: '{target.index_name}' exists.", param="index_name")
         reason = bypass_reason(req, target.index_name)
+        tracing.annotate(**{"chat.index": target.index_name, "chat.stream": bool(req.stream),
+                            "chat.bypass": reason, "gen_ai.request.model": req.model})
         if reason is not None:
             outcome = await self._passthrough(body, req, target, RagInfo(applied=False, reason=reason), t0)
         else:
@@ -154,6 +157,7 @@ class ChatService:
         budget, nodes, timing = await self._budget_and_retrieve(req, target, split, query, messages)
         nodes, screening = screen_nodes(nodes, target.index_name, self.settings.screen_indexes)
         chosen = await self._select(nodes, budget, timing)
+        CONTEXT_CHUNKS.observe(len(chosen.nodes))
         max_tokens = reply_max_tokens(budget, chosen.context_tokens)
         info = RagInfo(
             applied=bool(chosen.nodes), reason=None if chosen.nodes else "no_context", index_name=target.index_name,
@@ -224,13 +228,19 @@ class ChatService:
         """Nodes above the similarity threshold, then the greedy fill of the context budget."""
         t_select = time.perf_counter()
         threshold = self.settings.similarity_threshold
-        candidates = [n for n in nodes if (n.score or 0.0) >= threshold] if threshold else list(nodes)
-        # Counts stored with the chunks at ingestion are used as they are; only the others are counted.
-        counted = await self.llm.count_chunk_tokens([n.text for n in candidates], [n.token_counts for n in candidates])
-        counts = {n.text: c for n, c in zip(candidates, counted, strict=True)}
-        selected = select_context(candidates, budget.context_budget, counts.__getitem__, threshold)
+        with tracing.stage("context_selection", retrieved=len(nodes), similarity_threshold=threshold,
+                           context_budget=budget.context_budget) as span:
+            candidates = [n for n in nodes if (n.score or 0.0) >= threshold] if threshold else list(nodes)
+            # Counts stored with the chunks at ingestion are used as they are; only the others are counted.
+            counted = await self.llm.count_chunk_tokens([n.text for n in candidates],
+                                                        [n.token_counts for n in candidates])
+            counts = {n.text: c for n, c in zip(candidates, counted, strict=True)}
+            selected = select_context(candidates, budget.context_budget, counts.__getitem__, threshold)
+            chosen = Selection(candidates, selected, sum(counts[n.text] for n in selected))
+            tracing.annotate(span, candidates=len(candidates), selected=len(selected), context_tokens=chosen.context_tokens,
+                             doc_ids=[n.doc_id for n in selected[:20]])
         timing["select"] = time.perf_counter() - t_select
-        return Selection(candidates, selected, sum(counts[n.text] for n in selected))
+        return chosen
 
     async def _rag_payload(self, body: dict, split: MessageSplit, target: Target, selected: list,
                            max_tokens: int | None) -> dict[str, Any]:
@@ -329,6 +339,8 @@ class ChatService:
         the upstream error itself when ``extractive_fallback`` is off."""
         if not self.settings.extractive_fallback:
             raise exc
+        LLM_FALLBACKS.labels("extractive").inc()
+        tracing.annotate(**{"llm.fallback": "extractive"})
         return self._extractive(req, target, info, nodes, fallback_reason(exc), t0, query=query, disclaim=disclaim)
 
     def _extractive(self, req: ChatCompletionRequest, target: Target, info: RagInfo, nodes: list, reason: str, t0: float,
@@ -351,6 +363,7 @@ class ChatService:
         if fallback is None:
             del extra["fallback_reason"]
         if req.stream:
+            tracing.annotate(**{"chat.mode": mode})
             final = chunk(completion_id, model, int(time.time()), [], **extra)
             on_first = lambda: RAG_TTFT_SECONDS.labels(mode).observe(time.perf_counter() - t0)  # noqa: E731
             return StreamOutcome(extractive_stream(text, completion_id=completion_id, model=model, n=n, final=final,
@@ -368,6 +381,7 @@ class ChatService:
     # --- helpers ----------------------------------------------------------------------------------
     def _json(self, out: dict, t0: float, mode: str, *, llm_s: float = 0.0, endpoint: str | None = None,
               timing: dict | None = None) -> JSONOutcome:
+        tracing.annotate(**{"chat.mode": mode})
         total = time.perf_counter() - t0
         RAG_TTFT_SECONDS.labels(mode).observe(total)
         parts = [f"engine;dur={_ms(total - llm_s)}"]
@@ -379,6 +393,8 @@ class ChatService:
         return JSONOutcome(out, {"Server-Timing": ", ".join(parts)})
 
     def _first_token_observer(self, t0: float, stream, mode: str):
+        tracing.annotate(**{"chat.mode": mode})
+
         def observe() -> None:
             RAG_TTFT_SECONDS.labels(mode).observe(time.perf_counter() - t0)
             if stream.first_chunk_s is not None:

@@ -35,7 +35,8 @@ from ragengine.guardrails.output import AnswerGuard
 from ragengine.guardrails.screening import screen_nodes
 from ragengine.index.types import RetrievedNode
 from ragengine.llm.availability import tool_calls_refused
-from ragengine.metrics import GROUNDEDNESS_SCORE, SESSION_MESSAGES, TOOL_CALLS, UNGROUNDED_ANSWERS
+from ragengine.metrics import GROUNDEDNESS_SCORE, LLM_FALLBACKS, SESSION_MESSAGES, TOOL_CALLS, UNGROUNDED_ANSWERS
+from ragengine.observability import tracing
 from ragengine.protocol.conversations import MAIN_THREAD, MessageRequest
 from ragengine.rag.extractive import NO_ANSWER, extractive_answer
 from ragengine.rag.groundedness import assess_groundedness
@@ -133,6 +134,7 @@ class ConversationService:
         """The message's events, in the seed's order; the steps below each yield theirs. ``acl``: the caller's
         document ACL, applied to every search (the knowledge index, the session's files, tool calls);
         ``files_of``: files in ``req.file_ids`` must be this principal's (access.decide.owner_filter)."""
+        tracing.annotate(**{"session.id": session_id, "session.mode": req.mode})
         turn = Turn(session_id, req, time.perf_counter(), acl=acl, files_of=files_of, thread_id=req.thread_id,
                     meta={"mode": req.mode, "query_used": req.content},
                     out=AnswerGuard(self.guardrails))  # fail-closed without a usable policy: 503 here
@@ -230,7 +232,9 @@ class ConversationService:
         t_r = time.perf_counter()
         t.nodes = await self._retrieve(t.session, t.scope, t.query, self._top_k(t.req), t.meta)
         if t.budget is not None:
-            t.nodes = await t.budget.fit_nodes(t.nodes)
+            with tracing.stage("context_selection", retrieved=len(t.nodes)) as span:
+                t.nodes = await t.budget.fit_nodes(t.nodes)
+                tracing.annotate(span, selected=len(t.nodes), doc_ids=[n.doc_id for n in t.nodes[:20]])
         t.meta["retrieval_ms"] = round((time.perf_counter() - t_r) * 1000, 2)
         yield self._context_found(t)
 
@@ -317,6 +321,9 @@ class ConversationService:
             t.replied = True
             raise gen.error
         reason = gen.fallback_reason or "No LLM is configured."
+        if gen.error is not None:
+            LLM_FALLBACKS.labels("extractive").inc()
+            tracing.annotate(**{"llm.fallback": "extractive"})
         if t.mode == "tools" and not t.nodes and self.llm_ok:  # the tool loop failed before searching
             assert t.scope is not None, "the scope is set when the turn opens"
             t.nodes = await self._retrieve(t.session, t.scope, t.query, self._top_k(t.req))
@@ -343,8 +350,11 @@ class ConversationService:
         if t.out.report is not None:
             meta["guardrails"] = t.out.report
         if req.mode != "none":
-            report = await assess_groundedness(gen.answer, [d.text for d in t.inline] + [n.text for n in t.nodes],
-                                               threshold=self.settings.groundedness_threshold, embedder=self.embedder)
+            with tracing.stage("groundedness", sources=len(t.inline) + len(t.nodes)) as span:
+                report = await assess_groundedness(gen.answer, [d.text for d in t.inline] + [n.text for n in t.nodes],
+                                                   threshold=self.settings.groundedness_threshold,
+                                                   embedder=self.embedder)
+                tracing.annotate(span, score=report.score, flagged=report.flagged)
             meta["groundedness"] = report.to_dict(details=req.groundedness_details)
             if report.score is not None:
                 GROUNDEDNESS_SCORE.labels(req.mode).observe(report.score)

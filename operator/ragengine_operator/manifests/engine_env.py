@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from ragengine.observability.tracing import tracing_env
 from ragengine.settings import EngineSettings
 
 from .. import constants as c
@@ -74,6 +75,8 @@ OPERATOR_ONLY = {
     *(f"monitoring.scrapeFrom.{field}" for field in (
         "ipBlock.cidr", "ipBlock.except", "namespaceSelector.matchExpressions", "namespaceSelector.matchLabels",
         "podSelector.matchExpressions", "podSelector.matchLabels")),
+    # OTEL_* variables for the engine, vLLM and the sync workers, not engine settings (otel_env below)
+    "observability.tracing.endpoint", "observability.tracing.protocol", "observability.tracing.samplingRatio",
     # the engine's NetworkPolicy (manifests/engine.py)
     *(f"engine.networkPolicy.allowFrom.{field}" for field in (
         "ipBlock.cidr", "ipBlock.except", "namespaceSelector.matchExpressions", "namespaceSelector.matchLabels",
@@ -187,9 +190,21 @@ def secret_refs(spec: RAGEngineSpec, owner: Owner | None = None) -> dict[str, An
     return {k: v for k, v in refs.items() if v is not None}
 
 
+def otel_env(owner: Owner, spec: RAGEngineSpec, service_name: str) -> list[dict[str, Any]]:
+    """The standard OTEL_* variables that send a component's traces where spec.observability.tracing says
+    (none without it); the resource names the RAGEngine, so one collector tells RAGEngines apart."""
+    t = spec.observability.tracing
+    if t is None:
+        return []
+    values = tracing_env(t.endpoint, protocol=t.protocol, sampling_ratio=t.sampling_ratio, service_name=service_name,
+                         resource={"k8s.namespace.name": owner.namespace, "ragengine.name": owner.name})
+    return [{"name": k, "value": v} for k, v in sorted(values.items())]
+
+
 def engine_env(owner: Owner, spec: RAGEngineSpec) -> list[dict[str, Any]]:
     values = EngineSettings.to_env(engine_values(owner, spec))
     env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in sorted(values.items())]
+    env += otel_env(owner, spec, "ragengine")
     for field, ref in sorted(secret_refs(spec, owner).items()):
         env.append(
             {"name": EngineSettings.env_name(field), "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}

@@ -40,6 +40,8 @@ from typing import Any
 
 from kubernetes.client.rest import ApiException
 
+from ragengine.observability import tracing
+
 from .. import constants as c
 from ..controller import Controller, api_message, post
 from ..kube import apply as kube
@@ -47,13 +49,15 @@ from ..manifests.engine import endpoint
 from ..manifests.engine_env import engine_api_key_ref
 from ..manifests.labels import Owner
 from ..manifests.sync_job import SyncPod
-from ..spec import AuthSpec
+from ..metrics import SOURCE_SYNCS
+from ..spec import AuthSpec, ObservabilitySpec
 from .in_job import JobRunner
 from .in_subprocess import SubprocessRunner
 from .protocol import Limits, Prepared, SyncRequest, failed
 from .spec import Source
 from .status import SourceState, after_sync, due, epoch, retry_delay, sync_event, syncing, visible, waiting
 from .sync import SyncResult
+from .traced import TracingConfig, config_of, operator_span, result_attributes
 
 log = logging.getLogger(__name__)
 TICK_SECONDS = 1.0
@@ -77,6 +81,7 @@ class Target:
     engine_ready: bool
     api_key_ref: tuple[str, str] | None  # (Secret, key) of the engine's API key; None when auth is off
     engine_ready_since: float = 0.0  # epoch of EngineReady's last transition to True
+    tracing: TracingConfig | None = None  # spec.observability.tracing (sources/traced.py)
 
     @classmethod
     def from_body(cls, namespace: str, name: str, uid: str, spec: Mapping, status: Mapping) -> Target | None:
@@ -86,6 +91,7 @@ class Target:
         try:
             sources = tuple(Source.model_validate(s) for s in spec.get("sources") or [])
             auth = AuthSpec.model_validate(spec.get("auth") or {})
+            observability = ObservabilitySpec.model_validate(spec.get("observability") or {})
         except ValueError as exc:  # the reconcile reports InvalidSpec for the whole object
             log.info("sources of %s/%s not synced: %s", namespace, name, exc)
             return None
@@ -95,7 +101,7 @@ class Target:
         since = (epoch(cond.get("lastTransitionTime")) or 0.0) if ready else 0.0
         ref = engine_api_key_ref(Owner(namespace, name, uid), auth)
         return cls(namespace, name, uid, sources, tuple(status.get("sources") or ()), ready,
-                   (ref.name, ref.key) if ref else None, since)
+                   (ref.name, ref.key) if ref else None, since, config_of(observability.tracing))
 
     @property
     def owner(self) -> Owner:
@@ -245,13 +251,20 @@ class SourceSyncer:
         return Prepared(request, ref.name if ref else None, configmap, target.api_key_ref)
 
     async def dispatch(self, target: Target, prepared: Prepared, progress: Progress | None = None) -> SyncResult:
-        """Run the worker where settings.sync_mode says (sources/in_job.py, sources/in_subprocess.py)."""
+        """Run the worker where settings.sync_mode says (sources/in_job.py, sources/in_subprocess.py), in the
+        sync's span when the RAGEngine has tracing on (its traceparent goes to the worker in the request)."""
         s = self.settings
-        if s.sync_mode == "job":
-            return await JobRunner(self.controller.dyn, SyncPod.from_settings(s), self.limits, self.pods).run(
-                target.owner, prepared, progress)
-        return await SubprocessRunner(self.controller.dyn, self.limits, s.sync_tmp_size).run(
-            target.owner, prepared, progress)
+        with operator_span(target.tracing, prepared.request, target.owner) as request:
+            prepared = replace(prepared, request=request)
+            if s.sync_mode == "job":
+                result = await JobRunner(self.controller.dyn, SyncPod.from_settings(s), self.limits, self.pods).run(
+                    target.owner, prepared, progress)
+            else:
+                result = await SubprocessRunner(self.controller.dyn, self.limits, s.sync_tmp_size).run(
+                    target.owner, prepared, progress)
+            tracing.annotate(**result_attributes(result))
+            SOURCE_SYNCS.labels(request.action, "ok" if result.ok else "failed").inc()
+            return result
 
     def engine_url(self, target: Target) -> str:
         template = self.settings.engine_url
