@@ -104,3 +104,23 @@ def test_an_unknown_setting_is_refused(value):
 
     with pytest.raises(ValidationError, match="no_context"):
         EngineSettings(no_context=value)
+
+
+async def test_disclaimer_goes_between_the_last_text_and_the_finish_when_one_chunk_has_both():
+    from ragengine.rag.no_context import disclaim_chunks
+
+    async def upstream():
+        yield {"id": "c", "choices": [{"index": 0, "delta": {"role": "assistant", "content": "Mount"}, "finish_reason": None}]}
+        yield {"id": "c", "choices": [{"index": 0, "delta": {"content": " Everest"}, "finish_reason": "stop"}],
+               "usage": {"completion_tokens": 2}}
+        yield {"id": "c", "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0}]}, "finish_reason": None}]}
+
+    out = [c async for c in disclaim_chunks(upstream())]
+    assert [c["choices"] for c in out] == [
+        [{"index": 0, "delta": {"role": "assistant", "content": "Mount"}, "finish_reason": None}],
+        [{"index": 0, "delta": {"content": " Everest"}, "finish_reason": None}],
+        [{"index": 0, "delta": {"content": f"\n\n{DISCLAIMER}"}, "finish_reason": None}],
+        [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+        [{"index": 0, "delta": {"tool_calls": [{"index": 0}]}, "finish_reason": None}],
+    ]
+    assert [("usage" in c) for c in out] == [False, False, False, True, False]  # usage once, on the last

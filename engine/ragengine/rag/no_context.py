@@ -37,17 +37,28 @@ def disclaim_body(body: dict[str, Any]) -> dict[str, Any]:
 
 
 async def disclaim_chunks(chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
-    """Upstream stream chunks with a disclaimer delta for each choice just before the chunk that finishes it,
-    so the disclaimer is part of the text clients accumulate and ``finish_reason`` stays last."""
-    pending_tools: set[int] = set()
+    """Upstream stream chunks with a disclaimer delta for each choice just before its ``finish_reason``, so the
+    disclaimer is the last text clients accumulate and ``finish_reason`` stays last. A chunk that carries both
+    the last text and ``finish_reason`` is split around the disclaimer; tool-call choices are left alone."""
+    tool_choices: set[int] = set()
     async for item in chunks:
-        choices = item.get("choices") or []
-        for choice in choices:
+        base = {k: v for k, v in item.items() if k not in ("choices", "usage")}
+        before: list[dict[str, Any]] = []
+        choices = []
+        for choice in item.get("choices") or []:
             index = choice.get("index", 0)
             delta = choice.get("delta") or {}
             if delta.get("tool_calls"):
-                pending_tools.add(index)
-            if choice.get("finish_reason") is not None and index not in pending_tools:
+                tool_choices.add(index)
+            if choice.get("finish_reason") is not None and index not in tool_choices:
+                if delta:  # its last text goes out first, then the disclaimer, then the finish
+                    before.append({**base, "choices": [{**choice, "finish_reason": None}]})
+                    choice = {**choice, "delta": {}}
                 piece = {"index": index, "delta": {"content": "\n\n" + DISCLAIMER}, "finish_reason": None}
-                yield {**{k: v for k, v in item.items() if k != "usage"}, "choices": [piece]}
+                before.append({**base, "choices": [piece]})
+            choices.append(choice)
+        for extra in before:
+            yield extra
+        if "choices" in item:
+            item["choices"] = choices
         yield item
