@@ -10,17 +10,23 @@ one operator: each revision is synced once whatever the number of engine replica
 What survives a restart: ``status.sources[]`` (revision, digest of the spec synced, counts). A
 restarted operator re-reads it, so a source already at its revision is checked, not re-synced; a
 sync cut off half-way is re-planned from the engine's content hashes and finishes.
+
+Workers are shared fairly: at most ``source_workers`` syncs run at once, and at most
+``source_workers_per_namespace`` of one namespace, so a tenant with many slow sources leaves workers
+to the others. Every failure of a sync, expected or not, is a failed result: status, an Event and
+backoff, never a retry at the next tick. A removed source, or a RAGEngine that goes away, loses its
+git cache.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
+import contextlib
 import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,17 +38,37 @@ from ..controller import Controller, api_message, post
 from ..kube import apply as kube
 from ..manifests.engine import endpoint
 from ..manifests.labels import Owner
+from . import cache as clones
 from .engine import EngineClient, EngineUnavailable
 from .fetch import Fetched, FetchError, from_configmap
 from .plan import SyncPlan
 from .spec import Source
-from .status import SourceState, after_sync, due, sync_event, syncing, visible, waiting
-from .sync import SyncResult, fetch, sync_source
+from .status import SourceState, after_sync, due, retry_delay, sync_event, syncing, visible, waiting
+from .sync import FetchPolicy, SyncResult, fetch, source_secret, sync_source, unexpected
 
 log = logging.getLogger(__name__)
 TICK_SECONDS = 1.0
 PROGRESS_EVERY_S = 10.0  # a long sync shows its progress in status.sources at most this often
+SWEEP_EVERY_S = 600.0  # git cache folders of RAGEngines gone while the operator was down
 Key = tuple[str, str]
+
+
+class FairSlots:
+    """``total`` workers, at most ``per_namespace`` of them (running or queued for one) per namespace.
+
+    A sync first takes its namespace's slot, then a global one; the global queue is FIFO, so it never
+    holds more than ``per_namespace`` entries of one tenant and every namespace's next sync is at most
+    a few places from the front."""
+
+    def __init__(self, total: int, per_namespace: int) -> None:
+        self.total = asyncio.Semaphore(total)
+        self.per_namespace = min(per_namespace, total)
+        self.namespaces: defaultdict[str, asyncio.Semaphore] = defaultdict(lambda: asyncio.Semaphore(self.per_namespace))
+
+    @contextlib.asynccontextmanager
+    async def hold(self, namespace: str) -> AsyncIterator[None]:
+        async with self.namespaces[namespace], self.total:
+            yield
 
 
 @dataclass(frozen=True)
@@ -79,26 +105,39 @@ class SourceSyncer:
     states: dict[Key, dict[str, SourceState]] = field(default_factory=dict)
     running: set[tuple[str, str, str]] = field(default_factory=set)
     locks: defaultdict[Key, threading.Lock] = field(default_factory=lambda: defaultdict(threading.Lock))
+    prune_failures: dict[tuple[str, str, str], tuple[int, float]] = field(default_factory=dict)  # (count, when)
 
     @property
     def settings(self) -> Any:
         return self.controller.settings
 
+    @property
+    def cache_root(self) -> Path:
+        return Path(self.settings.sources_cache_dir)
+
+    def slots(self) -> FairSlots:
+        return FairSlots(self.settings.source_workers, self.settings.source_workers_per_namespace)
+
     # --- the loop -------------------------------------------------------------------------------
     async def loop(self, index: Mapping[Key, Any]) -> None:
-        slots = asyncio.Semaphore(self.settings.source_workers)
+        slots = self.slots()
         tasks: set[asyncio.Task] = set()
+        swept = time.monotonic()
         while True:
             await asyncio.sleep(TICK_SECONDS)
             targets = {key: next(iter(found)) for key, found in list(index.items()) if found}
             for gone in set(self.states) - set(targets):
                 self.states.pop(gone, None)
+                await asyncio.to_thread(clones.remove, self.cache_root, *gone)
+            if time.monotonic() - swept > SWEEP_EVERY_S:
+                swept = time.monotonic()
+                await asyncio.to_thread(clones.sweep, self.cache_root, set(targets))
             for target in targets.values():
                 for task in self.start(target, slots):
                     tasks.add(task)
                     task.add_done_callback(tasks.discard)
 
-    def start(self, target: Target, slots: asyncio.Semaphore) -> list[asyncio.Task]:
+    def start(self, target: Target, slots: FairSlots) -> list[asyncio.Task]:
         key = (target.namespace, target.name)
         states = self.states.setdefault(key, {e["name"]: SourceState.from_status(e) for e in target.entries})
         now = time.time()
@@ -110,21 +149,26 @@ class SourceSyncer:
             self.running.add((*key, source.name))
             started.append(asyncio.create_task(self._one(target, source, slots)))
         for name in set(states) - wanted:  # removed from the spec: its documents go too
-            if (*key, name) not in self.running:
+            count, when = self.prune_failures.get((*key, name), (0, 0.0))
+            if (*key, name) not in self.running and now >= when + retry_delay(count):
                 self.running.add((*key, name))
                 started.append(asyncio.create_task(self._prune(target, name, slots)))
         return started
 
-    async def _one(self, target: Target, source: Source, slots: asyncio.Semaphore) -> None:
+    async def _one(self, target: Target, source: Source, slots: FairSlots) -> None:
         key = (target.namespace, target.name)
         try:
-            async with slots:
+            async with slots.hold(target.namespace):
                 before = self.states.setdefault(key, {}).get(source.name)
                 reporter = ProgressReporter(self, target, source, before)
                 if not target.engine_ready:
                     after, result = waiting(source, before, time.time()), None
                 else:
-                    result = await asyncio.to_thread(self.sync_blocking, target, source, before, reporter)
+                    try:
+                        result = await asyncio.to_thread(self.sync_blocking, target, source, before, reporter)
+                    except Exception as exc:  # sync_blocking reports its own; this is the last net
+                        log.exception("sync of source %s of %s/%s failed", source.name, *key)
+                        result = SyncResult(source.name, source.kind, ok=False, message=unexpected(exc))
                     after = after_sync(source, before, result, time.time())
                 self.states.setdefault(key, {})[source.name] = after  # (the RAGEngine may be gone meanwhile)
                 if before is None or visible(before) != visible(after) or reporter.reported:
@@ -132,23 +176,30 @@ class SourceSyncer:
                 event = sync_event(source, before, after, result.written if result else 0)
                 if event:
                     self._post(target, *event)
-        except Exception:  # never let one source's surprise stop the loop
-            log.exception("sync of source %s of %s/%s failed", source.name, *key)
+        except Exception:  # status or Event writes: never let one source's surprise stop the loop
+            log.exception("reporting the sync of source %s of %s/%s failed", source.name, *key)
         finally:
             self.running.discard((*key, source.name))
 
-    async def _prune(self, target: Target, name: str, slots: asyncio.Semaphore) -> None:
+    async def _prune(self, target: Target, name: str, slots: FairSlots) -> None:
         key = (target.namespace, target.name)
         index = next((e.get("index") for e in target.entries if e.get("name") == name), None) or name
         try:
-            async with slots:
+            async with slots.hold(target.namespace):
                 removed = await asyncio.to_thread(self.prune_blocking, target, name, index)
                 self.states.setdefault(key, {}).pop(name, None)
+                self.prune_failures.pop((*key, name), None)
+                await asyncio.to_thread(clones.remove, self.cache_root, *key, name)
                 await asyncio.to_thread(self.write_status, target)
                 self._post(target, "Normal", "SourceRemoved",
                            f"source {name} left the spec: its {removed} document(s) were deleted from index {index}")
-        except (EngineUnavailable, ApiException) as exc:
-            log.warning("documents of removed source %s of %s/%s not deleted yet: %s", name, *key, exc)
+        except Exception as exc:  # retried with backoff, like a failed sync
+            count = self.prune_failures.get((*key, name), (0, 0.0))[0] + 1
+            self.prune_failures[(*key, name)] = (count, time.time())
+            if isinstance(exc, EngineUnavailable | ApiException | FetchError):
+                log.warning("documents of removed source %s of %s/%s not deleted yet: %s", name, *key, exc)
+            else:
+                log.exception("pruning removed source %s of %s/%s failed", name, *key)
         finally:
             self.running.discard((*key, name))
 
@@ -159,6 +210,8 @@ class SourceSyncer:
             engine = self._engine(target)
         except FetchError as exc:
             return SyncResult(source.name, source.kind, ok=False, message=str(exc))
+        except Exception as exc:
+            return SyncResult(source.name, source.kind, ok=False, message=unexpected(exc))
         try:
             known = state.revision if state and state.synced else None
             if known is not None and not engine.has_index(source.index_name):
@@ -168,14 +221,18 @@ class SourceSyncer:
             def read() -> Fetched:
                 holder = source.git or source.http
                 ref = holder.secret_ref if holder is not None else None
-                secret = self._secret(target.namespace, ref.name) if ref else None
-                cache = Path(self.settings.sources_cache_dir) / target.namespace / target.name
-                return fetch(source, cache=cache, secret=secret, previous_revision=known,
-                             previous_validators=validators, read_configmap=lambda: self._configmap(target, source, known))
+                secret = self._secret(target.namespace, ref.name, for_source=True) if ref else None
+                return fetch(source, cache=self.cache_root / target.namespace / target.name, secret=secret,
+                             previous_revision=known, previous_validators=validators,
+                             read_configmap=lambda: self._configmap(target, source, known),
+                             policy=FetchPolicy.from_settings(self.settings))
 
             return sync_source(source, engine, read, known, progress)
         except EngineUnavailable as exc:
             return SyncResult(source.name, source.kind, ok=False, message=f"not synced: {exc}")
+        except Exception as exc:  # every failure is a failed result: status, Event, backoff
+            log.exception("sync of source %s of %s/%s failed", source.name, target.namespace, target.name)
+            return SyncResult(source.name, source.kind, ok=False, message=unexpected(exc))
         finally:
             engine.close()
 
@@ -200,14 +257,16 @@ class SourceSyncer:
                 raise FetchError(f"the engine's API key (Secret {secret_name}, key {secret_key}) is empty")
         return EngineClient(url, api_key)
 
-    def _secret(self, namespace: str, name: str) -> dict[str, str]:
+    def _secret(self, namespace: str, name: str, for_source: bool = False) -> dict[str, str]:
         try:
             obj = kube.get(self.controller.dyn, "v1", "Secret", namespace, name)
         except ApiException as exc:
             raise FetchError(f"Secret {name} cannot be read: {api_message(exc)}") from exc
         if obj is None:
             raise FetchError(f"Secret {name} not found in namespace {namespace}")
-        return {k: base64.b64decode(v).decode("utf-8", "replace") for k, v in (obj.get("data") or {}).items()}
+        if for_source:
+            return source_secret(obj, namespace)
+        return source_secret({"data": obj.get("data")}, namespace)  # the engine's key: any type
 
     def _configmap(self, target: Target, source: Source, known: str | None) -> Fetched:
         assert source.config_map is not None
