@@ -10,14 +10,17 @@ from pathlib import Path
 import httpx
 import pytest
 
+from ragengine_operator.sources.egress import EgressPolicy
 from ragengine_operator.sources.engine import EngineClient
 from ragengine_operator.sources.spec import Source
-from ragengine_operator.sources.sync import fetch, sync_source
+from ragengine_operator.sources.sync import FetchPolicy, fetch, sync_source
 from tests.support.embedding import borrowed
 from tests.support.git_server import Repo, git_http_server
 from tests.support.server import refused_port, serve_app
 
 AUTH = ("reader", "s3cret-token")
+# The test servers listen on loopback, which the egress rules refuse by default: the allowlist opens it.
+LOOPBACK = FetchPolicy(egress=EgressPolicy.build(["127.0.0.1/32"]))
 
 
 @pytest.fixture
@@ -56,7 +59,8 @@ def run(source: Source, engine: str, tmp_path: Path, secret: dict | None, previo
     client = EngineClient(engine)
     try:
         return sync_source(source, client, lambda: fetch(source, cache=tmp_path / "cache", secret=secret,
-                                                         previous_revision=previous, previous_validators=None), previous)
+                                                         previous_revision=previous, previous_validators=None,
+                                                         policy=LOOPBACK), previous)
     finally:
         client.close()
 

@@ -91,7 +91,8 @@ OPERATOR_ONLY = {
     # synced by the operator through the engine's API (sources/runner.py)
     *(f"sources.{field}" for field in (
         "name", "index", "interval", "metadata", "acl", "screen", "chunking.chunkSize", "chunking.chunkOverlap", "configMap.name",
-        "configMap.keys", "git.url", "git.ref", "git.paths", "git.secretRef.name", "http.urls", "http.secretRef.name")),
+        "configMap.keys", "git.url", "git.ref", "git.paths", "git.secretRef.name", "http.urls", "http.secretRef.name",
+        "maxFiles", "maxSize")),
 }
 
 

@@ -11,6 +11,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from urllib.parse import quote
 
 import httpx
 
@@ -23,6 +24,11 @@ BATCH = 32
 # restarting engine refuses for a while too. A refused connect sent nothing, so it is repeated, writes too.
 CONNECT_GRACE_S = 30.0
 FIRST_RETRY_S, MAX_RETRY_S = 0.25, 2.0
+
+
+def _index_path(index: str, rest: str = "") -> str:
+    """``/indexes/<name>/<rest>`` with the name escaped whole: '?', '#', '/' or '..' in it never re-route."""
+    return f"/indexes/{quote(index, safe='')}{rest}"
 
 
 class EngineUnavailable(Exception):
@@ -74,7 +80,7 @@ class EngineClient:
         out: dict[str, str | None] = {}
         offset = 0
         while True:
-            resp = self._call("GET", f"/indexes/{index}/documents", params={
+            resp = self._call("GET", _index_path(index, "/documents"), params={
                 "limit": PAGE, "offset": offset, "max_text_length": 1, "metadata_filter": json.dumps({SOURCE_KEY: source})})
             if resp.status_code == 404:
                 return out
@@ -85,7 +91,7 @@ class EngineClient:
                 return out
 
     def has_index(self, index: str) -> bool:
-        return self._call("GET", f"/indexes/{index}/documents", params={"limit": 1, "max_text_length": 1}).status_code != 404
+        return self._call("GET", _index_path(index, "/documents"), params={"limit": 1, "max_text_length": 1}).status_code != 404
 
     def apply(self, index: str, plan: SyncPlan, chunking: dict | None = None,
               progress: Callable[[Applied], None] | None = None) -> Applied:
@@ -114,12 +120,12 @@ class EngineClient:
             progress(done)
         for i in range(0, len(plan.update), BATCH):
             docs = [d.body() for d in plan.update[i:i + BATCH]]
-            self._call("POST", f"/indexes/{index}/documents", json={"documents": docs})
+            self._call("POST", _index_path(index, "/documents"), json={"documents": docs})
             done.updated += len(docs)
             progress(done)
         for i in range(0, len(plan.delete), 500):
             ids = plan.delete[i:i + 500]
-            self._call("POST", f"/indexes/{index}/documents/delete", json={"doc_ids": ids})
+            self._call("POST", _index_path(index, "/documents/delete"), json={"doc_ids": ids})
             done.deleted += len(ids)
             progress(done)
 

@@ -54,6 +54,8 @@ class SyncRequest:
     # the worker continues the trace (sources/traced.py). Not part of the digest: each run has its own span.
     traceparent: str | None = None
     tracing: list | None = None
+    # The operator's egress rules and fetch limits (sync.FetchPolicy's settings): the worker fetches under them.
+    fetch_policy: dict[str, Any] | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
@@ -64,7 +66,8 @@ class SyncRequest:
 
     def digest(self) -> str:
         # untraced: the digest of the same request before tracing existed (a running Job is still recognised)
-        same = {k: v for k, v in asdict(self).items() if k != "traceparent" and not (k == "tracing" and v is None)}
+        same = {k: v for k, v in asdict(self).items()
+                if k != "traceparent" and not (k in ("tracing", "fetch_policy") and v is None)}
         return hashlib.sha256(json.dumps(same, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
 
     @property

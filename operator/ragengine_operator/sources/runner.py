@@ -30,11 +30,12 @@ the last sync this process ran (a new volume may have lost the index: the worker
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -56,7 +57,7 @@ from .in_subprocess import SubprocessRunner
 from .protocol import Limits, Prepared, SyncRequest, failed
 from .spec import Source
 from .status import SourceState, after_sync, due, epoch, retry_delay, sync_event, syncing, visible, waiting
-from .sync import SyncResult
+from .sync import SyncResult, policy_settings
 from .traced import TracingConfig, config_of, operator_span, result_attributes
 
 log = logging.getLogger(__name__)
@@ -67,6 +68,24 @@ PROGRESS_EVERY_S = 10.0  # a long sync shows its progress in status.sources at m
 REFUSED_SECRET_TYPES = ("kubernetes.io/service-account-token", "bootstrap.kubernetes.io/token")
 Key = tuple[str, str]
 Progress = Callable[[str], None]
+
+
+class FairSlots:
+    """``total`` workers, at most ``per_namespace`` of them (running or queued for one) per namespace.
+
+    A sync first takes its namespace's slot, then a global one; the global queue is FIFO, so it never
+    holds more than ``per_namespace`` entries of one tenant and every namespace's next sync is at most
+    a few places from the front: a tenant with many slow sources leaves workers to the others."""
+
+    def __init__(self, total: int, per_namespace: int) -> None:
+        self.total = asyncio.Semaphore(total)
+        self.per_namespace = min(per_namespace, total)
+        self.namespaces: defaultdict[str, asyncio.Semaphore] = defaultdict(lambda: asyncio.Semaphore(self.per_namespace))
+
+    @contextlib.asynccontextmanager
+    async def hold(self, namespace: str) -> AsyncIterator[None]:
+        async with self.namespaces[namespace], self.total:
+            yield
 
 
 @dataclass(frozen=True)
@@ -131,7 +150,7 @@ class SourceSyncer:
 
     # --- the loop -------------------------------------------------------------------------------
     async def loop(self, index: Mapping[Key, Any]) -> None:
-        slots = asyncio.Semaphore(self.settings.source_workers)
+        slots = FairSlots(self.settings.source_workers, self.settings.source_workers_per_namespace)
         tasks: set[asyncio.Task] = set()
         while True:
             await asyncio.sleep(TICK_SECONDS)
@@ -143,7 +162,7 @@ class SourceSyncer:
                     tasks.add(task)
                     task.add_done_callback(tasks.discard)
 
-    def start(self, target: Target, slots: asyncio.Semaphore) -> list[asyncio.Task]:
+    def start(self, target: Target, slots: FairSlots) -> list[asyncio.Task]:
         key = (target.namespace, target.name)
         states = self.states.setdefault(key, {e["name"]: SourceState.from_status(e) for e in target.entries})
         now = time.time()
@@ -161,10 +180,10 @@ class SourceSyncer:
                 started.append(asyncio.create_task(self._prune(target, name, slots)))
         return started
 
-    async def _one(self, target: Target, source: Source, slots: asyncio.Semaphore) -> None:
+    async def _one(self, target: Target, source: Source, slots: FairSlots) -> None:
         key = (target.namespace, target.name)
         try:
-            async with slots:
+            async with slots.hold(target.namespace):
                 before = self.states.setdefault(key, {}).get(source.name)
                 reporter = ProgressReporter(self, target, source, before)
                 if not target.engine_ready:
@@ -183,11 +202,11 @@ class SourceSyncer:
         finally:
             self.running.discard((*key, source.name))
 
-    async def _prune(self, target: Target, name: str, slots: asyncio.Semaphore) -> None:
+    async def _prune(self, target: Target, name: str, slots: FairSlots) -> None:
         key = (target.namespace, target.name)
         index = next((e.get("index") for e in target.entries if e.get("name") == name), None) or name
         try:
-            async with slots:
+            async with slots.hold(target.namespace):
                 request = SyncRequest("prune", name, index, self.engine_url(target))
                 result = await self.dispatch(target, Prepared(request, api_key=target.api_key_ref))
                 if not result.ok:  # retried with the same backoff as a failed sync
@@ -228,7 +247,7 @@ class SourceSyncer:
         known = state.revision if state and state.synced else None
         request = SyncRequest("sync", source.name, source.index_name, self.engine_url(target),
                               source.model_dump(mode="json", by_alias=True, exclude_none=True), known,
-                              state.validators if state and known else None)
+                              state.validators if state and known else None, fetch_policy=policy_settings(self.settings))
         holder = source.git or source.http
         ref = holder.secret_ref if holder is not None else None
         if ref is not None:

@@ -38,7 +38,7 @@ from ragengine_operator.sources.protocol import (
     failed,
 )
 from ragengine_operator.sources.spec import Source
-from ragengine_operator.sources.sync import SyncResult, fetch, sync_source
+from ragengine_operator.sources.sync import FetchPolicy, SyncResult, fetch, sync_source
 
 TERMINATION_LOG = "/dev/termination-log"
 
@@ -82,7 +82,7 @@ def _run(request: SyncRequest, engine: EngineClient, credentials: dict[str, str]
                 return from_configmap(configmap.get("data"), configmap.get("binaryData"), source.config_map.keys,
                                       request.configmap_revision)
             return fetch(source, cache=workdir / "git", secret=credentials or None, previous_revision=known,
-                         previous_validators=validators)
+                         previous_validators=validators, policy=FetchPolicy.from_request(request.fetch_policy))
 
         return sync_source(source, engine, read, known, progress)
     except EngineUnavailable as exc:
