@@ -47,6 +47,11 @@ build() {
   [[ -d $uv_cache ]] && args+=(--volume "$uv_cache:/root/.cache/uv")
   log "building $(name "$what") on $base"
   podman build "${args[@]}" "$ROOT" >&2
+  if [[ $what == engine ]]; then
+    # The engine's export stage has torch (and no passwd entry for uid 1000): the tests run the operator's
+    # vLLM environment in it (tests/images/test_vllm_user.py). Cached: this adds seconds, and is never pushed.
+    podman build "${args[@]/$(name engine)/localhost/ragengine-torch:$TAG}" --target export "$ROOT" > /dev/null
+  fi
   log "$(name "$what"): $(podman image inspect "$(name "$what")" --format '{{.Size}}' \
         | awk '{printf "%.0f MB", $1/1e6}') in $(( $(date +%s) - t0 )) s"
 }
@@ -57,7 +62,9 @@ case $cmd in
   build)
     command -v podman > /dev/null || { log "podman is missing: run hack/install-system.sh"; exit 1; }
     base=$(base_image)
-    for w in "${what[@]}"; do build "$w" "$base"; done ;;
+    for w in "${what[@]}"; do build "$w" "$base"; done
+    # Each rebuild leaves the images it replaced untagged (the torch stage alone is 7 GB): drop them.
+    podman image prune -f > /dev/null ;;
   push) for w in "${what[@]}"; do podman push "$(name "$w")"; done ;;
   names) for w in "${what[@]}"; do name "$w"; done ;;
   *) echo "usage: $0 build|push|names [engine|operator]..." >&2; exit 2 ;;

@@ -11,16 +11,20 @@ from fastapi.routing import APIRoute
 
 from ragengine import __version__
 from ragengine.access.enforce import AuthenticationMiddleware, authorize
+from ragengine.access.limits import UsageCounter
 from ragengine.access.routes import uncovered
-from ragengine.access.source import AccessSource
+from ragengine.access.source import AccessSource, KubernetesAPI
 from ragengine.api import chat as chat_api
 from ragengine.api import conversations as conversations_api
 from ragengine.api import indexes as indexes_api
 from ragengine.api import ops as ops_api
 from ragengine.api import versions as versions_api
 from ragengine.api.openapi import document_error_responses
+from ragengine.conversations.models import UsageRow
 from ragengine.errors import install_error_handlers
 from ragengine.metrics import install_middleware
+from ragengine.observability import requests as request_context
+from ragengine.observability.tracing import Tracing
 from ragengine.settings import EngineSettings
 
 
@@ -32,21 +36,34 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
         # Each part registers its services on app.state and its clean-up on the stack, in
         # dependency order: indexes (embedder, registry), then chat (LLM client), then conversations.
         async with AsyncExitStack() as stack:
+            stack.callback(tracing.shutdown)  # last: the spans of the shutdown itself are exported too
+            stack.push_async_callback(access.close)
             await access.watch(stack)
             await indexes_api.startup(app, settings, stack)
             await chat_api.startup(app, settings, stack)
             await conversations_api.startup(app, settings, stack)
+            # Rate limits count in the sessions' database (shared by replicas on PostgreSQL).
+            app.state.usage = UsageCounter(app.state.sessions.engine, UsageRow.__table__)  # type: ignore[arg-type]  # a Table, typed FromClause
+            registry = getattr(app.state, "registry", None)
+            if registry is not None:
+                access.index_names = registry.names
+                access.check_patterns()  # warn about index patterns that match no index
             yield
 
-    access = AccessSource(settings.api_key, settings.access_file)  # a bad access file stops the start here
+    # Traces when an OTLP endpoint is configured (OTEL_* variables; docs/observability.md); a bad value
+    # (an unknown protocol) stops the start here, as does a bad access file.
+    tracing = Tracing.from_env("ragengine", trace_content=settings.trace_content)
+    access = AccessSource(settings.api_key, settings.access_file, kubernetes=KubernetesAPI.from_settings(settings))
     # Every route's handler runs after `authorize`, which applies the route's rule (access/routes.py).
     app = FastAPI(title="ragengine", version=__version__, lifespan=lifespan, dependencies=[Depends(authorize)])
     app.state.settings = settings
+    app.state.tracing = tracing
     app.state.access = access
     app.state.reserved_indexes = frozenset({settings.conversation_index})
     install_error_handlers(app, settings)
     app.add_middleware(AuthenticationMiddleware, source=access)
-    install_middleware(app, settings)  # body limit and request metrics; outermost, so they see 401s too
+    install_middleware(app, settings)  # body limit and request metrics, so they see 401s too
+    request_context.install(app, tracing)  # request ids, access log, server spans: outermost of all
     app.include_router(ops_api.router)
     app.include_router(indexes_api.router)
     app.include_router(versions_api.router)

@@ -40,6 +40,8 @@ SECURE_DEFAULTS = "SecureDefaults"
 # True while an index is re-indexed to the spec's embedding model (or the engine has not picked it up yet);
 # never feeds Ready: the old versions serve meanwhile (docs/versions.md).
 REINDEXING = "Reindexing"
+# Only with spec.guardrails.enabled: whether the policy ConfigMap parses (reconcile/guardrails.py).
+GUARDRAILS_POLICY = "GuardrailsPolicy"
 CONDITION_TYPES = (READY, INFERENCE_READY, ENGINE_READY, PROGRESSING, DEGRADED, SECURE_DEFAULTS)
 
 # Container-side facts of the two workloads.

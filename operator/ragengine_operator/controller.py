@@ -12,6 +12,7 @@ resync loop (reconcile/schedule.py), and an Event is posted once per distinct fa
 
 from __future__ import annotations
 
+import base64
 import contextvars
 import json
 import logging
@@ -35,17 +36,28 @@ from . import constants as c
 from . import metrics
 from .kube import apply as kube
 from .kube.observe import engine_health, observe
+from .manifests.access import (
+    COMPONENT_TOKENREVIEW,
+    LABEL_OWNER_NAMESPACE,
+    AccessInputError,
+    access_secret,
+    access_secret_name,
+    render_access,
+)
 from .manifests.engine import embedding_configmap_name, endpoint
 from .manifests.engine_env import embedding_generation, generated_key_refs, target_digest
+from .manifests.guardrails import default_policy
 from .manifests.labels import Owner, secret_digest
 from .reconcile.plan import OPTIONAL_APIS, generated_key_secret, name_conflict, plan, referenced_secrets
 from .reconcile.policy import POLICY_VIOLATION, Policy, refusals
 from .reconcile.schedule import next_due
 from .reconcile.status import compute_status
 from .settings import OperatorSettings
+from .sources.egress import EgressPolicy
 from .spec import RAGEngineSpec
 
 log = logging.getLogger(__name__)
+CLUSTER_SCOPED = frozenset({"ClusterRoleBinding"})  # what the plan may delete outside the RAGEngine's namespace
 STATUS_KEYS = ("observedGeneration", "conditions", "endpoint", "inferenceUrl", "model", "inferenceReplicas",
                "inferenceSelector", "dataVolumeSize", "modelCacheVolumeSize", "apiKeySecretRef", "indexes",
                "embeddingTarget")
@@ -141,7 +153,13 @@ class Controller:
     def _apply_children(self, owner: Owner, spec: RAGEngineSpec, generation: int | None = None) -> list[tuple[str, str, str]]:
         """-> [(reason, child, message)] for each child not brought to its desired state."""
         failures = self._ensure_generated_keys(owner, spec)
-        desired = plan(owner, spec, self._secret_digests(owner, spec), self._embedding_generation(owner, spec, generation))
+        if spec.access is not None:
+            failure = self._apply_access(owner, spec)
+            if failure:
+                failures.append(failure)
+        desired = plan(owner, spec, self._secret_digests(owner, spec),
+                       default_policy(self.settings.default_guardrails_policy) if spec.guardrails.enabled else None,
+                       self._embedding_generation(owner, spec, generation))
         for obj in desired.apply:
             if obj["apiVersion"] in OPTIONAL_APIS and not self.served(obj["apiVersion"], obj["kind"]):
                 failures.append(("ApplyFailed", child_id(obj), f"the API server does not serve {obj['apiVersion']} "
@@ -169,6 +187,8 @@ class Controller:
                     kube.delete(self.dyn, ref.api_version, ref.kind, owner.namespace, ref.name,
                                 uid=existing["metadata"]["uid"])
             except ApiException as exc:
+                if exc.status == 403 and ref.kind in CLUSTER_SCOPED:
+                    continue  # an operator without cluster-wide rights (rbac.tokenReview: false) made none
                 failures.append(("DeleteFailed", f"{ref.kind} {ref.name}", api_message(exc)))
             except ResourceNotFoundError:
                 continue  # the kind went away since served() looked: nothing of it to delete
@@ -232,6 +252,65 @@ class Controller:
         found = refusals(spec, self.policy)
         return (POLICY_VIOLATION, "; ".join(found)) if found else None
 
+    def _apply_access(self, owner: Owner, spec: RAGEngineSpec) -> tuple[str, str, str] | None:
+        """Render spec.access into the engine's access file and apply its Secret. When a key Secret or a
+        ServiceAccount's namespace is missing, or the rules are unusable, the Secret is left as it was: the
+        engines keep the previous rules (nothing opens up) and Degraded says why."""
+        access = spec.access
+        assert access is not None
+        name = access_secret_name(owner)
+        try:
+            keys: dict[tuple[str, str], str] = {}
+            for k in access.keys:
+                ref = k.key_secret_ref
+                secret = kube.get(self.dyn, "v1", "Secret", owner.namespace, ref.name)
+                raw = ((secret or {}).get("data") or {}).get(ref.key)
+                if raw is None:
+                    what = "does not exist" if secret is None else f"has no key {ref.key!r}"
+                    raise AccessInputError(f"access.keys {k.name!r}: Secret {ref.name} {what}")
+                keys[(ref.name, ref.key)] = base64.b64decode(raw).decode("utf-8", "replace").strip()
+            for ns in sorted({a.namespace for a in access.service_accounts}):
+                if kube.get(self.dyn, "v1", "Namespace", None, ns) is None:
+                    raise AccessInputError(f"access.serviceAccounts: namespace {ns!r} does not exist")
+            text = render_access(owner, access, keys)
+            existing = kube.get(self.dyn, "v1", "Secret", owner.namespace, name)
+            conflict = name_conflict(existing, owner)
+            if conflict:
+                return "NameConflict", f"Secret {name}", conflict
+            self._apply(access_secret(owner, text))
+        except AccessInputError as exc:
+            return "AccessInvalid", f"Secret {name}", f"{exc} (the engines keep the previous access rules)"
+        except ApiException as exc:
+            return "ApplyFailed", f"Secret {name}", api_message(exc)
+        return None
+
+    def sweep_bindings(self) -> int:
+        """Delete the TokenReview ClusterRoleBindings of RAGEngines that are gone (a cluster-scoped object
+        cannot have a namespaced owner, so the garbage collector never takes them). Each is checked against
+        the API server, not a cache: one is deleted only when no RAGEngine of its namespace and name exists
+        (the uid precondition keeps a binding re-applied meanwhile)."""
+        selector = f"{c.LABEL_MANAGED_BY}={c.FIELD_MANAGER},{c.SELECTOR_COMPONENT}={COMPONENT_TOKENREVIEW}"
+        deleted = 0
+        try:
+            bindings = kube.list_objects(self.dyn, "rbac.authorization.k8s.io/v1", "ClusterRoleBinding", None, selector)
+        except ApiException as exc:
+            if exc.status == 403:  # no cluster-wide rights (rbac.tokenReview: false): it made none either
+                return 0
+            raise
+        for binding in bindings:
+            meta = binding["metadata"]
+            labels = meta.get("labels") or {}
+            ns, name = labels.get(LABEL_OWNER_NAMESPACE), labels.get(c.SELECTOR_NAME)
+            if not ns or not name:
+                continue
+            if kube.get(self.dyn, c.API_VERSION, c.KIND, ns, name) is not None:
+                continue  # alive (or re-created under the name: its reconcile adopts or deletes the binding)
+            if kube.delete(self.dyn, "rbac.authorization.k8s.io/v1", "ClusterRoleBinding", None, meta["name"],
+                           uid=meta["uid"]):
+                deleted += 1
+                log.info("deleted TokenReview binding %s of the deleted RAGEngine %s/%s", meta["name"], ns, name)
+        return deleted
+
     def sync_status(self, namespace: str, name: str) -> None:
         """Recompute status from the children only (a child changed); never applies."""
         with self._locks[(namespace, name)]:
@@ -274,7 +353,7 @@ class Controller:
         # observedGeneration moves only when a reconcile of that generation finished.
         generation = body["metadata"].get("generation") if advance else current.get("observedGeneration")
         observed = observe(self.dyn, owner, spec, probe_external=self.settings.probe_external_inference,
-                           probe_engine=self.settings.probe_engine_readiness)
+                           probe_engine=self.settings.probe_engine_readiness, egress=EgressPolicy.from_settings(self.settings))
         observed.sources = current.get("sources")
         observed.previous_indexes, observed.previous_embedding = current.get("indexes"), current.get("embeddingTarget")
         if spec is not None and self.settings.probe_engine_indexes and (advance or asks_engine(spec, current)):

@@ -3,7 +3,8 @@
 ``EXPECTED`` below is this test's own statement of what each route needs (role, where its index comes
 from, whether it creates the index), written out by hand; it is not read from ``access/routes.py``. The
 test first checks that it names exactly the app's operations, so a route added without a rule (or with
-one this spec does not know) fails here. Then every route is called as every principal:
+one this spec does not know) fails here. Then every route is called as every principal (the ServiceAccount
+column, which needs the local API server, is in test_access_serviceaccounts.py):
 
 - no credentials and a wrong key: 401 (except the open probes and metrics);
 - a reader of another team's indexes: 404 with the missing-index message on index routes (403 on routes
@@ -60,7 +61,7 @@ EXPECTED: dict[tuple[str, str], tuple[int | None, str, bool]] = {
     ("get", "/indexes/{index_name}/versions"): (WRITE, "path", False),
     ("post", "/indexes/{index_name}/versions/{version}/activate"): (ADMIN, "path", False),
     ("delete", "/indexes/{index_name}/versions/{version}"): (ADMIN, "path", False),
-    ("get", "/indexes/{index_name}/export"): (WRITE, "path", False),
+    ("get", "/indexes/{index_name}/export"): (ADMIN, "path", False),
     ("post", "/indexes/{index_name}/import"): (WRITE, "path", True),
     ("post", "/v1/chat/completions"): (READ, "chat", False),
     ("get", "/v1/models"): (READ, "-", False),
@@ -134,14 +135,13 @@ def _write_access(path: Path, rules: dict) -> None:
 def engine(embedder, tmp_path_factory):
     from ragengine.app import create_app
     from ragengine.settings import EngineSettings
-    from tests.support.server import serve_app
+    from tests.support.embedding import serve_engine
 
     work = tmp_path_factory.mktemp("access")
     access_file = work / "access.yaml"
     _write_access(access_file, ACCESS)
     app = create_app(EngineSettings(api_key=ADMIN_KEY, access_file=access_file, data_dir=work / "data"))
-    app.state.embedder = embedder
-    with serve_app(app) as base:
+    with serve_engine(app, embedder) as base:
         spec = httpx.get(f"{base}/openapi.json", headers={"Authorization": f"Bearer {ADMIN_KEY}"}).json()
         yield base, app, spec, access_file
 
@@ -165,7 +165,12 @@ def test_open_paths_are_the_documented_ones():
 @pytest.mark.parametrize("principal", list(PRINCIPALS))
 def test_every_route_as_every_principal(engine, principal):
     base, _app, spec, _ = engine
-    auth, role, sees = PRINCIPALS[principal]
+    check_every_route(base, spec, principal, *PRINCIPALS[principal])
+
+
+def check_every_route(base: str, spec: dict, principal: str, auth: str | None, role: int | None, sees: bool) -> None:
+    """One column of the matrix: every route of ``EXPECTED`` called with ``auth`` (the ServiceAccount column
+    runs from tests/engine/test_access_serviceaccounts.py, with a real token from the local API server)."""
     for (method, path), (needed, scope, creates) in EXPECTED.items():
         _ensure_index(base)
         resp = _call(base, method, path, scope, auth)
@@ -289,6 +294,15 @@ def _counter(metrics: str, name: str) -> float:
     (json.dumps({"keys": [{"name": "a", "key": "k" * 20, "indexes": ["*"], "role": "read"},
                           {"name": "a", "key": "j" * 20, "indexes": ["*"], "role": "read"}]}), "repeated: a"),
     (json.dumps({"users": []}), "Extra inputs are not permitted"),
+    (json.dumps({"serviceAccounts": [{"namespace": "shop", "name": "frontend", "indexes": ["*"], "role": "read"}]}),
+     "serviceAccounts need 'audience'"),
+    (json.dumps({"audience": "x", "serviceAccounts": [{"namespace": "shop", "name": "frontend", "indexes": ["*"],
+                                                       "role": "reader"}]}), "unknown role 'reader'"),
+    (json.dumps({"audience": "x", "serviceAccounts": [{"namespace": "shop", "name": "a", "indexes": ["*"],
+                                                       "role": "read"}] * 2}), "repeated: shop/a"),
+    (json.dumps({"keys": [{"name": "a", "key": "k" * 20, "indexes": ["*"], "role": "read",
+                           "limits": {"requestsPerMinute": 0}}]}), "greater than or equal to 1"),
+    (json.dumps({"defaultLimits": {"requestsPerMinut": 5}}), "Extra inputs are not permitted"),
 ])
 def test_a_bad_access_file_stops_the_start_with_a_clear_message(tmp_path, content, fragment):
     from ragengine.access.source import AccessConfigError
@@ -327,9 +341,50 @@ def test_denials_are_audited(engine, caplog):
     assert {"event": "access_denied", "principal": "key:reader-a", "method": "DELETE",
             "route": "/indexes/{index_name}", "index": INDEX, "reason": "role", "status": 403} in lines
     metrics = httpx.get(f"{base}/metrics").text
-    assert _counter(metrics, 'ragengine_access_decisions_total{outcome="role",principal="reader-a"}') >= 1
+    assert _counter(metrics, 'ragengine_access_decisions_total{kind="key",outcome="role",principal="reader-a"}') >= 1
 
 
 def test_no_credentials_configured_means_open(server):
     assert httpx.get(f"{server}/indexes").status_code == 200
     assert httpx.get(f"{server}/openapi.json").status_code == 200
+
+
+def test_an_index_pattern_that_matches_nothing_is_warned_about(tmp_path, embedder, caplog):
+    from ragengine.app import create_app
+    from ragengine.settings import EngineSettings
+    from tests.support.embedding import serve_engine
+
+    access_file = tmp_path / "access.yaml"
+    rules = {"keys": [{"name": "typo", "key": READ_A, "indexes": ["taem-a-*", "team-a-*"], "role": "read"}]}
+    _write_access(access_file, rules)
+    app = create_app(EngineSettings(api_key=ADMIN_KEY, access_file=access_file, data_dir=tmp_path / "data"))
+    with caplog.at_level("WARNING", logger="ragengine.access"), serve_engine(app, embedder) as base:
+        assert httpx.post(f"{base}/index", headers={"Authorization": f"Bearer {ADMIN_KEY}"}, timeout=60,
+                          json={"index_name": INDEX, "documents": [{"text": "x"}]}).status_code == 200
+        assert app.state.access.warnings == ["key 'typo': index pattern 'taem-a-*' matches no index (yet)",
+                                             "key 'typo': index pattern 'team-a-*' matches no index (yet)"]
+        _write_access(access_file, {"keys": [{**rules["keys"][0], "role": "write"}]})  # a reload checks again
+        _wait_for(lambda: app.state.access.warnings == [
+            "key 'typo': index pattern 'taem-a-*' matches no index (yet)"], "the reload's warnings")
+        assert _status_with(base, READ_A) == 200  # a warning, not an error: the rules serve
+    assert any("'taem-a-*' matches no index" in r.getMessage() for r in caplog.records)
+
+
+def test_a_session_disappears_for_a_principal_that_no_longer_sees_its_index(engine):
+    base, *_ = engine
+    _ensure_index(base)
+    as_a = {"Authorization": f"Bearer {READ_A}"}
+    sid = httpx.post(f"{base}/v1/sessions", headers=as_a, json={"index_name": INDEX}).json()["id"]
+    assert httpx.get(f"{base}/v1/sessions/{sid}", headers=as_a).status_code == 200
+    access_file = engine[3]
+    narrowed = {"keys": [{**k, "indexes": ["team-z-*"]} if k["name"] == "reader-a" else k for k in ACCESS["keys"]]}
+    try:
+        _write_access(access_file, narrowed)
+        _wait_for(lambda: httpx.get(f"{base}/v1/sessions/{sid}", headers=as_a).status_code == 404,
+                  "the session to be hidden")
+        r = httpx.post(f"{base}/v1/sessions/{sid}/messages", headers=as_a, json={"content": "runbook?"})
+        assert r.status_code == 404 and r.json()["error"]["message"] == f"No such session: '{sid}'."
+        assert sid not in [s["id"] for s in httpx.get(f"{base}/v1/sessions", headers=as_a).json()["data"]]
+    finally:
+        _write_access(access_file, ACCESS)
+        _wait_for(lambda: httpx.get(f"{base}/v1/sessions/{sid}", headers=as_a).status_code == 200, "the session back")

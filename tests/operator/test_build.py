@@ -112,6 +112,10 @@ def test_config_hash_rolls_only_the_affected_deployment():
     assert ha["docs-engine"] == hb["docs-engine"] and ha["docs-inference"] != hb["docs-inference"]
 
 
+# Without spec.access: the engine's ServiceAccount and its TokenReview binding are not wanted.
+NO_ACCESS = {("ServiceAccount", "docs-engine"), ("ClusterRoleBinding", "ragengine-tokenreview-team-a-docs")}
+
+
 def test_plan_modes():
     p = plan(OWNER, RAGEngineSpec.model_validate(FULL))
     assert p.names() == ["PersistentVolumeClaim/docs-model-cache", "Deployment/docs-inference", "Service/docs-inference",
@@ -119,14 +123,16 @@ def test_plan_modes():
                          "Deployment/docs-engine", "Service/docs", "NetworkPolicy/docs-engine"]
     assert {(r.kind, r.name) for r in p.delete if not r.optional} == {
         ("PodDisruptionBudget", "docs-engine"), ("HorizontalPodAutoscaler", "docs-engine"),
-        ("HorizontalPodAutoscaler", "docs-inference"), ("CronJob", "docs-backup")}
+        ("HorizontalPodAutoscaler", "docs-inference"), ("CronJob", "docs-backup"), ("ConfigMap", "docs-guardrails"),
+        *NO_ACCESS}
     # add-ons' kinds (KEDA, the Prometheus operator): deleted where the cluster serves them
     assert {(r.kind, r.name) for r in p.delete if r.optional} == {("ScaledObject", "docs-inference")} | {
         (kind, name) for kind in ("ServiceMonitor", "PodMonitor") for name in ("docs-engine", "docs-inference")}
     url = plan(OWNER, RAGEngineSpec.model_validate({"inference": {"url": "http://x/v1"}}))
     assert url.names() == ["PersistentVolumeClaim/docs-data", "ConfigMap/docs-embedding", "Deployment/docs-engine",
                            "Service/docs", "NetworkPolicy/docs-engine"]
-    assert {r.name for r in url.delete} == {"docs-inference", "docs-engine", "docs-backup"}
+    assert {r.name for r in url.delete} == {"docs-inference", "docs-engine", "docs-backup", "docs-guardrails"} | {
+        name for _, name in NO_ACCESS}
     assert ("NetworkPolicy", "docs-inference") in {(r.kind, r.name) for r in url.delete}
 
 
@@ -295,7 +301,7 @@ def engine_policy(network_policy=None, owner=OWNER):
 SYNC_PODS = {"podSelector": {"matchLabels": {c.SELECTOR_NAME: "docs", c.SELECTOR_COMPONENT: c.COMPONENT_SYNC}}}
 
 
-def test_engine_network_policy_is_on_by_default_and_admits_the_namespace():
+def test_engine_network_policy_rendered_not_enforced_is_on_by_default_and_admits_the_namespace():
     """Secure by default (issue 22, finding 5): unset, the policy admits the pods of the RAGEngine's own
     namespace and its source syncs, never the operator nor the rest of the cluster."""
     policy, deletes = engine_policy()
@@ -305,12 +311,12 @@ def test_engine_network_policy_is_on_by_default_and_admits_the_namespace():
     assert not any("namespaceSelector" in peer for peer in rule["from"])
 
 
-def test_engine_network_policy_opt_out_deletes_it():
+def test_engine_network_policy_rendered_not_enforced_opt_out_deletes_it():
     policy, deletes = engine_policy({"enabled": False})
     assert policy is None and ("NetworkPolicy", "docs-engine") in deletes
 
 
-def test_engine_network_policy_admits_only_the_listed_peers_on_the_engine_port():
+def test_engine_network_policy_rendered_not_enforced_admits_only_the_listed_peers():
     peers = [
         {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}}},
         {"namespaceSelector": {"matchLabels": {"team": "web"}},
@@ -328,7 +334,7 @@ def test_engine_network_policy_admits_only_the_listed_peers_on_the_engine_port()
     assert rule["ports"] == [{"port": c.ENGINE_PORT, "protocol": "TCP"}]
 
 
-def test_engine_network_policy_without_peers_admits_only_the_source_syncs():
+def test_engine_network_policy_rendered_not_enforced_without_peers_admits_only_the_syncs():
     policy, _ = engine_policy({"allowFrom": []})
     assert [r["from"] for r in policy["spec"]["ingress"]] == [[SYNC_PODS]]
 
@@ -419,7 +425,8 @@ def test_an_embedding_change_reaches_the_engine_without_a_rollout():
 
     maps = {}
     for name, spec in (("before", FULL), ("after", other)):
-        (cm,) = [o for o in plan(OWNER, RAGEngineSpec.model_validate(spec), None, 4).apply if o["kind"] == "ConfigMap"]
+        (cm,) = [o for o in plan(OWNER, RAGEngineSpec.model_validate(spec), embedding_generation=4).apply
+                 if o["kind"] == "ConfigMap"]
         assert cm["metadata"]["name"] == "docs-embedding"
         maps[name] = cm["data"]["embedding.json"]
     assert maps["before"] != maps["after"]
@@ -479,3 +486,37 @@ def test_backup_renders_a_cronjob_running_the_engines_export():
     gone = plan(OWNER, RAGEngineSpec.model_validate(FULL))
     assert ("CronJob", "docs-backup") in {(r.kind, r.name) for r in gone.delete}
     assert "docs-backup" not in {r.name for r in gone.delete if r.kind == "PersistentVolumeClaim"}
+
+
+def test_guardrails_mount_the_policy_configmap_as_a_directory():
+    from ragengine.guardrails.policy import parse_policy
+    from ragengine_operator.manifests.guardrails import POLICY_PATH
+
+    spec = RAGEngineSpec.model_validate({"guardrails": {"enabled": True}, "retrieval": {"screenIndexes": ["docs*"]}})
+    p = plan(OWNER, spec, default_policy="scanners:\n  - type: secrets\n")
+    default = next(o for o in p.apply if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "docs-guardrails")
+    assert default["metadata"]["name"] == "docs-guardrails" and default["metadata"]["ownerReferences"]
+    assert parse_policy(default["data"]["guardrails.yaml"]).scanners[0].type == "secrets"
+    pod = next(o for o in p.apply if o["kind"] == "Deployment")["spec"]["template"]["spec"]
+    volume = next(v for v in pod["volumes"] if v["name"] == "guardrails")
+    assert volume == {"name": "guardrails", "configMap": {"name": "docs-guardrails", "items": [
+        {"key": "guardrails.yaml", "path": "guardrails.yaml"}]}}
+    mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "guardrails")
+    assert "subPath" not in mount and POLICY_PATH.startswith(mount["mountPath"] + "/")  # kubelet updates it
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    assert env["RAGENGINE_GUARDRAILS_POLICY"] == POLICY_PATH and env["RAGENGINE_GUARDRAILS_FAIL_OPEN"] == "false"
+    assert env["RAGENGINE_SCREEN_INDEXES"] == '["docs*"]'
+    named = plan(OWNER, RAGEngineSpec.model_validate({"guardrails": {"enabled": True, "failOpen": True,
+                                                                     "configMapRef": {"name": "team-policy"}}}))
+    assert "ConfigMap/docs-guardrails" not in named.names() and ("ConfigMap", "docs-guardrails") in {
+        (r.kind, r.name) for r in named.delete}
+    pod = next(o for o in named.apply if o["kind"] == "Deployment")["spec"]["template"]["spec"]
+    assert next(v for v in pod["volumes"] if v["name"] == "guardrails")["configMap"]["name"] == "team-policy"
+    # without guardrails: no volume, no policy setting
+    pod = next(o for o in plan(OWNER, RAGEngineSpec()).apply if o["kind"] == "Deployment")["spec"]["template"]["spec"]
+    assert all(v["name"] != "guardrails" for v in pod["volumes"])
+    assert "RAGENGINE_GUARDRAILS_POLICY" not in {e["name"] for e in pod["containers"][0]["env"]}
+    # the packaged default is KAITO's template
+    packaged = plan(OWNER, spec)
+    text = next(o for o in packaged.apply if o["metadata"]["name"] == "docs-guardrails")["data"]["guardrails.yaml"]
+    assert [s.type for s in parse_policy(text).scanners] == ["regex", "secrets", "sensitive"]

@@ -156,7 +156,7 @@ def test_gpu_tolerations():
 PROMETHEUS = {"namespaceSelector": {}, "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}
 
 
-def test_vllm_network_policy_admits_the_engine_and_prometheus_only():
+def test_vllm_network_policy_rendered_not_enforced_admits_the_engine_and_prometheus_only():
     bare = inference_network_policy(OWNER, spec_of(QWEN["inference"]))["spec"]["ingress"]
     engine_peer = {"podSelector": {"matchLabels": {c.SELECTOR_NAME: "docs", c.SELECTOR_COMPONENT: "engine"}}}
     assert bare == [{"from": [engine_peer], "ports": [{"port": c.VLLM_PORT, "protocol": "TCP"}]}]

@@ -97,20 +97,23 @@ def _volume_args(pod: Mapping[str, Any], container: Mapping[str, Any], mounts: M
 
 def run_args(pod: Mapping[str, Any], container_name: str, *, name: str, ports: Mapping[int, int],
              secrets: Mapping[tuple[str, str], str] | None = None, mounts: Mounts | None = None,
-             image: str | None = None) -> list[str]:
+             image: str | None = None, command: list[str] | None = None, detach: bool = True) -> list[str]:
     """``podman run`` arguments for ``container_name`` of pod spec ``pod``. ``ports``: containerPort ->
-    loopback host port. ``image`` replaces the rendered image (a local build of the same image)."""
+    loopback host port. ``image`` replaces the rendered image (a local build of the same image), ``command``
+    the rendered command and args (to run a probe under the container's exact environment)."""
     container = next(c for c in pod["containers"] if c["name"] == container_name)
-    args = [PODMAN, "run", "--detach", "--name", name, "--stop-timeout",
+    # --passwd=false: podman would add a passwd entry for the user; the kubelet does not (an image without
+    # one for the pod's uid must work without it: tests/images/test_vllm_user.py)
+    args = [PODMAN, "run", "--detach" if detach else "--rm", "--passwd=false", "--name", name, "--stop-timeout",
             str(pod.get("terminationGracePeriodSeconds", 30))]
     for container_port, host_port in ports.items():
         args += ["--publish", f"127.0.0.1:{host_port}:{container_port}"]
     args += _env_args(container, secrets or {})
     args += _security_args(pod, container)
     args += _volume_args(pod, container, mounts or Mounts())
-    args += ["--entrypoint", "[]"] if container.get("command") else []
+    args += ["--entrypoint", "[]"] if container.get("command") or command else []
     args.append(image or container["image"])
-    args += list(container.get("command", ())) + list(container.get("args", ()))
+    args += command if command is not None else list(container.get("command", ())) + list(container.get("args", ()))
     return args
 
 
@@ -144,3 +147,10 @@ def wait_http(url: str, timeout_s: float, container: str | None = None) -> None:
         time.sleep(0.25)
     raise AssertionError(f"{url} did not answer 200 in {timeout_s} s (last: {last})\n"
                          + (logs(container)[-3000:] if container else ""))
+
+
+def scratch_dir() -> Path:
+    """A fresh host directory for a claim a test does not look into afterwards."""
+    import tempfile
+
+    return Path(tempfile.mkdtemp(prefix="ragengine-claim-"))

@@ -54,11 +54,12 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: [""]
   resources: [secrets]
   verbs: [get, create, patch]
-# spec.sources: a configMap source's ConfigMap (get by name: its resourceVersion; never list); spec.embedding:
+# spec.sources: a configMap source's ConfigMap (get by name: its resourceVersion; never list);
+# spec.guardrails without configMapRef: the default policy's ConfigMap <name>-guardrails (owned); spec.embedding:
 # the engine's embedding file, <name>-embedding (server-side apply; it goes with the RAGEngine)
 - apiGroups: [""]
   resources: [configmaps]
-  verbs: [get, create, patch]
+  verbs: [get, create, patch, delete]
 # spec.sources: each sync is a Job in the RAGEngine's namespace (its pod is watched below); spec.backup: a CronJob
 - apiGroups: [batch]
   resources: [jobs, cronjobs]
@@ -81,6 +82,13 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: [keda.sh]
   resources: [scaledobjects]
   verbs: [get, create, patch, delete]
+# spec.access.serviceAccounts: the engine reviews app tokens (TokenReview) as a ServiceAccount of its own,
+# bound to system:auth-delegator by a ClusterRoleBinding per RAGEngine (cluster-scoped: no owner reference,
+# so the operator lists and deletes those of deleted RAGEngines). bind: only that one ClusterRole.
+# (the cluster-scoped half is ragengine.clusterRules)
+- apiGroups: [""]
+  resources: [serviceaccounts]
+  verbs: [get, create, patch, delete]
 # pods: watched so a container failure is reported at once, and a sync Job's result is read
 - apiGroups: [""]
   resources: [pods]
@@ -89,4 +97,16 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: [""]
   resources: [events]
   verbs: [create, list]
+{{- end -}}
+
+{{/* Cluster-scoped objects the operator manages whatever namespaces it watches: the TokenReview bindings of
+spec.access.serviceAccounts (a ClusterRoleBinding per RAGEngine to system:auth-delegator, and nothing else). */}}
+{{- define "ragengine.clusterRules" -}}
+- apiGroups: [rbac.authorization.k8s.io]
+  resources: [clusterrolebindings]
+  verbs: [get, list, create, patch, delete]
+- apiGroups: [rbac.authorization.k8s.io]
+  resources: [clusterroles]
+  verbs: [bind]
+  resourceNames: [system:auth-delegator]
 {{- end -}}

@@ -15,6 +15,8 @@ The enforcement (``access.enforce``) reads only this table: no route checks acce
 ``creates`` marks routes that may create the index they name: a name outside the caller's patterns is
 then 403 (nothing exists to hide), where on other routes it is 404, the same as a missing index.
 ``open`` routes (the kubelet's probes, Prometheus) need no credentials and must reveal no documents.
+``llm`` marks routes that may call the LLM: a principal over its tokens-per-minute limit gets 429 there
+(requests per minute are counted on every route that needs credentials).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ class Rule:
     index: IndexFrom = IndexFrom.none
     owned: bool = False  # sessions / files: the store shows a caller only their own (admin: everyone's)
     creates: bool = False
+    llm: bool = False  # may spend LLM tokens (tokens-per-minute limits apply)
 
     @property
     def open(self) -> bool:
@@ -64,19 +67,20 @@ ROUTES: dict[tuple[str, str], Rule] = {
     ("POST", "/persist/{index_name}"): Rule(A, IndexFrom.path),
     ("POST", "/load/{index_name}"): Rule(A, IndexFrom.path, creates=True),
     ("POST", "/retrieve"): Rule(R, IndexFrom.body),
-    # index versions (re-index, rollback) and export / import: an export holds every document
+    # index versions (re-index, rollback) and export / import: an export holds every document whatever its ACL,
+    # so only an admin (who sees every document) may take one
     ("POST", "/indexes/{index_name}/reindex"): Rule(W, IndexFrom.path),
     ("GET", "/indexes/{index_name}/reindex"): Rule(W, IndexFrom.path),
     ("GET", "/indexes/{index_name}/versions"): Rule(W, IndexFrom.path),
     ("POST", "/indexes/{index_name}/versions/{version}/activate"): Rule(A, IndexFrom.path),
     ("DELETE", "/indexes/{index_name}/versions/{version}"): Rule(A, IndexFrom.path),
-    ("GET", "/indexes/{index_name}/export"): Rule(W, IndexFrom.path),
+    ("GET", "/indexes/{index_name}/export"): Rule(A, IndexFrom.path),
     ("POST", "/indexes/{index_name}/import"): Rule(W, IndexFrom.path, creates=True),
     # OpenAI-compatible
-    ("POST", "/v1/chat/completions"): Rule(R, IndexFrom.chat),
+    ("POST", "/v1/chat/completions"): Rule(R, IndexFrom.chat, llm=True),
     ("GET", "/v1/models"): Rule(R, IndexFrom.list),
     # conversations
-    ("POST", "/v1/chat/reformulate"): Rule(R),
+    ("POST", "/v1/chat/reformulate"): Rule(R, llm=True),
     ("POST", "/v1/files"): Rule(R, owned=True),
     ("GET", "/v1/files"): Rule(R, owned=True),
     ("GET", "/v1/files/{file_id}"): Rule(R, owned=True),
@@ -86,7 +90,7 @@ ROUTES: dict[tuple[str, str], Rule] = {
     ("GET", "/v1/sessions/{session_id}"): Rule(R, owned=True),
     ("DELETE", "/v1/sessions/{session_id}"): Rule(R, owned=True),
     ("GET", "/v1/sessions/{session_id}/messages"): Rule(R, owned=True),
-    ("POST", "/v1/sessions/{session_id}/messages"): Rule(R, owned=True),
+    ("POST", "/v1/sessions/{session_id}/messages"): Rule(R, owned=True, llm=True),
     ("GET", "/v1/sessions/{session_id}/files"): Rule(R, owned=True),
     ("POST", "/v1/sessions/{session_id}/files"): Rule(R, owned=True),
     ("DELETE", "/v1/sessions/{session_id}/files/{file_id}"): Rule(R, owned=True),

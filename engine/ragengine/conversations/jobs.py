@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Protocol
 
 from ragengine.conversations.store import ACTIVE_FILE_STATUSES, FileInfo, SessionStore
+from ragengine.index.journal import fsync_dir
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,8 @@ class Jobs(Protocol):
     lease_s: float
 
     async def start(self) -> None: ...
-    async def submit(self, *, filename: str, content_type: str, text: str | None, data: bytes) -> FileInfo: ...
+    async def submit(self, *, filename: str, content_type: str, text: str | None, data: bytes,
+                     principal: str | None = None) -> FileInfo: ...
     async def next(self) -> Claim: ...
     async def data(self, claim: Claim) -> bytes | None: ...
     async def renew(self, claim: Claim) -> bool: ...
@@ -79,10 +81,11 @@ class LocalJobs:
                 log.info("re-queueing %s file %s after restart", status, f.id)
                 self.queue.put_nowait(f.id)
 
-    async def submit(self, *, filename: str, content_type: str, text: str | None, data: bytes) -> FileInfo:
+    async def submit(self, *, filename: str, content_type: str, text: str | None, data: bytes,
+                     principal: str | None = None) -> FileInfo:
         info = await self.store.create_file(filename=filename, content_type=content_type, size_bytes=len(data),
-                                            text=text)
-        await asyncio.to_thread(self._path(info.id).write_bytes, data)
+                                            text=text, principal=principal)
+        await asyncio.to_thread(_write_durably, self._path(info.id), data)
         self.queue.put_nowait(info.id)
         return info
 
@@ -121,9 +124,10 @@ class DatabaseJobs:
     async def start(self) -> None:
         """Nothing to re-queue: jobs left by a crash are open rows whose lease runs out by itself."""
 
-    async def submit(self, *, filename: str, content_type: str, text: str | None, data: bytes) -> FileInfo:
+    async def submit(self, *, filename: str, content_type: str, text: str | None, data: bytes,
+                     principal: str | None = None) -> FileInfo:
         info = await self.store.create_file(filename=filename, content_type=content_type, size_bytes=len(data),
-                                            text=text, data=data)
+                                            text=text, data=data, principal=principal)
         self._wake.set()  # this replica's idle workers look at once; the others within poll_s
         return info
 
@@ -160,3 +164,13 @@ def make_jobs(store: SessionStore, settings) -> Jobs:
     if store.dialect == "postgresql":
         return DatabaseJobs(store, lease_s=settings.ingestion_lease_s, poll_s=settings.ingestion_poll_s)
     return LocalJobs(store, settings.data_dir)
+
+
+def _write_durably(path: Path, data: bytes) -> None:
+    """The upload's bytes and their folder entry on disk before the 202: the job re-queued after a crash or
+    a power cut finds its input."""
+    with open(path, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    fsync_dir(path.parent)

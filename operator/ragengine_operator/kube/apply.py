@@ -42,12 +42,12 @@ def served_kinds(dyn: DynamicClient, api_version: str) -> frozenset[str]:
 def server_side_apply(dyn: DynamicClient, obj: dict[str, Any]) -> dict[str, Any]:
     meta = obj["metadata"]
     res = _resource(dyn, obj["apiVersion"], obj["kind"])
-    out = res.server_side_apply(body=obj, name=meta["name"], namespace=meta["namespace"],
+    out = res.server_side_apply(body=obj, name=meta["name"], namespace=meta.get("namespace"),  # None: cluster-scoped
                                 field_manager=c.FIELD_MANAGER, force_conflicts=True, _request_timeout=30)
     return out.to_dict()
 
 
-def get(dyn: DynamicClient, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+def get(dyn: DynamicClient, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
     try:
         return _resource(dyn, api_version, kind).get(name=name, namespace=namespace, _request_timeout=30).to_dict()
     except NotFoundError:
@@ -78,7 +78,7 @@ def secret_type(dyn: DynamicClient, namespace: str, name: str) -> str | None:
     return str(rows[0]["cells"][columns.index("Type")])
 
 
-def list_objects(dyn: DynamicClient, api_version: str, kind: str, namespace: str, selector: str,
+def list_objects(dyn: DynamicClient, api_version: str, kind: str, namespace: str | None, selector: str,
                  field_selector: str | None = None) -> list[dict]:
     query: dict[str, Any] = {"label_selector": selector} if selector else {}
     if field_selector:
@@ -87,7 +87,7 @@ def list_objects(dyn: DynamicClient, api_version: str, kind: str, namespace: str
     return out.to_dict().get("items") or []
 
 
-def delete(dyn: DynamicClient, api_version: str, kind: str, namespace: str, name: str,
+def delete(dyn: DynamicClient, api_version: str, kind: str, namespace: str | None, name: str,
            uid: str | None = None, propagation: str = "Foreground") -> bool:
     """Delete (foreground by default: pods go first); False when it was already gone.
 

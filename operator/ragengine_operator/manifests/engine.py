@@ -7,7 +7,9 @@ from typing import Any
 
 from .. import constants as c
 from ..spec import RAGEngineSpec
+from .access import mount_access
 from .engine_env import embedding_file, engine_env, secret_refs
+from .guardrails import policy_mount, policy_volume
 from .labels import (
     Owner,
     apply_pod_options,
@@ -65,7 +67,7 @@ def engine_data_pvc(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
 
 def engine_deployment(owner: Owner, spec: RAGEngineSpec, secrets: dict[str, str] | None = None) -> dict[str, Any]:
     """`secrets`: Secret name -> digest (controller-read); those the engine reads go into its config hash."""
-    container = {
+    container: dict[str, Any] = {
         "name": "engine",
         "image": spec.engine.image or owner.engine_image,
         "command": ["ragengine", "serve", "--host", "0.0.0.0", "--port", str(c.ENGINE_PORT), "--data-dir", c.ENGINE_DATA_DIR],
@@ -88,16 +90,21 @@ def engine_deployment(owner: Owner, spec: RAGEngineSpec, secrets: dict[str, str]
         # 1 of 745 requests of a client looping through the Service failed with a refused connection).
         "lifecycle": {"preStop": {"sleep": {"seconds": PRESTOP_DRAIN_S}}},
     }
+    volumes: list[dict[str, Any]] = [
+        # External store: no index on the pod, /data is scratch (model cache, temp files).
+        {"name": "data", "emptyDir": {}} if spec.vector_store.external else
+        {"name": "data", "persistentVolumeClaim": {"claimName": data_pvc_name(owner)}},
+        {"name": "tmp", "emptyDir": {"sizeLimit": TMP_SIZE}},
+        # a directory (no subPath): the kubelet updates it in place when spec.embedding changes
+        {"name": "embedding", "configMap": {"name": embedding_configmap_name(owner)}}]
+    if spec.guardrails.enabled:  # the policy ConfigMap as a directory: the kubelet updates it in place
+        volumes.append(policy_volume(owner, spec))
+        container["volumeMounts"].append(policy_mount())
     pod = {
         "metadata": {"labels": metadata(owner, "", c.COMPONENT_ENGINE)["labels"]},
         "spec": {
             "containers": [container],
-            # External store: no index on the pod, /data is scratch (model cache, temp files).
-            "volumes": [{"name": "data", "emptyDir": {}} if spec.vector_store.external else
-                        {"name": "data", "persistentVolumeClaim": {"claimName": data_pvc_name(owner)}},
-                        {"name": "tmp", "emptyDir": {"sizeLimit": TMP_SIZE}},
-                        # a directory (no subPath): the kubelet updates it in place when spec.embedding changes
-                        {"name": "embedding", "configMap": {"name": embedding_configmap_name(owner)}}],
+            "volumes": volumes,
             "terminationGracePeriodSeconds": 60,  # lets the engine flush its journal
             **locked_down_pod(UID),
         },
@@ -108,6 +115,7 @@ def engine_deployment(owner: Owner, spec: RAGEngineSpec, secrets: dict[str, str]
     if eng.tolerations:
         pod["spec"]["tolerations"] = [t.model_dump(by_alias=True, exclude_none=True) for t in eng.tolerations]
     apply_pod_options(pod, container, eng)
+    mount_access(pod, container, owner, spec)  # spec.access: the access file (and a ServiceAccount for TokenReview)
     template = stamp_template(pod, pick(secrets, {ref.name for ref in secret_refs(spec, owner).values()}))
     dep_spec: dict[str, Any] = {
         # faiss: Recreate, the index volume is ReadWriteOnce and the engine its single writer.

@@ -6,6 +6,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import constants as c
+from ..manifests.access import (
+    binding_name,
+    engine_service_account,
+    needs_token_review,
+    tokenreview_binding,
+)
+from ..manifests.access import engine_account as access_account
 from ..manifests.backup import backup_cronjob, backup_name, backup_pvc
 from ..manifests.engine import (
     data_pvc_name,
@@ -19,6 +26,7 @@ from ..manifests.engine import (
     engine_service,
 )
 from ..manifests.engine_env import generated_key_refs, inference_api_key_ref, secret_refs
+from ..manifests.guardrails import default_configmap_name, default_policy_configmap, packaged_default_policy
 from ..manifests.inference import (
     inference_deployment,
     inference_hpa,
@@ -56,7 +64,7 @@ class Plan:
 
 
 def plan(owner: Owner, spec: RAGEngineSpec, secrets: dict[str, str] | None = None,
-         embedding_generation: int | None = None) -> Plan:
+         default_policy: str | None = None, embedding_generation: int | None = None) -> Plan:
     """Volumes first (pods reference them), then workloads, then Services. `secrets` maps the names of
     the Secrets the pods read to a digest of their data (see referenced_secrets): a change rolls them.
     `embedding_generation`: the generation in the engine's embedding file (engine_env.embedding_generation)."""
@@ -88,6 +96,12 @@ def plan(owner: Owner, spec: RAGEngineSpec, secrets: dict[str, str] | None = Non
         p.apply.append(engine_data_pvc(owner, spec))
     # spec.embedding as a file the engine watches (not env): a new model re-indexes, the pods stay.
     p.apply.append(engine_embedding_configmap(owner, spec, embedding_generation))
+    # spec.guardrails without a ConfigMap: the chart's default policy in one of our own (KAITO copies a
+    # template into the namespace, shared and unowned; ours is owned and goes with the RAGEngine)
+    if spec.guardrails.enabled and spec.guardrails.config_map_ref is None:
+        p.apply.append(default_policy_configmap(owner, default_policy or packaged_default_policy()))
+    else:
+        p.delete.append(Ref("v1", "ConfigMap", default_configmap_name(owner)))
     p.apply += [engine_deployment(owner, spec, secrets), engine_service(owner)]
     engine = engine_deployment_name(owner)
     if external:
@@ -98,6 +112,18 @@ def plan(owner: Owner, spec: RAGEngineSpec, secrets: dict[str, str] | None = Non
         p.apply.append(engine_hpa(owner, spec))
     else:
         p.delete.append(Ref("autoscaling/v2", "HorizontalPodAutoscaler", engine))
+    # spec.access: the access Secret is the controller's to apply (it reads the keys); the rest is planned here.
+    # Without spec.access the Secret stays, unmounted, until the RAGEngine goes (the operator may not delete
+    # Secrets: least privilege), as the model cache stays in URL mode.
+    own_account = needs_token_review(spec) and spec.engine.service_account_name is None
+    if own_account:
+        p.apply.insert(0, engine_service_account(owner))  # before the Deployment that runs as it
+    else:
+        p.delete.append(Ref("v1", "ServiceAccount", owner.child("engine")))
+    if needs_token_review(spec):
+        p.apply.append(tokenreview_binding(owner, access_account(owner, spec)))
+    else:
+        p.delete.append(Ref("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", binding_name(owner)))
     # On unless opted out (SecureDefaults then says so): the namespace and the source syncs get in.
     if spec.engine.network_policy.enabled:
         p.apply.append(engine_network_policy(owner, spec))
@@ -128,6 +154,17 @@ def controller_uid(obj: dict[str, Any]) -> str | None:
     return None
 
 
+def labelled_child(existing: dict[str, Any], owner: Owner) -> bool:
+    """A cluster-scoped child (the TokenReview binding), which cannot have an owner reference: ours when its
+    labels name a RAGEngine of this namespace and name (one of an earlier incarnation is adopted, as a retained
+    claim is; its uid label is what the clean-up of deleted RAGEngines goes by)."""
+    from ..manifests.access import LABEL_OWNER_NAMESPACE
+
+    labels = (existing.get("metadata") or {}).get("labels") or {}
+    return (not existing["metadata"].get("namespace") and labels.get(c.LABEL_MANAGED_BY) == c.FIELD_MANAGER
+            and labels.get(c.SELECTOR_NAME) == owner.name and labels.get(LABEL_OWNER_NAMESPACE) == owner.namespace)
+
+
 def retained_claim(existing: dict[str, Any], owner: Owner) -> bool:
     """A PVC this operator made for a RAGEngine of this name with reclaimPolicy Retain (no owner):
     a RAGEngine created again under the name adopts it, data and all."""
@@ -145,7 +182,7 @@ def name_conflict(existing: dict[str, Any] | None, owner: Owner) -> str | None:
     if existing is None:
         return None
     uid = controller_uid(existing)
-    if uid == owner.uid or (uid is None and retained_claim(existing, owner)):
+    if uid == owner.uid or (uid is None and (retained_claim(existing, owner) or labelled_child(existing, owner))):
         return None
     kind, name = existing.get("kind", "object"), existing["metadata"]["name"]
     if uid is None:

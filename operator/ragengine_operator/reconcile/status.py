@@ -8,9 +8,11 @@ from typing import Any
 from .. import constants as c
 from ..manifests.engine import endpoint
 from ..manifests.engine_env import embedding_target, engine_api_key_ref, llm_url, served_model, target_digest
+from ..manifests.guardrails import policy_configmap_name
 from ..manifests.labels import Owner
 from ..sources.status import sources_condition
 from ..spec import RAGEngineSpec
+from .guardrails import guardrails_condition
 
 AVAILABLE, PROGRESSING, FAILED = "Available", "Progressing", "Failed"
 
@@ -39,6 +41,8 @@ class Observed:
     # What status said last time: kept when the engine was not asked.
     previous_indexes: list[dict[str, Any]] | None = None
     previous_embedding: str | None = None
+    # spec.guardrails.enabled: the policy ConfigMap's guardrails.yaml (None: no such ConfigMap or key)
+    guardrails_policy: str | None = None
 
 
 @dataclass(frozen=True)
@@ -224,8 +228,10 @@ def reindexing(spec: RAGEngineSpec, observed: Observed) -> dict[str, Any] | None
     return _cond(c.REINDEXING, False, "Current", f"every index uses the embedding model {model}")
 
 
-def conditions_for(spec: RAGEngineSpec | None, observed: Observed, error: tuple[str, str] | None) -> list[dict]:
-    """The six conditions (seven with sources), without timestamps. error = (reason, message) of a failed
+def conditions_for(owner: Owner, spec: RAGEngineSpec | None, observed: Observed,
+                   error: tuple[str, str] | None) -> list[dict]:
+    """The six conditions (plus SourcesSynced with sources, GuardrailsPolicy with guardrails, Reindexing when
+    the engine was asked or a change is pending), without timestamps. error = (reason, message) of a failed
     reconcile. An invalid spec gets the five that can be said without one (no SecureDefaults)."""
     if spec is None:  # invalid spec: nothing else can be said
         reason, message = error or ("InvalidSpec", "spec is invalid")
@@ -266,11 +272,20 @@ def conditions_for(spec: RAGEngineSpec | None, observed: Observed, error: tuple[
                                                            f"engine: {observed.engine_not_ready}")
         engine = _cond(c.ENGINE_READY, s.state == AVAILABLE, s.reason, s.message)
     failed = [s for s in states.values() if s.state == FAILED]
+    policy = guardrails_condition(spec, policy_configmap_name(owner, spec), observed.guardrails_policy)
     rolling = [s for s in states.values() if s.state == PROGRESSING]
     if error:
         degraded = _cond(c.DEGRADED, True, *error)
     elif failed:
         degraded = _cond(c.DEGRADED, True, failed[0].reason, "; ".join(s.message for s in failed))
+    elif inference["reason"] == "InferenceUnreachable":
+        # An outage of the external LLM, not a step on the way: GitOps tools (Argo CD's health check, Flux's
+        # failed expression in docs/operator.md) must show it, while the engine keeps serving what it can.
+        degraded = _cond(c.DEGRADED, True, "InferenceUnreachable", f"{inference['message']}; the engine still "
+                         "answers retrieval, and chat extractively")
+    elif policy is not None and policy["status"] == "False":
+        # The engine serves on its last good policy (or refuses, fail-closed): not what the spec declares.
+        degraded = _cond(c.DEGRADED, True, "Guardrails" + policy["reason"], policy["message"])
     else:
         degraded = _cond(c.DEGRADED, False, "AsExpected", "no child reports a failure")
     progressing = (
@@ -295,8 +310,8 @@ def conditions_for(spec: RAGEngineSpec | None, observed: Observed, error: tuple[
     sources = sources_condition(spec.sources, observed.sources)
     # Reindexing never feeds Ready either: the old versions serve while new ones are built.
     reindex = reindexing(spec, observed)
-    return ([ready, inference, engine, progressing, degraded, secure_defaults(spec)] + ([sources] if sources else [])
-            + ([reindex] if reindex else []))
+    extra = [x for x in (sources, policy, reindex) if x]
+    return [ready, inference, engine, progressing, degraded, secure_defaults(spec), *extra]
 
 
 def stamp(new: list[dict], old: list[dict], now: str, generation: int | None) -> list[dict]:
@@ -338,7 +353,7 @@ def compute_status(
     error: tuple[str, str] | None = None,
 ) -> tuple[dict[str, Any], list[dict]]:
     """-> (status patch, condition transitions)."""
-    new = conditions_for(spec, observed, error)
+    new = conditions_for(owner, spec, observed, error)
     if spec is not None and not any(x["type"] == c.REINDEXING for x in new):  # not asked: the last word stands
         new += [{k: v for k, v in x.items() if k not in ("lastTransitionTime", "observedGeneration")}
                 for x in old_conditions or [] if x.get("type") == c.REINDEXING]
