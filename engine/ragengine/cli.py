@@ -171,8 +171,8 @@ def migrate(source: str, target: str, prefix: str, only: tuple[str, ...]) -> Non
     """Copy FAISS indexes into PostgreSQL or Milvus with their vectors (no re-embedding); resumable."""
     from tqdm import tqdm
 
-    from ragengine.stores import migrate as mig
     from ragengine.stores.base import StoreUnavailable
+    from ragengine.versions import migrate as mig
 
     if not source.startswith("faiss:"):
         raise click.BadParameter("expected faiss:DATA_DIR", param_hint="--from")

@@ -26,14 +26,13 @@ QUERIES = ["when does the fog come", "storm at night", "tide log hour 7"]
 @contextlib.contextmanager
 def _engine(embedder, kind: str, work: Path, request, prefix: str, **settings):
     from ragengine.app import create_app
+    from tests.support.embedding import serve_engine
     from tests.support.server import serve_app
 
     values = store_values(kind, prefix=prefix, work_dir=work, pg_url=lambda: request.getfixturevalue("pgvector_url"))
     work.mkdir(parents=True, exist_ok=True)
     app = create_app(EngineSettings(data_dir=work / "data", **values, **settings))
-    if embedder is not None:
-        app.state.embedder = embedder
-    with serve_app(app) as base:
+    with serve_engine(app, embedder) if embedder is not None else serve_app(app) as base:
         yield base, app
 
 

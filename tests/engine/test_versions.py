@@ -195,7 +195,7 @@ def test_an_index_made_with_another_model_is_reindexed_not_degraded(embedder, tm
     from ragengine.app import create_app
     from ragengine.index.registry import IndexRegistry
     from ragengine.settings import EngineSettings
-    from tests.support.server import serve_app
+    from tests.support.embedding import serve_engine
 
     data = tmp_path / "data"
     old = EngineSettings(data_dir=data, embedding_model=WORDLLAMA)
@@ -210,8 +210,7 @@ def test_an_index_made_with_another_model_is_reindexed_not_degraded(embedder, tm
 
     asyncio.run(made_before_versions())
     app = create_app(EngineSettings(data_dir=data))
-    app.state.embedder = embedder
-    with serve_app(app) as base:
+    with serve_engine(app, embedder) as base:
         health = httpx.get(f"{base}/health").json()
         assert health["status"] == "Healthy", health
         done = wait_job(base, "legacy")

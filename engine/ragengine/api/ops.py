@@ -36,8 +36,10 @@ async def health(request: Request) -> dict:
     problems = [f"index '{n}' not loaded: {why}" for n, why in corrupt.items()]
     if status.get("store_error"):
         problems.append(f"vector store unavailable: {status['store_error']}")
+    # "embedding": the registry's models (target, loaded) and the backend in use, side by side
+    embedding = {**(status.get("embedding") or {}), **_embedding_report(request).get("embedding", {})}
     return {"status": "Degraded" if problems else "Healthy", "detail": "; ".join(problems) or None, **status,
-            **_embedding_report(request), **_llm_report(request)}
+            **({"embedding": embedding} if embedding else {}), **_llm_report(request)}
 
 
 def _embedding_report(request: Request) -> dict[str, Any]:
