@@ -35,7 +35,7 @@ from pydantic import ValidationError
 from . import constants as c
 from . import metrics
 from .kube import apply as kube
-from .kube.observe import engine_health, observe
+from .kube.observe import engine_health, observe, probe_egress
 from .manifests.access import (
     COMPONENT_TOKENREVIEW,
     LABEL_OWNER_NAMESPACE,
@@ -53,7 +53,6 @@ from .reconcile.policy import POLICY_VIOLATION, Policy, refusals
 from .reconcile.schedule import next_due
 from .reconcile.status import compute_status
 from .settings import OperatorSettings
-from .sources.egress import EgressPolicy
 from .spec import RAGEngineSpec
 
 log = logging.getLogger(__name__)
@@ -353,7 +352,7 @@ class Controller:
         # observedGeneration moves only when a reconcile of that generation finished.
         generation = body["metadata"].get("generation") if advance else current.get("observedGeneration")
         observed = observe(self.dyn, owner, spec, probe_external=self.settings.probe_external_inference,
-                           probe_engine=self.settings.probe_engine_readiness, egress=EgressPolicy.from_settings(self.settings))
+                           probe_engine=self.settings.probe_engine_readiness, egress=probe_egress(self.settings))
         observed.sources = current.get("sources")
         observed.previous_indexes, observed.previous_embedding = current.get("indexes"), current.get("embeddingTarget")
         if spec is not None and self.settings.probe_engine_indexes and (advance or asks_engine(spec, current)):
