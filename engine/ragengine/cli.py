@@ -258,7 +258,8 @@ EXPORT_SUFFIX = ".ragx.gz"
 
 @main.command("export")
 @click.option("--url", default="http://127.0.0.1:8000", show_default=True, help="The engine's base URL.")
-@click.option("--api-key", envvar="RAGENGINE_API_KEY", default=None, help="Bearer token (write or admin role).")
+@click.option("--api-key", envvar="RAGENGINE_API_KEY", default=None,
+              help="Bearer token (admin role: an export holds every document whatever its ACL).")
 @click.option("--index", "indexes", multiple=True, help="Index to export (repeatable).")
 @click.option("--all", "every", is_flag=True, help="Every index the key sees (GET /indexes).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
