@@ -218,3 +218,39 @@ def test_an_index_made_with_another_model_is_reindexed_not_degraded(embedder, tm
         hits = _post(base, "/retrieve", index_name="legacy", query="solar panels", max_node_count=3)
         assert hits.status_code == 200 and "solar" in hits.json()["results"][0]["text"]
         assert {v["version"]: v["embedding_model"] for v in done["versions"]} == {1: None, 2: MINILM}
+
+
+def test_document_acls_hold_on_every_version(make_server, tmp_path):
+    """Document ACLs (access control) live in document metadata: a re-indexed version and a rolled-back one
+    filter exactly as the first did, and an export (every document, whatever its ACL) needs admin."""
+    admin, reader, writer = "admin-key-0123456789abcdef", "reader-key-0123456789abcdef", "writer-key-0123456789abcdef"
+    access = tmp_path / "access.yaml"
+    access.write_text(json.dumps({"keys": [{"name": "reader", "key": reader, "indexes": ["kb"], "role": "read"},
+                                           {"name": "writer", "key": writer, "indexes": ["kb"], "role": "write"}]}))
+    as_admin, as_reader = {"Authorization": f"Bearer {admin}"}, {"Authorization": f"Bearer {reader}"}
+    docs = [{"doc_id": "open", "text": "The harbour crane lifts containers at dawn."},
+            {"doc_id": "hidden", "text": "The harbour crane's override code is kept by the ops team.",
+             "metadata": {"acl": ["group:ops"]}}]
+
+    def seen(headers: dict) -> set[str]:
+        resp = httpx.post(f"{base}/retrieve", json={"index_name": "kb", "query": "harbour crane", "max_node_count": 10},
+                          headers=headers, timeout=60)
+        assert resp.status_code == 200, resp.text
+        return {h["doc_id"] for h in resp.json()["results"]}
+
+    with make_server(api_key=admin, access_file=access, similarity_threshold=0.0) as (base, _app):
+        assert httpx.post(f"{base}/index", json={"index_name": "kb", "documents": docs}, headers=as_admin,
+                          timeout=60).status_code == 200
+        assert (seen(as_admin), seen(as_reader)) == ({"open", "hidden"}, {"open"})
+        resp = httpx.post(f"{base}/indexes/kb/reindex", json={"embedding_model": WORDLLAMA}, headers=as_admin, timeout=60)
+        assert resp.status_code == 202, resp.text
+        done = wait_job(base, "kb", headers=as_admin)
+        assert done["live_version"] == 2 and done["embedding_model"] == WORDLLAMA
+        assert (seen(as_admin), seen(as_reader)) == ({"open", "hidden"}, {"open"})  # the new version
+        resp = httpx.post(f"{base}/indexes/kb/versions/1/activate", headers=as_admin, timeout=60)
+        assert resp.status_code == 202, resp.text
+        assert wait_job(base, "kb", headers=as_admin)["live_version"] == 1
+        assert (seen(as_admin), seen(as_reader)) == ({"open", "hidden"}, {"open"})  # rolled back
+        assert httpx.get(f"{base}/indexes/kb/export", headers={"Authorization": f"Bearer {writer}"},
+                         timeout=60).status_code == 403
+        assert httpx.get(f"{base}/indexes/kb/export", headers=as_admin, timeout=60).status_code == 200
