@@ -17,6 +17,8 @@ from ragengine.api import chat as chat_api
 from ragengine.api import conversations as conversations_api
 from ragengine.api import indexes as indexes_api
 from ragengine.api import ops as ops_api
+from ragengine.api import responses as responses_api
+from ragengine.api import vector_stores as vector_stores_api
 from ragengine.api.openapi import document_error_responses
 from ragengine.errors import install_error_handlers
 from ragengine.metrics import install_middleware
@@ -29,12 +31,15 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # Each part registers its services on app.state and its clean-up on the stack, in
-        # dependency order: indexes (embedder, registry), then chat (LLM client), then conversations.
+        # dependency order: indexes (embedder, registry), then chat (LLM client), then conversations (the
+        # session store), then vector stores (on all of those).
         async with AsyncExitStack() as stack:
             await access.watch(stack)
             await indexes_api.startup(app, settings, stack)
             await chat_api.startup(app, settings, stack)
             await conversations_api.startup(app, settings, stack)
+            await vector_stores_api.startup(app, settings, stack)
+            await responses_api.startup(app, settings, stack)
             yield
 
     access = AccessSource(settings.api_key, settings.access_file)  # a bad access file stops the start here
@@ -50,6 +55,8 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
     app.include_router(indexes_api.router)
     app.include_router(chat_api.router)
     app.include_router(conversations_api.router)
+    app.include_router(vector_stores_api.router)
+    app.include_router(responses_api.router)
     missing = uncovered((m, r.path) for r in api_routes(app.routes) for m in r.methods or ())
     if missing:
         raise RuntimeError(f"routes without an access rule in ragengine/access/routes.py: {', '.join(missing)}")

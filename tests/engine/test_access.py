@@ -41,7 +41,7 @@ INDEX = "team-a-docs"
 OPEN_BY_DESIGN = {"/health", "/ready", "/metrics"}
 SPEC_ROUTES = {"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}
 NONE, READ, WRITE, ADMIN = None, 1, 2, 3
-# (method, path) -> (role needed, index from: "path" | "body" | "chat" | "-", creates the index)
+# (method, path) -> (role needed, index from: "path" | "body" | "chat" | "store" | "tools" | "-", creates the index)
 EXPECTED: dict[tuple[str, str], tuple[int | None, str, bool]] = {
     ("get", "/health"): (NONE, "-", False),
     ("get", "/ready"): (NONE, "-", False),
@@ -74,6 +74,28 @@ EXPECTED: dict[tuple[str, str], tuple[int | None, str, bool]] = {
     ("post", "/v1/sessions/{session_id}/threads"): (READ, "-", False),
     ("get", "/v1/sessions/{session_id}/threads"): (READ, "-", False),
     ("get", "/v1/sessions/{session_id}/threads/{thread_id}"): (READ, "-", False),
+    # a vector store is an index (its id is the index's name)
+    ("get", "/v1/vector_stores"): (READ, "-", False),
+    ("post", "/v1/vector_stores"): (WRITE, "body", True),
+    ("get", "/v1/vector_stores/{vector_store_id}"): (READ, "store", False),
+    ("post", "/v1/vector_stores/{vector_store_id}"): (WRITE, "store", False),
+    ("delete", "/v1/vector_stores/{vector_store_id}"): (ADMIN, "store", False),
+    ("post", "/v1/vector_stores/{vector_store_id}/search"): (READ, "store", False),
+    ("get", "/v1/vector_stores/{vector_store_id}/files"): (READ, "store", False),
+    ("post", "/v1/vector_stores/{vector_store_id}/files"): (WRITE, "store", False),
+    ("get", "/v1/vector_stores/{vector_store_id}/files/{file_id}"): (READ, "store", False),
+    ("post", "/v1/vector_stores/{vector_store_id}/files/{file_id}"): (WRITE, "store", False),
+    ("delete", "/v1/vector_stores/{vector_store_id}/files/{file_id}"): (WRITE, "store", False),
+    ("get", "/v1/vector_stores/{vector_store_id}/files/{file_id}/content"): (READ, "store", False),
+    ("post", "/v1/vector_stores/{vector_store_id}/file_batches"): (WRITE, "store", False),
+    ("get", "/v1/vector_stores/{vector_store_id}/file_batches/{batch_id}"): (READ, "store", False),
+    ("post", "/v1/vector_stores/{vector_store_id}/file_batches/{batch_id}/cancel"): (WRITE, "store", False),
+    ("get", "/v1/vector_stores/{vector_store_id}/file_batches/{batch_id}/files"): (READ, "store", False),
+    # file_search reads every store its tools name; stored responses are their creator's
+    ("post", "/v1/responses"): (READ, "tools", False),
+    ("get", "/v1/responses/{response_id}"): (READ, "-", False),
+    ("delete", "/v1/responses/{response_id}"): (READ, "-", False),
+    ("get", "/v1/responses/{response_id}/input_items"): (READ, "-", False),
 }
 # principal -> (Authorization header, role, sees team-a indexes)
 PRINCIPALS = {
@@ -89,6 +111,9 @@ PRINCIPALS = {
 
 
 def _body(path: str, scope: str) -> dict:
+    if scope == "tools":
+        return {"model": "m", "input": "what is in the runbook?",
+                "tools": [{"type": "file_search", "vector_store_ids": [INDEX]}]}
     if scope == "chat":
         return {"index_name": INDEX, "messages": [{"role": "user", "content": "what is in the docs?"}]}
     if path == "/index":
@@ -99,10 +124,18 @@ def _body(path: str, scope: str) -> dict:
 
 
 def _call(base: str, method: str, path: str, scope: str, auth: str | None) -> httpx.Response:
-    url = base + re.sub(r"\{index_name\}", INDEX, re.sub(r"\{(?!index_name)[^}]+\}", "x", path))
+    named = re.sub(r"\{(?!index_name|vector_store_id)[^}]+\}", "x", path)  # a store's id is its index's name
+    url = base + re.sub(r"\{(index_name|vector_store_id)\}", INDEX, named)
     headers = {"Authorization": auth} if auth else {}
     body = {"json": _body(path, scope)} if method in ("post", "put", "patch") else {}
     return httpx.request(method.upper(), url, headers=headers, timeout=60, **body)
+
+
+def _missing(scope: str) -> str:
+    """The 404 message of a missing index (or vector store: an index seen through the vector store API)."""
+    if scope in ("store", "tools"):
+        return f"No vector store found with id '{INDEX}'."
+    return f"No such index: '{INDEX}' exists."
 
 
 def _message(resp: httpx.Response) -> str:
@@ -179,14 +212,14 @@ def test_every_route_as_every_principal(engine, principal):
                 assert resp.status_code == 403, where
             else:
                 assert resp.status_code == 404, where
-                assert message == f"No such index: '{INDEX}' exists.", where
+                assert message == _missing(scope), where
             continue
         if role < needed:
             assert resp.status_code == 403, where
             assert {READ: "read", WRITE: "write", ADMIN: "admin"}[needed] in message, where
             continue
         assert resp.status_code not in (401, 403), where
-        assert message != f"No such index: '{INDEX}' exists.", where
+        assert message != _missing(scope), where
 
 
 def test_hidden_index_answers_exactly_like_a_missing_one(engine):
@@ -220,6 +253,38 @@ def test_lists_show_only_visible_indexes(engine):
     assert set(httpx.get(f"{base}/indexes", headers=admin).json()) >= {INDEX, "team-b-notes"}
     models = {m["id"] for m in httpx.get(f"{base}/v1/models", headers=as_b).json()["data"]}
     assert models == {"rag:team-b-notes"}
+
+
+def test_vector_stores_are_visible_only_to_principals_allowed_their_index(engine):
+    base, *_ = engine
+    _ensure_index(base)
+    admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    assert httpx.post(f"{base}/index", headers=admin, timeout=60,
+                      json={"index_name": "team-b-notes", "documents": [{"text": "Team B notes."}]}).status_code == 200
+    as_a, as_b = {"Authorization": f"Bearer {READ_A}"}, {"Authorization": f"Bearer {READ_B}"}
+    ids_a = {s["id"] for s in httpx.get(f"{base}/v1/vector_stores", headers=as_a).json()["data"]}
+    ids_b = {s["id"] for s in httpx.get(f"{base}/v1/vector_stores", headers=as_b).json()["data"]}
+    assert INDEX in ids_a and all(i.startswith("team-a-") for i in ids_a)
+    assert ids_b == {"team-b-notes"}
+    # a hidden store answers exactly like a missing one, on the store routes and in a response's tools
+    hidden = httpx.get(f"{base}/v1/vector_stores/{INDEX}", headers=as_b)
+    missing = httpx.get(f"{base}/v1/vector_stores/team-b-none", headers=as_b)
+    assert (hidden.status_code, hidden.json()["error"]["message"].replace(INDEX, "?")) == \
+        (missing.status_code, missing.json()["error"]["message"].replace("team-b-none", "?")) == \
+        (404, "No vector store found with id '?'.")
+    tools = [{"type": "file_search", "vector_store_ids": ["team-b-notes", INDEX]}]
+    refused = httpx.post(f"{base}/v1/responses", headers=as_b, json={"input": "notes?", "tools": tools}, timeout=60)
+    assert refused.status_code == 404
+    assert refused.json()["error"] == {"message": f"No vector store found with id '{INDEX}'.", "type": "not_found_error",
+                                       "code": 404, "param": "tools.vector_store_ids"}
+    # creating: a generated id outside the writer's patterns is refused with the way out; a name inside works
+    as_writer = {"Authorization": f"Bearer {WRITE_A}"}
+    denied = httpx.post(f"{base}/v1/vector_stores", headers=as_writer, json={"name": "FAQ"})
+    assert denied.status_code == 403 and "index_name" in denied.json()["error"]["message"]
+    made = httpx.post(f"{base}/v1/vector_stores", headers=as_writer, json={"name": "FAQ", "index_name": "team-a-faq"})
+    assert made.status_code == 200 and made.json()["id"] == "team-a-faq", made.text
+    other = httpx.post(f"{base}/v1/vector_stores", headers=as_writer, json={"index_name": "team-b-faq"})
+    assert other.status_code == 403
 
 
 def test_api_documentation_needs_credentials(engine):

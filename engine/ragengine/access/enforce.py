@@ -28,6 +28,7 @@ from ragengine.access.source import AccessSource
 from ragengine.errors import EngineError, Forbidden, NotFound, error_body_for
 from ragengine.metrics import ACCESS_DECISIONS
 from ragengine.protocol.openai import requested_index
+from ragengine.protocol.responses import vector_store_ids
 
 log = logging.getLogger("ragengine.access")
 AUTH_MESSAGE = "Missing or invalid API key: send 'Authorization: Bearer <key>'."
@@ -95,17 +96,29 @@ async def index_named(request: Request, how: IndexFrom) -> str | None:
     return None
 
 
+async def indexes_named(request: Request, how: IndexFrom) -> list[str | None]:
+    """Every index a request names: one (or None) for most routes; the vector stores of the ``file_search``
+    tools of a response request, read as ``protocol.responses.vector_store_ids`` reads them for the handler."""
+    if how is IndexFrom.tools:
+        return list(vector_store_ids(await _json_field(request, "tools"))) or [None]
+    if how is IndexFrom.store:
+        return [request.path_params.get("vector_store_id")]
+    return [await index_named(request, how)]
+
+
 async def authorize(request: Request) -> None:
     route = request.scope["route"].path
     rule = rule_for("GET" if request.method == "HEAD" else request.method, route)
     if rule.open:
         return
     principal = principal_of(request)
-    index = await index_named(request, rule.index)
-    decision = decide(principal, rule, index, reserved=request.app.state.reserved_indexes)
+    for index in await indexes_named(request, rule.index):  # the first denial decides
+        decision = decide(principal, rule, index, reserved=request.app.state.reserved_indexes)
+        if not decision.allowed:
+            break
     audit(decision, principal, request.method, route, index)
     if decision.allowed:
         return
-    error: EngineError = NotFound(decision.message, param="index_name") if decision.status == 404 \
+    error: EngineError = NotFound(decision.message, param=decision.param) if decision.status == 404 \
         else Forbidden(decision.message)
     raise error

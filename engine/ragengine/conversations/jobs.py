@@ -28,6 +28,7 @@ import os
 import socket
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Protocol
 
@@ -50,7 +51,8 @@ class Jobs(Protocol):
     lease_s: float
 
     async def start(self) -> None: ...
-    async def submit(self, *, filename: str, content_type: str, text: str | None, data: bytes) -> FileInfo: ...
+    async def submit(self, *, filename: str, content_type: str, text: str | None, data: bytes,
+                     purpose: str | None = None, expires_at: datetime | None = None) -> FileInfo: ...
     async def next(self) -> Claim: ...
     async def data(self, claim: Claim) -> bytes | None: ...
     async def renew(self, claim: Claim) -> bool: ...
@@ -79,9 +81,10 @@ class LocalJobs:
                 log.info("re-queueing %s file %s after restart", status, f.id)
                 self.queue.put_nowait(f.id)
 
-    async def submit(self, *, filename: str, content_type: str, text: str | None, data: bytes) -> FileInfo:
+    async def submit(self, *, filename: str, content_type: str, text: str | None, data: bytes,
+                     purpose: str | None = None, expires_at: datetime | None = None) -> FileInfo:
         info = await self.store.create_file(filename=filename, content_type=content_type, size_bytes=len(data),
-                                            text=text)
+                                            text=text, purpose=purpose, expires_at=expires_at)
         await asyncio.to_thread(self._path(info.id).write_bytes, data)
         self.queue.put_nowait(info.id)
         return info
@@ -121,9 +124,10 @@ class DatabaseJobs:
     async def start(self) -> None:
         """Nothing to re-queue: jobs left by a crash are open rows whose lease runs out by itself."""
 
-    async def submit(self, *, filename: str, content_type: str, text: str | None, data: bytes) -> FileInfo:
+    async def submit(self, *, filename: str, content_type: str, text: str | None, data: bytes,
+                     purpose: str | None = None, expires_at: datetime | None = None) -> FileInfo:
         info = await self.store.create_file(filename=filename, content_type=content_type, size_bytes=len(data),
-                                            text=text, data=data)
+                                            text=text, data=data, purpose=purpose, expires_at=expires_at)
         self._wake.set()  # this replica's idle workers look at once; the others within poll_s
         return info
 
