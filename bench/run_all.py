@@ -27,6 +27,7 @@ BENCHES = {
     "stores": "bench_stores.py",
     "sources": "bench_sources.py",
     "responsiveness": "bench_responsiveness.py",
+    "openai": "bench_openai.py",
 }
 
 

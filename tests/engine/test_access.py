@@ -287,6 +287,25 @@ def test_vector_stores_are_visible_only_to_principals_allowed_their_index(engine
     assert other.status_code == 403
 
 
+def test_a_stored_response_is_its_creators(engine):
+    base, *_ = engine
+    _ensure_index(base)
+    as_a, as_b = {"Authorization": f"Bearer {READ_A}"}, {"Authorization": f"Bearer {READ_B}"}
+    admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    made = httpx.post(f"{base}/v1/responses", headers=as_a, timeout=60, json={
+        "input": "What does the runbook keep?", "tools": [{"type": "file_search", "vector_store_ids": [INDEX]}]})
+    assert made.status_code == 200, made.text  # no LLM here: the extractive answer
+    rid = made.json()["id"]
+    assert httpx.get(f"{base}/v1/responses/{rid}", headers=as_a).status_code == 200
+    assert httpx.get(f"{base}/v1/responses/{rid}", headers=admin).status_code == 200
+    for method, path in (("GET", f"/v1/responses/{rid}"), ("GET", f"/v1/responses/{rid}/input_items"),
+                         ("DELETE", f"/v1/responses/{rid}")):
+        other = httpx.request(method, f"{base}{path}", headers=as_b)
+        assert (other.status_code, other.json()["error"]["message"]) == (404, f"Response with id '{rid}' not found.")
+    follow = httpx.post(f"{base}/v1/responses", headers=as_b, json={"input": "and?", "previous_response_id": rid})
+    assert follow.status_code == 404 and follow.json()["error"]["param"] == "previous_response_id"
+
+
 def test_api_documentation_needs_credentials(engine):
     base, *_ = engine
     for path in sorted(SPEC_ROUTES):

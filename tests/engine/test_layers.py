@@ -28,6 +28,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("ragengine.stores",),  # external vector stores: the index API over PostgreSQL / Milvus
     ("ragengine.rag",),
     ("ragengine.chat", "ragengine.conversations"),
+    ("ragengine.vectorstores",),  # OpenAI's vector stores: indexes + the uploads and catalog in the session store
+    ("ragengine.responses",),  # OpenAI's Responses: vector store search + chat's budget + the LLM
     ("ragengine.api",),
     ("ragengine.app",),
     ("ragengine.cli",),

@@ -95,6 +95,8 @@ def test_bad_requests_are_bad_requests(engine):
         lambda: c.responses.create(model="m", input="x", tool_choice="required"),
         lambda: c.responses.create(model="m", input="x", background=True),
         lambda: c.responses.create(model="m", input=""),
+        lambda: c.responses.create(model="m", input="x", conversation="conv_1"),
+        lambda: c.responses.create(model="m", input="x", text={"format": {"type": "json_object"}}),
     ]
     for i, call in enumerate(cases):
         with pytest.raises(openai.BadRequestError):

@@ -21,6 +21,10 @@ from ragengine.responses.store import ResponseStore
 from ragengine.settings import EngineSettings
 
 router = APIRouter(tags=["responses"])
+# One server-sent event of a streamed response (``stream: true``): its type, and the event's JSON in ``data``.
+SSE_EVENT = {"type": "object", "required": ["event", "data"], "properties": {
+    "event": {"type": "string", "description": "response.created, response.output_text.delta, ... (docs/openai.md)"},
+    "data": {"type": "string", "description": "The event as JSON, with its 'type' and 'sequence_number'."}}}
 
 
 async def startup(app: FastAPI, settings: EngineSettings, stack: AsyncExitStack) -> None:
@@ -41,7 +45,7 @@ def _service(request: Request) -> ResponsesService:
 @router.post(
     "/v1/responses", response_model=ResponseObject, summary="OpenAI responses with file_search",
     responses={**error_responses(404, 409, 422, 429, 502, 503, 504),
-               200: {"content": {"text/event-stream": {"schema": {"type": "string"}}}}},
+               200: {"content": {"text/event-stream": {"schema": SSE_EVENT}}}},
     openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
         "schema": ResponseRequest.model_json_schema(ref_template="#/components/schemas/{model}")}}}},
 )

@@ -67,21 +67,6 @@ async def list_vector_stores(request: Request, limit: int = Query(20, ge=1, le=1
     return await _stores(request).list_stores(_may_see(request), limit=limit, order=order, after=after, before=before)
 
 
-@router.get(BASE, response_model=VectorStoreObject, responses=error_responses(404))
-async def get_vector_store(vector_store_id: str, request: Request) -> dict:
-    return await _stores(request).get(vector_store_id)
-
-
-@router.post(BASE, response_model=VectorStoreObject, responses=error_responses(404))
-async def update_vector_store(vector_store_id: str, body: UpdateVectorStoreRequest, request: Request) -> dict:
-    return await _stores(request).update(vector_store_id, body)
-
-
-@router.delete(BASE, response_model=Deleted, responses=error_responses(404, 500))
-async def delete_vector_store(vector_store_id: str, request: Request) -> dict:
-    return await _stores(request).delete(vector_store_id)
-
-
 @router.post(f"{BASE}/search", response_model=SearchPage, responses=error_responses(404, 502, 504))
 async def search_vector_store(vector_store_id: str, body: SearchRequest, request: Request) -> dict:
     return await _stores(request).search(vector_store_id, body)
@@ -148,3 +133,19 @@ async def list_batch_files(vector_store_id: str, batch_id: str, request: Request
                            before: str | None = None, filter: Status | None = None) -> dict:
     return await _stores(request).list_files(vector_store_id, limit=limit, order=order, after=after, before=before,
                                              status=filter, batch_id=batch_id)
+
+
+# Last in /openapi.json: clients and fuzzers that follow its order reach a store's files before deleting it.
+@router.get(BASE, response_model=VectorStoreObject, responses=error_responses(404))
+async def get_vector_store(vector_store_id: str, request: Request) -> dict:
+    return await _stores(request).get(vector_store_id)
+
+
+@router.post(BASE, response_model=VectorStoreObject, responses=error_responses(404))
+async def update_vector_store(vector_store_id: str, body: UpdateVectorStoreRequest, request: Request) -> dict:
+    return await _stores(request).update(vector_store_id, body)
+
+
+@router.delete(BASE, response_model=Deleted, responses=error_responses(404, 500))
+async def delete_vector_store(vector_store_id: str, request: Request) -> dict:
+    return await _stores(request).delete(vector_store_id)

@@ -9,6 +9,7 @@ own ingestion fields beside OpenAI's (docs/openai.md).
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -17,6 +18,7 @@ MAX_PAIRS = 16
 MAX_KEY = 64
 MAX_VALUE = 512
 MAX_FILES_PER_REQUEST = 500
+MAX_NUMBER = 2**53  # numbers every store (and JSON reader) keeps exactly
 
 
 class _Tolerant(BaseModel):
@@ -37,9 +39,12 @@ def check_pairs(value: dict[str, Any] | None, what: str, *, scalars: tuple[type,
     for key, item in value.items():
         if not key or len(key) > MAX_KEY:
             raise ValueError(f"{what} keys must be 1 to {MAX_KEY} characters")
-        if not isinstance(item, scalars) or (isinstance(item, float) and item != item):
+        if not isinstance(item, scalars):
             kinds = " or ".join(t.__name__ for t in scalars)
             raise ValueError(f"{what}[{key!r}] must be a {kinds}")
+        if isinstance(item, (int, float)) and not isinstance(item, bool) and not (
+                math.isfinite(item) and abs(item) <= MAX_NUMBER):
+            raise ValueError(f"{what}[{key!r}] must be a finite number of magnitude at most 2**53")
         if isinstance(item, str) and len(item) > MAX_VALUE:
             raise ValueError(f"{what}[{key!r}] is longer than {MAX_VALUE} characters")
     return value

@@ -66,6 +66,14 @@ def parse(body: Any) -> Plan:
         raise _fail(f"Invalid request: {where}: {err['msg']}", where) from None
     if req.background:
         raise _fail("background responses are not supported by this engine; leave 'background' unset.", "background")
+    extra = req.model_extra or {}
+    for name in ("conversation", "prompt"):
+        if extra.get(name) is not None:
+            raise _fail(f"'{name}' is not supported by this engine; use previous_response_id and instructions.", name)
+    text_format = ((extra.get("text") or {}).get("format") or {}) if isinstance(extra.get("text"), dict) else {}
+    if isinstance(text_format, dict) and text_format.get("type", "text") != "text":
+        raise _fail("text.format: only plain text output is supported (no JSON schema / structured outputs).",
+                    "text.format")
     tools = []
     for i, tool in enumerate(req.tools):
         if not isinstance(tool, dict) or tool.get("type") != "file_search":
@@ -117,7 +125,8 @@ def input_items(value: str | list[dict[str, Any]]) -> list[dict]:
                 parts.append({"type": part["type"], "text": part["text"]})
         else:
             raise _fail(f"input[{i}].content must be a string or a list of text parts.", f"input[{i}].content")
-        out.append(_message(role, parts, item.get("id")))
+        item_id = item.get("id")
+        out.append(_message(role, parts, item_id if isinstance(item_id, str) and item_id else None))
     return out
 
 

@@ -15,6 +15,7 @@ checked that the caller may see the store (its index).
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -47,6 +48,7 @@ from ragengine.vectorstores.objects import (
 from ragengine.vectorstores.rewrite import rewrite_for_search
 
 log = logging.getLogger(__name__)
+TOUCH_EVERY_S = 60.0
 
 
 def _cursor(fn: Callable[[], Any], param: str = "after") -> Any:
@@ -66,6 +68,7 @@ class VectorStores:
         self.llm = llm
         self.ingestion = ingestion
         self.reserved = reserved
+        self._touched: dict[str, float] = {}
 
     # --- which stores exist ----------------------------------------------------------------------------
     async def find(self, store_id: str) -> StoreRecord | None:
@@ -301,5 +304,14 @@ class VectorStores:
                     key = (store_id, node.node_id)
                     if node.score >= threshold and (key not in best or best[key].score < node.score):
                         best[key] = node
-        await self.catalog.touch(store_ids)
+        await self._touch(store_ids)
         return sorted(best.values(), key=lambda n: n.score, reverse=True)[:max_results]
+
+    async def _touch(self, store_ids: list[str]) -> None:
+        """``last_active_at`` (what ``expires_after`` counts from), written at most once a minute per store by
+        this replica: a search must not cost a database write each time."""
+        now = time.monotonic()
+        due = [s for s in store_ids if now - self._touched.get(s, -TOUCH_EVERY_S) >= TOUCH_EVERY_S]
+        if due:
+            await self.catalog.touch(due)
+            self._touched.update(dict.fromkeys(due, now))
