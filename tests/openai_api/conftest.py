@@ -10,7 +10,6 @@ catalog's job claims run on both databases.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import io
 import itertools
 import os
@@ -24,8 +23,9 @@ from fastapi import FastAPI
 
 from ragengine.app import create_app
 from ragengine.settings import EngineSettings
+from tests.chat import conftest as chat_fixtures
 from tests.chat.conftest import fresh_embedder
-from tests.llm_server import FakeLLM, create_llm_app
+from tests.llm_server import FakeLLM
 from tests.support.server import serve_app
 from tests.support.stores import store_values
 
@@ -36,6 +36,11 @@ KAITO = ("kaito.md", "KAITO is a Kubernetes operator that automates AI model dep
                      "nodes with Karpenter and runs vLLM for inference on them.")
 SOUP = ("soup.txt", "The cafeteria serves mushroom soup on Tuesdays and lentil soup on Fridays.")
 FAISS = ("faiss.txt", "FAISS is a library for efficient similarity search and clustering of dense vectors.")
+
+
+# The chat tests' fake vLLM: one server for the run, back to its defaults for each test.
+llm_server = chat_fixtures.llm_server
+fake_llm = chat_fixtures.fake_llm
 
 
 @dataclass
@@ -50,24 +55,6 @@ class Engine:
         return openai.OpenAI(base_url=f"{self.base}/v1", api_key=API_KEY, max_retries=0, timeout=120, **kwargs)
 
 
-@pytest.fixture(scope="session")
-def openai_llm():
-    llm = FakeLLM()
-    with serve_app(create_llm_app(llm)) as base:
-        yield llm, base
-
-
-@pytest.fixture
-def fake_llm(openai_llm) -> FakeLLM:
-    """The run's fake LLM back to its defaults, with an empty request log."""
-    llm, _ = openai_llm
-    for f in dataclasses.fields(FakeLLM):
-        if f.name not in ("requests", "stream_events", "fail_next", "_lock"):
-            setattr(llm, f.name, f.default if f.default is not dataclasses.MISSING else f.default_factory())
-    llm.reset()
-    return llm
-
-
 def _database(admin_url: str) -> str:
     name = f"openai_{os.getpid()}_{next(_names)}"
     with psycopg.connect(admin_url, autocommit=True) as conn:
@@ -76,7 +63,7 @@ def _database(admin_url: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def openai_engines(openai_llm, embedder, tmp_path_factory, request):
+def openai_engines(llm_server, embedder, tmp_path_factory, request):
     """``get(store) -> (base, app)``: one engine per vector store for the run."""
     stack = contextlib.ExitStack()
     running: dict[str, tuple[str, FastAPI]] = {}
@@ -88,7 +75,7 @@ def openai_engines(openai_llm, embedder, tmp_path_factory, request):
             values = store_values(store, prefix=f"oa{os.getpid()}_{next(_names)}", work_dir=work, pg_url=pg)
             if store == "postgres":
                 values["database_url"] = _database(pg())
-            settings = EngineSettings(data_dir=work / "data", llm_url=openai_llm[1] + "/v1", llm_retries=0,
+            settings = EngineSettings(data_dir=work / "data", llm_url=llm_server[1] + "/v1", llm_retries=0,
                                       api_key=API_KEY, **values)
             embedder_copy = fresh_embedder(embedder)
             stack.callback(embedder_copy.close)

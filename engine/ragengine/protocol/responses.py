@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
-from ragengine.protocol.vector_stores import RankingOptions, check_pairs
+from ragengine.protocol.vector_stores import Metadata, RankingOptions
 
 FILE_SEARCH_RESULTS = "file_search_call.results"
 
@@ -57,16 +57,11 @@ class ResponseRequest(BaseModel):
     temperature: float | None = Field(None, ge=0.0, le=2.0)
     top_p: float | None = Field(None, ge=0.0, le=1.0)
     max_output_tokens: int | None = Field(None, ge=1)
-    metadata: dict[str, str] | None = None
+    metadata: Metadata | None = None
     user: str | None = None
     parallel_tool_calls: bool = True
     truncation: Literal["auto", "disabled"] | None = None
     background: bool | None = None
-
-    @field_validator("metadata")
-    @classmethod
-    def _metadata(cls, value: dict[str, str] | None) -> dict[str, str] | None:
-        return check_pairs(value, "metadata", scalars=(str,))
 
 
 # --- the response object (published in /openapi.json; the service builds plain dicts) --------------------

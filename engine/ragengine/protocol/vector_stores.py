@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 MAX_PAIRS = 16
 MAX_KEY = 64
@@ -30,10 +30,8 @@ class _Strict(BaseModel):
 
 
 # --- small shared pieces -----------------------------------------------------------------------------------
-def check_pairs(value: dict[str, Any] | None, what: str, *, scalars: tuple[type, ...]) -> dict[str, Any] | None:
+def check_pairs(value: dict[str, Any], what: str, *, scalars: tuple[type, ...]) -> dict[str, Any]:
     """OpenAI's limits on ``metadata`` / ``attributes``: 16 pairs, keys of 64 characters, string values of 512."""
-    if value is None:
-        return None
     if len(value) > MAX_PAIRS:
         raise ValueError(f"{what} has {len(value)} keys; at most {MAX_PAIRS} are allowed")
     for key, item in value.items():
@@ -50,8 +48,9 @@ def check_pairs(value: dict[str, Any] | None, what: str, *, scalars: tuple[type,
     return value
 
 
-Metadata = dict[str, str]
-Attributes = dict[str, str | bool | int | float]
+Metadata = Annotated[dict[str, str], AfterValidator(lambda v: check_pairs(v, "metadata", scalars=(str,)))]
+Attributes = Annotated[dict[str, str | bool | int | float],
+                       AfterValidator(lambda v: check_pairs(v, "attributes", scalars=(str, bool, int, float)))]
 
 
 class StaticChunking(_Strict):
@@ -97,10 +96,6 @@ class CreateVectorStoreRequest(_Tolerant):
         None, description="The engine's extension: the name of the store's index (also its id). Unset: a new "
         "'vs_<hex>' index. Principals limited to index patterns name one inside them (docs/access.md).")
 
-    @field_validator("metadata")
-    @classmethod
-    def _metadata(cls, value: dict | None) -> dict | None:
-        return check_pairs(value, "metadata", scalars=(str,))
 
 
 class UpdateVectorStoreRequest(_Tolerant):
@@ -108,10 +103,6 @@ class UpdateVectorStoreRequest(_Tolerant):
     metadata: Metadata | None = None
     expires_after: StoreExpiresAfter | None = None
 
-    @field_validator("metadata")
-    @classmethod
-    def _metadata(cls, value: dict | None) -> dict | None:
-        return check_pairs(value, "metadata", scalars=(str,))
 
 
 class CreateVectorStoreFileRequest(_Tolerant):
@@ -120,19 +111,11 @@ class CreateVectorStoreFileRequest(_Tolerant):
                                           "metadata of the file's chunks in the index.")
     chunking_strategy: ChunkingStrategy | None = None
 
-    @field_validator("attributes")
-    @classmethod
-    def _attributes(cls, value: dict | None) -> dict | None:
-        return check_pairs(value, "attributes", scalars=(str, bool, int, float))
 
 
 class UpdateVectorStoreFileRequest(_Tolerant):
     attributes: Attributes | None
 
-    @field_validator("attributes")
-    @classmethod
-    def _attributes(cls, value: dict | None) -> dict | None:
-        return check_pairs(value, "attributes", scalars=(str, bool, int, float))
 
 
 class BatchFile(_Tolerant):
@@ -140,10 +123,6 @@ class BatchFile(_Tolerant):
     attributes: Attributes | None = None
     chunking_strategy: ChunkingStrategy | None = None
 
-    @field_validator("attributes")
-    @classmethod
-    def _attributes(cls, value: dict | None) -> dict | None:
-        return check_pairs(value, "attributes", scalars=(str, bool, int, float))
 
 
 class CreateFileBatchRequest(_Tolerant):
@@ -153,10 +132,6 @@ class CreateFileBatchRequest(_Tolerant):
     attributes: Attributes | None = None
     chunking_strategy: ChunkingStrategy | None = None
 
-    @field_validator("attributes")
-    @classmethod
-    def _attributes(cls, value: dict | None) -> dict | None:
-        return check_pairs(value, "attributes", scalars=(str, bool, int, float))
 
     @model_validator(mode="after")
     def _one_list(self) -> CreateFileBatchRequest:

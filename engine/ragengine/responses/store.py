@@ -4,17 +4,13 @@ input items. A response belongs to the principal that made it: others get the 40
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
-from typing import Any, TypeVar
-
 from sqlalchemy import delete, select
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session
 
 from ragengine.conversations.models import ResponseRow
 from ragengine.errors import BadRequest, NotFound
+from ragengine.vectorstores.catalog import SqlStore
 
-T = TypeVar("T")
 MAX_CHAIN = 200  # previous_response_id hops a follow-up replays
 
 
@@ -22,16 +18,7 @@ def missing(response_id: str, param: str | None = None) -> NotFound:
     return NotFound(f"Response with id '{response_id}' not found.", param=param)
 
 
-class ResponseStore:
-    def __init__(self, engine: Any) -> None:
-        self._sessions = sessionmaker(engine, expire_on_commit=False)
-
-    async def _run(self, fn: Callable[[Session], T]) -> T:
-        def work() -> T:
-            with self._sessions.begin() as s:
-                return fn(s)
-        return await asyncio.to_thread(work)
-
+class ResponseStore(SqlStore):
     @staticmethod
     def _row(s: Session, response_id: str, owner: str | None, param: str | None = None) -> ResponseRow:
         """``owner`` None: any response (an admin)."""

@@ -50,7 +50,9 @@ def file_missing(store_id: str, file_id: str) -> NotFound:
     return NotFound(f"No file found with id '{file_id}' in vector store '{store_id}'.", param="file_id")
 
 
-class Catalog:
+class SqlStore:
+    """Transactions on the session store's database, run in worker threads (as ``SessionStore`` runs them)."""
+
     def __init__(self, engine: Any) -> None:
         self._sessions = sessionmaker(engine, expire_on_commit=False)
 
@@ -59,6 +61,9 @@ class Catalog:
             with self._sessions.begin() as s:
                 return fn(s)
         return await asyncio.to_thread(work)
+
+
+class Catalog(SqlStore):
 
     # --- stores ------------------------------------------------------------------------------------
     async def get_store(self, store_id: str) -> StoreRecord | None:
@@ -243,22 +248,20 @@ class Catalog:
             return _batch(row)
         return await self._run(fn)
 
+    @staticmethod
+    def _batch_row(s: Session, store_id: str, batch_id: str) -> FileBatchRow:
+        row = s.get(FileBatchRow, batch_id)
+        if row is None or row.store_id != store_id:
+            raise NotFound(f"No file batch found with id '{batch_id}' in vector store '{store_id}'.", param="batch_id")
+        return row
+
     async def get_batch(self, store_id: str, batch_id: str) -> BatchRecord:
-        def fn(s: Session) -> BatchRecord:
-            row = s.get(FileBatchRow, batch_id)
-            if row is None or row.store_id != store_id:
-                raise NotFound(f"No file batch found with id '{batch_id}' in vector store '{store_id}'.",
-                               param="batch_id")
-            return _batch(row)
-        return await self._run(fn)
+        return await self._run(lambda s: _batch(self._batch_row(s, store_id, batch_id)))
 
     async def cancel_batch(self, store_id: str, batch_id: str) -> BatchRecord:
         """Files of the batch not yet ingested end ``cancelled`` (a worker holding one stops at its next step)."""
         def fn(s: Session) -> BatchRecord:
-            row = s.get(FileBatchRow, batch_id)
-            if row is None or row.store_id != store_id:
-                raise NotFound(f"No file batch found with id '{batch_id}' in vector store '{store_id}'.",
-                               param="batch_id")
+            row = self._batch_row(s, store_id, batch_id)
             row.cancelled = True
             s.execute(update(VectorStoreFileRow)
                       .where(VectorStoreFileRow.batch_id == batch_id, VectorStoreFileRow.status == "in_progress")
