@@ -43,12 +43,14 @@ def new_id(prefix: str) -> str:
 class Plan:
     request: ResponseRequest
     items: list[dict]  # this request's input items, with ids (what input_items lists)
+    tools: list[FileSearchTool]
     search: list[FileSearchTool]  # the file_search tools to run (empty: no search)
     include_results: bool
 
     @property
     def store_ids(self) -> list[str]:
-        return list(dict.fromkeys(s for tool in self.search for s in tool.vector_store_ids))
+        """Every store the tools name (checked whether or not a search runs)."""
+        return list(dict.fromkeys(s for tool in self.tools for s in tool.vector_store_ids))
 
 
 def _fail(message: str, param: str) -> BadRequest:
@@ -97,7 +99,7 @@ def parse(body: Any) -> Plan:
     items = input_items(req.input)
     if not any(i["role"] == "user" for i in items):
         raise _fail("input must contain a user message.", "input")
-    return Plan(req, items, tools if choice != "none" else [], FILE_SEARCH_RESULTS in req.include)
+    return Plan(req, items, tools, tools if choice != "none" else [], FILE_SEARCH_RESULTS in req.include)
 
 
 def input_items(value: str | list[dict[str, Any]]) -> list[dict]:
@@ -222,17 +224,13 @@ def response_object(plan: Plan, *, response_id: str, created_at: int, model: str
         "parallel_tool_calls": req.parallel_tool_calls, "previous_response_id": req.previous_response_id,
         "reasoning": {"effort": None, "summary": None}, "store": req.store, "temperature": req.temperature,
         "text": {"format": {"type": "text"}}, "tool_choice": req.tool_choice,
-        "tools": [t.model_dump() for t in plan_tools(plan)], "top_p": req.top_p,
+        "tools": [t.model_dump() for t in plan.tools], "top_p": req.top_p,
         "truncation": req.truncation or "disabled", "usage": usage, "user": req.user, "metadata": req.metadata or {},
     }
     if outcome is not None and outcome.extractive_reason:
         body["generation_method"] = "extractive_fallback"
         body["fallback_reason"] = outcome.extractive_reason
     return body
-
-
-def plan_tools(plan: Plan) -> list[FileSearchTool]:
-    return [FileSearchTool.model_validate(t) for t in plan.request.tools]
 
 
 def output_text(response: dict) -> str:
