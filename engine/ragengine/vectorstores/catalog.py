@@ -6,7 +6,9 @@ Ingestion jobs are the ``in_progress`` rows. A worker claims one with a conditio
 still ``in_progress`` and unleased, or its lease ran out), so on a database shared by replicas one replica
 at a time works on it, and a replica that died leaves a lease that runs out. Every later update of the
 worker names its claim (``lease_owner``): a file detached, re-attached or cancelled meanwhile makes the
-update a no-op, and the worker stops.
+update a no-op, and the worker stops. Lease times are the replicas' own clocks (naive UTC), unlike the
+upload jobs' (``conversations/jobs.py``, the database's clock): replicas' clocks must agree within a lease
+(30 s by default), which NTP gives.
 """
 
 from __future__ import annotations
