@@ -11,8 +11,9 @@ from fastapi.routing import APIRoute
 
 from ragengine import __version__
 from ragengine.access.enforce import AuthenticationMiddleware, authorize
+from ragengine.access.limits import UsageCounter
 from ragengine.access.routes import uncovered
-from ragengine.access.source import AccessSource
+from ragengine.access.source import AccessSource, KubernetesAPI
 from ragengine.api import chat as chat_api
 from ragengine.api import conversations as conversations_api
 from ragengine.api import indexes as indexes_api
@@ -20,6 +21,7 @@ from ragengine.api import ops as ops_api
 from ragengine.api import responses as responses_api
 from ragengine.api import vector_stores as vector_stores_api
 from ragengine.api.openapi import document_error_responses
+from ragengine.conversations.models import UsageRow
 from ragengine.errors import install_error_handlers
 from ragengine.metrics import install_middleware
 from ragengine.settings import EngineSettings
@@ -34,15 +36,23 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
         # dependency order: indexes (embedder, registry), then chat (LLM client), then conversations (the
         # session store), then vector stores (on all of those).
         async with AsyncExitStack() as stack:
+            stack.push_async_callback(access.close)
             await access.watch(stack)
             await indexes_api.startup(app, settings, stack)
             await chat_api.startup(app, settings, stack)
             await conversations_api.startup(app, settings, stack)
             await vector_stores_api.startup(app, settings, stack)
             await responses_api.startup(app, settings, stack)
+            # Rate limits count in the sessions' database (shared by replicas on PostgreSQL).
+            app.state.usage = UsageCounter(app.state.sessions.engine, UsageRow.__table__)  # type: ignore[arg-type]  # a Table, typed FromClause
+            registry = getattr(app.state, "registry", None)
+            if registry is not None:
+                access.index_names = registry.names
+                access.check_patterns()  # warn about index patterns that match no index
             yield
 
-    access = AccessSource(settings.api_key, settings.access_file)  # a bad access file stops the start here
+    # A bad access file stops the start here.
+    access = AccessSource(settings.api_key, settings.access_file, kubernetes=KubernetesAPI.from_settings(settings))
     # Every route's handler runs after `authorize`, which applies the route's rule (access/routes.py).
     app = FastAPI(title="ragengine", version=__version__, lifespan=lifespan, dependencies=[Depends(authorize)])
     app.state.settings = settings

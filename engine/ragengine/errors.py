@@ -26,10 +26,11 @@ class EngineError(Exception):
     error_type = "internal_error"
 
     def __init__(self, message: str, *, status_code: int | None = None, param: str | None = None,
-                 code: str | None = None) -> None:
+                 headers: dict[str, str] | None = None, code: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.param = param
+        self.headers = headers
         self.code = code  # OpenAI's error code where one applies (``invalid_file``); else the status is sent
         if status_code is not None:
             self.status_code = status_code
@@ -75,6 +76,13 @@ class UnsupportedMediaType(EngineError):
 class Unprocessable(EngineError):
     status_code = 422
     error_type = "invalid_request_error"
+
+
+class RateLimited(EngineError):
+    """The principal spent its requests or LLM tokens for the minute (access.limits); ``Retry-After`` says when."""
+
+    status_code = 429
+    error_type = "rate_limit_exceeded"
 
 
 class UpstreamError(EngineError):
@@ -128,7 +136,7 @@ def install_error_handlers(app: FastAPI, settings: EngineSettings) -> None:
         if exc.status_code >= 500:
             log.error("%s %s failed: %s", request.method, request.url.path, exc.message)
         body = error_body(request, exc.status_code, exc.message, exc.error_type, exc.param, exc.code)
-        return JSONResponse(body, status_code=exc.status_code)
+        return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:

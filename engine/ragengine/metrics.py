@@ -97,10 +97,12 @@ TOOL_CALLS = Counter("ragengine_tool_calls_total", "semantic_search tool calls e
 FILES_INGESTED = Counter(
     "ragengine_conversation_files_total", "Uploaded files by final ingestion status.", ["status"], registry=REGISTRY,
 )
-# Access control: principal labels are names from the engine's own configuration (bounded), plus
-# "unauthenticated" and "anonymous" (access control off); outcome is access.decide's reason token.
+# Access control: principal labels are names from the engine's own configuration (bounded: a key's name, a
+# configured ServiceAccount's namespace/name; a token of any other account is "unauthenticated"), plus
+# "unauthenticated" and "anonymous" (access control off); kind is key, serviceaccount, anonymous or none;
+# outcome is a fixed reason token (access.decide, access.enforce).
 ACCESS_DECISIONS = Counter(
-    "ragengine_access_decisions_total", "Access decisions by principal and outcome.", ["principal", "outcome"],
+    "ragengine_access_decisions_total", "Access decisions by principal and outcome.", ["principal", "kind", "outcome"],
     registry=REGISTRY,
 )
 ACCESS_RELOADS = Counter(

@@ -34,6 +34,18 @@ class EngineSettings(BaseSettings):
         None, description="YAML file of principals (keys with index patterns, roles and groups), re-read when it "
         "changes; docs/access.md. With neither api_key nor access_file the engine is open (local use only)."
     )
+    kubernetes_api_url: str | None = Field(
+        None, description="The Kubernetes API server that verifies ServiceAccount tokens (TokenReview) for the access "
+        "file's serviceAccounts; unset = in-cluster (KUBERNETES_SERVICE_HOST).")
+    kubernetes_token_file: Path = Field(
+        Path("/var/run/secrets/kubernetes.io/serviceaccount/token"),
+        description="The engine's own token for TokenReview (needs system:auth-delegator); re-read on each review.")
+    kubernetes_ca_file: Path | None = Field(
+        Path("/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"),
+        description="CA bundle of the Kubernetes API server (unset = the system's).")
+    token_review_cache_s: float = Field(
+        30.0, ge=0.0, le=3600.0, description="How long a reviewed ServiceAccount token's answer is reused (never "
+        "past the token's expiry): a deleted ServiceAccount's token may work this long after the deletion.")
     max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024, description="Requests with larger bodies get 413.")
     max_document_chars: int = Field(5_000_000, ge=1, description="A single document's text longer than this gets 413.")
     load_sample_index: bool = Field(False, description="Create the bundled 'sample' index on start when absent.")

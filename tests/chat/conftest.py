@@ -57,11 +57,12 @@ class FakeRegistry:
     def status(self) -> dict:  # what /health reads
         return {"corrupt": {}, "indexes": {name: len(nodes) for name, nodes in self.indexes.items()}}
 
-    async def retrieve(self, index_name, query, top_k, *, filters=None, metadata_filter=None, query_embedding=None):
+    async def retrieve(self, index_name, query, top_k, *, filters=None, metadata_filter=None, query_embedding=None,
+                       acl=None):
         if index_name not in self.indexes:
             raise NotFound(f"No such index: '{index_name}' exists.")
         self.calls.append({"index_name": index_name, "query": query, "top_k": top_k, "filters": filters,
-                           "metadata_filter": metadata_filter})
+                           "metadata_filter": metadata_filter, "acl": acl})
         return self.indexes[index_name][:top_k]
 
 

@@ -3,7 +3,8 @@
 ``EXPECTED`` below is this test's own statement of what each route needs (role, where its index comes
 from, whether it creates the index), written out by hand; it is not read from ``access/routes.py``. The
 test first checks that it names exactly the app's operations, so a route added without a rule (or with
-one this spec does not know) fails here. Then every route is called as every principal:
+one this spec does not know) fails here. Then every route is called as every principal (the ServiceAccount
+column, which needs the local API server, is in test_access_serviceaccounts.py):
 
 - no credentials and a wrong key: 401 (except the open probes and metrics);
 - a reader of another team's indexes: 404 with the missing-index message on index routes (403 on routes
@@ -191,7 +192,12 @@ def test_open_paths_are_the_documented_ones():
 @pytest.mark.parametrize("principal", list(PRINCIPALS))
 def test_every_route_as_every_principal(engine, principal):
     base, _app, spec, _ = engine
-    auth, role, sees = PRINCIPALS[principal]
+    check_every_route(base, spec, principal, *PRINCIPALS[principal])
+
+
+def check_every_route(base: str, spec: dict, principal: str, auth: str | None, role: int | None, sees: bool) -> None:
+    """One column of the matrix: every route of ``EXPECTED`` called with ``auth`` (the ServiceAccount column
+    runs from tests/engine/test_access_serviceaccounts.py, with a real token from the local API server)."""
     for (method, path), (needed, scope, creates) in EXPECTED.items():
         _ensure_index(base)
         resp = _call(base, method, path, scope, auth)
@@ -287,6 +293,48 @@ def test_vector_stores_are_visible_only_to_principals_allowed_their_index(engine
     assert other.status_code == 403
 
 
+def test_vector_store_search_and_file_search_go_through_document_acls(engine):
+    base, *_ = engine
+    admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    index = "team-a-acl"
+    docs = [{"doc_id": "open", "text": "The pump manual says to check the oil weekly.", "metadata": {"team": "a"}},
+            {"doc_id": "writers", "text": "The pump manual's override code is 4711.",
+             "metadata": {"acl": ["user:writer-a"], "team": "a"}}]
+    assert httpx.post(f"{base}/index", headers=admin, json={"index_name": index, "documents": docs},
+                      timeout=60).status_code == 200
+
+    def found(key: str) -> tuple[set[str], set[str]]:
+        auth = {"Authorization": f"Bearer {key}"}
+        hits = httpx.post(f"{base}/v1/vector_stores/{index}/search", headers=auth, timeout=60,
+                          json={"query": "pump manual", "max_num_results": 10}).json()["data"]
+        answer = httpx.post(f"{base}/v1/responses", headers=auth, timeout=60, json={
+            "input": "What does the pump manual say?", "include": ["file_search_call.results"],
+            "tools": [{"type": "file_search", "vector_store_ids": [index], "ranking_options": {"score_threshold": 0}}]})
+        return {h["file_id"] for h in hits}, {r["file_id"] for r in answer.json()["output"][0]["results"]}
+
+    assert found(READ_A) == ({"open"}, {"open"})  # no entry on the ACL: the document is not there for them
+    assert found(WRITE_A) == ({"open", "writers"}, {"open", "writers"})
+    assert found(ADMIN_KEY) == ({"open", "writers"}, {"open", "writers"})
+
+
+def test_only_ones_own_uploads_can_be_attached_to_a_store(engine):
+    base, *_ = engine
+    _ensure_index(base)
+    as_writer, as_reader = {"Authorization": f"Bearer {WRITE_A}"}, {"Authorization": f"Bearer {READ_A}"}
+    mine = httpx.post(f"{base}/v1/files", headers=as_writer, data={"purpose": "assistants"},
+                      files={"file": ("w.txt", b"The writer's notes.", "text/plain")}).json()["id"]
+    theirs = httpx.post(f"{base}/v1/files", headers=as_reader, data={"purpose": "assistants"},
+                        files={"file": ("r.txt", b"The reader's notes.", "text/plain")}).json()["id"]
+    url = f"{base}/v1/vector_stores/{INDEX}"
+    other = httpx.post(f"{url}/files", headers=as_writer, json={"file_id": theirs})
+    assert (other.status_code, other.json()["error"]["message"]) == (404, f"No such file: '{theirs}'.")
+    batch = httpx.post(f"{url}/file_batches", headers=as_writer, json={"file_ids": [mine, theirs]})
+    assert batch.status_code == 404
+    assert httpx.post(f"{url}/files", headers=as_writer, json={"file_id": mine}).status_code == 200
+    admin = httpx.post(f"{url}/files", headers={"Authorization": f"Bearer {ADMIN_KEY}"}, json={"file_id": theirs})
+    assert admin.status_code == 200  # admins may attach anyone's upload
+
+
 def test_a_stored_response_is_its_creators(engine):
     base, *_ = engine
     _ensure_index(base)
@@ -366,6 +414,15 @@ def _counter(metrics: str, name: str) -> float:
     (json.dumps({"keys": [{"name": "a", "key": "k" * 20, "indexes": ["*"], "role": "read"},
                           {"name": "a", "key": "j" * 20, "indexes": ["*"], "role": "read"}]}), "repeated: a"),
     (json.dumps({"users": []}), "Extra inputs are not permitted"),
+    (json.dumps({"serviceAccounts": [{"namespace": "shop", "name": "frontend", "indexes": ["*"], "role": "read"}]}),
+     "serviceAccounts need 'audience'"),
+    (json.dumps({"audience": "x", "serviceAccounts": [{"namespace": "shop", "name": "frontend", "indexes": ["*"],
+                                                       "role": "reader"}]}), "unknown role 'reader'"),
+    (json.dumps({"audience": "x", "serviceAccounts": [{"namespace": "shop", "name": "a", "indexes": ["*"],
+                                                       "role": "read"}] * 2}), "repeated: shop/a"),
+    (json.dumps({"keys": [{"name": "a", "key": "k" * 20, "indexes": ["*"], "role": "read",
+                           "limits": {"requestsPerMinute": 0}}]}), "greater than or equal to 1"),
+    (json.dumps({"defaultLimits": {"requestsPerMinut": 5}}), "Extra inputs are not permitted"),
 ])
 def test_a_bad_access_file_stops_the_start_with_a_clear_message(tmp_path, content, fragment):
     from ragengine.access.source import AccessConfigError
@@ -404,9 +461,51 @@ def test_denials_are_audited(engine, caplog):
     assert {"event": "access_denied", "principal": "key:reader-a", "method": "DELETE",
             "route": "/indexes/{index_name}", "index": INDEX, "reason": "role", "status": 403} in lines
     metrics = httpx.get(f"{base}/metrics").text
-    assert _counter(metrics, 'ragengine_access_decisions_total{outcome="role",principal="reader-a"}') >= 1
+    assert _counter(metrics, 'ragengine_access_decisions_total{kind="key",outcome="role",principal="reader-a"}') >= 1
 
 
 def test_no_credentials_configured_means_open(server):
     assert httpx.get(f"{server}/indexes").status_code == 200
     assert httpx.get(f"{server}/openapi.json").status_code == 200
+
+
+def test_an_index_pattern_that_matches_nothing_is_warned_about(tmp_path, embedder, caplog):
+    from ragengine.app import create_app
+    from ragengine.settings import EngineSettings
+    from tests.support.server import serve_app
+
+    access_file = tmp_path / "access.yaml"
+    rules = {"keys": [{"name": "typo", "key": READ_A, "indexes": ["taem-a-*", "team-a-*"], "role": "read"}]}
+    _write_access(access_file, rules)
+    app = create_app(EngineSettings(api_key=ADMIN_KEY, access_file=access_file, data_dir=tmp_path / "data"))
+    app.state.embedder = embedder
+    with caplog.at_level("WARNING", logger="ragengine.access"), serve_app(app) as base:
+        assert httpx.post(f"{base}/index", headers={"Authorization": f"Bearer {ADMIN_KEY}"}, timeout=60,
+                          json={"index_name": INDEX, "documents": [{"text": "x"}]}).status_code == 200
+        assert app.state.access.warnings == ["key 'typo': index pattern 'taem-a-*' matches no index (yet)",
+                                             "key 'typo': index pattern 'team-a-*' matches no index (yet)"]
+        _write_access(access_file, {"keys": [{**rules["keys"][0], "role": "write"}]})  # a reload checks again
+        _wait_for(lambda: app.state.access.warnings == [
+            "key 'typo': index pattern 'taem-a-*' matches no index (yet)"], "the reload's warnings")
+        assert _status_with(base, READ_A) == 200  # a warning, not an error: the rules serve
+    assert any("'taem-a-*' matches no index" in r.getMessage() for r in caplog.records)
+
+
+def test_a_session_disappears_for_a_principal_that_no_longer_sees_its_index(engine):
+    base, *_ = engine
+    _ensure_index(base)
+    as_a = {"Authorization": f"Bearer {READ_A}"}
+    sid = httpx.post(f"{base}/v1/sessions", headers=as_a, json={"index_name": INDEX}).json()["id"]
+    assert httpx.get(f"{base}/v1/sessions/{sid}", headers=as_a).status_code == 200
+    access_file = engine[3]
+    narrowed = {"keys": [{**k, "indexes": ["team-z-*"]} if k["name"] == "reader-a" else k for k in ACCESS["keys"]]}
+    try:
+        _write_access(access_file, narrowed)
+        _wait_for(lambda: httpx.get(f"{base}/v1/sessions/{sid}", headers=as_a).status_code == 404,
+                  "the session to be hidden")
+        r = httpx.post(f"{base}/v1/sessions/{sid}/messages", headers=as_a, json={"content": "runbook?"})
+        assert r.status_code == 404 and r.json()["error"]["message"] == f"No such session: '{sid}'."
+        assert sid not in [s["id"] for s in httpx.get(f"{base}/v1/sessions", headers=as_a).json()["data"]]
+    finally:
+        _write_access(access_file, ACCESS)
+        _wait_for(lambda: httpx.get(f"{base}/v1/sessions/{sid}", headers=as_a).status_code == 200, "the session back")

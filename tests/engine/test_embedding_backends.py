@@ -193,3 +193,22 @@ def test_onnx_engine_runs_without_torch(onnx_dir):
     """)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+def test_auto_device_without_a_gpu_runs_on_the_cpu_and_says_why():
+    """The GPU image sets RAGENGINE_DEVICE=auto: on a node where CUDA sees no GPU (no GPU limit, a driver
+    older than the image's CUDA) the engine must start on the CPU and log why, not fail. A subprocess with
+    CUDA_VISIBLE_DEVICES="" sees no GPU on any machine; this torch is a CUDA build."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import logging, torch; logging.basicConfig(level=logging.INFO, format='%(levelname)s %(message)s'); "
+            "from ragengine.embedding.core import pick_device; print('DEVICE', pick_device('auto'), torch.version.cuda)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    assert out.returncode == 0, out.stderr[-2000:]
+    device, cuda = out.stdout.split("DEVICE ")[1].split()
+    assert device == "cpu"
+    if cuda != "None":  # the project's torch is a CUDA build: the fall-back is a warning with the reason
+        assert "WARNING RAGENGINE_DEVICE=auto: embeddings run on the CPU: no GPU visible to CUDA" in out.stderr

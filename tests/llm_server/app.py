@@ -60,6 +60,9 @@ class FakeLLM:
     max_log: int = 10_000
     # Each entry answers one chat request with (status, message) instead of a completion.
     fail_next: list[tuple[int, str]] = field(default_factory=list)
+    # False: started without --enable-auto-tool-choice --tool-call-parser, so tool_choice "auto" (what
+    # `tools` without a tool_choice means) gets vLLM's 400.
+    auto_tool_choice: bool = True
     requests: list[dict[str, Any]] = field(default_factory=list)
     stream_events: list[str] = field(default_factory=list)  # "completed" | "disconnected" per stream
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -127,6 +130,9 @@ def create_llm_app(llm: FakeLLM | None = None) -> FastAPI:
             return _error(status, message)
         if body.get("model") not in (None, llm.model):
             return _error(404, f"The model `{body.get('model')}` does not exist.")
+        if body.get("tools") and body.get("tool_choice", "auto") == "auto" and not llm.auto_tool_choice:
+            # vLLM's words (vllm/renderers/online_renderer.py)
+            return _error(400, '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set')
         prompt_tokens = count_message_tokens(body.get("messages", []))
         max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
         if prompt_tokens + (max_tokens or 0) > llm.max_model_len:

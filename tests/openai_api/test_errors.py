@@ -85,6 +85,7 @@ def test_bad_requests_are_bad_requests(engine):
         lambda: c.vector_stores.files.create(vector_store_id=store.id, file_id="f", chunking_strategy={
             "type": "static", "static": {"max_chunk_size_tokens": 200, "chunk_overlap_tokens": 150}}),
         lambda: c.vector_stores.files.create(vector_store_id=store.id, file_id="f", attributes={"k" * 65: "v"}),
+        lambda: c.vector_stores.files.create(vector_store_id=store.id, file_id="f", attributes={"acl": "group:ops"}),
         lambda: c.vector_stores.create(metadata={f"k{i}": "v" for i in range(17)}),
         lambda: c.vector_stores.list(order="sideways"),  # type: ignore[arg-type]
         lambda: c.vector_stores.list(after="vs_not_listed"),

@@ -77,13 +77,22 @@ def test_rendered_env_parses_back(monkeypatch, mode):
     assert s.llm_api_key == ("L" if mode == "url" else "G")  # model mode: the operator-generated vLLM key
 
 
+def test_auth_off_means_no_key(monkeypatch):
+    for key in list(__import__("os").environ):
+        if key.startswith("RAGENGINE_"):
+            monkeypatch.delenv(key)
+    spec = RAGEngineSpec.model_validate({"auth": {"enabled": False}})
+    assert parse(engine_env(OWNER, spec), monkeypatch, {}).api_key is None
+
+
 def test_embedding_model_and_retrieval_only(monkeypatch):
     spec = RAGEngineSpec.model_validate({"embedding": {"model": "BAAI/bge-small-en-v1.5"}})
     env = engine_env(OWNER, spec)
     names = {e["name"] for e in env}
     assert EngineSettings.env_name("llm_url") not in names  # retrieval-only: extractive answers
-    s = parse(env, monkeypatch, {})
+    s = parse(env, monkeypatch, {"rag-api-key/api-key": "K"})
     assert s.embedding_model == "BAAI/bge-small-en-v1.5" and s.llm_url is None
+    assert s.api_key == "K"  # no spec.auth: the operator-generated key, required (secure by default)
 
 
 def test_external_store_settings_come_from_the_spec_and_the_secret(monkeypatch):
@@ -96,7 +105,7 @@ def test_external_store_settings_come_from_the_spec_and_the_secret(monkeypatch):
     env = engine_env(OWNER, spec)
     url = next(e for e in env if e["name"] == EngineSettings.env_name("vector_store_url"))
     assert url == {"name": url["name"], "valueFrom": {"secretKeyRef": {"name": "db", "key": "dsn"}}}  # never inline
-    s = parse(env, monkeypatch, {"db/dsn": "postgresql://u:p@db/rag"})
+    s = parse(env, monkeypatch, {"db/dsn": "postgresql://u:p@db/rag", "rag-api-key/api-key": "K"})
     assert s.vector_store == "postgres" and s.vector_store_url == "postgresql://u:p@db/rag"
     assert s.database_url == "postgresql://u:p@db/rag"  # sessions shared by the replicas too
     assert (s.hnsw_m, s.hnsw_ef_construction, s.hnsw_ef_search) == (16, 200, 64)

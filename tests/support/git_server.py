@@ -33,7 +33,8 @@ def backend() -> str:
 
 
 @contextlib.contextmanager
-def git_http_server(root: Path, auth: tuple[str, str] | None = None) -> Iterator[str]:
+def git_http_server(root: Path, auth: tuple[str, str] | None = None, host: str = "127.0.0.1") -> Iterator[str]:
+    """``host``: the machine's own address for a server that pods on the real node must reach."""
     program = backend()
     expected = "Basic " + base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode() if auth else None
 
@@ -76,11 +77,11 @@ def git_http_server(root: Path, auth: tuple[str, str] | None = None) -> Iterator
 
         do_GET = do_POST = _cgi
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server = ThreadingHTTPServer((host, 0), Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
+        yield f"http://{host}:{server.server_address[1]}"
     finally:
         server.shutdown()
         server.server_close()

@@ -72,7 +72,10 @@ def _run(cmd: list[str], what: str, timeout: float = 120) -> None:
 
 
 @contextlib.contextmanager
-def postgres_server(*, start_timeout_s: float = 60.0) -> Iterator[str]:
+def postgres_server(*, start_timeout_s: float = 60.0, listen: str = "127.0.0.1",
+                    trust_cidr: str | None = None) -> Iterator[str]:
+    """A throwaway server; ``listen`` and ``trust_cidr`` (pg_hba ``trust`` for that network) let pods on the
+    local cluster's real node reach it at the machine's address."""
     bin_dir = find_pg_bin()
     root = Path(tempfile.mkdtemp(prefix="ragengine-pg-"))
     data, sock, log = root / "data", root / "sock", root / "server.log"
@@ -86,11 +89,14 @@ def postgres_server(*, start_timeout_s: float = 60.0) -> Iterator[str]:
     try:
         _run(_as_user([str(bin_dir / "initdb"), "-D", str(data), "-U", PG_USER, "-A", "trust", "-E", "UTF8",
                        "--no-sync"]), "initdb")
-        opts = f"-p {port} -k {sock} -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off"
+        if trust_cidr:  # the pods' network, and this machine at the address it listens on
+            with (data / "pg_hba.conf").open("a") as hba:
+                hba.write(f"host all all {trust_cidr} trust\nhost all all {listen}/32 trust\n")
+        opts = f"-p {port} -k {sock} -c listen_addresses={listen} -c fsync=off -c full_page_writes=off"
         _run(_as_user([str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(log), "-o", opts, "-w",
                        "-t", str(int(start_timeout_s)), "start"]), "pg_ctl start")
         started = True
-        url = f"postgresql+psycopg://{PG_USER}@127.0.0.1:{port}/postgres"
+        url = f"postgresql+psycopg://{PG_USER}@{listen}:{port}/postgres"
         _wait_ready(url, start_timeout_s)
         yield url
     finally:

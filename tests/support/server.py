@@ -19,14 +19,15 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def serve_app(app, *, ready_path: str = "/health", timeout_s: float = 120.0) -> Iterator[str]:
-    """Serve ``app`` with uvicorn in a background thread; yields the base URL ("http://127.0.0.1:PORT")."""
+def serve_app(app, *, ready_path: str = "/health", timeout_s: float = 120.0, host: str = "127.0.0.1") -> Iterator[str]:
+    """Serve ``app`` with uvicorn in a background thread; yields the base URL ("http://HOST:PORT").
+    ``host``: the machine's own address for servers that containers and pods must reach."""
     port = free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name=f"uvicorn-{port}", daemon=True)
     thread.start()
-    base = f"http://127.0.0.1:{port}"
+    base = f"http://{host}:{port}"
     deadline = time.monotonic() + timeout_s
     while True:
         if not thread.is_alive():

@@ -10,12 +10,18 @@ Contract:
 - the reserved conversations index (uploads of every session) is seen by admins only;
 - a visible index but a role below the rule's: 403 naming the role needed;
 - a role below the rule's on a route without an index: 403.
+
+Sessions and uploads (``owned`` routes) belong to the principal that created them: another principal's, or
+one made before access control (no owner), answers exactly like a missing one (404), except to admins; a
+session is also hidden when its index is one the principal may not see (``session_visible``).
+Documents: a non-admin sees a document only through its ACL (``document_acl``; admins see every document).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ragengine.access.acl import Acl
 from ragengine.access.routes import IndexFrom, Rule
 from ragengine.access.rules import Principal, Role
 
@@ -29,6 +35,7 @@ class Decision:
     reason: str = "allowed"  # a short token for metrics and audit lines
     message: str = ""
     param: str | None = None  # the request field that named the index (OpenAI's error ``param``)
+    retry_after: str | None = None  # 429: whole seconds
 
 
 ALLOW = Decision(True)
@@ -75,3 +82,24 @@ def decide(principal: Principal | None, rule: Rule, index: str | None, *,
         return Decision(False, 403, "role",
                         f"'{principal.name}' has role {NEEDS[principal.role]}{what}; this needs {NEEDS[rule.role]}.")
     return ALLOW
+
+
+def owns(principal: Principal, owner: str | None) -> bool:
+    """Whether ``principal`` may use a session or upload created by ``owner`` (admins: everyone's)."""
+    return principal.role >= Role.admin or (owner is not None and owner == principal.id)
+
+
+def session_visible(principal: Principal, owner: str | None, index: str | None,
+                    reserved: frozenset[str] = frozenset()) -> bool:
+    """A session is the principal's own (or they are an admin) and its index, if any, is one they see."""
+    return owns(principal, owner) and (index is None or visible(principal, index, reserved))
+
+
+def owner_filter(principal: Principal) -> str | None:
+    """What lists of sessions and uploads are restricted to: the principal's own, or (admin) no restriction."""
+    return None if principal.role >= Role.admin else principal.id
+
+
+def document_acl(principal: Principal) -> Acl | None:
+    """The document-ACL filter of a principal (None for admins, who see every document)."""
+    return None if principal.role >= Role.admin else Acl(principal.acl_tokens)

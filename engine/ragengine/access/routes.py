@@ -18,6 +18,8 @@ The enforcement (``access.enforce``) reads only this table: no route checks acce
 ``creates`` marks routes that may create the index they name: a name outside the caller's patterns is
 then 403 (nothing exists to hide), where on other routes it is 404, the same as a missing index.
 ``open`` routes (the kubelet's probes, Prometheus) need no credentials and must reveal no documents.
+``llm`` marks routes that may call the LLM: a principal over its tokens-per-minute limit gets 429 there
+(requests per minute are counted on every route that needs credentials).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ class Rule:
     index: IndexFrom = IndexFrom.none
     owned: bool = False  # sessions / files: the store shows a caller only their own (admin: everyone's)
     creates: bool = False
+    llm: bool = False  # may spend LLM tokens (tokens-per-minute limits apply)
 
     @property
     def open(self) -> bool:
@@ -70,10 +73,10 @@ ROUTES: dict[tuple[str, str], Rule] = {
     ("POST", "/load/{index_name}"): Rule(A, IndexFrom.path, creates=True),
     ("POST", "/retrieve"): Rule(R, IndexFrom.body),
     # OpenAI-compatible
-    ("POST", "/v1/chat/completions"): Rule(R, IndexFrom.chat),
+    ("POST", "/v1/chat/completions"): Rule(R, IndexFrom.chat, llm=True),
     ("GET", "/v1/models"): Rule(R, IndexFrom.list),
     # conversations
-    ("POST", "/v1/chat/reformulate"): Rule(R),
+    ("POST", "/v1/chat/reformulate"): Rule(R, llm=True),
     ("POST", "/v1/files"): Rule(R, owned=True),
     ("GET", "/v1/files"): Rule(R, owned=True),
     ("GET", "/v1/files/{file_id}"): Rule(R, owned=True),
@@ -83,7 +86,7 @@ ROUTES: dict[tuple[str, str], Rule] = {
     ("GET", "/v1/sessions/{session_id}"): Rule(R, owned=True),
     ("DELETE", "/v1/sessions/{session_id}"): Rule(R, owned=True),
     ("GET", "/v1/sessions/{session_id}/messages"): Rule(R, owned=True),
-    ("POST", "/v1/sessions/{session_id}/messages"): Rule(R, owned=True),
+    ("POST", "/v1/sessions/{session_id}/messages"): Rule(R, owned=True, llm=True),
     ("GET", "/v1/sessions/{session_id}/files"): Rule(R, owned=True),
     ("POST", "/v1/sessions/{session_id}/files"): Rule(R, owned=True),
     ("DELETE", "/v1/sessions/{session_id}/files/{file_id}"): Rule(R, owned=True),
@@ -98,7 +101,7 @@ ROUTES: dict[tuple[str, str], Rule] = {
     ("GET", "/v1/vector_stores/{vector_store_id}"): Rule(R, IndexFrom.store),
     ("POST", "/v1/vector_stores/{vector_store_id}"): Rule(W, IndexFrom.store),
     ("DELETE", "/v1/vector_stores/{vector_store_id}"): Rule(A, IndexFrom.store),
-    ("POST", "/v1/vector_stores/{vector_store_id}/search"): Rule(R, IndexFrom.store),
+    ("POST", "/v1/vector_stores/{vector_store_id}/search"): Rule(R, IndexFrom.store, llm=True),  # rewrite_query
     ("GET", "/v1/vector_stores/{vector_store_id}/files"): Rule(R, IndexFrom.store),
     ("POST", "/v1/vector_stores/{vector_store_id}/files"): Rule(W, IndexFrom.store),
     ("GET", "/v1/vector_stores/{vector_store_id}/files/{file_id}"): Rule(R, IndexFrom.store),
@@ -110,7 +113,7 @@ ROUTES: dict[tuple[str, str], Rule] = {
     ("POST", "/v1/vector_stores/{vector_store_id}/file_batches/{batch_id}/cancel"): Rule(W, IndexFrom.store),
     ("GET", "/v1/vector_stores/{vector_store_id}/file_batches/{batch_id}/files"): Rule(R, IndexFrom.store),
     # OpenAI responses: file_search reads the stores its tools name; a stored response is its creator's.
-    ("POST", "/v1/responses"): Rule(R, IndexFrom.tools, owned=True),
+    ("POST", "/v1/responses"): Rule(R, IndexFrom.tools, owned=True, llm=True),
     ("GET", "/v1/responses/{response_id}"): Rule(R, owned=True),
     ("DELETE", "/v1/responses/{response_id}"): Rule(R, owned=True),
     ("GET", "/v1/responses/{response_id}/input_items"): Rule(R, owned=True),

@@ -4,12 +4,21 @@ The access file (``RAGENGINE_ACCESS_FILE``, YAML) lists principals and what each
 
     keys:
       - {name: app-a, key: "<secret>", indexes: ["team-a-*"], role: read, groups: [ops]}
-      - {name: loader, keySha256: "<hex>", indexes: ["*"], role: write}
+      - {name: loader, keySha256: "<hex>", indexes: ["*"], role: write, limits: {requestsPerMinute: 600}}
+    serviceAccounts:
+      - {namespace: shop, name: frontend, indexes: ["catalog"], role: read, groups: [public]}
+    audience: ragengine-prod          # what ServiceAccount tokens must be issued for (required with serviceAccounts)
+    defaultLimits: {requestsPerMinute: 120, tokensPerMinute: 20000}
 
 Roles are ordered: ``read`` (retrieve, chat, list, its own sessions and files) < ``write`` (adds index
 writes) < ``admin`` (everything, deleting indexes and anyone's sessions included). ``indexes`` are globs
 (``fnmatch``: ``*``, ``?``, ``[ab]``) over index names; a principal sees only the indexes they match.
 ``RAGENGINE_API_KEY`` is one more key: ``admin`` on every index, as before access files existed.
+
+A ServiceAccount principal is named ``<namespace>/<name>`` (key names cannot hold ``/``, so the two kinds
+never collide); document ACLs name principals as ``user:<key name>`` or ``user:<namespace>/<name>`` and
+groups as ``group:<group>`` (``Principal.acl_tokens``). ``limits`` (per principal, else ``defaultLimits``)
+cap requests and LLM tokens per minute (``access.limits``).
 """
 
 from __future__ import annotations
@@ -19,11 +28,15 @@ import fnmatch
 import hashlib
 import re
 from dataclasses import dataclass, field
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,62}$"
+_DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"  # a namespace
+_DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"  # a ServiceAccount name
+_GROUP = r"^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,126}$"
 
 
 class Role(enum.IntEnum):
@@ -38,12 +51,23 @@ def key_digest(key: str) -> bytes:
     return hashlib.sha256(key.encode()).digest()
 
 
+class Limits(BaseModel):
+    """Per principal and minute; unset = no limit of that kind."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+    requests_per_minute: int | None = Field(None, alias="requestsPerMinute", ge=1, le=10_000_000)
+    tokens_per_minute: int | None = Field(None, alias="tokensPerMinute", ge=1, le=1_000_000_000)
+
+
 class _Rule(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     indexes: list[str] = Field(..., min_length=1, description="Globs over index names this principal may reach.")
     role: Role
-    groups: list[str] = Field(default_factory=list, description="Groups for document ACLs (acl: ['group:<g>']).")
+    groups: list[Annotated[str, Field(pattern=_GROUP)]] = Field(
+        default_factory=list, description="Groups for document ACLs (acl: ['group:<g>']).")
+    limits: Limits | None = Field(None, description="Requests and LLM tokens per minute; default: defaultLimits.")
 
     @field_validator("role", mode="before")
     @classmethod
@@ -81,12 +105,29 @@ class KeyRule(_Rule):
         return key_digest(self.key) if self.key is not None else bytes.fromhex(self.key_sha256 or "")
 
 
+class ServiceAccountRule(_Rule):
+    """A Kubernetes ServiceAccount whose projected token (audience ``AccessRules.audience``) authenticates."""
+
+    namespace: str = Field(..., pattern=_DNS_LABEL)
+    name: str = Field(..., pattern=_DNS_SUBDOMAIN, max_length=253)
+
+    @property
+    def principal_name(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
 class AccessRules(BaseModel):
     """The access file, parsed. Unknown keys are errors: a typo must never silently open or close access."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     keys: list[KeyRule] = Field(default_factory=list)
+    service_accounts: list[ServiceAccountRule] = Field(default_factory=list, alias="serviceAccounts")
+    audience: str | None = Field(
+        None, min_length=1, max_length=253,
+        description="The audience ServiceAccount tokens must carry (kubectl create token --audience / a projected "
+        "token's audience); required with serviceAccounts.")
+    default_limits: Limits | None = Field(None, alias="defaultLimits")
 
     @model_validator(mode="after")
     def _unique(self) -> AccessRules:
@@ -97,6 +138,13 @@ class AccessRules(BaseModel):
         digests = [k.digest() for k in self.keys]
         if len(set(digests)) != len(digests):
             raise ValueError("two keys have the same key material")
+        accounts = [a.principal_name for a in self.service_accounts]
+        dupes = sorted({n for n in accounts if accounts.count(n) > 1})
+        if dupes:
+            raise ValueError(f"serviceAccounts must be unique; repeated: {', '.join(dupes)}")
+        if self.service_accounts and self.audience is None:
+            raise ValueError("serviceAccounts need 'audience': the audience their tokens are issued for "
+                             "(a token for another audience, e.g. the API server's, must not work here)")
         return self
 
 
@@ -110,6 +158,7 @@ class Principal:
     role: Role
     indexes: tuple[str, ...] = ("*",)
     groups: frozenset[str] = field(default_factory=frozenset)
+    limits: Limits | None = None
 
     @property
     def id(self) -> str:
@@ -118,6 +167,11 @@ class Principal:
 
     def sees(self, index: str) -> bool:
         return any(fnmatch.fnmatchcase(index, glob) for glob in self.indexes)
+
+    @property
+    def acl_tokens(self) -> tuple[str, ...]:
+        """The document-ACL entries this principal matches: ``user:<name>`` and ``group:<g>`` per group."""
+        return tuple(sorted({f"user:{self.name}", *(f"group:{g}" for g in self.groups)}))
 
 
 ANONYMOUS = Principal(name="anonymous", kind="anonymous", role=Role.admin)

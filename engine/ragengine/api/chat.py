@@ -9,7 +9,8 @@ from contextlib import AsyncExitStack
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from ragengine.access.enforce import visible_to
+from ragengine.access.decide import document_acl
+from ragengine.access.enforce import principal_of, visible_to
 from ragengine.api.sse import sse_response
 from ragengine.chat.service import ChatService, JSONOutcome
 from ragengine.errors import BadRequest, PayloadTooLarge
@@ -58,7 +59,7 @@ async def read_json(request: Request, limit: int):
 async def chat_completions(request: Request):
     received = time.perf_counter()
     body = await read_json(request, request.app.state.settings.max_body_bytes)
-    outcome = await request.app.state.chat.create(body, received=received)
+    outcome = await request.app.state.chat.create(body, received=received, acl=document_acl(principal_of(request)))
     if isinstance(outcome, JSONOutcome):
         return JSONResponse(outcome.body, headers=outcome.headers)
     return sse_response(outcome.events, headers=outcome.headers)

@@ -9,7 +9,8 @@ from typing import Any
 
 from fastapi import APIRouter, FastAPI, Query, Request
 
-from ragengine.access.enforce import visible_to
+from ragengine.access.decide import document_acl
+from ragengine.access.enforce import principal_of, visible_to
 from ragengine.errors import Unprocessable
 from ragengine.protocol.errors import error_responses
 from ragengine.protocol.indexes import (
@@ -57,7 +58,8 @@ async def list_documents(
     metadata_filter: str | None = Query(None, description="JSON object; exact match on every key."),
 ) -> dict:
     return await _registry(request).list_documents(index_name, limit=limit, offset=offset,
-                                                   max_text_length=max_text_length, metadata_filter=metadata_filter)
+                                                   max_text_length=max_text_length, metadata_filter=metadata_filter,
+                                                   acl=document_acl(principal_of(request)))
 
 
 @router.post("/indexes/{index_name}/documents", response_model=UpdateDocumentsResponse,
@@ -100,7 +102,8 @@ async def retrieve(body: RetrieveRequest, request: Request) -> dict:
     nodes = await _registry(request).retrieve(body.index_name, body.query, body.max_node_count,
                                              filters=body.filters, metadata_filter=body.metadata_filter,
                                              max_chunks_per_document=body.max_chunks_per_document,
-                                             long_query_windows=body.long_query_windows)
+                                             long_query_windows=body.long_query_windows,
+                                             acl=document_acl(principal_of(request)))
     results = [n.to_result() for n in nodes]
     return {"query": body.query, "results": results, "count": len(results)}
 

@@ -1,5 +1,10 @@
-"""Operational routes: ``GET /health`` (shallow liveness, KAITO shape plus index state), ``GET /ready``
-(readiness: can the engine answer now?) and ``GET /metrics`` (Prometheus)."""
+"""Operational routes: ``GET /health`` (shallow liveness, KAITO shape plus index state and what the engine
+last saw of its LLM), ``GET /ready`` (readiness: can the engine serve what it serves itself?) and
+``GET /metrics`` (Prometheus).
+
+The LLM is not part of readiness: without it the engine still serves retrieval, the document API and
+extractive answers, so a vLLM that restarts, downloads its model or is scaled to zero must not take the
+engine's endpoints away (ragengine/llm/availability.py). /ready reports it beside the checks."""
 
 from __future__ import annotations
 
@@ -31,7 +36,18 @@ async def health(request: Request) -> dict:
     problems = [f"index '{n}' not loaded: {why}" for n, why in corrupt.items()]
     if status.get("store_error"):
         problems.append(f"vector store unavailable: {status['store_error']}")
-    return {"status": "Degraded" if problems else "Healthy", "detail": "; ".join(problems) or None, **status}
+    return {"status": "Degraded" if problems else "Healthy", "detail": "; ".join(problems) or None, **status,
+            **_llm_report(request)}
+
+
+def _llm_report(request: Request) -> dict[str, Any]:
+    """``{"llm": ...}`` from what the engine last saw (no call): the reasons name internal URLs, so they
+    are left out when the API needs a key (/health and /ready stay open)."""
+    llm = getattr(request.app.state, "llm", None)
+    if llm is None:
+        return {}
+    settings: EngineSettings = request.app.state.settings
+    return {"llm": llm.availability.to_dict(reasons=not settings.api_key)}
 
 
 async def _check_llm(settings: EngineSettings) -> str | None:
@@ -81,23 +97,34 @@ async def _check_store(request: Request) -> str | None:
     return None
 
 
+async def _observe_llm(request: Request, settings: EngineSettings) -> None:
+    """Ask the LLM (GET /models) and record the answer for /health; never part of readiness."""
+    llm = getattr(request.app.state, "llm", None)
+    if llm is None or not settings.llm_url:
+        return
+    why = await _check_llm(settings)
+    if why is None:
+        llm.availability.ok()
+    else:
+        llm.availability.down(why)
+
+
 @router.get("/ready", responses={503: {"description": "A dependency is not usable; `reason` says which."}})
 async def ready(request: Request) -> Any:
-    """Readiness for a load balancer or a Kubernetes readinessProbe: 200 only when the LLM (if
-    configured) serves the configured model, the embeddings are usable and the index store answers.
-    Unlike ``/health`` it calls the dependencies (each with a short timeout, concurrently)."""
+    """Readiness for a load balancer or a Kubernetes readinessProbe: 200 when the embeddings are usable
+    and the index store answers, whether or not the LLM does (``llm`` reports it; see the module's
+    docstring). Unlike ``/health`` it calls them (each with a short timeout, concurrently)."""
     settings: EngineSettings = request.app.state.settings
     names = ["embeddings", "store"]
-    checks = [_check_embeddings(request, settings), _check_store(request)]
-    if settings.llm_url:
-        names.insert(0, "llm")
-        checks.insert(0, _check_llm(settings))
-    results = dict(zip(names, await asyncio.gather(*checks), strict=True))
+    *found, _ = await asyncio.gather(_check_embeddings(request, settings), _check_store(request),
+                                     _observe_llm(request, settings))
+    results = dict(zip(names, found, strict=True))
     report = {name: ("ok" if why is None else why) for name, why in results.items()}
     failing = [why for why in results.values() if why is not None]
+    body = {"ready": not failing, "checks": report, **_llm_report(request)}
     if failing:
-        return JSONResponse({"ready": False, "checks": report, "reason": "; ".join(failing)}, status_code=503)
-    return {"ready": True, "checks": report}
+        return JSONResponse({**body, "reason": "; ".join(failing)}, status_code=503)
+    return body
 
 
 @router.get("/metrics", response_class=PlainTextResponse, responses={200: {"description": "Prometheus text format."}})

@@ -8,8 +8,8 @@ from typing import Literal
 from fastapi import APIRouter, FastAPI, Query, Request
 from fastapi.responses import JSONResponse
 
+from ragengine.access.decide import document_acl, owner_filter
 from ragengine.access.enforce import principal_of
-from ragengine.access.rules import Role
 from ragengine.api.chat import read_json
 from ragengine.api.sse import sse_response
 from ragengine.errors import BadRequest
@@ -34,8 +34,7 @@ async def startup(app: FastAPI, settings: EngineSettings, stack: AsyncExitStack)
 
 def _owner(request: Request) -> str | None:
     """Whose responses the caller sees: their own; an admin's: everyone's (None)."""
-    principal = principal_of(request)
-    return None if principal.role >= Role.admin else principal.id
+    return owner_filter(principal_of(request))
 
 
 def _service(request: Request) -> ResponsesService:
@@ -51,7 +50,7 @@ def _service(request: Request) -> ResponsesService:
 )
 async def create_response(request: Request):
     body = await read_json(request, request.app.state.settings.max_body_bytes)
-    result = await _service(request).create(body, _owner(request))
+    result = await _service(request).create(body, _owner(request), acl=document_acl(principal_of(request)))
     if isinstance(result, dict):
         return JSONResponse(result)
     return sse_response(result, keepalive_s=request.app.state.settings.sse_keepalive_s)

@@ -1,4 +1,8 @@
-"""OpenAI's vector store routes: thin adapters over ``vectorstores.service.VectorStores`` (docs/openai.md)."""
+"""OpenAI's vector store routes: thin adapters over ``vectorstores.service.VectorStores`` (docs/openai.md).
+
+Access control has checked the store's index (``IndexFrom.store``); here the caller's identity reaches the
+service where it matters: only the caller's own uploads can be attached (admins: anyone's), and searches
+and file contents pass through the caller's document ACL."""
 
 from __future__ import annotations
 
@@ -7,7 +11,8 @@ from typing import Literal
 
 from fastapi import APIRouter, FastAPI, Query, Request, Response
 
-from ragengine.access.enforce import visible_to
+from ragengine.access.decide import document_acl, owner_filter
+from ragengine.access.enforce import principal_of, visible_to
 from ragengine.protocol.errors import error_responses
 from ragengine.protocol.vector_stores import (
     CreateFileBatchRequest,
@@ -45,6 +50,11 @@ def _may_see(request: Request):
     return lambda name: visible_to(request, name)
 
 
+def _files_of(request: Request) -> str | None:
+    """Whose uploads the caller may attach: their own (admins: anyone's), as for sessions."""
+    return owner_filter(principal_of(request))
+
+
 async def startup(app: FastAPI, settings: EngineSettings, stack: AsyncExitStack) -> None:
     """The catalog (in the session store's database) and the ingestion workers; after conversations."""
     catalog = Catalog(app.state.sessions.engine)
@@ -58,7 +68,7 @@ async def startup(app: FastAPI, settings: EngineSettings, stack: AsyncExitStack)
 
 @router.post("/v1/vector_stores", response_model=VectorStoreObject, responses=error_responses(404, 409, 500))
 async def create_vector_store(body: CreateVectorStoreRequest, request: Request) -> dict:
-    return await _stores(request).create(body, _may_see(request))
+    return await _stores(request).create(body, _may_see(request), files_of=_files_of(request))
 
 
 @router.get("/v1/vector_stores", response_model=VectorStoreList)
@@ -69,14 +79,14 @@ async def list_vector_stores(request: Request, limit: int = Query(20, ge=1, le=1
 
 @router.post(f"{BASE}/search", response_model=SearchPage, responses=error_responses(404, 502, 504))
 async def search_vector_store(vector_store_id: str, body: SearchRequest, request: Request) -> dict:
-    return await _stores(request).search(vector_store_id, body)
+    return await _stores(request).search(vector_store_id, body, acl=document_acl(principal_of(request)))
 
 
 @router.post(f"{BASE}/files", response_model=VectorStoreFileObject, responses=error_responses(404))
 async def attach_file(vector_store_id: str, body: CreateVectorStoreFileRequest, request: Request,
                       response: Response) -> dict:
     response.headers["openai-poll-after-ms"] = POLL_AFTER_MS
-    return await _stores(request).attach(vector_store_id, body)
+    return await _stores(request).attach(vector_store_id, body, files_of=_files_of(request))
 
 
 @router.get(f"{BASE}/files", response_model=VectorStoreFileList, responses=error_responses(404))
@@ -105,13 +115,13 @@ async def detach_file(vector_store_id: str, file_id: str, request: Request) -> d
 
 @router.get(f"{BASE}/files/{{file_id}}/content", response_model=FileContentPage, responses=error_responses(404))
 async def file_content(vector_store_id: str, file_id: str, request: Request) -> dict:
-    return await _stores(request).file_content(vector_store_id, file_id)
+    return await _stores(request).file_content(vector_store_id, file_id, acl=document_acl(principal_of(request)))
 
 
 @router.post(f"{BASE}/file_batches", response_model=FileBatchObject, responses=error_responses(404))
 async def create_batch(vector_store_id: str, body: CreateFileBatchRequest, request: Request, response: Response) -> dict:
     response.headers["openai-poll-after-ms"] = POLL_AFTER_MS
-    return await _stores(request).create_batch(vector_store_id, body)
+    return await _stores(request).create_batch(vector_store_id, body, files_of=_files_of(request))
 
 
 @router.get(f"{BASE}/file_batches/{{batch_id}}", response_model=FileBatchObject, responses=error_responses(404))

@@ -26,6 +26,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from ragengine.access.acl import Acl
 from ragengine.errors import BadRequest
 from ragengine.llm.tokens import message_text
 from ragengine.protocol.openai import MODEL_ALIAS_PREFIX, ChatCompletionRequest, requested_index
@@ -53,6 +54,7 @@ class Target:
     index_name: str | None
     model: str | None  # sent upstream; None = the served model
     ratio: float
+    acl: Acl | None = None  # the caller's document ACL (access control); None: every document
 
 
 @dataclass(frozen=True)

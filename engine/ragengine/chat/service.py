@@ -9,6 +9,7 @@ followed by an error event.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -17,6 +18,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ragengine.access.acl import Acl
 from ragengine.chat.plan import (
     MIN_TOP_K,
     MessageSplit,
@@ -104,10 +106,11 @@ class ChatService:
         self.llm = llm
         self.registry = registry
 
-    async def create(self, body: Any, *, received: float | None = None) -> JSONOutcome | StreamOutcome:
+    async def create(self, body: Any, *, received: float | None = None, acl: Acl | None = None) -> JSONOutcome | StreamOutcome:
+        """``acl``: the caller's document ACL (access.decide.document_acl); None sees every document."""
         t0 = received if received is not None else time.perf_counter()
         req = parse_request(body)
-        target = resolve_target(req, self.settings.context_token_ratio)
+        target = dataclasses.replace(resolve_target(req, self.settings.context_token_ratio), acl=acl)
         if target.index_name is not None and (self.registry is None or not self.registry.exists(target.index_name)):
             raise NotFound(f"No such index: '{target.index_name}' exists.", param="index_name")
         reason = bypass_reason(req, target.index_name)
@@ -240,7 +243,7 @@ class ChatService:
 
     async def _retrieve(self, req: ChatCompletionRequest, target: Target, query: str, top_k: int) -> list:
         scoped = {k: v for k, v in (("filters", req.filters), ("metadata_filter", req.metadata_filter)) if v is not None}
-        return await self.registry.retrieve(target.index_name, query, top_k, **scoped)
+        return await self.registry.retrieve(target.index_name, query, top_k, acl=target.acl, **scoped)
 
     # --- pass-through -----------------------------------------------------------------------------
     async def _passthrough(self, body: dict, req: ChatCompletionRequest, target: Target, info: RagInfo, t0: float,

@@ -61,8 +61,8 @@ class IngestionWorker:
             while self._busy or await self.jobs.pending():
                 await asyncio.sleep(0.02)
 
-    async def accept(self, filename: str, content_type: str | None, data: bytes, *, purpose: str | None = None,
-                     expires_at: datetime | None = None) -> FileInfo:
+    async def accept(self, filename: str, content_type: str | None, data: bytes, *, principal: str | None = None,
+                     purpose: str | None = None, expires_at: datetime | None = None) -> FileInfo:
         """Validate (413, 415), store the bytes, record the file as ``uploaded`` and queue it. A file whose
         text cannot be read is recorded ``failed`` with the reason at once: no job could do better."""
         if len(data) > self.settings.max_upload_bytes:
@@ -71,20 +71,20 @@ class IngestionWorker:
         try:  # now, not in the queue: the text goes inline until the file is searchable
             text, _ = await asyncio.to_thread(extract, data, kind)
         except ParseError as exc:
-            return await self._refused(filename, kind, data, str(exc), purpose, expires_at)
+            return await self._refused(filename, kind, data, str(exc), principal, purpose, expires_at)
         max_chars = self.settings.max_document_chars
         if len(text) > max_chars:
             reason = f"the extracted text has {len(text)} characters; the limit is {max_chars}"
-            return await self._refused(filename, kind, data, reason, purpose, expires_at)
+            return await self._refused(filename, kind, data, reason, principal, purpose, expires_at)
         return await self.jobs.submit(filename=filename or "upload", content_type=CANONICAL[kind], text=text,
-                                      data=data, purpose=purpose, expires_at=expires_at)
+                                      data=data, principal=principal, purpose=purpose, expires_at=expires_at)
 
-    async def _refused(self, filename: str, kind: str, data: bytes, reason: str, purpose: str | None,
-                       expires_at: datetime | None) -> FileInfo:
+    async def _refused(self, filename: str, kind: str, data: bytes, reason: str, principal: str | None,
+                       purpose: str | None, expires_at: datetime | None) -> FileInfo:
         log.warning("file %r failed: %s", filename, reason)
         FILES_INGESTED.labels("failed").inc()
         return await self.store.create_file(filename=filename or "upload", content_type=CANONICAL[kind],
-                                            size_bytes=len(data), failed=reason, purpose=purpose,
+                                            size_bytes=len(data), failed=reason, principal=principal, purpose=purpose,
                                             expires_at=expires_at)
 
     async def delete(self, file_id: str) -> None:

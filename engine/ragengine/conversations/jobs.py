@@ -52,7 +52,8 @@ class Jobs(Protocol):
 
     async def start(self) -> None: ...
     async def submit(self, *, filename: str, content_type: str, text: str | None, data: bytes,
-                     purpose: str | None = None, expires_at: datetime | None = None) -> FileInfo: ...
+                     principal: str | None = None, purpose: str | None = None,
+                     expires_at: datetime | None = None) -> FileInfo: ...
     async def next(self) -> Claim: ...
     async def data(self, claim: Claim) -> bytes | None: ...
     async def renew(self, claim: Claim) -> bool: ...
@@ -82,9 +83,10 @@ class LocalJobs:
                 self.queue.put_nowait(f.id)
 
     async def submit(self, *, filename: str, content_type: str, text: str | None, data: bytes,
-                     purpose: str | None = None, expires_at: datetime | None = None) -> FileInfo:
+                     principal: str | None = None, purpose: str | None = None,
+                     expires_at: datetime | None = None) -> FileInfo:
         info = await self.store.create_file(filename=filename, content_type=content_type, size_bytes=len(data),
-                                            text=text, purpose=purpose, expires_at=expires_at)
+                                            text=text, principal=principal, purpose=purpose, expires_at=expires_at)
         await asyncio.to_thread(self._path(info.id).write_bytes, data)
         self.queue.put_nowait(info.id)
         return info
@@ -125,9 +127,11 @@ class DatabaseJobs:
         """Nothing to re-queue: jobs left by a crash are open rows whose lease runs out by itself."""
 
     async def submit(self, *, filename: str, content_type: str, text: str | None, data: bytes,
-                     purpose: str | None = None, expires_at: datetime | None = None) -> FileInfo:
+                     principal: str | None = None, purpose: str | None = None,
+                     expires_at: datetime | None = None) -> FileInfo:
         info = await self.store.create_file(filename=filename, content_type=content_type, size_bytes=len(data),
-                                            text=text, data=data, purpose=purpose, expires_at=expires_at)
+                                            text=text, data=data, principal=principal, purpose=purpose,
+                                            expires_at=expires_at)
         self._wake.set()  # this replica's idle workers look at once; the others within poll_s
         return info
 

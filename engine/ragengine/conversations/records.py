@@ -23,6 +23,7 @@ class SessionInfo:
     created_at: str
     updated_at: str
     message_count: int = 0
+    owner: str | None = None  # the principal that created it (access control)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -70,6 +71,7 @@ class FileInfo:
     updated_at: str
     text: str | None = field(default=None, repr=False)
     doc_ids: tuple[str, ...] = ()
+    owner: str | None = None  # the principal that uploaded it (access control)
     purpose: str | None = None  # as the client gave it on /v1/files; None: none given
     expires_at: str | None = None
 
@@ -82,7 +84,7 @@ class FileInfo:
 
 def _session(row: SessionRow, count: int = 0) -> SessionInfo:
     return SessionInfo(row.id, row.user_id, row.title, row.index_name, dict(row.meta or {}), iso(row.created_at),
-                       iso(row.updated_at), count)
+                       iso(row.updated_at), count, row.owner)
 
 
 def _thread(row: ThreadRow, count: int = 0) -> ThreadInfo:
@@ -99,5 +101,5 @@ def _file(row: FileRow, *, with_text: bool = True) -> FileInfo:
     """``with_text=False``: for listings, whose query defers the (large) text column."""
     ids = tuple((row.doc_ids or {}).get("ids", []))
     return FileInfo(row.id, row.filename, row.content_type, row.size_bytes, row.status, row.progress, row.reason,
-                    row.documents, iso(row.created_at), iso(row.updated_at), row.text if with_text else None, ids, row.purpose,
-                    iso(row.expires_at) if row.expires_at else None)
+                    row.documents, iso(row.created_at), iso(row.updated_at), row.text if with_text else None, ids,
+                    row.owner, row.purpose, iso(row.expires_at) if row.expires_at else None)

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ragengine.access.acl import Acl
 from ragengine.conversations.budget import Budget
 from ragengine.conversations.events import event
 from ragengine.conversations.prompting import (
@@ -30,6 +31,7 @@ from ragengine.conversations.prompting import (
 from ragengine.conversations.tools import Scope, run_tool_loop, scoped_search
 from ragengine.errors import BadRequest, UpstreamError
 from ragengine.index.types import RetrievedNode
+from ragengine.llm.availability import tool_calls_refused
 from ragengine.metrics import GROUNDEDNESS_SCORE, SESSION_MESSAGES, TOOL_CALLS, UNGROUNDED_ANSWERS
 from ragengine.protocol.conversations import MAIN_THREAD, MessageRequest
 from ragengine.rag.extractive import NO_ANSWER, extractive_answer
@@ -55,6 +57,8 @@ class Turn:
     session_id: str
     req: MessageRequest
     started: float
+    acl: Acl | None = None  # the caller's document ACL (access control)
+    files_of: str | None = None  # attachable files: this principal's (None: any, for admins)
     session: Any = None
     user: Any = None  # the stored user message
     history: list[dict] = field(default_factory=list)
@@ -112,9 +116,17 @@ class ConversationService:
     def llm_ok(self) -> bool:
         return bool(getattr(self.llm, "configured", False))
 
-    async def run(self, session_id: str, req: MessageRequest) -> AsyncIterator[dict]:
-        """The message's events, in the seed's order; the steps below each yield theirs."""
-        turn = Turn(session_id, req, time.perf_counter(), thread_id=req.thread_id,
+    @property
+    def availability(self) -> Any:
+        """The LLM client's LLMAvailability (None for a client without one)."""
+        return getattr(self.llm, "availability", None)
+
+    async def run(self, session_id: str, req: MessageRequest, *, acl: Acl | None = None,
+                  files_of: str | None = None) -> AsyncIterator[dict]:
+        """The message's events, in the seed's order; the steps below each yield theirs. ``acl``: the caller's
+        document ACL, applied to every search (the knowledge index, the session's files, tool calls);
+        ``files_of``: files in ``req.file_ids`` must be this principal's (access.decide.owner_filter)."""
+        turn = Turn(session_id, req, time.perf_counter(), acl=acl, files_of=files_of, thread_id=req.thread_id,
                     meta={"mode": req.mode, "query_used": req.content})
         async for evt in self._open(turn):
             yield evt
@@ -152,7 +164,7 @@ class ConversationService:
         else:
             await self.store.get_thread(t.session_id, t.thread_id)
         if req.file_ids:
-            await self.store.attach_files(t.session_id, req.file_ids)
+            await self.store.attach_files(t.session_id, req.file_ids, owned_by=t.files_of)
         n_history = s.session_history_messages
         if n_history:
             stored = await self.store.history(t.session_id, t.thread_id, last=n_history)
@@ -177,7 +189,7 @@ class ConversationService:
         """Scope, token budget, inline files and (rag mode) retrieved chunks, fitted to the budget."""
         s, req = self.settings, t.req
         files = await self.store.session_files(t.session_id) if req.mode != "none" else []
-        t.scope = Scope(s.conversation_index, tuple(f.id for f in files if f.status == "completed"))
+        t.scope = Scope(s.conversation_index, tuple(f.id for f in files if f.status == "completed"), t.acl)
         pending = [f for f in files if f.status in ACTIVE and f.text]
         t.meta["scope_file_ids"] = list(t.scope.file_ids)
         t.budget = await Budget.create(self.llm, s, req.max_tokens) if self.llm_ok else None
@@ -185,6 +197,9 @@ class ConversationService:
         if t.mode == "tools" and not t.scope.file_ids and self.llm_ok:
             t.mode = "rag"  # nothing searchable yet: a tool round would find nothing; answer from inline text
             t.meta["tools_skipped"] = "no completed files in this session"
+        refused = self.availability.tools_refused() if t.mode == "tools" and self.availability else None
+        if refused:  # the LLM refused tool calls lately: no round trip to hear it again
+            t.mode, t.meta["tools_unavailable"] = "rag", refused
         t.instructions = req.system_prompt or (TOOLS_SYSTEM_PROMPT if t.mode == "tools" else DEFAULT_SYSTEM_PROMPT)
         if t.budget is not None:
             t.history = await t.budget.fit_history(t.instructions, t.history, t.prompt)
@@ -198,12 +213,18 @@ class ConversationService:
         if t.mode == "tools" and self.llm_ok:
             return  # the model searches in its tool rounds; context_found follows them
         if req.mode != "none":
-            t_r = time.perf_counter()
-            t.nodes = await self._retrieve(t.session, t.scope, t.query, self._top_k(req), t.meta)
-            if t.budget is not None:
-                t.nodes = await t.budget.fit_nodes(t.nodes)
-            t.meta["retrieval_ms"] = round((time.perf_counter() - t_r) * 1000, 2)
-            yield self._context_found(t)
+            async for evt in self._retrieve_context(t):
+                yield evt
+
+    async def _retrieve_context(self, t: Turn) -> AsyncIterator[dict]:
+        """Retrieval scoped to the session's files (and its knowledge index), fitted to the budget."""
+        assert t.scope is not None, "the scope is set when the turn opens"
+        t_r = time.perf_counter()
+        t.nodes = await self._retrieve(t.session, t.scope, t.query, self._top_k(t.req), t.meta)
+        if t.budget is not None:
+            t.nodes = await t.budget.fit_nodes(t.nodes)
+        t.meta["retrieval_ms"] = round((time.perf_counter() - t_r) * 1000, 2)
+        yield self._context_found(t)
 
     def _context_found(self, t: Turn) -> dict:
         t.context_sent = True
@@ -224,16 +245,25 @@ class ConversationService:
                                    ("max_tokens", t.budget.answer_tokens if t.budget else None)) if v is not None}
         try:
             if t.mode == "tools":
-                async for evt in self._tools(t, messages, extra, gen):
-                    yield evt
-            else:
-                async for piece in self._stream(messages, extra, gen):
-                    if not gen.answer:
-                        yield GENERATION_START
-                    gen.answer += piece
-                    yield event("text_chunk", content=piece)
+                try:
+                    async for evt in self._tools(t, messages, extra, gen):
+                        yield evt
+                    if self.availability:
+                        self.availability.tools_work()
+                    return
+                except UpstreamError as exc:
+                    if gen.answer or not tool_calls_refused(exc.status_code, exc.message):
+                        raise
+                    async for evt in self._without_tools(t, exc):
+                        yield evt
+                    messages = build_messages(t.instructions, format_context(t.nodes, t.inline), t.history, t.prompt)
+            async for piece in self._stream(messages, extra, gen):
                 if not gen.answer:
-                    yield GENERATION_START  # the model said nothing; the empty answer is still its answer
+                    yield GENERATION_START
+                gen.answer += piece
+                yield event("text_chunk", content=piece)
+            if not gen.answer:
+                yield GENERATION_START  # the model said nothing; the empty answer is still its answer
         except UpstreamError as exc:  # every endpoint failed or refused (LLMUnavailable), or an unusable reply
             if gen.answer:  # failed mid-stream: keep what was said, say it is cut short
                 gen.method = "llm"
@@ -242,6 +272,15 @@ class ConversationService:
                 gen.method, gen.fallback_reason = None, _fallback_reason(exc)
                 gen.details = {k: v for k, v in gen.details.items() if k in ("tool_calls", "tool_iterations")}
                 gen.error = exc
+
+    async def _without_tools(self, t: Turn, exc: UpstreamError) -> AsyncIterator[dict]:
+        """The LLM refused tool calls (vLLM without a tool parser): answer as rag mode does, with the
+        reason in the reply's metadata (and in /health; logged once: llm/availability.py)."""
+        reason = self.availability.refuse_tools(exc.message) if self.availability else exc.message
+        t.mode, t.meta["tools_unavailable"] = "rag", reason
+        t.instructions = t.req.system_prompt or DEFAULT_SYSTEM_PROMPT
+        async for evt in self._retrieve_context(t):
+            yield evt
 
     async def _answer_extractively(self, t: Turn, gen: Generation) -> AsyncIterator[dict]:
         """No LLM, or it failed before any text: the most relevant sentences of the context (or, with
@@ -312,14 +351,15 @@ class ConversationService:
         if knowledge == self.settings.conversation_index:  # a session stored before that was refused
             knowledge = None
         if knowledge and self.registry.exists(knowledge):
-            found += await self.registry.retrieve(knowledge, query, top_k)
+            found += await self.registry.retrieve(knowledge, query, top_k, acl=scope.acl)
         elif knowledge and meta is not None:
             meta["index_missing"] = knowledge  # created later, or deleted: not an error
         found.sort(key=lambda n: n.score, reverse=True)  # the seed's order; two lists merge on one cosine scale
         return found[:top_k]
 
     async def _stream(self, messages: list[dict], extra: dict, gen: Generation) -> AsyncIterator[str]:
-        payload = {**extra, "messages": messages}
+        # usage comes on a stream only when asked for (OpenAI's and vLLM's stream_options)
+        payload = {**extra, "messages": messages, "stream_options": {"include_usage": True}}
         model = await self.llm.model_name()
         if model:
             payload["model"] = model

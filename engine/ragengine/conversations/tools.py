@@ -20,6 +20,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from ragengine.access.acl import Acl
 from ragengine.errors import UpstreamError
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,7 @@ class Scope:
 
     index_name: str
     file_ids: tuple[str, ...]
+    acl: Acl | None = None  # the caller's document ACL (access control), applied to every search
 
     def to_filter(self) -> dict | None:
         if not self.file_ids:
@@ -100,7 +102,7 @@ async def scoped_search(registry: Any, scope: Scope, query: str, top_k: int) -> 
     flt = scope.to_filter()
     if flt is None or not registry.exists(scope.index_name):
         return []
-    return await registry.retrieve(scope.index_name, query, top_k, filters=flt)
+    return await registry.retrieve(scope.index_name, query, top_k, filters=flt, acl=scope.acl)
 
 
 def tool_result_content(nodes: list, *, max_chars_per_chunk: int = 2000) -> str:

@@ -39,14 +39,24 @@ def resolve_model_path(name: str) -> str:
 
 
 def pick_device(setting: str) -> str:
+    """"auto": the GPU when torch sees one, else the CPU, saying so (the GPU image on a node without a
+    GPU limit, or with a driver older than its CUDA, must degrade, not fail to start)."""
     if setting != "auto":
         return setting
     try:
         import torch
 
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    except Exception:
-        return "cpu"
+        if torch.cuda.is_available():
+            log.info("embeddings run on the GPU: %s (CUDA %s)", torch.cuda.get_device_name(0), torch.version.cuda)
+            return "cuda"
+        if torch.version.cuda is None:  # a CPU build: nothing was lost
+            log.info("embeddings run on the CPU (this torch has no CUDA)")
+            return "cpu"
+        why = f"no GPU visible to CUDA {torch.version.cuda} (no GPU limit on the pod, or a driver too old)"
+    except Exception as exc:  # torch missing or broken: the CPU backends need none
+        why = f"torch unavailable ({type(exc).__name__})"
+    log.warning("RAGENGINE_DEVICE=auto: embeddings run on the CPU: %s", why)
+    return "cpu"
 
 
 class Backend(Protocol):

@@ -52,11 +52,8 @@ class IndexRegistry:
         self._indexes: dict[str, IndexState] = {}
         self.corrupt: dict[str, str] = {}  # index folder or name → why it was not loaded
         self._registry_lock = asyncio.Lock()
-        from ragengine.index.store import gpu_available
-
         self.store_kwargs = {"hnsw_threshold": settings.hnsw_threshold, "hnsw_m": settings.hnsw_m,
-                             "ef_search": settings.hnsw_ef_search, "ef_construction": settings.hnsw_ef_construction,
-                             "use_gpu": settings.device in ("auto", "cuda") and gpu_available()}
+                             "ef_search": settings.hnsw_ef_search, "ef_construction": settings.hnsw_ef_construction}
         self.durability = Durability(self.data_dir, embedder.dim, self.store_kwargs, settings.snapshot_journal_bytes)
 
     # -- lookup ------------------------------------------------------------------------------------
@@ -262,9 +259,9 @@ class IndexRegistry:
 
     # -- reads -------------------------------------------------------------------------------------
     async def list_documents(self, index_name: str, *, limit: int = 10, offset: int = 0, max_text_length: int | None = 1000,
-                             metadata_filter: Any = None) -> dict:
+                             metadata_filter: Any = None, acl: flt.Acl | None = None) -> dict:
         state = self.get(index_name)
-        f = flt.from_metadata_filter(metadata_filter)
+        f = flt.combine(flt.from_metadata_filter(metadata_filter), acl)  # acl: the caller's document ACL
 
         def page() -> dict:  # a thread: filtering a big index must not hold up the event loop
             with state.rw.read():
@@ -277,10 +274,11 @@ class IndexRegistry:
     async def retrieve(self, index_name: str, query: str, top_k: int, *, filters: dict | None = None,
                        metadata_filter: dict | None = None, query_embedding: np.ndarray | None = None,
                        max_chunks_per_document: int | None = None,
-                       long_query_windows: bool | None = None) -> list[RetrievedNode]:
+                       long_query_windows: bool | None = None, acl: flt.Acl | None = None) -> list[RetrievedNode]:
         state = self.get(index_name)
         req = retrieval_request(query, top_k, filters=filters, metadata_filter=metadata_filter,
-                                max_chunks_per_document=max_chunks_per_document, max_top_k=self.settings.max_top_k)
+                                max_chunks_per_document=max_chunks_per_document, max_top_k=self.settings.max_top_k,
+                                acl=acl)
         return await search_index(state, self.embedder, self.settings, req.query, req.top_k, req.filter,
                                   query_embedding, self.reranker, req.max_chunks_per_document,
                                   long_query_windows=long_query_windows)

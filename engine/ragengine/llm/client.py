@@ -11,6 +11,9 @@ extractive answer on it.
 
 Streams fail over only before the first byte: once a chunk has been forwarded, a failure is the
 stream's to report.
+
+Every completion's tokens are charged to the request's principal (``access.usage``, for tokens-per-minute
+limits): the upstream's ``usage`` when it reports one, else an estimate of the prompt and the answer.
 """
 
 from __future__ import annotations
@@ -26,8 +29,10 @@ from typing import Any
 import httpx
 
 from ragengine import __version__
+from ragengine.access import usage
 from ragengine.errors import UpstreamError
-from ragengine.llm.tokens import TokenCounter
+from ragengine.llm.availability import LLMAvailability
+from ragengine.llm.tokens import TokenCounter, estimate_tokens, message_text
 from ragengine.settings import EngineSettings
 
 log = logging.getLogger(__name__)
@@ -52,13 +57,15 @@ class LLMResult:
 class LLMStream:
     """An open upstream SSE response: iterate for parsed chunk dicts; ``aclose()`` cancels upstream."""
 
-    def __init__(self, response: httpx.Response, endpoint: str, started: float) -> None:
+    def __init__(self, response: httpx.Response, endpoint: str, started: float, prompt_tokens: int = 0) -> None:
         self.response = response
         self.endpoint = endpoint
         self.started = started
         self.first_chunk_s: float | None = None
+        self.prompt_tokens = prompt_tokens  # estimated, for the charge when upstream reports no usage
 
     async def __aiter__(self) -> AsyncIterator[dict[str, Any]]:
+        reported, said = None, 0
         try:
             async for line in self.response.aiter_lines():
                 if not line.startswith("data:"):
@@ -75,16 +82,31 @@ class LLMStream:
                     raise UpstreamError(f"LLM stream failed: {message}", status_code=status)
                 if self.first_chunk_s is None:
                     self.first_chunk_s = time.perf_counter() - self.started
+                reported = _total_tokens(chunk) or reported
+                said += sum(estimate_tokens((c.get("delta") or {}).get("content") or "")
+                            for c in chunk.get("choices") or [] if isinstance(c, dict))
                 yield chunk
         except httpx.TimeoutException:
             raise LLMUnavailable(f"LLM at {self.endpoint} stopped sending (read timeout).", status_code=504) from None
         except httpx.HTTPError as exc:
             raise LLMUnavailable(f"LLM stream from {self.endpoint} broke: {exc!r}") from exc
         finally:
+            usage.charge(reported or self.prompt_tokens + said)
             await self.response.aclose()
 
     async def aclose(self) -> None:
         await self.response.aclose()
+
+
+def _total_tokens(body: Any) -> int | None:
+    """``usage.total_tokens`` of a completion or chunk, when the server reports it."""
+    total = ((body.get("usage") or {}) if isinstance(body, dict) else {}).get("total_tokens")
+    return total if isinstance(total, int) and not isinstance(total, bool) and total > 0 else None
+
+
+def _prompt_estimate(payload: dict[str, Any]) -> int:
+    messages = payload.get("messages")
+    return sum(estimate_tokens(message_text(m)) for m in messages if isinstance(m, dict)) if isinstance(messages, list) else 0
 
 
 def _error_of(body: Any, status: int) -> tuple[int, str]:
@@ -116,6 +138,7 @@ class LLMClient:
         self.endpoints: list[str] = [u.rstrip("/").removesuffix("/chat/completions")
                                      for u in [settings.llm_url, *settings.llm_fallback_urls] if u]
         self.configured = bool(self.endpoints)
+        self.availability = LLMAvailability(configured=self.configured)
         headers = {"User-Agent": f"ragengine/{__version__}"}
         if settings.llm_api_key:
             headers["Authorization"] = f"Bearer {settings.llm_api_key}"
@@ -193,12 +216,15 @@ class LLMClient:
             body = response.json()
         except ValueError:
             raise UpstreamError(f"LLM at {endpoint} answered with invalid JSON.") from None
+        answer = sum(estimate_tokens(message_text(c.get("message") or {}))
+                     for c in (body.get("choices") or []) if isinstance(c, dict)) if isinstance(body, dict) else 0
+        usage.charge(_total_tokens(body) or _prompt_estimate(payload) + answer)
         return LLMResult(body=body, endpoint=endpoint, elapsed_s=time.perf_counter() - started)
 
     async def open_stream(self, payload: dict[str, Any]) -> LLMStream:
         """Send a streaming request; returns once upstream answered 200 (errors before that raise)."""
         response, endpoint, started = await self._send({**payload, "stream": True}, stream=True)
-        return LLMStream(response, endpoint, started)
+        return LLMStream(response, endpoint, started, _prompt_estimate(payload))
 
     def _ordered(self) -> list[str]:
         now = time.monotonic()
@@ -229,6 +255,7 @@ class LLMClient:
                 else:
                     if response.status_code < 400:
                         self._down_until.pop(endpoint, None)
+                        self.availability.ok()
                         return response, endpoint, started
                     if stream:
                         await response.aread()
@@ -254,7 +281,9 @@ class LLMClient:
             # Every endpoint refused: the caller gets the upstream status, and its own words when one
             # endpoint is configured (OpenAI clients map 400/401/429 to their exception classes).
             status, message = rejected
+            if status in (401, 403):  # it answers, but not to us: unusable all the same
+                self.availability.down(f"The LLM refused the engine's key (HTTP {status}): {message}")
             raise LLMUnavailable(message if len(failures) == 1 else "; ".join(failures), status_code=status)
-        raise LLMUnavailable(
-            "The LLM is unavailable: " + "; ".join(failures), status_code=504 if timed_out else 502
-        )
+        reason = "The LLM is unavailable: " + "; ".join(failures)
+        self.availability.down(reason)
+        raise LLMUnavailable(reason, status_code=504 if timed_out else 502)

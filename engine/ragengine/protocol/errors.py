@@ -43,11 +43,12 @@ ERROR_DESCRIPTIONS = {
     413: "Payload too large: the body, a document or an upload is above its limit.",
     415: "Unsupported media type: the uploaded file's type cannot be indexed.",
     422: "Validation failed: a field or parameter has the wrong type or is out of range (named in the message).",
-    429: "The LLM server refused the request for now (its status, passed through).",
+    429: "Too many requests: the caller's rate limit (Retry-After says when; docs/access.md), or the LLM server "
+         "refused the request for now (its status, passed through).",
     500: "The engine could not write to its data volume (journal or snapshot); nothing was acknowledged.",
     502: "The LLM or the remote embedding service failed or is unreachable.",
-    503: "Unavailable: no LLM is configured for a request that needs one, or the external vector store is "
-         "unreachable (the body says which).",
+    503: "Unavailable: no LLM is configured for a request that needs one, the external vector store is "
+         "unreachable, or a ServiceAccount token cannot be verified now (the body says which).",
     504: "The LLM or the remote embedding service timed out.",
 }
 

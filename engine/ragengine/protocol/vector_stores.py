@@ -30,8 +30,14 @@ class _Strict(BaseModel):
 
 
 # --- small shared pieces -----------------------------------------------------------------------------------
-def check_pairs(value: dict[str, Any], what: str, *, scalars: tuple[type, ...]) -> dict[str, Any]:
-    """OpenAI's limits on ``metadata`` / ``attributes``: 16 pairs, keys of 64 characters, string values of 512."""
+def check_pairs(value: dict[str, Any], what: str, *, scalars: tuple[type, ...],
+                reserved: tuple[str, ...] = ()) -> dict[str, Any]:
+    """OpenAI's limits on ``metadata`` / ``attributes``: 16 pairs, keys of 64 characters, string values of 512;
+    ``reserved`` keys are the engine's."""
+    taken = sorted(set(value) & set(reserved))
+    if taken:
+        raise ValueError(f"{what} key {taken[0]!r} is reserved: the engine sets it on the file's chunks "
+                         f"({', '.join(reserved)}; 'acl' is the document ACL, docs/access.md)")
     if len(value) > MAX_PAIRS:
         raise ValueError(f"{what} has {len(value)} keys; at most {MAX_PAIRS} are allowed")
     for key, item in value.items():
@@ -49,8 +55,12 @@ def check_pairs(value: dict[str, Any], what: str, *, scalars: tuple[type, ...]) 
 
 
 Metadata = Annotated[dict[str, str], AfterValidator(lambda v: check_pairs(v, "metadata", scalars=(str,)))]
+# What the engine writes into a file's chunk metadata itself; ``acl`` is a document ACL (a list), which
+# attributes (scalars) could only make malformed, hiding the file from every non-admin.
+RESERVED_ATTRIBUTES = ("file_id", "filename", "acl")
 Attributes = Annotated[dict[str, str | bool | int | float],
-                       AfterValidator(lambda v: check_pairs(v, "attributes", scalars=(str, bool, int, float)))]
+                       AfterValidator(lambda v: check_pairs(v, "attributes", scalars=(str, bool, int, float),
+                                                            reserved=RESERVED_ATTRIBUTES))]
 
 
 class StaticChunking(_Strict):

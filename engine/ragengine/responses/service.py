@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ragengine.access.acl import Acl
 from ragengine.chat.plan import plan_budget, reply_max_tokens
 from ragengine.errors import BadRequest
 from ragengine.llm.client import LLMClient, LLMUnavailable
@@ -73,8 +74,10 @@ class ResponsesService:
         self.vector_stores = vector_stores
         self.store = store
 
-    async def create(self, body: Any, owner: str | None) -> dict | AsyncIterator[str]:
-        prepared = await self._prepare(parse(body), owner)
+    async def create(self, body: Any, owner: str | None, *, acl: Acl | None = None) -> dict | AsyncIterator[str]:
+        """``owner``: whose stored responses the caller may continue (None: anyone's, an admin); ``acl``: the
+        caller's document ACL, applied to every search (None sees every document)."""
+        prepared = await self._prepare(parse(body), owner, acl)
         if prepared.plan.request.stream:
             return await self._stream(prepared)
         outcome = await self._generate(prepared)
@@ -84,7 +87,7 @@ class ResponsesService:
         return response
 
     # --- before generation ----------------------------------------------------------------------------
-    async def _prepare(self, plan: Plan, owner: str | None) -> Prepared:
+    async def _prepare(self, plan: Plan, owner: str | None, acl: Acl | None) -> Prepared:
         req = plan.request
         history = await self.store.history(req.previous_response_id, owner) if req.previous_response_id else []
         for store_id in plan.store_ids:  # 404 / expired before any work
@@ -94,7 +97,7 @@ class ResponsesService:
         output: list[dict] = []
         if plan.search:
             query = await self._search_query(query, history)
-            candidates = await self._search(plan, query)
+            candidates = await self._search(plan, query, acl)
             results = [hit(n) for n in candidates] if plan.include_results else None
             output.append(search_call(new_id("fs"), [query], "completed", results))
         nodes, max_tokens = await self._context(plan, history, candidates)
@@ -116,12 +119,12 @@ class ResponsesService:
         result = await reformulate_query(self.llm, self.settings, query, chat_messages(history))
         return result.query
 
-    async def _search(self, plan: Plan, query: str) -> list:
+    async def _search(self, plan: Plan, query: str, acl: Acl | None) -> list:
         best: dict[str, Any] = {}
         for tool in plan.search:
             threshold = tool.ranking_options.score_threshold if tool.ranking_options else None
             for node in await self.vector_stores.retrieve(tool.vector_store_ids, [query], tool.max_num_results,
-                                                          tool.filters, threshold or 0.0):
+                                                          tool.filters, threshold or 0.0, acl=acl):
                 if node.node_id not in best or best[node.node_id].score < node.score:
                     best[node.node_id] = node
         return sorted(best.values(), key=lambda n: n.score, reverse=True)

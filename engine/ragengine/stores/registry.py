@@ -320,8 +320,8 @@ class StoreRegistry:
 
     # -- reads -------------------------------------------------------------------------------------
     async def list_documents(self, index_name: str, *, limit: int = 10, offset: int = 0,
-                             max_text_length: int | None = 1000, metadata_filter: Any = None) -> dict:
-        f = flt.from_metadata_filter(metadata_filter)
+                             max_text_length: int | None = 1000, metadata_filter: Any = None, acl: flt.Acl | None = None) -> dict:
+        f = flt.combine(flt.from_metadata_filter(metadata_filter), acl)  # acl: the caller's document ACL
         await self._config(index_name)
         records, total = await self._call(self.adapter.list_documents, index_name, f, offset, limit)
         docs = [listed(r.doc_id, r.text, r.metadata, max_text_length) for r in records]
@@ -330,9 +330,10 @@ class StoreRegistry:
     async def retrieve(self, index_name: str, query: str, top_k: int, *, filters: dict | None = None,
                        metadata_filter: dict | None = None, query_embedding: np.ndarray | None = None,
                        max_chunks_per_document: int | None = None,
-                       long_query_windows: bool | None = None) -> list[RetrievedNode]:
+                       long_query_windows: bool | None = None, acl: flt.Acl | None = None) -> list[RetrievedNode]:
         req = retrieval_request(query, top_k, filters=filters, metadata_filter=metadata_filter,
-                                max_chunks_per_document=max_chunks_per_document, max_top_k=self.settings.max_top_k)
+                                max_chunks_per_document=max_chunks_per_document, max_top_k=self.settings.max_top_k,
+                                acl=acl)
         top_k, f = req.top_k, req.filter
         start = time.perf_counter()
         await self._config(index_name)  # asks the store: an index dropped through another replica is a 404 here too

@@ -24,7 +24,7 @@ from ragengine.index.types import ChunkingConfig
 
 VS_FILE_STATUSES = ("in_progress", "completed", "failed", "cancelled")
 FILE_STATUS = {"uploaded": "uploaded", "processing": "uploaded", "completed": "processed", "failed": "error"}
-RESERVED_KEYS = ("file_id", "filename")  # chunk metadata the engine writes: not attributes
+RESERVED_KEYS = ("file_id", "filename", "acl")  # chunk metadata the engine writes (or ACLs): not attributes
 DEFAULT_PURPOSE = "assistants"
 
 

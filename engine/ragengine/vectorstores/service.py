@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from ragengine.access.acl import Acl
 from ragengine.access.decide import missing_store_message
 from ragengine.conversations.models import utcnow
 from ragengine.conversations.store import SessionStore
@@ -99,7 +100,9 @@ class VectorStores:
         return vector_store_object(record, stats, utcnow())
 
     # --- stores ------------------------------------------------------------------------------------------
-    async def create(self, body: CreateVectorStoreRequest, may_see: Callable[[str], bool]) -> dict:
+    async def create(self, body: CreateVectorStoreRequest, may_see: Callable[[str], bool], *,
+                     files_of: str | None = None) -> dict:
+        """``files_of``: whose uploads the caller may attach (``access.decide.owner_filter``; None: anyone's)."""
         store_id = body.index_name or f"vs_{uuid.uuid4().hex}"
         disk.validate_name(store_id)
         if store_id in self.reserved:
@@ -108,8 +111,7 @@ class VectorStores:
         if not may_see(store_id):  # a generated name outside the caller's index patterns
             raise Forbidden("Your key may only use indexes matching its patterns; name the store's index with "
                             "'index_name' (extra_body={'index_name': ...} in the SDK).")
-        for file_id in body.file_ids:
-            self._attachable(await self._upload(file_id, "file_ids"), "file_ids")
+        uploads = [await self._upload(file_id, "file_ids", files_of) for file_id in body.file_ids]
         if await self.find(store_id) is not None:
             raise BadRequest(f"A vector store (index) named '{store_id}' already exists; use it by its id.",
                              param="index_name")
@@ -117,8 +119,8 @@ class VectorStores:
             store_id, name=body.name, description=body.description, metadata=body.metadata,
             expires_after_days=body.expires_after.days if body.expires_after else None)
         strategy = body.chunking_strategy.model_dump() if body.chunking_strategy else None
-        for file_id in body.file_ids:
-            await self._attach(record.id, file_id, {}, strategy)
+        for info in uploads:
+            await self._attach(record.id, info, {}, strategy)
         return await self._object(record)
 
     async def list_stores(self, may_see: Callable[[str], bool], *, limit: int, order: str, after: str | None,
@@ -156,32 +158,31 @@ class VectorStores:
         return {"id": store_id, "object": "vector_store.deleted", "deleted": True}
 
     # --- files of a store -------------------------------------------------------------------------------
-    async def _upload(self, file_id: str, param: str) -> Any:
+    async def _upload(self, file_id: str, param: str, files_of: str | None) -> Any:
+        """An upload the caller may attach: theirs (another's is "no such file", as on /v1/files), and readable.
+        A file whose text could not be read at upload fails now, as OpenAI refuses a file it cannot parse when
+        it is attached (400); later failures end the vector store file ``failed``."""
         try:
-            return await self.sessions.get_file(file_id)
+            info = await self.sessions.get_file(file_id, owned_by=files_of)
         except NotFound:
             raise NotFound(f"No such file: '{file_id}'.", param=param) from None
+        if info.status == "failed" and info.text is None:
+            raise BadRequest(f"File '{info.id}' cannot be attached: its ingestion failed: {info.reason}.",
+                             param=param, code="invalid_file")
+        return info
 
-    async def _attach(self, store_id: str, file_id: str, attributes: dict, strategy: dict | None,
+    async def _attach(self, store_id: str, info: Any, attributes: dict, strategy: dict | None,
                       batch_id: str | None = None) -> StoreFileRecord:
-        self._attachable(await self._upload(file_id, "file_id"))
-        record = await self.catalog.attach(store_id, file_id, attributes=attributes,
+        record = await self.catalog.attach(store_id, info.id, attributes=attributes,
                                            chunking=strategy or {"type": "auto"}, batch_id=batch_id)
         self.ingestion.kick()
         return record
 
-    @staticmethod
-    def _attachable(info: Any, param: str = "file_id") -> None:
-        """A file whose text could not be read at upload fails now, as OpenAI refuses a file it cannot parse
-        when it is attached (400, ``unsupported_file``); later failures end the vector store file ``failed``."""
-        if info.status == "failed" and info.text is None:
-            raise BadRequest(f"File '{info.id}' cannot be attached: its ingestion failed: {info.reason}.",
-                             param=param, code="invalid_file")
-
-    async def attach(self, store_id: str, body: CreateVectorStoreFileRequest) -> dict:
+    async def attach(self, store_id: str, body: CreateVectorStoreFileRequest, *, files_of: str | None = None) -> dict:
         await self.usable(store_id)
+        info = await self._upload(body.file_id, "file_id", files_of)
         strategy = body.chunking_strategy.model_dump() if body.chunking_strategy else None
-        return vector_store_file_object(await self._attach(store_id, body.file_id, body.attributes or {}, strategy))
+        return vector_store_file_object(await self._attach(store_id, info, body.attributes or {}, strategy))
 
     async def list_files(self, store_id: str, *, limit: int, order: str, after: str | None, before: str | None,
                          status: str | None, batch_id: str | None = None) -> dict:
@@ -210,20 +211,21 @@ class VectorStores:
                 await self.registry.update_documents(store_id, docs)
         return vector_store_file_object(await self.catalog.set_attributes(store_id, file_id, attributes))
 
-    async def _chunks(self, store_id: str, record: StoreFileRecord) -> list[dict]:
+    async def _chunks(self, store_id: str, record: StoreFileRecord, acl: Acl | None = None) -> list[dict]:
         if await self.registry.chunking(store_id) is None:
             return []
         listed = await self.registry.list_documents(store_id, limit=max(1, len(record.doc_ids)),
-                                                    max_text_length=None, metadata_filter={"file_id": record.file_id})
+                                                    max_text_length=None, metadata_filter={"file_id": record.file_id},
+                                                    acl=acl)
         order = {d: i for i, d in enumerate(record.doc_ids)}
         docs = [{"doc_id": d["doc_id"], "text": d["text"], "metadata": d["metadata"] or {}}
                 for d in listed["documents"] if d["doc_id"] in order]
         return sorted(docs, key=lambda d: order[d["doc_id"]])
 
-    async def file_content(self, store_id: str, file_id: str) -> dict:
+    async def file_content(self, store_id: str, file_id: str, *, acl: Acl | None = None) -> dict:
         await self.require(store_id)
         record = await self.catalog.get_file(store_id, file_id)
-        chunks = await self._chunks(store_id, record)
+        chunks = await self._chunks(store_id, record, acl)
         return {"object": "vector_store.file_content.page", "data": [{"type": "text", "text": d["text"]} for d in chunks],
                 "has_more": False, "next_page": None}
 
@@ -247,7 +249,7 @@ class VectorStores:
                 log.warning("removing %s from vector store %s: %s", file_id, record.store_id, exc.message)
 
     # --- batches ----------------------------------------------------------------------------------------
-    async def create_batch(self, store_id: str, body: CreateFileBatchRequest) -> dict:
+    async def create_batch(self, store_id: str, body: CreateFileBatchRequest, *, files_of: str | None = None) -> dict:
         await self.usable(store_id)
         default = body.chunking_strategy.model_dump() if body.chunking_strategy else None
         if body.files is not None:
@@ -256,11 +258,10 @@ class VectorStores:
         else:
             entries = [(f, body.attributes or {}, default) for f in body.file_ids or []]
         entries = list({e[0]: e for e in entries}.values())  # a file named twice is attached once
-        for file_id, _attrs, _chunking in entries:
-            self._attachable(await self._upload(file_id, "file_ids"), "file_ids")
+        uploads = [await self._upload(file_id, "file_ids", files_of) for file_id, _attrs, _chunking in entries]
         batch = await self.catalog.create_batch(store_id, [e[0] for e in entries])
-        for file_id, attributes, chunking in entries:
-            await self._attach(store_id, file_id, attributes, chunking, batch_id=batch.id)
+        for info, (_file_id, attributes, chunking) in zip(uploads, entries, strict=True):
+            await self._attach(store_id, info, attributes, chunking, batch_id=batch.id)
         return await self.get_batch(store_id, batch.id)
 
     async def get_batch(self, store_id: str, batch_id: str) -> dict:
@@ -275,18 +276,19 @@ class VectorStores:
         return await self.get_batch(store_id, batch_id)
 
     # --- search -----------------------------------------------------------------------------------------
-    async def search(self, store_id: str, body: SearchRequest) -> dict:
+    async def search(self, store_id: str, body: SearchRequest, *, acl: Acl | None = None) -> dict:
+        """``acl``: the caller's document ACL (``access.decide.document_acl``; None sees every document)."""
         await self.usable(store_id)
         queries = [body.query] if isinstance(body.query, str) else list(body.query)
         if body.rewrite_query:
             queries = [await rewrite_for_search(self.llm, q) for q in queries]
         threshold = body.ranking_options.score_threshold if body.ranking_options else None
-        nodes = await self.retrieve([store_id], queries, body.max_num_results, body.filters, threshold or 0.0)
+        nodes = await self.retrieve([store_id], queries, body.max_num_results, body.filters, threshold or 0.0, acl=acl)
         return {"object": "vector_store.search_results.page", "search_query": queries,
                 "data": [search_result(n) for n in nodes], "has_more": False, "next_page": None}
 
     async def retrieve(self, store_ids: list[str], queries: list[str], max_results: int, filters: dict | None,
-                       threshold: float) -> list:
+                       threshold: float, *, acl: Acl | None = None) -> list:
         """The best chunks over ``store_ids`` and ``queries`` (each chunk once, with its best score), at or
         above ``threshold``. Also what a response's ``file_search`` runs."""
         if filters is not None:
@@ -300,7 +302,7 @@ class VectorStores:
             if await self.registry.chunking(store_id) is None:
                 continue  # no file ingested yet: nothing to find
             for query in queries:
-                for node in await self.registry.retrieve(store_id, query, max_results, filters=filters):
+                for node in await self.registry.retrieve(store_id, query, max_results, filters=filters, acl=acl):
                     key = (store_id, node.node_id)
                     if node.score >= threshold and (key not in best or best[key].score < node.score):
                         best[key] = node

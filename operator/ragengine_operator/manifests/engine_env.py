@@ -15,7 +15,7 @@ from typing import Any
 from ragengine.settings import EngineSettings
 
 from .. import constants as c
-from ..spec import RAGEngineSpec, SecretKeyRef
+from ..spec import AuthSpec, RAGEngineSpec, SecretKeyRef
 from .labels import Owner
 
 # spec path -> EngineSettings field (values).
@@ -58,19 +58,36 @@ OPERATOR_ONLY = {
     "engine.nodeSelector", "engine.tolerations", "inference.gpuResourceName",
     "engine.autoscaling.minReplicas", "engine.autoscaling.maxReplicas", "engine.autoscaling.targetCPUUtilizationPercentage",
     "storage.reclaimPolicy",  # the PVCs' owner references
+    "auth.enabled",  # whether api_key is set at all, from spec.auth's Secret or the generated one
+    "engine.networkPolicy.enabled",
+    # vLLM's command line and its autoscaler (manifests/inference.py)
+    "inference.revision", "inference.toolCallParser", "inference.autoscaling.metric",
+    "inference.autoscaling.targetRequestsWaiting", "inference.autoscaling.keda.serverAddress",
+    # the ServiceMonitors / PodMonitors and the NetworkPolicies' scrape peers (manifests/monitoring.py)
+    "monitoring.kind", "monitoring.interval", "monitoring.labels",
+    *(f"monitoring.scrapeFrom.{field}" for field in (
+        "ipBlock.cidr", "ipBlock.except", "namespaceSelector.matchExpressions", "namespaceSelector.matchLabels",
+        "podSelector.matchExpressions", "podSelector.matchLabels")),
     # the engine's NetworkPolicy (manifests/engine.py)
     *(f"engine.networkPolicy.allowFrom.{field}" for field in (
         "ipBlock.cidr", "ipBlock.except", "namespaceSelector.matchExpressions", "namespaceSelector.matchLabels",
         "podSelector.matchExpressions", "podSelector.matchLabels")),
+    # rendered into the engine's access file, a Secret mounted into the engine (manifests/access.py)
+    *(f"access.{field}" for field in (
+        "audience", "defaultLimits.requestsPerMinute", "defaultLimits.tokensPerMinute",
+        *(f"{kind}.{leaf}" for kind in ("keys", "serviceAccounts") for leaf in (
+            "indexes", "role", "groups", "limits.requestsPerMinute", "limits.tokensPerMinute")),
+        "keys.name", "keys.keySecretRef", "serviceAccounts.namespace",
+        "serviceAccounts.name")),
     # synced by the operator through the engine's API (sources/runner.py)
     *(f"sources.{field}" for field in (
-        "name", "index", "interval", "metadata", "chunking.chunkSize", "chunking.chunkOverlap", "configMap.name",
+        "name", "index", "interval", "metadata", "acl", "chunking.chunkSize", "chunking.chunkOverlap", "configMap.name",
         "configMap.keys", "git.url", "git.ref", "git.paths", "git.secretRef.name", "http.urls", "http.secretRef.name")),
 }
 
 
 def inference_service_url(owner: Owner) -> str:
-    return f"http://{owner.child('inference')}.{owner.namespace}.svc.cluster.local:{c.VLLM_PORT}/v1"
+    return f"http://{owner.service_host(owner.child('inference'))}:{c.VLLM_PORT}/v1"
 
 
 def llm_url(owner: Owner, spec: RAGEngineSpec) -> str | None:
@@ -121,16 +138,37 @@ def inference_api_key_ref(owner: Owner) -> SecretKeyRef:
     return SecretKeyRef(name=owner.child("inference-api-key"), key="api-key")
 
 
+def generated_engine_key_ref(owner: Owner) -> SecretKeyRef:
+    """The operator-generated key of the engine (auth on, no Secret named): what clients send."""
+    return SecretKeyRef(name=owner.child("api-key"), key="api-key")
+
+
+def engine_api_key_ref(owner: Owner, auth: AuthSpec) -> SecretKeyRef | None:
+    """The engine's API key: spec.auth's Secret, else the generated one; None when auth is off."""
+    if not auth.enabled:
+        return None
+    return auth.api_key_secret_ref or generated_engine_key_ref(owner)
+
+
+def generated_key_refs(owner: Owner, spec: RAGEngineSpec) -> list[SecretKeyRef]:
+    """The keys the operator creates for this spec (once each, never rotated by it)."""
+    refs = [inference_api_key_ref(owner)] if spec.runs_vllm else []
+    if spec.auth.enabled and spec.auth.api_key_secret_ref is None:
+        refs.append(generated_engine_key_ref(owner))
+    return refs
+
+
 def secret_refs(spec: RAGEngineSpec, owner: Owner | None = None) -> dict[str, Any]:
-    """EngineSettings field -> SecretKeyRef for the secrets the spec names (and, in model mode, the
-    operator-generated vLLM key)."""
+    """EngineSettings field -> SecretKeyRef for the secrets the spec names (and, with an owner, the
+    operator-generated keys: vLLM's in model mode, the engine's when auth names no Secret)."""
     llm_key = spec.inference.api_key_secret_ref if spec.inference else None
     if spec.runs_vllm and owner is not None:
         llm_key = inference_api_key_ref(owner)
+    api_key = spec.auth.api_key_secret_ref if owner is None else engine_api_key_ref(owner, spec.auth)
     refs = {
         "llm_api_key": llm_key,
         "embedding_api_key": spec.embedding.api_key_secret_ref,
-        "api_key": spec.auth.api_key_secret_ref,
+        "api_key": api_key,
         "vector_store_url": spec.vector_store.connection_secret_ref,
         # sessions, threads and uploads in PostgreSQL (their own, else the store's), so every replica sees them
         "database_url": spec.sessions.database_secret_ref or (

@@ -96,6 +96,10 @@ class Source(SpecModel):
     chunking: SourceChunking | None = None
     metadata: dict[str, Annotated[str, Field(max_length=1024)]] | None = Field(
         None, description="Extra metadata on every document of this source.")
+    acl: list[Annotated[str, Field(pattern=r"^(group|user):.+$", max_length=512)]] | None = Field(
+        None, max_length=256, description="Document ACL of every document of this source: visible only to principals "
+        "in these groups (group:<g>) or with these names (user:<key name>, user:<namespace>/<serviceaccount>); "
+        "unset = everyone who may read the index (docs/access.md).")
     config_map: ConfigMapSource | None = None
     git: GitSource | None = None
     http: HttpSource | None = None
@@ -107,6 +111,8 @@ class Source(SpecModel):
             raise ValueError("a source needs exactly one of configMap, git, http")
         if self.interval is not None and duration_seconds(self.interval) < 10:
             raise ValueError("interval must be at least 10s")
+        if self.metadata and "acl" in self.metadata:
+            raise ValueError("metadata.acl would be a string (and hide every document): set the source's acl list")
         return self
 
     @property

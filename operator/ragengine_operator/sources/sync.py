@@ -68,7 +68,8 @@ def sync_source(source: Source, engine: EngineClient, read: Callable[[], Fetched
     chunking = source.chunking.model_dump(exclude_none=True) if source.chunking else None
     try:
         indexed = engine.indexed(source.index_name, source.name)
-        plan = plan_sync(source.name, fetched.revision, fetched.files, indexed, source.metadata, fetched.kept)
+        extra = {**(source.metadata or {}), **({"acl": list(source.acl)} if source.acl is not None else {})}
+        plan = plan_sync(source.name, fetched.revision, fetched.files, indexed, extra, fetched.kept)
         total = len(plan.add) + len(plan.update) + len(plan.delete)
         applied = engine.apply(source.index_name, plan, chunking, progress and (
             lambda done: progress(f"syncing {fetched.revision[:12]}: {done.added + done.updated + done.deleted} "

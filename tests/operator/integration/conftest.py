@@ -31,9 +31,10 @@ os.environ.setdefault("RAGENGINE_OPERATOR_RESYNC_SECONDS", "5")
 os.environ.setdefault("RAGENGINE_OPERATOR_WATCH_TIMEOUT_SECONDS", "10")
 os.environ.setdefault("RAGENGINE_OPERATOR_METRICS_PORT", "0")
 os.environ.setdefault("RAGENGINE_OPERATOR_LIVENESS_PORT", "0")
-# Where the operator "runs", as the chart sets it from the downward API (an engine NetworkPolicy admits it).
-os.environ.setdefault("RAGENGINE_OPERATOR_POD_NAMESPACE", OPERATOR_NAMESPACE)
-os.environ.setdefault("RAGENGINE_OPERATOR_POD_LABELS", '{"app.kubernetes.io/name": "ragengine-operator"}')
+# Source syncs in subprocesses of the operator (kwok's pods run no containers, so a sync Job would never
+# run here); tests/operator/integration/test_sync_jobs.py covers the Job mode on its own operator.
+os.environ.setdefault("RAGENGINE_OPERATOR_SYNC_MODE", "subprocess")
+os.environ.setdefault("RAGENGINE_OPERATOR_ADDON_RECHECK_SECONDS", "1")  # a CRD a test installs is seen at once
 
 from kubernetes import client as k8s  # noqa: E402
 from kubernetes import config as k8s_config  # noqa: E402
@@ -64,7 +65,10 @@ def kube(bin_dir) -> Kube:
     kube = Kube(api, kubectl=[str(bin_dir / "kubectl"), f"--kubeconfig={KUBECONFIG}"])
     crd = ROOT / "crds" / "ragengine.io_ragengines.yaml"
     kube.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crd))
-    kube.kubectl("wait", "--for=condition=Established", "crd/ragengines.ragengine.io", "--timeout=30s")
+    # Right after the CRD is created its status may have no conditions yet, and `kubectl wait` then fails
+    # at once instead of waiting (seen on a fresh cluster): wait on the condition itself.
+    wait_for(lambda: kube.kubectl("wait", "--for=condition=Established", "crd/ragengines.ragengine.io",
+                                  "--timeout=5s", check=False).returncode == 0, 30, "the CRD to be Established")
     return kube
 
 
@@ -90,8 +94,10 @@ def service_account_kubeconfig(kube: Kube, sa: str, path: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def operator_identity(kube, bin_dir) -> Path:
-    """The chart's ServiceAccount and RBAC applied as the chart renders them; a kubeconfig for it."""
-    docs = helm_template(bin_dir, "--show-only", "templates/serviceaccount.yaml", "--show-only", "templates/rbac.yaml")
+    """The chart's ServiceAccount, RBAC and Secret admission policy applied as the chart renders them; a
+    kubeconfig for it. Every operator in the tests thus writes Secrets under the policy."""
+    docs = helm_template(bin_dir, "--show-only", "templates/serviceaccount.yaml", "--show-only", "templates/rbac.yaml",
+                         "--show-only", "templates/admission-policy.yaml")
     kube.kubectl("create", "namespace", OPERATOR_NAMESPACE, check=False)
     kube.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=yaml.safe_dump_all(docs))
     sa = next(d for d in docs if d["kind"] == "ServiceAccount")["metadata"]["name"]
@@ -119,7 +125,6 @@ def operator(kube, operator_identity, source_engine, tmp_path_factory):
     from kopf.testing import KopfRunner
 
     os.environ["RAGENGINE_OPERATOR_ENGINE_URL"] = source_engine
-    os.environ["RAGENGINE_OPERATOR_SOURCES_CACHE_DIR"] = str(tmp_path_factory.mktemp("source-cache"))
 
     args = ["run", "--standalone", f"--namespace={OPERATOR_NAMESPACES}", "-m", "ragengine_operator.handlers"]
     with KopfRunner(args, timeout=60) as runner:

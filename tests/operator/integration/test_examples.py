@@ -17,7 +17,8 @@ EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 
 def test_there_are_examples():
     assert {p.name for p in EXAMPLES} >= {"gpu-vllm.yaml", "external-llm.yaml", "cpu-retrieval-only.yaml",
-                                          "postgres-replicas.yaml", "configmap-source.yaml", "git-source.yaml"}
+                                          "postgres-replicas.yaml", "configmap-source.yaml", "git-source.yaml",
+                                          "client.yaml"}
 
 
 # The external-LLM example names placeholder URLs that do not resolve here: it must say so, not
@@ -42,6 +43,10 @@ def test_example_becomes_ready(kube, namespace, path):
             continue
         rag = kube.wait_ready(namespace, name, timeout=60)
         assert rag["status"]["endpoint"].startswith(f"http://{name}.{namespace}.svc")
+        # secure by default: a key clients read (the example's own Secret, or the generated one) and a policy
+        key = rag["status"]["apiKeySecretRef"]
+        assert kube.core.read_namespaced_secret(key["name"], namespace).data[key["key"]]
+        assert kube.condition(namespace, name, "SecureDefaults")["status"] == "True"
         if doc["spec"].get("sources"):
             synced = wait_for(lambda n=name: (x := kube.condition(namespace, n, "SourcesSynced")) and x["reason"] != "Progressing"
                               and x, 60, "SourcesSynced decided")
@@ -52,3 +57,8 @@ def test_example_becomes_ready(kube, namespace, path):
             else:
                 assert synced["status"] == "True", synced
             assert kube.condition(namespace, name, c.READY)["status"] == "True"
+    for doc in yaml.safe_load_all(path.read_text()):
+        if doc and doc["kind"] == "Pod":  # a client: admitted as "restricted", reads the key the operator made
+            pod = kube.core.read_namespaced_pod(doc["metadata"]["name"], namespace)
+            ref = pod.spec.containers[0].env[0].value_from.secret_key_ref
+            assert kube.core.read_namespaced_secret(ref.name, namespace).data[ref.key]

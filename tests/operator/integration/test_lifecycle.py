@@ -117,10 +117,10 @@ def test_url_mode_creates_no_vllm(kube, namespace, llm_url):
 
 def test_unschedulable_vllm_reports_degraded(kube, namespace):
     ns, n = namespace, "big"
-    spec = {"inference": {"model": "m", "gpus": 64}}  # no fake node has 64 GPUs
+    spec = {"inference": {"model": "m", "gpuResourceName": "nvidia.com/mig-3g.40gb"}}  # no fake node has MIG slices
     kube.create_rag(ns, n, spec)
     cond = wait_for(lambda: (x := kube.condition(ns, n, c.DEGRADED)) and x["status"] == "True" and x, 30, "Degraded=True")
-    assert cond["reason"] == "Unschedulable" and "nvidia.com/gpu" in cond["message"]
+    assert cond["reason"] == "Unschedulable" and "nvidia.com/mig-3g.40gb" in cond["message"]
     assert kube.condition(ns, n, c.READY)["status"] == "False"
 
 

@@ -62,7 +62,8 @@ def test_role_without_the_finalizers_rule_cannot_apply_children(kube, bin_dir, b
     """OwnerReferencesPermissionEnforcement: blockOwnerDeletion needs update on ragengines/finalizers."""
     ns, n = bare_namespace, "norbac"
     docs = helm_template(bin_dir, "--show-only", "templates/rbac.yaml")
-    role = next(d for d in docs if d["kind"] == "ClusterRole")
+    role = next(d for d in docs if d["kind"] == "ClusterRole" and "-edit" not in d["metadata"]["name"]
+                and "-view" not in d["metadata"]["name"])
     kept = [r for r in role["rules"] if "ragengines/finalizers" not in r["resources"]]
     assert len(kept) == len(role["rules"]) - 1
     name = f"ragengine-norule-{ns}"[:63]
@@ -244,9 +245,11 @@ def test_vllm_is_locked_down_and_admitted_as_restricted(kube, namespace):
     assert kube.core.read_namespaced_secret(f"{n}-inference-api-key", ns).data["api-key"] == key
 
 
-def test_engine_network_policy_appears_and_is_pruned(kube, namespace):
-    """Opt-in ingress policy for the engine: applied when spec.engine.networkPolicy is set (the listed peers
-    plus the operator), deleted when it is unset again, and neither change restarts the engine."""
+def test_engine_network_policy_rendered_not_enforced_is_on_by_default_and_an_opt_out_is_warned(kube, namespace):
+    """Secure by default (issue 22, finding 5): the engine's NetworkPolicy exists without being asked for,
+    admitting the RAGEngine's namespace and its source syncs (never the operator); allowFrom replaces the
+    namespace with the listed peers; opting out deletes it and SecureDefaults says so with a Warning Event.
+    None of it restarts the engine."""
     from kubernetes import client as k8s
 
     net = k8s.NetworkingV1Api(kube.api)
@@ -262,25 +265,37 @@ def test_engine_network_policy_appears_and_is_pruned(kube, namespace):
 
     uid = kube.create_rag(ns, n, {"storage": {"size": "1Gi"}})["metadata"]["uid"]
     kube.wait_ready(ns, n)
-    assert policy() is None  # off by default: existing clients are not cut off
-    generation = kube.deployment(ns, f"{n}-engine")["metadata"]["generation"]
-    peers = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}}},
-             {"ipBlock": {"cidr": "10.10.0.0/16", "except": ["10.10.9.0/24"]}}]
-    kube.patch_rag(ns, n, {"spec": {"engine": {"networkPolicy": {"allowFrom": peers}}}})
-    kube.wait_ready(ns, n)
-    got = wait_for(policy, 30, "engine NetworkPolicy applied")
+    got = wait_for(policy, 30, "engine NetworkPolicy applied by default")
     assert got.metadata.owner_references[0].uid == uid
     assert got.spec.pod_selector.match_labels == {c.SELECTOR_NAME: n, c.SELECTOR_COMPONENT: "engine"}
     assert got.spec.policy_types == ["Ingress"]
     (rule,) = got.spec.ingress
     assert [p.port for p in rule.ports] == [c.ENGINE_PORT]
-    ingress_nginx, block, operator = rule._from
+    namespace_peer, syncs = rule._from
+    assert namespace_peer.pod_selector.match_labels is None and namespace_peer.namespace_selector is None  # this namespace
+    assert syncs.pod_selector.match_labels == {c.SELECTOR_NAME: n, c.SELECTOR_COMPONENT: c.COMPONENT_SYNC}
+    assert kube.condition(ns, n, c.SECURE_DEFAULTS)["status"] == "True"
+    generation = kube.deployment(ns, f"{n}-engine")["metadata"]["generation"]
+
+    peers = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}}},
+             {"ipBlock": {"cidr": "10.10.0.0/16", "except": ["10.10.9.0/24"]}}]
+    kube.patch_rag(ns, n, {"spec": {"engine": {"networkPolicy": {"allowFrom": peers}}}})
+    kube.wait_ready(ns, n)
+    got = wait_for(lambda: (p := policy()) and len(p.spec.ingress[0]._from) == 3 and p, 30, "allowFrom applied")
+    ingress_nginx, block, syncs = got.spec.ingress[0]._from
     assert ingress_nginx.namespace_selector.match_labels == {"kubernetes.io/metadata.name": "ingress-nginx"}
     assert block.ip_block.cidr == "10.10.0.0/16" and block.ip_block._except == ["10.10.9.0/24"]
-    assert operator.namespace_selector.match_labels == {"kubernetes.io/metadata.name": OPERATOR_NAMESPACE}
-    kube.patch_rag(ns, n, {"spec": {"engine": {"networkPolicy": None}}})
+    assert syncs.pod_selector.match_labels[c.SELECTOR_COMPONENT] == c.COMPONENT_SYNC
+
+    kube.patch_rag(ns, n, {"spec": {"engine": {"networkPolicy": {"enabled": False}}}})
     kube.wait_ready(ns, n)
-    wait_for(lambda: policy() is None, 30, "engine NetworkPolicy deleted once turned off")
+    wait_for(lambda: policy() is None, 30, "engine NetworkPolicy deleted once opted out")
+    cond = wait_for(lambda: (x := kube.condition(ns, n, c.SECURE_DEFAULTS)) and x["status"] == "False" and x, 30,
+                    "SecureDefaults=False")
+    assert cond["reason"] == "NetworkPolicyDisabled" and "every pod" in cond["message"], cond
+    warnings = wait_for(lambda: [e for e in kube.core.list_namespaced_event(ns).items if e.involved_object.name == n
+                                 and e.type == "Warning" and e.reason == "NetworkPolicyDisabled"], 30, "a Warning Event")
+    assert "SecureDefaults=False" in warnings[0].message
     assert kube.deployment(ns, f"{n}-engine")["metadata"]["generation"] == generation
 
 
@@ -322,21 +337,29 @@ def test_fleet_fields_reach_the_running_pods(kube, namespace):
 
 # --- item 8: EngineReady says why the engine's readiness fails ----------------------------------------
 def test_engine_not_ready_names_the_failing_dependency(kube, namespace, tmp_path):
-    """A real engine process whose LLM is down answers GET /ready with 503 and the reason. kwok runs no
-    containers, so the test plays the kubelet: the pod's IP is where that engine listens (a loopback
-    address of its own, port 8000 like the container) and its Ready condition is False."""
+    """A real engine process whose embeddings service went away answers GET /ready with 503 and the
+    reason (an LLM that is down does not count: the engine serves without it). kwok runs no containers,
+    so the test plays the kubelet: the pod's IP is where that engine listens (a loopback address of its
+    own, port 8000 like the container) and its Ready condition is False."""
+    import contextlib
     import random as _random
 
     import httpx
 
+    from tests.engine.test_cli_rerank_remote import _fake_embeddings_app
+    from tests.support.server import serve_app
+
     ns, n = namespace, "unready"
     ip = f"127.{_random.randint(1, 254)}.{_random.randint(1, 254)}.{_random.randint(2, 254)}"
     dead_llm = "http://127.0.0.1:9/v1"
+    embeddings = contextlib.ExitStack()
+    emb_url = embeddings.enter_context(serve_app(_fake_embeddings_app([]))) + "/v1"
     engine = subprocess.Popen(
         [str(Path(sys.executable).with_name("ragengine")), "serve", "--host", ip, "--port", str(c.ENGINE_PORT),
          "--data-dir", str(tmp_path / "data"), "--llm-url", dead_llm],
         stdout=(tmp_path / "engine.log").open("wb"), stderr=subprocess.STDOUT,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+             EngineSettings.env_name("embedding_url"): emb_url, EngineSettings.env_name("embedding_model"): "fake"})
     try:
         kube.create_rag(ns, n, {"inference": {"url": dead_llm}})
         def up() -> bool:
@@ -347,6 +370,8 @@ def test_engine_not_ready_names_the_failing_dependency(kube, namespace, tmp_path
                 return False
 
         wait_for(up, 240, "the engine process up", interval=0.5)
+        assert httpx.get(f"http://{ip}:{c.ENGINE_PORT}/ready", timeout=5).status_code == 200  # the LLM is down
+        embeddings.close()  # now the embeddings service goes away
         (pod,) = wait_for(lambda: kube.pods(ns, f"{c.SELECTOR_NAME}={n},{c.SELECTOR_COMPONENT}=engine"), 30, "engine pod")
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         status = {"status": {"podIP": ip, "podIPs": [{"ip": ip}], "conditions": [
@@ -357,7 +382,8 @@ def test_engine_not_ready_names_the_failing_dependency(kube, namespace, tmp_path
                      "-p", json.dumps(status))
         cond = wait_for(lambda: (x := kube.condition(ns, n, c.ENGINE_READY)) and x["reason"] == "EngineNotReady" and x,
                         30, "EngineReady=False with the engine's reason")
-        assert cond["status"] == "False" and "LLM at" in cond["message"] and "unreachable" in cond["message"], cond
+        assert cond["status"] == "False" and "embeddings at" in cond["message"] and "unreachable" in cond["message"], cond
     finally:
+        embeddings.close()
         engine.terminate()
         engine.wait(timeout=30)

@@ -23,9 +23,9 @@ def start_operator(ns: str, log: Path, **env: str) -> subprocess.Popen:
 def test_operator_killed_mid_reconcile_converges(kube, bare_namespace, tmp_path):
     ns, n = bare_namespace, "crash"
     log = tmp_path / "operator.log"
-    # Fault injection: the process exits hard right after its 3rd server-side apply (vLLM's API key
-    # Secret, the model-cache PVC, the vLLM Deployment).
-    first = start_operator(ns, log, RAGENGINE_OPERATOR_CRASH_AFTER_APPLIES="3")
+    # Fault injection: the process exits hard right after its 4th server-side apply (the generated API
+    # keys of vLLM and of the engine, the model-cache PVC, the vLLM Deployment).
+    first = start_operator(ns, log, RAGENGINE_OPERATOR_CRASH_AFTER_APPLIES="4")
     try:
         kube.create_rag(ns, n, SPEC)
         assert first.wait(timeout=60) == 17, log.read_text()[-3000:]

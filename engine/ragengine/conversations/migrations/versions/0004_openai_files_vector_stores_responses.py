@@ -2,8 +2,8 @@
 seen through the vector store API), the files attached to them with their ingestion, file batches; and
 stored responses.
 
-Revision ID: 0003
-Revises: 0002
+Revision ID: 0004
+Revises: 0003
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0003"
-down_revision = "0002"
+revision = "0004"
+down_revision = "0003"
 
 
 def upgrade() -> None:
@@ -62,7 +62,7 @@ def upgrade() -> None:
     op.create_table(
         "resp_responses",
         sa.Column("id", sa.String(64), primary_key=True),
-        sa.Column("owner", sa.String(256), nullable=True),
+        sa.Column("owner", sa.String(400), nullable=True),
         sa.Column("previous_response_id", sa.String(64), nullable=True),
         sa.Column("body", sa.JSON(), nullable=False),
         sa.Column("input_items", sa.JSON(), nullable=False),
