@@ -62,7 +62,9 @@ case $cmd in
   build)
     command -v podman > /dev/null || { log "podman is missing: run hack/install-system.sh"; exit 1; }
     base=$(base_image)
-    for w in "${what[@]}"; do build "$w" "$base"; done ;;
+    for w in "${what[@]}"; do build "$w" "$base"; done
+    # Each rebuild leaves the images it replaced untagged (the torch stage alone is 7 GB): drop them.
+    podman image prune -f > /dev/null ;;
   push) for w in "${what[@]}"; do podman push "$(name "$w")"; done ;;
   names) for w in "${what[@]}"; do name "$w"; done ;;
   *) echo "usage: $0 build|push|names [engine|operator]..." >&2; exit 2 ;;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Debian packages the tests use as real servers, installed only when missing: git (git http-backend
-# serves the git sources' test repositories) and openssh-server (sshd for git over SSH); podman, runc and
+# Debian packages the tests use as real servers or tools, installed only when missing: git (git http-backend
+# serves the git sources' test repositories), openssh-server (sshd for git over SSH) and strace
+# (tests/engine/test_fsync.py watches the engine's fsync calls); podman, runc and
 # debootstrap for the images (make images); containerd, the CNI plugins, iptables, ipset and conntrack for
 # the local cluster's real node (hack/node.sh).
 set -euo pipefail
@@ -9,6 +10,7 @@ command -v git >/dev/null || missing+=(git)
 [ -x /usr/lib/git-core/git-http-backend ] || [ -x /usr/libexec/git-core/git-http-backend ] || missing+=(git)
 [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
 command -v ssh-keygen >/dev/null || missing+=(openssh-client)
+command -v strace >/dev/null || missing+=(strace)
 for cmd in podman runc debootstrap containerd iptables ipset conntrack gcc; do
   command -v $cmd >/dev/null || missing+=($cmd)
 done

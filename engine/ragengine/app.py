@@ -24,6 +24,8 @@ from ragengine.api.openapi import document_error_responses
 from ragengine.conversations.models import UsageRow
 from ragengine.errors import install_error_handlers
 from ragengine.metrics import install_middleware
+from ragengine.observability import requests as request_context
+from ragengine.observability.tracing import Tracing
 from ragengine.settings import EngineSettings
 
 
@@ -36,6 +38,7 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
         # dependency order: indexes (embedder, registry), then chat (LLM client), then conversations (the
         # session store), then vector stores (on all of those).
         async with AsyncExitStack() as stack:
+            stack.callback(tracing.shutdown)  # last: the spans of the shutdown itself are exported too
             stack.push_async_callback(access.close)
             await access.watch(stack)
             await indexes_api.startup(app, settings, stack)
@@ -51,16 +54,20 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
                 access.check_patterns()  # warn about index patterns that match no index
             yield
 
-    # A bad access file stops the start here.
+    # Traces when an OTLP endpoint is configured (OTEL_* variables; docs/observability.md); a bad value
+    # (an unknown protocol) stops the start here, as does a bad access file.
+    tracing = Tracing.from_env("ragengine", trace_content=settings.trace_content)
     access = AccessSource(settings.api_key, settings.access_file, kubernetes=KubernetesAPI.from_settings(settings))
     # Every route's handler runs after `authorize`, which applies the route's rule (access/routes.py).
     app = FastAPI(title="ragengine", version=__version__, lifespan=lifespan, dependencies=[Depends(authorize)])
     app.state.settings = settings
+    app.state.tracing = tracing
     app.state.access = access
     app.state.reserved_indexes = frozenset({settings.conversation_index})
     install_error_handlers(app, settings)
     app.add_middleware(AuthenticationMiddleware, source=access)
-    install_middleware(app, settings)  # body limit and request metrics; outermost, so they see 401s too
+    install_middleware(app, settings)  # body limit and request metrics, so they see 401s too
+    request_context.install(app, tracing)  # request ids, access log, server spans: outermost of all
     app.include_router(ops_api.router)
     app.include_router(indexes_api.router)
     app.include_router(chat_api.router)

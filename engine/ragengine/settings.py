@@ -50,6 +50,18 @@ class EngineSettings(BaseSettings):
     max_document_chars: int = Field(5_000_000, ge=1, description="A single document's text longer than this gets 413.")
     load_sample_index: bool = Field(False, description="Create the bundled 'sample' index on start when absent.")
 
+    # --- observability (docs/observability.md) ----------------------------------------------------------
+    # Traces are configured by the standard OTEL_* variables (an OTLP endpoint turns them on); these two
+    # are the engine's own choices.
+    log_format: Literal["json", "text"] = Field(
+        "json", description="Log lines as JSON objects (one per line: time, level, logger, message, request_id, "
+        "trace_id; access lines add method, route, path, status, duration_ms) or as plain text.",
+    )
+    trace_content: bool = Field(
+        False, description="Put user content (questions, rewritten queries, tool queries) into spans. Off: spans "
+        "carry counts, ids, scores, models and timings, never document text or what users wrote.",
+    )
+
     # --- embeddings --------------------------------------------------------------------------------
     embedding_model: str = Field(
         DEFAULT_EMBEDDING_MODEL,
@@ -158,6 +170,12 @@ class EngineSettings(BaseSettings):
         0.3, ge=0.0, le=1.0, description="Minimum cosine similarity in [0, 1] for a chunk to enter the prompt "
         "(0.3: measured in docs/retrieval.md; the seed's 0.85 L2 = 0.575 drops relevant context for ~30% of questions)."
     )
+    no_context: Literal["answer", "refuse", "disclaim"] = Field(
+        "answer", description="When retrieval was asked for and no chunk passed similarity_threshold: 'answer' "
+        "(the LLM answers the question as sent, the seed's behaviour), 'refuse' (a fixed message, the LLM is not "
+        "asked) or 'disclaim' (the LLM's answer followed by a disclaimer). Chat completions also say so in the "
+        "X-RAG-Outcome header; docs/engine.md (\"No context\").",
+    )
     node_token_approximation: int = Field(500, ge=1, description="Divisor in top_k = max(100, free_tokens / this).")
     reformulate: bool = Field(False, description="Rewrite follow-up questions into standalone ones before search.")
     reformulate_history: int = Field(6, ge=1, description="Messages of history given to the reformulator.")
@@ -169,6 +187,21 @@ class EngineSettings(BaseSettings):
     extractive_fallback: bool = Field(
         True, description="When every LLM endpoint fails or refuses (5xx, 4xx, timeout), answer RAG requests with "
         "the most relevant retrieved sentences; false = the upstream error instead.",
+    )
+
+    # --- guardrails (docs/guardrails.md) --------------------------------------------------------------
+    guardrails_policy: Path | None = Field(
+        None, description="KAITO's guardrails.yaml: the output policy applied to chat completions and session "
+        "answers (JSON and streams), re-read within a second when the file changes; unset = no output policy.",
+    )
+    guardrails_fail_open: bool = Field(
+        False, description="When no usable policy could be loaded, or a scanner fails: false = refuse the answer "
+        "(503, or an error event in a stream), true = send it unscreened, saying so in its guardrails field.",
+    )
+    screen_indexes: list[str] = Field(
+        default_factory=list, description="Indexes (shell patterns, '*' = all) whose retrieved chunks are screened "
+        "before the prompt: hidden characters stripped, prompt-injection phrasing kept out. Documents with the "
+        "metadata screen_retrieved: 'true' are screened in any index.",
     )
 
     # --- sessions ----------------------------------------------------------------------------------

@@ -36,6 +36,8 @@ PROGRESSING = "Progressing"
 DEGRADED = "Degraded"
 # True while the engine requires its API key and its NetworkPolicy is on; never feeds Ready.
 SECURE_DEFAULTS = "SecureDefaults"
+# Only with spec.guardrails.enabled: whether the policy ConfigMap parses (reconcile/guardrails.py).
+GUARDRAILS_POLICY = "GuardrailsPolicy"
 CONDITION_TYPES = (READY, INFERENCE_READY, ENGINE_READY, PROGRESSING, DEGRADED, SECURE_DEFAULTS)
 
 # Container-side facts of the two workloads.

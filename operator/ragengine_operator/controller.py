@@ -45,15 +45,18 @@ from .manifests.access import (
     render_access,
 )
 from .manifests.engine_env import generated_key_refs
+from .manifests.guardrails import default_policy
 from .manifests.labels import Owner, secret_digest
 from .reconcile.plan import OPTIONAL_APIS, generated_key_secret, name_conflict, plan, referenced_secrets
 from .reconcile.policy import POLICY_VIOLATION, Policy, refusals
 from .reconcile.schedule import next_due
 from .reconcile.status import compute_status
 from .settings import OperatorSettings
+from .sources.egress import EgressPolicy
 from .spec import RAGEngineSpec
 
 log = logging.getLogger(__name__)
+CLUSTER_SCOPED = frozenset({"ClusterRoleBinding"})  # what the plan may delete outside the RAGEngine's namespace
 STATUS_KEYS = ("observedGeneration", "conditions", "endpoint", "inferenceUrl", "model", "inferenceReplicas",
                "inferenceSelector", "dataVolumeSize", "modelCacheVolumeSize", "apiKeySecretRef")
 
@@ -152,7 +155,8 @@ class Controller:
             failure = self._apply_access(owner, spec)
             if failure:
                 failures.append(failure)
-        desired = plan(owner, spec, self._secret_digests(owner, spec))
+        desired = plan(owner, spec, self._secret_digests(owner, spec),
+                       default_policy(self.settings.default_guardrails_policy) if spec.guardrails.enabled else None)
         for obj in desired.apply:
             if obj["apiVersion"] in OPTIONAL_APIS and not self.served(obj["apiVersion"], obj["kind"]):
                 failures.append(("ApplyFailed", child_id(obj), f"the API server does not serve {obj['apiVersion']} "
@@ -180,6 +184,8 @@ class Controller:
                     kube.delete(self.dyn, ref.api_version, ref.kind, owner.namespace, ref.name,
                                 uid=existing["metadata"]["uid"])
             except ApiException as exc:
+                if exc.status == 403 and ref.kind in CLUSTER_SCOPED:
+                    continue  # an operator without cluster-wide rights (rbac.tokenReview: false) made none
                 failures.append(("DeleteFailed", f"{ref.kind} {ref.name}", api_message(exc)))
             except ResourceNotFoundError:
                 continue  # the kind went away since served() looked: nothing of it to delete
@@ -273,7 +279,13 @@ class Controller:
         (the uid precondition keeps a binding re-applied meanwhile)."""
         selector = f"{c.LABEL_MANAGED_BY}={c.FIELD_MANAGER},{c.SELECTOR_COMPONENT}={COMPONENT_TOKENREVIEW}"
         deleted = 0
-        for binding in kube.list_objects(self.dyn, "rbac.authorization.k8s.io/v1", "ClusterRoleBinding", None, selector):
+        try:
+            bindings = kube.list_objects(self.dyn, "rbac.authorization.k8s.io/v1", "ClusterRoleBinding", None, selector)
+        except ApiException as exc:
+            if exc.status == 403:  # no cluster-wide rights (rbac.tokenReview: false): it made none either
+                return 0
+            raise
+        for binding in bindings:
             meta = binding["metadata"]
             labels = meta.get("labels") or {}
             ns, name = labels.get(LABEL_OWNER_NAMESPACE), labels.get(c.SELECTOR_NAME)
@@ -324,7 +336,7 @@ class Controller:
         # observedGeneration moves only when a reconcile of that generation finished.
         generation = body["metadata"].get("generation") if advance else current.get("observedGeneration")
         observed = observe(self.dyn, owner, spec, probe_external=self.settings.probe_external_inference,
-                           probe_engine=self.settings.probe_engine_readiness)
+                           probe_engine=self.settings.probe_engine_readiness, egress=EgressPolicy.from_settings(self.settings))
         observed.sources = current.get("sources")
         status, changes = compute_status(owner, spec, generation, observed, current.get("conditions") or [], now(), error)
         if all(status.get(k) == current.get(k) for k in STATUS_KEYS):

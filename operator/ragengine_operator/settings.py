@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field
@@ -40,6 +41,9 @@ class OperatorSettings(BaseSettings):
         "within this.",
     )
     post_events: bool = Field(True, description="Write Kubernetes Events on condition transitions.")
+    default_guardrails_policy: Path | None = Field(
+        None, description="The default output policy (KAITO's guardrails.yaml) for RAGEngines with guardrails enabled "
+        "and no configMapRef; the chart mounts its guardrails.defaultPolicy here. Unset: the engine package's.")
     # Fault injection for the crash-recovery test: exit hard after this many server-side applies.
     crash_after_applies: int | None = Field(None, ge=1)
     watch_timeout_seconds: int = Field(
@@ -86,3 +90,29 @@ class OperatorSettings(BaseSettings):
         "(http://<name>.<namespace>.svc.<cluster_domain>). Set it when syncs run where Service names do not resolve.",
     )
     source_workers: int = Field(4, ge=1, description="Source syncs running at once (Jobs or subprocesses).")
+    source_workers_per_namespace: int = Field(
+        2, ge=1, description="Source syncs of one namespace running at once, within source_workers: a tenant with "
+        "many slow sources cannot take every worker.",
+    )
+    sources_cache_max_bytes: int = Field(
+        1024**3, ge=0, description="Size budget of the git cache: after each sync the least recently used clones "
+        "are removed until it fits (the chart's /tmp is 2Gi).",
+    )
+    # Egress rules of source fetches and of the inference URL probe (sources/egress.py, docs/sources.md).
+    sources_egress_allow: list[str] = Field(
+        default_factory=list, description="CIDRs and host names (exact, or *.example.com) that source fetches and the "
+        "LLM probe may reach although the egress rules refuse them by default (loopback, link-local, private, "
+        "CGNAT, *.svc, *.cluster.local, localhost). JSON list in the environment.",
+    )
+    sources_cluster_cidrs: list[str] = Field(
+        default_factory=list, description="The cluster's Service and Pod ranges: refused even inside an allowlisted "
+        "CIDR (only an allowlisted host name opens them). JSON list in the environment.",
+    )
+    sources_fetch_timeout_seconds: float = Field(
+        300.0, gt=0, description="Deadline of one fetch of one source (every URL or the whole git fetch and read).")
+    sources_max_file_bytes: int = Field(
+        20 * 1024 * 1024, ge=1, description="Largest file a source may hold, counted decoded; larger files are skipped.")
+    sources_max_files: int = Field(
+        20_000, ge=1, description="Ceiling of a source's spec.maxFiles (the spec's value is used up to it).")
+    sources_max_bytes: int = Field(
+        512 * 1024 * 1024, ge=1, description="Ceiling of a source's spec.maxSize in bytes (the spec's value is used up to it).")

@@ -323,8 +323,15 @@ class RetrievalSpec(SpecModel):
     similarity_threshold: float = Field(
         0.3, ge=0.0, le=1.0,
         description="Minimum cosine similarity for a chunk to enter the prompt (0.3: see docs/retrieval.md).")
+    no_context: Literal["answer", "refuse", "disclaim"] = Field(
+        "answer", description="When no chunk passes similarityThreshold: 'answer' (the LLM answers as asked), "
+        "'refuse' (a fixed message) or 'disclaim' (the answer plus a disclaimer); see docs/engine.md.")
     hybrid: bool = Field(True, description="Fuse dense and BM25 results.")
     rerank_model: Annotated[str, Field(max_length=512)] | None = Field(None, description="Cross-encoder; unset = none.")
+    screen_indexes: list[Annotated[str, Field(min_length=1, max_length=200)]] | None = Field(
+        None, max_length=64, description="Indexes (shell patterns, '*' = all) whose retrieved chunks are screened "
+        "before the prompt: hidden characters stripped, prompt-injection phrasing kept out (docs/guardrails.md). A "
+        "source's screen: true opts its documents in wherever they are.")
 
 
 class EngineSpec(PodOptions):
@@ -457,6 +464,40 @@ class AuthSpec(SpecModel):
         return self
 
 
+class GuardrailsSpec(SpecModel):
+    """KAITO's spec.guardrails: the output policy (KAITO's guardrails.yaml) on every answer of the engine."""
+
+    enabled: bool = Field(False, description="Apply the output policy to chat completions and session answers, "
+                          "JSON and streams.")
+    config_map_ref: LocalObjectReference | None = Field(
+        None, description="A ConfigMap in the RAGEngine's namespace whose key guardrails.yaml is the policy; mounted "
+        "as a volume, so an edit reaches the engine within a minute or so, without a restart. Unset: the chart's "
+        "default policy, in ConfigMap <name>-guardrails.")
+    fail_open: bool = Field(
+        False, description="With no usable policy (or a scanner failing): false refuses answers (503), true sends "
+        "them unscreened, saying so. A bad edit never matters while a good policy was loaded: it keeps serving.")
+
+
+class TracingSpec(SpecModel):
+    """OpenTelemetry traces of answers, ingestion and source syncs (docs/observability.md)."""
+
+    endpoint: Annotated[str, Field(pattern=r"^https?://[^\s/]+(/\S*)?$", max_length=512)] = Field(
+        description="The OTLP receiver (an OpenTelemetry Collector, Tempo, Jaeger): http://host:4317 for gRPC, or the "
+        "full URL of /v1/traces for http/protobuf. Rendered as OTEL_EXPORTER_OTLP_TRACES_ENDPOINT for the engine and "
+        "the sync workers, and as vLLM's --otlp-traces-endpoint.")
+    protocol: Literal["grpc", "http/protobuf"] = Field(
+        "grpc", description="OTLP transport (OTEL_EXPORTER_OTLP_TRACES_PROTOCOL); vLLM's default is grpc.")
+    sampling_ratio: float = Field(
+        1.0, ge=0.0, le=1.0, description="Share of new traces recorded (parentbased_traceidratio): a request that "
+        "comes with a sampled traceparent is recorded whatever the ratio, and vLLM follows the engine's decision.")
+
+
+class ObservabilitySpec(SpecModel):
+    """Where the RAGEngine's traces go; metrics are spec.monitoring's."""
+
+    tracing: TracingSpec | None = Field(None, description="OpenTelemetry traces; unset: none are exported.")
+
+
 AUTH_OFF_WITH_KEY = "auth.apiKeySecretRef needs auth.enabled: a key the engine would not check is a mistake"
 
 
@@ -475,10 +516,12 @@ class RAGEngineSpec(SpecModel):
     monitoring: MonitoringSpec | None = Field(
         None, description="Render a ServiceMonitor or PodMonitor for vLLM and the engine; unset: none."
     )
+    observability: ObservabilitySpec = Field(default_factory=ObservabilitySpec, json_schema_extra={"default": {}})
     access: AccessSpec | None = Field(
         None, description="Principals (keys, ServiceAccounts), roles, index patterns, groups and rate limits; rendered "
         "into the engine's access file (docs/access.md).")
     sessions: SessionsSpec = Field(default_factory=SessionsSpec, json_schema_extra={"default": {}})
+    guardrails: GuardrailsSpec = Field(default_factory=GuardrailsSpec, json_schema_extra={"default": {}})
     sources: Annotated[list[Source], AfterValidator(unique_names)] = Field(
         default_factory=list, max_length=32,
         description="Documents the indexes hold, synced by the operator from ConfigMaps, git repositories or "

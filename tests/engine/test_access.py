@@ -161,14 +161,13 @@ def _write_access(path: Path, rules: dict) -> None:
 def engine(embedder, tmp_path_factory):
     from ragengine.app import create_app
     from ragengine.settings import EngineSettings
-    from tests.support.server import serve_app
+    from tests.support.embedding import serve_engine
 
     work = tmp_path_factory.mktemp("access")
     access_file = work / "access.yaml"
     _write_access(access_file, ACCESS)
     app = create_app(EngineSettings(api_key=ADMIN_KEY, access_file=access_file, data_dir=work / "data"))
-    app.state.embedder = embedder
-    with serve_app(app) as base:
+    with serve_engine(app, embedder) as base:
         spec = httpx.get(f"{base}/openapi.json", headers={"Authorization": f"Bearer {ADMIN_KEY}"}).json()
         yield base, app, spec, access_file
 
@@ -472,14 +471,13 @@ def test_no_credentials_configured_means_open(server):
 def test_an_index_pattern_that_matches_nothing_is_warned_about(tmp_path, embedder, caplog):
     from ragengine.app import create_app
     from ragengine.settings import EngineSettings
-    from tests.support.server import serve_app
+    from tests.support.embedding import serve_engine
 
     access_file = tmp_path / "access.yaml"
     rules = {"keys": [{"name": "typo", "key": READ_A, "indexes": ["taem-a-*", "team-a-*"], "role": "read"}]}
     _write_access(access_file, rules)
     app = create_app(EngineSettings(api_key=ADMIN_KEY, access_file=access_file, data_dir=tmp_path / "data"))
-    app.state.embedder = embedder
-    with caplog.at_level("WARNING", logger="ragengine.access"), serve_app(app) as base:
+    with caplog.at_level("WARNING", logger="ragengine.access"), serve_engine(app, embedder) as base:
         assert httpx.post(f"{base}/index", headers={"Authorization": f"Bearer {ADMIN_KEY}"}, timeout=60,
                           json={"index_name": INDEX, "documents": [{"text": "x"}]}).status_code == 200
         assert app.state.access.warnings == ["key 'typo': index pattern 'taem-a-*' matches no index (yet)",

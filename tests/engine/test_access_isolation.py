@@ -21,6 +21,7 @@ import pytest
 
 from tests.conversations.conftest import fresh_database
 from tests.conversations.scripted_llm import ScriptedLLM, create_scripted_app, tool_call
+from tests.support.embedding import serve_engine
 from tests.support.server import serve_app
 from tests.support.stores import store_values
 
@@ -101,8 +102,7 @@ def engines(llm, embedder, tmp_path_factory, request):
                                       llm_url=llm.base, llm_retries=0, similarity_threshold=0.0, session_ttl_s=0,
                                       **values)
             app = create_app(settings)
-            app.state.embedder = embedder
-            base = stack.enter_context(serve_app(app, timeout_s=600))
+            base = stack.enter_context(serve_engine(app, embedder))
             eng = running[store] = Engine(base, llm)
             with eng.as_("admin") as admin:
                 r = admin.post("/index", json={"index_name": "kb", "documents": [_doc(d) for d in DOCS]})

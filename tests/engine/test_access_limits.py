@@ -18,6 +18,7 @@ from sqlalchemy import text
 from ragengine.access.limits import UsageCounter, estimate, wait_s
 from ragengine.conversations.models import UsageRow
 from tests.conversations.scripted_llm import ScriptedLLM, create_scripted_app
+from tests.support.embedding import serve_engine
 from tests.support.server import serve_app
 
 ADMIN = "admin-0123456789abcdef"
@@ -101,8 +102,7 @@ def engine(tmp_path, embedder, llm=None, **values):
     settings = EngineSettings(api_key=ADMIN, access_file=tmp_path / "access.yaml", data_dir=tmp_path / "data",
                               llm_url=llm.base if llm else None, **values)
     app = create_app(settings)
-    app.state.embedder = embedder
-    with serve_app(app) as base:
+    with serve_engine(app, embedder) as base:
         yield base
 
 

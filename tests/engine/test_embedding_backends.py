@@ -94,15 +94,20 @@ def test_openvino_queries_have_their_own_model_at_one_thread(onnx_dir):
     assert ort._queries is ort._documents
 
 
-def test_cpu_threads_honours_a_cgroup_quota(tmp_path):
-    """A pod limited to 1.5 CPUs gets 2 threads, not one per node core; no quota leaves the affinity."""
-    from ragengine.embedding.exported import cpu_threads
+def test_cpu_threads_honours_a_cgroup_quota(tmp_path, monkeypatch):
+    """On a node whose affinity gives this process 4 cores: a pod limited to 1.5 CPUs gets 2 threads, not
+    one per core; no quota, or a quota above the cores, leaves the 4."""
+    from ragengine.embedding import exported
 
+    monkeypatch.setattr(exported.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
     cpu_max = tmp_path / "cpu.max"
     cpu_max.write_text("150000 100000\n")
-    assert cpu_threads(cpu_max) == min(2, cpu_threads(tmp_path / "absent"))
+    assert exported.cpu_threads(cpu_max) == 2
+    cpu_max.write_text("800000 100000\n")
+    assert exported.cpu_threads(cpu_max) == 4
     cpu_max.write_text("max 100000\n")
-    assert cpu_threads(cpu_max) == cpu_threads(tmp_path / "absent") >= 1
+    assert exported.cpu_threads(cpu_max) == 4
+    assert exported.cpu_threads(tmp_path / "absent") == 4
 
 
 def test_default_threads_stop_at_eight_streams(monkeypatch):

@@ -8,18 +8,25 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
 
 import httpx
+import pytest
 
 from tests.llm_server import FakeLLM, create_llm_app
-from tests.support.server import free_port, serve_app
+from tests.support.server import refused_port, serve_app
 
 DOCS = [{"text": "Barn owls hunt at night and eat mice and voles."},
         {"text": "Kiwis are flightless birds that live in New Zealand."}]
 
 
-def test_the_engine_outlives_an_llm_that_does_not_answer(make_server):
-    dead = f"http://127.0.0.1:{free_port()}/v1"
+@pytest.fixture
+def dead() -> Iterator[str]:
+    with refused_port() as port:  # bound, never listening: refused for the whole test
+        yield f"http://127.0.0.1:{port}/v1"
+
+
+def test_the_engine_outlives_an_llm_that_does_not_answer(make_server, dead):
     with make_server(llm_url=dead, llm_model="qwen", llm_retries=0) as (base, _), httpx.Client(base_url=base) as http:
         ready = http.get("/ready")
         assert ready.status_code == 200, ready.text  # the kubelet keeps the engine in its Service
@@ -38,8 +45,7 @@ def test_the_engine_outlives_an_llm_that_does_not_answer(make_server):
         assert http.get("/ready").status_code == 200
 
 
-def test_llm_reasons_stay_out_of_open_endpoints_when_auth_is_on(make_server):
-    dead = f"http://127.0.0.1:{free_port()}/v1"
+def test_llm_reasons_stay_out_of_open_endpoints_when_auth_is_on(make_server, dead):
     with make_server(llm_url=dead, api_key="k") as (base, _):
         llm = httpx.get(f"{base}/ready").json()["llm"]
         assert llm["available"] is False and "reason" not in llm  # it names internal URLs

@@ -4,10 +4,19 @@ readiness. /health stays shallow. Real uvicorn servers, the vLLM-like test LLM."
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import httpx
+import pytest
 
 from tests.llm_server import FakeLLM, create_llm_app
-from tests.support.server import free_port, serve_app
+from tests.support.server import refused_port, serve_app
+
+
+@pytest.fixture
+def dead_port() -> Iterator[int]:
+    with refused_port() as port:  # bound, never listening: refused for the whole test
+        yield port
 
 
 def test_ready_with_a_serving_llm_and_the_local_model(make_server):
@@ -28,8 +37,8 @@ def test_llm_not_serving_the_configured_model_is_reported_not_gating(make_server
         assert "does not serve model 'qwen'" in resp.json()["llm"]["reason"]
 
 
-def test_unreachable_embeddings_url_and_store_health(make_server):
-    dead = f"http://127.0.0.1:{free_port()}/v1"
+def test_unreachable_embeddings_url_and_store_health(make_server, dead_port):
+    dead = f"http://127.0.0.1:{dead_port}/v1"
 
     class DownStore:
         def status(self):

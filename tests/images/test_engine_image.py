@@ -23,7 +23,7 @@ from ragengine_operator.manifests.labels import Owner
 from ragengine_operator.spec import RAGEngineSpec
 from tests.llm_server import FakeLLM, create_llm_app
 from tests.support import podman
-from tests.support.server import free_port, serve_app
+from tests.support.server import port_for_external_server, serve_app
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE = "localhost/ragengine-engine:dev"
@@ -65,7 +65,7 @@ def engine(llm, tmp_path_factory):
     _fake, base = llm
     owner, pod = rendered_pod(base)
     container = pod["containers"][0]
-    port, name = free_port(), f"rag-image-{uuid.uuid4().hex[:8]}"
+    port, name = port_for_external_server(), f"rag-image-{uuid.uuid4().hex[:8]}"  # podman run fails if taken
     data = tmp_path_factory.mktemp("engine-image") / "claim"
     args = podman.run_args(pod, "engine", name=name, ports={8000: port}, mounts=podman.Mounts({data_pvc_name(owner): data}),
                            secrets={("llm-credentials", "api-key"): "upstream-key",

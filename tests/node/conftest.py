@@ -15,8 +15,8 @@ from __future__ import annotations
 import contextlib
 import json
 import subprocess
+import textwrap
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,7 +29,7 @@ from kubernetes import config as k8s_config
 
 from tests.llm_server import FakeLLM, create_llm_app
 from tests.operator.integration.kube import Kube, wait_for
-from tests.support.server import free_port
+from tests.support.server import port_for_external_server
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBECONFIG = ROOT / ".cluster" / "kubeconfig"
@@ -113,7 +113,9 @@ def chart_operator(kube, bin_dir) -> Iterator[str]:
         "watchNamespaces": [NAMESPACE_PATTERN],
         "crds": {"install": False},  # applied by the kube fixture, shared with the other tests
         "resyncSeconds": 10,
-        "sync": {"mode": "job", **ON_NODE},  # source syncs: Jobs in the RAGEngine's namespace, on the real node
+        # source syncs: Jobs in the RAGEngine's namespace, on the real node; the test servers (git, the LLM) listen
+        # on this machine's private address, which the egress rules refuse unless the platform team allows it
+        "sync": {"mode": "job", **ON_NODE, "egressAllow": [f"{machine_ip()}/32"]},
         **ON_NODE,
     }
     values_file = ROOT / ".cluster" / "e2e-values.yaml"
@@ -157,7 +159,7 @@ class RestartableServer:
     """A uvicorn server on the machine's address and a fixed port that a test can stop and start again."""
 
     def __init__(self, app, host: str) -> None:
-        self.app, self.host, self.port = app, host, free_port()
+        self.app, self.host, self.port = app, host, port_for_external_server(host)  # uvicorn fails if taken
         self.server: uvicorn.Server | None = None
         self.thread: threading.Thread | None = None
 
@@ -219,18 +221,6 @@ def _ended(kube: Kube, namespace: str, name: str):
     return pod if pod.status.phase in ("Succeeded", "Failed") else None
 
 
-def http_probe_script(url: str, headers: dict[str, str] | None = None, attempts: int = 1) -> str:
-    """A client script: GET ``url``, print a JSON line with the status or the error, exit 0 either way."""
-    return (f"import httpx, json, time\n"
-            f"for i in range({attempts}):\n"
-            f"    try:\n"
-            f"        r = httpx.get({url!r}, headers={headers or {}!r}, timeout=3)\n"
-            f"        print(json.dumps({{'status': r.status_code, 'body': r.text[:500]}})); break\n"
-            f"    except Exception as e:\n"
-            f"        print(json.dumps({{'error': type(e).__name__}}))\n"
-            f"        time.sleep(0.5)\n")
-
-
 def last_json(logs: str) -> dict:
     return json.loads(logs.strip().splitlines()[-1])
 
@@ -262,5 +252,58 @@ def wait_http(url: str, timeout: float, headers: dict[str, str] | None = None) -
     wait_for(ok, timeout, f"{url} to answer 200", interval=0.25)
 
 
-def now() -> float:
-    return time.monotonic()
+CONTROL = "policy-control"  # a server every pod of its namespace may reach (its own NetworkPolicy says so)
+
+
+def control_server(kube: Kube, namespace: str) -> str:
+    """A small HTTP server in ``namespace`` that a NetworkPolicy opens to the namespace's pods, by pod
+    selector, as the operator's policies do: reaching it proves the firewall has learnt a new client's address
+    (kube-router refuses a pod for about a second after it starts), so a refusal seen after that is the
+    policy's. Returns its URL; made once per namespace."""
+    try:
+        kube.core.read_namespaced_pod(CONTROL, namespace)
+    except k8s.ApiException:
+        policy = {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+                  "metadata": {"name": CONTROL, "namespace": namespace},
+                  "spec": {"podSelector": {"matchLabels": {"app": CONTROL}}, "policyTypes": ["Ingress"],
+                           "ingress": [{"from": [{"podSelector": {}}]}]}}
+        kube.kubectl("apply", "--server-side", "-f", "-", input=json.dumps(policy))
+        server = pod_on_node(CONTROL, ["python", "-m", "http.server", "8080", "--directory", "/tmp"],
+                             labels={"app": CONTROL})
+        server["spec"]["restartPolicy"] = "Always"
+        server["spec"]["volumes"] = [{"name": "tmp", "emptyDir": {}}]
+        server["spec"]["containers"][0]["volumeMounts"] = [{"name": "tmp", "mountPath": "/tmp"}]
+        kube.core.create_namespaced_pod(namespace, server)
+
+    def address():
+        p = kube.core.read_namespaced_pod(CONTROL, namespace)
+        return p.status.container_statuses and p.status.container_statuses[0].ready and p.status.pod_ip
+    return f"http://{wait_for(address, 120, 'the policy control server')}:8080/"
+
+
+def reach(kube: Kube, namespace: str, url: str, labels: dict[str, str] | None = None,
+          headers: dict[str, str] | None = None) -> list:
+    """From a new pod in ``namespace`` (with ``labels``): once the firewall knows the pod (it reaches the
+    namespace's control server), three requests to ``url``; each gives a status code or an error name."""
+    control = control_server(kube, namespace)
+    phase, logs = run_python(kube, namespace, textwrap.dedent(f"""
+        import httpx, json, time
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx.get({control!r}, timeout=2)
+                break
+            except httpx.TransportError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        out = []
+        for _ in range(3):
+            try:
+                out.append(httpx.get({url!r}, headers={headers or {}!r}, timeout=3).status_code)
+            except httpx.TransportError as e:
+                out.append(type(e).__name__)
+        print(json.dumps(out))
+    """), labels=labels)
+    assert phase == "Succeeded", logs
+    return json.loads(logs.strip().splitlines()[-1])

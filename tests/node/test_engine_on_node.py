@@ -28,6 +28,7 @@ from tests.node.conftest import (
     crictl,
     engine_pods,
     last_json,
+    reach,
     restricted_namespace,
     run_python,
     service_base,
@@ -127,21 +128,7 @@ def test_a_pod_in_the_namespace_reaches_it_by_its_dns_name(kube, rag):
 def test_a_pod_in_an_unrelated_namespace_is_refused_by_the_policy(kube, rag):
     other = restricted_namespace(kube, f"e2e-other-{uuid.uuid4().hex[:6]}")
     try:
-        url = f"http://{NAME}.{rag}.svc.cluster.local/health"
-        phase, logs = run_python(kube, other, textwrap.dedent(f"""
-            import httpx, json, time
-            results = []
-            time.sleep(2)       # past the moment a new pod's address is unknown to the firewall: from here
-            for _ in range(3):  # on a refusal is the policy's, and every attempt must be refused
-                try:
-                    results.append(httpx.get({url!r}, timeout=3).status_code)
-                except Exception as e:
-                    results.append(type(e).__name__)
-                time.sleep(1)
-            print(json.dumps(results))
-        """))
-        assert phase == "Succeeded", logs
-        results = json.loads(logs.strip().splitlines()[-1])
+        results = reach(kube, other, f"http://{NAME}.{rag}.svc.cluster.local/health")
         assert all(isinstance(r, str) for r in results), f"a pod of another namespace got through: {results}"
     finally:
         kube.core.delete_namespace(other)

@@ -3,13 +3,12 @@
 vLLM cannot run here (no GPU), so a stand-in pod wears vLLM's labels and answers HTTP on vLLM's port; the
 policy is exactly what ``manifests.inference.inference_network_policy`` renders for a RAGEngine with
 `spec.monitoring`. Probes run from pods (traffic from the node itself is always allowed): a pod with the
-engine's labels and a Prometheus pod get through, any other pod does not.
+engine's labels and a Prometheus pod get through, any other pod does not (each probe first proves the
+firewall knows the new pod: conftest.reach).
 """
 
 from __future__ import annotations
 
-import json
-import textwrap
 import uuid
 
 import pytest
@@ -19,7 +18,7 @@ from ragengine_operator import constants as c
 from ragengine_operator.manifests.inference import inference_network_policy
 from ragengine_operator.manifests.labels import Owner, selector
 from ragengine_operator.spec import RAGEngineSpec
-from tests.node.conftest import pod_on_node, run_python
+from tests.node.conftest import pod_on_node, reach
 from tests.operator.integration.kube import Kube, wait_for
 
 PROMETHEUS = {"app.kubernetes.io/name": "prometheus"}
@@ -50,35 +49,17 @@ def stand_in(kube: Kube, namespace) -> tuple[str, str, Owner]:
     return namespace, f"http://{ip}:{c.VLLM_PORT}/", owner
 
 
-def _reach(kube: Kube, namespace: str, url: str, labels: dict[str, str]) -> list:
-    """Three attempts a second apart, after the firewall has learnt the new pod's address."""
-    phase, logs = run_python(kube, namespace, textwrap.dedent(f"""
-        import httpx, json, time
-        time.sleep(2)
-        out = []
-        for _ in range(3):
-            try:
-                out.append(httpx.get({url!r}, timeout=3).status_code)
-            except Exception as e:
-                out.append(type(e).__name__)
-            time.sleep(1)
-        print(json.dumps(out))
-    """), labels=labels)
-    assert phase == "Succeeded", logs
-    return json.loads(logs.strip().splitlines()[-1])
-
-
 def test_the_engines_pods_reach_vllm(kube, stand_in):
     namespace, url, owner = stand_in
-    assert _reach(kube, namespace, url, selector(owner, c.COMPONENT_ENGINE)) == [200, 200, 200]
+    assert reach(kube, namespace, url, selector(owner, c.COMPONENT_ENGINE)) == [200, 200, 200]
 
 
 def test_prometheus_reaches_vllm_when_monitoring_asks(kube, stand_in):
     namespace, url, _owner = stand_in
-    assert _reach(kube, namespace, url, PROMETHEUS) == [200, 200, 200]
+    assert reach(kube, namespace, url, PROMETHEUS) == [200, 200, 200]
 
 
 def test_any_other_pod_is_refused(kube, stand_in):
     namespace, url, _owner = stand_in
-    results = _reach(kube, namespace, url, {"app": "curious"})
+    results = reach(kube, namespace, url, {"app": "curious"})
     assert all(isinstance(r, str) for r in results), f"a pod without the engine's labels reached vLLM: {results}"

@@ -9,7 +9,6 @@ address, where the pods reach it.
 from __future__ import annotations
 
 import threading
-import time
 
 import httpx
 import pytest
@@ -77,7 +76,8 @@ def test_a_rolling_update_drops_no_request(kube, replicated):
         generation = kube.apps.read_namespaced_deployment(f"{NAME}-engine", replicated).metadata.generation
         kube.patch_rag(replicated, NAME, {"spec": {"retrieval": {"similarityThreshold": 0.31}}})  # new pod env
         wait_for(lambda: _deployment_done(kube, replicated, generation), 300, "the engine rollout to complete")
-        time.sleep(2)  # requests after the last old pod left: they too must succeed
+        done = len(outcomes)  # requests after the last old pod left must succeed too
+        wait_for(lambda: len(outcomes) >= done + 20, 60, "20 more requests after the rollout")
     finally:
         stop.set()
         worker.join(timeout=30)

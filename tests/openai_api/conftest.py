@@ -24,8 +24,8 @@ from fastapi import FastAPI
 from ragengine.app import create_app
 from ragengine.settings import EngineSettings
 from tests.chat import conftest as chat_fixtures
-from tests.chat.conftest import fresh_embedder
 from tests.llm_server import FakeLLM
+from tests.support.embedding import borrowed
 from tests.support.server import serve_app
 from tests.support.stores import store_values
 
@@ -77,10 +77,8 @@ def openai_engines(llm_server, embedder, tmp_path_factory, request):
                 values["database_url"] = _database(pg())
             settings = EngineSettings(data_dir=work / "data", llm_url=llm_server[1] + "/v1", llm_retries=0,
                                       api_key=API_KEY, **values)
-            embedder_copy = fresh_embedder(embedder)
-            stack.callback(embedder_copy.close)
             app = create_app(settings)
-            app.state.embedder = embedder_copy
+            app.state.embedder = stack.enter_context(borrowed(embedder))
             running[store] = (stack.enter_context(serve_app(app)), app)
         return running[store]
 

@@ -120,14 +120,14 @@ def test_plan_modes():
                          "Service/docs", "NetworkPolicy/docs-engine"]
     assert {(r.kind, r.name) for r in p.delete if not r.optional} == {
         ("PodDisruptionBudget", "docs-engine"), ("HorizontalPodAutoscaler", "docs-engine"),
-        ("HorizontalPodAutoscaler", "docs-inference"), *NO_ACCESS}
+        ("HorizontalPodAutoscaler", "docs-inference"), ("ConfigMap", "docs-guardrails"), *NO_ACCESS}
     # add-ons' kinds (KEDA, the Prometheus operator): deleted where the cluster serves them
     assert {(r.kind, r.name) for r in p.delete if r.optional} == {("ScaledObject", "docs-inference")} | {
         (kind, name) for kind in ("ServiceMonitor", "PodMonitor") for name in ("docs-engine", "docs-inference")}
     url = plan(OWNER, RAGEngineSpec.model_validate({"inference": {"url": "http://x/v1"}}))
     assert url.names() == ["PersistentVolumeClaim/docs-data", "Deployment/docs-engine", "Service/docs",
                            "NetworkPolicy/docs-engine"]
-    assert {r.name for r in url.delete} == {"docs-inference", "docs-engine"} | {name for _, name in NO_ACCESS}
+    assert {r.name for r in url.delete} == {"docs-inference", "docs-engine", "docs-guardrails"} | {name for _, name in NO_ACCESS}
     assert ("NetworkPolicy", "docs-inference") in {(r.kind, r.name) for r in url.delete}
 
 
@@ -406,3 +406,37 @@ def test_generated_keys_when_auth_names_no_secret():
     assert generated_key_refs(OWNER, off) == []
     env = engine_deployment(OWNER, off)["spec"]["template"]["spec"]["containers"][0]["env"]
     assert EngineSettings.env_name("api_key") not in {e["name"] for e in env}
+
+
+def test_guardrails_mount_the_policy_configmap_as_a_directory():
+    from ragengine.guardrails.policy import parse_policy
+    from ragengine_operator.manifests.guardrails import POLICY_PATH
+
+    spec = RAGEngineSpec.model_validate({"guardrails": {"enabled": True}, "retrieval": {"screenIndexes": ["docs*"]}})
+    p = plan(OWNER, spec, default_policy="scanners:\n  - type: secrets\n")
+    default = next(o for o in p.apply if o["kind"] == "ConfigMap")
+    assert default["metadata"]["name"] == "docs-guardrails" and default["metadata"]["ownerReferences"]
+    assert parse_policy(default["data"]["guardrails.yaml"]).scanners[0].type == "secrets"
+    pod = next(o for o in p.apply if o["kind"] == "Deployment")["spec"]["template"]["spec"]
+    volume = next(v for v in pod["volumes"] if v["name"] == "guardrails")
+    assert volume == {"name": "guardrails", "configMap": {"name": "docs-guardrails", "items": [
+        {"key": "guardrails.yaml", "path": "guardrails.yaml"}]}}
+    mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "guardrails")
+    assert "subPath" not in mount and POLICY_PATH.startswith(mount["mountPath"] + "/")  # kubelet updates it
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    assert env["RAGENGINE_GUARDRAILS_POLICY"] == POLICY_PATH and env["RAGENGINE_GUARDRAILS_FAIL_OPEN"] == "false"
+    assert env["RAGENGINE_SCREEN_INDEXES"] == '["docs*"]'
+    named = plan(OWNER, RAGEngineSpec.model_validate({"guardrails": {"enabled": True, "failOpen": True,
+                                                                     "configMapRef": {"name": "team-policy"}}}))
+    assert "ConfigMap/docs-guardrails" not in named.names() and ("ConfigMap", "docs-guardrails") in {
+        (r.kind, r.name) for r in named.delete}
+    pod = next(o for o in named.apply if o["kind"] == "Deployment")["spec"]["template"]["spec"]
+    assert next(v for v in pod["volumes"] if v["name"] == "guardrails")["configMap"]["name"] == "team-policy"
+    # without guardrails: no volume, no policy setting
+    pod = next(o for o in plan(OWNER, RAGEngineSpec()).apply if o["kind"] == "Deployment")["spec"]["template"]["spec"]
+    assert all(v["name"] != "guardrails" for v in pod["volumes"])
+    assert "RAGENGINE_GUARDRAILS_POLICY" not in {e["name"] for e in pod["containers"][0]["env"]}
+    # the packaged default is KAITO's template
+    packaged = plan(OWNER, spec)
+    text = next(o for o in packaged.apply if o["kind"] == "ConfigMap")["data"]["guardrails.yaml"]
+    assert [s.type for s in parse_policy(text).scanners] == ["regex", "secrets", "sensitive"]

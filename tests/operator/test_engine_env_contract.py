@@ -57,7 +57,8 @@ def test_rendered_env_parses_back(monkeypatch, mode):
     spec = RAGEngineSpec.model_validate({
         "inference": inference,
         "embedding": {"url": "http://emb.example/v1", "apiKeySecretRef": {"name": "emb"}},
-        "retrieval": {"contextTokenRatio": 0.3, "similarityThreshold": 0.42, "hybrid": False, "rerankModel": "bge-rr"},
+        "retrieval": {"contextTokenRatio": 0.3, "similarityThreshold": 0.42, "hybrid": False, "rerankModel": "bge-rr",
+                      "noContext": "disclaim"},
         "auth": {"apiKeySecretRef": {"name": "auth", "key": "key"}},
     })
     for key in list(__import__("os").environ):
@@ -70,7 +71,7 @@ def test_rendered_env_parses_back(monkeypatch, mode):
     assert s.llm_model == ("qwen" if mode == "model" else "gpt-x")
     assert s.context_window == 4096
     assert s.context_token_ratio == 0.3 and s.similarity_threshold == 0.42
-    assert s.hybrid is False and s.rerank_model == "bge-rr"
+    assert s.hybrid is False and s.rerank_model == "bge-rr" and s.no_context == "disclaim"
     assert s.embedding_url == "http://emb.example/v1" and s.embedding_api_key == "E"
     assert str(s.embedding_cache_dir) == "/data/models"
     assert s.api_key == "A"

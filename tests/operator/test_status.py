@@ -190,3 +190,48 @@ def test_an_unreachable_external_llm_is_degraded_while_the_engine_stays_ready():
     assert c["Degraded"]["message"] == ("inference URL http://llm.example/v1 is unreachable; the engine still answers "
                                         "retrieval, and chat extractively")
     assert (c["Ready"]["status"], c["Ready"]["reason"]) == ("False", "InferenceUnreachable")
+
+
+GUARDED = RAGEngineSpec.model_validate({"inference": {"url": "http://llm.example/v1"}, "guardrails": {"enabled": True}})
+OWN_POLICY = RAGEngineSpec.model_validate({"inference": {"url": "http://llm.example/v1"},
+                                           "guardrails": {"enabled": True, "configMapRef": {"name": "team-policy"}}})
+
+
+def policy_status(spec, text):
+    status, _ = compute_status(OWNER, spec, 3, Observed({"engine": dep()}, {}, guardrails_policy=text), [], "T1")
+    return {x["type"]: x for x in status["conditions"]}
+
+
+def test_guardrails_policy_condition_says_what_the_engine_does_with_the_configmap():
+    c = policy_status(GUARDED, "action: block\nscanners:\n  - type: secrets\n  - type: sensitive\n    action: redact\n")
+    assert (c["GuardrailsPolicy"]["status"], c["GuardrailsPolicy"]["reason"]) == ("True", "PolicyLoaded")
+    assert c["GuardrailsPolicy"]["message"] == ("ConfigMap rag-guardrails key guardrails.yaml: 2 scanners (secrets, "
+                                                "sensitive), default action block")
+    assert c["Degraded"]["status"] == "False" and c["Ready"]["status"] == "True"
+    # KAITO's permissive parsing: an unknown scanner is skipped, the condition lists it, nothing degrades
+    c = policy_status(OWN_POLICY, "scanners:\n  - type: toxicity\n  - type: secrets\n")
+    assert (c["GuardrailsPolicy"]["status"], c["GuardrailsPolicy"]["reason"]) == ("True", "PolicyLoadedWithWarnings")
+    assert c["GuardrailsPolicy"]["message"] == ("ConfigMap team-policy key guardrails.yaml: 1 scanners (secrets), "
+                                                "default action redact; skipped: scanners[0]: unknown scanner type "
+                                                "'toxicity' skipped")
+    assert c["Degraded"]["status"] == "False"
+
+
+def test_an_invalid_or_missing_policy_is_degraded_and_says_what_the_engine_does_instead():
+    c = policy_status(OWN_POLICY, "scanners: [unclosed")
+    assert (c["GuardrailsPolicy"]["status"], c["GuardrailsPolicy"]["reason"]) == ("False", "PolicyInvalid")
+    assert c["GuardrailsPolicy"]["message"].startswith("ConfigMap team-policy key guardrails.yaml: not valid YAML: ")
+    assert c["GuardrailsPolicy"]["message"].endswith("The engine keeps its last good policy; an engine that never "
+                                                     "had one is fail-closed: answers are refused with 503")
+    assert (c["Degraded"]["status"], c["Degraded"]["reason"]) == ("True", "GuardrailsPolicyInvalid")
+    assert c["Ready"]["status"] == "True"  # the engine still serves, on its last good policy
+    c = policy_status(OWN_POLICY, "- a list\n")
+    assert c["GuardrailsPolicy"]["message"].startswith("ConfigMap team-policy key guardrails.yaml: the top level must "
+                                                       "be a mapping")
+    c = policy_status(OWN_POLICY, None)
+    assert (c["GuardrailsPolicy"]["status"], c["GuardrailsPolicy"]["reason"]) == ("False", "PolicyNotFound")
+    assert c["GuardrailsPolicy"]["message"] == "ConfigMap team-policy key guardrails.yaml does not exist"
+    assert (c["Degraded"]["status"], c["Degraded"]["reason"]) == ("True", "GuardrailsPolicyNotFound")
+    # without guardrails there is no condition at all
+    assert "GuardrailsPolicy" not in policy_status(RAGEngineSpec.model_validate({"inference": {"url": "http://x/v1"}}),
+                                                   None)

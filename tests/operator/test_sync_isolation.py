@@ -18,6 +18,7 @@ from ragengine_operator import constants as c
 from ragengine_operator.manifests.engine import engine_network_policy
 from ragengine_operator.manifests.labels import Owner
 from ragengine_operator.manifests.sync_job import REQUEST_ANNOTATION, SyncPod, sync_job, sync_job_name
+from ragengine_operator.settings import OperatorSettings
 from ragengine_operator.sources.in_subprocess import SubprocessRunner, worker_env
 from ragengine_operator.sources.protocol import (
     RESULT_LIMIT,
@@ -30,8 +31,9 @@ from ragengine_operator.sources.protocol import (
     result_from_job,
     result_from_pod,
 )
-from ragengine_operator.sources.sync import SyncResult
+from ragengine_operator.sources.sync import SyncResult, policy_settings
 from ragengine_operator.spec import RAGEngineSpec, SecretKeyRef
+from tests.support.server import refused_port
 
 OWNER = Owner("team-a", "docs", "uid-1")
 POD = SyncPod("registry.local/operator:1", cpu="500m", memory="768Mi", deadline_seconds=900, tmp_size="1Gi",
@@ -210,7 +212,9 @@ def trickle():
 def run_worker(source: dict, limits: Limits) -> tuple[SyncResult, float]:
     runner = SubprocessRunner(None, limits, "64Mi")  # type: ignore[arg-type]  # no references: no API reads
     start = time.monotonic()
-    result = asyncio.run(runner.run(OWNER, Prepared(request(source)), None))
+    # the test servers listen on loopback, which the egress rules refuse unless the operator allows it
+    allowed = policy_settings(OperatorSettings(sources_egress_allow=["127.0.0.0/8"]))
+    result = asyncio.run(runner.run(OWNER, Prepared(request(source, fetch_policy=allowed)), None))
     return result, time.monotonic() - start
 
 
@@ -243,7 +247,8 @@ def test_a_subprocess_sync_runs_under_its_address_space_limit(trickle):
 
 
 def test_a_subprocess_sync_reports_a_failure_as_a_result():
-    source = {"name": "faq", "http": {"urls": ["http://127.0.0.1:9/faq.txt"]}}
-    result, _ = run_worker(source, Limits("1Gi", 60, 60))
+    with refused_port() as port:
+        source = {"name": "faq", "http": {"urls": [f"http://127.0.0.1:{port}/faq.txt"]}}
+        result, _ = run_worker(source, Limits("1Gi", 60, 60))
     assert not result.ok and "unreachable" in result.message and result.type == "http", result
     assert json.loads(encode_result(result, []))["name"] == "faq"

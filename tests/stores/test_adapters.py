@@ -151,6 +151,7 @@ def test_postgres_write_is_all_or_nothing(request, store_prefix, tmp_path):
     store.close()
 
 
+@pytest.mark.postgres
 def test_postgres_dimension_mismatch_is_reported(request, store_prefix, tmp_path):
     make_adapter("postgres", request, store_prefix, tmp_path).open()
     other = make_adapter("postgres", request, store_prefix, tmp_path, dim=16)
@@ -158,17 +159,19 @@ def test_postgres_dimension_mismatch_is_reported(request, store_prefix, tmp_path
         other.open()
 
 
+@pytest.mark.postgres
 def test_postgres_unreachable_and_unknown_user_are_reported(request, store_prefix, tmp_path):
     from ragengine.stores.postgres.store import PostgresStore
-    from tests.support.server import free_port
+    from tests.support.server import refused_port
 
-    with pytest.raises(StoreUnavailable, match=r"(?i)connection"):
-        PostgresStore(f"postgresql://postgres@127.0.0.1:{free_port()}/postgres", schema=store_prefix, dim=DIM).open()
+    with refused_port() as port, pytest.raises(StoreUnavailable, match=r"(?i)connection"):
+        PostgresStore(f"postgresql://postgres@127.0.0.1:{port}/postgres", schema=store_prefix, dim=DIM).open()
     url = request.getfixturevalue("pgvector_url").replace("postgres@", "nobody@")
     with pytest.raises(StoreUnavailable, match='role "nobody" does not exist'):
         PostgresStore(url, schema=store_prefix, dim=DIM).open()
 
 
+@pytest.mark.postgres
 def test_postgres_missing_vector_extension_is_reported(request, store_prefix):
     """A database where pgvector is not installed and the role may not create it: a clear reason."""
     import psycopg

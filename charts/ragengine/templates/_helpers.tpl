@@ -54,10 +54,11 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: [""]
   resources: [secrets]
   verbs: [get, create, patch]
-# spec.sources: a configMap source's ConfigMap (get by name: its resourceVersion; never list)
+# spec.sources: a configMap source's ConfigMap (get by name: its resourceVersion; never list);
+# spec.guardrails without configMapRef: the default policy's ConfigMap <name>-guardrails (owned)
 - apiGroups: [""]
   resources: [configmaps]
-  verbs: [get]
+  verbs: [get, create, patch, delete]
 # spec.sources: each sync is a Job in the RAGEngine's namespace (its pod is watched below)
 - apiGroups: [batch]
   resources: [jobs]

@@ -14,7 +14,9 @@ from ragengine.access.enforce import principal_of, visible_to
 from ragengine.api.sse import sse_response
 from ragengine.chat.service import ChatService, JSONOutcome
 from ragengine.errors import BadRequest, PayloadTooLarge
+from ragengine.guardrails.runtime import Guardrails
 from ragengine.llm.client import LLMClient
+from ragengine.observability.tracing import instrument
 from ragengine.protocol.errors import error_responses
 from ragengine.protocol.openai import MODEL_ALIAS_PREFIX, ChatCompletionRequest, ModelCard, ModelList
 from ragengine.settings import EngineSettings
@@ -24,12 +26,17 @@ router = APIRouter(tags=["openai"])
 
 async def startup(app: FastAPI, settings: EngineSettings, stack: AsyncExitStack) -> None:
     llm = LLMClient(settings)
+    instrument(llm.http, app.state.tracing)  # traceparent to the LLM: vLLM's spans join the request's trace
     stack.push_async_callback(llm.aclose)
     app.state.llm = llm
     registry = getattr(app.state, "registry", None)
     if registry is not None:
         registry.chunk_tokens = llm.tokens  # chunks get the LLM's token counts at ingestion (index.chunk_tokens)
-    app.state.chat = ChatService(settings, llm, registry)
+    # The output policy (RAGENGINE_GUARDRAILS_POLICY), watched for edits; the session service uses it too.
+    guardrails = Guardrails(settings.guardrails_policy, fail_open=settings.guardrails_fail_open)
+    await guardrails.watch(stack)
+    app.state.guardrails = guardrails
+    app.state.chat = ChatService(settings, llm, registry, guardrails)
 
 
 async def read_json(request: Request, limit: int):

@@ -242,13 +242,14 @@ async def startup(app: FastAPI, settings: EngineSettings, stack: AsyncExitStack)
     await asyncio.to_thread(store.create_tables)
     stack.callback(store.close)
     registry = getattr(app.state, "registry", None)
-    ingestion = IngestionWorker(store, registry, settings)
+    ingestion = IngestionWorker(store, registry, settings, tracing_=app.state.tracing)
     await ingestion.start()
     stack.push_async_callback(ingestion.stop)
     app.state.sessions = store
     app.state.ingestion = ingestion
     app.state.conversations = ConversationService(settings, store, registry, app.state.llm,
-                                                  getattr(app.state, "embedder", None))
+                                                  getattr(app.state, "embedder", None),
+                                                  getattr(app.state, "guardrails", None))
     if settings.session_ttl_s > 0:
         task = asyncio.create_task(_cleanup_loop(app, store, ingestion, settings), name="session-ttl-cleanup")
 

@@ -12,6 +12,7 @@ from fastapi import APIRouter, FastAPI, Query, Request
 from ragengine.access.decide import document_acl
 from ragengine.access.enforce import principal_of, visible_to
 from ragengine.errors import Unprocessable
+from ragengine.metrics import EMBEDDING_BACKEND
 from ragengine.protocol.errors import error_responses
 from ragengine.protocol.indexes import (
     DeleteDocumentsRequest,
@@ -118,6 +119,7 @@ async def startup(app: FastAPI, settings: EngineSettings, stack: AsyncExitStack)
         embedder = await asyncio.to_thread(build_embedder, settings)
         app.state.embedder = embedder
         stack.callback(embedder.close)
+    EMBEDDING_BACKEND.labels(embedder.backend.name).set(1)
     reranker: Any = getattr(app.state, "reranker", None)
     if reranker is None and settings.rerank_model:
         from ragengine.retrieval.rerank import Reranker

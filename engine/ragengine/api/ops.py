@@ -37,7 +37,19 @@ async def health(request: Request) -> dict:
     if status.get("store_error"):
         problems.append(f"vector store unavailable: {status['store_error']}")
     return {"status": "Degraded" if problems else "Healthy", "detail": "; ".join(problems) or None, **status,
-            **_llm_report(request)}
+            **_embedding_report(request), **_llm_report(request)}
+
+
+def _embedding_report(request: Request) -> dict[str, Any]:
+    """``{"embedding": {"backend", "note"}}``: the backend in use, and why when it is the slow one (the note
+    names a folder of the machine: left out when the API needs a key, as the LLM's reasons are)."""
+    embedder = getattr(request.app.state, "embedder", None)
+    if embedder is None:
+        return {}
+    note = getattr(embedder, "backend_note", None)
+    if note and request.app.state.settings.api_key:
+        note = "a slow embedding backend runs: the engine's log says why and how to fix it"
+    return {"embedding": {"backend": embedder.backend.name, "note": note}}
 
 
 def _llm_report(request: Request) -> dict[str, Any]:

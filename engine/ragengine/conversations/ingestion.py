@@ -22,7 +22,8 @@ from ragengine.conversations.jobs import Claim, Jobs, make_jobs
 from ragengine.conversations.store import FileInfo, LeaseLost, SessionStore
 from ragengine.conversations.uploads import CANONICAL, ParseError, Part, detect_kind, extract
 from ragengine.errors import EngineError, NotFound, PayloadTooLarge
-from ragengine.metrics import FILES_INGESTED
+from ragengine.metrics import FILES_ACCEPTED, FILES_INGESTED, INGESTION_RUNNING
+from ragengine.observability import tracing
 
 log = logging.getLogger(__name__)
 
@@ -31,17 +32,23 @@ BATCH_PARTS = 8
 # Claims of one job before it is failed: a file that kills its replica each time (memory, a parser
 # crash) must not take every replica down in turn. Rolling restarts interrupt a job once or twice.
 MAX_ATTEMPTS = 5
+MAX_ORIGINS = 10_000  # uploads whose ingestion joins the upload's trace, waiting at once
 
 
 class IngestionWorker:
-    def __init__(self, store: SessionStore, registry: Any, settings: Any, jobs: Jobs | None = None) -> None:
+    def __init__(self, store: SessionStore, registry: Any, settings: Any, jobs: Jobs | None = None,
+                 tracing_: tracing.Tracing | None = None) -> None:
         self.store = store
         self.registry = registry
         self.settings = settings
         self.index_name = settings.conversation_index
         self.jobs = jobs if jobs is not None else make_jobs(store, settings)
+        self.tracing = tracing_ or tracing.Tracing.off()
         self._tasks: list[asyncio.Task] = []
         self._busy = 0
+        # file id -> the upload request's trace context, for this process's uploads; a file another replica
+        # ingests (or one ingested after a restart) gets a trace of its own. Bounded: the oldest go first.
+        self._origins: dict[str, Any] = {}
 
     async def start(self) -> None:
         await self.jobs.start()
@@ -76,8 +83,18 @@ class IngestionWorker:
         if len(text) > max_chars:
             reason = f"the extracted text has {len(text)} characters; the limit is {max_chars}"
             return await self._refused(filename, kind, data, reason, principal, purpose, expires_at)
-        return await self.jobs.submit(filename=filename or "upload", content_type=CANONICAL[kind], text=text,
-                                      data=data, principal=principal, purpose=purpose, expires_at=expires_at)
+        info = await self.jobs.submit(filename=filename or "upload", content_type=CANONICAL[kind], text=text,
+                                      data=data, principal=principal, purpose=purpose,
+                                      expires_at=expires_at)
+        FILES_ACCEPTED.inc()
+        if self.tracing.enabled:
+            from opentelemetry import context
+
+            self._origins[info.id] = context.get_current()
+            while len(self._origins) > MAX_ORIGINS:
+                self._origins.pop(next(iter(self._origins)))
+            tracing.annotate(file_id=info.id, file_kind=kind, bytes=len(data))
+        return info
 
     async def _refused(self, filename: str, kind: str, data: bytes, reason: str, principal: str | None,
                        purpose: str | None, expires_at: datetime | None) -> FileInfo:
@@ -88,6 +105,7 @@ class IngestionWorker:
                                             expires_at=expires_at)
 
     async def delete(self, file_id: str) -> None:
+        self._origins.pop(file_id, None)
         info = await self.store.get_file(file_id)
         await self._drop_documents(info.id, list(info.doc_ids))
         await self.jobs.discard(file_id)
@@ -104,13 +122,19 @@ class IngestionWorker:
         while True:
             claim = await self.jobs.next()
             self._busy += 1
+            INGESTION_RUNNING.inc()
+            token = tracing.activate(self.tracing)
             try:
-                await self._hold(claim)
+                with tracing.stage("ingestion", parent=self._origins.pop(claim.file_id, None), file_id=claim.file_id,
+                                   attempt=claim.attempts, index=self.index_name):
+                    await self._hold(claim)
             except asyncio.CancelledError:
                 raise
             except Exception:  # process() records failures itself; this is the last line of defence
                 log.exception("ingestion of %s crashed", claim.file_id)
             finally:
+                tracing.deactivate(token)
+                INGESTION_RUNNING.dec()
                 self._busy -= 1
 
     async def _hold(self, claim: Claim) -> None:
@@ -162,6 +186,7 @@ class IngestionWorker:
 
     async def _fail(self, claim: Claim, reason: str) -> None:
         log.warning("file %s failed: %s", claim.file_id, reason)
+        tracing.annotate(status="failed", reason=reason[:300])
         FILES_INGESTED.labels("failed").inc()
         with contextlib.suppress(EngineError, LeaseLost):
             await self.store.update_file(claim.file_id, owner=claim.owner, drop_data=True, status="failed",
@@ -175,7 +200,9 @@ class IngestionWorker:
         if data is None:
             raise ParseError("the uploaded bytes are missing (the data directory was cleared?)")
         kind = {v: k for k, v in CANONICAL.items()}.get(info.content_type, "text")
-        text, parts = await asyncio.to_thread(extract, data, kind)
+        with tracing.stage("parse", file_kind=kind, bytes=len(data)) as span:
+            text, parts = await asyncio.to_thread(extract, data, kind)
+            tracing.annotate(span, parts=len(parts), chars=len(text))
         max_chars = self.settings.max_document_chars
         if len(text) > max_chars:
             raise ParseError(f"the extracted text has {len(text)} characters; the limit is {max_chars}")
@@ -198,6 +225,7 @@ class IngestionWorker:
                 await self._drop_documents(info.id, ours)
             raise
         FILES_INGESTED.labels("completed").inc()
+        tracing.annotate(status="completed", documents=len(done_ids))
         await self.jobs.discard(info.id)
 
     async def _deleted(self, file_id: str) -> bool:

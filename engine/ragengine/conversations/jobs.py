@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Protocol
 
 from ragengine.conversations.store import ACTIVE_FILE_STATUSES, FileInfo, SessionStore
+from ragengine.index.journal import fsync_dir
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +88,7 @@ class LocalJobs:
                      expires_at: datetime | None = None) -> FileInfo:
         info = await self.store.create_file(filename=filename, content_type=content_type, size_bytes=len(data),
                                             text=text, principal=principal, purpose=purpose, expires_at=expires_at)
-        await asyncio.to_thread(self._path(info.id).write_bytes, data)
+        await asyncio.to_thread(_write_durably, self._path(info.id), data)
         self.queue.put_nowait(info.id)
         return info
 
@@ -168,3 +169,13 @@ def make_jobs(store: SessionStore, settings) -> Jobs:
     if store.dialect == "postgresql":
         return DatabaseJobs(store, lease_s=settings.ingestion_lease_s, poll_s=settings.ingestion_poll_s)
     return LocalJobs(store, settings.data_dir)
+
+
+def _write_durably(path: Path, data: bytes) -> None:
+    """The upload's bytes and their folder entry on disk before the 202: the job re-queued after a crash or
+    a power cut finds its input."""
+    with open(path, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    fsync_dir(path.parent)

@@ -8,6 +8,7 @@ from .. import constants as c
 from ..spec import RAGEngineSpec
 from .access import mount_access
 from .engine_env import engine_env, secret_refs
+from .guardrails import policy_mount, policy_volume
 from .labels import (
     Owner,
     apply_pod_options,
@@ -53,7 +54,7 @@ def engine_data_pvc(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
 
 def engine_deployment(owner: Owner, spec: RAGEngineSpec, secrets: dict[str, str] | None = None) -> dict[str, Any]:
     """`secrets`: Secret name -> digest (controller-read); those the engine reads go into its config hash."""
-    container = {
+    container: dict[str, Any] = {
         "name": "engine",
         "image": spec.engine.image or owner.engine_image,
         "command": ["ragengine", "serve", "--host", "0.0.0.0", "--port", str(c.ENGINE_PORT), "--data-dir", c.ENGINE_DATA_DIR],
@@ -75,14 +76,19 @@ def engine_deployment(owner: Owner, spec: RAGEngineSpec, secrets: dict[str, str]
         # 1 of 745 requests of a client looping through the Service failed with a refused connection).
         "lifecycle": {"preStop": {"sleep": {"seconds": PRESTOP_DRAIN_S}}},
     }
+    volumes: list[dict[str, Any]] = [
+        # External store: no index on the pod, /data is scratch (model cache, temp files).
+        {"name": "data", "emptyDir": {}} if spec.vector_store.external else
+        {"name": "data", "persistentVolumeClaim": {"claimName": data_pvc_name(owner)}},
+        {"name": "tmp", "emptyDir": {"sizeLimit": TMP_SIZE}}]
+    if spec.guardrails.enabled:  # the policy ConfigMap as a directory: the kubelet updates it in place
+        volumes.append(policy_volume(owner, spec))
+        container["volumeMounts"].append(policy_mount())
     pod = {
         "metadata": {"labels": metadata(owner, "", c.COMPONENT_ENGINE)["labels"]},
         "spec": {
             "containers": [container],
-            # External store: no index on the pod, /data is scratch (model cache, temp files).
-            "volumes": [{"name": "data", "emptyDir": {}} if spec.vector_store.external else
-                        {"name": "data", "persistentVolumeClaim": {"claimName": data_pvc_name(owner)}},
-                        {"name": "tmp", "emptyDir": {"sizeLimit": TMP_SIZE}}],
+            "volumes": volumes,
             "terminationGracePeriodSeconds": 60,  # lets the engine flush its journal
             **locked_down_pod(UID),
         },

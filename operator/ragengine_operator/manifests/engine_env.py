@@ -12,10 +12,12 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from ragengine.observability.tracing import tracing_env
 from ragengine.settings import EngineSettings
 
 from .. import constants as c
 from ..spec import AuthSpec, RAGEngineSpec, SecretKeyRef
+from .guardrails import POLICY_PATH
 from .labels import Owner
 
 # spec path -> EngineSettings field (values).
@@ -28,6 +30,7 @@ SPEC_TO_ENGINE = {
     "embedding.url": "embedding_url",
     "retrieval.contextTokenRatio": "context_token_ratio",
     "retrieval.similarityThreshold": "similarity_threshold",
+    "retrieval.noContext": "no_context",
     "retrieval.hybrid": "hybrid",
     "retrieval.rerankModel": "rerank_model",
     "vectorStore.type": "vector_store",
@@ -35,6 +38,9 @@ SPEC_TO_ENGINE = {
     "vectorStore.hnsw.m": "hnsw_m",
     "vectorStore.hnsw.efConstruction": "hnsw_ef_construction",
     "vectorStore.hnsw.efSearch": "hnsw_ef_search",
+    "retrieval.screenIndexes": "screen_indexes",
+    "guardrails.enabled": "guardrails_policy",  # the mounted ConfigMap's file (manifests/guardrails.py)
+    "guardrails.failOpen": "guardrails_fail_open",
 }
 # spec path of a SecretKeyRef -> EngineSettings field (valueFrom.secretKeyRef).
 SECRET_TO_ENGINE = {
@@ -60,6 +66,7 @@ OPERATOR_ONLY = {
     "storage.reclaimPolicy",  # the PVCs' owner references
     "auth.enabled",  # whether api_key is set at all, from spec.auth's Secret or the generated one
     "engine.networkPolicy.enabled",
+    "guardrails.configMapRef.name",  # the policy volume (manifests/guardrails.py)
     # vLLM's command line and its autoscaler (manifests/inference.py)
     "inference.revision", "inference.toolCallParser", "inference.autoscaling.metric",
     "inference.autoscaling.targetRequestsWaiting", "inference.autoscaling.keda.serverAddress",
@@ -68,6 +75,8 @@ OPERATOR_ONLY = {
     *(f"monitoring.scrapeFrom.{field}" for field in (
         "ipBlock.cidr", "ipBlock.except", "namespaceSelector.matchExpressions", "namespaceSelector.matchLabels",
         "podSelector.matchExpressions", "podSelector.matchLabels")),
+    # OTEL_* variables for the engine, vLLM and the sync workers, not engine settings (otel_env below)
+    "observability.tracing.endpoint", "observability.tracing.protocol", "observability.tracing.samplingRatio",
     # the engine's NetworkPolicy (manifests/engine.py)
     *(f"engine.networkPolicy.allowFrom.{field}" for field in (
         "ipBlock.cidr", "ipBlock.except", "namespaceSelector.matchExpressions", "namespaceSelector.matchLabels",
@@ -81,8 +90,9 @@ OPERATOR_ONLY = {
         "serviceAccounts.name")),
     # synced by the operator through the engine's API (sources/runner.py)
     *(f"sources.{field}" for field in (
-        "name", "index", "interval", "metadata", "acl", "chunking.chunkSize", "chunking.chunkOverlap", "configMap.name",
-        "configMap.keys", "git.url", "git.ref", "git.paths", "git.secretRef.name", "http.urls", "http.secretRef.name")),
+        "name", "index", "interval", "metadata", "acl", "screen", "chunking.chunkSize", "chunking.chunkOverlap", "configMap.name",
+        "configMap.keys", "git.url", "git.ref", "git.paths", "git.secretRef.name", "http.urls", "http.secretRef.name",
+        "maxFiles", "maxSize")),
 }
 
 
@@ -128,8 +138,12 @@ def engine_values(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
         "embedding_cache_dir": c.ENGINE_MODEL_CACHE_DIR,  # on the data volume: downloaded once
         "context_token_ratio": r.context_token_ratio,
         "similarity_threshold": r.similarity_threshold,
+        "no_context": r.no_context,
         "hybrid": r.hybrid,
         "rerank_model": r.rerank_model,
+        "screen_indexes": r.screen_indexes,
+        "guardrails_policy": POLICY_PATH if spec.guardrails.enabled else None,
+        "guardrails_fail_open": spec.guardrails.fail_open if spec.guardrails.enabled else None,
     }
 
 
@@ -177,9 +191,21 @@ def secret_refs(spec: RAGEngineSpec, owner: Owner | None = None) -> dict[str, An
     return {k: v for k, v in refs.items() if v is not None}
 
 
+def otel_env(owner: Owner, spec: RAGEngineSpec, service_name: str) -> list[dict[str, Any]]:
+    """The standard OTEL_* variables that send a component's traces where spec.observability.tracing says
+    (none without it); the resource names the RAGEngine, so one collector tells RAGEngines apart."""
+    t = spec.observability.tracing
+    if t is None:
+        return []
+    values = tracing_env(t.endpoint, protocol=t.protocol, sampling_ratio=t.sampling_ratio, service_name=service_name,
+                         resource={"k8s.namespace.name": owner.namespace, "ragengine.name": owner.name})
+    return [{"name": k, "value": v} for k, v in sorted(values.items())]
+
+
 def engine_env(owner: Owner, spec: RAGEngineSpec) -> list[dict[str, Any]]:
     values = EngineSettings.to_env(engine_values(owner, spec))
     env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in sorted(values.items())]
+    env += otel_env(owner, spec, "ragengine")
     for field, ref in sorted(secret_refs(spec, owner).items()):
         env.append(
             {"name": EngineSettings.env_name(field), "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}

@@ -24,6 +24,7 @@ from ..manifests.engine import (
     engine_service,
 )
 from ..manifests.engine_env import generated_key_refs, inference_api_key_ref, secret_refs
+from ..manifests.guardrails import default_configmap_name, default_policy_configmap, packaged_default_policy
 from ..manifests.inference import (
     inference_deployment,
     inference_hpa,
@@ -60,7 +61,8 @@ class Plan:
         return [f"{o['kind']}/{o['metadata']['name']}" for o in self.apply]
 
 
-def plan(owner: Owner, spec: RAGEngineSpec, secrets: dict[str, str] | None = None) -> Plan:
+def plan(owner: Owner, spec: RAGEngineSpec, secrets: dict[str, str] | None = None,
+         default_policy: str | None = None) -> Plan:
     """Volumes first (pods reference them), then workloads, then Services. `secrets` maps the names of
     the Secrets the pods read to a digest of their data (see referenced_secrets): a change rolls them."""
     p = Plan()
@@ -89,6 +91,12 @@ def plan(owner: Owner, spec: RAGEngineSpec, secrets: dict[str, str] | None = Non
     # its data, until the RAGEngine goes: switching back finds it).
     if not external:
         p.apply.append(engine_data_pvc(owner, spec))
+    # spec.guardrails without a ConfigMap: the chart's default policy in one of our own (KAITO copies a
+    # template into the namespace, shared and unowned; ours is owned and goes with the RAGEngine)
+    if spec.guardrails.enabled and spec.guardrails.config_map_ref is None:
+        p.apply.append(default_policy_configmap(owner, default_policy or packaged_default_policy()))
+    else:
+        p.delete.append(Ref("v1", "ConfigMap", default_configmap_name(owner)))
     p.apply += [engine_deployment(owner, spec, secrets), engine_service(owner)]
     engine = engine_deployment_name(owner)
     if external:

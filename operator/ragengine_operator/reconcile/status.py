@@ -8,9 +8,11 @@ from typing import Any
 from .. import constants as c
 from ..manifests.engine import endpoint
 from ..manifests.engine_env import engine_api_key_ref, llm_url, served_model
+from ..manifests.guardrails import policy_configmap_name
 from ..manifests.labels import Owner
 from ..sources.status import sources_condition
 from ..spec import RAGEngineSpec
+from .guardrails import guardrails_condition
 
 AVAILABLE, PROGRESSING, FAILED = "Available", "Progressing", "Failed"
 
@@ -32,6 +34,8 @@ class Observed:
     model_cache_volume_size: str | None = None
     # status.sources[] as the source syncer last wrote it (the RAGEngine's own status, not a child's)
     sources: list[dict[str, Any]] | None = None
+    # spec.guardrails.enabled: the policy ConfigMap's guardrails.yaml (None: no such ConfigMap or key)
+    guardrails_policy: str | None = None
 
 
 @dataclass(frozen=True)
@@ -168,8 +172,10 @@ def secure_defaults(spec: RAGEngineSpec) -> dict[str, Any]:
     return _cond(c.SECURE_DEFAULTS, False, reason, "; ".join(why for _, why in off))
 
 
-def conditions_for(spec: RAGEngineSpec | None, observed: Observed, error: tuple[str, str] | None) -> list[dict]:
-    """The six conditions (seven with sources), without timestamps. error = (reason, message) of a failed
+def conditions_for(owner: Owner, spec: RAGEngineSpec | None, observed: Observed,
+                   error: tuple[str, str] | None) -> list[dict]:
+    """The six conditions (plus SourcesSynced with sources, GuardrailsPolicy with guardrails), without
+    timestamps. error = (reason, message) of a failed
     reconcile. An invalid spec gets the five that can be said without one (no SecureDefaults)."""
     if spec is None:  # invalid spec: nothing else can be said
         reason, message = error or ("InvalidSpec", "spec is invalid")
@@ -210,6 +216,7 @@ def conditions_for(spec: RAGEngineSpec | None, observed: Observed, error: tuple[
                                                            f"engine: {observed.engine_not_ready}")
         engine = _cond(c.ENGINE_READY, s.state == AVAILABLE, s.reason, s.message)
     failed = [s for s in states.values() if s.state == FAILED]
+    policy = guardrails_condition(spec, policy_configmap_name(owner, spec), observed.guardrails_policy)
     rolling = [s for s in states.values() if s.state == PROGRESSING]
     if error:
         degraded = _cond(c.DEGRADED, True, *error)
@@ -220,6 +227,9 @@ def conditions_for(spec: RAGEngineSpec | None, observed: Observed, error: tuple[
         # failed expression in docs/operator.md) must show it, while the engine keeps serving what it can.
         degraded = _cond(c.DEGRADED, True, "InferenceUnreachable", f"{inference['message']}; the engine still "
                          "answers retrieval, and chat extractively")
+    elif policy is not None and policy["status"] == "False":
+        # The engine serves on its last good policy (or refuses, fail-closed): not what the spec declares.
+        degraded = _cond(c.DEGRADED, True, "Guardrails" + policy["reason"], policy["message"])
     else:
         degraded = _cond(c.DEGRADED, False, "AsExpected", "no child reports a failure")
     progressing = (
@@ -242,7 +252,8 @@ def conditions_for(spec: RAGEngineSpec | None, observed: Observed, error: tuple[
         ready = _cond(c.READY, True, "Available", "inference and engine are available")
     # SourcesSynced never feeds Ready: an engine whose source fails still serves what it has.
     sources = sources_condition(spec.sources, observed.sources)
-    return [ready, inference, engine, progressing, degraded, secure_defaults(spec)] + ([sources] if sources else [])
+    extra = [x for x in (sources, policy) if x]
+    return [ready, inference, engine, progressing, degraded, secure_defaults(spec), *extra]
 
 
 def stamp(new: list[dict], old: list[dict], now: str, generation: int | None) -> list[dict]:
@@ -284,7 +295,7 @@ def compute_status(
     error: tuple[str, str] | None = None,
 ) -> tuple[dict[str, Any], list[dict]]:
     """-> (status patch, condition transitions)."""
-    conds = stamp(conditions_for(spec, observed, error), old_conditions, now, generation)
+    conds = stamp(conditions_for(owner, spec, observed, error), old_conditions, now, generation)
     status: dict[str, Any] = {"observedGeneration": generation, "conditions": conds, "endpoint": endpoint(owner)}
     if spec is not None:
         status["inferenceUrl"] = llm_url(owner, spec)

@@ -33,7 +33,15 @@ def test_helm_template_applies_server_side_dry_run(kube, bin_dir):
                      "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
     # exact namespaces: a Role in each, nothing cluster-wide but the aggregated edit/view roles (no binding)
     assert sorted(d["metadata"]["namespace"] for d in docs if d["kind"] == "Role") == ["team-a", "team-b"]
-    assert "ClusterRoleBinding" not in kinds
+    # cluster-wide: only the TokenReview bindings of spec.access.serviceAccounts (rbac.tokenReview), and
+    # that role can bind system:auth-delegator and nothing else
+    assert [d["metadata"]["name"] for d in docs if d["kind"] == "ClusterRoleBinding"] == ["rag-ragengine-tokenreview"]
+    (review,) = [d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "rag-ragengine-tokenreview"]
+    assert review["rules"] == [
+        {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterrolebindings"],
+         "verbs": ["get", "list", "create", "patch", "delete"]},
+        {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "verbs": ["bind"],
+         "resourceNames": ["system:auth-delegator"]}]
     aggregated = {d["metadata"]["name"]: d["metadata"]["labels"] for d in docs if d["kind"] == "ClusterRole"}
     assert aggregated["rag-ragengine-edit"]["rbac.authorization.k8s.io/aggregate-to-edit"] == "true"
     assert aggregated["rag-ragengine-view"]["rbac.authorization.k8s.io/aggregate-to-view"] == "true"

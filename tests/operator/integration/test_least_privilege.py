@@ -18,7 +18,7 @@ from kubernetes.client.rest import ApiException
 
 from ragengine_operator import constants as c
 
-from .conftest import CHART, OPERATOR_NAMESPACE, ROOT, service_account_kubeconfig
+from .conftest import CHART, OPERATOR_ENV, OPERATOR_NAMESPACE, ROOT, service_account_kubeconfig
 from .kube import wait_for
 
 
@@ -49,7 +49,7 @@ def test_roles_in_the_watched_namespace_are_all_the_operator_needs(kube, bin_dir
     release = f"np{uuid.uuid4().hex[:6]}"
     sa = f"{release}-operator"
     docs = render(bin_dir, release, "--set", f"watchNamespaces={{{ns}}}", "--set", f"serviceAccount.name={sa}",
-                  "--set", "rbac.aggregateToDefaultRoles=false",
+                  "--set", "rbac.aggregateToDefaultRoles=false", "--set", "rbac.tokenReview=false",
                   "--show-only", "templates/serviceaccount.yaml", "--show-only", "templates/rbac.yaml",
                   "--show-only", "templates/deployment.yaml")
     deployment = next(d for d in docs if d["kind"] == "Deployment")
@@ -71,7 +71,7 @@ def test_roles_in_the_watched_namespace_are_all_the_operator_needs(kube, bin_dir
     proc = subprocess.Popen(
         [str(Path(sys.executable).with_name("ragengine-operator")), "--namespace", ns],
         stdout=log.open("ab"), stderr=subprocess.STDOUT, cwd=ROOT,
-        env={**os.environ, "KUBECONFIG": str(kubeconfig), "RAGENGINE_OPERATOR_SCAN_CLUSTER": "false",
+        env={**os.environ, **OPERATOR_ENV, "KUBECONFIG": str(kubeconfig), "RAGENGINE_OPERATOR_SCAN_CLUSTER": "false",
              "RAGENGINE_OPERATOR_METRICS_PORT": "0", "RAGENGINE_OPERATOR_LIVENESS_PORT": "0",
              "RAGENGINE_OPERATOR_SYNC_MODE": "subprocess", "RAGENGINE_OPERATOR_ENGINE_URL": source_engine})
     try:
@@ -107,7 +107,7 @@ def test_the_admission_policy_narrows_the_operators_secret_writes(kube, operator
             return exc.body if exc.status in (403, 422) and "RAGEngine operator" in (exc.body or "") else None
         raise AssertionError("the operator's ServiceAccount changed a tenant's Secret")
 
-    assert "writes only the API-key Secrets it generates" in wait_for(denied, 30, "the policy in force")
+    assert "writes only the Secrets it generates" in wait_for(denied, 30, "the policy in force")
     # a tenant's Secret named like a key: labelling it on the way in does not make it the operator's
     kube.core.create_namespaced_secret(ns, {"metadata": {"name": "team-api-key"}, "stringData": {"api-key": "t"}})
     relabel = {"metadata": {"labels": {c.LABEL_MANAGED_BY: c.FIELD_MANAGER}}, "stringData": {"api-key": "mine"}}

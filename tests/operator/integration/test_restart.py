@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from .conftest import OPERATOR_ENV
 from .kube import wait_for
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -17,7 +18,7 @@ SPEC = {"inference": {"model": "Qwen/Qwen2.5-0.5B-Instruct"}, "storage": {"size"
 def start_operator(ns: str, log: Path, **env: str) -> subprocess.Popen:
     exe = Path(sys.executable).with_name("ragengine-operator")
     return subprocess.Popen([str(exe), "--namespace", ns], stdout=log.open("ab"), stderr=subprocess.STDOUT,
-                            env={**os.environ, **env}, cwd=ROOT)
+                            env={**os.environ, **OPERATOR_ENV, **env}, cwd=ROOT)
 
 
 def test_operator_killed_mid_reconcile_converges(kube, bare_namespace, tmp_path):

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -15,8 +14,9 @@ import httpx
 
 from ragengine.settings import EngineSettings
 from ragengine_operator import constants as c
+from tests.support.server import announced_port
 
-from .conftest import OPERATOR_KUBECONFIG, ROOT
+from .conftest import OPERATOR_ENV, OPERATOR_KUBECONFIG, ROOT
 from .kube import wait_for
 
 
@@ -34,12 +34,6 @@ def engine_env(kube, ns: str, deployment: str, data: Path) -> dict[str, str]:
     return env
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_the_engine_requires_a_generated_key_that_clients_read_from_its_secret(kube, namespace, tmp_path):
     """No spec.auth: the operator generates the key once, the engine (a real `ragengine serve` with the env the
     operator rendered) refuses a client without it, and the documented kubectl one-liner gives the key."""
@@ -55,13 +49,12 @@ def test_the_engine_requires_a_generated_key_that_clients_read_from_its_secret(k
     key = base64.b64decode(out).decode()
     assert len(key) >= 40
 
-    port = free_port()
     env = {**os.environ, **engine_env(kube, ns, f"{n}-engine", tmp_path), "HF_HUB_OFFLINE": "1"}
     engine = subprocess.Popen(
-        [str(Path(sys.executable).with_name("ragengine")), "serve", "--host", "127.0.0.1", "--port", str(port),
+        [str(Path(sys.executable).with_name("ragengine")), "serve", "--host", "127.0.0.1", "--port", "0",
          "--data-dir", str(tmp_path)], stdout=(tmp_path / "engine.log").open("wb"), stderr=subprocess.STDOUT, env=env)
-    base = f"http://127.0.0.1:{port}"
     try:
+        base = f"http://127.0.0.1:{announced_port(tmp_path / 'engine.log', engine)}"  # the port it bound
         def up() -> bool:
             assert engine.poll() is None, (tmp_path / "engine.log").read_text()[-3000:]
             try:
@@ -107,7 +100,7 @@ def test_the_operator_policy_refuses_what_it_does_not_allow(kube, bare_namespace
     """An operator told to allow only its registry's images and no env.valueFrom applies nothing of a spec
     that asks for them (Degraded=True PolicyViolation, a Warning Event), and applies it once fixed."""
     ns, n = bare_namespace, "tenant"
-    env = {**os.environ, "KUBECONFIG": str(OPERATOR_KUBECONFIG), "RAGENGINE_OPERATOR_METRICS_PORT": "0",
+    env = {**os.environ, **OPERATOR_ENV, "KUBECONFIG": str(OPERATOR_KUBECONFIG), "RAGENGINE_OPERATOR_METRICS_PORT": "0",
            "RAGENGINE_OPERATOR_LIVENESS_PORT": "0", "RAGENGINE_OPERATOR_ALLOWED_IMAGES": '["ghcr.io/ragengine/*"]',
            "RAGENGINE_OPERATOR_ALLOW_ENV_VALUE_FROM": "false", "RAGENGINE_OPERATOR_ALLOW_SERVICE_ACCOUNT_NAME": "false"}
     exe = Path(sys.executable).with_name("ragengine-operator")

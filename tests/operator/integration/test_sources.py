@@ -110,14 +110,14 @@ def test_git_source_follows_each_commit(kube, namespace, source_engine, tmp_path
         assert kube.condition(ns, n, SYNCED)["status"] == "True"
 
 
-def test_a_failing_source_is_reported_and_the_others_sync(kube, namespace, source_engine):
+def test_a_failing_source_is_reported_and_the_others_sync(kube, namespace, source_engine, dead_port):
     ns, n = namespace, "mixed"
     index = f"mixed-{ns}"
     kube.core.create_namespaced_config_map(ns, {"metadata": {"name": "good"}, "data": {"a.md": "# A\n\nFine.\n"}})
     kube.create_rag(ns, n, {"sources": [
         {"name": "good", "index": index, "configMap": {"name": "good"}},
         {"name": "missing", "index": index, "configMap": {"name": "no-such-configmap"}},
-        {"name": "unreachable", "index": index, "git": {"url": "http://127.0.0.1:9/nothing.git"}},
+        {"name": "unreachable", "index": index, "git": {"url": f"http://127.0.0.1:{dead_port}/nothing.git"}},
         {"name": "no-secret", "index": index, "git": {"url": "https://git.invalid/x.git", "secretRef": {"name": "absent"}}},
     ]})
     wait_source(kube, ns, n, "good", "the good source", lambda e: e["synced"])
@@ -175,7 +175,7 @@ def test_sync_sends_the_engine_api_key_and_a_restart_resyncs_nothing(kube, names
     from ragengine_operator.sources.runner import SourceSyncer, Target
     from ragengine_operator.sources.spec import Source
     from ragengine_operator.sources.status import SourceState, after_sync
-    from tests.support.server import serve_app
+    from tests.support.embedding import serve_engine
 
     ns = namespace
     kube.core.create_namespaced_config_map(ns, {"metadata": {"name": "notes"}, "data": {"a.md": "# A\n\nAlpha.\n"}})
@@ -183,8 +183,7 @@ def test_sync_sends_the_engine_api_key_and_a_restart_resyncs_nothing(kube, names
     kube.core.create_namespaced_secret(ns, {"metadata": {"name": "stale"}, "stringData": {"api-key": "wrong-key"}})
     source = Source.model_validate({"name": "notes", "configMap": {"name": "notes"}})
     app = create_app(EngineSettings(data_dir=tmp_path / "data", api_key="right-key"))
-    app.state.embedder = embedder
-    with serve_app(app) as base:
+    with serve_engine(app, embedder) as base:
         settings = OperatorSettings(engine_url=base, sync_mode="subprocess")
         syncer = SourceSyncer(Controller(kube.api, settings))
 

@@ -19,7 +19,7 @@ from ragengine_operator.manifests.sync_job import JOB_UID_LABEL, REQUEST_ANNOTAT
 from ragengine_operator.sources.protocol import SyncRequest, encode_result
 from ragengine_operator.sources.sync import SyncResult
 
-from .conftest import OPERATOR_KUBECONFIG, ROOT
+from .conftest import OPERATOR_ENV, OPERATOR_KUBECONFIG, ROOT
 from .kube import wait_for
 
 NOWHERE = '{"ragengine.io/test-node": "none"}'  # no node has it: the sync pods stay Pending, unscheduled
@@ -27,7 +27,7 @@ NOWHERE = '{"ragengine.io/test-node": "none"}'  # no node has it: the sync pods 
 
 @pytest.fixture
 def job_operator(kube, bare_namespace, tmp_path):
-    env = {**os.environ, "KUBECONFIG": str(OPERATOR_KUBECONFIG), "RAGENGINE_OPERATOR_METRICS_PORT": "0",
+    env = {**os.environ, **OPERATOR_ENV, "KUBECONFIG": str(OPERATOR_KUBECONFIG), "RAGENGINE_OPERATOR_METRICS_PORT": "0",
            "RAGENGINE_OPERATOR_LIVENESS_PORT": "0", "RAGENGINE_OPERATOR_SYNC_MODE": "job",
            "RAGENGINE_OPERATOR_SYNC_IMAGE": "registry.local/ragengine-operator:test",
            "RAGENGINE_OPERATOR_SYNC_MEMORY": "512Mi", "RAGENGINE_OPERATOR_SYNC_CPU": "250m",
