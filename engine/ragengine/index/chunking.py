@@ -198,9 +198,32 @@ def locate_spans(text: str, chunks: list[str]) -> list[Any]:
 
 
 # -- contextual chunk text ---------------------------------------------------------------------------
-_ATX = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.+?)(?:[ \t]+#+)?[ \t]*$")
 _FENCE = re.compile(r"^ {0,3}(```|~~~)")
 _RST_ADORN = re.compile(r"^([!-/:-@\[-`{-~])\1{2,}[ \t]*$")  # one punctuation character, 3+ times
+
+
+def atx_heading(line: str) -> tuple[int, str] | None:
+    """``(level, title)`` when ``line`` (no line break) is a Markdown ATX heading (``## Title ##``), else None.
+
+    String methods only, linear in the line's length: the regex it replaces
+    (``^ {0,3}(#{1,6})[ \\t]+(.+?)(?:[ \\t]+#+)?[ \\t]*$``) backtracked quadratically on a long run of
+    blanks, and a 30 KB heading held the event loop for seconds (issue 22). Same results: the title
+    keeps inner blanks, loses a closing ``#`` run only when a blank precedes it and text remains."""
+    body = line.lstrip(" ")
+    if len(line) - len(body) > 3:
+        return None
+    rest = body.lstrip("#")
+    level = len(body) - len(rest)
+    if not 1 <= level <= 6 or rest[:1] not in (" ", "\t"):
+        return None
+    title = rest.lstrip(" \t")
+    if not title:  # only blanks after the hashes: the regex's title took one of them
+        return (level, "") if len(rest) >= 2 else None
+    title = title.rstrip(" \t")
+    bare = title.rstrip("#")
+    if bare != title and bare and bare[-1] in " \t" and bare.strip(" \t"):
+        title = bare.rstrip(" \t")
+    return level, title
 
 
 def headings(text: str) -> list[tuple[int, int, str]]:
@@ -218,7 +241,7 @@ def headings(text: str) -> list[tuple[int, int, str]]:
     out: list[tuple[int, int, str]] = []
     styles: list[tuple[str, bool]] = []  # RST adornment styles in order of appearance
     fenced = False
-    markdown = any(_ATX.match(line) for line in lines)
+    markdown = any(atx_heading(line.rstrip("\r\n")) for line in lines)
     i = 0
     while i < len(lines):
         line = lines[i].rstrip("\r\n")
@@ -229,9 +252,9 @@ def headings(text: str) -> list[tuple[int, int, str]]:
         if fenced:
             i += 1
             continue
-        atx = _ATX.match(line)
+        atx = atx_heading(line)
         if atx:
-            out.append((offsets[i], len(atx.group(1)), atx.group(2).strip()))
+            out.append((offsets[i], atx[0], atx[1].strip()))
             i += 1
             continue
         nxt = lines[i + 1].rstrip("\r\n") if i + 1 < len(lines) else ""
