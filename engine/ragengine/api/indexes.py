@@ -78,17 +78,21 @@ async def delete_index(index_name: str, request: Request) -> dict:
     return {"message": f"Successfully deleted index {index_name}."}
 
 
+PERSIST_PATH = ("One folder name under <data_dir>/persist/ (default: the index's name). An existing folder there "
+                "is replaced only when it holds an index snapshot (409 otherwise).")
+
+
 @router.post("/persist/{index_name}", response_model=MessageResponse, responses=error_responses(400, 404, 409, 500))
-async def persist_index(index_name: str, request: Request, path: str | None = Query(None)) -> dict:
+async def persist_index(index_name: str, request: Request, path: str | None = Query(None, description=PERSIST_PATH)) -> dict:
     where = await _registry(request).persist(index_name, path)
-    return {"message": f"Successfully persisted index {index_name} to {path or where}."}
+    return {"message": f"Successfully persisted index {index_name} to {where}."}
 
 
 @router.post("/load/{index_name}", response_model=MessageResponse, responses=error_responses(400, 404, 409, 500))
-async def load_index(index_name: str, request: Request, path: str | None = Query(None),
+async def load_index(index_name: str, request: Request, path: str | None = Query(None, description=PERSIST_PATH),
                      overwrite: bool = Query(False)) -> dict:
     where = await _registry(request).load(index_name, path, overwrite)
-    return {"message": f"Successfully loaded index {index_name} from {path or where}."}
+    return {"message": f"Successfully loaded index {index_name} from {where}."}
 
 
 @router.post("/retrieve", response_model=RetrieveResponse, responses=error_responses(404, 409, 502, 504))
