@@ -1,8 +1,10 @@
 """Bearer-token authentication for the whole API when ``settings.api_key`` is set.
 
 Probes (/health, /ready) and Prometheus (/metrics) stay open so kubelets and scrapers need no secret;
-they reveal no documents and accept no writes. Everything else (/openapi.json and /docs too) needs the key. The
-token is compared in constant time. The 401 carries the same error shapes as every other error.
+they accept no writes, and without the key they show status only: no index names or counts, no
+dependency URLs or error texts (``key_given`` tells those routes whether to add them). Everything
+else (/openapi.json and /docs too) needs the key. The token is compared in constant time. The 401
+carries the same error shapes as every other error.
 """
 
 from __future__ import annotations
@@ -14,6 +16,14 @@ from typing import Any
 from ragengine.errors import error_body_for
 
 OPEN_PATHS = frozenset({"/health", "/ready", "/metrics"})
+
+
+def key_given(authorization: str | bytes | None, api_key: str | None) -> bool:
+    """True when no key is configured, or ``authorization`` is ``Bearer <api_key>``."""
+    if not api_key:
+        return True
+    given = authorization.encode() if isinstance(authorization, str) else (authorization or b"")
+    return hmac.compare_digest(given, f"Bearer {api_key}".encode())
 
 
 class BearerAuthMiddleware:

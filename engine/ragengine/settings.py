@@ -27,7 +27,8 @@ class EngineSettings(BaseSettings):
     port: int = Field(8000, ge=1, le=65535, description="Port the HTTP server listens on.")
     data_dir: Path = Field(Path("data"), description="Where indexes, journals and sessions live.")
     api_key: str | None = Field(
-        None, description="When set, every request except /health and /metrics needs 'Authorization: Bearer <key>'."
+        None, description="When set, every request except /health, /ready and /metrics needs 'Authorization: Bearer "
+        "<key>'; those three show status only without it (no index names, counts or dependency URLs)."
     )
     max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024, description="Requests with larger bodies get 413.")
     max_document_chars: int = Field(5_000_000, ge=1, description="A single document's text longer than this gets 413.")

@@ -16,7 +16,7 @@ PACKAGE = Path(ragengine.__file__).parent
 
 # Lowest first. A unit is a module or package prefix; the longest prefix that matches a module wins.
 LAYERS: list[tuple[str, ...]] = [
-    ("ragengine", "ragengine.settings"),
+    ("ragengine", "ragengine.settings", "ragengine.redact"),
     ("ragengine.errors",),
     ("ragengine.metrics",),
     ("ragengine.protocol",),

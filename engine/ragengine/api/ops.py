@@ -1,5 +1,9 @@
 """Operational routes: ``GET /health`` (shallow liveness, KAITO shape plus index state), ``GET /ready``
-(readiness: can the engine answer now?) and ``GET /metrics`` (Prometheus)."""
+(readiness: can the engine answer now?) and ``GET /metrics`` (Prometheus).
+
+They are open even when an API key is set (probes and scrapers); without the key they show status
+only (``_keyed``): no index names or counts, no dependency URLs or error texts, no per-index series.
+URLs in any message have their credentials masked (``redact_text``)."""
 
 from __future__ import annotations
 
@@ -12,11 +16,18 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from ragengine import metrics
+from ragengine.auth import key_given
+from ragengine.redact import redact_text
 from ragengine.settings import EngineSettings
 
 READY_TIMEOUT_S = 2.0  # a readiness probe runs every few seconds: a dependency that slow counts as down
 
 router = APIRouter(tags=["ops"])
+
+
+def _keyed(request: Request) -> bool:
+    """The caller may see details: no API key is set, or it sent the key."""
+    return key_given(request.headers.get("authorization"), request.app.state.settings.api_key)
 
 
 @router.get("/health")
@@ -30,8 +41,14 @@ async def health(request: Request) -> dict:
     corrupt = status["corrupt"]
     problems = [f"index '{n}' not loaded: {why}" for n, why in corrupt.items()]
     if status.get("store_error"):
+        status["store_error"] = redact_text(str(status["store_error"]))
         problems.append(f"vector store unavailable: {status['store_error']}")
-    return {"status": "Degraded" if problems else "Healthy", "detail": "; ".join(problems) or None, **status}
+    state = "Degraded" if problems else "Healthy"
+    if not _keyed(request):  # counts of problems, no names (send the key for those)
+        public = [f"{len(corrupt)} index(es) not loaded"] if corrupt else []
+        public += ["vector store unavailable"] if status.get("store_error") else []
+        return {"status": state, "detail": "; ".join(public) or None}
+    return {"status": state, "detail": "; ".join(problems) or None, **status}
 
 
 async def _check_llm(settings: EngineSettings) -> str | None:
@@ -93,6 +110,10 @@ async def ready(request: Request) -> Any:
         names.insert(0, "llm")
         checks.insert(0, _check_llm(settings))
     results = dict(zip(names, await asyncio.gather(*checks), strict=True))
+    results = {name: None if why is None else redact_text(why) for name, why in results.items()}
+    if not _keyed(request):  # which check fails, not why (the reasons name internal URLs)
+        results = {name: None if why is None else f"{name} failing (send the API key for the reason)"
+                   for name, why in results.items()}
     report = {name: ("ok" if why is None else why) for name, why in results.items()}
     failing = [why for why in results.values() if why is not None]
     if failing:
@@ -101,5 +122,7 @@ async def ready(request: Request) -> Any:
 
 
 @router.get("/metrics", response_class=PlainTextResponse, responses={200: {"description": "Prometheus text format."}})
-async def prometheus_metrics() -> Response:
-    return Response(generate_latest(metrics.REGISTRY), media_type=CONTENT_TYPE_LATEST)
+async def prometheus_metrics(request: Request) -> Response:
+    """Per-index series (``index`` label: the names) only with the API key, when one is set."""
+    registry = metrics.REGISTRY if _keyed(request) else metrics.public_view()
+    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

@@ -28,6 +28,7 @@ import httpx
 from ragengine import __version__
 from ragengine.errors import UpstreamError
 from ragengine.llm.tokens import TokenCounter
+from ragengine.redact import redact_text, redact_url
 from ragengine.settings import EngineSettings
 
 log = logging.getLogger(__name__)
@@ -45,7 +46,7 @@ class LLMUnavailable(UpstreamError):
 @dataclass
 class LLMResult:
     body: dict[str, Any]
-    endpoint: str
+    endpoint: str  # the base URL that answered, credentials masked (shown in responses and logs)
     elapsed_s: float
 
 
@@ -79,7 +80,7 @@ class LLMStream:
         except httpx.TimeoutException:
             raise LLMUnavailable(f"LLM at {self.endpoint} stopped sending (read timeout).", status_code=504) from None
         except httpx.HTTPError as exc:
-            raise LLMUnavailable(f"LLM stream from {self.endpoint} broke: {exc!r}") from exc
+            raise LLMUnavailable(f"LLM stream from {self.endpoint} broke: {redact_text(repr(exc))}") from exc
         finally:
             await self.response.aclose()
 
@@ -148,7 +149,7 @@ class LLMClient:
                 resp.raise_for_status()
                 data = resp.json().get("data") or []
             except (httpx.HTTPError, ValueError, AttributeError) as exc:
-                log.warning("model discovery at %s failed: %s", endpoint, exc)
+                log.warning("model discovery at %s failed: %s", redact_url(endpoint), redact_text(str(exc)))
                 continue
             self._models[endpoint] = [m for m in data if isinstance(m, dict) and m.get("id")]
             return self._models[endpoint]
@@ -212,29 +213,30 @@ class LLMClient:
         rejected: tuple[int, str] | None = None  # the last 4xx, when every endpoint refused the request
         timed_out = False
         for endpoint in self._ordered():
+            shown = redact_url(endpoint)  # what messages, logs and results name: no credentials
             for attempt in range(self.settings.llm_retries + 1):
                 started = time.perf_counter()
                 request = self._http.build_request("POST", f"{endpoint}/chat/completions", json=payload)
                 try:
                     response = await self._http.send(request, stream=stream)
                 except httpx.ConnectError as exc:
-                    failure, timed_out = f"{endpoint}: cannot connect ({exc.__class__.__name__})", False
+                    failure, timed_out = f"{shown}: cannot connect ({exc.__class__.__name__})", False
                     if attempt < self.settings.llm_retries:
                         await asyncio.sleep(0.05 * 2**attempt)
                         continue
                 except httpx.TimeoutException as exc:
-                    failure, timed_out = f"{endpoint}: timed out ({exc.__class__.__name__})", True
+                    failure, timed_out = f"{shown}: timed out ({exc.__class__.__name__})", True
                 except httpx.HTTPError as exc:
-                    failure, timed_out = f"{endpoint}: {exc!r}", False
+                    failure, timed_out = f"{shown}: {redact_text(repr(exc))}", False
                 else:
                     if response.status_code < 400:
                         self._down_until.pop(endpoint, None)
-                        return response, endpoint, started
+                        return response, shown, started
                     if stream:
                         await response.aread()
                         await response.aclose()
                     message = _message_of(response)
-                    failure = f"{endpoint}: HTTP {response.status_code}: {message}"
+                    failure = f"{shown}: HTTP {response.status_code}: {message}"
                     timed_out = response.status_code == 504
                     if response.status_code < 500:
                         # A 4xx moves on along the chain too (another endpoint may hold a valid key, have
