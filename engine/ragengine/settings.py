@@ -180,6 +180,18 @@ class EngineSettings(BaseSettings):
         description="Appended (after a blank line) to session answers below groundedness_threshold; empty = none.",
     )
     ingestion_workers: int = Field(2, ge=1, le=32, description="Uploaded files ingested in parallel.")
+    parse_workers: int = Field(
+        2, ge=1, le=64, description="Uploaded files parsed at the same time, each in a child process with the "
+        "parse_* budgets (the others wait; no other route does).")
+    parse_cpu_s: int = Field(
+        60, ge=1, le=3600, description="CPU seconds one file's parse may use (PDF and other costly formats run in "
+        "a child process under this RLIMIT_CPU); a file that needs more is refused with 422.")
+    parse_memory_mb: int = Field(
+        1024, ge=64, le=65536, description="Address space of a parse's child process, in MiB (RLIMIT_AS).")
+    parse_max_pages: int = Field(2000, ge=1, description="Pages (slides, sheets) one file may have.")
+    session_store_threads: int = Field(
+        8, ge=1, le=64, description="Threads of the session store's own executor (sessions, files, messages): "
+        "bounded, and shared with nothing else, so uploads or indexing cannot starve it.")
     ingestion_lease_s: float = Field(
         30.0, ge=1.0, le=3600.0, description="With the sessions in PostgreSQL: how long a replica's claim on an "
         "ingestion job lasts without renewal (renewed every third of it); a job of a replica that died is "

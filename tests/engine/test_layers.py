@@ -20,6 +20,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ragengine.errors",),
     ("ragengine.metrics",),
     ("ragengine.protocol",),
+    ("ragengine.parsing",),  # the bounded parser (child processes with budgets)
     ("ragengine.rag.text", "ragengine.filetypes"),  # text primitives; files to documents
     ("ragengine.embedding", "ragengine.llm", "ragengine.sample"),
     ("ragengine.retrieval",),

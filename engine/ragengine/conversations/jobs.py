@@ -50,7 +50,8 @@ class Jobs(Protocol):
     lease_s: float
 
     async def start(self) -> None: ...
-    async def submit(self, *, filename: str, content_type: str, text: str | None, data: bytes) -> FileInfo: ...
+    async def submit(self, *, filename: str, content_type: str, text: str | None, data: bytes,
+                     size_bytes: int | None = None) -> FileInfo: ...
     async def next(self) -> Claim: ...
     async def data(self, claim: Claim) -> bytes | None: ...
     async def renew(self, claim: Claim) -> bool: ...
@@ -79,9 +80,11 @@ class LocalJobs:
                 log.info("re-queueing %s file %s after restart", status, f.id)
                 self.queue.put_nowait(f.id)
 
-    async def submit(self, *, filename: str, content_type: str, text: str | None, data: bytes) -> FileInfo:
-        info = await self.store.create_file(filename=filename, content_type=content_type, size_bytes=len(data),
-                                            text=text)
+    async def submit(self, *, filename: str, content_type: str, text: str | None, data: bytes,
+                     size_bytes: int | None = None) -> FileInfo:
+        """``data``: what the worker needs (the parsed parts); ``size_bytes``: the upload's own size."""
+        info = await self.store.create_file(filename=filename, content_type=content_type,
+                                            size_bytes=len(data) if size_bytes is None else size_bytes, text=text)
         await asyncio.to_thread(self._path(info.id).write_bytes, data)
         self.queue.put_nowait(info.id)
         return info
@@ -121,9 +124,11 @@ class DatabaseJobs:
     async def start(self) -> None:
         """Nothing to re-queue: jobs left by a crash are open rows whose lease runs out by itself."""
 
-    async def submit(self, *, filename: str, content_type: str, text: str | None, data: bytes) -> FileInfo:
-        info = await self.store.create_file(filename=filename, content_type=content_type, size_bytes=len(data),
-                                            text=text, data=data)
+    async def submit(self, *, filename: str, content_type: str, text: str | None, data: bytes,
+                     size_bytes: int | None = None) -> FileInfo:
+        info = await self.store.create_file(filename=filename, content_type=content_type,
+                                            size_bytes=len(data) if size_bytes is None else size_bytes, text=text,
+                                            data=data)
         self._wake.set()  # this replica's idle workers look at once; the others within poll_s
         return info
 

@@ -1,17 +1,21 @@
-"""Uploaded files: type checks, text extraction (plain text, Markdown, PDF via pypdf) and parts.
+"""Uploaded files: type checks, text extraction (plain text, Markdown, PDF) and parts.
 
-Pure functions only; the background ingestion lives in ``ingestion.py``. The type is decided from
-the file's bytes first (a PDF starts with ``%PDF-``), then its name and declared content type, so a
-PDF sent as ``application/octet-stream`` works and a binary sent as ``text/plain`` is refused (415).
+The background ingestion lives in ``ingestion.py``. The type is decided from the file's bytes first
+(a PDF starts with ``%PDF-``), then its name and declared content type, so a PDF sent as
+``application/octet-stream`` works and a binary sent as ``text/plain`` is refused (415). A PDF is
+read by the bounded parser (``ragengine.parsing``: a child process with CPU-time, memory, page and
+character budgets); a file over a budget raises ``Unprocessable`` (422) with the reason. The job
+queue holds the parts (``encode_job``), so a file is parsed once, when it is accepted.
 """
 
 from __future__ import annotations
 
-import io
+import json
 import logging
 from dataclasses import dataclass, field
 
-from ragengine.errors import UnsupportedMediaType
+from ragengine.errors import Unprocessable, UnsupportedMediaType
+from ragengine.parsing.limits import Parsed, ParseLimits
 
 log = logging.getLogger(__name__)
 
@@ -81,43 +85,54 @@ def split_parts(text: str, *, size: int = PART_CHARS) -> list[str]:
     return [p for p in parts if p.strip()]
 
 
-def pdf_pages(data: bytes) -> list[str]:
-    """Text per page; raises ParseError with a reason a user can act on."""
-    from pypdf import PdfReader
-    from pypdf.errors import PdfReadError
+def pdf_parts(data: bytes, limits: ParseLimits) -> list[Part]:
+    """One part per page with text; raises ParseError (unreadable) or Unprocessable (over a budget)."""
+    from ragengine.parsing import sandbox
 
-    try:
-        reader = PdfReader(io.BytesIO(data), strict=False)
-        if reader.is_encrypted:
-            try:
-                if not reader.decrypt(""):
-                    raise ParseError("the PDF is encrypted with a password")
-            except ParseError:
-                raise
-            except Exception as exc:
-                raise ParseError(f"the PDF is encrypted and cannot be opened ({exc})") from exc
-        pages = [(page.extract_text() or "") for page in reader.pages]
-    except ParseError:
-        raise
-    except (PdfReadError, ValueError, KeyError, TypeError, IndexError, AttributeError, OSError, RecursionError) as exc:
-        raise ParseError(f"the PDF could not be read: {exc.__class__.__name__}: {exc}") from exc
-    except Exception as exc:  # pypdf raises a wide variety on hostile input; never crash the worker
-        raise ParseError(f"the PDF could not be read: {exc.__class__.__name__}: {exc}") from exc
-    if not pages:
+    found = sandbox.parse("pdf", data, limits)
+    if not isinstance(found, Parsed):
+        if found.over_limit:
+            raise Unprocessable(f"The PDF was not parsed: {found.reason}.")
+        raise ParseError(found.reason if found.reason.startswith("the ") else f"the PDF {found.reason}")
+    if not found.metadata.get("pages"):
         raise ParseError("the PDF has no pages")
-    if not any(p.strip() for p in pages):
+    parts = [Part(text, {"page": meta["page"]}) for text, meta in found.parts()]
+    if not parts:
         raise ParseError("the PDF has no extractable text (scanned images need OCR, which is not supported)")
-    return pages
+    return parts
 
 
-def extract(data: bytes, kind: str) -> tuple[str, list[Part]]:
-    """The full text (for inline use) and the parts to ingest, each with its metadata."""
+def extract(data: bytes, kind: str, limits: ParseLimits | None = None) -> tuple[str, list[Part]]:
+    """The full text (for inline use) and the parts to ingest, each with its metadata. Blocking (a
+    PDF waits for its child process): run it in an executor."""
+    limits = limits or ParseLimits()
     if kind == "pdf":
-        pages = pdf_pages(data)
-        parts = [Part(text, {"page": i + 1}) for i, text in enumerate(pages) if text.strip()]
+        parts = pdf_parts(data, limits)
         full = "\n\n".join(f"[page {p.metadata['page']}]\n{p.text.strip()}" for p in parts)
         return full, parts
     text = decode_text(data)
     if not text.strip():
         raise ParseError("the file is empty")
+    if len(text) > limits.max_chars:
+        raise Unprocessable(f"The file has {len(text)} characters of text; the limit is {limits.max_chars}.")
     return text, [Part(p, {"part": i}) for i, p in enumerate(split_parts(text))]
+
+
+# -- the job's payload: the parse result, stored in the queue instead of the uploaded bytes -----------
+JOB_MAGIC = b"ragengine-parsed/1\n"
+
+
+def encode_job(parts: list[Part] | None, error: str | None = None) -> bytes:
+    body = {"error": error} if error is not None else {"parts": [[p.text, p.metadata] for p in parts or []]}
+    return JOB_MAGIC + json.dumps(body, ensure_ascii=False).encode()
+
+
+def decode_job(payload: bytes) -> list[Part] | None:
+    """The parts of a queued job; raises ParseError with the reason recorded at upload. None: the
+    payload is an upload's raw bytes (queued by an engine from before parse-once), to parse now."""
+    if not payload.startswith(JOB_MAGIC):
+        return None
+    body = json.loads(payload[len(JOB_MAGIC):])
+    if "error" in body:
+        raise ParseError(str(body["error"]))
+    return [Part(str(text), dict(meta)) for text, meta in body["parts"]]
