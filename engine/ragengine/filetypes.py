@@ -5,10 +5,12 @@ operator's source sync and the ``ragengine index`` command share it without the 
 
 ``to_document(path, data)`` returns ``Extracted(text, metadata)`` or ``Skipped(reason)``: plain text,
 Markdown and reStructuredText as they are, HTML with its text extracted (scripts and styles dropped),
-source code marked ``split_type: code`` with its language. PDF goes through the bounded parser
-(``ragengine.parsing``: a child process with CPU-time, memory, page and character budgets), parsed
-once. Anything else (binary, unknown, not UTF-8, empty, over a budget) is skipped with a reason a
-status line can show; ``Skipped.over_limit`` tells a budget from a broken file.
+source code marked ``split_type: code`` with its language. PDF (text, ruled tables, scanned pages
+through OCR), DOCX, PPTX, XLSX, CSV and images (OCR) go through the bounded parser
+(``ragengine.parsing``: a child process with CPU-time, memory, page, character, archive and OCR
+budgets), parsed once, into Markdown with ``sections`` (pages, slides, sheets). Anything else
+(binary, unknown, not UTF-8, empty, over a budget) is skipped with a reason a status line can show;
+``Skipped.over_limit`` tells a budget from a broken file.
 """
 
 from __future__ import annotations
@@ -24,12 +26,14 @@ CODE_LANGUAGES = {
     ".c": "c", ".h": "c", ".cc": "cpp", ".cpp": "cpp", ".hpp": "cpp", ".rb": "ruby", ".sh": "bash",
     ".cs": "c_sharp", ".kt": "kotlin", ".php": "php", ".scala": "scala", ".swift": "swift",
 }
-TEXT_SUFFIXES = {".txt", ".text", ".md", ".markdown", ".rst", ".adoc", ".csv", ".json", ".yaml", ".yml", ".toml",
+TEXT_SUFFIXES = {".txt", ".text", ".md", ".markdown", ".rst", ".adoc", ".json", ".yaml", ".yml", ".toml",
                  ".ini", ".cfg", ".conf", ".log", ""}
 HTML_SUFFIXES = {".html", ".htm", ".xhtml"}
 FORMATS = {".md": "markdown", ".markdown": "markdown", ".rst": "restructuredtext", ".pdf": "pdf"}
-# Formats read by the bounded parser (their cost is not linear in their size): suffix -> its kind.
-BOUNDED = {".pdf": "pdf"}
+# Formats read by the bounded parser (their cost is not linear in their size, or they are archives):
+# suffix -> its kind. Their text is Markdown (headings, lists, pipe tables whose first row is the header).
+BOUNDED = {".pdf": "pdf", ".docx": "docx", ".pptx": "pptx", ".xlsx": "xlsx", ".xlsm": "xlsx", ".csv": "csv",
+           ".png": "image", ".jpg": "image", ".jpeg": "image", ".tif": "image", ".tiff": "image"}
 
 
 @dataclass(frozen=True)
@@ -83,7 +87,7 @@ def bounded(kind: str, data: bytes, limits: ParseLimits | None = None, max_chars
     found = sandbox.parse(kind, data, limits)
     if isinstance(found, Parsed):
         return Extracted(found.text, found.metadata, found.sections)
-    return Skipped(f"{kind.upper()}: {found.reason}", over_limit=found.over_limit)
+    return Skipped(f"{kind.upper() if kind != 'image' else 'image'}: {found.reason}", over_limit=found.over_limit)
 
 
 def _decode(data: bytes) -> str | None:

@@ -3,7 +3,6 @@ CPU-time, memory, page and character budgets, and hostile uploads do not hold up
 
 from __future__ import annotations
 
-import io
 import os
 import re
 import threading
@@ -16,6 +15,7 @@ from ragengine.filetypes import Extracted, Skipped, to_document
 from ragengine.parsing import sandbox
 from ragengine.parsing.limits import ParseLimits
 from tests.conversations.test_uploads import make_pdf
+from tests.support.corpus import encrypted_pdf_bytes
 from tests.support.hostile import shared_stream_pdf
 
 
@@ -54,14 +54,7 @@ def test_a_good_pdf_is_parsed_with_its_pages():
 
 
 def test_broken_and_encrypted_pdfs_are_unreadable_not_over_budget():
-    from pypdf import PdfWriter
-
-    writer = PdfWriter()
-    writer.add_blank_page(100, 100)
-    writer.encrypt("secret", algorithm="RC4-128")
-    locked = io.BytesIO()
-    writer.write(locked)
-    for data, reason in ((locked.getvalue(), "encrypted with a password"),
+    for data, reason in ((encrypted_pdf_bytes(), "encrypted with a password"),
                          (b"%PDF-1.4\nnot a pdf", "could not be read")):
         found = to_document("x.pdf", data)
         assert isinstance(found, Skipped) and not found.over_limit and reason in found.reason, found

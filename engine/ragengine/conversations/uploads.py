@@ -98,7 +98,7 @@ def pdf_parts(data: bytes, limits: ParseLimits) -> list[Part]:
         raise ParseError("the PDF has no pages")
     parts = [Part(text, {"page": meta["page"]}) for text, meta in found.parts()]
     if not parts:
-        raise ParseError("the PDF has no extractable text (scanned images need OCR, which is not supported)")
+        raise ParseError("the PDF has no extractable text (no text layer, and no scanned image to OCR)")
     return parts
 
 

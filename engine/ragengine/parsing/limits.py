@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 DEFAULT_MAX_CHARS = 5_000_000
@@ -16,9 +16,17 @@ class ParseLimits:
 
     cpu_s: int = 60
     memory_mb: int = 1024
-    max_pages: int = 2000
+    max_pages: int = 2000  # pages, slides or sheets
     max_chars: int = DEFAULT_MAX_CHARS
     wall_s: float = 0.0
+    # DOCX, PPTX and XLSX are zip archives: what the libraries may unpack
+    max_zip_members: int = 10_000
+    max_unzipped_mb: int = 512
+    # OCR (scanned PDF pages, images): a page cap and a time cap per file, and Tesseract's languages
+    ocr_max_pages: int = 100
+    ocr_s: int = 300
+    ocr_languages: str = "eng"
+    max_image_pixels: int = 60_000_000
 
     @property
     def deadline_s(self) -> float:
@@ -29,7 +37,7 @@ class ParseLimits:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ParseLimits:
-        return cls(**{k: data[k] for k in ("cpu_s", "memory_mb", "max_pages", "max_chars", "wall_s") if k in data})
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,23 @@ def run(kind: str, data: bytes, limits: ParseLimits) -> Parsed | Refused:
     except RecursionError:
         return Refused("could not be read: nested too deeply")
     except Exception as exc:  # hostile input raises anything; the reason names it
+        if _caused_by(exc, MemoryError):  # libraries wrap it (pdfplumber's PdfminerException)
+            return Refused(f"parsing needs more than {limits.memory_mb} MiB of memory (the limit)", over_limit=True)
         return Refused(f"could not be read: {exc.__class__.__name__}: {str(exc)[:300]}")
+
+
+def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
+    seen: list[BaseException] = []
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        e = todo.pop()
+        if e is None or any(e is s for s in seen) or len(seen) > 20:
+            continue
+        if isinstance(e, kind):
+            return True
+        seen.append(e)
+        todo += [e.__cause__, e.__context__] + [a for a in e.args if isinstance(a, BaseException)]
+    return False
 
 
 def main() -> None:
