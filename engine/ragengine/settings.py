@@ -189,6 +189,12 @@ class EngineSettings(BaseSettings):
     parse_memory_mb: int = Field(
         1024, ge=64, le=65536, description="Address space of a parse's child process, in MiB (RLIMIT_AS).")
     parse_max_pages: int = Field(2000, ge=1, description="Pages (slides, sheets) one file may have.")
+    ocr_languages: str = Field(
+        "eng", pattern=r"^[A-Za-z_]{3,16}(\+[A-Za-z_]{3,16})*$",
+        description="Tesseract languages for scanned pages and images of uploads, '+'-joined (e.g. 'eng+deu'); "
+        "each needs its Debian package tesseract-ocr-<lang>. POST /index takes ocr_languages per request.")
+    ocr_max_pages: int = Field(100, ge=1, description="Scanned pages one file may have OCR'd.")
+    ocr_s: int = Field(300, ge=1, description="Seconds of OCR one file may take.")
     session_store_threads: int = Field(
         8, ge=1, le=64, description="Threads of the session store's own executor (sessions, files, messages): "
         "bounded, and shared with nothing else, so uploads or indexing cannot starve it.")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import zipfile
+from functools import cache
 from pathlib import Path
 
 # A price list: each row's values are unique words, so a question names exactly one row.
@@ -22,10 +23,10 @@ TABLE = [TABLE_HEADER] + [
          (("Nordic", "OSL"), ("Iberia", "MAD"), ("Balkans", "SOF"), ("Alpine", "ZRH"), ("Baltic", "RIX"),
           ("Benelux", "AMS"))], 1)
 ]  # 30 rows: large enough that a small chunk size must split it
-QUESTIONS = [  # (question, the row it is about)
-    ("What is the price of the Osprey model 14 in the Balkans?", 14),
-    ("Which warehouse stocks the Puffin model 27?", 27),
-    ("How much does the Falcon model 2 cost in Iberia?", 2),
+QUESTIONS = [  # (question, the row of TABLE it is about)
+    (f"What is the price of the {TABLE[14][0]} in {TABLE[14][1]}?", 14),
+    (f"Which warehouse stocks the {TABLE[27][0]}?", 27),
+    (f"How much does the {TABLE[5][0]} cost in {TABLE[5][1]}?", 5),
 ]
 DOC_TITLE = "Quarterly price list"
 SECTION = "Prices by region"
@@ -154,6 +155,22 @@ def scanned_pdf_bytes(pages: int = 1) -> bytes:
     return out.getvalue()
 
 
+def mixed_pdf_bytes() -> bytes:
+    """Page 1 has a text layer, page 2 is a scan: only page 2 may be OCR'd."""
+    from reportlab.lib.utils import ImageReader
+    from reportlab.pdfgen import canvas
+
+    image = scanned_page_image()
+    out = io.BytesIO()
+    pdf = canvas.Canvas(out)
+    pdf.drawString(72, 720, INTRO)
+    pdf.showPage()
+    pdf.drawImage(ImageReader(image), 36, 400, width=image.width / 3, height=image.height / 3)
+    pdf.showPage()
+    pdf.save()
+    return out.getvalue()
+
+
 def encrypted_pdf_bytes() -> bytes:
     from reportlab.pdfgen import canvas
 
@@ -164,8 +181,8 @@ def encrypted_pdf_bytes() -> bytes:
     return out.getvalue()
 
 
-def zip_bomb(suffix_member: str = "word/document.xml", inflated_mb: int = 1024) -> bytes:
-    """A DOCX-shaped archive whose one member inflates from about 1 MB to ``inflated_mb`` MiB."""
+def zip_bomb(suffix_member: str = "word/document.xml", inflated_mb: int = 600) -> bytes:
+    """A DOCX-shaped archive whose one member inflates from about 0.6 MB to ``inflated_mb`` MiB."""
     out = io.BytesIO()
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as archive:
         archive.writestr("[Content_Types].xml", "<Types/>")
@@ -184,6 +201,7 @@ def many_members(count: int = 20_000) -> bytes:
     return out.getvalue()
 
 
+@cache
 def corpus() -> dict[str, bytes]:
     """Every good document of the corpus, by file name."""
     return {"prices.docx": docx_bytes(), "prices.pptx": pptx_bytes(), "prices.xlsx": xlsx_bytes(),
@@ -191,6 +209,7 @@ def corpus() -> dict[str, bytes]:
             "scan.pdf": scanned_pdf_bytes()}
 
 
+@cache
 def broken() -> dict[str, bytes]:
     """Broken and hostile files, each of which must give a reason and nothing else."""
     good = docx_bytes()

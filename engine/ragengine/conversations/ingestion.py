@@ -36,6 +36,14 @@ from ragengine.errors import EngineError, NotFound, PayloadTooLarge
 from ragengine.metrics import FILES_INGESTED
 from ragengine.parsing.limits import ParseLimits
 
+
+def parse_limits(settings: Any, **overrides: Any) -> ParseLimits:
+    """The bounded parser's budgets and OCR options from the engine's settings."""
+    return ParseLimits(**{"cpu_s": settings.parse_cpu_s, "memory_mb": settings.parse_memory_mb,
+                          "max_pages": settings.parse_max_pages, "max_chars": settings.max_document_chars,
+                          "ocr_languages": settings.ocr_languages, "ocr_max_pages": settings.ocr_max_pages,
+                          "ocr_s": settings.ocr_s, **overrides})
+
 log = logging.getLogger(__name__)
 
 PARSE_SHARE = 0.1  # progress reported once the file is parsed; the rest is indexing
@@ -52,10 +60,9 @@ class IngestionWorker:
         self.settings = settings
         self.index_name = settings.conversation_index
         self.jobs = jobs if jobs is not None else make_jobs(store, settings)
-        self.limits = ParseLimits(cpu_s=settings.parse_cpu_s, memory_mb=settings.parse_memory_mb,
-                                  max_pages=settings.parse_max_pages, max_chars=settings.max_document_chars)
+        self.limits = parse_limits(settings)
         # Parses wait here, not in the loop's default executor that other routes use.
-        self._parsers = ThreadPoolExecutor(max_workers=settings.parse_workers, thread_name_prefix="upload-parse")
+        self.parsers = ThreadPoolExecutor(max_workers=settings.parse_workers, thread_name_prefix="upload-parse")
         self._tasks: list[asyncio.Task] = []
         self._busy = 0
 
@@ -70,11 +77,11 @@ class IngestionWorker:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        self._parsers.shutdown(wait=False, cancel_futures=True)
+        self.parsers.shutdown(wait=False, cancel_futures=True)
 
     async def parse(self, data: bytes, kind: str) -> tuple[str, list[Part]]:
         """``extract`` in the parse pool (ParseError: unreadable; Unprocessable: over a budget)."""
-        return await asyncio.get_running_loop().run_in_executor(self._parsers, extract, data, kind, self.limits)
+        return await asyncio.get_running_loop().run_in_executor(self.parsers, extract, data, kind, self.limits)
 
     async def idle(self, timeout_s: float = 60.0) -> None:
         """Wait until no job is left (tests and benchmarks; shared queue: on any replica)."""

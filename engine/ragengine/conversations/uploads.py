@@ -1,10 +1,12 @@
-"""Uploaded files: type checks, text extraction (plain text, Markdown, PDF) and parts.
+"""Uploaded files: type checks, text extraction (plain text, Markdown, PDF, DOCX, PPTX, XLSX, CSV,
+images through OCR) and parts.
 
 The background ingestion lives in ``ingestion.py``. The type is decided from the file's bytes first
 (a PDF starts with ``%PDF-``), then its name and declared content type, so a PDF sent as
-``application/octet-stream`` works and a binary sent as ``text/plain`` is refused (415). A PDF is
-read by the bounded parser (``ragengine.parsing``: a child process with CPU-time, memory, page and
-character budgets); a file over a budget raises ``Unprocessable`` (422) with the reason. The job
+``application/octet-stream`` works and a binary sent as ``text/plain`` is refused (415). Every
+format but plain text and Markdown is read by the bounded parser (``ragengine.parsing``: a child
+process with CPU-time, memory, page and character budgets); a file over a budget raises
+``Unprocessable`` (422) with the reason. The job
 queue holds the parts (``encode_job``), so a file is parsed once, when it is accepted.
 """
 
@@ -19,10 +21,19 @@ from ragengine.parsing.limits import Parsed, ParseLimits
 
 log = logging.getLogger(__name__)
 
+_OOXML = "application/vnd.openxmlformats-officedocument."
+CANONICAL = {"text": "text/plain", "markdown": "text/markdown", "pdf": "application/pdf",
+             "docx": _OOXML + "wordprocessingml.document", "pptx": _OOXML + "presentationml.presentation",
+             "xlsx": _OOXML + "spreadsheetml.sheet", "csv": "text/csv", "image": "image/png"}
 TEXT_TYPES = {"text/plain": "text", "text/markdown": "markdown", "text/x-markdown": "markdown"}
+DECLARED = {**{v: k for k, v in CANONICAL.items() if k not in ("text", "markdown")},
+            "image/jpeg": "image", "image/tiff": "image", "application/csv": "csv"}
 EXTENSIONS = {".txt": "text", ".text": "text", ".log": "text", ".md": "markdown", ".markdown": "markdown",
-              ".pdf": "pdf"}
-CANONICAL = {"text": "text/plain", "markdown": "text/markdown", "pdf": "application/pdf"}
+              ".pdf": "pdf", ".docx": "docx", ".pptx": "pptx", ".xlsx": "xlsx", ".xlsm": "xlsx", ".csv": "csv",
+              ".png": "image", ".jpg": "image", ".jpeg": "image", ".tif": "image", ".tiff": "image"}
+BOUNDED = frozenset({"pdf", "docx", "pptx", "xlsx", "csv", "image"})  # read by ragengine.parsing
+_IMAGE_MAGIC = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"II*\x00", b"MM\x00*")
+LABELS = {"page": "page", "slide": "slide", "sheet": "sheet"}
 PART_CHARS = 8000  # text is ingested in parts of about this size, so progress moves on long files
 
 
@@ -37,17 +48,22 @@ class Part:
 
 
 def detect_kind(data: bytes, filename: str, content_type: str | None) -> str:
-    """'text' | 'markdown' | 'pdf'; raises UnsupportedMediaType for anything else."""
+    """One of ``CANONICAL``'s kinds; raises UnsupportedMediaType for anything else."""
     name = (filename or "").lower()
     ext = name[name.rfind("."):] if "." in name else ""
     declared = (content_type or "").split(";")[0].strip().lower()
     if data[:1024].lstrip().startswith(b"%PDF-") or ext == ".pdf" or declared == "application/pdf":
         return "pdf"
-    kind = EXTENSIONS.get(ext) or TEXT_TYPES.get(declared)
+    if data.startswith(_IMAGE_MAGIC):
+        return "image"
+    kind = EXTENSIONS.get(ext) or DECLARED.get(declared) or TEXT_TYPES.get(declared)
     if kind is None:
         raise UnsupportedMediaType(
-            f"Unsupported file type {declared or 'unknown'!r} ({filename!r}); upload plain text, Markdown or PDF."
+            f"Unsupported file type {declared or 'unknown'!r} ({filename!r}); upload plain text, Markdown, PDF, "
+            "DOCX, PPTX, XLSX, CSV or an image (PNG, JPEG, TIFF)."
         )
+    if kind in BOUNDED:
+        return kind
     if b"\x00" in data[:8192] and not data.startswith((b"\xff\xfe", b"\xfe\xff")):
         raise UnsupportedMediaType(f"{filename!r} is declared as text but contains binary data.")
     return kind
@@ -85,31 +101,37 @@ def split_parts(text: str, *, size: int = PART_CHARS) -> list[str]:
     return [p for p in parts if p.strip()]
 
 
-def pdf_parts(data: bytes, limits: ParseLimits) -> list[Part]:
-    """One part per page with text; raises ParseError (unreadable) or Unprocessable (over a budget)."""
+def bounded_parts(data: bytes, kind: str, limits: ParseLimits) -> tuple[str, list[Part]]:
+    """The bounded parser's text (each page, slide or sheet labelled, for inline use) and one part
+    per section (or the whole text); raises ParseError (unreadable) or Unprocessable (over a budget)."""
     from ragengine.parsing import sandbox
 
-    found = sandbox.parse("pdf", data, limits)
+    what = "image" if kind == "image" else kind.upper()
+    found = sandbox.parse(kind, data, limits)
     if not isinstance(found, Parsed):
         if found.over_limit:
-            raise Unprocessable(f"The PDF was not parsed: {found.reason}.")
-        raise ParseError(found.reason if found.reason.startswith("the ") else f"the PDF {found.reason}")
-    if not found.metadata.get("pages"):
+            raise Unprocessable(f"The {what} was not parsed: {found.reason}.")
+        raise ParseError(found.reason if found.reason.startswith("the ") else f"the {what} {found.reason}")
+    if kind == "pdf" and not found.metadata.get("pages"):
         raise ParseError("the PDF has no pages")
-    parts = [Part(text, {"page": meta["page"]}) for text, meta in found.parts()]
+    shared = {k: v for k, v in found.metadata.items() if k in ("title", "format")}
+    parts = [Part(text, {**shared, **meta}) for text, meta in found.parts()]
     if not parts:
-        raise ParseError("the PDF has no extractable text (no text layer, and no scanned image to OCR)")
-    return parts
+        raise ParseError(f"the {what} has no extractable text" + (
+            " (no text layer, and no scanned image to OCR)" if kind == "pdf" else ""))
+    labelled = []
+    for p in parts:
+        label = next((f"[{LABELS[k]} {p.metadata[k]}]" for k in LABELS if k in p.metadata), None)
+        labelled.append(f"{label}\n{p.text.strip()}" if label else p.text.strip())
+    return "\n\n".join(labelled), parts
 
 
 def extract(data: bytes, kind: str, limits: ParseLimits | None = None) -> tuple[str, list[Part]]:
-    """The full text (for inline use) and the parts to ingest, each with its metadata. Blocking (a
-    PDF waits for its child process): run it in an executor."""
+    """The full text (for inline use) and the parts to ingest, each with its metadata. Blocking (the
+    bounded formats wait for their child process): run it in an executor."""
     limits = limits or ParseLimits()
-    if kind == "pdf":
-        parts = pdf_parts(data, limits)
-        full = "\n\n".join(f"[page {p.metadata['page']}]\n{p.text.strip()}" for p in parts)
-        return full, parts
+    if kind in BOUNDED:
+        return bounded_parts(data, kind, limits)
     text = decode_text(data)
     if not text.strip():
         raise ParseError("the file is empty")

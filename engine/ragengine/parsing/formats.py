@@ -370,10 +370,11 @@ class OCR:
         tesseract = self._tesseract()
         try:
             return str(tesseract.image_to_string(image, lang=self.limits.ocr_languages, timeout=left))
-        except RuntimeError as exc:  # pytesseract's timeout
+        except tesseract.TesseractError as exc:  # a RuntimeError too: first
+            raise Unreadable(f"OCR failed (languages {self.limits.ocr_languages!r}; each needs Debian's "
+                             f"tesseract-ocr-<lang>): {' '.join(str(exc).split())[:300]}") from exc
+        except RuntimeError as exc:  # pytesseract's "Tesseract process timeout"
             raise OverBudget(f"OCR took longer than {self.limits.ocr_s} s for this file (the limit)") from exc
-        except tesseract.TesseractError as exc:
-            raise Unreadable(f"OCR failed: {str(exc)[:300]} (languages {self.limits.ocr_languages!r})") from exc
 
     def pdf_page(self, page: Any, number: int) -> str:
         return self.image(page.to_image(resolution=self.DPI).original)
