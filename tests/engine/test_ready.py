@@ -75,7 +75,8 @@ def test_open_probes_show_status_only_without_the_key(make_server, dead_port):
                        json={"index_name": "hr-layoff-plan-2026", "documents": [{"text": "private"}]})
         assert r.status_code == 200, r.text
         health = httpx.get(f"{base}/health")
-        assert health.status_code == 200 and health.json() == {"status": "Healthy", "detail": None}
+        assert health.status_code == 200 and set(health.json()) == {"status", "detail", "llm"}, health.text
+        assert health.json()["status"] == "Healthy" and "reason" not in health.json()["llm"]
         assert httpx.get(f"{base}/health", headers=key).json()["indexes"]["hr-layoff-plan-2026"]["documents"] == 1
         public = httpx.get(f"{base}/metrics").text
         assert "hr-layoff-plan-2026" not in public and "ragengine_http_requests_total" in public

@@ -58,7 +58,7 @@ async def health(request: Request) -> dict:
     if not _keyed(request):  # counts of problems, no names (send the key for those)
         public = [f"{len(corrupt)} index(es) not loaded"] if corrupt else []
         public += ["vector store unavailable"] if status.get("store_error") else []
-        return {"status": state, "detail": "; ".join(public) or None}
+        return {"status": state, "detail": "; ".join(public) or None, **_llm_report(request)}
     return {"status": state, "detail": "; ".join(problems) or None, **status,
             **_embedding_report(request), **_llm_report(request)}
 
