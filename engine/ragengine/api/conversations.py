@@ -65,7 +65,7 @@ async def reformulate(body: ReformulateRequest, request: Request) -> dict:
 
 
 # --- files -----------------------------------------------------------------------------------------
-@router.post("/v1/files", status_code=202, responses=error_responses(404, 415, 500))
+@router.post("/v1/files", status_code=202, responses=error_responses(404, 413, 415, 422, 500))
 async def upload_file(request: Request, file: UploadFile = File(...), session_id: str | None = Form(None)) -> dict:
     limit = request.app.state.settings.max_upload_bytes
     data = bytearray()
@@ -225,7 +225,7 @@ async def startup(app: FastAPI, settings: EngineSettings, stack: AsyncExitStack)
     """Session store (tables created), ingestion worker and TTL clean-up; all stopped on shutdown."""
     if settings.database_url is None:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
-    store = SessionStore(settings.sessions_url)
+    store = SessionStore(settings.sessions_url, threads=settings.session_store_threads)
     await asyncio.to_thread(store.create_tables)
     stack.callback(store.close)
     registry = getattr(app.state, "registry", None)
