@@ -29,6 +29,7 @@ BENCHES = {
     "sources": "bench_sources.py",
     "responsiveness": "bench_responsiveness.py",
     "openai": "bench_openai.py",
+    "documents": "bench_documents.py",
     "tracing": "bench_tracing.py",
 }
 

@@ -26,11 +26,13 @@ from ragengine.errors import install_error_handlers
 from ragengine.metrics import install_middleware
 from ragengine.observability import requests as request_context
 from ragengine.observability.tracing import Tracing
+from ragengine.redact import install_log_filter
 from ragengine.settings import EngineSettings
 
 
 def create_app(settings: EngineSettings | None = None) -> FastAPI:
     settings = settings or EngineSettings()
+    install_log_filter()  # the HTTP client logs full URLs: the LLM's may hold credentials
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

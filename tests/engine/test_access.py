@@ -48,6 +48,7 @@ EXPECTED: dict[tuple[str, str], tuple[int | None, str, bool]] = {
     ("get", "/ready"): (NONE, "-", False),
     ("get", "/metrics"): (NONE, "-", False),
     ("post", "/index"): (WRITE, "body", True),
+    ("post", "/index/files"): (WRITE, "form", True),
     ("get", "/indexes"): (READ, "-", False),
     ("get", "/indexes/{index_name}/documents"): (READ, "path", False),
     ("post", "/indexes/{index_name}/documents"): (WRITE, "path", False),
@@ -128,7 +129,9 @@ def _call(base: str, method: str, path: str, scope: str, auth: str | None) -> ht
     named = re.sub(r"\{(?!index_name|vector_store_id)[^}]+\}", "x", path)  # a store's id is its index's name
     url = base + re.sub(r"\{(index_name|vector_store_id)\}", INDEX, named)
     headers = {"Authorization": auth} if auth else {}
-    body = {"json": _body(path, scope)} if method in ("post", "put", "patch") else {}
+    body: dict = {"json": _body(path, scope)} if method in ("post", "put", "patch") else {}
+    if scope == "form":  # multipart: the index is named by a form field
+        body = {"data": {"index_name": INDEX}, "files": {"files": ("runbook.txt", b"Restart the pump weekly.")}}
     return httpx.request(method.upper(), url, headers=headers, timeout=60, **body)
 
 

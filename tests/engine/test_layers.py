@@ -17,11 +17,12 @@ PACKAGE = Path(ragengine.__file__).parent
 
 # Lowest first. A unit is a module or package prefix; the longest prefix that matches a module wins.
 LAYERS: list[tuple[str, ...]] = [
-    ("ragengine", "ragengine.settings"),
+    ("ragengine", "ragengine.settings", "ragengine.redact"),
     ("ragengine.errors",),
     ("ragengine.metrics",),
     ("ragengine.observability",),  # traces, request ids, log lines: every layer above opens spans
     ("ragengine.protocol",),
+    ("ragengine.parsing",),  # the bounded parser (child processes with budgets)
     ("ragengine.access",),  # who may do what; the stores and sessions take its principals
     ("ragengine.rag.text", "ragengine.filetypes"),  # text primitives; files to documents
     ("ragengine.embedding", "ragengine.llm", "ragengine.sample"),

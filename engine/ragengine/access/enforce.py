@@ -108,6 +108,12 @@ async def index_named(request: Request, how: IndexFrom) -> str | None:
     if how is IndexFrom.body:
         value = await _json_field(request, "index_name")
         return value if isinstance(value, str) else None
+    if how is IndexFrom.form:
+        try:
+            value = (await request.form()).get("index_name")  # cached on the request, as the handler reads it
+        except Exception:
+            return None
+        return value if isinstance(value, str) else None
     if how is IndexFrom.chat:
         index, model = await _json_field(request, "index_name"), await _json_field(request, "model")
         return requested_index(index if isinstance(index, str) else None, model if isinstance(model, str) else None)

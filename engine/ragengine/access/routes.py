@@ -9,6 +9,7 @@ The enforcement (``access.enforce``) reads only this table: no route checks acce
 - ``none``: no index (reformulation, sessions and files, which belong to their creator: ``owned``);
 - ``path``: the ``{index_name}`` path parameter;
 - ``body``: the JSON body's ``index_name`` (absent means no index, e.g. a session without one);
+- ``form``: the multipart form's ``index_name`` (``POST /index/files``);
 - ``chat``: the chat request's ``index_name`` or its ``rag:<index>`` model alias;
 - ``list``: the route lists indexes; the handler shows only those the caller sees;
 - ``store``: the ``{vector_store_id}`` path parameter: a vector store's id is its index's name;
@@ -35,6 +36,7 @@ class IndexFrom(enum.Enum):
     none = "none"
     path = "path"
     body = "body"
+    form = "form"
     chat = "chat"
     list = "list"
     store = "store"
@@ -64,6 +66,7 @@ ROUTES: dict[tuple[str, str], Rule] = {
     ("GET", "/metrics"): OPEN,
     # KAITO-compatible index routes
     ("POST", "/index"): Rule(W, IndexFrom.body, creates=True),
+    ("POST", "/index/files"): Rule(W, IndexFrom.form, creates=True),
     ("GET", "/indexes"): Rule(R, IndexFrom.list),
     ("GET", "/indexes/{index_name}/documents"): Rule(R, IndexFrom.path),
     ("POST", "/indexes/{index_name}/documents"): Rule(W, IndexFrom.path),

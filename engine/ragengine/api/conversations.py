@@ -72,7 +72,7 @@ async def reformulate(body: ReformulateRequest, request: Request) -> dict:
 PURPOSES = ("assistants", "batch", "fine-tune", "vision", "user_data", "evals")
 
 
-@router.post("/v1/files", status_code=202, response_model=FileObject, responses=error_responses(404, 415, 500))
+@router.post("/v1/files", status_code=202, response_model=FileObject, responses=error_responses(404, 413, 415, 422, 500))
 async def upload_file(request: Request, file: UploadFile = File(...), session_id: str | None = Form(None),
                       purpose: Literal[PURPOSES] | None = Form(None),  # type: ignore[valid-type]
                       anchor: Literal["created_at"] | None = Form(None, alias="expires_after[anchor]"),
@@ -238,7 +238,7 @@ async def startup(app: FastAPI, settings: EngineSettings, stack: AsyncExitStack)
     """Session store (tables created), ingestion worker and TTL clean-up; all stopped on shutdown."""
     if settings.database_url is None:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
-    store = SessionStore(settings.sessions_url)
+    store = SessionStore(settings.sessions_url, threads=settings.session_store_threads)
     await asyncio.to_thread(store.create_tables)
     stack.callback(store.close)
     registry = getattr(app.state, "registry", None)

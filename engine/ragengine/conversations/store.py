@@ -1,6 +1,6 @@
 """The session store: sessions, threads, messages and uploaded files in SQL, behind async methods.
 
-A synchronous SQLAlchemy engine run in worker threads (``asyncio.to_thread``): the same code path for
+A synchronous SQLAlchemy engine run in the store's own bounded thread pool: the same code path for
 SQLite and PostgreSQL (psycopg 3), no async driver needed, and a slow database never blocks the
 event loop. Records leave the store as frozen dataclasses (``records.py``).
 
@@ -15,9 +15,12 @@ its parent thread's history up to and including that message, followed by its ow
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import itertools
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 from typing import Any, TypeVar
 
 from sqlalchemy import and_, create_engine, delete, event, func, or_, select, update
@@ -80,10 +83,13 @@ def make_engine(url: str) -> Engine:
 
 
 class SessionStore:
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, threads: int = 8) -> None:
         self.url = url
         self.engine = make_engine(url)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        # Its own bounded executor, not the loop's default one: six slow uploads once held every default
+        # thread and GET /v1/sessions waited 30 s behind them (issue 22).
+        self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="session-store")
 
     @property
     def dialect(self) -> str:
@@ -96,13 +102,15 @@ class SessionStore:
         upgrade(self.engine)
 
     def close(self) -> None:
+        self._executor.shutdown(wait=True)
         self.engine.dispose()
 
     async def _run(self, fn: Callable[[Session], T]) -> T:
         def work() -> T:
             with self._sessions.begin() as s:
                 return fn(s)
-        return await asyncio.to_thread(work)
+        context = contextvars.copy_context()  # as asyncio.to_thread does
+        return await asyncio.get_running_loop().run_in_executor(self._executor, context.run, work)
 
     # --- sessions ----------------------------------------------------------------------------------
     async def create_session(self, *, user_id: str | None = None, title: str | None = None,

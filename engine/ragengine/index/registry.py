@@ -257,13 +257,13 @@ class IndexRegistry:
         target = self.durability.copy_path(name, path)
         async with state.lock:
             await self.durability.persist(state, target)
-        return str(target)
+        return f"{disk.PERSIST}/{target.name}"
 
     async def load(self, name: str, path: str | None, overwrite: bool) -> str:
         disk.validate_name(name)
         source = self.durability.copy_path(name, path)
         if not source.exists():
-            raise NotFound(f"Path does not exist: {path or source}")
+            raise NotFound(f"Path does not exist: {disk.PERSIST}/{source.name}")
         if self.exists(name) and not overwrite:
             raise Conflict(f"Index '{name}' already exists. Use a different name or delete the existing index first.")
         state = await self.durability.read_copy(source, name)
@@ -274,7 +274,7 @@ class IndexRegistry:
                 raise Conflict(f"Index '{name}' already exists. Use a different name or delete the existing index first.")
             await self.durability.install(state)
             self._attach(state, on_disk=True)
-        return str(source)
+        return f"{disk.PERSIST}/{source.name}"
 
     # -- reads -------------------------------------------------------------------------------------
     async def list_documents(self, index_name: str, *, limit: int = 10, offset: int = 0, max_text_length: int | None = 1000,
