@@ -18,8 +18,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from datetime import datetime
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from typing import Any
 
 from ragengine.conversations.jobs import Claim, Jobs, make_jobs

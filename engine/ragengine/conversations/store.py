@@ -18,9 +18,8 @@ import asyncio
 import contextvars
 import itertools
 from collections.abc import Callable
-from datetime import datetime, timedelta
 from concurrent.futures import ThreadPoolExecutor
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from sqlalchemy import and_, create_engine, delete, event, func, or_, select, update
