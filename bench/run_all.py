@@ -29,6 +29,8 @@ BENCHES = {
     "versions": "bench_versions.py",
     "sources": "bench_sources.py",
     "responsiveness": "bench_responsiveness.py",
+    "openai": "bench_openai.py",
+    "documents": "bench_documents.py",
     "tracing": "bench_tracing.py",
 }
 

@@ -88,18 +88,30 @@ def serve(host, port, data_dir, embedding_model, embedding_url, llm_url, rerank_
     uvicorn.Server(config).run(sockets=[sock])
 
 
-def _collect(folder: Path, pattern: str) -> list[Path]:
+def _collect(folder: Path, pattern: str) -> tuple[list[Path], int]:
+    """The files to send, and how many matches were left out because a symbolic link leads out of
+    ``folder`` (an untrusted checkout's ``README.md -> ~/.ssh/id_rsa`` must not be indexed)."""
+    root = folder.resolve()
+
     def hidden(p: Path) -> bool:
         return any(part.startswith(".") for part in p.relative_to(folder).parts)
 
-    return sorted(p for p in folder.glob(pattern) if p.is_file() and not hidden(p))
+    files, outside = [], 0
+    for p in folder.glob(pattern):
+        if not p.is_file() or hidden(p):
+            continue
+        if p.resolve().is_relative_to(root):
+            files.append(p)
+        else:
+            outside += 1
+    return sorted(files), outside
 
 
 def _document(path: Path, folder: Path, code_aware: bool) -> dict | None:
     from ragengine.filetypes import Extracted, to_document
 
     try:
-        found = to_document(path.name, path.read_bytes(), code_aware=code_aware)
+        found = to_document(path.name, path.resolve().read_bytes(), code_aware=code_aware)
     except OSError:
         return None
     if not isinstance(found, Extracted):
@@ -124,7 +136,9 @@ def index_folder(folder: Path, index_name: str, url: str, pattern: str, batch_si
     import httpx
     from tqdm import tqdm
 
-    files = _collect(folder, pattern)
+    files, outside = _collect(folder, pattern)
+    if outside:
+        click.echo(f"skipping {outside} symbolic link(s) that lead out of {folder}", err=True)
     if not files:
         raise click.ClickException(f"no files match {pattern!r} under {folder}")
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}

@@ -137,6 +137,22 @@ ACCESS_RELOADS = Counter(
 )
 
 
+PRIVATE_LABELS = frozenset({"index"})  # label values that name a tenant's data
+
+
+class _PublicView:
+    """``REGISTRY`` without the series whose labels name an index, for ``/metrics`` without the key."""
+
+    def collect(self) -> Any:
+        for family in REGISTRY.collect():
+            family.samples = [s for s in family.samples if not PRIVATE_LABELS & s.labels.keys()]
+            yield family
+
+
+def public_view() -> Any:
+    return _PublicView()
+
+
 def route_template(scope: dict) -> str:
     """The matched route's path template (``/indexes/{index_name}``) so labels stay low-cardinality."""
     route = scope.get("route")

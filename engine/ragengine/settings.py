@@ -38,7 +38,8 @@ class EngineSettings(BaseSettings):
     data_dir: Path = Field(Path("data"), description="Where indexes, journals and sessions live.")
     api_key: str | None = Field(
         None, description="One admin key: when set, every request except /health, /ready and /metrics needs "
-        "'Authorization: Bearer <key>' (or another principal's credentials from access_file)."
+        "'Authorization: Bearer <key>' (or another principal's credentials from access_file); those three show "
+        "status only without an admin's key (no index names, counts or dependency URLs)."
     )
     access_file: Path | None = Field(
         None, description="YAML file of principals (keys with index patterns, roles and groups), re-read when it "
@@ -266,6 +267,24 @@ class EngineSettings(BaseSettings):
         description="Appended (after a blank line) to session answers below groundedness_threshold; empty = none.",
     )
     ingestion_workers: int = Field(2, ge=1, le=32, description="Uploaded files ingested in parallel.")
+    parse_workers: int = Field(
+        2, ge=1, le=64, description="Uploaded files parsed at the same time, each in a child process with the "
+        "parse_* budgets (the others wait; no other route does).")
+    parse_cpu_s: int = Field(
+        60, ge=1, le=3600, description="CPU seconds one file's parse may use (PDF and other costly formats run in "
+        "a child process under this RLIMIT_CPU); a file that needs more is refused with 422.")
+    parse_memory_mb: int = Field(
+        1024, ge=64, le=65536, description="Address space of a parse's child process, in MiB (RLIMIT_AS).")
+    parse_max_pages: int = Field(2000, ge=1, description="Pages (slides, sheets) one file may have.")
+    ocr_languages: str = Field(
+        "eng", pattern=r"^[A-Za-z_]{3,16}(\+[A-Za-z_]{3,16})*$",
+        description="Tesseract languages for scanned pages and images of uploads, '+'-joined (e.g. 'eng+deu'); "
+        "each needs its Debian package tesseract-ocr-<lang>. POST /index takes ocr_languages per request.")
+    ocr_max_pages: int = Field(100, ge=1, description="Scanned pages one file may have OCR'd.")
+    ocr_s: int = Field(300, ge=1, description="Seconds of OCR one file may take.")
+    session_store_threads: int = Field(
+        8, ge=1, le=64, description="Threads of the session store's own executor (sessions, files, messages): "
+        "bounded, and shared with nothing else, so uploads or indexing cannot starve it.")
     ingestion_lease_s: float = Field(
         30.0, ge=1.0, le=3600.0, description="With the sessions in PostgreSQL: how long a replica's claim on an "
         "ingestion job lasts without renewal (renewed every third of it); a job of a replica that died is "

@@ -7,11 +7,11 @@ import logging
 from contextlib import AsyncExitStack
 from typing import Any
 
-from fastapi import APIRouter, FastAPI, Query, Request, Response
+from fastapi import APIRouter, FastAPI, File, Form, Query, Request, Response, UploadFile
 
 from ragengine.access.decide import document_acl
 from ragengine.access.enforce import principal_of, visible_to
-from ragengine.errors import Unprocessable
+from ragengine.errors import BadRequest, PayloadTooLarge, Unprocessable
 from ragengine.metrics import EMBEDDING_BACKEND
 from ragengine.protocol.errors import error_responses
 from ragengine.protocol.indexes import (
@@ -43,6 +43,48 @@ async def index_documents(body: IndexRequest, request: Request) -> list[dict]:
     chunking = body.chunking.model_dump(exclude_none=True) if body.chunking else None
     docs = [d.model_dump(include={"text", "metadata", "doc_id"}) for d in body.documents]
     return await _registry(request).add_documents(body.index_name, docs, chunking)
+
+
+@router.post("/index/files", response_model=list[DocumentOut],
+             responses=error_responses(400, 409, 413, 415, 422, 500, 502, 504))
+async def index_files(request: Request, index_name: str = Form(...), files: list[UploadFile] = File(...),
+                      metadata: str | None = Form(None, description="JSON object added to every document."),
+                      chunking: str | None = Form(None, description="JSON: chunking for a NEW index, as /index."),
+                      ocr_languages: str | None = Form(None, description="Tesseract languages, '+'-joined "
+                                                       "(default: settings.ocr_languages).")) -> list[dict]:
+    """Files (PDF, DOCX, PPTX, XLSX, CSV, images, and every text format of ``/index``'s sources) read by
+    the bounded parser, one document per page, slide or sheet (``page`` / ``slide`` / ``sheet`` in its
+    metadata) or per file; a file over a budget, unreadable or of another type is a 4xx naming it, and
+    nothing is indexed."""
+    from ragengine.api.files import documents_of
+
+    extra = _json_form(metadata, "metadata")
+    options = _json_form(chunking, "chunking")
+    settings = request.app.state.settings
+    docs: list[dict] = []
+    for upload in files:
+        data = bytearray()
+        while block := await upload.read(1 << 20):
+            data += block
+            if len(data) > settings.max_upload_bytes:
+                raise PayloadTooLarge(f"{upload.filename!r} is larger than the upload limit of "
+                                      f"{settings.max_upload_bytes} bytes.")
+        docs += await documents_of(request.app, upload.filename or "file", bytes(data), extra, ocr_languages)
+    return await _registry(request).add_documents(index_name, docs, options)
+
+
+def _json_form(value: str | None, name: str) -> dict | None:
+    import json
+
+    if value is None or not value.strip():
+        return None
+    try:
+        parsed = json.loads(value)
+    except ValueError as exc:
+        raise BadRequest(f"{name} must be a JSON object: {exc}") from exc
+    if not isinstance(parsed, dict):
+        raise BadRequest(f"{name} must be a JSON object.")
+    return parsed
 
 
 @router.get("/indexes", response_model=list[str])
@@ -83,17 +125,21 @@ async def delete_index(index_name: str, request: Request) -> dict:
     return {"message": f"Successfully deleted index {index_name}."}
 
 
+PERSIST_PATH = ("One folder name under <data_dir>/persist/ (default: the index's name). An existing folder there "
+                "is replaced only when it holds an index snapshot (409 otherwise).")
+
+
 @router.post("/persist/{index_name}", response_model=MessageResponse, responses=error_responses(400, 404, 409, 500))
-async def persist_index(index_name: str, request: Request, path: str | None = Query(None)) -> dict:
+async def persist_index(index_name: str, request: Request, path: str | None = Query(None, description=PERSIST_PATH)) -> dict:
     where = await _registry(request).persist(index_name, path)
-    return {"message": f"Successfully persisted index {index_name} to {path or where}."}
+    return {"message": f"Successfully persisted index {index_name} to {where}."}
 
 
 @router.post("/load/{index_name}", response_model=MessageResponse, responses=error_responses(400, 404, 409, 500))
-async def load_index(index_name: str, request: Request, path: str | None = Query(None),
+async def load_index(index_name: str, request: Request, path: str | None = Query(None, description=PERSIST_PATH),
                      overwrite: bool = Query(False)) -> dict:
     where = await _registry(request).load(index_name, path, overwrite)
-    return {"message": f"Successfully loaded index {index_name} from {path or where}."}
+    return {"message": f"Successfully loaded index {index_name} from {where}."}
 
 
 @router.post("/retrieve", response_model=RetrieveResponse, responses=error_responses(404, 409, 502, 504))

@@ -4,7 +4,11 @@ last saw of its LLM), ``GET /ready`` (readiness: can the engine serve what it se
 
 The LLM is not part of readiness: without it the engine still serves retrieval, the document API and
 extractive answers, so a vLLM that restarts, downloads its model or is scaled to zero must not take the
-engine's endpoints away (ragengine/llm/availability.py). /ready reports it beside the checks."""
+engine's endpoints away (ragengine/llm/availability.py). /ready reports it beside the checks.
+
+They are open without credentials (probes and scrapers); without an admin's key they show status
+only (``_keyed``): no index names or counts, no dependency URLs or error texts, no per-index series.
+URLs in any message have their credentials masked (``redact_text``)."""
 
 from __future__ import annotations
 
@@ -17,11 +21,24 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from ragengine import metrics
+from ragengine.access.rules import Role
+from ragengine.redact import redact_text
 from ragengine.settings import EngineSettings
 
 READY_TIMEOUT_S = 2.0  # a readiness probe runs every few seconds: a dependency that slow counts as down
 
 router = APIRouter(tags=["ops"])
+
+
+def _keyed(request: Request) -> bool:
+    """The caller may see details: access control is off, or it sent an admin's key (a key from the
+    keyring only: a probe never waits on a TokenReview; a reader limited to some indexes sees no names)."""
+    keyring = request.app.state.access.keyring()
+    if not keyring.enabled:
+        return True
+    header = request.headers.get("authorization") or ""
+    principal = keyring.authenticate(header[len("Bearer "):].strip()) if header.startswith("Bearer ") else None
+    return principal is not None and principal.role is Role.admin
 
 
 @router.get("/health")
@@ -35,10 +52,19 @@ async def health(request: Request) -> dict:
     corrupt = status["corrupt"]
     problems = [f"index '{n}' not loaded: {why}" for n, why in corrupt.items()]
     if status.get("store_error"):
+        status["store_error"] = redact_text(str(status["store_error"]))
         problems.append(f"vector store unavailable: {status['store_error']}")
+    state = "Degraded" if problems else "Healthy"
     # "embedding": the registry's models (target, loaded) and the backend in use, side by side
     embedding = {**(status.get("embedding") or {}), **_embedding_report(request).get("embedding", {})}
-    return {"status": "Degraded" if problems else "Healthy", "detail": "; ".join(problems) or None, **status,
+    if not _keyed(request):  # counts of problems, no names (send the key for those)
+        public = [f"{len(corrupt)} index(es) not loaded"] if corrupt else []
+        public += ["vector store unavailable"] if status.get("store_error") else []
+        # the indexes' versions and the models stay: the operator reads them (status.indexes, Reindexing)
+        # without holding the tenant's key; the engine's NetworkPolicy admits only its namespace and the operator
+        return {"status": state, "detail": "; ".join(public) or None, "indexes": status.get("indexes"),
+                **({"embedding": embedding} if embedding else {}), **_llm_report(request)}
+    return {"status": state, "detail": "; ".join(problems) or None, **status,
             **({"embedding": embedding} if embedding else {}), **_llm_report(request)}
 
 
@@ -49,7 +75,7 @@ def _embedding_report(request: Request) -> dict[str, Any]:
     if embedder is None:
         return {}
     note = getattr(embedder, "backend_note", None)
-    if note and request.app.state.settings.api_key:
+    if note and not _keyed(request):
         note = "a slow embedding backend runs: the engine's log says why and how to fix it"
     return {"embedding": {"backend": embedder.backend.name, "note": note}}
 
@@ -60,8 +86,8 @@ def _llm_report(request: Request) -> dict[str, Any]:
     llm = getattr(request.app.state, "llm", None)
     if llm is None:
         return {}
-    settings: EngineSettings = request.app.state.settings
-    return {"llm": llm.availability.to_dict(reasons=not settings.api_key)}
+    report = llm.availability.to_dict(reasons=_keyed(request))
+    return {"llm": {k: redact_text(v) if isinstance(v, str) else v for k, v in report.items()}}
 
 
 async def _check_llm(settings: EngineSettings) -> str | None:
@@ -136,6 +162,10 @@ async def ready(request: Request) -> Any:
     *found, _ = await asyncio.gather(_check_embeddings(request, settings), _check_store(request),
                                      _observe_llm(request, settings))
     results = dict(zip(names, found, strict=True))
+    results = {name: None if why is None else redact_text(why) for name, why in results.items()}
+    if not _keyed(request):  # which check fails, not why (the reasons name internal URLs)
+        results = {name: None if why is None else f"{name} failing (send the API key for the reason)"
+                   for name, why in results.items()}
     report = {name: ("ok" if why is None else why) for name, why in results.items()}
     failing = [why for why in results.values() if why is not None]
     body = {"ready": not failing, "checks": report, **_llm_report(request)}
@@ -145,5 +175,7 @@ async def ready(request: Request) -> Any:
 
 
 @router.get("/metrics", response_class=PlainTextResponse, responses={200: {"description": "Prometheus text format."}})
-async def prometheus_metrics() -> Response:
-    return Response(generate_latest(metrics.REGISTRY), media_type=CONTENT_TYPE_LATEST)
+async def prometheus_metrics(request: Request) -> Response:
+    """Per-index series (``index`` label: the names) only with the API key, when one is set."""
+    registry = metrics.REGISTRY if _keyed(request) else metrics.public_view()
+    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

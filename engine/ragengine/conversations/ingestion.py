@@ -1,13 +1,16 @@
 """Background ingestion of uploaded files: ``uploaded`` → ``processing`` → ``completed`` | ``failed``.
 
-Uploads are parsed when accepted (the extracted text is stored at once, so a file is usable inline
-from that moment, even while it waits in the queue) and handed to the job queue (``jobs.py``: the
-data volume and an in-process queue on SQLite; the database, shared by every replica, on
-PostgreSQL). ``settings.ingestion_workers`` workers (2 by default, so one large file does not starve
-the rest) take jobs and add the parts to the conversation index in batches, updating ``progress``
-after each. Any error ends the file as ``failed`` with the reason; nothing is left ``processing``: a
-job interrupted by a crash is taken again (on restart, or by another replica once its lease runs
-out), and a re-run first deletes the file's earlier documents (document ids are deterministic).
+Uploads are parsed once, when accepted, in ``settings.parse_workers`` threads of their own, each
+waiting on a bounded child process for a PDF (``ragengine.parsing``): a file over a budget is a 422
+and is not stored; an unreadable one is recorded and ends ``failed`` with the reason. The extracted
+text is stored at once (so a file is usable inline from that moment, even while it waits in the
+queue) and its parts are handed to the job queue (``jobs.py``: the data volume and an in-process
+queue on SQLite; the database, shared by every replica, on PostgreSQL).
+``settings.ingestion_workers`` workers (2 by default, so one large file does not starve the rest)
+take jobs and add the parts to the conversation index in batches, updating ``progress`` after each.
+Any error ends the file as ``failed`` with the reason; nothing is left ``processing``: a job
+interrupted by a crash is taken again (on restart, or by another replica once its lease runs out),
+and a re-run first deletes the file's earlier documents (document ids are deterministic).
 """
 
 from __future__ import annotations
@@ -15,14 +18,34 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from typing import Any
 
 from ragengine.conversations.jobs import Claim, Jobs, make_jobs
 from ragengine.conversations.store import FileInfo, LeaseLost, SessionStore
-from ragengine.conversations.uploads import CANONICAL, ParseError, Part, detect_kind, extract
+from ragengine.conversations.uploads import (
+    CANONICAL,
+    ParseError,
+    Part,
+    decode_job,
+    detect_kind,
+    encode_job,
+    extract,
+)
 from ragengine.errors import EngineError, NotFound, PayloadTooLarge
 from ragengine.metrics import FILES_ACCEPTED, FILES_INGESTED, INGESTION_RUNNING
 from ragengine.observability import tracing
+from ragengine.parsing.limits import ParseLimits
+
+
+def parse_limits(settings: Any, **overrides: Any) -> ParseLimits:
+    """The bounded parser's budgets and OCR options from the engine's settings."""
+    return ParseLimits(**{"cpu_s": settings.parse_cpu_s, "memory_mb": settings.parse_memory_mb,
+                          "max_pages": settings.parse_max_pages, "max_chars": settings.max_document_chars,
+                          "ocr_languages": settings.ocr_languages, "ocr_max_pages": settings.ocr_max_pages,
+                          "ocr_s": settings.ocr_s, **overrides})
+
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +65,9 @@ class IngestionWorker:
         self.settings = settings
         self.index_name = settings.conversation_index
         self.jobs = jobs if jobs is not None else make_jobs(store, settings)
+        self.limits = parse_limits(settings)
+        # Parses wait here, not in the loop's default executor that other routes use.
+        self.parsers = ThreadPoolExecutor(max_workers=settings.parse_workers, thread_name_prefix="upload-parse")
         self.tracing = tracing_ or tracing.Tracing.off()
         self._tasks: list[asyncio.Task] = []
         self._busy = 0
@@ -60,6 +86,11 @@ class IngestionWorker:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        self.parsers.shutdown(wait=False, cancel_futures=True)
+
+    async def parse(self, data: bytes, kind: str) -> tuple[str, list[Part]]:
+        """``extract`` in the parse pool (ParseError: unreadable; Unprocessable: over a budget)."""
+        return await asyncio.get_running_loop().run_in_executor(self.parsers, extract, data, kind, self.limits)
 
     async def idle(self, timeout_s: float = 60.0) -> None:
         """Wait until no job is left (tests and benchmarks; shared queue: on any replica)."""
@@ -67,20 +98,22 @@ class IngestionWorker:
             while self._busy or await self.jobs.pending():
                 await asyncio.sleep(0.02)
 
-    async def accept(self, filename: str, content_type: str | None, data: bytes, *,
-                     principal: str | None = None) -> FileInfo:
-        """Validate (413, 415), store the bytes, record the file as ``uploaded`` and queue it."""
+    async def accept(self, filename: str, content_type: str | None, data: bytes, *, principal: str | None = None,
+                     purpose: str | None = None, expires_at: datetime | None = None) -> FileInfo:
+        """Validate (413, 415), parse once (422 over a budget), record the file as ``uploaded`` and queue its
+        parts. A file whose text cannot be read is recorded ``failed`` with the reason at once, as OpenAI's
+        Files API does: no job could do better."""
         if len(data) > self.settings.max_upload_bytes:
             raise PayloadTooLarge(f"The file is {len(data)} bytes; the limit is {self.settings.max_upload_bytes}.")
         kind = detect_kind(data, filename, content_type)
         try:  # now, not in the queue: the text goes inline until the file is searchable
-            text, _ = await asyncio.to_thread(extract, data, kind)
-        except ParseError:
-            text = None  # the worker records the reason (the file ends "failed")
-        if text is not None and len(text) > self.settings.max_document_chars:
-            text = None
+            text, parts = await self.parse(data, kind)
+            payload = encode_job(parts)
+        except ParseError as exc:
+            return await self._refused(filename, kind, data, str(exc), principal, purpose, expires_at)
         info = await self.jobs.submit(filename=filename or "upload", content_type=CANONICAL[kind], text=text,
-                                      data=data, principal=principal)
+                                      data=payload, size_bytes=len(data), principal=principal, purpose=purpose,
+                                      expires_at=expires_at)
         FILES_ACCEPTED.inc()
         if self.tracing.enabled:
             from opentelemetry import context
@@ -90,6 +123,14 @@ class IngestionWorker:
                 self._origins.pop(next(iter(self._origins)))
             tracing.annotate(file_id=info.id, file_kind=kind, bytes=len(data))
         return info
+
+    async def _refused(self, filename: str, kind: str, data: bytes, reason: str, principal: str | None,
+                       purpose: str | None, expires_at: datetime | None) -> FileInfo:
+        log.warning("file %r failed: %s", filename, reason)
+        FILES_INGESTED.labels("failed").inc()
+        return await self.store.create_file(filename=filename or "upload", content_type=CANONICAL[kind],
+                                            size_bytes=len(data), failed=reason, principal=principal, purpose=purpose,
+                                            expires_at=expires_at)
 
     async def delete(self, file_id: str) -> None:
         self._origins.pop(file_id, None)
@@ -186,14 +227,17 @@ class IngestionWorker:
         data = await self.jobs.data(claim)
         if data is None:
             raise ParseError("the uploaded bytes are missing (the data directory was cleared?)")
-        kind = {v: k for k, v in CANONICAL.items()}.get(info.content_type, "text")
-        with tracing.stage("parse", file_kind=kind, bytes=len(data)) as span:
-            text, parts = await asyncio.to_thread(extract, data, kind)
-            tracing.annotate(span, parts=len(parts), chars=len(text))
-        max_chars = self.settings.max_document_chars
-        if len(text) > max_chars:
-            raise ParseError(f"the extracted text has {len(text)} characters; the limit is {max_chars}")
-        await self.store.update_file(info.id, owner=owner, text=text, progress=PARSE_SHARE)
+        parts = decode_job(data)  # parsed when accepted
+        if parts is None:  # raw bytes queued by an engine from before parse-once: parse them now
+            kind = {v: k for k, v in CANONICAL.items()}.get(info.content_type, "text")
+            with tracing.stage("parse", file_kind=kind, bytes=len(data)) as span:
+                try:
+                    text, parts = await self.parse(data, kind)
+                except EngineError as exc:  # over a budget
+                    raise ParseError(exc.message) from exc
+                tracing.annotate(span, parts=len(parts), chars=len(text))
+            await self.store.update_file(info.id, owner=owner, text=text)
+        await self.store.update_file(info.id, owner=owner, progress=PARSE_SHARE)
         ours = [self.doc_id(info.id, i) for i in range(len(parts))]
         await self._drop_documents(info.id, list(dict.fromkeys(ours + list(info.doc_ids))))
         done_ids: list[str] = []

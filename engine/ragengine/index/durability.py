@@ -15,10 +15,10 @@ from urllib.parse import unquote
 import numpy as np
 
 from ragengine import metrics
-from ragengine.errors import BadRequest, EngineError
+from ragengine.errors import BadRequest, Conflict, EngineError
 from ragengine.index import disk
 from ragengine.index.journal import Journal
-from ragengine.index.snapshot import SnapshotError, read_snapshot, write_snapshot
+from ragengine.index.snapshot import SnapshotError, read_manifest, read_snapshot, write_snapshot
 from ragengine.index.state import IndexState
 
 log = logging.getLogger(__name__)
@@ -145,11 +145,24 @@ class Durability:
 
     # -- /persist and /load ------------------------------------------------------------------------
     def copy_path(self, name: str, path: str | None) -> Path:
-        """Where ``/persist`` writes and ``/load`` reads: a folder under ``data_dir`` (outside the live indexes)."""
-        return disk.safe_path(self.data_dir, path or f"persist/{disk.dir_name(name)}")
+        """Where ``/persist`` writes and ``/load`` reads: ``<data_dir>/persist/<path>``, ``path`` one folder
+        name (default: the index's folder name)."""
+        return disk.persist_path(self.data_dir, path or disk.dir_name(name))
 
     async def persist(self, state: IndexState, target: Path) -> None:
-        await asyncio.to_thread(write_snapshot, state, target)
+        def write() -> None:
+            if target.exists() or target.is_symlink():  # only an earlier copy may be replaced
+                try:
+                    if not target.is_dir():
+                        raise SnapshotError("not a folder")
+                    read_manifest(target)
+                except SnapshotError as exc:
+                    raise Conflict(f"{target.name} exists under {disk.PERSIST}/ and is not an index snapshot "
+                                   f"({exc}); it is left as it is: choose another path") from exc
+            target.parent.mkdir(parents=True, exist_ok=True)
+            write_snapshot(state, target)
+
+        await asyncio.to_thread(write)
 
     async def read_copy(self, source: Path, name: str) -> IndexState:
         try:

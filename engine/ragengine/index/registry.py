@@ -41,7 +41,7 @@ from ragengine.index.documents import (
 from ragengine.index.durability import Durability
 from ragengine.index.search import search_index
 from ragengine.index.state import IndexState
-from ragengine.index.types import RetrievedNode
+from ragengine.index.types import ChunkingConfig, RetrievedNode
 from ragengine.observability import tracing
 from ragengine.retrieval import filters as flt
 
@@ -76,6 +76,11 @@ class IndexRegistry:
 
     def names(self) -> list[str]:
         return sorted(self._indexes)
+
+    async def chunking(self, name: str) -> ChunkingConfig | None:
+        """How an index splits documents; None when there is no such index."""
+        state = self._indexes.get(name)
+        return state.config if state is not None else None
 
     async def list_names(self) -> list[str]:
         return self.names()
@@ -283,13 +288,13 @@ class IndexRegistry:
         target = self.durability.copy_path(name, path)
         async with state.lock:
             await self.durability.persist(state, target)
-        return str(target)
+        return f"{disk.PERSIST}/{target.name}"
 
     async def load(self, name: str, path: str | None, overwrite: bool) -> str:
         disk.validate_physical(name)
         source = self.durability.copy_path(name, path)
         if not source.exists():
-            raise NotFound(f"Path does not exist: {path or source}")
+            raise NotFound(f"Path does not exist: {disk.PERSIST}/{source.name}")
         if self.exists(name) and not overwrite:
             raise Conflict(f"Index '{name}' already exists. Use a different name or delete the existing index first.")
         state = await self.durability.read_copy(source, name)
@@ -300,7 +305,7 @@ class IndexRegistry:
                 raise Conflict(f"Index '{name}' already exists. Use a different name or delete the existing index first.")
             await self.durability.install(state)
             self._attach(state, on_disk=True)
-        return str(source)
+        return f"{disk.PERSIST}/{source.name}"
 
     # -- reads -------------------------------------------------------------------------------------
     async def list_documents(self, index_name: str, *, limit: int = 10, offset: int = 0, max_text_length: int | None = 1000,

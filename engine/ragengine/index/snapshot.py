@@ -90,6 +90,8 @@ def read_manifest(path: Path) -> dict:
         manifest = json.loads((Path(path) / "manifest.json").read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
         raise SnapshotError(f"{path}: no manifest.json (not a snapshot, or an unfinished one)") from exc
+    except OSError as exc:  # a file where a folder should be, permissions
+        raise SnapshotError(f"{path}: manifest.json unreadable ({exc.strerror or exc})") from exc
     except ValueError as exc:
         raise SnapshotError(f"{path}: manifest.json is not valid JSON") from exc
     if manifest.get("format") != FORMAT or manifest.get("version") != VERSION:

@@ -35,6 +35,7 @@ from ragengine.llm.availability import LLMAvailability
 from ragengine.llm.tokens import TokenCounter, estimate_tokens, message_text
 from ragengine.metrics import LLM_FALLBACKS, LLM_REQUESTS
 from ragengine.observability import tracing
+from ragengine.redact import redact_text, redact_url
 from ragengine.settings import EngineSettings
 
 log = logging.getLogger(__name__)
@@ -52,7 +53,7 @@ class LLMUnavailable(UpstreamError):
 @dataclass
 class LLMResult:
     body: dict[str, Any]
-    endpoint: str
+    endpoint: str  # the base URL that answered, credentials masked (shown in responses and logs)
     elapsed_s: float
 
 
@@ -119,7 +120,7 @@ class LLMStream:
             failure = LLMUnavailable(f"LLM at {self.endpoint} stopped sending (read timeout).", status_code=504)
             raise failure from None
         except httpx.HTTPError as exc:
-            failure = LLMUnavailable(f"LLM stream from {self.endpoint} broke: {exc!r}")
+            failure = LLMUnavailable(f"LLM stream from {self.endpoint} broke: {redact_text(repr(exc))}")
             raise failure from exc
         except Exception as exc:
             failure = exc
@@ -212,7 +213,7 @@ class LLMClient:
                 resp.raise_for_status()
                 data = resp.json().get("data") or []
             except (httpx.HTTPError, ValueError, AttributeError) as exc:
-                log.warning("model discovery at %s failed: %s", endpoint, exc)
+                log.warning("model discovery at %s failed: %s", redact_url(endpoint), redact_text(str(exc)))
                 continue
             self._models[endpoint] = [m for m in data if isinstance(m, dict) and m.get("id")]
             return self._models[endpoint]
@@ -289,6 +290,7 @@ class LLMClient:
         timed_out = False
         attempts = 0
         for endpoint in self._ordered():
+            shown = redact_url(endpoint)  # what messages, logs and results name: no credentials
             for attempt in range(self.settings.llm_retries + 1):
                 started = time.perf_counter()
                 attempts += 1
@@ -296,32 +298,32 @@ class LLMClient:
                 try:
                     response = await self._http.send(request, stream=stream)
                 except httpx.ConnectError as exc:
-                    LLM_REQUESTS.labels(endpoint, "connect_error").inc()
-                    failure, timed_out = f"{endpoint}: cannot connect ({exc.__class__.__name__})", False
+                    LLM_REQUESTS.labels(shown, "connect_error").inc()
+                    failure, timed_out = f"{shown}: cannot connect ({exc.__class__.__name__})", False
                     if attempt < self.settings.llm_retries:
                         await asyncio.sleep(0.05 * 2**attempt)
                         continue
                 except httpx.TimeoutException as exc:
-                    LLM_REQUESTS.labels(endpoint, "timeout").inc()
-                    failure, timed_out = f"{endpoint}: timed out ({exc.__class__.__name__})", True
+                    LLM_REQUESTS.labels(shown, "timeout").inc()
+                    failure, timed_out = f"{shown}: timed out ({exc.__class__.__name__})", True
                 except httpx.HTTPError as exc:
-                    LLM_REQUESTS.labels(endpoint, "error").inc()
-                    failure, timed_out = f"{endpoint}: {exc!r}", False
+                    LLM_REQUESTS.labels(shown, "error").inc()
+                    failure, timed_out = f"{shown}: {redact_text(repr(exc))}", False
                 else:
-                    LLM_REQUESTS.labels(endpoint, f"{response.status_code // 100}xx").inc()
+                    LLM_REQUESTS.labels(shown, f"{response.status_code // 100}xx").inc()
                     if response.status_code < 400:
                         self._down_until.pop(endpoint, None)
                         self.availability.ok()
                         if failures:  # an endpoint further down the chain answered
                             LLM_FALLBACKS.labels("next_endpoint").inc()
-                        tracing.annotate(**{"llm.endpoint": endpoint, "llm.attempts": attempts,
+                        tracing.annotate(**{"llm.endpoint": shown, "llm.attempts": attempts,
                                             "llm.fallback": bool(failures), "llm.failures": len(failures) or None})
-                        return response, endpoint, started
+                        return response, shown, started
                     if stream:
                         await response.aread()
                         await response.aclose()
                     message = _message_of(response)
-                    failure = f"{endpoint}: HTTP {response.status_code}: {message}"
+                    failure = f"{shown}: HTTP {response.status_code}: {message}"
                     timed_out = response.status_code == 504
                     if response.status_code < 500:
                         # A 4xx moves on along the chain too (another endpoint may hold a valid key, have

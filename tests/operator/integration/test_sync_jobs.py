@@ -32,10 +32,9 @@ def job_operator(kube, bare_namespace, tmp_path):
            "RAGENGINE_OPERATOR_LIVENESS_PORT": "0", "RAGENGINE_OPERATOR_SYNC_MODE": "job",
            "RAGENGINE_OPERATOR_SYNC_IMAGE": "registry.local/ragengine-operator:test",
            "RAGENGINE_OPERATOR_SYNC_MEMORY": "512Mi", "RAGENGINE_OPERATOR_SYNC_CPU": "250m",
-           "RAGENGINE_OPERATOR_SYNC_DEADLINE_SECONDS": "600", "RAGENGINE_OPERATOR_SYNC_NODE_SELECTOR": NOWHERE,
-           # the sync pods stay Pending until the test plays the kubelet: each of the test's three sources
-           # needs its own worker (2 per namespace by default would leave the third waiting for them)
-           "RAGENGINE_OPERATOR_SOURCE_WORKERS_PER_NAMESPACE": "3"}
+           "RAGENGINE_OPERATOR_SYNC_DEADLINE_SECONDS": "600", "RAGENGINE_OPERATOR_SYNC_NODE_SELECTOR": NOWHERE}
+    # (the two sync Jobs stay Pending until the test plays the kubelet, holding both of the namespace's workers
+    # by default: the refused source needs none, so it is reported all the same)
     env.pop("RAGENGINE_OPERATOR_ENGINE_URL", None)  # the Jobs call the engine's Service
     log = tmp_path / "operator.log"
     proc = subprocess.Popen([str(Path(sys.executable).with_name("ragengine-operator")), "--namespace", bare_namespace],
