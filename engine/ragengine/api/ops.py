@@ -110,9 +110,12 @@ async def _check_llm(settings: EngineSettings) -> str | None:
 
 
 async def _check_embeddings(request: Request, settings: EngineSettings) -> str | None:
-    # The target model's URL (the embedding file's, when the operator renders one), else the settings'.
-    target = getattr(getattr(getattr(request.app.state, "registry", None), "embedders", None), "target", None)
-    url = target.url if target is not None else settings.embedding_url
+    # The embedding file's target URL when the operator renders one (a generation), else the settings' as
+    # they are now (they may change at runtime).
+    registry = getattr(request.app.state, "registry", None)
+    target = getattr(getattr(registry, "embedders", None), "target", None)
+    by_file = target is not None and getattr(registry, "generation", None) is not None
+    url = target.url if by_file else settings.embedding_url
     if url:
         base = url.rstrip("/")
         try:

@@ -471,6 +471,13 @@ class VersionedRegistry:
         SERVED.set((live.version, live.model))
         return live
 
+    async def chunking(self, name: str) -> Any:
+        """How the index's live version splits documents; None when there is no such index."""
+        book = await self._fresh(name) if self.shared else self._books.get(name)
+        if book is None:
+            return None
+        return await self.inner.chunking(book.live_version.physical)
+
     async def list_documents(self, index_name: str, **kwargs: Any) -> dict:
         live = await self._live(index_name)
         return await self.inner.list_documents(live.physical, **kwargs)
