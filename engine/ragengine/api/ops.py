@@ -114,8 +114,8 @@ async def _check_embeddings(request: Request, settings: EngineSettings) -> str |
     # they are now (they may change at runtime).
     registry = getattr(request.app.state, "registry", None)
     target = getattr(getattr(registry, "embedders", None), "target", None)
-    by_file = target is not None and getattr(registry, "generation", None) is not None
-    url = target.url if by_file else settings.embedding_url
+    by_file = getattr(registry, "generation", None) is not None
+    url = target.url if target is not None and by_file else settings.embedding_url
     if url:
         base = url.rstrip("/")
         try:
