@@ -27,6 +27,7 @@ BENCHES = {
     "stores": "bench_stores.py",
     "sources": "bench_sources.py",
     "responsiveness": "bench_responsiveness.py",
+    "documents": "bench_documents.py",
 }
 
 
