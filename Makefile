@@ -17,7 +17,11 @@ export TRANSFORMERS_OFFLINE := 1
 export HF_HUB_DISABLE_TELEMETRY := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: help install run lint test test-engine test-operator bench fuzz eval crds crds-check cluster-up cluster-down clean
+IMAGE_REGISTRY ?= localhost
+IMAGE_TAG ?= dev
+export IMAGE_REGISTRY IMAGE_TAG
+
+.PHONY: help install run lint test test-engine test-operator test-node bench fuzz eval crds crds-check cluster-up cluster-down images push clean
 
 help:
 	@echo "make install   create $(VENV) and install the project, its test tools and the local LLM"
@@ -28,6 +32,8 @@ help:
 	@echo "make fuzz      fuzz the engine's API with Schemathesis, random seed (FUZZ_ARGS='--seed N' repeats one)"
 	@echo "make eval      retrieval quality (MRR/Recall/nDCG@10) on three registry-installed sets (docs/retrieval.md)"
 	@echo "make crds      regenerate crds/ and the chart's CRD from the typed spec"
+	@echo "make images    build the engine and operator images with podman (IMAGE_REGISTRY, IMAGE_TAG; docs/images.md)"
+	@echo "make push      push them to IMAGE_REGISTRY"
 
 install: $(VENV)/.installed
 
@@ -54,10 +60,17 @@ lint: install
 cluster-up:
 	bash hack/cluster.sh up
 
+images:
+	bash hack/images.sh build
+
+push:
+	bash hack/images.sh push
+
 cluster-down:
 	bash hack/cluster.sh down
 
-test: install cluster-up
+# The images first: the local cluster's real node imports them when it starts.
+test: install images cluster-up
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-engine: install
@@ -65,6 +78,10 @@ test-engine: install
 
 test-operator: install cluster-up
 	$(PY) -m pytest tests/operator $(PYTEST_ARGS)
+
+# The images and the real node: containers as the operator renders them, the chart's operator on a kubelet.
+test-node: install images cluster-up
+	$(PY) -m pytest tests/images tests/node $(PYTEST_ARGS)
 
 bench: install cluster-up
 	$(PY) bench/run_all.py $(BENCH_ARGS)

@@ -24,10 +24,12 @@ BENCHES = {
     "chat": "bench_chat.py",
     "conversations": "bench_conversations.py",
     "operator": "bench_operator.py",
+    "failure_report": "bench_failure_report.py",
     "stores": "bench_stores.py",
     "sources": "bench_sources.py",
     "responsiveness": "bench_responsiveness.py",
     "documents": "bench_documents.py",
+    "tracing": "bench_tracing.py",
 }
 
 

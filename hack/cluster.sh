@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
-# A local Kubernetes control plane for the operator's tests and benchmarks:
-# etcd + kube-apiserver + kube-controller-manager + kube-scheduler + kwok (fake nodes, some with
-# nvidia.com/gpu), on loopback, built once from Go modules (hack/control-plane/build.sh) together
-# with the kubectl of the same release. The API server admits like a hardened cluster:
-# ServiceAccount, PodSecurity and OwnerReferencesPermissionEnforcement are on.
+# A local Kubernetes cluster for the operator's tests and benchmarks: etcd + kube-apiserver +
+# kube-controller-manager + kube-scheduler + kwok (fake nodes, some with nvidia.com/gpu), and one REAL
+# node (containerd + kubelet on this machine, hack/node.sh) where the end-to-end tests run containers.
+# Built once from Go modules (hack/control-plane/build.sh) together with the kubectl of the same
+# release. The API server admits like a hardened cluster: ServiceAccount, PodSecurity and
+# OwnerReferencesPermissionEnforcement are on. docs/local-control-plane.md explains it all.
 #
-#   hack/cluster.sh build   build the binaries into the cache (once; progress on stderr)
-#   hack/cluster.sh up      build if needed, start everything, write .cluster/kubeconfig (idempotent)
-#   hack/cluster.sh down    stop every component by its recorded PID and wipe etcd's data
-#   hack/cluster.sh env     print `export KUBECONFIG=...` and PATH (for eval)
-#   hack/cluster.sh status  show which components run
+#   hack/cluster.sh build        build the binaries into the cache (once; progress on stderr)
+#   hack/cluster.sh up           build if needed, start everything, write .cluster/kubeconfig (idempotent)
+#   hack/cluster.sh down         stop every component by its recorded PID, wipe etcd's data, tear the node down
+#   hack/cluster.sh env          print `export KUBECONFIG=...` and PATH (for eval)
+#   hack/cluster.sh status       show which components run, and the real node
+#   hack/cluster.sh load-images  re-import the images `make images` built into the real node
+#
+# RAGENGINE_REAL_NODE=0 starts no real node (a second cluster on the same machine, or a machine that
+# cannot run one: `up` says why in one line and goes on without it; the tests that need it then fail).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 STATE=${RAGENGINE_CLUSTER_DIR:-$ROOT/.cluster}
@@ -21,6 +26,9 @@ KWOK_PORT=${KWOK_PORT:-16280}
 COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
 . "$ROOT/hack/control-plane/versions.env"
 BIN=${K8S_BIN_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/ragengine/k8s-bin/$BIN_KEY}
+
+NODE_IP=$(ip -4 route get 1 2>/dev/null | sed -n 's/.* src \([0-9.]*\).*/\1/p' | head -1)
+NODE_IP=${NODE_IP:-127.0.0.1}
 
 log() { echo "[cluster] $*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -64,22 +72,41 @@ api_ready() {
 }
 
 pki() {
-  [[ -f $PKI/apiserver.crt && -f $STATE/token ]] && return
-  log "creating PKI and an admin token in $PKI"
-  mkdir -p "$PKI"
+  if [[ ! -f $PKI/ca.crt || ! -f $STATE/token ]]; then
+    log "creating PKI and an admin token in $PKI"
+    mkdir -p "$PKI"
+    (
+      cd "$PKI"
+      openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=ragengine-local-ca" \
+        -keyout ca.key -out ca.crt 2>/dev/null
+      openssl genrsa -out sa.key 2048 2>/dev/null && openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
+    )
+    openssl rand -hex 24 > "$STATE/token"
+    # token,user,uid,groups: the admin is in system:masters (a local test cluster).
+    echo "$(cat "$STATE/token"),admin,admin,system:masters" > "$PKI/tokens.csv"
+  fi
+  # The API server's client certificate for kubelets (logs, exec, port-forward): a kubelet's API
+  # authenticates it by the cluster CA and authorizes it through RBAC (system:masters).
+  [[ -f $PKI/kubelet-client.crt ]] || (
+    cd "$PKI"
+    openssl req -newkey rsa:2048 -nodes -subj "/O=system:masters/CN=kube-apiserver-kubelet-client" \
+      -keyout kubelet-client.key -out kubelet-client.csr 2>/dev/null
+    printf 'extendedKeyUsage=clientAuth\nbasicConstraints=CA:FALSE\n' > client.ext
+    openssl x509 -req -in kubelet-client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 \
+      -extfile client.ext -out kubelet-client.crt 2>/dev/null
+  )
+  # The serving certificate names the machine's address too (pods reach the API server there), and is
+  # made again when that address changed.
+  local sans="IP:127.0.0.1,IP:$NODE_IP,DNS:localhost,IP:10.96.0.1,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+  [[ -f $PKI/apiserver.crt && $(cat "$PKI/apiserver.sans" 2>/dev/null) == "$sans" ]] && return
   (
     cd "$PKI"
-    openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=ragengine-local-ca" \
-      -keyout ca.key -out ca.crt 2>/dev/null
     openssl req -newkey rsa:2048 -nodes -subj "/CN=kube-apiserver" -keyout apiserver.key -out apiserver.csr 2>/dev/null
-    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost,IP:10.96.0.1,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc\nextendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\n' > san.ext
+    printf 'subjectAltName=%s\nextendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\n' "$sans" > san.ext
     openssl x509 -req -in apiserver.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 \
       -extfile san.ext -out apiserver.crt 2>/dev/null
-    openssl genrsa -out sa.key 2048 2>/dev/null && openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
   )
-  openssl rand -hex 24 > "$STATE/token"
-  # token,user,uid,groups: the admin is in system:masters (a local, loopback-only cluster).
-  echo "$(cat "$STATE/token"),admin,admin,system:masters" > "$PKI/tokens.csv"
+  echo "$sans" > "$PKI/apiserver.sans"
 }
 
 kubeconfig() {
@@ -105,7 +132,7 @@ all_up() { for c in "${COMPONENTS[@]}"; do alive "$c" || return 1; done; api_rea
 up() {
   BIN=$("$ROOT/hack/control-plane/build.sh")
   mkdir -p "$STATE" "$LOGS" "$RUN"
-  if all_up; then log "already up: export KUBECONFIG=$STATE/kubeconfig"; return; fi
+  if all_up; then log "already up: export KUBECONFIG=$STATE/kubeconfig"; node_up; return; fi
   # A partial or stale cluster: stop what still runs (by PID), then start clean.
   for c in kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do stop "$c"; done
   rm -rf "$STATE/etcd"
@@ -121,8 +148,12 @@ up() {
   # Admission as on a hardened cluster (OpenShift-like): ServiceAccount and PodSecurity (on by
   # default) plus OwnerReferencesPermissionEnforcement, which refuses blockOwnerDeletion without
   # `update` on the owner's finalizers. Tests wait for a namespace's default ServiceAccount.
+  # Bound on every address and advertised at the machine's: the `kubernetes` Service then has an endpoint
+  # that pods on the real node reach (the operator from its chart, source-sync Jobs).
   start kube-apiserver --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
-    --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$API_PORT" \
+    --bind-address=0.0.0.0 --advertise-address="$NODE_IP" --secure-port="$API_PORT" \
+    --kubelet-client-certificate="$PKI/kubelet-client.crt" --kubelet-client-key="$PKI/kubelet-client.key" \
+    --kubelet-certificate-authority="$PKI/ca.crt" --kubelet-preferred-address-types=InternalIP \
     --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
     --client-ca-file="$PKI/ca.crt" --token-auth-file="$PKI/tokens.csv" \
     --authorization-mode=Node,RBAC --service-cluster-ip-range=10.96.0.0/16 \
@@ -158,10 +189,17 @@ up() {
   KUBECONFIG=$kc "$BIN/kubectl" apply -f "$ROOT/hack/control-plane/cluster-objects.yaml" > /dev/null
   wait_for 60 "fake nodes Ready" env KUBECONFIG="$kc" "$BIN/kubectl" wait --for=condition=Ready node --all --timeout=2s
   wait_for 60 "default ServiceAccount" env KUBECONFIG="$kc" "$BIN/kubectl" get serviceaccount default -n default
-  log "up in $(( $(date +%s) - t0 )) s: export KUBECONFIG=$kc"
+  log "control plane up in $(( $(date +%s) - t0 )) s: export KUBECONFIG=$kc"
+  node_up
+}
+
+node_up() {
+  [[ ${RAGENGINE_REAL_NODE:-1} == 0 ]] && { log "RAGENGINE_REAL_NODE=0: no real node"; return; }
+  API_PORT=$API_PORT "$ROOT/hack/node.sh" up || log "going on without the real node (see above)"
 }
 
 down() {
+  [[ ${RAGENGINE_REAL_NODE:-1} == 0 ]] || "$ROOT/hack/node.sh" down || true
   for c in kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do stop "$c"; done
   rm -rf "$STATE/etcd"
   # volumes of kube-controller-manager's dev hostpath provisioner: a fixed path shared by every local
@@ -175,6 +213,8 @@ case ${1:-} in
   up) up ;;
   down) down ;;
   env) echo "export KUBECONFIG=$STATE/kubeconfig PATH=$BIN:\$PATH" ;;
-  status) for c in "${COMPONENTS[@]}"; do alive "$c" && echo "$c: running (pid $(cat "$RUN/$c.pid"))" || echo "$c: stopped"; done ;;
-  *) echo "usage: $0 build|up|down|env|status" >&2; exit 2 ;;
+  status) for c in "${COMPONENTS[@]}"; do alive "$c" && echo "$c: running (pid $(cat "$RUN/$c.pid"))" || echo "$c: stopped"; done
+          [[ ${RAGENGINE_REAL_NODE:-1} == 0 ]] || API_PORT=$API_PORT "$ROOT/hack/node.sh" status ;;
+  load-images) API_PORT=$API_PORT "$ROOT/hack/node.sh" load-images ;;
+  *) echo "usage: $0 build|up|down|env|status|load-images" >&2; exit 2 ;;
 esac

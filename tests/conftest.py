@@ -5,13 +5,8 @@ parametrisation over the vector stores: a test that uses ``vector_store`` (direc
 
 from __future__ import annotations
 
-import os
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
 import itertools
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -46,8 +41,42 @@ def store_prefix(request) -> str:
     return f"t{os.getpid()}_{next(_schemas)}"
 
 
+# Offline for the whole run, as the Makefile exports it (set before collection imports huggingface_hub,
+# which reads them at import); put back as they were when the run ends.
+OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+_saved_env: dict[str, str | None] = {}
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "stores(*kinds): run only on these vector stores (default: every store)")
+    config.addinivalue_line("markers", "milvus: runs on Milvus Lite (set on every milvus parametrisation)")
+    for key, value in OFFLINE.items():
+        _saved_env[key] = os.environ.get(key)
+        os.environ.setdefault(key, value)
+
+
+def pytest_unconfigure(config):
+    for key, value in _saved_env.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+# Parameters that choose a store; a test with one set to "postgres" or "milvus" runs on that server.
+STORE_PARAMS = ("vector_store", "store", "adapter", "url")
+
+
+def pytest_collection_modifyitems(items):
+    """``postgres`` on every test that starts or uses the run's PostgreSQL (its fixtures, or a store parameter
+    set to postgres), ``milvus`` on every Milvus Lite one: ``-m "not postgres"`` then really starts none."""
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        chosen = {params.get(name) for name in STORE_PARAMS}
+        if "postgres" in chosen or {"pgvector_url", "pg_url"} & set(item.fixturenames):
+            item.add_marker(pytest.mark.postgres)
+        if "milvus" in chosen:
+            item.add_marker(pytest.mark.milvus)
 
 
 def pytest_generate_tests(metafunc):

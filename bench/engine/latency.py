@@ -15,19 +15,17 @@ from bench.engine.common import ROOT, pct, status_kib
 
 class Server:
     def __init__(self, *args: str) -> None:
-        from tests.support.server import free_port
-
         self.tmp = tempfile.mkdtemp(prefix="bench-engine-")
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        cmd = [sys.executable, str(ROOT / "bench/engine/serve_synthetic.py"), "--port", str(self.port),
-               "--data-dir", self.tmp, *args]
+        cmd = [sys.executable, str(ROOT / "bench/engine/serve_synthetic.py"), "--data-dir", self.tmp, *args]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         self.base_rss_mib = float("nan")
+        self.port, self.base = 0, ""
         for line in self.proc.stdout:  # type: ignore[union-attr]
             if line.startswith("BASE_RSS"):
                 self.base_rss_mib = int(line.split()[1]) / 1024
-            if line.startswith("READY"):
+            if line.startswith("READY"):  # READY <port>: the port the server bound itself
+                self.port = int(line.split()[1])
+                self.base = f"http://127.0.0.1:{self.port}"
                 break
         else:
             raise RuntimeError("benchmark server exited before READY")

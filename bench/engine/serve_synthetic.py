@@ -1,4 +1,5 @@
-"""Run the engine on a free port with a synthetic index preloaded, for the latency/RSS benchmarks.
+"""Run the engine with a synthetic index preloaded, for the latency/RSS benchmarks, on a port it binds
+itself (default 0: the kernel's choice).
 
 ``--embed N``: N synthetic passages indexed through the normal write path (chunk + embed + journal).
 ``--precomputed N``: N passages with precomputed clustered unit vectors inserted through the registry's
@@ -12,6 +13,7 @@ import argparse
 import asyncio
 import gc
 import os
+import socket
 import sys
 from pathlib import Path
 
@@ -34,12 +36,16 @@ def _rss_kib() -> int:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--data-dir", required=True)
     ap.add_argument("--embed", type=int, default=0)
     ap.add_argument("--precomputed", type=int, default=0)
     args = ap.parse_args()
-    settings = EngineSettings(data_dir=Path(args.data_dir), port=args.port)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", args.port))
+    port = sock.getsockname()[1]
+    settings = EngineSettings(data_dir=Path(args.data_dir), port=port)
     app = create_app(settings)
 
     async def preload() -> None:
@@ -63,11 +69,11 @@ def main() -> None:
                 await registry.add_precomputed("large", texts[start : start + 10_000], vectors[start : start + 10_000])
             del texts, vectors
         gc.collect()
-        print(f"READY {args.port}", flush=True)
+        print(f"READY {port}", flush=True)
 
     async def run() -> None:
-        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=args.port, log_level="warning"))
-        task = asyncio.create_task(server.serve())
+        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+        task = asyncio.create_task(server.serve(sockets=[sock]))
         while not server.started:
             await asyncio.sleep(0.05)
         await preload()  # lifespan has built the registry by now

@@ -2,20 +2,28 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
+from fastapi.routing import APIRoute
 
 from ragengine import __version__
+from ragengine.access.enforce import AuthenticationMiddleware, authorize
+from ragengine.access.limits import UsageCounter
+from ragengine.access.routes import uncovered
+from ragengine.access.source import AccessSource, KubernetesAPI
 from ragengine.api import chat as chat_api
 from ragengine.api import conversations as conversations_api
 from ragengine.api import indexes as indexes_api
 from ragengine.api import ops as ops_api
 from ragengine.api.openapi import document_error_responses
-from ragengine.auth import BearerAuthMiddleware
+from ragengine.conversations.models import UsageRow
 from ragengine.errors import install_error_handlers
 from ragengine.metrics import install_middleware
+from ragengine.observability import requests as request_context
+from ragengine.observability.tracing import Tracing
 from ragengine.redact import install_log_filter
 from ragengine.settings import EngineSettings
 
@@ -29,20 +37,49 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
         # Each part registers its services on app.state and its clean-up on the stack, in
         # dependency order: indexes (embedder, registry), then chat (LLM client), then conversations.
         async with AsyncExitStack() as stack:
+            stack.callback(tracing.shutdown)  # last: the spans of the shutdown itself are exported too
+            stack.push_async_callback(access.close)
+            await access.watch(stack)
             await indexes_api.startup(app, settings, stack)
             await chat_api.startup(app, settings, stack)
             await conversations_api.startup(app, settings, stack)
+            # Rate limits count in the sessions' database (shared by replicas on PostgreSQL).
+            app.state.usage = UsageCounter(app.state.sessions.engine, UsageRow.__table__)  # type: ignore[arg-type]  # a Table, typed FromClause
+            registry = getattr(app.state, "registry", None)
+            if registry is not None:
+                access.index_names = registry.names
+                access.check_patterns()  # warn about index patterns that match no index
             yield
 
-    app = FastAPI(title="ragengine", version=__version__, lifespan=lifespan)
+    # Traces when an OTLP endpoint is configured (OTEL_* variables; docs/observability.md); a bad value
+    # (an unknown protocol) stops the start here, as does a bad access file.
+    tracing = Tracing.from_env("ragengine", trace_content=settings.trace_content)
+    access = AccessSource(settings.api_key, settings.access_file, kubernetes=KubernetesAPI.from_settings(settings))
+    # Every route's handler runs after `authorize`, which applies the route's rule (access/routes.py).
+    app = FastAPI(title="ragengine", version=__version__, lifespan=lifespan, dependencies=[Depends(authorize)])
     app.state.settings = settings
+    app.state.tracing = tracing
+    app.state.access = access
+    app.state.reserved_indexes = frozenset({settings.conversation_index})
     install_error_handlers(app, settings)
-    if settings.api_key:
-        app.add_middleware(BearerAuthMiddleware, api_key=settings.api_key)
-    install_middleware(app, settings)  # body limit and request metrics; outermost, so they see 401s too
+    app.add_middleware(AuthenticationMiddleware, source=access)
+    install_middleware(app, settings)  # body limit and request metrics, so they see 401s too
+    request_context.install(app, tracing)  # request ids, access log, server spans: outermost of all
     app.include_router(ops_api.router)
     app.include_router(indexes_api.router)
     app.include_router(chat_api.router)
     app.include_router(conversations_api.router)
-    document_error_responses(app, auth=bool(settings.api_key), external_store=settings.vector_store != "faiss")
+    missing = uncovered((m, r.path) for r in api_routes(app.routes) for m in r.methods or ())
+    if missing:
+        raise RuntimeError(f"routes without an access rule in ragengine/access/routes.py: {', '.join(missing)}")
+    document_error_responses(app, auth=access.enabled, external_store=settings.vector_store != "faiss")
     return app
+
+
+def api_routes(routes: Any) -> Iterator[APIRoute]:
+    """Every ``APIRoute``, through included routers (recent FastAPI keeps an included router as one route)."""
+    for route in routes:
+        if isinstance(route, APIRoute):
+            yield route
+        elif hasattr(route, "original_router"):
+            yield from api_routes(route.original_router.routes)

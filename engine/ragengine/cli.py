@@ -32,7 +32,8 @@ def _parse_set(values: tuple[str, ...]) -> dict[str, Any]:
 
 @main.command()
 @click.option("--host", default=None, help="Bind address [env RAGENGINE_HOST; 127.0.0.1].")
-@click.option("--port", type=int, default=None, help="Port [env RAGENGINE_PORT; 8000].")
+@click.option("--port", type=int, default=None,
+              help="Port [env RAGENGINE_PORT; 8000]; 0 = a free port. 'listening on URL' is printed once bound.")
 @click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Indexes, journals and sessions [env RAGENGINE_DATA_DIR; ./data].")
 @click.option("--embedding-model", default=None, help="package:<module>, a local path or a model name.")
@@ -46,8 +47,6 @@ def _parse_set(values: tuple[str, ...]) -> dict[str, Any]:
 def serve(host, port, data_dir, embedding_model, embedding_url, llm_url, rerank_model, hnsw_threshold,
           load_sample_index, extra, log_level) -> None:
     """Run the engine's HTTP server. Flags override RAGENGINE_* environment variables."""
-    import logging
-
     import uvicorn
     from pydantic import ValidationError
 
@@ -55,7 +54,7 @@ def serve(host, port, data_dir, embedding_model, embedding_url, llm_url, rerank_
     from ragengine.settings import EngineSettings
 
     overrides = {k: v for k, v in {
-        "host": host, "port": port, "data_dir": data_dir, "embedding_model": embedding_model,
+        "host": host, "port": port or None, "data_dir": data_dir, "embedding_model": embedding_model,
         "embedding_url": embedding_url, "llm_url": llm_url, "rerank_model": rerank_model,
         "hnsw_threshold": hnsw_threshold, "load_sample_index": load_sample_index,
     }.items() if v is not None}
@@ -64,10 +63,28 @@ def serve(host, port, data_dir, embedding_model, embedding_url, llm_url, rerank_
         settings = EngineSettings(**overrides)
     except ValidationError as exc:
         raise click.ClickException(f"invalid settings:\n{exc}") from exc
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # JSON lines with the request's ids (or plain text: log_format); the engine's access line replaces uvicorn's.
+    from ragengine.observability import logs
+
+    logs.configure(settings.log_format, log_level)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=log_level.lower(),
-                timeout_graceful_shutdown=30)
+    app = create_app(settings)
+    # Bind before the model loads: a taken port fails at once, and the port is ours when this line is
+    # printed (with --port 0, the kernel's choice: tests and scripts read it). Connections are refused
+    # until the app has started (uvicorn listens after its start-up).
+    import socket
+
+    sock = socket.socket(socket.AF_INET6 if ":" in settings.host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((settings.host, 0 if port == 0 else settings.port))
+    except OSError as exc:
+        raise click.ClickException(f"cannot bind {settings.host}:{settings.port}: {exc.strerror}") from exc
+    bound = sock.getsockname()[1]
+    click.echo(f"listening on http://{settings.host}:{bound}", err=True)
+    config = uvicorn.Config(app, host=settings.host, port=bound, log_level=log_level.lower(), timeout_graceful_shutdown=30,
+                            log_config=None, access_log=False)
+    uvicorn.Server(config).run(sockets=[sock])
 
 
 def _collect(folder: Path, pattern: str) -> tuple[list[Path], int]:

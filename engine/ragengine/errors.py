@@ -25,10 +25,12 @@ class EngineError(Exception):
     status_code = 500
     error_type = "internal_error"
 
-    def __init__(self, message: str, *, status_code: int | None = None, param: str | None = None) -> None:
+    def __init__(self, message: str, *, status_code: int | None = None, param: str | None = None,
+                 headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.param = param
+        self.headers = headers
         if status_code is not None:
             self.status_code = status_code
 
@@ -41,6 +43,13 @@ class BadRequest(EngineError):
 class Unauthorized(EngineError):
     status_code = 401
     error_type = "authentication_error"
+
+
+class Forbidden(EngineError):
+    """Authenticated, but the principal's role does not allow this (access.decide)."""
+
+    status_code = 403
+    error_type = "permission_error"
 
 
 class NotFound(EngineError):
@@ -66,6 +75,13 @@ class UnsupportedMediaType(EngineError):
 class Unprocessable(EngineError):
     status_code = 422
     error_type = "invalid_request_error"
+
+
+class RateLimited(EngineError):
+    """The principal spent its requests or LLM tokens for the minute (access.limits); ``Retry-After`` says when."""
+
+    status_code = 429
+    error_type = "rate_limit_exceeded"
 
 
 class UpstreamError(EngineError):
@@ -116,7 +132,7 @@ def install_error_handlers(app: FastAPI, settings: EngineSettings) -> None:
         if exc.status_code >= 500:
             log.error("%s %s failed: %s", request.method, request.url.path, exc.message)
         body = error_body(request, exc.status_code, exc.message, exc.error_type, exc.param)
-        return JSONResponse(body, status_code=exc.status_code)
+        return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -45,8 +45,20 @@ RERANK_SECONDS = Histogram("ragengine_rerank_seconds", "Cross-encoder rerank tim
 RETRIEVE_SECONDS = Histogram(
     "ragengine_retrieve_seconds", "Whole retrieval (embed + search + fuse + rerank).", buckets=_FAST, registry=REGISTRY
 )
+RETRIEVED_CHUNKS = Histogram(
+    "ragengine_retrieved_chunks", "Chunks one retrieval returned (0 = nothing matched).",
+    buckets=(0, 1, 2, 5, 10, 20, 50, 100, 300), registry=REGISTRY,
+)
+CONTEXT_CHUNKS = Histogram(
+    "ragengine_context_chunks", "Retrieved chunks that went into a chat completion's prompt (0 = answered without "
+    "context).", buckets=(0, 1, 2, 5, 10, 20, 50, 100, 300), registry=REGISTRY,
+)
 INGEST_SECONDS = Histogram(
     "ragengine_ingest_seconds", "One write request: chunk + embed + journal + apply.", buckets=_SLOW, registry=REGISTRY
+)
+EMBEDDING_BACKEND = Gauge(
+    "ragengine_embedding_backend", "1 for the embedding backend in use (openvino, onnx, torch, remote).", ["backend"],
+    registry=REGISTRY,
 )
 INDEX_DOCUMENTS = Gauge("ragengine_index_documents", "Documents per index.", ["index"], registry=REGISTRY)
 INDEX_CHUNKS = Gauge("ragengine_index_chunks", "Chunks (vectors) per index.", ["index"], registry=REGISTRY)
@@ -72,6 +84,16 @@ LLM_TTFT_SECONDS = Histogram(
     ["endpoint"], buckets=_SLOW, registry=REGISTRY,
 )
 
+# Every request to an LLM endpoint, by outcome: ok (2xx), 4xx, 5xx, timeout, connect_error, error; and the
+# answers that did not come from the first endpoint tried: next_endpoint (a later one in the chain answered),
+# extractive (every endpoint failed or refused: the extractive answer).
+LLM_REQUESTS = Counter(
+    "ragengine_llm_requests_total", "Requests to LLM endpoints by endpoint and outcome.", ["endpoint", "outcome"],
+    registry=REGISTRY,
+)
+LLM_FALLBACKS = Counter("ragengine_llm_fallbacks_total", "Answers by a fallback, by kind (next_endpoint, extractive).",
+                        ["kind"], registry=REGISTRY)
+
 # The rag layer and conversations.
 GROUNDEDNESS_SCORE = Histogram(
     "ragengine_groundedness_score", "Groundedness score of RAG answers in session messages (0 = unsupported).",
@@ -96,6 +118,22 @@ REFORMULATE_SECONDS = Histogram(
 TOOL_CALLS = Counter("ragengine_tool_calls_total", "semantic_search tool calls executed (scoped).", registry=REGISTRY)
 FILES_INGESTED = Counter(
     "ragengine_conversation_files_total", "Uploaded files by final ingestion status.", ["status"], registry=REGISTRY,
+)
+FILES_ACCEPTED = Counter("ragengine_conversation_files_accepted_total", "Uploaded files accepted into the ingestion "
+                         "queue.", registry=REGISTRY)
+INGESTION_RUNNING = Gauge("ragengine_ingestion_jobs_running", "Uploaded files this replica is ingesting now.",
+                          registry=REGISTRY)
+# Access control: principal labels are names from the engine's own configuration (bounded: a key's name, a
+# configured ServiceAccount's namespace/name; a token of any other account is "unauthenticated"), plus
+# "unauthenticated" and "anonymous" (access control off); kind is key, serviceaccount, anonymous or none;
+# outcome is a fixed reason token (access.decide, access.enforce).
+ACCESS_DECISIONS = Counter(
+    "ragengine_access_decisions_total", "Access decisions by principal and outcome.", ["principal", "kind", "outcome"],
+    registry=REGISTRY,
+)
+ACCESS_RELOADS = Counter(
+    "ragengine_access_reloads_total", "Re-reads of the access file by outcome (ok, error).", ["outcome"],
+    registry=REGISTRY,
 )
 
 

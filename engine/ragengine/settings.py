@@ -27,12 +27,41 @@ class EngineSettings(BaseSettings):
     port: int = Field(8000, ge=1, le=65535, description="Port the HTTP server listens on.")
     data_dir: Path = Field(Path("data"), description="Where indexes, journals and sessions live.")
     api_key: str | None = Field(
-        None, description="When set, every request except /health, /ready and /metrics needs 'Authorization: Bearer "
-        "<key>'; those three show status only without it (no index names, counts or dependency URLs)."
+        None, description="One admin key: when set, every request except /health, /ready and /metrics needs "
+        "'Authorization: Bearer <key>' (or another principal's credentials from access_file); those three show "
+        "status only without an admin's credentials (no index names, counts or dependency URLs)."
     )
+    access_file: Path | None = Field(
+        None, description="YAML file of principals (keys with index patterns, roles and groups), re-read when it "
+        "changes; docs/access.md. With neither api_key nor access_file the engine is open (local use only)."
+    )
+    kubernetes_api_url: str | None = Field(
+        None, description="The Kubernetes API server that verifies ServiceAccount tokens (TokenReview) for the access "
+        "file's serviceAccounts; unset = in-cluster (KUBERNETES_SERVICE_HOST).")
+    kubernetes_token_file: Path = Field(
+        Path("/var/run/secrets/kubernetes.io/serviceaccount/token"),
+        description="The engine's own token for TokenReview (needs system:auth-delegator); re-read on each review.")
+    kubernetes_ca_file: Path | None = Field(
+        Path("/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"),
+        description="CA bundle of the Kubernetes API server (unset = the system's).")
+    token_review_cache_s: float = Field(
+        30.0, ge=0.0, le=3600.0, description="How long a reviewed ServiceAccount token's answer is reused (never "
+        "past the token's expiry): a deleted ServiceAccount's token may work this long after the deletion.")
     max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024, description="Requests with larger bodies get 413.")
     max_document_chars: int = Field(5_000_000, ge=1, description="A single document's text longer than this gets 413.")
     load_sample_index: bool = Field(False, description="Create the bundled 'sample' index on start when absent.")
+
+    # --- observability (docs/observability.md) ----------------------------------------------------------
+    # Traces are configured by the standard OTEL_* variables (an OTLP endpoint turns them on); these two
+    # are the engine's own choices.
+    log_format: Literal["json", "text"] = Field(
+        "json", description="Log lines as JSON objects (one per line: time, level, logger, message, request_id, "
+        "trace_id; access lines add method, route, path, status, duration_ms) or as plain text.",
+    )
+    trace_content: bool = Field(
+        False, description="Put user content (questions, rewritten queries, tool queries) into spans. Off: spans "
+        "carry counts, ids, scores, models and timings, never document text or what users wrote.",
+    )
 
     # --- embeddings --------------------------------------------------------------------------------
     embedding_model: str = Field(
@@ -142,6 +171,12 @@ class EngineSettings(BaseSettings):
         0.3, ge=0.0, le=1.0, description="Minimum cosine similarity in [0, 1] for a chunk to enter the prompt "
         "(0.3: measured in docs/retrieval.md; the seed's 0.85 L2 = 0.575 drops relevant context for ~30% of questions)."
     )
+    no_context: Literal["answer", "refuse", "disclaim"] = Field(
+        "answer", description="When retrieval was asked for and no chunk passed similarity_threshold: 'answer' "
+        "(the LLM answers the question as sent, the seed's behaviour), 'refuse' (a fixed message, the LLM is not "
+        "asked) or 'disclaim' (the LLM's answer followed by a disclaimer). Chat completions also say so in the "
+        "X-RAG-Outcome header; docs/engine.md (\"No context\").",
+    )
     node_token_approximation: int = Field(500, ge=1, description="Divisor in top_k = max(100, free_tokens / this).")
     reformulate: bool = Field(False, description="Rewrite follow-up questions into standalone ones before search.")
     reformulate_history: int = Field(6, ge=1, description="Messages of history given to the reformulator.")
@@ -153,6 +188,21 @@ class EngineSettings(BaseSettings):
     extractive_fallback: bool = Field(
         True, description="When every LLM endpoint fails or refuses (5xx, 4xx, timeout), answer RAG requests with "
         "the most relevant retrieved sentences; false = the upstream error instead.",
+    )
+
+    # --- guardrails (docs/guardrails.md) --------------------------------------------------------------
+    guardrails_policy: Path | None = Field(
+        None, description="KAITO's guardrails.yaml: the output policy applied to chat completions and session "
+        "answers (JSON and streams), re-read within a second when the file changes; unset = no output policy.",
+    )
+    guardrails_fail_open: bool = Field(
+        False, description="When no usable policy could be loaded, or a scanner fails: false = refuse the answer "
+        "(503, or an error event in a stream), true = send it unscreened, saying so in its guardrails field.",
+    )
+    screen_indexes: list[str] = Field(
+        default_factory=list, description="Indexes (shell patterns, '*' = all) whose retrieved chunks are screened "
+        "before the prompt: hidden characters stripped, prompt-injection phrasing kept out. Documents with the "
+        "metadata screen_retrieved: 'true' are screened in any index.",
     )
 
     # --- sessions ----------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok and helm from Go
-# modules (no registry ships them) into a cache dir outside the repo. Idempotent: exits at once
+# modules (no registry ships them) into a cache dir outside the repo, and the real node's kubelet,
+# kube-proxy, CoreDNS and kube-router (docs/local-control-plane.md). Idempotent: exits at once
 # when every binary is there. Progress goes to stderr; the bin dir is printed on stdout.
 # Do not edit while a build runs (bash reads scripts lazily); hack/cluster.sh sources versions.env.
 set -euo pipefail
@@ -8,9 +9,14 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
 . "$HERE/versions.env"
 BIN=${K8S_BIN_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/ragengine/k8s-bin/$BIN_KEY}
-BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok helm)
+BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok helm
+          kubelet kube-proxy coredns kube-router crictl)
+NODE_STAMP="coredns=$COREDNS_VERSION kube-router=$KUBE_ROUTER_VERSION crictl=$CRICTL_VERSION"
 
-have_all() { for b in "${BINARIES[@]}"; do [[ -x $BIN/$b ]] || return 1; done; }
+have_all() {
+  for b in "${BINARIES[@]}"; do [[ -x $BIN/$b ]] || return 1; done
+  [[ $(cat "$BIN/node-versions" 2>/dev/null) == "$NODE_STAMP" ]]
+}
 if have_all; then echo "$BIN"; exit 0; fi
 
 log() { echo "[build $(date +%H:%M:%S)] $*" >&2; }
@@ -23,7 +29,8 @@ WORK="$BIN/.work"; rm -rf "$WORK"; mkdir -p "$WORK"
 T0=$(date +%s)
 
 build_kube() {
-  [[ -x $BIN/kube-apiserver && -x $BIN/kube-controller-manager && -x $BIN/kube-scheduler ]] && return
+  [[ -x $BIN/kube-apiserver && -x $BIN/kube-controller-manager && -x $BIN/kube-scheduler && -x $BIN/kubelet \
+     && -x $BIN/kube-proxy ]] && return
   local W="$WORK/kube"; cp -r "$HERE/kube" "$W"; cd "$W"
   go mod init ragengine.local/k8sbin 2>/dev/null
   # k8s.io/kubernetes requires every staging module at v0.0.0 and replaces them with local paths,
@@ -39,7 +46,7 @@ build_kube() {
   go mod tidy >&2
   cp go.mod go.sum "$BIN/" 2>/dev/null || true
   local ld; ld=$(version_ldflags)
-  log "compiling kube-apiserver, kube-controller-manager, kube-scheduler (the long part; -v lists packages)"
+  log "compiling kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy (the long part)"
   go build -v -ldflags "$ld" -o "$BIN/" ./cmd/... 2>&1 | awk '{ n++; if (n % 50 == 0) printf "[build] %d packages compiled (last: %s)\n", n, $0 > "/dev/stderr" }'
   [[ ${PIPESTATUS[0]} -eq 0 ]]
 }
@@ -85,11 +92,20 @@ build_plain() {  # modules without replace directives: plain go install
   GOBIN="$BIN" go install -ldflags "-s -w" "$pkg"
 }
 
+build_node_agents() {  # rebuilt when their pinned versions change (node-versions stamp)
+  [[ $(cat "$BIN/node-versions" 2>/dev/null) == "$NODE_STAMP" ]] || rm -f "$BIN/coredns" "$BIN/kube-router" "$BIN/crictl"
+  build_plain coredns "github.com/coredns/coredns@$COREDNS_VERSION"
+  build_plain crictl "sigs.k8s.io/cri-tools/cmd/crictl@$CRICTL_VERSION"
+  build_plain kube-router "github.com/cloudnativelabs/kube-router/v2/cmd/kube-router@$KUBE_ROUTER_VERSION"
+  echo "$NODE_STAMP" > "$BIN/node-versions"
+}
+
 build_etcd
 build_plain kwok "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
 build_plain helm "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
 build_kube
 build_kubectl
+build_node_agents
 rm -rf "$WORK"
 T1=$(date +%s)
 echo "cold build: $((T1 - T0)) s on $(nproc) cores ($(date -u +%FT%TZ))" >> "$BIN/build-time.txt"

@@ -1,14 +1,14 @@
-"""`ragengine-operator`: run the RAGEngine operator against the current kubeconfig (or in-cluster)."""
+"""`ragengine-operator`: run the RAGEngine operator against the current kubeconfig (or in-cluster).
+
+`ragengine-operator sync-source [--stdin]` runs one source sync instead (sources/worker.py): what a
+sync Job's container and the subprocess mode run. It imports neither kopf nor the Kubernetes client.
+"""
 
 from __future__ import annotations
 
 import argparse
 import logging
 import sys
-
-import kopf
-
-from .settings import OperatorSettings
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -22,6 +22,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["sync-source"]:
+        from .sources.worker import main as sync_source
+
+        return sync_source(argv[1:])
+    import kopf
+
+    from .settings import OperatorSettings
+
     args = parse_args(argv)
     overrides = {k: v for k, v in (("metrics_port", args.metrics_port), ("liveness_port", args.liveness_port)) if v is not None}
     settings = OperatorSettings(**overrides)

@@ -26,6 +26,7 @@ CONFIG_HASH_ANNOTATION = f"{GROUP}/config-hash"
 
 COMPONENT_ENGINE = "engine"
 COMPONENT_INFERENCE = "inference"
+COMPONENT_SYNC = "source-sync"  # the pods of source syncs (Jobs in job mode)
 
 # Condition types (positive polarity, per the API conventions) and the status values.
 READY = "Ready"
@@ -33,7 +34,11 @@ INFERENCE_READY = "InferenceReady"
 ENGINE_READY = "EngineReady"
 PROGRESSING = "Progressing"
 DEGRADED = "Degraded"
-CONDITION_TYPES = (READY, INFERENCE_READY, ENGINE_READY, PROGRESSING, DEGRADED)
+# True while the engine requires its API key and its NetworkPolicy is on; never feeds Ready.
+SECURE_DEFAULTS = "SecureDefaults"
+# Only with spec.guardrails.enabled: whether the policy ConfigMap parses (reconcile/guardrails.py).
+GUARDRAILS_POLICY = "GuardrailsPolicy"
+CONDITION_TYPES = (READY, INFERENCE_READY, ENGINE_READY, PROGRESSING, DEGRADED, SECURE_DEFAULTS)
 
 # Container-side facts of the two workloads.
 ENGINE_PORT = 8000
@@ -46,3 +51,7 @@ VLLM_SCRATCH_DIR = "/cache"  # XDG/vLLM/torch compile caches: an emptyDir (restr
 VLLM_UID = 1000
 VLLM_SHM_LIMIT = "8Gi"
 GPU_RESOURCE = "nvidia.com/gpu"
+# The vLLM release the operator renders its flags for (operator/ragengine_operator/vllm_flags.json is
+# extracted from this release's own parser by hack/vllm_flags.py).
+VLLM_VERSION = "0.33.0"
+DEFAULT_VLLM_IMAGE = f"vllm/vllm-openai:v{VLLM_VERSION}"

@@ -12,6 +12,7 @@ resync loop (reconcile/schedule.py), and an Event is posted once per distinct fa
 
 from __future__ import annotations
 
+import base64
 import contextvars
 import json
 import logging
@@ -28,24 +29,36 @@ import kopf
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 from kubernetes.dynamic import DynamicClient
+from kubernetes.dynamic.exceptions import ResourceNotFoundError
 from pydantic import ValidationError
 
 from . import constants as c
 from . import metrics
 from .kube import apply as kube
 from .kube.observe import observe
-from .manifests.engine_env import inference_api_key_ref
-from .manifests.inference import inference_api_key_secret
+from .manifests.access import (
+    COMPONENT_TOKENREVIEW,
+    LABEL_OWNER_NAMESPACE,
+    AccessInputError,
+    access_secret,
+    access_secret_name,
+    render_access,
+)
+from .manifests.engine_env import generated_key_refs
+from .manifests.guardrails import default_policy
 from .manifests.labels import Owner, secret_digest
-from .reconcile.plan import name_conflict, plan, referenced_secrets
+from .reconcile.plan import OPTIONAL_APIS, generated_key_secret, name_conflict, plan, referenced_secrets
+from .reconcile.policy import POLICY_VIOLATION, Policy, refusals
 from .reconcile.schedule import next_due
 from .reconcile.status import compute_status
 from .settings import OperatorSettings
+from .sources.egress import EgressPolicy
 from .spec import RAGEngineSpec
 
 log = logging.getLogger(__name__)
+CLUSTER_SCOPED = frozenset({"ClusterRoleBinding"})  # what the plan may delete outside the RAGEngine's namespace
 STATUS_KEYS = ("observedGeneration", "conditions", "endpoint", "inferenceUrl", "model", "inferenceReplicas",
-               "inferenceSelector", "dataVolumeSize", "modelCacheVolumeSize")
+               "inferenceSelector", "dataVolumeSize", "modelCacheVolumeSize", "apiKeySecretRef")
 
 
 def spec_error(exc: ValidationError) -> str:
@@ -69,6 +82,7 @@ class Controller:
         self.api = api
         self.dyn = DynamicClient(api)
         self.settings = settings
+        self.policy = Policy.from_settings(settings)
         self._locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
         self._applies = 0
         # Backoff and resync bookkeeping, per RAGEngine (in memory: a restart resyncs everything).
@@ -77,6 +91,7 @@ class Controller:
         # kopf.event() finds kopf's event queue through context variables that kopf sets only for
         # its handlers: the resync loop runs its reconciles in a copy of a handler's context.
         self.kopf_context: contextvars.Context | None = None
+        self._served: dict[str, tuple[float, frozenset[str]]] = {}  # add-on group version -> (when, kinds)
 
     def remember_context(self) -> None:
         """Called from a kopf handler: keep its context for reconciles started outside handlers."""
@@ -94,7 +109,7 @@ class Controller:
         meta = body["metadata"]
         s = self.settings
         return Owner(meta["namespace"], meta["name"], meta["uid"], engine_image=s.engine_image, vllm_image=s.vllm_image,
-                     operator_namespace=s.pod_namespace, operator_labels=tuple(sorted(s.pod_labels.items())))
+                     cluster_domain=s.cluster_domain)
 
     def _apply(self, obj: dict[str, Any]) -> None:
         kube.server_side_apply(self.dyn, obj)
@@ -121,6 +136,11 @@ class Controller:
                 self._write_status(body, owner, None, ("InvalidSpec", spec_error(exc)), advance=True)
                 self._schedule(key, failed=False)
                 return
+            refused = self.refused(spec)
+            if refused:  # nothing applied: the children keep what they had; reported until the spec changes
+                self._write_status(body, owner, spec, refused, advance=True)
+                self._schedule(key, failed=False)
+                return
             failures = self._apply_children(owner, spec)
             error = _error(failures)
             self._write_status(body, owner, spec, error, advance=error is None)
@@ -130,13 +150,18 @@ class Controller:
 
     def _apply_children(self, owner: Owner, spec: RAGEngineSpec) -> list[tuple[str, str, str]]:
         """-> [(reason, child, message)] for each child not brought to its desired state."""
-        failures: list[tuple[str, str, str]] = []
-        if spec.runs_vllm:
-            failure = self._ensure_inference_key(owner)
+        failures = self._ensure_generated_keys(owner, spec)
+        if spec.access is not None:
+            failure = self._apply_access(owner, spec)
             if failure:
                 failures.append(failure)
-        desired = plan(owner, spec, self._secret_digests(owner, spec))
+        desired = plan(owner, spec, self._secret_digests(owner, spec),
+                       default_policy(self.settings.default_guardrails_policy) if spec.guardrails.enabled else None)
         for obj in desired.apply:
+            if obj["apiVersion"] in OPTIONAL_APIS and not self.served(obj["apiVersion"], obj["kind"]):
+                failures.append(("ApplyFailed", child_id(obj), f"the API server does not serve {obj['apiVersion']} "
+                                 f"{obj['kind']}: install its CRD (the Prometheus operator, KEDA) or change the spec"))
+                continue
             try:
                 existing = kube.get(self.dyn, obj["apiVersion"], obj["kind"], owner.namespace, obj["metadata"]["name"])
                 conflict = name_conflict(existing, owner)
@@ -146,7 +171,12 @@ class Controller:
                 self._apply(obj)
             except ApiException as exc:
                 failures.append(("ApplyFailed", child_id(obj), api_message(exc)))
+            except ResourceNotFoundError:
+                failures.append(("ApplyFailed", child_id(obj), f"the API server does not serve {obj['apiVersion']} "
+                                 f"{obj['kind']}"))
         for ref in desired.delete:
+            if ref.optional and not self.served(ref.api_version, ref.kind):
+                continue  # the cluster has no such kind, so no such object
             try:
                 existing = kube.get(self.dyn, ref.api_version, ref.kind, owner.namespace, ref.name)
                 if existing is not None and name_conflict(existing, owner) is None:
@@ -154,34 +184,120 @@ class Controller:
                     kube.delete(self.dyn, ref.api_version, ref.kind, owner.namespace, ref.name,
                                 uid=existing["metadata"]["uid"])
             except ApiException as exc:
+                if exc.status == 403 and ref.kind in CLUSTER_SCOPED:
+                    continue  # an operator without cluster-wide rights (rbac.tokenReview: false) made none
                 failures.append(("DeleteFailed", f"{ref.kind} {ref.name}", api_message(exc)))
+            except ResourceNotFoundError:
+                continue  # the kind went away since served() looked: nothing of it to delete
         return failures
 
+    def served(self, api_version: str, kind: str) -> bool:
+        """Whether an add-on kind is served, asked at most every settings.addon_recheck_seconds (a CRD
+        installed later is found within that); an error reading it counts as served, so the apply reports it."""
+        now_s = time.monotonic()
+        hit = self._served.get(api_version)
+        if hit is None or now_s - hit[0] > self.settings.addon_recheck_seconds:
+            try:
+                kinds = kube.served_kinds(self.dyn, api_version)
+            except ApiException as exc:
+                log.info("cannot tell what %s serves: %s", api_version, api_message(exc))
+                return True
+            hit = self._served[api_version] = (now_s, kinds)
+        return kind in hit[1]
+
     def _secret_digests(self, owner: Owner, spec: RAGEngineSpec) -> dict[str, str]:
-        """Digest of each Secret the pods read: a rotated key changes the pod template, so the pods
-        that read it restart and pick it up (env from a Secret is read only at container start)."""
+        """The version (uid/resourceVersion, read as metadata only) of each Secret the pods read: a
+        rotated key changes the pod template, so the pods that read it restart and pick it up (env
+        from a Secret is read only at container start)."""
         out = {}
         for name in sorted(referenced_secrets(owner, spec)):
             try:
-                out[name] = secret_digest(kube.get(self.dyn, "v1", "Secret", owner.namespace, name))
+                out[name] = secret_digest(kube.get_metadata(self.dyn, "v1", "Secret", owner.namespace, name))
             except ApiException as exc:  # no read access: no rotation tracking for it, nothing else breaks
                 log.info("cannot read Secret %s/%s: %s", owner.namespace, name, api_message(exc))
         return out
 
-    def _ensure_inference_key(self, owner: Owner) -> tuple[str, str, str] | None:
-        """Create vLLM's API key Secret once (a random key); never re-applied, so it never rotates
-        under a running engine. Delete the Secret to rotate: the next reconcile makes a new one."""
-        ref = inference_api_key_ref(owner)
+    def _ensure_generated_keys(self, owner: Owner, spec: RAGEngineSpec) -> list[tuple[str, str, str]]:
+        """Create each operator-generated key Secret once (vLLM's in model mode, the engine's when auth
+        names no Secret), with a random key; never re-applied, so a key never rotates under its readers.
+        Delete the Secret to rotate: the next reconcile makes a new one (and rolls the pods that read it).
+        Only metadata is read: whether it exists and who controls it."""
+        failures = []
+        for ref in generated_key_refs(owner, spec):
+            try:
+                existing = kube.get_metadata(self.dyn, "v1", "Secret", owner.namespace, ref.name)
+                conflict = name_conflict(existing, owner)
+                if conflict:
+                    failures.append(("NameConflict", f"Secret {ref.name}", conflict))
+                elif existing is None:
+                    self._apply(generated_key_secret(owner, ref, secrets.token_urlsafe(32)))
+            except ApiException as exc:
+                failures.append(("ApplyFailed", f"Secret {ref.name}", api_message(exc)))
+        return failures
+
+    def refused(self, spec: RAGEngineSpec) -> tuple[str, str] | None:
+        """(PolicyViolation, what) when the operator's policy refuses fields of the spec (reconcile/policy.py)."""
+        found = refusals(spec, self.policy)
+        return (POLICY_VIOLATION, "; ".join(found)) if found else None
+
+    def _apply_access(self, owner: Owner, spec: RAGEngineSpec) -> tuple[str, str, str] | None:
+        """Render spec.access into the engine's access file and apply its Secret. When a key Secret or a
+        ServiceAccount's namespace is missing, or the rules are unusable, the Secret is left as it was: the
+        engines keep the previous rules (nothing opens up) and Degraded says why."""
+        access = spec.access
+        assert access is not None
+        name = access_secret_name(owner)
         try:
-            existing = kube.get(self.dyn, "v1", "Secret", owner.namespace, ref.name)
+            keys: dict[tuple[str, str], str] = {}
+            for k in access.keys:
+                ref = k.key_secret_ref
+                secret = kube.get(self.dyn, "v1", "Secret", owner.namespace, ref.name)
+                raw = ((secret or {}).get("data") or {}).get(ref.key)
+                if raw is None:
+                    what = "does not exist" if secret is None else f"has no key {ref.key!r}"
+                    raise AccessInputError(f"access.keys {k.name!r}: Secret {ref.name} {what}")
+                keys[(ref.name, ref.key)] = base64.b64decode(raw).decode("utf-8", "replace").strip()
+            for ns in sorted({a.namespace for a in access.service_accounts}):
+                if kube.get(self.dyn, "v1", "Namespace", None, ns) is None:
+                    raise AccessInputError(f"access.serviceAccounts: namespace {ns!r} does not exist")
+            text = render_access(owner, access, keys)
+            existing = kube.get(self.dyn, "v1", "Secret", owner.namespace, name)
             conflict = name_conflict(existing, owner)
             if conflict:
-                return "NameConflict", f"Secret {ref.name}", conflict
-            if existing is None:
-                self._apply(inference_api_key_secret(owner, secrets.token_urlsafe(32)))
+                return "NameConflict", f"Secret {name}", conflict
+            self._apply(access_secret(owner, text))
+        except AccessInputError as exc:
+            return "AccessInvalid", f"Secret {name}", f"{exc} (the engines keep the previous access rules)"
         except ApiException as exc:
-            return "ApplyFailed", f"Secret {ref.name}", api_message(exc)
+            return "ApplyFailed", f"Secret {name}", api_message(exc)
         return None
+
+    def sweep_bindings(self) -> int:
+        """Delete the TokenReview ClusterRoleBindings of RAGEngines that are gone (a cluster-scoped object
+        cannot have a namespaced owner, so the garbage collector never takes them). Each is checked against
+        the API server, not a cache: one is deleted only when no RAGEngine of its namespace and name exists
+        (the uid precondition keeps a binding re-applied meanwhile)."""
+        selector = f"{c.LABEL_MANAGED_BY}={c.FIELD_MANAGER},{c.SELECTOR_COMPONENT}={COMPONENT_TOKENREVIEW}"
+        deleted = 0
+        try:
+            bindings = kube.list_objects(self.dyn, "rbac.authorization.k8s.io/v1", "ClusterRoleBinding", None, selector)
+        except ApiException as exc:
+            if exc.status == 403:  # no cluster-wide rights (rbac.tokenReview: false): it made none either
+                return 0
+            raise
+        for binding in bindings:
+            meta = binding["metadata"]
+            labels = meta.get("labels") or {}
+            ns, name = labels.get(LABEL_OWNER_NAMESPACE), labels.get(c.SELECTOR_NAME)
+            if not ns or not name:
+                continue
+            if kube.get(self.dyn, c.API_VERSION, c.KIND, ns, name) is not None:
+                continue  # alive (or re-created under the name: its reconcile adopts or deletes the binding)
+            if kube.delete(self.dyn, "rbac.authorization.k8s.io/v1", "ClusterRoleBinding", None, meta["name"],
+                           uid=meta["uid"]):
+                deleted += 1
+                log.info("deleted TokenReview binding %s of the deleted RAGEngine %s/%s", meta["name"], ns, name)
+        return deleted
 
     def sync_status(self, namespace: str, name: str) -> None:
         """Recompute status from the children only (a child changed); never applies."""
@@ -195,7 +311,7 @@ class Controller:
                 return  # reconcile reports it
             # A refused apply of the current generation still stands until a reconcile succeeds:
             # a child's event must not flip the RAGEngine back to Ready over it.
-            self._write_status(body, self.owner(body), spec, pending_error(body), advance=False)
+            self._write_status(body, self.owner(body), spec, pending_error(body) or self.refused(spec), advance=False)
 
     # --- scheduling (the resync loop in handlers.py asks what is due) ------------------------------
     def _schedule(self, key: tuple[str, str], failed: bool) -> None:
@@ -220,7 +336,7 @@ class Controller:
         # observedGeneration moves only when a reconcile of that generation finished.
         generation = body["metadata"].get("generation") if advance else current.get("observedGeneration")
         observed = observe(self.dyn, owner, spec, probe_external=self.settings.probe_external_inference,
-                           probe_engine=self.settings.probe_engine_readiness)
+                           probe_engine=self.settings.probe_engine_readiness, egress=EgressPolicy.from_settings(self.settings))
         observed.sources = current.get("sources")
         status, changes = compute_status(owner, spec, generation, observed, current.get("conditions") or [], now(), error)
         if all(status.get(k) == current.get(k) for k in STATUS_KEYS):
@@ -236,13 +352,14 @@ class Controller:
             # Ready and Degraded carry the story (kubectl describe); the component conditions'
             # transitions are in status and would triple the Event writes at scale.
             for cond in changes:
-                if cond["type"] in (c.READY, c.DEGRADED):
+                if cond["type"] in (c.READY, c.DEGRADED, c.SECURE_DEFAULTS):
                     post_event(body, cond)
 
 
 def post_event(body: dict, cond: dict[str, Any]) -> None:
     """One Event per transition or distinct failure, through kopf's own poster (batched, retried)."""
-    bad = cond["type"] == c.DEGRADED and cond["status"] == "True"
+    bad = (cond["type"] == c.DEGRADED and cond["status"] == "True") or (
+        cond["type"] == c.SECURE_DEFAULTS and cond["status"] == "False")
     post(body, "Warning" if bad else "Normal", cond["reason"], f"{cond['type']}={cond['status']}: {cond['message']}")
 
 
@@ -272,7 +389,7 @@ def pending_error(body: dict[str, Any]) -> tuple[str, str] | None:
     return None
 
 
-_SPEC_ERRORS = ("ApplyFailed", "InvalidSpec", "NameConflict", "DeleteFailed")
+_SPEC_ERRORS = ("ApplyFailed", "InvalidSpec", "NameConflict", "DeleteFailed", POLICY_VIOLATION)
 
 
 def api_message(exc: ApiException) -> str:

@@ -18,8 +18,10 @@ from kubernetes.client.rest import ApiException
 from . import constants as c
 from .controller import api_message
 from .kube.client import kopf_login
+from .manifests.sync_job import JOB_UID_LABEL
 from .reconcile.status import container_failure
 from .resync import resync_loop
+from .sources import traced
 from .sources.runner import SourceSyncer, Target
 from .startup import configure
 
@@ -41,18 +43,26 @@ def sourced(namespace: str, name: str, uid: str, spec: kopf.Spec, status: kopf.S
     return {(namespace, name): target} if target else None
 
 
+@kopf.index("", "v1", "pods", labels={c.SELECTOR_COMPONENT: c.COMPONENT_SYNC, JOB_UID_LABEL: kopf.PRESENT})
+def sync_pods(namespace: str, labels: kopf.Labels, status: kopf.Status, **_: Any) -> dict[tuple[str, str], dict]:
+    """Source-sync pods by their Job's uid: a sync Job's result is read here (its termination message),
+    from the pod watch the operator already has, without polling the API."""
+    return {(namespace, labels[JOB_UID_LABEL]): dict(status)}
+
+
 @kopf.on.startup()
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.Logger,
-                  ragengines: kopf.Index, sourced: kopf.Index, **_: Any) -> None:
+                  ragengines: kopf.Index, sourced: kopf.Index, sync_pods: kopf.Index, **_: Any) -> None:
     configure(settings, memo, logger)
     memo.resync = asyncio.create_task(resync_loop(memo.controller, ragengines, memo.settings.max_workers))
-    memo.sources = asyncio.create_task(SourceSyncer(memo.controller).loop(sourced))
+    memo.sources = asyncio.create_task(SourceSyncer(memo.controller, sync_pods).loop(sourced))
 
 
 @kopf.on.cleanup()
 async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     memo.resync.cancel()
     memo.sources.cancel()
+    traced.flush()  # the source syncs' spans still buffered
 
 
 @kopf.on.login()
@@ -92,7 +102,12 @@ def child_deployment(event: kopf.RawEvent, body: kopf.Body, namespace: str, memo
         log.warning("owner %s/%s not updated now: %s", namespace, owner, api_message(exc))
 
 
-@kopf.on.event("", "v1", "pods", labels={c.LABEL_MANAGED_BY: c.FIELD_MANAGER, c.SELECTOR_NAME: kopf.PRESENT})
+def _workload(value: str | None, **_: Any) -> bool:
+    return value in (c.COMPONENT_ENGINE, c.COMPONENT_INFERENCE)
+
+
+@kopf.on.event("", "v1", "pods", labels={c.LABEL_MANAGED_BY: c.FIELD_MANAGER, c.SELECTOR_NAME: kopf.PRESENT,
+                                         c.SELECTOR_COMPONENT: _workload})
 def child_pod(body: kopf.Body, labels: kopf.Labels, namespace: str, memo: kopf.Memo, **_: Any) -> None:
     """A pod's container went into a failing state (ImagePullBackOff, CrashLoopBackOff, ...): the
     Deployment's status does not change for that, so report it from the pod itself, at once."""

@@ -18,6 +18,7 @@ from .controller import Controller
 
 log = logging.getLogger(__name__)
 TICK_SECONDS = 1.0
+SWEEP_SECONDS = 60.0  # the TokenReview bindings of deleted RAGEngines (Controller.sweep_bindings)
 
 
 async def _one(controller: Controller, namespace: str, name: str, slots: asyncio.Semaphore) -> None:
@@ -31,9 +32,16 @@ async def _one(controller: Controller, namespace: str, name: str, slots: asyncio
 
 async def resync_loop(controller: Controller, index: Iterable[tuple[str, str]], workers: int) -> None:
     slots = asyncio.Semaphore(workers)
+    swept = 0.0
     while True:
         await asyncio.sleep(TICK_SECONDS)
         at = time.monotonic()
+        if at - swept >= SWEEP_SECONDS:
+            swept = at
+            try:
+                await asyncio.to_thread(controller.sweep_bindings)
+            except Exception as exc:  # no list permission, API down: try again next time
+                log.warning("sweeping TokenReview bindings failed: %s", exc)
         due = [key for key in list(index) if controller.is_due(*key, at)]
         if due:
             await asyncio.gather(*(_one(controller, ns, name, slots) for ns, name in due))

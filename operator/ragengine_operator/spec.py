@@ -13,8 +13,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, WithJsonSchema, model_validator
 
+from . import vllm_cli
 from .sources.spec import Source, unique_names
-from .spec_network import EngineNetworkPolicySpec
+from .spec_access import AccessSpec
+from .spec_network import EngineNetworkPolicySpec, NetworkPolicyPeer
 from .spec_types import LabelMap, Name, SpecModel, Url
 
 # A resource quantity ("10Gi", "500m", 2): int-or-string in the schema, like core/v1.
@@ -35,6 +37,10 @@ Size = Annotated[str, Field(max_length=32), AfterValidator(_positive_quantity)]
 
 MANAGED_VLLM_FLAGS = frozenset({"--port", "--served-model-name", "--max-model-len", "--tensor-parallel-size", "-tp",
                                 "--api-key", "--model", "--host"})
+TOOL_FLAGS = frozenset({"--tool-call-parser", "--enable-auto-tool-choice"})
+MAX_GPUS_PER_NODE = 8  # the largest common GPU node (8x A100/H100/H200/B200, MI300X); one pod runs on one node
+POSITIONAL_ARG = ("inference.args must start with an option (--name or --name=value): vLLM takes a leading bare "
+                  "word for the model")
 RWO_ONE_REPLICA = ("inference.replicas above 1 (or autoscaling.maxReplicas above 1) needs modelCache.accessMode "
                    "ReadWriteMany: a ReadWriteOnce cache mounts on one node only")
 
@@ -140,6 +146,34 @@ class AutoscalingSpec(SpecModel):
         return self
 
 
+class KedaSpec(SpecModel):
+    """Scale vLLM with KEDA's Prometheus scaler (a ScaledObject; KEDA then owns the HPA)."""
+
+    server_address: Url = Field(
+        description="Prometheus that scrapes vLLM (see spec.monitoring), e.g. http://prometheus-operated.monitoring:9090."
+    )
+
+
+class InferenceAutoscalingSpec(AutoscalingSpec):
+    """Replicas of vLLM from its load: CPU utilisation (an HPA), or the requests waiting in vLLM's queue."""
+
+    metric: Literal["cpu", "requestsWaiting"] = Field(
+        "cpu", description="cpu: an HPA on CPU utilisation. requestsWaiting: on vllm:num_requests_waiting per pod, "
+        "through KEDA when keda is set, else an HPA on that Pods metric (a custom-metrics adapter such as "
+        "prometheus-adapter must serve it).",
+    )
+    target_requests_waiting: int = Field(
+        5, ge=1, le=10_000, description="requestsWaiting: the average number of waiting requests per pod to hold."
+    )
+    keda: KedaSpec | None = Field(None, description="requestsWaiting through KEDA instead of an HPA.")
+
+    @model_validator(mode="after")
+    def _keda_metric(self) -> InferenceAutoscalingSpec:
+        if self.keda is not None and self.metric != "requestsWaiting":
+            raise ValueError("inference.autoscaling.keda needs metric requestsWaiting")
+        return self
+
+
 class InferenceSpec(PodOptions):
     """Either run vLLM in the cluster (model) or use an existing OpenAI-compatible endpoint (url)."""
 
@@ -154,12 +188,28 @@ class InferenceSpec(PodOptions):
     )
     api_key_secret_ref: SecretKeyRef | None = Field(None, description="Bearer token for url (url mode only).")
     context_window: int | None = Field(
-        None, ge=256, le=10_000_000, description="Tokens; vLLM --max-model-len and the engine's prompt budget."
+        None, ge=256, le=10_000_000,
+        description="Tokens; vLLM --max-model-len and the engine's prompt budget. Unset: --max-model-len auto, the "
+        "model's full length if the KV cache fits it on the GPUs, else the longest that fits (the engine reads "
+        "it from vLLM's /v1/models).",
+    )
+    revision: Annotated[str, Field(max_length=255, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")] | None = Field(
+        None, description="Hugging Face revision of the model (a commit, tag or branch): vLLM --revision, the "
+        "tokenizer too. Pin a commit so a restart never picks up new upstream weights.",
+    )
+    tool_call_parser: Annotated[str, Field(max_length=64, pattern=r"^[a-z0-9][a-z0-9_-]*$")] | None = Field(
+        None, description="vLLM's tool-call parser (--enable-auto-tool-choice --tool-call-parser), which tool "
+        "calling needs (conversation mode tools, clients' tools). Unset: the default for the model's family "
+        "(hermes for Qwen2.5/Qwen3, llama3_json for Llama 3, mistral, ...: docs/operator.md); none: off.",
     )
     image: Annotated[str, Field(max_length=512)] | None = Field(
         None, description="vLLM OpenAI server image; the operator's default when unset."
     )
-    gpus: int = Field(1, ge=1, le=64, description="GPUs per replica (gpuResourceName), = --tensor-parallel-size.")
+    gpus: int = Field(
+        1, ge=1, le=64,  # the CEL rule (and _one_mode) say why 8 is the limit
+        description="GPUs per replica (gpuResourceName), = --tensor-parallel-size. One replica is one pod on one "
+        "node, so at most a node's GPUs (8); serving across nodes is not built (docs/multi-node.md).",
+    )
     gpu_resource_name: Annotated[str, Field(max_length=253, pattern=r"^[a-z0-9.-]+/[a-zA-Z0-9._-]+$")] = Field(
         "nvidia.com/gpu", description="Extended resource of a GPU: nvidia.com/gpu, a MIG profile such as "
         "nvidia.com/mig-1g.10gb, amd.com/gpu, ... (also the toleration's key)."
@@ -169,8 +219,8 @@ class InferenceSpec(PodOptions):
         description="vLLM pods; 0 frees the GPUs. Above 1 needs modelCache.accessMode ReadWriteMany. Ignored "
         "while autoscaling is set. Also the scale subresource (kubectl scale rag/<name> --replicas=N).",
     )
-    autoscaling: AutoscalingSpec | None = Field(
-        None, description="Create an HPA for vLLM; the operator then stops applying replicas."
+    autoscaling: InferenceAutoscalingSpec | None = Field(
+        None, description="Autoscale vLLM (an HPA, or a KEDA ScaledObject); the operator then stops applying replicas."
     )
     startup_timeout: Annotated[str, Field(pattern=r"^([0-9]+h)?([0-9]+m)?([0-9]+s)?$", max_length=16)] = Field(
         "30m", description="How long a vLLM pod may take to start (download + load) before it is restarted: "
@@ -178,8 +228,9 @@ class InferenceSpec(PodOptions):
     )
     args: list[Annotated[str, Field(max_length=1024)]] = Field(
         default_factory=list, max_length=64,
-        description="Extra vLLM arguments, appended. The operator's own flags (--port, --served-model-name, "
-        "--max-model-len, --tensor-parallel-size, --api-key, --model, --host) are refused: set the fields instead.",
+        description="Extra vLLM arguments, before the operator's own flags (--port, --served-model-name, "
+        "--max-model-len, --tensor-parallel-size, --api-key, --model, --host), which win. Those flags (also "
+        "spelt with underscores), --config, --uds and a leading bare word are refused: set the fields instead.",
     )
     node_selector: dict[str, str] | None = None
     tolerations: list[Toleration] | None = Field(
@@ -203,16 +254,48 @@ class InferenceSpec(PodOptions):
             raise ValueError("inference.hfTokenSecretRef applies to inference.model only")
         if self.model is not None and self.api_key_secret_ref is not None:
             raise ValueError("inference.apiKeySecretRef applies to inference.url only")
-        managed = [a for a in self.args if a.split("=", 1)[0] in MANAGED_VLLM_FLAGS]
-        if managed:
-            raise ValueError(f"inference.args must not set {', '.join(sorted(set(a.split('=', 1)[0] for a in managed)))}: "
-                             "the operator sets them from the spec")
+        self._check_args()
+        if self.url is not None and (self.revision is not None or self.tool_call_parser is not None):
+            raise ValueError("inference.revision and inference.toolCallParser apply to inference.model only")
+        if self.gpus > MAX_GPUS_PER_NODE:
+            raise ValueError(GPUS_ABOVE_A_NODE)
+        if "/mig-" in self.gpu_resource_name and self.gpus > 1:
+            raise ValueError(MIG_ONE_GPU)
+        if not self.gpu_resource_name.startswith("nvidia.com/") and self.image is None:
+            raise ValueError(NON_NVIDIA_IMAGE)
         several = self.replicas > 1 or (self.autoscaling is not None and self.autoscaling.max_replicas > 1)
         if several and self.model_cache.access_mode == "ReadWriteOnce":
             raise ValueError(RWO_ONE_REPLICA)
         if self.startup_timeout in ("", "0s", "0m", "0h"):
             raise ValueError("inference.startupTimeout must be a positive duration such as 30m")
         return self
+
+    def _check_args(self) -> None:
+        """The spellings vLLM reads as one of the operator's flags (vllm_cli.py), in the words of the CRD's
+        CEL rules. Other spellings (unique prefixes) lose to the operator's flags, which come last."""
+        found = vllm_cli.overridden(self.args, MANAGED_VLLM_FLAGS)
+        own = [f for f in found if f in MANAGED_VLLM_FLAGS]
+        if own:
+            raise ValueError(f"inference.args must not set {', '.join(own)}: the operator sets them from the spec")
+        if found:
+            raise ValueError(OVERRIDING_ARGS)
+        if vllm_cli.leading_positional(self.args) is not None:
+            raise ValueError(POSITIONAL_ARG)
+        if self.revision is not None and vllm_cli.overridden(self.args, {"--revision"}):
+            raise ValueError("inference.args must not set --revision when inference.revision is set")
+        if self.tool_call_parser is not None and vllm_cli.overridden(self.args, TOOL_FLAGS):
+            raise ValueError("inference.args must not set --tool-call-parser or --enable-auto-tool-choice when "
+                             "inference.toolCallParser is set")
+
+
+GPUS_ABOVE_A_NODE = ("inference.gpus is at most 8, a node's GPUs: one vLLM replica is one pod on one node, and "
+                     "serving across nodes is not built (docs/multi-node.md)")
+MIG_ONE_GPU = ("inference.gpus above 1 needs whole GPUs: a CUDA process sees one MIG instance, so tensor "
+               "parallelism over MIG slices cannot work")
+NON_NVIDIA_IMAGE = ("inference.gpuResourceName other than nvidia.com/* needs inference.image: the default vLLM image "
+                    "is built for CUDA (for amd.com/gpu use a ROCm build such as vllm/vllm-openai-rocm)")
+OVERRIDING_ARGS = ("inference.args must not set --config or --uds: a config file or a Unix socket would override the "
+                   "operator's flags")
 
 
 class EmbeddingSpec(SpecModel):
@@ -240,8 +323,15 @@ class RetrievalSpec(SpecModel):
     similarity_threshold: float = Field(
         0.3, ge=0.0, le=1.0,
         description="Minimum cosine similarity for a chunk to enter the prompt (0.3: see docs/retrieval.md).")
+    no_context: Literal["answer", "refuse", "disclaim"] = Field(
+        "answer", description="When no chunk passes similarityThreshold: 'answer' (the LLM answers as asked), "
+        "'refuse' (a fixed message) or 'disclaim' (the answer plus a disclaimer); see docs/engine.md.")
     hybrid: bool = Field(True, description="Fuse dense and BM25 results.")
     rerank_model: Annotated[str, Field(max_length=512)] | None = Field(None, description="Cross-encoder; unset = none.")
+    screen_indexes: list[Annotated[str, Field(min_length=1, max_length=200)]] | None = Field(
+        None, max_length=64, description="Indexes (shell patterns, '*' = all) whose retrieved chunks are screened "
+        "before the prompt: hidden characters stripped, prompt-injection phrasing kept out (docs/guardrails.md). A "
+        "source's screen: true opts its documents in wherever they are.")
 
 
 class EngineSpec(PodOptions):
@@ -259,8 +349,10 @@ class EngineSpec(PodOptions):
     resources: ResourceRequirements | None = None
     node_selector: dict[str, str] | None = None
     tolerations: list[Toleration] | None = Field(None, max_length=32)
-    network_policy: EngineNetworkPolicySpec | None = Field(
-        None, description="Restrict ingress to the engine's pods to allowFrom (and the operator); unset: no policy."
+    network_policy: EngineNetworkPolicySpec = Field(
+        default_factory=EngineNetworkPolicySpec, json_schema_extra={"default": {}},
+        description="Ingress to the engine's pods: on by default (the RAGEngine's namespace and its source "
+        "syncs); networkPolicy.enabled: false opts out.",
     )
 
 
@@ -326,14 +418,91 @@ class StorageSpec(VolumeSpec):
     )
 
 
-class AuthSpec(SpecModel):
-    api_key_secret_ref: SecretKeyRef | None = Field(
-        None, description="When set the engine requires 'Authorization: Bearer <key>' on every API call."
+PROMETHEUS_PEER: dict[str, Any] = {
+    "namespaceSelector": {}, "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}
+
+
+class MonitoringSpec(SpecModel):
+    """Prometheus scraping of vLLM's and the engine's /metrics, through the Prometheus operator's CRDs."""
+
+    kind: Literal["ServiceMonitor", "PodMonitor"] = Field(
+        "ServiceMonitor", description="One monitor per component, named like its Deployment (the CRD must be installed)."
+    )
+    interval: Annotated[str, Field(pattern=r"^([0-9]+h)?([0-9]+m)?([0-9]+s)?$", max_length=16)] = Field(
+        "30s", description="Scrape interval."
+    )
+    labels: LabelMap | None = Field(
+        None, description="Labels on the monitors, for Prometheus' serviceMonitorSelector / podMonitorSelector "
+        "(e.g. release: kube-prometheus-stack).",
+    )
+    scrape_from: list[NetworkPolicyPeer] = Field(
+        default_factory=lambda: [NetworkPolicyPeer.model_validate(PROMETHEUS_PEER)], min_length=1, max_length=16,
+        json_schema_extra={"default": [PROMETHEUS_PEER]},
+        description="Prometheus' pods, admitted by the NetworkPolicies to vLLM's port (which otherwise admits only "
+        "the engine) and to the engine's (when engine.networkPolicy is set). Default: pods labelled "
+        "app.kubernetes.io/name=prometheus in any namespace (the Prometheus operator's label).",
     )
 
 
+class AuthSpec(SpecModel):
+    """The engine's API key: required by default, generated by the operator unless a Secret is named."""
+
+    enabled: bool = Field(
+        True, description="The engine requires 'Authorization: Bearer <key>' on every call but /health, /ready "
+        "and /metrics. false: anyone who reaches the engine reads, writes and deletes its indexes and sessions "
+        "(the SecureDefaults condition turns False).",
+    )
+    api_key_secret_ref: SecretKeyRef | None = Field(
+        None, description="The key. Unset: the operator generates one, once, in Secret <name>-api-key (key "
+        "api-key); status.apiKeySecretRef names the Secret either way.",
+    )
+
+    @model_validator(mode="after")
+    def _key_needs_auth(self) -> AuthSpec:
+        if not self.enabled and self.api_key_secret_ref is not None:
+            raise ValueError(AUTH_OFF_WITH_KEY)
+        return self
+
+
+class GuardrailsSpec(SpecModel):
+    """KAITO's spec.guardrails: the output policy (KAITO's guardrails.yaml) on every answer of the engine."""
+
+    enabled: bool = Field(False, description="Apply the output policy to chat completions and session answers, "
+                          "JSON and streams.")
+    config_map_ref: LocalObjectReference | None = Field(
+        None, description="A ConfigMap in the RAGEngine's namespace whose key guardrails.yaml is the policy; mounted "
+        "as a volume, so an edit reaches the engine within a minute or so, without a restart. Unset: the chart's "
+        "default policy, in ConfigMap <name>-guardrails.")
+    fail_open: bool = Field(
+        False, description="With no usable policy (or a scanner failing): false refuses answers (503), true sends "
+        "them unscreened, saying so. A bad edit never matters while a good policy was loaded: it keeps serving.")
+
+
+class TracingSpec(SpecModel):
+    """OpenTelemetry traces of answers, ingestion and source syncs (docs/observability.md)."""
+
+    endpoint: Annotated[str, Field(pattern=r"^https?://[^\s/]+(/\S*)?$", max_length=512)] = Field(
+        description="The OTLP receiver (an OpenTelemetry Collector, Tempo, Jaeger): http://host:4317 for gRPC, or the "
+        "full URL of /v1/traces for http/protobuf. Rendered as OTEL_EXPORTER_OTLP_TRACES_ENDPOINT for the engine and "
+        "the sync workers, and as vLLM's --otlp-traces-endpoint.")
+    protocol: Literal["grpc", "http/protobuf"] = Field(
+        "grpc", description="OTLP transport (OTEL_EXPORTER_OTLP_TRACES_PROTOCOL); vLLM's default is grpc.")
+    sampling_ratio: float = Field(
+        1.0, ge=0.0, le=1.0, description="Share of new traces recorded (parentbased_traceidratio): a request that "
+        "comes with a sampled traceparent is recorded whatever the ratio, and vLLM follows the engine's decision.")
+
+
+class ObservabilitySpec(SpecModel):
+    """Where the RAGEngine's traces go; metrics are spec.monitoring's."""
+
+    tracing: TracingSpec | None = Field(None, description="OpenTelemetry traces; unset: none are exported.")
+
+
+AUTH_OFF_WITH_KEY = "auth.apiKeySecretRef needs auth.enabled: a key the engine would not check is a mistake"
+
+
 class RAGEngineSpec(SpecModel):
-    """Desired state of a RAGEngine: inference (optional), embedding, retrieval, engine, storage, auth."""
+    """Desired state of a RAGEngine: inference (optional), embedding, retrieval, engine, storage, auth, access."""
 
     inference: InferenceSpec | None = Field(
         None, description="Generation backend; omit for retrieval-only (extractive answers)."
@@ -344,7 +513,15 @@ class RAGEngineSpec(SpecModel):
     vector_store: VectorStoreSpec = Field(default_factory=VectorStoreSpec, json_schema_extra={"default": {}})
     storage: StorageSpec = Field(default_factory=StorageSpec, json_schema_extra={"default": {}})
     auth: AuthSpec = Field(default_factory=AuthSpec, json_schema_extra={"default": {}})
+    monitoring: MonitoringSpec | None = Field(
+        None, description="Render a ServiceMonitor or PodMonitor for vLLM and the engine; unset: none."
+    )
+    observability: ObservabilitySpec = Field(default_factory=ObservabilitySpec, json_schema_extra={"default": {}})
+    access: AccessSpec | None = Field(
+        None, description="Principals (keys, ServiceAccounts), roles, index patterns, groups and rate limits; rendered "
+        "into the engine's access file (docs/access.md).")
     sessions: SessionsSpec = Field(default_factory=SessionsSpec, json_schema_extra={"default": {}})
+    guardrails: GuardrailsSpec = Field(default_factory=GuardrailsSpec, json_schema_extra={"default": {}})
     sources: Annotated[list[Source], AfterValidator(unique_names)] = Field(
         default_factory=list, max_length=32,
         description="Documents the indexes hold, synced by the operator from ConfigMaps, git repositories or "

@@ -58,10 +58,17 @@ NETWORK_PEER_RULE = "a networkPolicy.allowFrom peer sets podSelector and/or name
 
 
 class EngineNetworkPolicySpec(SpecModel):
-    """A NetworkPolicy <name>-engine on the engine's pods: only these peers (and the operator) reach its port."""
+    """A NetworkPolicy <name>-engine on the engine's pods: only allowFrom (by default the pods of the
+    RAGEngine's namespace) and this RAGEngine's source-sync pods reach its port."""
 
+    enabled: bool = Field(
+        True, description="false: no NetworkPolicy, every pod the CNI lets through reaches the engine (the "
+        "SecureDefaults condition turns False).",
+    )
     allow_from: list[NetworkPolicyPeer] = Field(
-        default_factory=list, max_length=32,
-        description="Peers admitted to the engine's port (any one suffices). Empty: only the operator. "
-        "Every other ingress to the engine's pods is dropped (where the CNI enforces NetworkPolicies).",
+        default_factory=lambda: [NetworkPolicyPeer(pod_selector=LabelSelector())], max_length=32,
+        description="Peers admitted to the engine's port (any one suffices). Default: every pod of the "
+        "RAGEngine's namespace ([{podSelector: {}}]). Empty: only this RAGEngine's source syncs. Every other "
+        "ingress to the engine's pods is dropped (where the CNI enforces NetworkPolicies).",
+        json_schema_extra={"default": [{"podSelector": {}}]},
     )

@@ -21,6 +21,11 @@ class Condition(SpecModel):
     observed_generation: int | None = None
 
 
+class SecretKeySelector(SpecModel):
+    name: str
+    key: str
+
+
 class RAGEngineStatus(SpecModel):
     observed_generation: int | None = Field(None, description="The generation the conditions describe.")
     inference_replicas: int | None = Field(None, description="Ready vLLM pods (the scale subresource's status).")
@@ -32,3 +37,6 @@ class RAGEngineStatus(SpecModel):
     model: str | None = Field(None, description="The served model name.")
     conditions: list[Condition] = Field(default_factory=list)
     sources: list[SourceStatus] | None = Field(None, description="The last sync of each spec.sources entry.")
+    api_key_secret_ref: SecretKeySelector | None = Field(
+        None, description="The Secret key clients send as 'Authorization: Bearer <key>' (generated or spec.auth's); "
+        "unset when auth is off.")

@@ -36,6 +36,9 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.
     # and pods, not every Deployment and pod of the cluster (the handlers' own filters are client-side).
     managed = f"{c.LABEL_MANAGED_BY}={c.FIELD_MANAGER}"
     settings.watching.label_selectors[lambda r: (r.group, r.plural) in (("apps", "deployments"), ("", "pods"))] = managed
+    # Roles in the watched namespaces only (the chart, exact namespace names): no cluster-wide listing of
+    # namespaces and CRDs, which such an operator may not do; kopf takes the names as given.
+    settings.scanning.disabled = not ours.scan_cluster
     settings.networking.request_timeout = 30
     settings.networking.connect_timeout = 5
     # Sync handlers run in this many threads: independent RAGEngines reconcile in parallel.

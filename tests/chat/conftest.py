@@ -12,7 +12,11 @@ import contextlib
 import dataclasses
 import itertools
 import os
+import subprocess
+import time
+from collections.abc import Iterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import httpx
 import pytest
@@ -24,9 +28,11 @@ from ragengine.errors import NotFound
 from ragengine.index.types import RetrievedNode
 from ragengine.settings import EngineSettings
 from tests.llm_server import FakeLLM, create_llm_app, tokenize
-from tests.support.server import free_port, serve_app
+from tests.support.embedding import borrowed
+from tests.support.server import START_TIMEOUT_S, announced_port, refused_port, serve_app
 from tests.support.stores import store_values
 
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = [
     ("kaito-1", "KAITO is a Kubernetes operator that automates AI model deployment.", 0.91),
     ("kaito-2", "KAITO provisions GPU nodes with Karpenter and runs vLLM for inference on them.", 0.83),
@@ -57,11 +63,12 @@ class FakeRegistry:
     def status(self) -> dict:  # what /health reads
         return {"corrupt": {}, "indexes": {name: len(nodes) for name, nodes in self.indexes.items()}}
 
-    async def retrieve(self, index_name, query, top_k, *, filters=None, metadata_filter=None, query_embedding=None):
+    async def retrieve(self, index_name, query, top_k, *, filters=None, metadata_filter=None, query_embedding=None,
+                       acl=None):
         if index_name not in self.indexes:
             raise NotFound(f"No such index: '{index_name}' exists.")
         self.calls.append({"index_name": index_name, "query": query, "top_k": top_k, "filters": filters,
-                           "metadata_filter": metadata_filter})
+                           "metadata_filter": metadata_filter, "acl": acl})
         return self.indexes[index_name][:top_k]
 
 
@@ -93,19 +100,6 @@ def embedding_model(embedder):
     return embedder
 
 
-class _Borrowed(Embedder):
-    """An engine's own Embedder over a shared, already loaded model: closing it leaves the model loaded."""
-
-    def close(self) -> None:
-        self._docs_pool.shutdown(wait=False, cancel_futures=True)
-        self._query_pool.shutdown(wait=False, cancel_futures=True)
-
-
-def fresh_embedder(shared: Embedder) -> Embedder:
-    # Same loaded model; own thread pools and query batcher, since each engine runs its own event loop.
-    return _Borrowed(shared.backend)
-
-
 def index_docs(base: str) -> None:
     documents = [{"doc_id": d, "text": t, "metadata": {"source": d}} for d, t, _ in DOCS]
     r = httpx.post(f"{base}/index", json={"index_name": "docs", "documents": documents}, timeout=120)
@@ -135,9 +129,10 @@ def llm_url(llm_server, fake_llm) -> str:
     return llm_server[1] + "/v1"
 
 
-@pytest.fixture
-def dead_url() -> str:
-    return f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
+@pytest.fixture(scope="session")
+def dead_url() -> Iterator[str]:
+    with refused_port() as port:  # held bound, never listening: refused for the whole run
+        yield f"http://127.0.0.1:{port}/v1"
 
 
 @pytest.fixture(scope="session")
@@ -156,8 +151,7 @@ def engines(llm_server, embedding_model, tmp_path_factory, request):
         values.setdefault("data_dir", tmp_path_factory.mktemp("engine"))
         values = {**store_values(store, prefix=f"chat{os.getpid()}_{next(prefixes)}", work_dir=values["data_dir"],
                                  pg_url=lambda: request.getfixturevalue("pgvector_url")), **values}
-        embedder = fresh_embedder(embedding_model)
-        stack.callback(embedder.close)
+        embedder = stack.enter_context(borrowed(embedding_model))
         app = chat_app(EngineSettings(**values), registry, embedder)
         base = stack.enter_context(serve_app(app))
         if registry is not None:
@@ -189,3 +183,38 @@ def engine(llm_url, engines, fake_llm, vector_store):
 
 def tokens(text: str) -> int:
     return len(tokenize(text))
+
+
+@pytest.fixture(scope="session")
+def smollm2_url(tmp_path_factory):
+    """The REAL SmolLM2-135M-Instruct served by llama-cpp-python on the CPU (hack/serve-llm.sh, as ``make run``
+    starts it), once per run. Fails, never skips, when it is missing: a silently skipped real-model test is how
+    a broken install goes unnoticed."""
+    check = subprocess.run([str(ROOT / "hack/serve-llm.sh"), "--check"], capture_output=True, text=True)
+    if check.returncode != 0:
+        pytest.fail("SmolLM2 is not installed: run hack/install-llm.sh (make install does). " + check.stderr)
+    # Port 0: llama_cpp.server's uvicorn binds a free port and logs it ("Uvicorn running on URL").
+    env = {**os.environ, "LLM_PORT": "0", "LLM_N_CTX": "2048", "HF_HUB_OFFLINE": "1"}
+    log = tmp_path_factory.mktemp("smollm2") / "server.log"  # a file, not a pipe: llama.cpp logs a lot
+    with log.open("wb") as out:
+        proc = subprocess.Popen([str(ROOT / "hack/serve-llm.sh")], env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        url = f"http://127.0.0.1:{announced_port(log, proc, timeout_s=START_TIMEOUT_S)}/v1"
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"llama_cpp.server exited with {proc.returncode}: {log.read_text()[-2000:]}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{url}/models", timeout=2).status_code == 200:
+                    break
+            if time.monotonic() > deadline:
+                pytest.fail(f"llama_cpp.server did not answer within {START_TIMEOUT_S} s")
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)

@@ -8,10 +8,6 @@ missing: a silently skipped real-model test is how a broken install goes unnotic
 from __future__ import annotations
 
 import contextlib
-import os
-import subprocess
-import tempfile
-import time
 from pathlib import Path
 
 import httpx
@@ -20,7 +16,7 @@ import pytest
 
 from ragengine.app import create_app
 from ragengine.settings import EngineSettings
-from tests.support.server import free_port, serve_app
+from tests.support.embedding import serve_engine
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [
@@ -31,22 +27,29 @@ DOCS = [
     {"text": "The office cafeteria serves tomato soup every Tuesday at noon.", "metadata": {"source": "menu.md"}},
 ]
 QUESTION = "Which library does similarity search of dense vectors?"
+# Facts no model can know: the only way a planted token reaches an answer is through retrieval.
+PLANTED = [
+    {"text": "The maintenance password for the Vortex-9 cooling tower is KESTREL-4471.", "metadata": {"source": "vault.md"}},
+    {"text": "The night shift supervisor at the Harbor Street depot is named Ottoline Brackwater.",
+     "metadata": {"source": "staff.md"}},
+]
 
 
 @contextlib.contextmanager
-def full_engine(tmp: Path, **settings):
+def full_engine(tmp: Path, embedder, docs=DOCS, **settings):
+    """The production app on the run's loaded embedding model, with ``docs`` in index 'docs'."""
     app = create_app(EngineSettings(data_dir=tmp, llm_retries=0, **settings))
-    with serve_app(app) as base:
-        r = httpx.post(f"{base}/index", json={"index_name": "docs", "documents": DOCS}, timeout=120)
+    with serve_engine(app, embedder) as base:
+        r = httpx.post(f"{base}/index", json={"index_name": "docs", "documents": docs}, timeout=120)
         assert r.status_code == 200, r.text
         yield base
 
 
 @pytest.fixture(scope="module")
-def engine_on_fake(llm_server, tmp_path_factory):
+def engine_on_fake(llm_server, embedder, tmp_path_factory):
     _llm, url = llm_server
     # Threshold 0: the filter test scopes retrieval to an off-topic document on purpose.
-    with full_engine(tmp_path_factory.mktemp("e2e-fake"), llm_url=url + "/v1", similarity_threshold=0.0) as base:
+    with full_engine(tmp_path_factory.mktemp("e2e-fake"), embedder, llm_url=url + "/v1", similarity_threshold=0.0) as base:
         yield base
 
 
@@ -70,8 +73,8 @@ def test_full_engine_unknown_index(engine_on_fake):
     assert r.status_code == 404 and r.json()["error"]["message"] == "No such index: 'nope' exists."
 
 
-def test_full_engine_extractive_without_llm(tmp_path):
-    with full_engine(tmp_path) as base:
+def test_full_engine_extractive_without_llm(tmp_path, embedder):
+    with full_engine(tmp_path, embedder) as base:
         r = httpx.post(f"{base}/v1/chat/completions", timeout=60,
                        json={"index_name": "docs", "messages": [{"role": "user", "content": QUESTION}]})
     body = r.json()
@@ -80,41 +83,10 @@ def test_full_engine_extractive_without_llm(tmp_path):
 
 
 # --- the real model -----------------------------------------------------------------------------
-@pytest.fixture(scope="session")
-def smollm2_url():
-    check = subprocess.run([str(ROOT / "hack/serve-llm.sh"), "--check"], capture_output=True, text=True)
-    if check.returncode != 0:
-        pytest.fail("SmolLM2 is not installed: run hack/install-llm.sh (make install does). " + check.stderr)
-    port = free_port()
-    env = {**os.environ, "LLM_PORT": str(port), "LLM_N_CTX": "2048", "HF_HUB_OFFLINE": "1"}
-    log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - closed by the fixture's teardown; not a pipe: llama.cpp logs a lot and a full pipe blocks it
-    proc = subprocess.Popen([str(ROOT / "hack/serve-llm.sh")], env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
-    url = f"http://127.0.0.1:{port}/v1"
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            if proc.poll() is not None:
-                log.seek(0)
-                pytest.fail(f"llama_cpp.server exited with {proc.returncode}: {log.read()[-2000:]}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/models", timeout=2).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                pytest.fail("llama_cpp.server did not start within 90 s")
-            time.sleep(0.2)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
-
-
 @pytest.fixture(scope="module")
-def engine_on_smollm2(smollm2_url, tmp_path_factory):
-    with full_engine(tmp_path_factory.mktemp("e2e-smollm2"), llm_url=smollm2_url, context_window=2048) as base:
+def engine_on_smollm2(smollm2_url, embedder, tmp_path_factory):
+    with full_engine(tmp_path_factory.mktemp("e2e-smollm2"), embedder, DOCS + PLANTED, llm_url=smollm2_url,
+                     context_window=2048) as base:
         yield base
 
 
@@ -141,6 +113,56 @@ def test_smollm2_rag_stream(engine_on_smollm2):
     text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
     assert text.strip() and len(chunks) > 3
     assert chunks[-1].model_extra["source_nodes"][0]["metadata"]["source"] == "faiss.md"
+
+
+# --- the real model answers from the index -----------------------------------------------------------
+# What a 135M model reliably does, at temperature 0: copies a short fact from its context. The checks are
+# the planted token (not the wording), and the control without retrieval shows the token is not known.
+VAULT = "What is the maintenance password for the Vortex-9 cooling tower?"
+
+
+def smollm2_chat(base: str, question: str, **extra) -> dict:
+    r = httpx.post(f"{base}/v1/chat/completions", timeout=300, json={
+        "messages": [{"role": "user", "content": question}], "temperature": 0, "max_tokens": 96, **extra})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+@pytest.mark.llm
+def test_smollm2_answers_from_a_fact_planted_in_the_index(engine_on_smollm2):
+    body = smollm2_chat(engine_on_smollm2, VAULT, index_name="docs")
+    assert body["rag"]["applied"] is True and body["generation_method"] == "llm"
+    assert body["source_nodes"][0]["metadata"]["source"] == "vault.md"
+    assert "KESTREL-4471" in body["choices"][0]["message"]["content"], body["choices"][0]["message"]["content"]
+
+
+@pytest.mark.llm
+def test_smollm2_does_not_know_the_planted_fact_without_retrieval(engine_on_smollm2):
+    body = smollm2_chat(engine_on_smollm2, VAULT)  # no index_name: passed through, no context
+    assert body["rag"]["reason"] == "no_index_name"
+    assert "KESTREL" not in body["choices"][0]["message"]["content"]
+
+
+@pytest.mark.llm
+def test_smollm2_streams_an_answer_from_a_planted_fact(engine_on_smollm2):
+    c = openai.OpenAI(base_url=f"{engine_on_smollm2}/v1", api_key="x", max_retries=0, timeout=300)
+    chunks = list(c.chat.completions.create(
+        model="smollm2", messages=[{"role": "user", "content": "Who is the night shift supervisor at the Harbor Street depot?"}],
+        temperature=0, max_tokens=96, stream=True, extra_body={"index_name": "docs"}))
+    text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+    assert "Brackwater" in text, text
+    assert chunks[-1].model_extra["source_nodes"][0]["metadata"]["source"] == "staff.md"
+
+
+@pytest.mark.llm
+def test_smollm2_question_the_index_cannot_answer_gets_no_context(engine_on_smollm2):
+    """Retrieval was asked for and nothing passed the similarity threshold: the no-context outcome, no
+    sources, nothing of the index in the answer."""
+    body = smollm2_chat(engine_on_smollm2, "How tall is Mount Everest?", index_name="docs")
+    rag = body["rag"]
+    assert (rag["applied"], rag["reason"], rag["selected"], rag["context_tokens"]) == (False, "no_context", 0, 0), rag
+    assert not body.get("source_nodes")
+    assert not any(word in body["choices"][0]["message"]["content"] for word in ("KESTREL", "Brackwater", "FAISS"))
 
 
 @pytest.mark.llm

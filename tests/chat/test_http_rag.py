@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import httpx
 
-from ragengine.chat.plan import ADDITION_PROMPT_TOKENS, build_messages
 from tests.chat.chat_client import SYSTEM, post
-from tests.chat.conftest import DOCS, FakeRegistry, default_registry, node, tokens
+from tests.chat.conftest import DOCS, FakeRegistry, default_registry, node
 from tests.llm_server import count_message_tokens
 from tests.support.stores import EVERY_STORE, ON_FAISS
 
@@ -15,6 +14,23 @@ from tests.support.stores import EVERY_STORE, ON_FAISS
 pytestmark = ON_FAISS
 
 TEXTS = [d[1] for d in DOCS]  # the engine fixture runs with similarity_threshold 0
+# What the LLM must receive, spelled out: llama-index's context layout in the system message (pinned
+# against llama-index's own template in test_context.py), the caller's system prompt after it.
+# FakeRegistry's order (DOCS, by their fixed scores):
+KAITO_CONTEXT = (
+    "Use the context information below to assist the user.\n--------------------\n"
+    "KAITO is a Kubernetes operator that automates AI model deployment.\n\n"
+    "KAITO provisions GPU nodes with Karpenter and runs vLLM for inference on them.\n\n"
+    "FAISS is a library for efficient similarity search of dense vectors.\n\n"
+    "The cafeteria serves soup on Tuesdays.\n--------------------\n")
+# The real index's order for "What is KAITO?" (the packaged model scores the cafeteria above FAISS):
+REAL_ORDER = ["kaito-1", "kaito-2", "misc-1", "faiss-1"]
+REAL_CONTEXT = (
+    "Use the context information below to assist the user.\n--------------------\n"
+    "KAITO is a Kubernetes operator that automates AI model deployment.\n\n"
+    "KAITO provisions GPU nodes with Karpenter and runs vLLM for inference on them.\n\n"
+    "The cafeteria serves soup on Tuesdays.\n\n"
+    "FAISS is a library for efficient similarity search of dense vectors.\n--------------------\n")
 
 
 @EVERY_STORE
@@ -30,8 +46,10 @@ def test_rag_sends_context_query_and_history(engine, fake_llm):
     assert {s["doc_id"] for s in chosen} == {d[0] for d in DOCS} and chosen[0]["doc_id"].startswith("kaito")
     assert [s["score"] for s in chosen] == sorted((s["score"] for s in chosen), reverse=True)
     # Exactly: the served model (discovered), the llama-index context layout, nothing else added.
-    assert sent == {"model": "fake-llm",
-                    "messages": build_messages([SYSTEM], "What is KAITO?", [s["text"] for s in chosen])}
+    assert [s["doc_id"] for s in chosen] == REAL_ORDER
+    assert sent == {"model": "fake-llm", "messages": [
+        {"role": "system", "content": REAL_CONTEXT + "You are a helpful assistant."},
+        {"role": "user", "content": "What is KAITO?"}]}
     assert body["id"].startswith("chatcmpl-") and body["object"] == "chat.completion"
     assert body["choices"][0]["message"]["content"] == "Echo : What is KAITO ?"
     assert body["choices"][0]["finish_reason"] == "stop"
@@ -58,7 +76,11 @@ def test_multi_turn_history_and_joined_query(engine, fake_llm):
             {"role": "user", "content": "Specifically about GPU support."}]
     assert post(base, {"index_name": "docs", "messages": msgs}).status_code == 200
     query = "Tell me more about it.\n\nSpecifically about GPU support."
-    assert fake_llm.last_chat()["messages"] == build_messages(msgs[:3], query, TEXTS)
+    assert fake_llm.last_chat()["messages"] == [
+        {"role": "system", "content": KAITO_CONTEXT + "You are a helpful assistant."},
+        {"role": "user", "content": "What is KAITO?"},
+        {"role": "assistant", "content": "KAITO is a Kubernetes operator."},
+        {"role": "user", "content": "Tell me more about it.\n\nSpecifically about GPU support."}]
     assert engine.app.state.chat.registry.calls[-1]["query"] == query
 
 
@@ -71,18 +93,18 @@ def test_budget_skips_what_does_not_fit_and_lowers_max_tokens(engine, fake_llm):
     msgs = [{"role": "user", "content": "Explain KAITO"}]
     r = post(base, {"index_name": "docs", "messages": msgs, "max_tokens": 5000, "context_token_ratio": 0.5})
     assert r.status_code == 200, r.text
-    prompt = count_message_tokens(msgs)
-    query = tokens("Explain KAITO")
-    budget = int(min(1000 - prompt, 1000 - query - ADDITION_PROMPT_TOKENS) * 0.5)
-    assert budget < 500  # the big chunk cannot fit, the smaller, less relevant one after it still does
+    # The fake's tokenizer: "Explain KAITO" is 2 tokens; the prompt 2 + 4 (message) + 3 (generation) = 9.
+    # Budget (the seed's): min(1000 - 9, 1000 - 2 - 150 reserved) * 0.5 = 424, so the 500-token chunk
+    # cannot fit and the smaller, less relevant one after it still does: 3 + 2 = 5 context tokens.
     rag = r.json()["rag"]
-    assert rag["context_budget"] == budget and rag["selected"] == 2
+    assert (rag["prompt_tokens"], rag["context_budget"], rag["selected"], rag["context_tokens"]) == (9, 424, 2, 5)
     assert rag["max_tokens_requested"] == 5000
-    context = tokens("alpha beta gamma") + tokens("delta epsilon")
-    assert rag["context_tokens"] == context
     sent = fake_llm.last_chat()
-    assert sent["max_tokens"] == 1000 - prompt - ADDITION_PROMPT_TOKENS - context == rag["max_tokens"]
-    assert sent["messages"] == build_messages([], "Explain KAITO", ["alpha beta gamma", "delta epsilon"])
+    assert sent["max_tokens"] == rag["max_tokens"] == 836  # 1000 - 9 prompt - 150 reserved - 5 context
+    assert sent["messages"] == [
+        {"role": "system", "content": "Use the context information below to assist the user.\n--------------------\n"
+                                      "alpha beta gamma\n\ndelta epsilon\n--------------------\n"},
+        {"role": "user", "content": "Explain KAITO"}]
     assert [s["doc_id"] for s in r.json()["source_nodes"]] == ["a", "c"]
 
 
@@ -117,8 +139,8 @@ def test_top_k_grows_with_window(engine, fake_llm):
     # A fake index: the top_k the index was asked for is read from its call log.
     base = engine(registry=default_registry(), node_token_approximation=100)
     post(base, {"index_name": "docs", "messages": [{"role": "user", "content": "q"}]})
-    prompt = count_message_tokens([{"role": "user", "content": "q"}])
-    assert engine.app.state.chat.registry.calls[-1]["top_k"] == (128_000 - prompt) // 100
+    # the seed's max(100, free tokens / node_token_approximation): (128000 - 8 prompt tokens) // 100
+    assert engine.app.state.chat.registry.calls[-1]["top_k"] == 1279
 
 
 def test_openai_fields_reach_the_llm_unchanged(engine, fake_llm):

@@ -7,12 +7,12 @@ import time
 
 import httpx
 
-from ragengine.chat.plan import build_messages
 from ragengine.chat.stream import error_event, relay, text_pieces
 from ragengine.errors import UpstreamError
 from ragengine.protocol.sse import DONE, frame
 from tests.chat.chat_client import sse_events
 from tests.chat.conftest import DOCS
+from tests.chat.test_http_rag import REAL_CONTEXT, REAL_ORDER
 from tests.support.stores import EVERY_STORE, ON_FAISS
 
 # The LLM, the budget and validation do not depend on the store: FAISS only, except where marked.
@@ -69,26 +69,29 @@ def test_rag_stream(engine, fake_llm):
     assert final["generation_method"] == "llm" and final["rag"]["applied"] is True
     sent = fake_llm.last_chat()
     assert sent["stream"] is True
-    assert sent["messages"] == build_messages([], "What is KAITO?", [s["text"] for s in final["source_nodes"]])
+    assert [s["doc_id"] for s in final["source_nodes"]] == REAL_ORDER
+    assert sent["messages"] == [{"role": "system", "content": REAL_CONTEXT}, {"role": "user", "content": "What is KAITO?"}]
     assert sent["stream_options"] == {"include_usage": True}
 
 
 def test_tokens_are_forwarded_as_the_llm_emits_them(engine, fake_llm):
-    fake_llm.latency_per_token_s = 0.15
+    """No buffering in the engine: the LLM sends two tokens and then holds the rest; the client gets
+    those two while the LLM is still holding, and the rest once it is released."""
+    fake_llm.stream_hold_after = 2
     base = engine()
-    arrivals = []
-    start = time.perf_counter()
+    contents: list[str] = []
     with httpx.stream("POST", base + URL, json={"index_name": "docs", "stream": True, "messages": Q}, timeout=30) as r:
         for line in r.iter_lines():
             if line.startswith("data: {") and '"content":"' in line:
-                arrivals.append(time.perf_counter() - start)
-    # 6 tokens 0.15 s apart: the first arrives long before the last (no buffering in the engine).
-    assert len(arrivals) >= 6 and arrivals[-1] - arrivals[1] > 0.5
+                contents.append(json.loads(line[6:])["choices"][0]["delta"]["content"])
+                if len(contents) == 3:  # the role chunk, then the two tokens sent before the hold
+                    assert contents == ["", "Echo", " :"] and not fake_llm.stream_events  # still generating
+                    fake_llm.stream_release.set()
+    assert "".join(contents) == "Echo : What is KAITO ?"
 
 
 def test_client_disconnect_cancels_upstream(engine, fake_llm):
-    fake_llm.latency_per_token_s = 0.05
-    fake_llm.reply = " ".join(f"w{i}" for i in range(400))  # 20 s if it ran to the end
+    fake_llm.stream_hold_after = 3  # never released: only a cancelled upstream ends this stream
     base = engine()
     with httpx.stream("POST", base + URL, json={"index_name": "docs", "stream": True, "messages": Q}, timeout=30) as r:
         seen = 0

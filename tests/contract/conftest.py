@@ -5,12 +5,6 @@ The fuzz test starts an engine of its own: what it creates and deletes must not 
 
 from __future__ import annotations
 
-import os
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
 import pytest
 
 from tests.contract.fuzz import seed_engine

@@ -1,8 +1,8 @@
 """Fixtures: the session store on SQLite and on a real PostgreSQL server, scripted LLMs, one engine per
 vector store.
 
-Each engine (embedding model load: tens of seconds on a busy machine) is started once per test run
-and shared; tests keep to their own sessions and files, so sharing is safe. The HTTP tests run on every
+Each engine (on the run's one loaded embedding model, borrowed) is started once per test run and
+shared; tests keep to their own sessions and files, so sharing is safe. The HTTP tests run on every
 vector store (the root conftest's ``vector_store`` parametrisation).
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import uuid
 from pathlib import Path
 
 import httpx
@@ -21,10 +22,10 @@ from sqlalchemy import text
 from ragengine.conversations.models import Base
 from ragengine.conversations.store import SessionStore
 from tests.conversations.scripted_llm import ScriptedLLM, create_scripted_app
+from tests.support.embedding import borrowed
 from tests.support.server import serve_app
 from tests.support.stores import store_values
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 _databases = itertools.count()
 
 
@@ -71,7 +72,7 @@ class Engine:
 
 
 @pytest.fixture(scope="session")
-def engines(llms, tmp_path_factory, request):
+def engines(llms, embedder, tmp_path_factory, request):
     """``engines(store)``: the engine on that vector store, started on first use and shared by the run's
     tests. On ``postgres`` the sessions and the upload queue live in the same (fresh) database as the
     indexes, as the operator deploys it; elsewhere in the engine's SQLite file."""
@@ -94,7 +95,8 @@ def engines(llms, tmp_path_factory, request):
                 max_upload_bytes=200_000, sse_keepalive_s=0.2, session_ttl_s=0, **values,
             )
             app = create_app(settings)
-            base = stack.enter_context(serve_app(app, timeout_s=600))
+            app.state.embedder = stack.enter_context(borrowed(embedder))
+            base = stack.enter_context(serve_app(app))
             eng = running[store] = Engine(base, app, primary, secondary)
             stack.callback(eng.http.close)
             return eng
@@ -107,9 +109,23 @@ def engine(engines, vector_store) -> Engine:
     return engines(vector_store)
 
 
+def backdate(store: SessionStore, row_class, row_id: str, hours: float = 1.0) -> None:
+    """Make a session or file look untouched for ``hours`` (its updated_at moved back): TTL tests need an
+    idle row, not a sleep past a one-second TTL."""
+    from datetime import timedelta
+
+    from sqlalchemy import update
+
+    from ragengine.conversations.models import utcnow
+
+    with store.engine.begin() as conn:
+        conn.execute(update(row_class).where(row_class.id == row_id).values(updated_at=utcnow() - timedelta(hours=hours)))
+
+
 def fresh_database(admin_url: str) -> str:
     """A new database on the test server (the sessions' tables live in its public schema)."""
-    name = f"conv_{os.getpid()}_{next(_databases)}"
+    # unique across module instances: pytest loads this conftest, and other packages import it again
+    name = f"conv_{os.getpid()}_{next(_databases)}_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(admin_url, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     return admin_url.rsplit("/", 1)[0] + f"/{name}"

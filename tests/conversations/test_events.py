@@ -25,11 +25,14 @@ def test_frame_and_parse_round_trip():
 
 
 def test_keepalive_comments_while_a_step_is_slow_and_closing_stops_the_producer():
-    closed = threading.Event()
+    """A step that is held until the client has seen two keep-alive comments: they arrive while it waits
+    (no count of comments inside a time gap), then the step's event and [DONE]."""
+    closed, release = threading.Event(), threading.Event()
 
     async def slow():
         yield frame(event("a"))
-        await asyncio.sleep(0.35)
+        while not release.is_set():  # the step: done when the test says so
+            await asyncio.sleep(0.01)
         yield frame(event("b"))
         yield DONE
 
@@ -45,11 +48,19 @@ def test_keepalive_comments_while_a_step_is_slow_and_closing_stops_the_producer(
     app.get("/slow")(lambda: sse_response(slow(), keepalive_s=0.1))
     app.get("/endless")(lambda: sse_response(endless(), keepalive_s=1.0))
     with serve_app(app) as base:
-        r = httpx.get(f"{base}/slow", timeout=10)
-        assert r.headers["content-type"].startswith("text/event-stream") and r.headers["cache-control"] == "no-cache"
-        lines = [line for line in r.text.split("\n") if line]
-        assert lines[0] == 'data: {"type":"a"}' and lines[-2:] == ['data: {"type":"b"}', "data: [DONE]"]
-        assert lines.count(": keep-alive") >= 2  # between a and b, while the step was slow
+        lines: list[str] = []
+        with httpx.stream("GET", f"{base}/slow", timeout=10) as r:
+            assert r.headers["content-type"].startswith("text/event-stream") and r.headers["cache-control"] == "no-cache"
+            for line in r.iter_lines():
+                if not line:
+                    continue
+                lines.append(line)
+                if lines.count(": keep-alive") == 2 and not release.is_set():
+                    assert lines == ['data: {"type":"a"}', ": keep-alive", ": keep-alive"]  # while the step waits
+                    release.set()
+        assert release.is_set(), lines
+        assert lines[-2:] == ['data: {"type":"b"}', "data: [DONE]"]
+        assert set(lines[3:-2]) <= {": keep-alive"}  # perhaps one more sent before the step noticed
         with httpx.stream("GET", f"{base}/endless", timeout=10) as s:
             assert next(s.iter_lines()) == 'data: {"type":"x"}'
-        assert closed.wait(5), "the producer kept running after the client went away"
+        assert closed.wait(30), "the producer kept running after the client went away"

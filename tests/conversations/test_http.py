@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
 from ragengine.protocol.sse import parse_sse
 from tests.conversations.scripted_llm import tool_call
 from tests.conversations.test_uploads import make_pdf
@@ -218,6 +221,29 @@ def test_reformulate_endpoint_and_in_session(engine):
     assert meta["query_used"] == rewritten and meta["reformulation"]["reformulated"]
 
 
-def test_metrics_exposed(engine):
-    text = engine.http.get("/metrics").text
-    assert "ragengine_groundedness_score" in text and "ragengine_session_messages_total" in text
+def _samples(engine) -> dict[tuple[str, tuple], float]:
+    """Every sample of the engine's /metrics, by (name, sorted labels)."""
+    out = {}
+    for family in text_string_to_metric_families(engine.http.get("/metrics").text):
+        for sample in family.samples:
+            out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return out
+
+
+def test_a_session_answer_is_counted_in_the_metrics(engine):
+    """One RAG answer in a session: one more message counted for mode rag / llm, and one groundedness score
+    observed, of the value the answer reports (not merely the metric names, which /metrics always lists)."""
+    fid = uploaded(engine, "tea.txt", "Green tea steeps for two minutes at eighty degrees.")
+    sid = session(engine, file_ids=[fid])
+    before = _samples(engine)
+    meta = say(engine, sid, "How long does green tea steep?")["assistant_message"]["metadata"]
+    after = _samples(engine)
+
+    def delta(name: str, **labels: str) -> float:
+        key = (name, tuple(sorted(labels.items())))
+        return after.get(key, 0.0) - before.get(key, 0.0)
+
+    assert meta["generation_method"] == "llm" and meta["groundedness"]["score"] is not None
+    assert delta("ragengine_session_messages_total", mode="rag", generation_method="llm") == 1
+    assert delta("ragengine_groundedness_score_count", mode="rag") == 1
+    assert delta("ragengine_groundedness_score_sum", mode="rag") == pytest.approx(meta["groundedness"]["score"], abs=0.01)

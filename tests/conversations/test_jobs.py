@@ -54,10 +54,12 @@ async def test_a_job_being_claimed_elsewhere_is_skipped_not_waited_for(pg_store)
 
 async def test_an_expired_lease_is_taken_over_and_the_old_holder_refused(pg_store):
     fid = await _file(pg_store, "a.txt")
-    assert await pg_store.claim_job("first", 0.2) == (fid, 1)
+    assert await pg_store.claim_job("first", 60) == (fid, 1)
     await pg_store.update_file(fid, owner="first", status="processing", progress=0.5)
-    assert await pg_store.renew_lease(fid, "first", 0.2)
-    await asyncio.sleep(0.4)  # the holder stopped renewing (killed)
+    assert await pg_store.renew_lease(fid, "first", 60)
+    with pg_store.engine.begin() as conn:  # the holder stopped renewing (killed) and its lease ran out
+        conn.execute(text("UPDATE conv_files SET lease_expires_at = timezone('UTC', now()) - interval '1 minute' "
+                          "WHERE id = :id"), {"id": fid})
     assert await pg_store.claim_job("second", 60) == (fid, 2)
     assert not await pg_store.renew_lease(fid, "first", 60)
     with pytest.raises(LeaseLost):

@@ -8,11 +8,13 @@ import pytest
 
 from ragengine.api.conversations import cleanup_once
 from ragengine.conversations.ingestion import IngestionWorker
+from ragengine.conversations.models import FileRow, SessionRow
 from ragengine.conversations.service import ConversationService
 from ragengine.errors import NotFound
 from ragengine.llm.client import LLMClient
 from ragengine.protocol.conversations import MessageRequest
 from ragengine.settings import EngineSettings
+from tests.conversations.conftest import backdate
 from tests.conversations.test_tools import FakeRegistry
 
 
@@ -62,10 +64,11 @@ async def test_ttl_cleanup_removes_idle_sessions_and_orphan_files(store, tmp_pat
     worker = IngestionWorker(store, None, settings)
     old = await store.create_session()
     orphan = await store.create_file(filename="o.txt", content_type="text/plain", size_bytes=1)
-    await asyncio.sleep(1.2)
+    backdate(store, SessionRow, old.id)  # both idle for an hour
+    backdate(store, FileRow, orphan.id)
     fresh = await store.create_session()
     kept = await store.create_file(filename="k.txt", content_type="text/plain", size_bytes=1)
-    removed = await cleanup_once(store, worker, 1)
+    removed = await cleanup_once(store, worker, 60)
     assert removed == {"sessions": [old.id], "files": [orphan.id]}
     assert [s.id for s in await store.list_sessions()] == [fresh.id]
     assert [f.id for f in await store.list_files()] == [kept.id]

@@ -6,7 +6,9 @@ import asyncio
 
 import pytest
 
+from ragengine.conversations.models import SessionRow
 from ragengine.errors import NotFound
+from tests.conversations.conftest import backdate
 
 
 async def test_session_crud_and_history_order(store):
@@ -68,9 +70,9 @@ async def test_unknown_ids_are_not_found(store):
 async def test_ttl_cleanup_deletes_idle_sessions_only(store):
     old = await store.create_session()
     await store.add_message(old.id, "main", "user", "x")
-    await asyncio.sleep(1.2)
+    backdate(store, SessionRow, old.id)  # idle for an hour
     fresh = await store.create_session()
-    removed = await store.delete_expired(1)
+    removed = await store.delete_expired(60)
     assert removed == [old.id]
     assert [s.id for s in await store.list_sessions()] == [fresh.id]
     with pytest.raises(NotFound):

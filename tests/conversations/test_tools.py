@@ -32,10 +32,11 @@ class FakeRegistry:
     def exists(self, name: str) -> bool:
         return True
 
-    async def retrieve(self, index_name, query, top_k, *, filters=None, metadata_filter=None, query_embedding=None):
+    async def retrieve(self, index_name, query, top_k, *, filters=None, metadata_filter=None, query_embedding=None,
+                       acl=None):
         self.calls.append({"query": query, "top_k": top_k, "filters": filters})
         flt = parse_filters(filters) if filters is not None else None
-        hits = [d for d in self.docs if matches(flt, d["metadata"])]
+        hits = [d for d in self.docs if matches(flt, d["metadata"]) and matches(acl, d["metadata"])]
         return [RetrievedNode(d["doc_id"], d["doc_id"], d["text"], 0.5, d["metadata"]) for d in hits][:top_k]
 
 

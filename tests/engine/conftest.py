@@ -22,6 +22,7 @@ def make_server(embedder, tmp_path: Path, store_settings: dict):
     """``with make_server(**settings) as (base_url, app):`` a real uvicorn server on a free port."""
     from ragengine.app import create_app
     from ragengine.metrics import install_middleware
+    from tests.support.embedding import borrowed
     from tests.support.server import serve_app
 
     @contextlib.contextmanager
@@ -31,11 +32,12 @@ def make_server(embedder, tmp_path: Path, store_settings: dict):
         settings = EngineSettings(**overrides)
         app = create_app(settings)
         install_middleware(app, settings)
-        app.state.embedder = embedder
         for key, value in (app_state or {}).items():
             setattr(app.state, key, value)
-        with serve_app(app) as base:
-            yield base, app
+        with borrowed(embedder) as own:
+            app.state.embedder = own
+            with serve_app(app) as base:
+                yield base, app
 
     return _make
 

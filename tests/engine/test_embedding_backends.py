@@ -94,15 +94,20 @@ def test_openvino_queries_have_their_own_model_at_one_thread(onnx_dir):
     assert ort._queries is ort._documents
 
 
-def test_cpu_threads_honours_a_cgroup_quota(tmp_path):
-    """A pod limited to 1.5 CPUs gets 2 threads, not one per node core; no quota leaves the affinity."""
-    from ragengine.embedding.exported import cpu_threads
+def test_cpu_threads_honours_a_cgroup_quota(tmp_path, monkeypatch):
+    """On a node whose affinity gives this process 4 cores: a pod limited to 1.5 CPUs gets 2 threads, not
+    one per core; no quota, or a quota above the cores, leaves the 4."""
+    from ragengine.embedding import exported
 
+    monkeypatch.setattr(exported.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
     cpu_max = tmp_path / "cpu.max"
     cpu_max.write_text("150000 100000\n")
-    assert cpu_threads(cpu_max) == min(2, cpu_threads(tmp_path / "absent"))
+    assert exported.cpu_threads(cpu_max) == 2
+    cpu_max.write_text("800000 100000\n")
+    assert exported.cpu_threads(cpu_max) == 4
     cpu_max.write_text("max 100000\n")
-    assert cpu_threads(cpu_max) == cpu_threads(tmp_path / "absent") >= 1
+    assert exported.cpu_threads(cpu_max) == 4
+    assert exported.cpu_threads(tmp_path / "absent") == 4
 
 
 def test_default_threads_stop_at_eight_streams(monkeypatch):
@@ -193,3 +198,22 @@ def test_onnx_engine_runs_without_torch(onnx_dir):
     """)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+def test_auto_device_without_a_gpu_runs_on_the_cpu_and_says_why():
+    """The GPU image sets RAGENGINE_DEVICE=auto: on a node where CUDA sees no GPU (no GPU limit, a driver
+    older than the image's CUDA) the engine must start on the CPU and log why, not fail. A subprocess with
+    CUDA_VISIBLE_DEVICES="" sees no GPU on any machine; this torch is a CUDA build."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import logging, torch; logging.basicConfig(level=logging.INFO, format='%(levelname)s %(message)s'); "
+            "from ragengine.embedding.core import pick_device; print('DEVICE', pick_device('auto'), torch.version.cuda)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    assert out.returncode == 0, out.stderr[-2000:]
+    device, cuda = out.stdout.split("DEVICE ")[1].split()
+    assert device == "cpu"
+    if cuda != "None":  # the project's torch is a CUDA build: the fall-back is a warning with the reason
+        assert "WARNING RAGENGINE_DEVICE=auto: embeddings run on the CPU: no GPU visible to CUDA" in out.stderr

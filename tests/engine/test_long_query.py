@@ -52,8 +52,14 @@ def test_short_questions_are_embedded_as_before_and_long_ones_window_by_window(e
     assert cut is not None and len(cut) >= 2
     assert all(n <= embedder.chunk_token_limit for _, n in cut)
     assert cut[-1][0].endswith("oven?")  # the request at the end is embedded, not dropped
+    texts, counts = [p for p, _ in cut], [n for _, n in cut]
+    assert " ".join(texts).split() == long_text.split()  # every word, in order, in some window
+    assert counts == [embedder.count_tokens(p) for p in texts] and sum(counts) == embedder.count_tokens(long_text)
     windowed = asyncio.run(embed_query(embedder, long_text, windows=True))
-    expected = pool_windows(embedder.embed_queries_sync([p for p, _ in cut]), [n for _, n in cut])
+    # The oracle, without long_query's pooling: the windows' vectors (one batch, as the engine embeds them),
+    # their token-weighted mean, made unit length.
+    total = (embedder.embed_queries_sync(texts) * np.array(counts, dtype=np.float32)[:, None]).sum(axis=0)
+    expected = total / np.linalg.norm(total)
     assert windowed == pytest.approx(expected, abs=1e-5)
     assert embed_queries_sync(embedder, [long_text, ASK], windows=True) == pytest.approx(
         np.stack([expected, short]), abs=1e-5)

@@ -1,15 +1,24 @@
-"""GET /ready: 200 only when the engine can answer (LLM serving the model, embeddings, store);
-503 with the reason otherwise. /health stays shallow. Real uvicorn servers, the vLLM-like test LLM."""
+"""GET /ready: 200 when the engine can serve what it serves itself (embeddings, store), whatever the LLM
+does; 503 with the reason otherwise. The LLM is reported beside the checks (and in /health), never gates
+readiness. /health stays shallow. Real uvicorn servers, the vLLM-like test LLM."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 
 import httpx
+import pytest
 
 from ragengine.redact import redact_text, redact_url
 from tests.llm_server import FakeLLM, create_llm_app
-from tests.support.server import free_port, serve_app
+from tests.support.server import refused_port, serve_app
+
+
+@pytest.fixture
+def dead_port() -> Iterator[int]:
+    with refused_port() as port:  # bound, never listening: refused for the whole test
+        yield port
 
 
 def test_ready_with_a_serving_llm_and_the_local_model(make_server):
@@ -17,29 +26,21 @@ def test_ready_with_a_serving_llm_and_the_local_model(make_server):
             make_server(llm_url=f"{llm}/v1", llm_model="qwen") as (base, _):
         resp = httpx.get(f"{base}/ready")
         assert resp.status_code == 200, resp.text
-        assert resp.json() == {"ready": True, "checks": {"llm": "ok", "embeddings": "ok", "store": "ok"}}
-
-
-def test_unreachable_llm_is_not_ready_but_alive(make_server):
-    dead = f"http://127.0.0.1:{free_port()}/v1"
-    with make_server(llm_url=dead) as (base, _):
-        resp = httpx.get(f"{base}/ready")
-        assert resp.status_code == 503
         body = resp.json()
-        assert body["ready"] is False and "unreachable" in body["checks"]["llm"] and dead in body["reason"]
-        assert body["checks"]["embeddings"] == "ok"
-        assert httpx.get(f"{base}/health").status_code == 200  # liveness stays shallow
+        assert body["ready"] is True and body["checks"] == {"embeddings": "ok", "store": "ok"}
+        assert body["llm"]["available"] is True and body["llm"]["reason"] is None
 
 
-def test_llm_not_serving_the_configured_model(make_server):
+def test_llm_not_serving_the_configured_model_is_reported_not_gating(make_server):
     with serve_app(create_llm_app(FakeLLM(model="other"))) as llm, \
             make_server(llm_url=f"{llm}/v1", llm_model="qwen") as (base, _):
         resp = httpx.get(f"{base}/ready")
-        assert resp.status_code == 503 and "does not serve model 'qwen'" in resp.json()["reason"]
+        assert resp.status_code == 200 and resp.json()["llm"]["available"] is False
+        assert "does not serve model 'qwen'" in resp.json()["llm"]["reason"]
 
 
-def test_unreachable_embeddings_url_and_store_health(make_server):
-    dead = f"http://127.0.0.1:{free_port()}/v1"
+def test_unreachable_embeddings_url_and_store_health(make_server, dead_port):
+    dead = f"http://127.0.0.1:{dead_port}/v1"
 
     class DownStore:
         def status(self):
@@ -55,7 +56,7 @@ def test_unreachable_embeddings_url_and_store_health(make_server):
         body = resp.json()
         assert resp.status_code == 503
         assert "embeddings at" in body["checks"]["embeddings"] and body["checks"]["store"].startswith("postgres at db")
-        assert "llm" not in body["checks"]  # retrieval-only: no LLM to check
+        assert "llm" not in body["checks"] and body["llm"]["configured"] is False  # retrieval-only
 
 
 def test_ready_is_open_when_auth_is_on(make_server):
@@ -64,50 +65,55 @@ def test_ready_is_open_when_auth_is_on(make_server):
         assert httpx.get(f"{base}/indexes").status_code == 401
 
 
-def test_open_probes_show_status_only_without_the_key(make_server):
+def test_open_probes_show_status_only_without_the_key(make_server, dead_port):
     """Issue 22: with an API key set, the unauthenticated /health, /metrics and /ready named every
-    index (with counts) and the LLM's URL. Without the key they now show status only; with it, all."""
-    dead = f"http://127.0.0.1:{free_port()}/v1"
+    index (with counts) and the dependencies' URLs. Without an admin's credentials they now show status
+    only; with them, all."""
+    dead = f"http://127.0.0.1:{dead_port}/v1"
     key = {"Authorization": "Bearer k"}
-    with make_server(api_key="k", llm_url=dead) as (base, _):
+    with make_server(api_key="k", llm_url=dead) as (base, app):
         r = httpx.post(f"{base}/index", headers=key, timeout=60,
                        json={"index_name": "hr-layoff-plan-2026", "documents": [{"text": "private"}]})
         assert r.status_code == 200, r.text
         health = httpx.get(f"{base}/health")
-        assert health.status_code == 200 and health.json() == {"status": "Healthy", "detail": None}
+        assert health.status_code == 200 and health.json()["status"] == "Healthy", health.text
+        assert set(health.json()) == {"status", "detail", "embedding", "llm"}, health.text
         assert httpx.get(f"{base}/health", headers=key).json()["indexes"]["hr-layoff-plan-2026"]["documents"] == 1
         public = httpx.get(f"{base}/metrics").text
         assert "hr-layoff-plan-2026" not in public and "ragengine_http_requests_total" in public
         assert 'ragengine_index_documents{index="hr-layoff-plan-2026"} 1.0' in httpx.get(f"{base}/metrics",
                                                                                           headers=key).text
+        app.state.settings.embedding_url = dead
         ready = httpx.get(f"{base}/ready")
         assert ready.status_code == 503 and "127.0.0.1" not in ready.text, ready.text
-        assert ready.json()["checks"] == {"llm": "llm failing (send the API key for the reason)",
-                                          "embeddings": "ok", "store": "ok"}
+        assert ready.json()["checks"] == {"embeddings": "embeddings failing (send an admin's credentials for "
+                                                        "the reason)", "store": "ok"}
         detailed = httpx.get(f"{base}/ready", headers=key)
         assert detailed.status_code == 503 and dead in detailed.json()["reason"]
+        assert dead in detailed.json()["llm"]["reason"]
         wrong = httpx.get(f"{base}/health", headers={"Authorization": "Bearer nope"})
-        assert wrong.status_code == 200 and "indexes" not in wrong.json()
+        assert wrong.status_code == 200 and "indexes" not in wrong.json() and "127.0.0.1" not in wrong.text
 
 
-def test_credentials_in_llm_and_embedding_urls_are_never_echoed(make_server, caplog):
+def test_credentials_in_llm_and_embedding_urls_are_never_echoed(make_server, caplog, dead_port):
     """Issue 22: ``/ready`` said ``LLM at http://svc-user:Pa55w0rd@... is unreachable``, and the HTTP
     client logs every request's full URL. Userinfo and key-like query values are masked everywhere."""
     caplog.set_level(logging.INFO)
     with serve_app(create_llm_app(FakeLLM(model="qwen"))) as llm:
         port = llm.rsplit(":", 1)[1]
         good = f"http://svc-user:Pa55w0rd@127.0.0.1:{port}/v1"
-        dead = f"http://svc-user:Pa55w0rd@127.0.0.1:{free_port()}/v1"
+        dead = f"http://svc-user:Pa55w0rd@127.0.0.1:{dead_port}/v1"
         with make_server(llm_url=dead, llm_fallback_urls=[good], llm_model="qwen", llm_retries=0) as (base, app):
             ready = httpx.get(f"{base}/ready")
-            assert ready.status_code == 503 and "***@127.0.0.1" in ready.json()["reason"], ready.text
+            assert "***@127.0.0.1" in ready.json()["llm"]["reason"], ready.text
             chat = httpx.post(f"{base}/v1/chat/completions", timeout=60,
                               json={"model": "qwen", "messages": [{"role": "user", "content": "hi"}]})
             assert chat.status_code == 200, chat.text
-            app.state.settings.embedding_url = f"http://127.0.0.1:{free_port()}/v1?api_key=sk-live-123"
+            metrics = httpx.get(f"{base}/metrics").text
+            app.state.settings.embedding_url = f"http://127.0.0.1:{dead_port}/v1?api_key=sk-live-123"
             ready = httpx.get(f"{base}/ready")
             assert "api_key=***" in ready.json()["checks"]["embeddings"], ready.text
-            seen = ready.text + chat.text
+            seen = ready.text + chat.text + metrics + httpx.get(f"{base}/health").text
     seen += caplog.text
     assert "HTTP Request: POST http://***@127.0.0.1" in caplog.text  # the client's own log line, masked
     assert "Pa55w0rd" not in seen and "sk-live-123" not in seen

@@ -4,7 +4,8 @@
 or ``python -m tests.llm_server --port 8090``. It answers ``GET /v1/models`` (with ``max_model_len``),
 ``POST /tokenize`` (vLLM's ``{"count", "max_model_len", "tokens"}``), ``POST /v1/chat/completions``
 with and without SSE (``stream_options.include_usage``), rejects prompts that overflow its window the
-way vLLM does, and records every request so tests can assert the exact prompt, context and
+way vLLM does, refuses ``tool_choice: "auto"`` with vLLM's 400 when made to (``auto_tool_choice=False``:
+a vLLM started without a tool parser), and records every request so tests can assert the exact prompt, context and
 ``max_tokens`` the engine sent.
 """
 

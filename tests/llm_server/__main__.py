@@ -1,6 +1,10 @@
-"""``python -m tests.llm_server --port 8090 [--latency-per-token 0.01] [--max-model-len 4096]``"""
+"""``python -m tests.llm_server --port 8090 [--latency-per-token 0.01] [--max-model-len 4096]``
+
+``--port 0`` binds a free port first and prints ``listening on http://HOST:PORT`` (tests read it)."""
 
 import argparse
+import socket
+import sys
 
 import uvicorn
 
@@ -16,4 +20,9 @@ parser.add_argument("--first-token-delay", type=float, default=0.0)
 args = parser.parse_args()
 llm = FakeLLM(model=args.model, max_model_len=args.max_model_len, latency_per_token_s=args.latency_per_token,
               first_token_delay_s=args.first_token_delay)
-uvicorn.run(create_llm_app(llm), host=args.host, port=args.port, log_level="warning")
+sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+sock.bind((args.host, args.port))
+port = sock.getsockname()[1]
+print(f"listening on http://{args.host}:{port}", file=sys.stderr, flush=True)
+uvicorn.Server(uvicorn.Config(create_llm_app(llm), host=args.host, port=port, log_level="warning")).run(sockets=[sock])

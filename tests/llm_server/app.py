@@ -57,9 +57,19 @@ class FakeLLM:
     tokenize_enabled: bool = True
     # Streams send this many content chunks, then an error event instead of the rest.
     stream_error_after: int | None = None
+    # Streams send this many content chunks, then wait until ``stream_release`` is set (or the client goes):
+    # a test sees what the engine forwarded while the LLM is provably still generating.
+    stream_hold_after: int | None = None
+    stream_release: threading.Event = field(default_factory=threading.Event, repr=False)
     max_log: int = 10_000
     # Each entry answers one chat request with (status, message) instead of a completion.
     fail_next: list[tuple[int, str]] = field(default_factory=list)
+    # False: started without --enable-auto-tool-choice --tool-call-parser, so tool_choice "auto" (what
+    # `tools` without a tool_choice means) gets vLLM's 400.
+    auto_tool_choice: bool = True
+    # Set: the reply is sent verbatim, cut into these deltas (streams) or joined back (JSON), instead of
+    # re-spaced word by word; the guardrails tests split secrets across deltas with it.
+    split: Callable[[str], list[str]] | None = None
     requests: list[dict[str, Any]] = field(default_factory=list)
     stream_events: list[str] = field(default_factory=list)  # "completed" | "disconnected" per stream
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -127,6 +137,9 @@ def create_llm_app(llm: FakeLLM | None = None) -> FastAPI:
             return _error(status, message)
         if body.get("model") not in (None, llm.model):
             return _error(404, f"The model `{body.get('model')}` does not exist.")
+        if body.get("tools") and body.get("tool_choice", "auto") == "auto" and not llm.auto_tool_choice:
+            # vLLM's words (vllm/renderers/online_renderer.py)
+            return _error(400, '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set')
         prompt_tokens = count_message_tokens(body.get("messages", []))
         max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
         if prompt_tokens + (max_tokens or 0) > llm.max_model_len:
@@ -134,7 +147,8 @@ def create_llm_app(llm: FakeLLM | None = None) -> FastAPI:
                                f"requested {prompt_tokens + (max_tokens or 0)} tokens ({prompt_tokens} in the "
                                f"messages, {max_tokens or 0} in the completion).")
         text = llm.reply(body) if callable(llm.reply) else llm.reply
-        pieces = _TOKEN.findall(text)
+        pieces = llm.split(text) if llm.split else _TOKEN.findall(text)
+        joiner = "" if llm.split else " "
         limit = max_tokens or (llm.max_model_len - prompt_tokens)
         finish = "length" if len(pieces) > limit else "stop"
         pieces = pieces[:limit]
@@ -144,7 +158,7 @@ def create_llm_app(llm: FakeLLM | None = None) -> FastAPI:
                  "total_tokens": prompt_tokens + len(pieces) * n}
         if not body.get("stream"):
             await asyncio.sleep(llm.first_token_delay_s + llm.latency_per_token_s * len(pieces))
-            content = " ".join(pieces)
+            content = joiner.join(pieces)
             return {"id": cid, "object": "chat.completion", "created": created, "model": llm.model,
                     "choices": [{"index": i, "message": {"role": "assistant", "content": content},
                                  "logprobs": None, "finish_reason": finish} for i in range(n)],
@@ -169,7 +183,10 @@ def create_llm_app(llm: FakeLLM | None = None) -> FastAPI:
                             return
                         if llm.latency_per_token_s:
                             await asyncio.sleep(llm.latency_per_token_s)
-                        yield event([{"index": i, "delta": {"content": piece if j == 0 else " " + piece},
+                        if llm.stream_hold_after is not None and j == llm.stream_hold_after:
+                            while not llm.stream_release.is_set():  # cancelled here when the client goes
+                                await asyncio.sleep(0.01)
+                        yield event([{"index": i, "delta": {"content": piece if j == 0 else joiner + piece},
                                       "finish_reason": None}])
                     yield event([{"index": i, "delta": {}, "finish_reason": finish}])
                 if (body.get("stream_options") or {}).get("include_usage"):

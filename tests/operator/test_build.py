@@ -37,7 +37,7 @@ def test_vllm_deployment():
     assert args[args.index("--served-model-name") + 1] == "Qwen/Qwen2.5-7B-Instruct"
     assert args[args.index("--tensor-parallel-size") + 1] == "2"
     assert args[args.index("--max-model-len") + 1] == "8192"
-    assert args[-1] == "--enable-prefix-caching"
+    assert args[0] == "--enable-prefix-caching"  # the user's first: the operator's flags come last and win
     assert ctr["resources"]["limits"][c.GPU_RESOURCE] == "2" and ctr["resources"]["requests"]["memory"] == "64Gi"
     assert {"key": c.GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
     assert {"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"} in pod["tolerations"]
@@ -72,7 +72,10 @@ def test_engine_children():
     assert ctr["readinessProbe"]["httpGet"] == {"path": "/ready", "port": "http"}
     assert ctr["livenessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
     assert d["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
-    assert ctr["volumeMounts"] == [{"name": "data", "mountPath": "/data"}]
+    assert ctr["volumeMounts"] == [{"name": "data", "mountPath": "/data"}, {"name": "tmp", "mountPath": "/tmp"}]
+    assert ctr["securityContext"]["readOnlyRootFilesystem"] is True  # issue 22, finding 21: scratch in /tmp only
+    assert {v["name"]: v for v in d["spec"]["template"]["spec"]["volumes"]}["tmp"]["emptyDir"]["sizeLimit"]
+    assert {"name": "HOME", "value": "/tmp"} in ctr["env"]
     assert ctr["image"] == "engine:1"
     svc = engine_service(OWNER)
     assert svc["metadata"]["name"] == "docs" and svc["spec"]["ports"][0]["port"] == 80
@@ -106,18 +109,25 @@ def test_config_hash_rolls_only_the_affected_deployment():
     assert ha["docs-engine"] == hb["docs-engine"] and ha["docs-inference"] != hb["docs-inference"]
 
 
+# Without spec.access: the engine's ServiceAccount and its TokenReview binding are not wanted.
+NO_ACCESS = {("ServiceAccount", "docs-engine"), ("ClusterRoleBinding", "ragengine-tokenreview-team-a-docs")}
+
+
 def test_plan_modes():
     p = plan(OWNER, RAGEngineSpec.model_validate(FULL))
     assert p.names() == ["PersistentVolumeClaim/docs-model-cache", "Deployment/docs-inference", "Service/docs-inference",
                          "NetworkPolicy/docs-inference", "PersistentVolumeClaim/docs-data", "Deployment/docs-engine",
-                         "Service/docs"]
-    assert {(r.kind, r.name) for r in p.delete} == {("PodDisruptionBudget", "docs-engine"),
-                                                    ("HorizontalPodAutoscaler", "docs-engine"),
-                                                    ("HorizontalPodAutoscaler", "docs-inference"),
-                                                    ("NetworkPolicy", "docs-engine")}
+                         "Service/docs", "NetworkPolicy/docs-engine"]
+    assert {(r.kind, r.name) for r in p.delete if not r.optional} == {
+        ("PodDisruptionBudget", "docs-engine"), ("HorizontalPodAutoscaler", "docs-engine"),
+        ("HorizontalPodAutoscaler", "docs-inference"), ("ConfigMap", "docs-guardrails"), *NO_ACCESS}
+    # add-ons' kinds (KEDA, the Prometheus operator): deleted where the cluster serves them
+    assert {(r.kind, r.name) for r in p.delete if r.optional} == {("ScaledObject", "docs-inference")} | {
+        (kind, name) for kind in ("ServiceMonitor", "PodMonitor") for name in ("docs-engine", "docs-inference")}
     url = plan(OWNER, RAGEngineSpec.model_validate({"inference": {"url": "http://x/v1"}}))
-    assert url.names() == ["PersistentVolumeClaim/docs-data", "Deployment/docs-engine", "Service/docs"]
-    assert {r.name for r in url.delete} == {"docs-inference", "docs-engine"}
+    assert url.names() == ["PersistentVolumeClaim/docs-data", "Deployment/docs-engine", "Service/docs",
+                           "NetworkPolicy/docs-engine"]
+    assert {r.name for r in url.delete} == {"docs-inference", "docs-engine", "docs-guardrails"} | {name for _, name in NO_ACCESS}
     assert ("NetworkPolicy", "docs-inference") in {(r.kind, r.name) for r in url.delete}
 
 
@@ -127,12 +137,13 @@ POSTGRES = {"vectorStore": {"type": "postgres", "connectionSecretRef": {"name": 
 
 def test_external_store_scales_out_without_a_volume():
     p = plan(OWNER, RAGEngineSpec.model_validate(POSTGRES))
-    assert p.names() == ["Deployment/docs-engine", "Service/docs", "PodDisruptionBudget/docs-engine"]
+    assert p.names() == ["Deployment/docs-engine", "Service/docs", "PodDisruptionBudget/docs-engine",
+                         "NetworkPolicy/docs-engine"]
     dep = p.apply[0]
     assert dep["spec"]["replicas"] == 3
     assert dep["spec"]["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}
     pod = dep["spec"]["template"]["spec"]
-    assert pod["volumes"] == [{"name": "data", "emptyDir": {}}]
+    assert pod["volumes"][0] == {"name": "data", "emptyDir": {}}
     assert not any(k == "PersistentVolumeClaim" for k in (o["kind"] for o in p.apply))
     assert p.apply[2]["spec"]["maxUnavailable"] == 1
     assert ("HorizontalPodAutoscaler", "docs-engine") in {(r.kind, r.name) for r in p.delete}
@@ -212,10 +223,10 @@ def test_a_rotated_secret_rolls_only_the_pods_that_read_it():
         return {o["metadata"]["name"]: o["spec"]["template"]["metadata"]["annotations"][c.CONFIG_HASH_ANNOTATION]
                 for o in plan(OWNER, parsed, secrets).apply if o["kind"] == "Deployment"}
 
-    base = hashes_with({"auth": "a1", "hf": "h1", "docs-inference-api-key": "k1"})
-    auth = hashes_with({"auth": "a2", "hf": "h1", "docs-inference-api-key": "k1"})
-    hf = hashes_with({"auth": "a1", "hf": "h2", "docs-inference-api-key": "k1"})
-    key = hashes_with({"auth": "a1", "hf": "h1", "docs-inference-api-key": "k2"})
+    base = hashes_with({"auth": "u/1", "hf": "u/2", "docs-inference-api-key": "u/3"})
+    auth = hashes_with({"auth": "u/4", "hf": "u/2", "docs-inference-api-key": "u/3"})
+    hf = hashes_with({"auth": "u/1", "hf": "u/4", "docs-inference-api-key": "u/3"})
+    key = hashes_with({"auth": "u/1", "hf": "u/2", "docs-inference-api-key": "u/4"})
     assert auth["docs-engine"] != base["docs-engine"] and auth["docs-inference"] == base["docs-inference"]
     assert hf["docs-inference"] != base["docs-inference"] and hf["docs-engine"] == base["docs-engine"]
     assert key["docs-inference"] != base["docs-inference"] and key["docs-engine"] != base["docs-engine"]
@@ -233,7 +244,7 @@ def test_fleet_fields_reach_both_pods():
                 {"name": "FROM", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
     }
     spec = copy.deepcopy(FULL)
-    spec["inference"].update(opts, gpuResourceName="nvidia.com/mig-1g.10gb")
+    spec["inference"].update(opts, gpuResourceName="nvidia.com/mig-1g.10gb", gpus=1)
     spec["engine"] = {**opts, "nodeSelector": {"pool": "cpu"},
                       "tolerations": [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}]}
     parsed = RAGEngineSpec.model_validate(spec)
@@ -254,9 +265,10 @@ def test_fleet_fields_reach_both_pods():
     assert engine["spec"]["template"]["spec"]["nodeSelector"] == {"pool": "cpu"}
     assert engine["spec"]["template"]["spec"]["tolerations"][0]["key"] == "dedicated"
     ctr = inference_deployment(OWNER, parsed)["spec"]["template"]["spec"]
-    assert ctr["containers"][0]["resources"]["limits"] == {"nvidia.com/mig-1g.10gb": "2"} | ctr["containers"][0]["resources"][
+    assert ctr["containers"][0]["resources"]["limits"] == {"nvidia.com/mig-1g.10gb": "1"} | ctr["containers"][0]["resources"][
         "limits"]
-    assert ctr["tolerations"][0]["key"] == "nvidia.com/mig-1g.10gb"
+    # MIG nodes carry the usual nvidia.com/gpu taint, some pools a taint named after the profile: both
+    assert [t["key"] for t in ctr["tolerations"][:2]] == ["nvidia.com/gpu", "nvidia.com/mig-1g.10gb"]
 
 
 def test_both_workloads_share_one_restricted_pod_profile():
@@ -268,62 +280,58 @@ def test_both_workloads_share_one_restricted_pod_profile():
         assert engine[key] == vllm_pod[key], key
     base = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
     assert vllm_pod["containers"][0]["securityContext"] == base
-    assert engine["containers"][0]["securityContext"] == {**base, "readOnlyRootFilesystem": False}
+    assert engine["containers"][0]["securityContext"] == {**base, "readOnlyRootFilesystem": True}
 
 
-def engine_policy(allow_from=None, owner=OWNER, enabled=True):
+def engine_policy(network_policy=None, owner=OWNER):
     """The engine NetworkPolicy in the plan (None when the plan has none) and the plan's delete names."""
     spec = copy.deepcopy(FULL)
-    if enabled:
-        spec["engine"] = {"networkPolicy": {} if allow_from is None else {"allowFrom": allow_from}}
+    if network_policy is not None:
+        spec["engine"] = {"networkPolicy": network_policy}
     p = plan(owner, RAGEngineSpec.model_validate(spec))
     policy = next((o for o in p.apply if o["kind"] == "NetworkPolicy" and o["metadata"]["name"] == "docs-engine"), None)
     return policy, {(r.kind, r.name) for r in p.delete}
 
 
-def test_engine_network_policy_is_off_by_default_and_pruned():
-    """No policy unless asked for (existing clients keep working); turned off, the plan deletes it."""
-    policy, deletes = engine_policy(enabled=False)
-    assert policy is None and ("NetworkPolicy", "docs-engine") in deletes
-    policy, deletes = engine_policy([{"podSelector": {}}])
+SYNC_PODS = {"podSelector": {"matchLabels": {c.SELECTOR_NAME: "docs", c.SELECTOR_COMPONENT: c.COMPONENT_SYNC}}}
+
+
+def test_engine_network_policy_rendered_not_enforced_is_on_by_default_and_admits_the_namespace():
+    """Secure by default (issue 22, finding 5): unset, the policy admits the pods of the RAGEngine's own
+    namespace and its source syncs, never the operator nor the rest of the cluster."""
+    policy, deletes = engine_policy()
     assert policy is not None and ("NetworkPolicy", "docs-engine") not in deletes
+    (rule,) = policy["spec"]["ingress"]
+    assert rule["from"] == [{"podSelector": {}}, SYNC_PODS]  # podSelector {} alone: this namespace only
+    assert not any("namespaceSelector" in peer for peer in rule["from"])
 
 
-def test_engine_network_policy_admits_only_the_listed_peers_on_the_engine_port():
+def test_engine_network_policy_rendered_not_enforced_opt_out_deletes_it():
+    policy, deletes = engine_policy({"enabled": False})
+    assert policy is None and ("NetworkPolicy", "docs-engine") in deletes
+
+
+def test_engine_network_policy_rendered_not_enforced_admits_only_the_listed_peers():
     peers = [
         {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}}},
         {"namespaceSelector": {"matchLabels": {"team": "web"}},
          "podSelector": {"matchExpressions": [{"key": "app", "operator": "In", "values": ["frontend"]}]}},
         {"ipBlock": {"cidr": "192.168.0.0/16", "except": ["192.168.7.0/24"]}},
     ]
-    policy, _ = engine_policy(peers)
+    policy, _ = engine_policy({"allowFrom": peers})
     assert policy["apiVersion"] == "networking.k8s.io/v1" and policy["metadata"]["namespace"] == "team-a"
     assert policy["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
     spec = policy["spec"]
     assert spec["podSelector"] == {"matchLabels": {c.SELECTOR_NAME: "docs", c.SELECTOR_COMPONENT: "engine"}}
     assert spec["policyTypes"] == ["Ingress"]  # egress (LLM, store) untouched
     (rule,) = spec["ingress"]
-    assert rule["from"] == peers  # as written, in order; no operator peer when it does not know where it runs
+    assert rule["from"] == [*peers, SYNC_PODS]  # as written, in order, then the source syncs; no operator
     assert rule["ports"] == [{"port": c.ENGINE_PORT, "protocol": "TCP"}]
 
 
-def test_engine_network_policy_admits_the_operator_where_it_runs():
-    owner = Owner("team-a", "docs", "uid-1", operator_namespace="ragengine-system",
-                  operator_labels=(("app.kubernetes.io/name", "ragengine-operator"),))
-    policy, _ = engine_policy([{"podSelector": {"matchLabels": {"app": "web"}}}], owner=owner)
-    (rule,) = policy["spec"]["ingress"]
-    assert rule["from"][-1] == {
-        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ragengine-system"}},
-        "podSelector": {"matchLabels": {"app.kubernetes.io/name": "ragengine-operator"}},
-    }
-    only_operator, _ = engine_policy([], owner=owner)
-    assert [len(r["from"]) for r in only_operator["spec"]["ingress"]] == [1]
-
-
-def test_engine_network_policy_without_peers_denies_all_ingress():
-    """An ingress rule with no `from` admits every source: no peers must render no rule at all."""
-    policy, _ = engine_policy([])
-    assert policy["spec"]["ingress"] == [] and policy["spec"]["policyTypes"] == ["Ingress"]
+def test_engine_network_policy_rendered_not_enforced_without_peers_admits_only_the_syncs():
+    policy, _ = engine_policy({"allowFrom": []})
+    assert [r["from"] for r in policy["spec"]["ingress"]] == [[SYNC_PODS]]
 
 
 def test_sessions_database_shared_by_replicas():
@@ -341,3 +349,94 @@ def test_sessions_database_shared_by_replicas():
     milvus = {"vectorStore": {"type": "milvus", "connectionSecretRef": {"name": "mv"}}, "engine": {"replicas": 3},
               "sessions": {"databaseSecretRef": {"name": "sessions-db", "key": "dsn"}}}
     assert database(milvus) == {"secretKeyRef": {"name": "sessions-db", "key": "dsn"}}
+
+
+def test_config_hash_carries_no_digest_of_secret_data():
+    """Issue 22, low item: the pod template's config-hash was an unsalted SHA-256 of the Secret's data, so
+    anyone who reads Deployments could test guesses of a weak key offline. It now folds in the Secret's
+    uid and resourceVersion (what the operator reads, as metadata only), never its data."""
+    import base64
+
+    from ragengine_operator.manifests.labels import config_hash, secret_digest
+
+    weak = {"metadata": {"uid": "u-1", "resourceVersion": "41"},
+            "data": {"key": base64.b64encode(b"hunter2").decode()}}
+    other = {**weak, "data": {"key": base64.b64encode(b"correct horse battery staple").decode()}}
+    assert secret_digest(weak) == secret_digest(other)  # the data is not an input at all
+    assert secret_digest(weak) != secret_digest({**weak, "metadata": {"uid": "u-1", "resourceVersion": "42"}})
+    assert secret_digest(weak) != secret_digest({**weak, "metadata": {"uid": "u-2", "resourceVersion": "41"}})
+    spec = RAGEngineSpec.model_validate({"auth": {"apiKeySecretRef": {"name": "auth", "key": "key"}}})
+
+    def annotation(versions):
+        dep = next(o for o in plan(OWNER, spec, versions).apply if o["kind"] == "Deployment")
+        return dep["spec"]["template"]["metadata"]["annotations"][c.CONFIG_HASH_ANNOTATION]
+
+    # an attacker's offline guess: the old digest of the guessed data no longer reproduces the annotation
+    guess = config_hash({"data": weak["data"], "stringData": {}})
+    assert annotation({"auth": secret_digest(weak)}) != annotation({"auth": guess})
+
+
+def test_generated_keys_when_auth_names_no_secret():
+    """Secure by default: with no spec.auth the engine reads an operator-generated key (Secret <name>-api-key,
+    key api-key, owned, labelled as the operator's) and requires it; auth.enabled false: no key at all."""
+    from ragengine.settings import EngineSettings
+    from ragengine_operator.manifests.engine_env import generated_key_refs
+    from ragengine_operator.reconcile.plan import generated_key_secret, referenced_secrets
+
+    spec = RAGEngineSpec.model_validate({})
+    (ref,) = generated_key_refs(OWNER, spec)
+    assert (ref.name, ref.key) == ("docs-api-key", "api-key")
+    secret = generated_key_secret(OWNER, ref, "k" * 43)
+    assert secret["metadata"]["name"] == "docs-api-key" and secret["stringData"] == {"api-key": "k" * 43}
+    assert secret["metadata"]["labels"][c.LABEL_MANAGED_BY] == c.FIELD_MANAGER
+    assert secret["metadata"]["labels"][c.SELECTOR_COMPONENT] == "engine"
+    assert secret["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+    env = engine_deployment(OWNER, spec)["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert {"name": EngineSettings.env_name("api_key"),
+            "valueFrom": {"secretKeyRef": {"name": "docs-api-key", "key": "api-key"}}} in env
+    assert "docs-api-key" in referenced_secrets(OWNER, spec)  # deleting it to rotate rolls the engine
+    # model mode: vLLM's key too, as the inference component's
+    refs = generated_key_refs(OWNER, RAGEngineSpec.model_validate(FULL))
+    assert [r.name for r in refs] == ["docs-inference-api-key", "docs-api-key"]
+    assert generated_key_secret(OWNER, refs[0], "x")["metadata"]["labels"][c.SELECTOR_COMPONENT] == "inference"
+    # a Secret of the user's: nothing generated; auth off: nothing generated, nothing required
+    mine = RAGEngineSpec.model_validate({"auth": {"apiKeySecretRef": {"name": "mine"}}})
+    assert generated_key_refs(OWNER, mine) == []
+    off = RAGEngineSpec.model_validate({"auth": {"enabled": False}})
+    assert generated_key_refs(OWNER, off) == []
+    env = engine_deployment(OWNER, off)["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert EngineSettings.env_name("api_key") not in {e["name"] for e in env}
+
+
+def test_guardrails_mount_the_policy_configmap_as_a_directory():
+    from ragengine.guardrails.policy import parse_policy
+    from ragengine_operator.manifests.guardrails import POLICY_PATH
+
+    spec = RAGEngineSpec.model_validate({"guardrails": {"enabled": True}, "retrieval": {"screenIndexes": ["docs*"]}})
+    p = plan(OWNER, spec, default_policy="scanners:\n  - type: secrets\n")
+    default = next(o for o in p.apply if o["kind"] == "ConfigMap")
+    assert default["metadata"]["name"] == "docs-guardrails" and default["metadata"]["ownerReferences"]
+    assert parse_policy(default["data"]["guardrails.yaml"]).scanners[0].type == "secrets"
+    pod = next(o for o in p.apply if o["kind"] == "Deployment")["spec"]["template"]["spec"]
+    volume = next(v for v in pod["volumes"] if v["name"] == "guardrails")
+    assert volume == {"name": "guardrails", "configMap": {"name": "docs-guardrails", "items": [
+        {"key": "guardrails.yaml", "path": "guardrails.yaml"}]}}
+    mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "guardrails")
+    assert "subPath" not in mount and POLICY_PATH.startswith(mount["mountPath"] + "/")  # kubelet updates it
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    assert env["RAGENGINE_GUARDRAILS_POLICY"] == POLICY_PATH and env["RAGENGINE_GUARDRAILS_FAIL_OPEN"] == "false"
+    assert env["RAGENGINE_SCREEN_INDEXES"] == '["docs*"]'
+    named = plan(OWNER, RAGEngineSpec.model_validate({"guardrails": {"enabled": True, "failOpen": True,
+                                                                     "configMapRef": {"name": "team-policy"}}}))
+    assert "ConfigMap/docs-guardrails" not in named.names() and ("ConfigMap", "docs-guardrails") in {
+        (r.kind, r.name) for r in named.delete}
+    pod = next(o for o in named.apply if o["kind"] == "Deployment")["spec"]["template"]["spec"]
+    assert next(v for v in pod["volumes"] if v["name"] == "guardrails")["configMap"]["name"] == "team-policy"
+    # without guardrails: no volume, no policy setting
+    pod = next(o for o in plan(OWNER, RAGEngineSpec()).apply if o["kind"] == "Deployment")["spec"]["template"]["spec"]
+    assert all(v["name"] != "guardrails" for v in pod["volumes"])
+    assert "RAGENGINE_GUARDRAILS_POLICY" not in {e["name"] for e in pod["containers"][0]["env"]}
+    # the packaged default is KAITO's template
+    packaged = plan(OWNER, spec)
+    text = next(o for o in packaged.apply if o["kind"] == "ConfigMap")["data"]["guardrails.yaml"]
+    assert [s.type for s in parse_policy(text).scanners] == ["regex", "secrets", "sensitive"]

@@ -57,7 +57,8 @@ def test_rendered_env_parses_back(monkeypatch, mode):
     spec = RAGEngineSpec.model_validate({
         "inference": inference,
         "embedding": {"url": "http://emb.example/v1", "apiKeySecretRef": {"name": "emb"}},
-        "retrieval": {"contextTokenRatio": 0.3, "similarityThreshold": 0.42, "hybrid": False, "rerankModel": "bge-rr"},
+        "retrieval": {"contextTokenRatio": 0.3, "similarityThreshold": 0.42, "hybrid": False, "rerankModel": "bge-rr",
+                      "noContext": "disclaim"},
         "auth": {"apiKeySecretRef": {"name": "auth", "key": "key"}},
     })
     for key in list(__import__("os").environ):
@@ -70,11 +71,19 @@ def test_rendered_env_parses_back(monkeypatch, mode):
     assert s.llm_model == ("qwen" if mode == "model" else "gpt-x")
     assert s.context_window == 4096
     assert s.context_token_ratio == 0.3 and s.similarity_threshold == 0.42
-    assert s.hybrid is False and s.rerank_model == "bge-rr"
+    assert s.hybrid is False and s.rerank_model == "bge-rr" and s.no_context == "disclaim"
     assert s.embedding_url == "http://emb.example/v1" and s.embedding_api_key == "E"
     assert str(s.embedding_cache_dir) == "/data/models"
     assert s.api_key == "A"
     assert s.llm_api_key == ("L" if mode == "url" else "G")  # model mode: the operator-generated vLLM key
+
+
+def test_auth_off_means_no_key(monkeypatch):
+    for key in list(__import__("os").environ):
+        if key.startswith("RAGENGINE_"):
+            monkeypatch.delenv(key)
+    spec = RAGEngineSpec.model_validate({"auth": {"enabled": False}})
+    assert parse(engine_env(OWNER, spec), monkeypatch, {}).api_key is None
 
 
 def test_embedding_model_and_retrieval_only(monkeypatch):
@@ -82,8 +91,9 @@ def test_embedding_model_and_retrieval_only(monkeypatch):
     env = engine_env(OWNER, spec)
     names = {e["name"] for e in env}
     assert EngineSettings.env_name("llm_url") not in names  # retrieval-only: extractive answers
-    s = parse(env, monkeypatch, {})
+    s = parse(env, monkeypatch, {"rag-api-key/api-key": "K"})
     assert s.embedding_model == "BAAI/bge-small-en-v1.5" and s.llm_url is None
+    assert s.api_key == "K"  # no spec.auth: the operator-generated key, required (secure by default)
 
 
 def test_external_store_settings_come_from_the_spec_and_the_secret(monkeypatch):
@@ -96,7 +106,7 @@ def test_external_store_settings_come_from_the_spec_and_the_secret(monkeypatch):
     env = engine_env(OWNER, spec)
     url = next(e for e in env if e["name"] == EngineSettings.env_name("vector_store_url"))
     assert url == {"name": url["name"], "valueFrom": {"secretKeyRef": {"name": "db", "key": "dsn"}}}  # never inline
-    s = parse(env, monkeypatch, {"db/dsn": "postgresql://u:p@db/rag"})
+    s = parse(env, monkeypatch, {"db/dsn": "postgresql://u:p@db/rag", "rag-api-key/api-key": "K"})
     assert s.vector_store == "postgres" and s.vector_store_url == "postgresql://u:p@db/rag"
     assert s.database_url == "postgresql://u:p@db/rag"  # sessions shared by the replicas too
     assert (s.hnsw_m, s.hnsw_ef_construction, s.hnsw_ef_search) == (16, 200, 64)

@@ -28,7 +28,9 @@ def test_ready_when_both_available():
     assert c["Progressing"]["status"] == "False"
     assert status["observedGeneration"] == 3 and status["endpoint"] == "http://rag.ns.svc.cluster.local"
     assert status["model"] == "m" and status["inferenceUrl"].startswith("http://rag-inference.ns.svc")
-    assert len(changes) == 5
+    assert len(changes) == 6
+    assert c["SecureDefaults"]["status"] == "True"
+    assert status["apiKeySecretRef"] == {"name": "rag-api-key", "key": "api-key"}  # what clients read
     assert all(x["reason"] and x["message"] and x["lastTransitionTime"] == "T1" for x in c.values())
 
 
@@ -99,7 +101,9 @@ def test_pending_error_is_kept_until_that_generation_reconciles():
 def test_scaled_to_zero_inference_and_scale_status():
     zero = RAGEngineSpec.model_validate({"inference": {"model": "m", "replicas": 0}})
     c, status, _ = conds(zero, {"inference": dep(replicas=0, available=0, updated=0), "engine": dep()})
-    assert c["InferenceReady"]["reason"] == "ScaledToZero" and c["Ready"]["status"] == "False"
+    # on purpose, and the engine serves without it (retrieval, extractive answers): a state reached
+    assert c["InferenceReady"]["reason"] == "ScaledToZero" and c["InferenceReady"]["status"] == "False"
+    assert c["Ready"]["status"] == "True" and c["Ready"]["reason"] == "ScaledToZero"
     assert c["Degraded"]["status"] == "False"
     _, status, _ = conds(MODEL, {"inference": {**dep(), "status": {**dep()["status"], "readyReplicas": 1}}, "engine": dep()})
     assert status["inferenceReplicas"] == 1
@@ -114,3 +118,120 @@ def test_engine_not_ready_carries_the_engines_reason():
     assert c["EngineReady"]["status"] == "False" and c["EngineReady"]["reason"] == "EngineNotReady"
     assert "index store did not answer" in c["EngineReady"]["message"] and c["Ready"]["reason"] == "EngineNotReady"
     assert c["Degraded"]["status"] == "False"  # a dependency outage is not the RAGEngine's failure
+
+
+def _pod(ready: bool, restarts: int, last: dict | None, now: dict | None = None) -> dict:
+    status = {"name": "engine", "ready": ready, "restartCount": restarts, "state": now or {"running": {}},
+              "lastState": {"terminated": last} if last else {}}
+    return {"metadata": {"name": "rag-engine-abc"}, "status": {"containerStatuses": [status]}}
+
+
+def test_a_restarted_container_is_reported_as_restarting_not_rolling_out():
+    # Seen on the real node: kill -9 of the engine's process said "RollingOut: 0/1 available, 1/1 updated".
+    killed = _pod(False, 1, {"reason": "Error", "exitCode": 137})
+    spec = RAGEngineSpec.model_validate({})
+    obs = Observed({"engine": dep(available=0)}, {"engine": [killed]}, engine_not_ready="embeddings: loading")
+    status, _ = compute_status(OWNER, spec, 3, obs, [], "T1")
+    c = {x["type"]: x for x in status["conditions"]}
+    assert c["EngineReady"]["reason"] == "Restarting" and c["Ready"]["reason"] == "Restarting"
+    assert c["EngineReady"]["message"] == ("engine: 0/1 available, pod rag-engine-abc container engine restarted "
+                                           "(restart 1; last termination: Error, exit code 137)")
+    assert c["Degraded"]["status"] == "False"  # the kubelet is already fixing it
+    # once ready again, or during a rollout (not all replicas updated), it is not a restart
+    assert workload_state("engine", dep(), [_pod(True, 1, {"reason": "Error", "exitCode": 137})]).reason \
+        == "DeploymentAvailable"
+    assert workload_state("engine", dep(available=0, updated=0), [killed]).reason == "RollingOut"
+    # the moment after the kill, before the kubelet restarted it: the current state is the termination
+    just_killed = _pod(False, 0, None, {"terminated": {"reason": "Error", "exitCode": 137}})
+    assert workload_state("engine", dep(available=0), [just_killed]).message == (
+        "engine: 0/1 available, pod rag-engine-abc container engine restarted (restart 0; last termination: Error, "
+        "exit code 137)")
+
+
+def test_secure_defaults_warns_when_a_spec_opts_out():
+    """Issue 22, finding 5: opting out of the API key or of the engine NetworkPolicy is said, with what it
+    exposes, in SecureDefaults=False (never Ready: the engine still serves)."""
+    def secure(spec):
+        c, status, _ = conds(RAGEngineSpec.model_validate(spec), {"engine": dep()})
+        assert c["Ready"]["status"] == "True"
+        return c["SecureDefaults"], status
+
+    cond, status = secure({"auth": {"enabled": False}})
+    assert (cond["status"], cond["reason"]) == ("False", "AuthDisabled") and "without a key" in cond["message"]
+    assert status["apiKeySecretRef"] is None
+    cond, _ = secure({"engine": {"networkPolicy": {"enabled": False}}})
+    assert (cond["status"], cond["reason"]) == ("False", "NetworkPolicyDisabled") and "every pod" in cond["message"]
+    cond, _ = secure({"auth": {"enabled": False}, "engine": {"networkPolicy": {"enabled": False}}})
+    assert cond["reason"] == "AuthAndNetworkPolicyDisabled"
+    cond, status = secure({"auth": {"apiKeySecretRef": {"name": "mine", "key": "k"}}})
+    assert cond["status"] == "True" and status["apiKeySecretRef"] == {"name": "mine", "key": "k"}
+
+
+def test_vllm_running_unready_names_the_pod_and_leaves_the_engine_ready():
+    """A vLLM pod loading its model (or failing /health): InferenceReady=False with the pod and why,
+    EngineReady stays True (the engine's readiness does not follow the LLM), nothing is Degraded."""
+    pod = {"metadata": {"name": "rag-inference-7d9f-x2"}, "status": {"phase": "Running", "conditions": [
+        {"type": "Ready", "status": "False", "reason": "ContainersNotReady"}]}}
+    c, _, _ = conds(MODEL, {"inference": dep(available=0), "engine": dep()}, pods={"inference": [pod]})
+    assert c["InferenceReady"]["status"] == "False" and c["InferenceReady"]["reason"] == "InferenceNotReady"
+    assert "rag-inference-7d9f-x2" in c["InferenceReady"]["message"] and "extractive" in c["InferenceReady"]["message"]
+    assert c["EngineReady"]["status"] == "True" and c["Degraded"]["status"] == "False"
+    assert c["Ready"]["status"] == "False" and c["Ready"]["reason"] == "InferenceNotReady"
+
+
+def test_an_unreachable_external_llm_is_degraded_while_the_engine_stays_ready():
+    # Seen on the real node: with the LLM down, Argo CD's health check (docs/operator.md) said Progressing.
+    spec = RAGEngineSpec.model_validate({"inference": {"url": "http://llm.example/v1"}})
+    obs = Observed({"engine": dep()}, {}, inference_unreachable="inference URL http://llm.example/v1 is unreachable")
+    status, _ = compute_status(OWNER, spec, 3, obs, [], "T1")
+    c = {x["type"]: x for x in status["conditions"]}
+    assert (c["InferenceReady"]["status"], c["EngineReady"]["status"]) == ("False", "True")
+    assert (c["Degraded"]["status"], c["Degraded"]["reason"]) == ("True", "InferenceUnreachable")
+    assert c["Degraded"]["message"] == ("inference URL http://llm.example/v1 is unreachable; the engine still answers "
+                                        "retrieval, and chat extractively")
+    assert (c["Ready"]["status"], c["Ready"]["reason"]) == ("False", "InferenceUnreachable")
+
+
+GUARDED = RAGEngineSpec.model_validate({"inference": {"url": "http://llm.example/v1"}, "guardrails": {"enabled": True}})
+OWN_POLICY = RAGEngineSpec.model_validate({"inference": {"url": "http://llm.example/v1"},
+                                           "guardrails": {"enabled": True, "configMapRef": {"name": "team-policy"}}})
+
+
+def policy_status(spec, text):
+    status, _ = compute_status(OWNER, spec, 3, Observed({"engine": dep()}, {}, guardrails_policy=text), [], "T1")
+    return {x["type"]: x for x in status["conditions"]}
+
+
+def test_guardrails_policy_condition_says_what_the_engine_does_with_the_configmap():
+    c = policy_status(GUARDED, "action: block\nscanners:\n  - type: secrets\n  - type: sensitive\n    action: redact\n")
+    assert (c["GuardrailsPolicy"]["status"], c["GuardrailsPolicy"]["reason"]) == ("True", "PolicyLoaded")
+    assert c["GuardrailsPolicy"]["message"] == ("ConfigMap rag-guardrails key guardrails.yaml: 2 scanners (secrets, "
+                                                "sensitive), default action block")
+    assert c["Degraded"]["status"] == "False" and c["Ready"]["status"] == "True"
+    # KAITO's permissive parsing: an unknown scanner is skipped, the condition lists it, nothing degrades
+    c = policy_status(OWN_POLICY, "scanners:\n  - type: toxicity\n  - type: secrets\n")
+    assert (c["GuardrailsPolicy"]["status"], c["GuardrailsPolicy"]["reason"]) == ("True", "PolicyLoadedWithWarnings")
+    assert c["GuardrailsPolicy"]["message"] == ("ConfigMap team-policy key guardrails.yaml: 1 scanners (secrets), "
+                                                "default action redact; skipped: scanners[0]: unknown scanner type "
+                                                "'toxicity' skipped")
+    assert c["Degraded"]["status"] == "False"
+
+
+def test_an_invalid_or_missing_policy_is_degraded_and_says_what_the_engine_does_instead():
+    c = policy_status(OWN_POLICY, "scanners: [unclosed")
+    assert (c["GuardrailsPolicy"]["status"], c["GuardrailsPolicy"]["reason"]) == ("False", "PolicyInvalid")
+    assert c["GuardrailsPolicy"]["message"].startswith("ConfigMap team-policy key guardrails.yaml: not valid YAML: ")
+    assert c["GuardrailsPolicy"]["message"].endswith("The engine keeps its last good policy; an engine that never "
+                                                     "had one is fail-closed: answers are refused with 503")
+    assert (c["Degraded"]["status"], c["Degraded"]["reason"]) == ("True", "GuardrailsPolicyInvalid")
+    assert c["Ready"]["status"] == "True"  # the engine still serves, on its last good policy
+    c = policy_status(OWN_POLICY, "- a list\n")
+    assert c["GuardrailsPolicy"]["message"].startswith("ConfigMap team-policy key guardrails.yaml: the top level must "
+                                                       "be a mapping")
+    c = policy_status(OWN_POLICY, None)
+    assert (c["GuardrailsPolicy"]["status"], c["GuardrailsPolicy"]["reason"]) == ("False", "PolicyNotFound")
+    assert c["GuardrailsPolicy"]["message"] == "ConfigMap team-policy key guardrails.yaml does not exist"
+    assert (c["Degraded"]["status"], c["Degraded"]["reason"]) == ("True", "GuardrailsPolicyNotFound")
+    # without guardrails there is no condition at all
+    assert "GuardrailsPolicy" not in policy_status(RAGEngineSpec.model_validate({"inference": {"url": "http://x/v1"}}),
+                                                   None)

@@ -10,13 +10,17 @@ from pathlib import Path
 import httpx
 import pytest
 
+from ragengine_operator.sources.egress import EgressPolicy
 from ragengine_operator.sources.engine import EngineClient
 from ragengine_operator.sources.spec import Source
-from ragengine_operator.sources.sync import fetch, sync_source
+from ragengine_operator.sources.sync import FetchPolicy, fetch, sync_source
+from tests.support.embedding import borrowed
 from tests.support.git_server import Repo, git_http_server
-from tests.support.server import free_port, serve_app
+from tests.support.server import refused_port, serve_app
 
 AUTH = ("reader", "s3cret-token")
+# The test servers listen on loopback, which the egress rules refuse by default: the allowlist opens it.
+LOOPBACK = FetchPolicy(egress=EgressPolicy.build(["127.0.0.1/32"]))
 
 
 @pytest.fixture
@@ -25,9 +29,10 @@ def engine(embedder, tmp_path):
     from ragengine.settings import EngineSettings
 
     app = create_app(EngineSettings(data_dir=tmp_path / "data"))
-    app.state.embedder = embedder
-    with serve_app(app) as base:
-        yield base
+    with borrowed(embedder) as own:
+        app.state.embedder = own
+        with serve_app(app) as base:
+            yield base
 
 
 @pytest.fixture
@@ -54,7 +59,8 @@ def run(source: Source, engine: str, tmp_path: Path, secret: dict | None, previo
     client = EngineClient(engine)
     try:
         return sync_source(source, client, lambda: fetch(source, cache=tmp_path / "cache", secret=secret,
-                                                         previous_revision=previous, previous_validators=None), previous)
+                                                         previous_revision=previous, previous_validators=None,
+                                                         policy=LOOPBACK), previous)
     finally:
         client.close()
 
@@ -126,13 +132,14 @@ def test_bad_sources_report_a_reason_and_lose_nothing(engine, git, tmp_path):
          "ref not found"),
         (Source.model_validate({"name": "s", "index": "docs", "git": {"url": url, "paths": ["*.pdf"]}}), good,
          "matches paths"),
-        (Source.model_validate({"name": "s", "index": "docs", "git": {"url": f"http://127.0.0.1:{free_port()}/x.git"}}),
-         good, "unreachable"),
     ]
-    for bad, secret, reason in cases:
-        result = run(bad, engine, tmp_path / bad.git.ref, secret)
-        assert not result.ok and reason in result.message, result.message
-        assert set(held(engine)) == {"s:a.md"}  # nothing already indexed is lost
+    with refused_port() as port:
+        cases.append((Source.model_validate({"name": "s", "index": "docs",
+                                             "git": {"url": f"http://127.0.0.1:{port}/x.git"}}), good, "unreachable"))
+        for bad, secret, reason in cases:
+            result = run(bad, engine, tmp_path / bad.git.ref, secret)
+            assert not result.ok and reason in result.message, result.message
+            assert set(held(engine)) == {"s:a.md"}  # nothing already indexed is lost
 
 
 def test_a_write_failing_part_way_says_how_much_of_the_revision_was_written(engine):

@@ -151,6 +151,7 @@ def test_postgres_write_is_all_or_nothing(request, store_prefix, tmp_path):
     store.close()
 
 
+@pytest.mark.postgres
 def test_postgres_dimension_mismatch_is_reported(request, store_prefix, tmp_path):
     make_adapter("postgres", request, store_prefix, tmp_path).open()
     other = make_adapter("postgres", request, store_prefix, tmp_path, dim=16)
@@ -158,17 +159,19 @@ def test_postgres_dimension_mismatch_is_reported(request, store_prefix, tmp_path
         other.open()
 
 
+@pytest.mark.postgres
 def test_postgres_unreachable_and_unknown_user_are_reported(request, store_prefix, tmp_path):
     from ragengine.stores.postgres.store import PostgresStore
-    from tests.support.server import free_port
+    from tests.support.server import refused_port
 
-    with pytest.raises(StoreUnavailable, match=r"(?i)connection"):
-        PostgresStore(f"postgresql://postgres@127.0.0.1:{free_port()}/postgres", schema=store_prefix, dim=DIM).open()
+    with refused_port() as port, pytest.raises(StoreUnavailable, match=r"(?i)connection"):
+        PostgresStore(f"postgresql://postgres@127.0.0.1:{port}/postgres", schema=store_prefix, dim=DIM).open()
     url = request.getfixturevalue("pgvector_url").replace("postgres@", "nobody@")
     with pytest.raises(StoreUnavailable, match='role "nobody" does not exist'):
         PostgresStore(url, schema=store_prefix, dim=DIM).open()
 
 
+@pytest.mark.postgres
 def test_postgres_missing_vector_extension_is_reported(request, store_prefix):
     """A database where pgvector is not installed and the role may not create it: a clear reason."""
     import psycopg
@@ -183,3 +186,54 @@ def test_postgres_missing_vector_extension_is_reported(request, store_prefix):
     url = admin.replace("postgres@", f"{role}@").rsplit("/", 1)[0] + f"/{db}"
     with pytest.raises(StoreUnavailable, match=r"'vector' extension.*not installed"):
         PostgresStore(url, schema=store_prefix, dim=DIM).open()
+
+
+# Document ACLs: well-formed, malformed (every one must hide its document) and adversarial values.
+ACL_DOCS = {
+    "open": {"title": "no acl"},
+    "ops": {"acl": ["group:ops"]},
+    "ops-or-a": {"acl": ["group:ops", "user:app-a"]},
+    "only-a": {"acl": ["user:app-a"]},
+    "sa": {"acl": ["user:shop/frontend"]},
+    "nobody": {"acl": []},
+    "string": {"acl": "group:ops"},
+    "null": {"acl": None},
+    "number": {"acl": 7},
+    "object": {"acl": {"group": "ops"}},
+    "nested": {"acl": [["group:ops"]]},
+    "nested-beside-valid": {"acl": ["group:ops", ["group:dev"]]},  # lax jsonpath would unwrap the inner list
+    "one-bad": {"acl": ["group:ops", 5]},
+    "bad-prefix": {"acl": ["role:ops", "group:ops"]},
+    "empty-name": {"acl": ["group:", "group:ops"]},
+    "case": {"acl": ["Group:ops"]},
+    "quotes": {"acl": ["group:o'p\"s", "user:x\\y"]},
+    "newline": {"acl": ["group:ops\nuser:app-a"]},
+    "long-ok": {"acl": ["group:" + "o" * 506]},
+    "too-long": {"acl": ["group:ops", "group:" + "o" * 507]},
+    "too-many": {"acl": ["group:ops"] + [f"user:u{i}" for i in range(256)]},
+}
+ACL_PRINCIPALS = [(), ("group:ops",), ("user:app-a",), ("group:ops", "user:app-a"), ("user:shop/frontend",),
+                  ("group:o'p\"s",), ("group:" + "o" * 506,), ("group:ops\nuser:app-a",), ("user:x\\y",)]
+
+
+@pytest.fixture(params=["postgres", "milvus"])
+def acl_adapter(request, store_prefix, tmp_path):
+    store = make_adapter(request.param, request, store_prefix, tmp_path)
+    store.open()
+    writes = [DocWrite(d, f"document {d}", meta, [ChunkWrite(0, f"chunk of {d}")]) for d, meta in ACL_DOCS.items()]
+    store.write("acl", {"chunk_size": 128}, [], writes, np.stack([unit(i) for i in range(len(writes))]), add_only=True)
+    yield store
+    store.close()
+
+
+@pytest.mark.parametrize("tokens", ACL_PRINCIPALS, ids=[str(i) for i in range(len(ACL_PRINCIPALS))])
+def test_acl_filter_selects_exactly_what_matches_selects(acl_adapter, tokens):
+    from ragengine.access.acl import Acl
+
+    f = Acl(tuple(sorted(tokens)))
+    expected = {d for d, meta in ACL_DOCS.items() if matches(f, meta)}
+    assert expected <= {"open", "ops", "ops-or-a", "only-a", "sa", "quotes", "newline", "long-ok"}  # never a bad one
+    listed, total = acl_adapter.list_documents("acl", f, 0, 100)
+    assert {d.doc_id for d in listed} == expected and total == len(expected)
+    assert {h.doc_id for h in acl_adapter.dense("acl", unit(99), 100, f)} == expected
+    assert {h.doc_id for h in acl_adapter.keyword("acl", "document chunk", unit(99), 100, f)} == expected

@@ -94,7 +94,9 @@ def test_kill_9_of_one_replica_mid_ingestion_loses_nothing_acknowledged(replicas
     read_thread.start()
     proc_a.send_signal(signal.SIGKILL)
     proc_a.wait(10)
-    time.sleep(1.0)
+    after_kill = len(answers)  # B keeps answering after A is dead: wait for 20 more of its answers
+    while len(answers) < after_kill + 20 and time.monotonic() < deadline and read_thread.is_alive():
+        time.sleep(0.05)
     stop.set()
     for t in [*threads, read_thread]:
         t.join(60)
@@ -103,4 +105,4 @@ def test_kill_9_of_one_replica_mid_ingestion_loses_nothing_acknowledged(replicas
     missing = [d for d in acked if d not in stored]
     assert not missing, f"{len(missing)} acknowledged documents lost, e.g. {missing[:5]}"
     assert all(stored[d] == text for d, text in acked.items())
-    assert answers and set(answers) == {200}, f"replica B answered {sorted(set(answers))}"
+    assert len(answers) >= after_kill + 20 and set(answers) == {200}, f"replica B answered {sorted(set(answers))}"

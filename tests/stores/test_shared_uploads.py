@@ -5,6 +5,11 @@ A file accepted by one replica is ingested exactly once, by whichever replica's 
 its status and content are served by both; ``kill -9`` of the replica holding an ingestion job leaves
 the job ``processing`` (never lost) until its lease runs out, then the other replica takes it and
 finishes it.
+
+The kill lands mid-job by construction, not by timing: the test holds a lock on the store's ``indexes``
+table, which every document write takes, so the job's holder blocks in its first write; the test waits
+until PostgreSQL shows that backend waiting for the lock, kills the replica, then lets go. The replicas
+are shared by the module and a killed one is started again for the next test, in any order.
 """
 
 from __future__ import annotations
@@ -36,14 +41,43 @@ def database(pgvector_url) -> str:
     return pgvector_url.rsplit("/", 1)[0] + f"/{name}"
 
 
+class Replicas:
+    """Two replicas for the module (starting one takes a while); one killed by a test is started again,
+    in its own folder, when the next test asks for them."""
+
+    def __init__(self, root, settings: dict[str, str]) -> None:
+        self.root, self.settings = root, settings
+        self.running: dict[str, tuple[ExitStack, EngineProcess]] = {}
+
+    def get(self) -> list[EngineProcess]:
+        for name in ("a", "b"):
+            if name in self.running and self.running[name][1].process.poll() is not None:
+                self.running.pop(name)[0].close()  # killed: stop what is left, then start it again
+            if name not in self.running:
+                stack = ExitStack()
+                self.running[name] = stack, stack.enter_context(
+                    engine_process(self.root / name, settings=self.settings, llm=False))
+        return [self.running[name][1] for name in ("a", "b")]
+
+    def close(self) -> None:
+        for stack, _ in self.running.values():
+            stack.close()
+
+
 @pytest.fixture(scope="module")
-def replicas(database, tmp_path_factory) -> Iterator[list[EngineProcess]]:
-    """Two replicas for the module (starting one takes a while): the kill test, last, kills one of them."""
+def pool(database, tmp_path_factory) -> Iterator[Replicas]:
     settings = {"vector_store": "postgres", "vector_store_url": database, "database_url": database,
                 "ingestion_lease_s": str(LEASE_S), "ingestion_poll_s": "0.2", "session_ttl_s": "0"}
-    root = tmp_path_factory.mktemp("replicas")
-    with ExitStack() as stack:
-        yield [stack.enter_context(engine_process(root / name, settings=settings, llm=False)) for name in ("a", "b")]
+    replicas = Replicas(tmp_path_factory.mktemp("replicas"), settings)
+    try:
+        yield replicas
+    finally:
+        replicas.close()
+
+
+@pytest.fixture
+def replicas(pool) -> list[EngineProcess]:
+    return pool.get()
 
 
 def _upload(base: str, name: str, text: str) -> dict:
@@ -101,6 +135,7 @@ def _notes(topic: str, parts: int) -> str:
 
 def test_upload_through_one_replica_is_ingested_once_and_served_by_both(replicas, database):
     a, b = replicas
+    before = _completed_count(a.base_url) + _completed_count(b.base_url)  # the replicas may have served a test
     files = [_upload(a.base_url, f"{topic}.txt", _notes(topic, 2))
              for topic in ("boiler", "turbine", "condenser", "pump", "valve", "chiller")]
     seen = httpx.get(f"{b.base_url}/v1/files/{files[0]['file_id']}", timeout=30).json()
@@ -112,7 +147,7 @@ def test_upload_through_one_replica_is_ingested_once_and_served_by_both(replicas
         assert (status, attempts, blob) == ("completed", 1, False)  # one claim, the bytes gone with the job
         assert len(_file_docs(b.base_url, f["file_id"])) == 2
     # Each replica counts what it ingested itself: together, every file exactly once.
-    assert _completed_count(a.base_url) + _completed_count(b.base_url) == len(files)
+    assert _completed_count(a.base_url) + _completed_count(b.base_url) - before == len(files)
 
     session = httpx.post(f"{b.base_url}/v1/sessions", json={"file_ids": [files[1]["file_id"]]}, timeout=30).json()
     reply = httpx.post(f"{b.base_url}/v1/sessions/{session['session_id']}/messages",
@@ -122,23 +157,46 @@ def test_upload_through_one_replica_is_ingested_once_and_served_by_both(replicas
     assert "turbine gauge" in reply["assistant_message"]["content"]
 
 
+def _store_schema(database: str) -> str:
+    with psycopg.connect(database) as conn:
+        (schema,) = conn.execute("SELECT table_schema FROM information_schema.tables WHERE table_name = 'indexes' "
+                                 "AND table_schema <> 'public'").fetchone()
+    return schema
+
+
+def _waiting_on(conn: psycopg.Connection, table: str) -> int:
+    """Backends waiting for a lock on ``table`` (a qualified name)."""
+    (n,) = conn.execute("SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = %s::regclass",
+                        (table,)).fetchone()
+    return n
+
+
+def _wait(condition, timeout_s: float, what: str):
+    deadline = time.monotonic() + timeout_s
+    while not (value := condition()):
+        assert time.monotonic() < deadline, f"timed out after {timeout_s} s waiting for {what}"
+        time.sleep(0.02)
+    return value
+
+
 def test_kill_9_of_the_replica_holding_a_job_lets_the_other_finish_it(replicas, database):
     a, b = replicas
     by_pid = {a.pid: a, b.pid: b}
-    parts = 24  # a few seconds of embedding: the kill lands while the job is held
+    parts = 3
     before = {p.pid: _completed_count(p.base_url) for p in replicas}
-    file_id = _upload(a.base_url, "plant.txt", _notes("plant", parts))["file_id"]
-    deadline = time.monotonic() + 120
-    while True:
+    table = f'"{_store_schema(database)}".indexes'
+    with psycopg.connect(database) as lock, psycopg.connect(database, autocommit=True) as watch:
+        lock.execute(f"LOCK TABLE {table} IN EXCLUSIVE MODE")  # reads go on; every document write waits
+        file_id = _upload(a.base_url, "plant.txt", _notes("plant", parts))["file_id"]
+        _wait(lambda: _job(database, file_id)[0] == "processing", 120, "a replica to claim the job")
+        _wait(lambda: _waiting_on(watch, table), 120, "the job's first write to wait for the lock")
         status, owner, attempts, _ = _job(database, file_id)
-        if status == "processing" and owner:
-            break
-        assert status == "uploaded" and time.monotonic() < deadline, (status, owner)
-        time.sleep(0.02)
-    holder = by_pid[int(owner.split("/")[1])]
-    survivor = b if holder is a else a
-    os.kill(holder.pid, signal.SIGKILL)
-    assert _job(database, file_id)[0] == "processing", "the job ended before the kill: make the file larger"
+        holder = by_pid[int(owner.split("/")[1])]
+        survivor = b if holder is a else a
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.process.wait(30)
+        assert (status, attempts) == ("processing", 1) and _job(database, file_id)[0] == "processing"
+        lock.rollback()  # let go: the dead replica's half-sent write is rolled back with its connection
 
     info = httpx.get(f"{survivor.base_url}/v1/files/{file_id}", timeout=30).json()
     assert info["ingestion_status"] == "processing"  # the dead replica's job is not lost, only waiting

@@ -2,9 +2,11 @@
 
 ``with engine_process(tmp_dir) as engine:`` starts ``python -m tests.llm_server`` and
 ``python -m ragengine.cli serve`` (real uvicorn, the real packaged embedding model, FAISS under
-``tmp_dir``) on free ports, waits for ``/health``, yields an ``EngineProcess`` and stops both on exit
-(their logs are printed when start-up fails). ``engine_processes([dir_a, dir_b], settings=...)`` starts
-several at once (replicas on one external store). Every test and benchmark that needs the engine as its
+``tmp_dir``), each on a port it binds itself (``--port 0``) and announces, waits for ``/health``,
+yields an ``EngineProcess`` and stops both on exit (their logs are printed when start-up fails).
+``engine_processes([dir_a, dir_b], settings=...)`` starts several at once (replicas on one external
+store). ``wrap=["strace", ...]`` runs each engine under a command prefix (the fsync test);
+``pid``/``process`` are then the wrapper's. Every test and benchmark that needs the engine as its
 own process uses these: the contract tests, the Schemathesis fuzz run, the PostgreSQL end-to-end test,
 durability (kill -9) and replica tests, and the engine, store and responsiveness benchmarks.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -22,7 +25,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.support.server import free_port
+from tests.support.server import START_TIMEOUT_S, announced_port
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -32,8 +35,8 @@ class EngineProcess:
     base_url: str
     llm_url: str
     data_dir: Path
-    pid: int
-    process: subprocess.Popen  # to kill -9 it in a durability test; stopped on exit whatever its state
+    pid: int  # the engine's own process (under a wrapper: the wrapper's child), to kill -9 it
+    process: subprocess.Popen  # what was started (the engine, or its wrapper); stopped on exit whatever its state
     known_ids: dict[str, list[str]] = field(default_factory=dict)  # what a test seeded, by parameter name
 
 
@@ -46,8 +49,7 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _wait(url: str, proc: subprocess.Popen, log: Path, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
+def _wait(url: str, proc: subprocess.Popen, log: Path, deadline: float) -> None:
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"{proc.args!r} exited with {proc.returncode} during start-up:\n{log.read_text()[-4000:]}")
@@ -55,10 +57,34 @@ def _wait(url: str, proc: subprocess.Popen, log: Path, timeout_s: float) -> None
             if httpx.get(url, timeout=2.0).status_code == 200:
                 return
         time.sleep(0.05)
-    raise TimeoutError(f"{url} not ready after {timeout_s} s:\n{log.read_text()[-4000:]}")
+    raise TimeoutError(f"{url} not ready in time:\n{log.read_text()[-4000:]}")
 
 
-def _stop(proc: subprocess.Popen) -> None:
+def _child(proc: subprocess.Popen, log: Path, deadline: float) -> int:
+    """The pid of the process a wrapper (strace) started: the one the wrapper's signals do not reach."""
+    children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{proc.args!r} exited with {proc.returncode}:\n{log.read_text()[-4000:]}")
+        with contextlib.suppress(OSError):
+            pids = children.read_text().split()
+            if pids:
+                return int(pids[0])
+        time.sleep(0.01)
+    raise TimeoutError(f"{proc.args!r} started no child")
+
+
+def _stop(proc: subprocess.Popen, inner: int | None = None) -> None:
+    """Stop ``proc``; a wrapper by stopping the process it runs (strace -o ignores SIGTERM itself)."""
+    if inner is not None and proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(inner, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+            return
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(inner, signal.SIGKILL)
     if proc.poll() is None:
         proc.terminate()
         try:
@@ -70,49 +96,57 @@ def _stop(proc: subprocess.Popen) -> None:
 
 @contextlib.contextmanager
 def engine_process(work_dir: Path, *, settings: dict[str, str] | None = None, llm: bool = True,
-                   start_timeout_s: float = 600.0) -> Iterator[EngineProcess]:
+                   wrap: list[str] | None = None, start_timeout_s: float = START_TIMEOUT_S) -> Iterator[EngineProcess]:
     """An engine process and its test LLM (none with ``llm=False``: a retrieval-only engine);
     ``settings`` are extra ``--set KEY=VALUE`` engine settings."""
-    with engine_processes([work_dir], settings=settings, llm=llm, start_timeout_s=start_timeout_s) as (engine,):
+    with engine_processes([work_dir], settings=settings, llm=llm, wrap=wrap, start_timeout_s=start_timeout_s) as (engine,):
         yield engine
 
 
 @contextlib.contextmanager
 def engine_processes(work_dirs: list[Path], *, settings: dict[str, str] | None = None, llm: bool = True,
-                     start_timeout_s: float = 600.0) -> Iterator[list[EngineProcess]]:
+                     wrap: list[str] | None = None, start_timeout_s: float = START_TIMEOUT_S) -> Iterator[list[EngineProcess]]:
     """One engine per work folder, all started before any is waited for (replicas start side by side),
     sharing one test LLM; each keeps its log and, for FAISS, its data under its own folder."""
     env = _env()
+    deadline = time.monotonic() + start_timeout_s
     procs: list[subprocess.Popen] = []
+    inner: dict[int, int] = {}  # wrapper pid -> the engine's pid
     try:
         llm_url = ""
         if llm:
             work_dirs[0].mkdir(parents=True, exist_ok=True)
-            llm_port, llm_log = free_port(), work_dirs[0] / "llm.log"
+            llm_log = work_dirs[0] / "llm.log"
             with llm_log.open("wb") as out:
-                procs.append(subprocess.Popen([sys.executable, "-m", "tests.llm_server", "--port", str(llm_port)],
+                procs.append(subprocess.Popen([sys.executable, "-m", "tests.llm_server", "--port", "0"],
                                               cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT))
-            llm_url = f"http://127.0.0.1:{llm_port}/v1"
-            _wait(f"{llm_url}/models", procs[0], llm_log, 60)
+            llm_url = f"http://127.0.0.1:{announced_port(llm_log, procs[0], timeout_s=60)}/v1"
+            _wait(f"{llm_url}/models", procs[0], llm_log, time.monotonic() + 60)
         started = []
         for work_dir in work_dirs:
             work_dir.mkdir(parents=True, exist_ok=True)
-            port = free_port()
-            cmd = [sys.executable, "-m", "ragengine.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
+            cmd = [*(wrap or []), sys.executable, "-m", "ragengine.cli", "serve", "--host", "127.0.0.1", "--port", "0",
                    "--data-dir", str(work_dir / "data"), "--log-level", "warning"]
             if llm_url:
                 cmd += ["--llm-url", llm_url]
             for key, value in (settings or {}).items():
                 cmd += ["--set", f"{key}={value}"]
-            with (work_dir / "engine.log").open("ab") as out:  # appended: a restarted engine keeps the earlier log
+            log = work_dir / "engine.log"
+            offset = log.stat().st_size if log.exists() else 0
+            with log.open("ab") as out:  # appended: a restarted engine keeps the earlier log
                 procs.append(subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT))
-            started.append((work_dir, f"http://127.0.0.1:{port}", procs[-1]))
+            if wrap:
+                inner[procs[-1].pid] = _child(procs[-1], log, deadline)
+            started.append((work_dir, offset, procs[-1]))
         engines = []
-        for work_dir, base, proc in started:
-            _wait(f"{base}/health", proc, work_dir / "engine.log", start_timeout_s)
-            engines.append(EngineProcess(base_url=base, llm_url=llm_url, data_dir=work_dir / "data", pid=proc.pid,
-                                         process=proc))
+        for work_dir, offset, proc in started:
+            log = work_dir / "engine.log"
+            port = announced_port(log, proc, offset=offset, timeout_s=max(1.0, deadline - time.monotonic()))
+            base = f"http://127.0.0.1:{port}"
+            _wait(f"{base}/health", proc, log, deadline)
+            engines.append(EngineProcess(base_url=base, llm_url=llm_url, data_dir=work_dir / "data",
+                                         pid=inner.get(proc.pid, proc.pid), process=proc))
         yield engines
     finally:
         for proc in reversed(procs):
-            _stop(proc)
+            _stop(proc, inner.get(proc.pid))

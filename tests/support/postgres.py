@@ -1,5 +1,11 @@
 """A real, throwaway PostgreSQL server for tests: ``initdb`` + ``pg_ctl`` in a temp dir on a free port.
 
+PostgreSQL cannot bind port 0, so it is offered a port the kernel just handed out; if another process
+took that port in between, ``pg_ctl start -w`` fails (it waits for the server's own "ready" state, not
+for a connection that someone else's server could answer) and the start is retried on another port.
+The server runs with ``fsync=off`` and ``full_page_writes=off``: fast, and not crash-safe, so no test
+here checks PostgreSQL's own durability (the README says so).
+
 ``with postgres_server() as url:`` yields a SQLAlchemy URL (``postgresql+psycopg://...``) and stops
 the server and removes its files afterwards. PostgreSQL refuses to run as root, so when the tests run
 as root the server runs as the ``postgres`` system user (via ``runuser``) in a directory it owns.
@@ -20,7 +26,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from tests.support.server import free_port
+from tests.support.server import bound_socket
 
 PG_USER = "postgres"
 
@@ -72,25 +78,39 @@ def _run(cmd: list[str], what: str, timeout: float = 120) -> None:
 
 
 @contextlib.contextmanager
-def postgres_server(*, start_timeout_s: float = 60.0) -> Iterator[str]:
+def postgres_server(*, start_timeout_s: float = 60.0, listen: str = "127.0.0.1",
+                    trust_cidr: str | None = None) -> Iterator[str]:
+    """A throwaway server; ``listen`` and ``trust_cidr`` (pg_hba ``trust`` for that network) let pods on the
+    local cluster's real node reach it at the machine's address."""
     bin_dir = find_pg_bin()
     root = Path(tempfile.mkdtemp(prefix="ragengine-pg-"))
-    data, sock, log = root / "data", root / "sock", root / "server.log"
+    data, sock = root / "data", root / "sock"
     sock.mkdir()
     if os.geteuid() == 0:
         user = pwd.getpwnam(PG_USER)
         for path in (root, sock):
             os.chown(path, user.pw_uid, user.pw_gid)
-    port = free_port()
     started = False
     try:
         _run(_as_user([str(bin_dir / "initdb"), "-D", str(data), "-U", PG_USER, "-A", "trust", "-E", "UTF8",
                        "--no-sync"]), "initdb")
-        opts = f"-p {port} -k {sock} -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off"
-        _run(_as_user([str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(log), "-o", opts, "-w",
-                       "-t", str(int(start_timeout_s)), "start"]), "pg_ctl start")
+        if trust_cidr:  # the pods' network, and this machine at the address it listens on
+            with (data / "pg_hba.conf").open("a") as hba:
+                hba.write(f"host all all {trust_cidr} trust\nhost all all {listen}/32 trust\n")
+        for attempt in range(5):
+            with bound_socket(listen) as probe:
+                port = probe.getsockname()[1]
+            opts = f"-p {port} -k {sock} -c listen_addresses={listen} -c fsync=off -c full_page_writes=off"
+            log = root / f"server-{attempt}.log"
+            try:
+                _run(_as_user([str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(log), "-o", opts, "-w",
+                               "-t", str(int(start_timeout_s)), "start"]), "pg_ctl start")
+                break
+            except RuntimeError:
+                if attempt == 4 or "Address already in use" not in (log.read_text() if log.exists() else ""):
+                    raise
         started = True
-        url = f"postgresql+psycopg://{PG_USER}@127.0.0.1:{port}/postgres"
+        url = f"postgresql+psycopg://{PG_USER}@{listen}:{port}/postgres"
         _wait_ready(url, start_timeout_s)
         yield url
     finally:

@@ -2,21 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-
-from fastapi.routing import APIRoute
-
-
-def api_routes(routes: Iterable) -> Iterator[APIRoute]:
-    """Every ``APIRoute`` of an app, through included routers (recent FastAPI keeps them as one route each).
-
-    The engine includes its routers without a prefix, so a route's own ``path`` is its URL.
-    """
-    for route in routes:
-        if isinstance(route, APIRoute):
-            yield route
-        elif hasattr(route, "original_router"):
-            yield from api_routes(route.original_router.routes)
+from ragengine.app import api_routes
 
 
 def operations(app) -> set[tuple[str, str]]:

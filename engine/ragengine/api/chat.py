@@ -9,10 +9,14 @@ from contextlib import AsyncExitStack
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse
 
+from ragengine.access.decide import document_acl
+from ragengine.access.enforce import principal_of, visible_to
 from ragengine.api.sse import sse_response
 from ragengine.chat.service import ChatService, JSONOutcome
 from ragengine.errors import BadRequest, PayloadTooLarge
+from ragengine.guardrails.runtime import Guardrails
 from ragengine.llm.client import LLMClient
+from ragengine.observability.tracing import instrument
 from ragengine.protocol.errors import error_responses
 from ragengine.protocol.openai import MODEL_ALIAS_PREFIX, ChatCompletionRequest, ModelCard, ModelList
 from ragengine.settings import EngineSettings
@@ -22,12 +26,17 @@ router = APIRouter(tags=["openai"])
 
 async def startup(app: FastAPI, settings: EngineSettings, stack: AsyncExitStack) -> None:
     llm = LLMClient(settings)
+    instrument(llm.http, app.state.tracing)  # traceparent to the LLM: vLLM's spans join the request's trace
     stack.push_async_callback(llm.aclose)
     app.state.llm = llm
     registry = getattr(app.state, "registry", None)
     if registry is not None:
         registry.chunk_tokens = llm.tokens  # chunks get the LLM's token counts at ingestion (index.chunk_tokens)
-    app.state.chat = ChatService(settings, llm, registry)
+    # The output policy (RAGENGINE_GUARDRAILS_POLICY), watched for edits; the session service uses it too.
+    guardrails = Guardrails(settings.guardrails_policy, fail_open=settings.guardrails_fail_open)
+    await guardrails.watch(stack)
+    app.state.guardrails = guardrails
+    app.state.chat = ChatService(settings, llm, registry, guardrails)
 
 
 async def read_json(request: Request, limit: int):
@@ -57,7 +66,7 @@ async def read_json(request: Request, limit: int):
 async def chat_completions(request: Request):
     received = time.perf_counter()
     body = await read_json(request, request.app.state.settings.max_body_bytes)
-    outcome = await request.app.state.chat.create(body, received=received)
+    outcome = await request.app.state.chat.create(body, received=received, acl=document_acl(principal_of(request)))
     if isinstance(outcome, JSONOutcome):
         return JSONResponse(outcome.body, headers=outcome.headers)
     return sse_response(outcome.events, headers=outcome.headers)
@@ -70,5 +79,6 @@ async def list_models(request: Request) -> ModelList:
     cards = [ModelCard(**m) for m in await llm.list_models()] if llm.configured else []
     registry = getattr(request.app.state, "registry", None)
     for name in sorted(registry.names()) if registry is not None else []:
-        cards.append(ModelCard(id=f"{MODEL_ALIAS_PREFIX}{name}", owned_by="ragengine"))
+        if visible_to(request, name):
+            cards.append(ModelCard(id=f"{MODEL_ALIAS_PREFIX}{name}", owned_by="ragengine"))
     return ModelList(data=cards)

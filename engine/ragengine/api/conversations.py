@@ -2,6 +2,10 @@
 
 Thin adapters: parse, call the store / service on ``app.state``, pick JSON or SSE. The API is
 documented with curl examples in docs/conversations.md.
+
+Access control: ``authorize`` already checked that a session or upload named in the path is the caller's
+(docs/access.md); here new sessions and uploads record their creator, lists show only the caller's
+(admins: everyone's), and files named in a body must be the caller's too.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from typing import Any
 from fastapi import APIRouter, FastAPI, File, Form, Query, Request, UploadFile
 from fastapi.responses import JSONResponse
 
+from ragengine.access.decide import document_acl, owner_filter, visible
+from ragengine.access.enforce import check_session, principal_of
 from ragengine.api.sse import sse_response
 from ragengine.conversations.events import error_event
 from ragengine.conversations.ingestion import IngestionWorker
@@ -67,9 +73,11 @@ async def upload_file(request: Request, file: UploadFile = File(...), session_id
         data += chunk
         if len(data) > limit:
             raise PayloadTooLarge(f"The file is larger than the upload limit of {limit} bytes.")
+    principal = principal_of(request)
     if session_id:
-        await _store(request).get_session(session_id)  # 404 before storing anything
-    info = await request.app.state.ingestion.accept(file.filename or "upload", file.content_type, bytes(data))
+        await check_session(request, principal, session_id)  # 404 (also for another's) before storing anything
+    info = await request.app.state.ingestion.accept(file.filename or "upload", file.content_type, bytes(data),
+                                                    principal=principal.id)
     if session_id:
         await _store(request).attach_files(session_id, [info.id])
     return {**info.to_dict(), "file_id": info.id, "ingestion_status": info.status}
@@ -81,7 +89,8 @@ def _file_out(info) -> dict:
 
 @router.get("/v1/files")
 async def list_files(request: Request, status: str | None = None, limit: int = Query(100, ge=1, le=1000)) -> dict:
-    return {"data": [_file_out(f) for f in await _store(request).list_files(status=status, limit=limit)]}
+    files = await _store(request).list_files(status=status, limit=limit, owned_by=owner_filter(principal_of(request)))
+    return {"data": [_file_out(f) for f in files]}
 
 
 @router.get("/v1/files/{file_id}", responses=error_responses(404))
@@ -98,21 +107,25 @@ async def delete_file(file_id: str, request: Request) -> dict:
 # --- sessions --------------------------------------------------------------------------------------
 @router.post("/v1/sessions", status_code=201, responses=error_responses(404))
 async def create_session(body: CreateSessionRequest, request: Request) -> dict:
-    store = _store(request)
+    store, principal = _store(request), principal_of(request)
     check_session_index(body.index_name, request.app.state.settings)
+    mine = owner_filter(principal)
     for fid in body.file_ids:
-        await store.get_file(fid)  # 404 before creating the session
+        await store.get_file(fid, owned_by=mine)  # 404 (also for another's) before creating the session
     info = await store.create_session(user_id=body.user_id, title=body.title, index_name=body.index_name,
-                                      metadata=body.metadata)
+                                      metadata=body.metadata, principal=principal.id)
     if body.file_ids:
-        await store.attach_files(info.id, body.file_ids)
+        await store.attach_files(info.id, body.file_ids, owned_by=mine)
     return {**info.to_dict(), "session_id": info.id}  # the seed's clients read session_id
 
 
 @router.get("/v1/sessions")
 async def list_sessions(request: Request, user_id: str | None = None, limit: int = Query(100, ge=1, le=1000),
                         offset: int = Query(0, ge=0, le=MAX_OFFSET)) -> dict:
-    sessions = await _store(request).list_sessions(user_id=user_id, limit=limit, offset=offset)
+    principal, reserved = principal_of(request), request.app.state.reserved_indexes
+    sessions = await _store(request).list_sessions(
+        user_id=user_id, limit=limit, offset=offset, owned_by=owner_filter(principal),
+        index_visible=lambda index: index is None or visible(principal, index, reserved))
     return {"data": [s.to_dict() for s in sessions]}
 
 
@@ -141,7 +154,8 @@ async def get_messages(session_id: str, request: Request, thread_id: str = "main
 @router.post("/v1/sessions/{session_id}/messages", responses=error_responses(404, 409, 422, 429, 502, 504))
 async def post_message(session_id: str, body: MessageRequest, request: Request):
     service: ConversationService = request.app.state.conversations
-    events = service.run(session_id, body)
+    principal = principal_of(request)
+    events = service.run(session_id, body, acl=document_acl(principal), files_of=owner_filter(principal))
     first = await anext(events)  # unknown session/thread → 404 before any stream starts
     if body.stream:
         interval = request.app.state.settings.sse_keepalive_s
@@ -175,7 +189,7 @@ async def session_files(session_id: str, request: Request) -> dict:
 
 @router.post("/v1/sessions/{session_id}/files", responses=error_responses(404))
 async def attach_files(session_id: str, body: AttachFilesRequest, request: Request) -> dict:
-    await _store(request).attach_files(session_id, body.file_ids)
+    await _store(request).attach_files(session_id, body.file_ids, owned_by=owner_filter(principal_of(request)))
     return await session_files(session_id, request)
 
 
@@ -215,13 +229,14 @@ async def startup(app: FastAPI, settings: EngineSettings, stack: AsyncExitStack)
     await asyncio.to_thread(store.create_tables)
     stack.callback(store.close)
     registry = getattr(app.state, "registry", None)
-    ingestion = IngestionWorker(store, registry, settings)
+    ingestion = IngestionWorker(store, registry, settings, tracing_=app.state.tracing)
     await ingestion.start()
     stack.push_async_callback(ingestion.stop)
     app.state.sessions = store
     app.state.ingestion = ingestion
     app.state.conversations = ConversationService(settings, store, registry, app.state.llm,
-                                                  getattr(app.state, "embedder", None))
+                                                  getattr(app.state, "embedder", None),
+                                                  getattr(app.state, "guardrails", None))
     if settings.session_ttl_s > 0:
         task = asyncio.create_task(_cleanup_loop(store, ingestion, settings), name="session-ttl-cleanup")
 

@@ -9,7 +9,10 @@ from typing import Any
 
 from fastapi import APIRouter, FastAPI, File, Form, Query, Request, UploadFile
 
+from ragengine.access.decide import document_acl
+from ragengine.access.enforce import principal_of, visible_to
 from ragengine.errors import BadRequest, PayloadTooLarge, Unprocessable
+from ragengine.metrics import EMBEDDING_BACKEND
 from ragengine.protocol.errors import error_responses
 from ragengine.protocol.indexes import (
     DeleteDocumentsRequest,
@@ -85,7 +88,7 @@ def _json_form(value: str | None, name: str) -> dict | None:
 
 @router.get("/indexes", response_model=list[str])
 async def list_indexes(request: Request) -> list[str]:
-    return await _registry(request).list_names()
+    return [name for name in await _registry(request).list_names() if visible_to(request, name)]
 
 
 @router.get("/indexes/{index_name}/documents", response_model=ListDocumentsResponse, responses=error_responses(400, 404, 409))
@@ -98,7 +101,8 @@ async def list_documents(
     metadata_filter: str | None = Query(None, description="JSON object; exact match on every key."),
 ) -> dict:
     return await _registry(request).list_documents(index_name, limit=limit, offset=offset,
-                                                   max_text_length=max_text_length, metadata_filter=metadata_filter)
+                                                   max_text_length=max_text_length, metadata_filter=metadata_filter,
+                                                   acl=document_acl(principal_of(request)))
 
 
 @router.post("/indexes/{index_name}/documents", response_model=UpdateDocumentsResponse,
@@ -145,7 +149,8 @@ async def retrieve(body: RetrieveRequest, request: Request) -> dict:
     nodes = await _registry(request).retrieve(body.index_name, body.query, body.max_node_count,
                                              filters=body.filters, metadata_filter=body.metadata_filter,
                                              max_chunks_per_document=body.max_chunks_per_document,
-                                             long_query_windows=body.long_query_windows)
+                                             long_query_windows=body.long_query_windows,
+                                             acl=document_acl(principal_of(request)))
     results = [n.to_result() for n in nodes]
     return {"query": body.query, "results": results, "count": len(results)}
 
@@ -160,6 +165,7 @@ async def startup(app: FastAPI, settings: EngineSettings, stack: AsyncExitStack)
         embedder = await asyncio.to_thread(build_embedder, settings)
         app.state.embedder = embedder
         stack.callback(embedder.close)
+    EMBEDDING_BACKEND.labels(embedder.backend.name).set(1)
     reranker: Any = getattr(app.state, "reranker", None)
     if reranker is None and settings.rerank_model:
         from ragengine.retrieval.rerank import Reranker

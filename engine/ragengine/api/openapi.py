@@ -3,7 +3,8 @@
 FastAPI documents a route's success response and, for routes with parameters, a 422 with its own
 ``HTTPValidationError`` body. The engine answers differently (see ``errors.py``): ``{"detail": str}``
 on the KAITO routes, OpenAI's ``{"error": {...}}`` under ``/v1/`` (where validation errors are 400),
-a 413 from the body limit and a 401 from the API key, both answered by middleware. Clients generated
+a 413 from the body limit and a 401 (or 503) from access control, both answered by middleware, a 403
+when a principal's role is below the route's and a 429 over a principal's rate limit. Clients generated
 from the spec, and the Schemathesis contract test, rely on every status and body being declared.
 """
 
@@ -13,7 +14,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from ragengine.auth import OPEN_PATHS
+from ragengine.access.routes import OPEN_PATHS
 from ragengine.protocol.errors import ERROR_DESCRIPTIONS, ErrorDetail, OpenAIErrorResponse
 
 METHODS = ("get", "put", "post", "delete", "patch")
@@ -34,7 +35,9 @@ def declared_statuses(path: str, operation: dict[str, Any], *, auth: bool, exter
     if has_body or operation.get("parameters"):
         statuses.add(400 if path.startswith("/v1/") else 422)
     if auth and path not in OPEN_PATHS:
-        statuses.add(401)
+        # no or bad credentials; a role below the route's (access/routes.py); a rate limit; a ServiceAccount
+        # token that cannot be reviewed now (access/enforce.py)
+        statuses |= {401, 403, 429, 503}
     if external_store and path not in OPS_PATHS:
         statuses.add(503)  # the PostgreSQL / Milvus store is unreachable (the body names the reason)
     return statuses

@@ -1,9 +1,14 @@
-"""Operational routes: ``GET /health`` (shallow liveness, KAITO shape plus index state), ``GET /ready``
-(readiness: can the engine answer now?) and ``GET /metrics`` (Prometheus).
+"""Operational routes: ``GET /health`` (shallow liveness, KAITO shape plus index state and what the engine
+last saw of its LLM), ``GET /ready`` (readiness: can the engine serve what it serves itself?) and
+``GET /metrics`` (Prometheus).
 
-They are open even when an API key is set (probes and scrapers); without the key they show status
-only (``_keyed``): no index names or counts, no dependency URLs or error texts, no per-index series.
-URLs in any message have their credentials masked (``redact_text``)."""
+The LLM is not part of readiness: without it the engine still serves retrieval, the document API and
+extractive answers, so a vLLM that restarts, downloads its model or is scaled to zero must not take the
+engine's endpoints away (ragengine/llm/availability.py). /ready reports it beside the checks.
+
+They are open even when credentials are configured (probes and scrapers); without an admin's credentials
+they show status only (``access.enforce.sees_details``): no index names or counts, no dependency URLs or
+error texts, no per-index series. URLs in any message have their credentials masked (``redact_text``)."""
 
 from __future__ import annotations
 
@@ -16,18 +21,13 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from ragengine import metrics
-from ragengine.auth import key_given
+from ragengine.access.enforce import sees_details
 from ragengine.redact import redact_text
 from ragengine.settings import EngineSettings
 
 READY_TIMEOUT_S = 2.0  # a readiness probe runs every few seconds: a dependency that slow counts as down
 
 router = APIRouter(tags=["ops"])
-
-
-def _keyed(request: Request) -> bool:
-    """The caller may see details: no API key is set, or it sent the key."""
-    return key_given(request.headers.get("authorization"), request.app.state.settings.api_key)
 
 
 @router.get("/health")
@@ -44,11 +44,39 @@ async def health(request: Request) -> dict:
         status["store_error"] = redact_text(str(status["store_error"]))
         problems.append(f"vector store unavailable: {status['store_error']}")
     state = "Degraded" if problems else "Healthy"
-    if not _keyed(request):  # counts of problems, no names (send the key for those)
+    details = await sees_details(request)
+    if not details:  # counts of problems, no names (send an admin's credentials for those)
         public = [f"{len(corrupt)} index(es) not loaded"] if corrupt else []
         public += ["vector store unavailable"] if status.get("store_error") else []
-        return {"status": state, "detail": "; ".join(public) or None}
-    return {"status": state, "detail": "; ".join(problems) or None, **status}
+        return {"status": state, "detail": "; ".join(public) or None,
+                **_embedding_report(request, details), **_llm_report(request, details)}
+    return {"status": state, "detail": "; ".join(problems) or None, **status,
+            **_embedding_report(request, details), **_llm_report(request, details)}
+
+
+def _embedding_report(request: Request, details: bool) -> dict[str, Any]:
+    """``{"embedding": {"backend", "note"}}``: the backend in use, and why when it is the slow one (the note
+    names a folder of the machine: left out without details, as the LLM's reasons are)."""
+    embedder = getattr(request.app.state, "embedder", None)
+    if embedder is None:
+        return {}
+    note = getattr(embedder, "backend_note", None)
+    if note and not details:
+        note = "a slow embedding backend runs: the engine's log says why and how to fix it"
+    return {"embedding": {"backend": embedder.backend.name, "note": note}}
+
+
+def _llm_report(request: Request, details: bool) -> dict[str, Any]:
+    """``{"llm": ...}`` from what the engine last saw (no call): the reasons name internal URLs, so they
+    are left out without details (/health and /ready stay open), and masked with them."""
+    llm = getattr(request.app.state, "llm", None)
+    if llm is None:
+        return {}
+    report = llm.availability.to_dict(reasons=details)
+    for key in ("reason", "tool_calls_reason"):
+        if report.get(key):
+            report[key] = redact_text(str(report[key]))
+    return {"llm": report}
 
 
 async def _check_llm(settings: EngineSettings) -> str | None:
@@ -98,31 +126,42 @@ async def _check_store(request: Request) -> str | None:
     return None
 
 
+async def _observe_llm(request: Request, settings: EngineSettings) -> None:
+    """Ask the LLM (GET /models) and record the answer for /health; never part of readiness."""
+    llm = getattr(request.app.state, "llm", None)
+    if llm is None or not settings.llm_url:
+        return
+    why = await _check_llm(settings)
+    if why is None:
+        llm.availability.ok()
+    else:
+        llm.availability.down(why)
+
+
 @router.get("/ready", responses={503: {"description": "A dependency is not usable; `reason` says which."}})
 async def ready(request: Request) -> Any:
-    """Readiness for a load balancer or a Kubernetes readinessProbe: 200 only when the LLM (if
-    configured) serves the configured model, the embeddings are usable and the index store answers.
-    Unlike ``/health`` it calls the dependencies (each with a short timeout, concurrently)."""
+    """Readiness for a load balancer or a Kubernetes readinessProbe: 200 when the embeddings are usable
+    and the index store answers, whether or not the LLM does (``llm`` reports it; see the module's
+    docstring). Unlike ``/health`` it calls them (each with a short timeout, concurrently)."""
     settings: EngineSettings = request.app.state.settings
     names = ["embeddings", "store"]
-    checks = [_check_embeddings(request, settings), _check_store(request)]
-    if settings.llm_url:
-        names.insert(0, "llm")
-        checks.insert(0, _check_llm(settings))
-    results = dict(zip(names, await asyncio.gather(*checks), strict=True))
-    results = {name: None if why is None else redact_text(why) for name, why in results.items()}
-    if not _keyed(request):  # which check fails, not why (the reasons name internal URLs)
-        results = {name: None if why is None else f"{name} failing (send the API key for the reason)"
+    *found, _ = await asyncio.gather(_check_embeddings(request, settings), _check_store(request),
+                                     _observe_llm(request, settings))
+    results = {name: None if why is None else redact_text(why) for name, why in zip(names, found, strict=True)}
+    details = await sees_details(request)
+    if not details:  # which check fails, not why (the reasons name internal URLs)
+        results = {name: None if why is None else f"{name} failing (send an admin's credentials for the reason)"
                    for name, why in results.items()}
     report = {name: ("ok" if why is None else why) for name, why in results.items()}
     failing = [why for why in results.values() if why is not None]
+    body = {"ready": not failing, "checks": report, **_llm_report(request, details)}
     if failing:
-        return JSONResponse({"ready": False, "checks": report, "reason": "; ".join(failing)}, status_code=503)
-    return {"ready": True, "checks": report}
+        return JSONResponse({**body, "reason": "; ".join(failing)}, status_code=503)
+    return body
 
 
 @router.get("/metrics", response_class=PlainTextResponse, responses={200: {"description": "Prometheus text format."}})
 async def prometheus_metrics(request: Request) -> Response:
-    """Per-index series (``index`` label: the names) only with the API key, when one is set."""
-    registry = metrics.REGISTRY if _keyed(request) else metrics.public_view()
+    """Per-index series (``index`` label: the names) only with an admin's credentials, when any are set."""
+    registry = metrics.REGISTRY if await sees_details(request) else metrics.public_view()
     return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

@@ -26,9 +26,10 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from ragengine.access.acl import Acl
 from ragengine.errors import BadRequest
 from ragengine.llm.tokens import message_text
-from ragengine.protocol.openai import MODEL_ALIAS_PREFIX, ChatCompletionRequest
+from ragengine.protocol.openai import MODEL_ALIAS_PREFIX, ChatCompletionRequest, requested_index
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,7 @@ class Target:
     index_name: str | None
     model: str | None  # sent upstream; None = the served model
     ratio: float
+    acl: Acl | None = None  # the caller's document ACL (access control); None: every document
 
 
 @dataclass(frozen=True)
@@ -74,12 +76,11 @@ class TokenBudget:
 
 def resolve_target(req: ChatCompletionRequest, default_ratio: float) -> Target:
     """Index (from ``index_name`` or a ``rag:<index>`` model alias), upstream model and context ratio."""
-    index_name, model = req.index_name, req.model
+    index_name, model = requested_index(req.index_name, req.model), req.model
     if model and model.startswith(MODEL_ALIAS_PREFIX):
-        alias = model[len(MODEL_ALIAS_PREFIX):]
-        if not alias:
+        if not model[len(MODEL_ALIAS_PREFIX):]:
             raise BadRequest("Model alias 'rag:' needs an index name, e.g. 'rag:docs'.", param="model")
-        index_name, model = index_name or alias, None
+        model = None
     if index_name is not None and not index_name.strip():
         raise BadRequest("index_name must not be empty.", param="index_name")
     ratio = req.context_token_ratio

@@ -33,7 +33,8 @@ from ragengine.conversations.uploads import (
     extract,
 )
 from ragengine.errors import EngineError, NotFound, PayloadTooLarge
-from ragengine.metrics import FILES_INGESTED
+from ragengine.metrics import FILES_ACCEPTED, FILES_INGESTED, INGESTION_RUNNING
+from ragengine.observability import tracing
 from ragengine.parsing.limits import ParseLimits
 
 
@@ -51,10 +52,12 @@ BATCH_PARTS = 8
 # Claims of one job before it is failed: a file that kills its replica each time (memory, a parser
 # crash) must not take every replica down in turn. Rolling restarts interrupt a job once or twice.
 MAX_ATTEMPTS = 5
+MAX_ORIGINS = 10_000  # uploads whose ingestion joins the upload's trace, waiting at once
 
 
 class IngestionWorker:
-    def __init__(self, store: SessionStore, registry: Any, settings: Any, jobs: Jobs | None = None) -> None:
+    def __init__(self, store: SessionStore, registry: Any, settings: Any, jobs: Jobs | None = None,
+                 tracing_: tracing.Tracing | None = None) -> None:
         self.store = store
         self.registry = registry
         self.settings = settings
@@ -63,8 +66,12 @@ class IngestionWorker:
         self.limits = parse_limits(settings)
         # Parses wait here, not in the loop's default executor that other routes use.
         self.parsers = ThreadPoolExecutor(max_workers=settings.parse_workers, thread_name_prefix="upload-parse")
+        self.tracing = tracing_ or tracing.Tracing.off()
         self._tasks: list[asyncio.Task] = []
         self._busy = 0
+        # file id -> the upload request's trace context, for this process's uploads; a file another replica
+        # ingests (or one ingested after a restart) gets a trace of its own. Bounded: the oldest go first.
+        self._origins: dict[str, Any] = {}
 
     async def start(self) -> None:
         await self.jobs.start()
@@ -81,7 +88,11 @@ class IngestionWorker:
 
     async def parse(self, data: bytes, kind: str) -> tuple[str, list[Part]]:
         """``extract`` in the parse pool (ParseError: unreadable; Unprocessable: over a budget)."""
-        return await asyncio.get_running_loop().run_in_executor(self.parsers, extract, data, kind, self.limits)
+        with tracing.stage("parse", file_kind=kind, bytes=len(data)) as span:
+            text, parts = await asyncio.get_running_loop().run_in_executor(self.parsers, extract, data, kind,
+                                                                           self.limits)
+            tracing.annotate(span, parts=len(parts), chars=len(text))
+        return text, parts
 
     async def idle(self, timeout_s: float = 60.0) -> None:
         """Wait until no job is left (tests and benchmarks; shared queue: on any replica)."""
@@ -89,7 +100,8 @@ class IngestionWorker:
             while self._busy or await self.jobs.pending():
                 await asyncio.sleep(0.02)
 
-    async def accept(self, filename: str, content_type: str | None, data: bytes) -> FileInfo:
+    async def accept(self, filename: str, content_type: str | None, data: bytes, *,
+                     principal: str | None = None) -> FileInfo:
         """Validate (413, 415), parse once (422 over a budget), record the file as ``uploaded`` and
         queue its parts (an unreadable file is queued with its reason: it ends ``failed``)."""
         if len(data) > self.settings.max_upload_bytes:
@@ -100,10 +112,20 @@ class IngestionWorker:
             payload = encode_job(parts)
         except ParseError as exc:
             text, payload = None, encode_job(None, str(exc))
-        return await self.jobs.submit(filename=filename or "upload", content_type=CANONICAL[kind], text=text,
-                                      data=payload, size_bytes=len(data))
+        info = await self.jobs.submit(filename=filename or "upload", content_type=CANONICAL[kind], text=text,
+                                      data=payload, size_bytes=len(data), principal=principal)
+        FILES_ACCEPTED.inc()
+        if self.tracing.enabled:
+            from opentelemetry import context
+
+            self._origins[info.id] = context.get_current()
+            while len(self._origins) > MAX_ORIGINS:
+                self._origins.pop(next(iter(self._origins)))
+            tracing.annotate(file_id=info.id, file_kind=kind, bytes=len(data))
+        return info
 
     async def delete(self, file_id: str) -> None:
+        self._origins.pop(file_id, None)
         info = await self.store.get_file(file_id)
         await self._drop_documents(info.id, list(info.doc_ids))
         await self.jobs.discard(file_id)
@@ -120,13 +142,19 @@ class IngestionWorker:
         while True:
             claim = await self.jobs.next()
             self._busy += 1
+            INGESTION_RUNNING.inc()
+            token = tracing.activate(self.tracing)
             try:
-                await self._hold(claim)
+                with tracing.stage("ingestion", parent=self._origins.pop(claim.file_id, None), file_id=claim.file_id,
+                                   attempt=claim.attempts, index=self.index_name):
+                    await self._hold(claim)
             except asyncio.CancelledError:
                 raise
             except Exception:  # process() records failures itself; this is the last line of defence
                 log.exception("ingestion of %s crashed", claim.file_id)
             finally:
+                tracing.deactivate(token)
+                INGESTION_RUNNING.dec()
                 self._busy -= 1
 
     async def _hold(self, claim: Claim) -> None:
@@ -178,6 +206,7 @@ class IngestionWorker:
 
     async def _fail(self, claim: Claim, reason: str) -> None:
         log.warning("file %s failed: %s", claim.file_id, reason)
+        tracing.annotate(status="failed", reason=reason[:300])
         FILES_INGESTED.labels("failed").inc()
         with contextlib.suppress(EngineError, LeaseLost):
             await self.store.update_file(claim.file_id, owner=claim.owner, drop_data=True, status="failed",
@@ -217,6 +246,7 @@ class IngestionWorker:
                 await self._drop_documents(info.id, ours)
             raise
         FILES_INGESTED.labels("completed").inc()
+        tracing.annotate(status="completed", documents=len(done_ids))
         await self.jobs.discard(info.id)
 
     async def _deleted(self, file_id: str) -> bool:

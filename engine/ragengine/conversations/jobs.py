@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Protocol
 
 from ragengine.conversations.store import ACTIVE_FILE_STATUSES, FileInfo, SessionStore
+from ragengine.index.journal import fsync_dir
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,7 @@ class Jobs(Protocol):
 
     async def start(self) -> None: ...
     async def submit(self, *, filename: str, content_type: str, text: str | None, data: bytes,
-                     size_bytes: int | None = None) -> FileInfo: ...
+                     size_bytes: int | None = None, principal: str | None = None) -> FileInfo: ...
     async def next(self) -> Claim: ...
     async def data(self, claim: Claim) -> bytes | None: ...
     async def renew(self, claim: Claim) -> bool: ...
@@ -81,11 +82,12 @@ class LocalJobs:
                 self.queue.put_nowait(f.id)
 
     async def submit(self, *, filename: str, content_type: str, text: str | None, data: bytes,
-                     size_bytes: int | None = None) -> FileInfo:
+                     size_bytes: int | None = None, principal: str | None = None) -> FileInfo:
         """``data``: what the worker needs (the parsed parts); ``size_bytes``: the upload's own size."""
         info = await self.store.create_file(filename=filename, content_type=content_type,
-                                            size_bytes=len(data) if size_bytes is None else size_bytes, text=text)
-        await asyncio.to_thread(self._path(info.id).write_bytes, data)
+                                            size_bytes=len(data) if size_bytes is None else size_bytes, text=text,
+                                            principal=principal)
+        await asyncio.to_thread(_write_durably, self._path(info.id), data)
         self.queue.put_nowait(info.id)
         return info
 
@@ -125,10 +127,10 @@ class DatabaseJobs:
         """Nothing to re-queue: jobs left by a crash are open rows whose lease runs out by itself."""
 
     async def submit(self, *, filename: str, content_type: str, text: str | None, data: bytes,
-                     size_bytes: int | None = None) -> FileInfo:
+                     size_bytes: int | None = None, principal: str | None = None) -> FileInfo:
         info = await self.store.create_file(filename=filename, content_type=content_type,
                                             size_bytes=len(data) if size_bytes is None else size_bytes, text=text,
-                                            data=data)
+                                            data=data, principal=principal)
         self._wake.set()  # this replica's idle workers look at once; the others within poll_s
         return info
 
@@ -165,3 +167,13 @@ def make_jobs(store: SessionStore, settings) -> Jobs:
     if store.dialect == "postgresql":
         return DatabaseJobs(store, lease_s=settings.ingestion_lease_s, poll_s=settings.ingestion_poll_s)
     return LocalJobs(store, settings.data_dir)
+
+
+def _write_durably(path: Path, data: bytes) -> None:
+    """The upload's bytes and their folder entry on disk before the 202: the job re-queued after a crash or
+    a power cut finds its input."""
+    with open(path, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    fsync_dir(path.parent)

@@ -12,7 +12,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
-from sqlalchemy import JSON, DateTime, Float, ForeignKey, Index, Integer, LargeBinary, String, Text
+from sqlalchemy import JSON, BigInteger, DateTime, Float, ForeignKey, Index, Integer, LargeBinary, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from ragengine.protocol.conversations import MAIN_THREAD  # noqa: F401  (re-exported for the store)
@@ -41,6 +41,9 @@ class SessionRow(Base):
     meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSON, default=dict)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)
+    # The principal that created it (access.rules.Principal.id, at most "serviceaccount:" + 63 + "/" + 253 = 332
+    # characters); NULL: made before access control, admins only.
+    owner: Mapped[str | None] = mapped_column(String(400), index=True)
 
 
 class ThreadRow(Base):
@@ -90,6 +93,7 @@ class FileRow(Base):
     lease_owner: Mapped[str | None] = mapped_column(String(128))
     lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime)
     attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    owner: Mapped[str | None] = mapped_column(String(400), index=True)  # as SessionRow.owner
 
 
 class FileBlobRow(Base):
@@ -108,3 +112,15 @@ class SessionFileRow(Base):
     session_id: Mapped[str] = mapped_column(ForeignKey("conv_sessions.id", ondelete="CASCADE"), primary_key=True)
     file_id: Mapped[str] = mapped_column(ForeignKey("conv_files.id", ondelete="CASCADE"), primary_key=True)
     attached_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class UsageRow(Base):
+    """Requests and LLM tokens per principal and minute (``access.limits``): in the sessions' database, so
+    replicas sharing a PostgreSQL share the counts. Rows older than the previous minute are deleted."""
+
+    __tablename__ = "access_usage"
+
+    principal: Mapped[str] = mapped_column(String(400), primary_key=True)
+    minute: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)  # unix time // 60
+    requests: Mapped[int] = mapped_column(BigInteger, default=0)
+    tokens: Mapped[int] = mapped_column(BigInteger, default=0)

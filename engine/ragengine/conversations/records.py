@@ -23,6 +23,7 @@ class SessionInfo:
     created_at: str
     updated_at: str
     message_count: int = 0
+    owner: str | None = None  # the principal that created it (access control)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -70,6 +71,7 @@ class FileInfo:
     updated_at: str
     text: str | None = field(default=None, repr=False)
     doc_ids: tuple[str, ...] = ()
+    owner: str | None = None  # the principal that uploaded it (access control)
 
     def to_dict(self) -> dict:
         out = asdict(self)
@@ -80,7 +82,7 @@ class FileInfo:
 
 def _session(row: SessionRow, count: int = 0) -> SessionInfo:
     return SessionInfo(row.id, row.user_id, row.title, row.index_name, dict(row.meta or {}), iso(row.created_at),
-                       iso(row.updated_at), count)
+                       iso(row.updated_at), count, row.owner)
 
 
 def _thread(row: ThreadRow, count: int = 0) -> ThreadInfo:
@@ -96,4 +98,4 @@ def _message(row: MessageRow) -> MessageInfo:
 def _file(row: FileRow) -> FileInfo:
     ids = tuple((row.doc_ids or {}).get("ids", []))
     return FileInfo(row.id, row.filename, row.content_type, row.size_bytes, row.status, row.progress, row.reason,
-                    row.documents, iso(row.created_at), iso(row.updated_at), row.text, ids)
+                    row.documents, iso(row.created_at), iso(row.updated_at), row.text, ids, row.owner)

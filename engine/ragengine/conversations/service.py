@@ -11,12 +11,14 @@ failed generation still leaves the question in the history.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ragengine.access.acl import Acl
 from ragengine.conversations.budget import Budget
 from ragengine.conversations.events import event
 from ragengine.conversations.prompting import (
@@ -29,11 +31,16 @@ from ragengine.conversations.prompting import (
 )
 from ragengine.conversations.tools import Scope, run_tool_loop, scoped_search
 from ragengine.errors import BadRequest, UpstreamError
+from ragengine.guardrails.output import AnswerGuard
+from ragengine.guardrails.screening import screen_nodes
 from ragengine.index.types import RetrievedNode
-from ragengine.metrics import GROUNDEDNESS_SCORE, SESSION_MESSAGES, TOOL_CALLS, UNGROUNDED_ANSWERS
+from ragengine.llm.availability import tool_calls_refused
+from ragengine.metrics import GROUNDEDNESS_SCORE, LLM_FALLBACKS, SESSION_MESSAGES, TOOL_CALLS, UNGROUNDED_ANSWERS
+from ragengine.observability import tracing
 from ragengine.protocol.conversations import MAIN_THREAD, MessageRequest
 from ragengine.rag.extractive import NO_ANSWER, extractive_answer
 from ragengine.rag.groundedness import assess_groundedness
+from ragengine.rag.no_context import DISCLAIMER, REFUSAL, REFUSAL_METHOD
 from ragengine.rag.reformulate import reformulate_query
 
 log = logging.getLogger(__name__)
@@ -55,6 +62,8 @@ class Turn:
     session_id: str
     req: MessageRequest
     started: float
+    acl: Acl | None = None  # the caller's document ACL (access control)
+    files_of: str | None = None  # attachable files: this principal's (None: any, for admins)
     session: Any = None
     user: Any = None  # the stored user message
     history: list[dict] = field(default_factory=list)
@@ -70,6 +79,7 @@ class Turn:
     meta: dict[str, Any] = field(default_factory=dict)  # stored with the reply
     context_sent: bool = False
     replied: bool = False  # the assistant message is stored
+    out: AnswerGuard = field(default_factory=lambda: AnswerGuard(None))  # the answer's text as the client sees it
 
 
 @dataclass
@@ -101,21 +111,33 @@ def check_session_index(index_name: str | None, settings: Any) -> None:
 
 
 class ConversationService:
-    def __init__(self, settings: Any, store: Any, registry: Any, llm: Any, embedder: Any = None) -> None:
+    def __init__(self, settings: Any, store: Any, registry: Any, llm: Any, embedder: Any = None,
+                 guardrails: Any = None) -> None:
         self.settings = settings
         self.store = store
         self.registry = registry
         self.llm = llm
         self.embedder = embedder
+        self.guardrails = guardrails  # the output policy (guardrails/runtime.py), or None
 
     @property
     def llm_ok(self) -> bool:
         return bool(getattr(self.llm, "configured", False))
 
-    async def run(self, session_id: str, req: MessageRequest) -> AsyncIterator[dict]:
-        """The message's events, in the seed's order; the steps below each yield theirs."""
-        turn = Turn(session_id, req, time.perf_counter(), thread_id=req.thread_id,
-                    meta={"mode": req.mode, "query_used": req.content})
+    @property
+    def availability(self) -> Any:
+        """The LLM client's LLMAvailability (None for a client without one)."""
+        return getattr(self.llm, "availability", None)
+
+    async def run(self, session_id: str, req: MessageRequest, *, acl: Acl | None = None,
+                  files_of: str | None = None) -> AsyncIterator[dict]:
+        """The message's events, in the seed's order; the steps below each yield theirs. ``acl``: the caller's
+        document ACL, applied to every search (the knowledge index, the session's files, tool calls);
+        ``files_of``: files in ``req.file_ids`` must be this principal's (access.decide.owner_filter)."""
+        tracing.annotate(**{"session.id": session_id, "session.mode": req.mode})
+        turn = Turn(session_id, req, time.perf_counter(), acl=acl, files_of=files_of, thread_id=req.thread_id,
+                    meta={"mode": req.mode, "query_used": req.content},
+                    out=AnswerGuard(self.guardrails))  # fail-closed without a usable policy: 503 here
         async for evt in self._open(turn):
             yield evt
         gen = Generation()
@@ -152,7 +174,7 @@ class ConversationService:
         else:
             await self.store.get_thread(t.session_id, t.thread_id)
         if req.file_ids:
-            await self.store.attach_files(t.session_id, req.file_ids)
+            await self.store.attach_files(t.session_id, req.file_ids, owned_by=t.files_of)
         n_history = s.session_history_messages
         if n_history:
             stored = await self.store.history(t.session_id, t.thread_id, last=n_history)
@@ -177,7 +199,7 @@ class ConversationService:
         """Scope, token budget, inline files and (rag mode) retrieved chunks, fitted to the budget."""
         s, req = self.settings, t.req
         files = await self.store.session_files(t.session_id) if req.mode != "none" else []
-        t.scope = Scope(s.conversation_index, tuple(f.id for f in files if f.status == "completed"))
+        t.scope = Scope(s.conversation_index, tuple(f.id for f in files if f.status == "completed"), t.acl)
         pending = [f for f in files if f.status in ACTIVE and f.text]
         t.meta["scope_file_ids"] = list(t.scope.file_ids)
         t.budget = await Budget.create(self.llm, s, req.max_tokens) if self.llm_ok else None
@@ -185,6 +207,9 @@ class ConversationService:
         if t.mode == "tools" and not t.scope.file_ids and self.llm_ok:
             t.mode = "rag"  # nothing searchable yet: a tool round would find nothing; answer from inline text
             t.meta["tools_skipped"] = "no completed files in this session"
+        refused = self.availability.tools_refused() if t.mode == "tools" and self.availability else None
+        if refused:  # the LLM refused tool calls lately: no round trip to hear it again
+            t.mode, t.meta["tools_unavailable"] = "rag", refused
         t.instructions = req.system_prompt or (TOOLS_SYSTEM_PROMPT if t.mode == "tools" else DEFAULT_SYSTEM_PROMPT)
         if t.budget is not None:
             t.history = await t.budget.fit_history(t.instructions, t.history, t.prompt)
@@ -198,17 +223,31 @@ class ConversationService:
         if t.mode == "tools" and self.llm_ok:
             return  # the model searches in its tool rounds; context_found follows them
         if req.mode != "none":
-            t_r = time.perf_counter()
-            t.nodes = await self._retrieve(t.session, t.scope, t.query, self._top_k(req), t.meta)
-            if t.budget is not None:
+            async for evt in self._retrieve_context(t):
+                yield evt
+
+    async def _retrieve_context(self, t: Turn) -> AsyncIterator[dict]:
+        """Retrieval scoped to the session's files (and its knowledge index), fitted to the budget."""
+        assert t.scope is not None, "the scope is set when the turn opens"
+        t_r = time.perf_counter()
+        t.nodes = await self._retrieve(t.session, t.scope, t.query, self._top_k(t.req), t.meta)
+        if t.budget is not None:
+            with tracing.stage("context_selection", retrieved=len(t.nodes)) as span:
                 t.nodes = await t.budget.fit_nodes(t.nodes)
-            t.meta["retrieval_ms"] = round((time.perf_counter() - t_r) * 1000, 2)
-            yield self._context_found(t)
+                tracing.annotate(span, selected=len(t.nodes), doc_ids=[n.doc_id for n in t.nodes[:20]])
+        t.meta["retrieval_ms"] = round((time.perf_counter() - t_r) * 1000, 2)
+        yield self._context_found(t)
 
     def _context_found(self, t: Turn) -> dict:
         t.context_sent = True
         return event("context_found", context_chunks=len(t.nodes), inline_files=[d.file_id for d in t.inline],
                      sources=[n.to_source_node() for n in t.nodes])
+
+    def _no_context(self, t: Turn) -> str | None:
+        """The ``no_context`` setting when retrieval ran (rag mode) and nothing passed the threshold, else None."""
+        if t.mode != "rag" or t.req.mode == "none" or t.nodes or t.inline:
+            return None
+        return str(self.settings.no_context)
 
     def _top_k(self, req: MessageRequest) -> int:
         return req.top_k or self.settings.conversation_top_k
@@ -216,6 +255,13 @@ class ConversationService:
     async def _generate(self, t: Turn, gen: Generation) -> AsyncIterator[dict]:
         """The LLM's answer, streamed as text chunks (tools mode: after the tool rounds). ``generation_start``
         goes out with the first text, so an LLM that fails before answering leaves only the extractive one."""
+        if self._no_context(t) == "refuse":
+            yield event("generation_start", message="No document matched the question.",
+                        generation_method=REFUSAL_METHOD)
+            gen.answer, gen.method = REFUSAL, REFUSAL_METHOD
+            if (shown := t.out.feed(REFUSAL)):
+                yield event("text_chunk", content=shown)
+            return
         if not self.llm_ok:
             return
         context = format_context(t.nodes, t.inline) if (t.mode == "rag" or t.inline) else None
@@ -224,16 +270,29 @@ class ConversationService:
                                    ("max_tokens", t.budget.answer_tokens if t.budget else None)) if v is not None}
         try:
             if t.mode == "tools":
-                async for evt in self._tools(t, messages, extra, gen):
-                    yield evt
-            else:
-                async for piece in self._stream(messages, extra, gen):
+                try:
+                    async for evt in self._tools(t, messages, extra, gen):
+                        yield evt
+                    if self.availability:
+                        self.availability.tools_work()
+                    return
+                except UpstreamError as exc:
+                    if gen.answer or not tool_calls_refused(exc.status_code, exc.message):
+                        raise
+                    async for evt in self._without_tools(t, exc):
+                        yield evt
+                    messages = build_messages(t.instructions, format_context(t.nodes, t.inline), t.history, t.prompt)
+            async with contextlib.aclosing(self._stream(messages, extra, gen)) as pieces:
+                async for piece in pieces:
                     if not gen.answer:
                         yield GENERATION_START
                     gen.answer += piece
-                    yield event("text_chunk", content=piece)
-                if not gen.answer:
-                    yield GENERATION_START  # the model said nothing; the empty answer is still its answer
+                    if (shown := t.out.feed(piece)):
+                        yield event("text_chunk", content=shown)
+                    if t.out.stopped:
+                        break  # blocked (or cut by a limit): closing the pieces closes the LLM stream
+            if not gen.answer:
+                yield GENERATION_START  # the model said nothing; the empty answer is still its answer
         except UpstreamError as exc:  # every endpoint failed or refused (LLMUnavailable), or an unusable reply
             if gen.answer:  # failed mid-stream: keep what was said, say it is cut short
                 gen.method = "llm"
@@ -242,6 +301,15 @@ class ConversationService:
                 gen.method, gen.fallback_reason = None, _fallback_reason(exc)
                 gen.details = {k: v for k, v in gen.details.items() if k in ("tool_calls", "tool_iterations")}
                 gen.error = exc
+
+    async def _without_tools(self, t: Turn, exc: UpstreamError) -> AsyncIterator[dict]:
+        """The LLM refused tool calls (vLLM without a tool parser): answer as rag mode does, with the
+        reason in the reply's metadata (and in /health; logged once: llm/availability.py)."""
+        reason = self.availability.refuse_tools(exc.message) if self.availability else exc.message
+        t.mode, t.meta["tools_unavailable"] = "rag", reason
+        t.instructions = t.req.system_prompt or DEFAULT_SYSTEM_PROMPT
+        async for evt in self._retrieve_context(t):
+            yield evt
 
     async def _answer_extractively(self, t: Turn, gen: Generation) -> AsyncIterator[dict]:
         """No LLM, or it failed before any text: the most relevant sentences of the context (or, with
@@ -253,6 +321,9 @@ class ConversationService:
             t.replied = True
             raise gen.error
         reason = gen.fallback_reason or "No LLM is configured."
+        if gen.error is not None:
+            LLM_FALLBACKS.labels("extractive").inc()
+            tracing.annotate(**{"llm.fallback": "extractive"})
         if t.mode == "tools" and not t.nodes and self.llm_ok:  # the tool loop failed before searching
             assert t.scope is not None, "the scope is set when the turn opens"
             t.nodes = await self._retrieve(t.session, t.scope, t.query, self._top_k(t.req))
@@ -266,16 +337,24 @@ class ConversationService:
             NO_ANSWER if t.req.mode != "none" else "No language model is available to answer.")
         gen.method, gen.fallback_reason = "extractive_fallback", reason
         gen.details["endpoint"] = None
-        yield event("text_chunk", content=gen.answer)
+        if (shown := t.out.feed(gen.answer)):
+            yield event("text_chunk", content=shown)
 
     async def _complete(self, t: Turn, gen: Generation) -> AsyncIterator[dict]:
         """Groundedness (and its disclaimer), metrics, the stored reply and the ``message_complete`` event."""
         req, meta = t.req, t.meta
+        if (shown := t.out.close()):  # what the output policy held back, or its block message
+            yield event("text_chunk", content=shown)
         meta.update(gen.to_meta())
         meta["sources"] = [n.to_source_node() for n in t.nodes]
+        if t.out.report is not None:
+            meta["guardrails"] = t.out.report
         if req.mode != "none":
-            report = await assess_groundedness(gen.answer, [d.text for d in t.inline] + [n.text for n in t.nodes],
-                                               threshold=self.settings.groundedness_threshold, embedder=self.embedder)
+            with tracing.stage("groundedness", sources=len(t.inline) + len(t.nodes)) as span:
+                report = await assess_groundedness(gen.answer, [d.text for d in t.inline] + [n.text for n in t.nodes],
+                                                   threshold=self.settings.groundedness_threshold,
+                                                   embedder=self.embedder)
+                tracing.annotate(span, score=report.score, flagged=report.flagged)
             meta["groundedness"] = report.to_dict(details=req.groundedness_details)
             if report.score is not None:
                 GROUNDEDNESS_SCORE.labels(req.mode).observe(report.score)
@@ -283,13 +362,21 @@ class ConversationService:
                 UNGROUNDED_ANSWERS.labels(req.mode).inc()
                 disclaimer = self.settings.groundedness_disclaimer.strip()
                 meta["groundedness"]["disclaimer"] = bool(disclaimer)
-                if disclaimer:  # the seed: a low-confidence answer carries a disclaimer
-                    piece = ("\n\n" if gen.answer else "") + disclaimer
+                if disclaimer and not t.out.blocked:  # the seed: a low-confidence answer carries a disclaimer
+                    piece = ("\n\n" if t.out.shown else "") + disclaimer
                     gen.answer += piece
+                    t.out.shown += piece  # the engine's own words: not screened
                     yield event("text_chunk", content=piece)
+        if (policy := self._no_context(t)) is not None:
+            meta["no_context"] = policy
+            if policy == "disclaim" and not t.out.blocked:  # rag/no_context.py: the client sees it is ungrounded
+                piece = ("\n\n" if t.out.shown else "") + DISCLAIMER
+                gen.answer += piece
+                t.out.shown += piece
+                yield event("text_chunk", content=piece)
         SESSION_MESSAGES.labels(req.mode, meta.get("generation_method", "llm")).inc()
         meta["total_ms"] = round((time.perf_counter() - t.started) * 1000, 2)
-        reply = await self.store.add_message(t.session_id, t.thread_id, "assistant", gen.answer, meta)
+        reply = await self.store.add_message(t.session_id, t.thread_id, "assistant", t.out.shown, meta)
         t.replied = True
         yield event("message_complete", session_id=t.session_id, thread_id=t.thread_id, user_message_id=t.user.id,
                     assistant_message=reply.to_dict(), metadata=meta)
@@ -300,8 +387,8 @@ class ConversationService:
         meta = {**t.meta, **gen.to_meta(), "sources": [n.to_source_node() for n in t.nodes], "truncated": True,
                 "interrupted": "the client disconnected before the answer was complete"}
         meta.setdefault("generation_method", "llm" if gen.answer else "none")
-        task = asyncio.get_running_loop().create_task(
-            self.store.add_message(t.session_id, t.thread_id, "assistant", gen.answer, meta))
+        task = asyncio.get_running_loop().create_task(  # what the client saw: never text the policy held back
+            self.store.add_message(t.session_id, t.thread_id, "assistant", t.out.shown, meta))
         _BACKGROUND.add(task)
         task.add_done_callback(_BACKGROUND.discard)
 
@@ -311,28 +398,38 @@ class ConversationService:
         knowledge = session.index_name
         if knowledge == self.settings.conversation_index:  # a session stored before that was refused
             knowledge = None
+        owner = {id(n): scope.index_name for n in found}
         if knowledge and self.registry.exists(knowledge):
-            found += await self.registry.retrieve(knowledge, query, top_k)
+            more = await self.registry.retrieve(knowledge, query, top_k, acl=scope.acl)
+            owner.update((id(n), knowledge) for n in more)
+            found += more
         elif knowledge and meta is not None:
             meta["index_missing"] = knowledge  # created later, or deleted: not an error
+        found, screening = screen_nodes(found, None, self.settings.screen_indexes, index_of=lambda n: owner[id(n)])
+        if screening is not None and meta is not None:
+            meta["screening"] = screening
         found.sort(key=lambda n: n.score, reverse=True)  # the seed's order; two lists merge on one cosine scale
         return found[:top_k]
 
-    async def _stream(self, messages: list[dict], extra: dict, gen: Generation) -> AsyncIterator[str]:
-        payload = {**extra, "messages": messages}
+    async def _stream(self, messages: list[dict], extra: dict, gen: Generation) -> AsyncGenerator[str, None]:
+        # usage comes on a stream only when asked for (OpenAI's and vLLM's stream_options)
+        payload = {**extra, "messages": messages, "stream_options": {"include_usage": True}}
         model = await self.llm.model_name()
         if model:
             payload["model"] = model
         stream = await self.llm.open_stream(payload)
         gen.method = "llm"
         gen.details.update(endpoint=stream.endpoint, model=model)
-        async for chunk in stream:
-            for choice in chunk.get("choices") or []:
-                piece = (choice.get("delta") or {}).get("content")
-                if piece:
-                    yield piece
-            if chunk.get("usage"):
-                gen.details["usage"] = chunk["usage"]
+        try:
+            async for chunk in stream:
+                for choice in chunk.get("choices") or []:
+                    piece = (choice.get("delta") or {}).get("content")
+                    if piece:
+                        yield piece
+                if chunk.get("usage"):
+                    gen.details["usage"] = chunk["usage"]
+        finally:
+            await stream.aclose()
 
     async def _tools(self, t: Turn, messages: list[dict], extra: dict, gen: Generation) -> AsyncIterator[dict]:
         """The tool loop, each executed call streamed as it happens (the loop runs as a task feeding a queue)."""
@@ -367,6 +464,7 @@ class ConversationService:
         if result.answer:
             gen.answer, gen.method = result.answer, "llm_tools"
             yield GENERATION_START
-            yield event("text_chunk", content=result.answer)
+            if (shown := t.out.feed(result.answer)):
+                yield event("text_chunk", content=shown)
         else:  # the model kept calling tools (or said nothing): answer from what it found
             gen.fallback_reason = "the model gave no answer after its tool calls"

@@ -4,6 +4,10 @@ A synchronous SQLAlchemy engine run in the store's own bounded thread pool: the 
 SQLite and PostgreSQL (psycopg 3), no async driver needed, and a slow database never blocks the
 event loop. Records leave the store as frozen dataclasses (``records.py``).
 
+Ownership (access control): a session and an upload record the principal that created it (``principal``,
+``access.rules.Principal.id``); ``owned_by`` restricts a lookup or a list to one principal's rows (None:
+everyone's, for admins and the engine itself). A row of another principal answers exactly like a missing one.
+
 Threads: every session has a ``main`` thread. A branch is created from any message; its history is
 its parent thread's history up to and including that message, followed by its own messages.
 """
@@ -12,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import itertools
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
@@ -64,7 +69,9 @@ def make_engine(url: str) -> Engine:
             cur = conn.cursor()
             cur.execute("PRAGMA foreign_keys=ON")
             cur.execute("PRAGMA journal_mode=WAL")
-            cur.execute("PRAGMA synchronous=NORMAL")
+            # FULL: the WAL is fsync'ed at every commit, so an acknowledged message survives a power loss
+            # (NORMAL syncs only at checkpoints: kill -9 loses nothing, a power cut loses recent commits).
+            cur.execute("PRAGMA synchronous=FULL")
             cur.close()
 
         return engine
@@ -105,10 +112,11 @@ class SessionStore:
 
     # --- sessions ----------------------------------------------------------------------------------
     async def create_session(self, *, user_id: str | None = None, title: str | None = None,
-                             index_name: str | None = None, metadata: dict | None = None) -> SessionInfo:
+                             index_name: str | None = None, metadata: dict | None = None,
+                             principal: str | None = None) -> SessionInfo:
         def fn(s: Session) -> SessionInfo:
             row = SessionRow(id=new_id("sess"), user_id=user_id, title=title, index_name=index_name,
-                             meta=metadata or {})
+                             meta=metadata or {}, owner=principal)
             s.add(row)
             s.flush()
             s.add(ThreadRow(session_id=row.id, id=MAIN_THREAD, title="main"))
@@ -128,12 +136,28 @@ class SessionStore:
             return _session(row, count or 0)
         return await self._run(fn)
 
-    async def list_sessions(self, *, user_id: str | None = None, limit: int = 100, offset: int = 0) -> list[SessionInfo]:
+    async def session_access(self, session_id: str) -> tuple[str | None, str | None] | None:
+        """``(owner, index_name)`` of a session, None when there is none: what access control checks."""
+        def fn(s: Session) -> tuple[str | None, str | None] | None:
+            row = s.execute(select(SessionRow.owner, SessionRow.index_name).where(SessionRow.id == session_id)).first()
+            return (row[0], row[1]) if row is not None else None
+        return await self._run(fn)
+
+    async def list_sessions(self, *, user_id: str | None = None, limit: int = 100, offset: int = 0,
+                            owned_by: str | None = None,
+                            index_visible: Callable[[str | None], bool] | None = None) -> list[SessionInfo]:
+        """Newest first. ``index_visible``: only sessions whose index passes (applied before the page is cut,
+        so pages stay full)."""
         def fn(s: Session) -> list[SessionInfo]:
             q = select(SessionRow).order_by(SessionRow.updated_at.desc(), SessionRow.id)
             if user_id is not None:
                 q = q.where(SessionRow.user_id == user_id)
-            return [_session(r) for r in s.scalars(q.limit(limit).offset(offset))]
+            if owned_by is not None:
+                q = q.where(SessionRow.owner == owned_by)
+            if index_visible is None:
+                return [_session(r) for r in s.scalars(q.limit(limit).offset(offset))]
+            rows = (r for r in s.scalars(q.execution_options(yield_per=500)) if index_visible(r.index_name))
+            return [_session(r) for r in itertools.islice(rows, offset, offset + limit)]
         return await self._run(fn)
 
     async def delete_session(self, session_id: str) -> None:
@@ -245,12 +269,12 @@ class SessionStore:
 
     # --- files ------------------------------------------------------------------------------------
     async def create_file(self, *, filename: str, content_type: str, size_bytes: int, text: str | None = None,
-                          data: bytes | None = None) -> FileInfo:
+                          data: bytes | None = None, principal: str | None = None) -> FileInfo:
         """A new ``uploaded`` file; with ``data``, its bytes are stored in the same transaction, so no
         replica can take the job before the bytes are there."""
         def fn(s: Session) -> FileInfo:
             row = FileRow(id=new_id("file"), filename=filename, content_type=content_type, size_bytes=size_bytes,
-                          status="uploaded", progress=0.0, text=text, doc_ids={})
+                          status="uploaded", progress=0.0, text=text, doc_ids={}, owner=principal)
             s.add(row)
             s.flush()
             if data is not None:
@@ -258,19 +282,29 @@ class SessionStore:
             return _file(row)
         return await self._run(fn)
 
-    async def get_file(self, file_id: str) -> FileInfo:
+    async def get_file(self, file_id: str, *, owned_by: str | None = None) -> FileInfo:
         def fn(s: Session) -> FileInfo:
             row = s.get(FileRow, file_id)
-            if row is None:
+            if row is None or (owned_by is not None and row.owner != owned_by):
                 raise NotFound(f"No such file: '{file_id}'.")
             return _file(row)
         return await self._run(fn)
 
-    async def list_files(self, *, status: str | None = None, limit: int = 1000) -> list[FileInfo]:
+    async def file_owner(self, file_id: str) -> tuple[bool, str | None]:
+        """``(exists, owner)`` of an upload: what access control checks."""
+        def fn(s: Session) -> tuple[bool, str | None]:
+            row = s.execute(select(FileRow.owner).where(FileRow.id == file_id)).first()
+            return (row is not None, row[0] if row is not None else None)
+        return await self._run(fn)
+
+    async def list_files(self, *, status: str | None = None, limit: int = 1000,
+                         owned_by: str | None = None) -> list[FileInfo]:
         def fn(s: Session) -> list[FileInfo]:
             q = select(FileRow).order_by(FileRow.created_at)
             if status is not None:
                 q = q.where(FileRow.status == status)
+            if owned_by is not None:
+                q = q.where(FileRow.owner == owned_by)
             return [_file(r) for r in s.scalars(q.limit(limit))]
         return await self._run(fn)
 
@@ -345,12 +379,14 @@ class SessionStore:
             return s.scalar(q) or 0
         return await self._run(fn)
 
-    async def attach_files(self, session_id: str, file_ids: list[str]) -> None:
+    async def attach_files(self, session_id: str, file_ids: list[str], *, owned_by: str | None = None) -> None:
+        """Attach uploads to a session; with ``owned_by``, only that principal's (another's is "no such file")."""
         def fn(s: Session) -> None:
             self._get_session(s, session_id)
             have = set(s.scalars(select(SessionFileRow.file_id).where(SessionFileRow.session_id == session_id)))
             for fid in dict.fromkeys(file_ids):
-                if s.get(FileRow, fid) is None:
+                row = s.get(FileRow, fid)
+                if row is None or (owned_by is not None and row.owner != owned_by):
                     raise NotFound(f"No such file: '{fid}'.")
                 if fid not in have:
                     s.add(SessionFileRow(session_id=session_id, file_id=fid))

@@ -39,14 +39,24 @@ def resolve_model_path(name: str) -> str:
 
 
 def pick_device(setting: str) -> str:
+    """"auto": the GPU when torch sees one, else the CPU, saying so (the GPU image on a node without a
+    GPU limit, or with a driver older than its CUDA, must degrade, not fail to start)."""
     if setting != "auto":
         return setting
     try:
         import torch
 
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    except Exception:
-        return "cpu"
+        if torch.cuda.is_available():
+            log.info("embeddings run on the GPU: %s (CUDA %s)", torch.cuda.get_device_name(0), torch.version.cuda)
+            return "cuda"
+        if torch.version.cuda is None:  # a CPU build: nothing was lost
+            log.info("embeddings run on the CPU (this torch has no CUDA)")
+            return "cpu"
+        why = f"no GPU visible to CUDA {torch.version.cuda} (no GPU limit on the pod, or a driver too old)"
+    except Exception as exc:  # torch missing or broken: the CPU backends need none
+        why = f"torch unavailable ({type(exc).__name__})"
+    log.warning("RAGENGINE_DEVICE=auto: embeddings run on the CPU: %s", why)
+    return "cpu"
 
 
 class Backend(Protocol):
@@ -72,6 +82,7 @@ class Embedder:
         self.dim = backend.dim
         self.max_tokens = backend.max_tokens
         self.kind = "remote" if backend.name == "remote" else "local"  # a metrics label
+        self.backend_note: str | None = None  # why a slow backend runs, when it does (embedding/fastpath.py)
         self._tokenizer = backend.tokenizer
         self._docs_pool = ThreadPoolExecutor(1, thread_name_prefix="embed-docs")
         self._query_pool = ThreadPoolExecutor(1, thread_name_prefix="embed-query")
@@ -213,6 +224,15 @@ def build_embedder(settings: EngineSettings) -> Embedder:
     """Load the configured embedding model (local by path/package/name, or remote by URL)."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     kind, found = choose_backend(settings)
+    note = None
+    model = settings.embedding_model
+    if (kind == "torch" and settings.embedding_backend == "auto" and settings.device != "cuda"
+            and not model.startswith(PACKAGE_PREFIX) and os.path.isdir(model)):
+        from ragengine.embedding.fastpath import ensure_export  # a model folder by path: export it once
+
+        found, note = ensure_export(settings, model)
+        if found is not None:
+            kind = next((r for r in EXPORT_RUNTIMES if _imports(RUNTIME_MODULES[r])), "torch")
     backend: Backend
     if kind == "remote":
         from ragengine.embedding.remote import RemoteBackend
@@ -236,4 +256,6 @@ def build_embedder(settings: EngineSettings) -> Embedder:
                                settings.embedding_batch_size, settings.embedding_max_tokens)
     log.info("embedding backend: %s (dim %d, %d tokens, %s threads for documents, precision %s)", backend.name,
              backend.dim, backend.max_tokens, getattr(backend, "threads", "-"), getattr(backend, "precision", "f32"))
-    return Embedder(backend)
+    embedder = Embedder(backend)
+    embedder.backend_note = note
+    return embedder

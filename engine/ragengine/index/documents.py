@@ -132,13 +132,16 @@ class RetrievalRequest:
 
 
 def retrieval_request(query: object, top_k: int, *, filters: dict | None, metadata_filter: dict | None,
-                      max_chunks_per_document: int | None, max_top_k: int) -> RetrievalRequest:
-    """Validate a retrieval the same way on every store (400s in this order: query, top_k, cap, filters)."""
+                      max_chunks_per_document: int | None, max_top_k: int,
+                      acl: flt.Acl | None = None) -> RetrievalRequest:
+    """Validate a retrieval the same way on every store (400s in this order: query, top_k, cap, filters).
+    ``acl``: the caller's document ACL, ANDed with the client's filters (so it applies before top-k)."""
     if not isinstance(query, str) or not query.strip():
         raise BadRequest("Query string cannot be empty.")
     if top_k < 1:
         raise BadRequest("top_k must be at least 1.")
     if max_chunks_per_document is not None and max_chunks_per_document < 1:
         raise BadRequest("max_chunks_per_document must be at least 1.")
-    f = flt.combine(flt.parse_filters(filters) if filters is not None else None, flt.from_metadata_filter(metadata_filter))
+    f = flt.combine(flt.parse_filters(filters) if filters is not None else None, flt.from_metadata_filter(metadata_filter),
+                    acl)
     return RetrievalRequest(query, min(top_k, max_top_k), f, max_chunks_per_document)

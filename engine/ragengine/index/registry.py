@@ -33,6 +33,7 @@ from ragengine.index.durability import Durability
 from ragengine.index.search import search_index
 from ragengine.index.state import IndexState
 from ragengine.index.types import RetrievedNode
+from ragengine.observability import tracing
 from ragengine.retrieval import filters as flt
 
 log = logging.getLogger(__name__)
@@ -52,11 +53,8 @@ class IndexRegistry:
         self._indexes: dict[str, IndexState] = {}
         self.corrupt: dict[str, str] = {}  # index folder or name → why it was not loaded
         self._registry_lock = asyncio.Lock()
-        from ragengine.index.store import gpu_available
-
         self.store_kwargs = {"hnsw_threshold": settings.hnsw_threshold, "hnsw_m": settings.hnsw_m,
-                             "ef_search": settings.hnsw_ef_search, "ef_construction": settings.hnsw_ef_construction,
-                             "use_gpu": settings.device in ("auto", "cuda") and gpu_available()}
+                             "ef_search": settings.hnsw_ef_search, "ef_construction": settings.hnsw_ef_construction}
         self.durability = Durability(self.data_dir, embedder.dim, self.store_kwargs, settings.snapshot_journal_bytes)
 
     # -- lookup ------------------------------------------------------------------------------------
@@ -135,12 +133,16 @@ class IndexRegistry:
             return [{"id": d.doc_id, "text": d.text, "meta": d.metadata, "spans": state.chunker.split(d.text, d.metadata)}
                     for d in docs]
 
-        adds = await asyncio.to_thread(split)
+        with tracing.stage("chunking", documents=len(docs)) as span:
+            adds = await asyncio.to_thread(split)
+            tracing.annotate(span, chunks=sum(len(a["spans"]) for a in adds))
         # Contextual chunk text (title + section path) when the index asks for it; see chunking.index_texts.
         contextual = state.config.contextual
         texts = [t for a in adds for t in index_texts(a["text"], a["meta"], a["spans"], contextual=contextual)]
         chunks = [s if isinstance(s, str) else a["text"][s[0]:s[1]] for a in adds for s in a["spans"]]
-        vectors, counted = await asyncio.gather(self.embedder.embed_texts(texts), counts_to_store(self.chunk_tokens, chunks))
+        with tracing.stage("embedding", kind="documents", texts=len(texts), model_kind=self.embedder.kind):
+            vectors, counted = await asyncio.gather(self.embedder.embed_texts(texts),
+                                                    counts_to_store(self.chunk_tokens, chunks))
         for a, tokens in zip(adds, per_document(counted, [len(a["spans"]) for a in adds]), strict=True):
             a["spans"] = [list(s) if isinstance(s, tuple) else s for s in a["spans"]]
             if tokens:
@@ -149,7 +151,8 @@ class IndexRegistry:
 
     async def _commit(self, state: IndexState, op: dict, vectors: np.ndarray | None) -> None:
         """Journal then apply (``Durability.write``); the caller holds ``state.lock``."""
-        await self.durability.write(state, op, vectors)
+        with tracing.stage("commit", vectors=None if vectors is None else len(vectors)):
+            await self.durability.write(state, op, vectors)
         self._gauges(state)
         await self.durability.maintain(state)
 
@@ -160,6 +163,10 @@ class IndexRegistry:
             metrics.INDEX_CHUNKS.remove(state.name)
 
     async def add_documents(self, index_name: str, documents: list[dict], chunking: dict | None = None) -> list[dict]:
+        with tracing.stage("index_write", operation="add", index=index_name, store="faiss", documents=len(documents)):
+            return await self._add_documents(index_name, documents, chunking)
+
+    async def _add_documents(self, index_name: str, documents: list[dict], chunking: dict | None) -> list[dict]:
         docs = clean_documents(documents, max_chars=self.settings.max_document_chars)
         if not docs:
             return []
@@ -168,6 +175,7 @@ class IndexRegistry:
         async with state.lock:
             try:
                 new = new_documents(index_name, docs, _held(state, docs))
+                tracing.annotate(new=len(new))
                 if new:
                     adds, vectors = await self._prepare(state, new)
                     await self._commit(state, {"add": adds}, vectors)
@@ -187,6 +195,10 @@ class IndexRegistry:
             await self._commit(state, {"add": adds}, np.ascontiguousarray(vectors, dtype=np.float32))
 
     async def update_documents(self, index_name: str, documents: list[dict]) -> dict:
+        with tracing.stage("index_write", operation="update", index=index_name, store="faiss", documents=len(documents)):
+            return await self._update_documents(index_name, documents)
+
+    async def _update_documents(self, index_name: str, documents: list[dict]) -> dict:
         state = self.get(index_name)
         docs = clean_documents(documents, max_chars=self.settings.max_document_chars, need_id=True)
         async with state.lock:
@@ -206,6 +218,10 @@ class IndexRegistry:
         return plan.result
 
     async def delete_documents(self, index_name: str, doc_ids: list[str]) -> dict:
+        with tracing.stage("index_write", operation="delete", index=index_name, store="faiss", documents=len(doc_ids)):
+            return await self._delete_documents(index_name, doc_ids)
+
+    async def _delete_documents(self, index_name: str, doc_ids: list[str]) -> dict:
         state = self.get(index_name)
         async with state.lock:
             found = [d for d in dict.fromkeys(doc_ids) if d in state.docs]
@@ -257,9 +273,9 @@ class IndexRegistry:
 
     # -- reads -------------------------------------------------------------------------------------
     async def list_documents(self, index_name: str, *, limit: int = 10, offset: int = 0, max_text_length: int | None = 1000,
-                             metadata_filter: Any = None) -> dict:
+                             metadata_filter: Any = None, acl: flt.Acl | None = None) -> dict:
         state = self.get(index_name)
-        f = flt.from_metadata_filter(metadata_filter)
+        f = flt.combine(flt.from_metadata_filter(metadata_filter), acl)  # acl: the caller's document ACL
 
         def page() -> dict:  # a thread: filtering a big index must not hold up the event loop
             with state.rw.read():
@@ -272,10 +288,11 @@ class IndexRegistry:
     async def retrieve(self, index_name: str, query: str, top_k: int, *, filters: dict | None = None,
                        metadata_filter: dict | None = None, query_embedding: np.ndarray | None = None,
                        max_chunks_per_document: int | None = None,
-                       long_query_windows: bool | None = None) -> list[RetrievedNode]:
+                       long_query_windows: bool | None = None, acl: flt.Acl | None = None) -> list[RetrievedNode]:
         state = self.get(index_name)
         req = retrieval_request(query, top_k, filters=filters, metadata_filter=metadata_filter,
-                                max_chunks_per_document=max_chunks_per_document, max_top_k=self.settings.max_top_k)
+                                max_chunks_per_document=max_chunks_per_document, max_top_k=self.settings.max_top_k,
+                                acl=acl)
         return await search_index(state, self.embedder, self.settings, req.query, req.top_k, req.filter,
                                   query_embedding, self.reranker, req.max_chunks_per_document,
                                   long_query_windows=long_query_windows)

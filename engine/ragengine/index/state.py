@@ -9,6 +9,7 @@ happen before them), so searches wait at most a few milliseconds.
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import uuid
 from array import array
@@ -63,6 +64,9 @@ class RWLock:
             with self._cond:
                 self._writer = False
                 self._cond.notify_all()
+
+
+_ACL_CLASSES = object()  # the mask cache's key for the slots grouped by document ACL
 
 
 def node_id(doc_id: str, seq: int, text: str) -> str:
@@ -177,13 +181,48 @@ class IndexState:
         cached = self._mask_cache.get(f)
         if cached and cached[0] == self.version:
             return cached[1]
-        mask = np.zeros(max(self.store.ntotal, 1), dtype=bool)
-        for rec in self.docs.values():
-            if flt.matches(f, rec.metadata):
-                mask[rec.slots] = True
+        # A document ACL (ANDed in by access control) is masked by ACL class: one pass per index version
+        # groups the slots by their document's acl, then each principal ORs the classes it is admitted to.
+        # The rest of the filter, if any, is matched per document as before.
+        parts = f.filters if isinstance(f, flt.Compound) and f.op == "and" else (f,)
+        acls = [p for p in parts if isinstance(p, flt.Acl)]
+        rest = [p for p in parts if not isinstance(p, flt.Acl)]
+        masks = [self._acl_mask(acl) for acl in acls]  # only live documents' slots, as below
+        if rest or not masks:
+            other = rest[0] if len(rest) == 1 else flt.Compound("and", tuple(rest))
+            matched = np.zeros(max(self.store.ntotal, 1), dtype=bool)
+            for rec in self.docs.values():
+                if flt.matches(other, rec.metadata):
+                    matched[rec.slots] = True
+            masks.append(matched)
+        mask = masks[0]
+        for more in masks[1:]:
+            mask &= more
         if len(self._mask_cache) > 64:
             self._mask_cache.clear()
         self._mask_cache[f] = (self.version, mask)
+        return mask
+
+    def _acl_classes(self) -> list[tuple[dict, np.ndarray]]:
+        """Per distinct ``acl`` value (or its absence): a document of that class's metadata, and the class's slots."""
+        cached = self._mask_cache.get(_ACL_CLASSES)
+        if cached and cached[0] == self.version:
+            return cached[1]  # type: ignore[return-value]
+        classes: dict[str, tuple[dict, list[int]]] = {}
+        for rec in self.docs.values():
+            has = flt.ACL_KEY in rec.metadata
+            key = json.dumps(rec.metadata[flt.ACL_KEY], sort_keys=True, default=repr) if has else ""
+            entry = classes.setdefault(key, ({flt.ACL_KEY: rec.metadata[flt.ACL_KEY]} if has else {}, []))
+            entry[1].extend(rec.slots)
+        out = [(meta, np.asarray(slots, dtype=np.int64)) for meta, slots in classes.values()]
+        self._mask_cache[_ACL_CLASSES] = (self.version, out)  # type: ignore[assignment]
+        return out
+
+    def _acl_mask(self, acl: flt.Acl) -> np.ndarray:
+        mask = np.zeros(max(self.store.ntotal, 1), dtype=bool)
+        for meta, slots in self._acl_classes():
+            if flt.matches(acl, meta):  # the one definition of who an acl admits
+                mask[slots] = True
         return mask
 
     def chunk(self, slot: int) -> tuple[DocRecord, int, str]:

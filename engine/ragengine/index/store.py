@@ -27,25 +27,15 @@ faiss.cvar.distance_compute_blas_threshold = 20
 EXACT_FRACTION = 0.1  # filtered HNSW searches allowing <= this share of vectors scan them exactly
 
 
-def gpu_available() -> bool:
-    return hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0
-
-
 class VectorStore:
     def __init__(self, dim: int, *, hnsw_threshold: int, hnsw_m: int = 32, ef_search: int = 128,
-                 ef_construction: int = 80, use_gpu: bool = False) -> None:
+                 ef_construction: int = 80) -> None:
         self.dim = dim
         self.hnsw_threshold = hnsw_threshold
         self.hnsw_m, self.ef_search, self.ef_construction = hnsw_m, ef_search, ef_construction
         self.index: Any = faiss.IndexFlatIP(dim)
         self.alive = np.zeros(1024, dtype=bool)
         self.n_alive = 0
-        # GPU (faiss-gpu, chosen at start-up): a flat replica answers unfiltered searches; HNSW is a
-        # CPU structure, and brute force on a GPU is fast enough that we never migrate there.
-        self._gpu: Any = None
-        if use_gpu and gpu_available():
-            self._gpu_res = faiss.StandardGpuResources()
-            self._gpu = faiss.GpuIndexFlatIP(self._gpu_res, dim)
         self._bitmap: np.ndarray | None = None
 
     # -- shape -------------------------------------------------------------------------------------
@@ -75,8 +65,6 @@ class VectorStore:
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         start = self.ntotal
         self.index.add(vectors)
-        if self._gpu is not None:
-            self._gpu.add(vectors)
         end = self.ntotal
         if end > self.alive.size:
             grown = np.zeros(max(end, self.alive.size * 2), dtype=bool)
@@ -95,7 +83,7 @@ class VectorStore:
             self._bitmap = None
 
     def should_migrate(self) -> bool:
-        return self._gpu is None and self.kind == "flat" and self.n_alive > self.hnsw_threshold
+        return self.kind == "flat" and self.n_alive > self.hnsw_threshold
 
     def build_hnsw(self, vectors: np.ndarray) -> Any:
         """Build an HNSW index over ``vectors`` (slow; callers run it off the write path's lock)."""
@@ -112,16 +100,12 @@ class VectorStore:
             self.alive = np.concatenate([self.alive, np.zeros(1024 - self.alive.size, bool)])
         self.n_alive = int(self.alive[: self.ntotal].sum())
         self._bitmap = None
-        if self._gpu is not None:
-            self._gpu.reset()
-            if self.ntotal:
-                self._gpu.add(self.vectors())
 
     @classmethod
     def from_vectors(cls, vectors: np.ndarray, **kwargs: Any) -> VectorStore:
         dim = kwargs.pop("dim", None) or vectors.shape[1]
         store = cls(dim, **kwargs)
-        if len(vectors) > store.hnsw_threshold and store._gpu is None:
+        if len(vectors) > store.hnsw_threshold:
             store.replace(store.build_hnsw(vectors), np.ones(len(vectors), bool))
         elif len(vectors):
             store.add(vectors)
@@ -157,8 +141,6 @@ class VectorStore:
             if sel is not None:
                 params.sel = sel
             dist, ids = self.index.search(q, k, params=params)
-        elif sel is None and self._gpu is not None:
-            dist, ids = self._gpu.search(q, k)
         else:
             params = faiss.SearchParameters(sel=sel) if sel is not None else None
             dist, ids = self.index.search(q, k, params=params)

@@ -36,17 +36,19 @@ class OpenAIErrorResponse(BaseModel):
 
 ERROR_DESCRIPTIONS = {
     400: "Bad request: malformed JSON, an invalid value, a filter or name the engine refuses.",
-    401: "Missing or wrong API key (only when the engine runs with an API key).",
+    401: "Missing or wrong credentials (only when the engine runs with access control: an API key or an access file).",
+    403: "The caller's role does not allow this (docs/access.md).",
     404: "Not found: the index, document, session, thread or file does not exist.",
     409: "Conflict: the index or document exists already, or the index could not be loaded from disk.",
     413: "Payload too large: the body, a document or an upload is above its limit.",
     415: "Unsupported media type: the uploaded file's type cannot be indexed.",
     422: "Validation failed: a field or parameter has the wrong type or is out of range (named in the message).",
-    429: "The LLM server refused the request for now (its status, passed through).",
+    429: "Too many requests: the caller's rate limit (Retry-After says when; docs/access.md), or the LLM server "
+         "refused the request for now (its status, passed through).",
     500: "The engine could not write to its data volume (journal or snapshot); nothing was acknowledged.",
     502: "The LLM or the remote embedding service failed or is unreachable.",
-    503: "Unavailable: no LLM is configured for a request that needs one, or the external vector store is "
-         "unreachable (the body says which).",
+    503: "Unavailable: no LLM is configured for a request that needs one, the external vector store is "
+         "unreachable, or a ServiceAccount token cannot be verified now (the body says which).",
     504: "The LLM or the remote embedding service timed out.",
 }
 

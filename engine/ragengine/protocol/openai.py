@@ -21,6 +21,14 @@ ENGINE_FIELDS = ("index_name", "context_token_ratio", "filters", "metadata_filte
 MODEL_ALIAS_PREFIX = "rag:"
 
 
+def requested_index(index_name: str | None, model: str | None) -> str | None:
+    """The index a chat request names: ``index_name``, else a ``rag:<index>`` model alias. Access control
+    reads the index through this same function, so it checks exactly the index the request will use."""
+    if model and model.startswith(MODEL_ALIAS_PREFIX):
+        return index_name or model[len(MODEL_ALIAS_PREFIX):] or None
+    return index_name
+
+
 class OpenAIBaseModel(BaseModel):
     model_config = ConfigDict(extra="allow", populate_by_name=True)
 
@@ -75,6 +83,9 @@ class RagInfo(OpenAIBaseModel):
 
     applied: bool = Field(description="True when retrieved context went into the prompt.")
     reason: str | None = Field(None, description="Why RAG was not applied (bypass rule, no_context, ...).")
+    no_context: str | None = Field(
+        None, description="With reason no_context: what the engine did (the no_context setting: answer, refuse, "
+        "disclaim).")
     index_name: str | None = None
     endpoint: str | None = Field(None, description="Base URL of the LLM that answered.")
     top_k: int | None = None
@@ -88,6 +99,8 @@ class RagInfo(OpenAIBaseModel):
     token_counter: str | None = Field(None, description="How tokens were counted: vllm, llama.cpp, local, estimate.")
     query_used: str | None = Field(None, description="The retrieval query (after reformulation, when it ran).")
     reformulation: dict[str, Any] | None = Field(None, description="What the reformulation step did, when requested.")
+    screening: dict[str, Any] | None = Field(
+        None, description="Retrieved chunks screened before the prompt (screened, stripped, quarantined, reasons).")
 
 
 class ChatMessage(OpenAIBaseModel):
@@ -116,9 +129,12 @@ class ChatCompletionResponse(OpenAIBaseModel):
     choices: list[Choice]
     usage: Usage | None = None
     source_nodes: list[SourceNode] | None = None
-    generation_method: Literal["llm", "extractive_fallback"] = "llm"
+    generation_method: Literal["llm", "extractive_fallback", "no_context_refusal"] = "llm"
     fallback_reason: str | None = None
     rag: RagInfo | None = None
+    guardrails: dict[str, Any] | None = Field(
+        None, description="What the output policy did: action (allow, redact, block), the scanners that acted "
+        "(type, action, count) and the policy's sha256 prefix. Never what was removed.")
 
 
 class DeltaMessage(OpenAIBaseModel):

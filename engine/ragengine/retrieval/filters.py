@@ -13,6 +13,13 @@ Semantics, chosen to be unsurprising:
 - ``in``: the metadata value is one of the listed values (or, for list metadata, shares one).
 - ``true`` is not ``1``: booleans only equal booleans.
 KAITO's ``metadata_filter`` (a flat dict, exact match, AND) maps onto ``and`` of ``eq``.
+
+Document ACLs (access control) add one node clients cannot write, ``Acl(tokens)``: a document is visible
+when its metadata has no ``acl`` key, or when ``acl`` is a well-formed list (``ACL_MAX`` entries at most, each
+a string ``group:<g>`` or ``user:<name>``) sharing an entry with ``tokens``. Anything else under ``acl``
+(a string, ``null``, a number, a list with one bad entry, an unknown prefix) hides the document from every
+caller it is applied to: fail closed (the grammar: ``access.acl``). Each store selects exactly what
+``matches`` selects, before top-k.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from ragengine.access.acl import ACL_KEY, ACL_MAX, Acl, acl_allows  # noqa: F401  (re-exported)
 from ragengine.errors import BadRequest
 
 COMPARISONS = ("eq", "ne", "gt", "gte", "lt", "lte", "in", "nin")
@@ -45,7 +53,7 @@ class Compound:
     filters: tuple
 
 
-Filter = Condition | Compound
+Filter = Condition | Compound | Acl
 
 
 def _is_scalar(value: Any) -> bool:
@@ -158,6 +166,8 @@ def matches(flt: Filter | None, metadata: dict | None) -> bool:
     if flt is None:
         return True
     metadata = metadata or {}
+    if isinstance(flt, Acl):
+        return acl_allows(metadata, flt.tokens)
     if isinstance(flt, Compound):
         if flt.op == "and":
             return all(matches(f, metadata) for f in flt.filters)

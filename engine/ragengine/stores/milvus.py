@@ -15,7 +15,9 @@ escaped (``\\`` and ``"``), numbers are written from Python numbers, so nothing 
 change the expression's structure. Milvus' expression language compares ``true`` equal to ``1`` and
 treats a missing key as unknown under ``not``; the expression is therefore written as a superset
 (``is null or not (…)``) and every hit is checked again with ``filters.matches`` (over-fetching when
-that removes hits), so results are exactly the engine's filter semantics.
+that removes hits), so results are exactly the engine's filter semantics. Document ACLs too: the
+expression admits documents without ``acl`` or with one sharing an entry, and the re-check drops the
+malformed ones, so the ACL holds before top-k.
 
 Milvus has no multi-row transactions: a write stores chunks first and the document rows last (the
 document row is what listing and the add/update checks see), with deterministic primary keys, so a
@@ -53,6 +55,10 @@ QUERY_PAGE = 1000
 ANY_ROW = 'pk != ""'  # a condition every row meets (every collection has a non-empty VARCHAR key "pk")
 
 
+_CONTROL = {"\n": "\\n", "\r": "\\r", "\t": "\\t"} | {
+    chr(i): f"\\u{i:04x}" for i in range(0x20) if i not in (9, 10, 13)}
+
+
 def literal(value: Any) -> str:
     """A filter value as a Milvus expression literal (strings escaped, numbers from Python)."""
     if isinstance(value, bool):
@@ -64,13 +70,21 @@ def literal(value: Any) -> str:
             raise ValueError("non-finite number in a filter")
         return repr(value)
     if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        # Backslash and quote escaped; control characters (a newline ends a Milvus literal) as escapes.
+        escaped = value.replace("\\", "\\\\").replace('"', '\\"')
+        return '"' + "".join(_CONTROL.get(ch, ch) if ord(ch) < 0x20 else ch for ch in escaped) + '"'
     raise ValueError(f"unsupported filter value {value!r}")
 
 
 def to_expr(f: flt.Filter, field: str = "metadata") -> str:
     """A Milvus expression selecting a superset of what ``filters.matches`` accepts (exact for strings;
     ``true``/``1`` and missing keys are refined by the caller's re-check)."""
+    if isinstance(f, flt.Acl):
+        # Superset: no acl, or one sharing an entry; the re-check (filters.matches) drops malformed ones.
+        ref = f"{field}[{literal(flt.ACL_KEY)}]"
+        if not f.tokens:
+            return f"({ref} is null)"
+        return f"({ref} is null or json_contains_any({ref}, [{', '.join(literal(t) for t in f.tokens)}]))"
     if isinstance(f, flt.Compound):
         joiner = " and " if f.op == "and" else " or "
         return "(" + joiner.join(to_expr(s, field) for s in f.filters) + ")"

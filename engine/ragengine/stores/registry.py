@@ -38,9 +38,10 @@ from ragengine.index.documents import (
     plan_update,
     retrieval_request,
 )
-from ragengine.index.search import MAX_WIDEN
+from ragengine.index.search import MAX_WIDEN, retrieved_ids
 from ragengine.index.state import node_id
 from ragengine.index.types import ChunkingConfig, RetrievedNode, cosine_to_score
+from ragengine.observability import tracing
 from ragengine.retrieval import filters as flt
 from ragengine.retrieval import long_query
 from ragengine.retrieval.grouping import OVERFETCH, cap_per_document
@@ -179,12 +180,21 @@ class StoreRegistry:
             dense, sparse = await asyncio.gather(dense_task, sparse_task)
         else:
             dense, sparse = await dense_task, []
-        return fuse_hits(dense, sparse, n_out, FusionParams.from_settings(self.settings))
+        params = FusionParams.from_settings(self.settings)
+        with tracing.stage("fusion", method=params.method if sparse else "dense_only", candidates=n_out) as span:
+            nodes = fuse_hits(dense, sparse, n_out, params)
+            tracing.annotate(span, hits=len(nodes))
+        return nodes
 
     async def _timed(self, stage: str, fn: Any, *args: Any) -> Any:
         start = time.perf_counter()
+        name = "dense_search" if stage == "dense" else "keyword_search"
         try:
-            return await self._call(fn, *args)
+            # dense(name, vector, k, filter) and keyword(name, query, vector, k, filter): k and the filter come last
+            with tracing.stage(name, candidates=args[-2], store=self.kind, filtered=args[-1] is not None) as span:
+                hits = await self._call(fn, *args)
+                tracing.annotate(span, hits=len(hits))
+                return hits
         finally:
             metrics.SEARCH_SECONDS.labels(stage=stage).observe(time.perf_counter() - start)
 
@@ -214,11 +224,15 @@ class StoreRegistry:
                 embedded.extend(indexed)
             return out, embedded
 
-        writes, texts = await asyncio.to_thread(split)
+        with tracing.stage("chunking", documents=len(docs)) as span:
+            writes, texts = await asyncio.to_thread(split)
+            tracing.annotate(span, chunks=len(texts))
         if not texts:
             return writes, None
         chunks = [c.text for w in writes for c in w.chunks]
-        vectors, counted = await asyncio.gather(self.embedder.embed_texts(texts), counts_to_store(self.chunk_tokens, chunks))
+        with tracing.stage("embedding", kind="documents", texts=len(texts), model_kind=self.embedder.kind):
+            vectors, counted = await asyncio.gather(self.embedder.embed_texts(texts),
+                                                    counts_to_store(self.chunk_tokens, chunks))
         tokens = per_document(counted, [len(w.chunks) for w in writes])
         # The LLM's token counts travel with each chunk into the store (index.chunk_tokens).
         writes = [dataclasses.replace(w, chunks=[dataclasses.replace(c, tokens={k: v[i] for k, v in t.items()})
@@ -227,6 +241,10 @@ class StoreRegistry:
         return writes, vectors
 
     async def add_documents(self, index_name: str, documents: list[dict], chunking: dict | None = None) -> list[dict]:
+        with tracing.stage("index_write", operation="add", index=index_name, store=self.kind, documents=len(documents)):
+            return await self._add_documents(index_name, documents, chunking)
+
+    async def _add_documents(self, index_name: str, documents: list[dict], chunking: dict | None) -> list[dict]:
         docs = clean_documents(documents, max_chars=self.settings.max_document_chars)
         if not docs:
             return []
@@ -266,6 +284,11 @@ class StoreRegistry:
         await self._after_write()
 
     async def update_documents(self, index_name: str, documents: list[dict]) -> dict:
+        with tracing.stage("index_write", operation="update", index=index_name, store=self.kind,
+                           documents=len(documents)):
+            return await self._update_documents(index_name, documents)
+
+    async def _update_documents(self, index_name: str, documents: list[dict]) -> dict:
         config = await self._config(index_name)
         docs = clean_documents(documents, max_chars=self.settings.max_document_chars, need_id=True)
         plan = plan_update(docs, await self._held(index_name, docs))
@@ -283,6 +306,10 @@ class StoreRegistry:
         return plan.result
 
     async def delete_documents(self, index_name: str, doc_ids: list[str]) -> dict:
+        with tracing.stage("index_write", operation="delete", index=index_name, store=self.kind, documents=len(doc_ids)):
+            return await self._delete_documents(index_name, doc_ids)
+
+    async def _delete_documents(self, index_name: str, doc_ids: list[str]) -> dict:
         config = await self._config(index_name)
         unique = list(dict.fromkeys(doc_ids))
         held = await self._call(self.adapter.get_documents, index_name, unique)
@@ -314,8 +341,8 @@ class StoreRegistry:
 
     # -- reads -------------------------------------------------------------------------------------
     async def list_documents(self, index_name: str, *, limit: int = 10, offset: int = 0,
-                             max_text_length: int | None = 1000, metadata_filter: Any = None) -> dict:
-        f = flt.from_metadata_filter(metadata_filter)
+                             max_text_length: int | None = 1000, metadata_filter: Any = None, acl: flt.Acl | None = None) -> dict:
+        f = flt.combine(flt.from_metadata_filter(metadata_filter), acl)  # acl: the caller's document ACL
         await self._config(index_name)
         records, total = await self._call(self.adapter.list_documents, index_name, f, offset, limit)
         docs = [listed(r.doc_id, r.text, r.metadata, max_text_length) for r in records]
@@ -324,10 +351,23 @@ class StoreRegistry:
     async def retrieve(self, index_name: str, query: str, top_k: int, *, filters: dict | None = None,
                        metadata_filter: dict | None = None, query_embedding: np.ndarray | None = None,
                        max_chunks_per_document: int | None = None,
-                       long_query_windows: bool | None = None) -> list[RetrievedNode]:
+                       long_query_windows: bool | None = None, acl: flt.Acl | None = None) -> list[RetrievedNode]:
         req = retrieval_request(query, top_k, filters=filters, metadata_filter=metadata_filter,
-                                max_chunks_per_document=max_chunks_per_document, max_top_k=self.settings.max_top_k)
-        top_k, f = req.top_k, req.filter
+                                max_chunks_per_document=max_chunks_per_document, max_top_k=self.settings.max_top_k,
+                                acl=acl)
+        with tracing.stage("retrieval", index=index_name, store=self.kind, top_k=req.top_k, hybrid=self.settings.hybrid,
+                           filtered=req.filter is not None, max_per_document=max_chunks_per_document) as span:
+            tracing.content(span, "query", req.query)
+            nodes = await self._retrieve(index_name, req.query, req.top_k, req.filter, query_embedding,
+                                         max_chunks_per_document, long_query_windows)
+            metrics.RETRIEVED_CHUNKS.observe(len(nodes))
+            tracing.annotate(span, hits=len(nodes), top_score=round(nodes[0].score, 4) if nodes else None,
+                             doc_ids=retrieved_ids(nodes))
+            return nodes
+
+    async def _retrieve(self, index_name: str, query: str, top_k: int, f: flt.Filter | None,
+                        query_embedding: np.ndarray | None, max_chunks_per_document: int | None,
+                        long_query_windows: bool | None) -> list[RetrievedNode]:
         start = time.perf_counter()
         await self._config(index_name)  # asks the store: an index dropped through another replica is a 404 here too
         reranking = self.reranker is not None

@@ -12,10 +12,12 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from ragengine.observability.tracing import tracing_env
 from ragengine.settings import EngineSettings
 
 from .. import constants as c
-from ..spec import RAGEngineSpec, SecretKeyRef
+from ..spec import AuthSpec, RAGEngineSpec, SecretKeyRef
+from .guardrails import POLICY_PATH
 from .labels import Owner
 
 # spec path -> EngineSettings field (values).
@@ -28,6 +30,7 @@ SPEC_TO_ENGINE = {
     "embedding.url": "embedding_url",
     "retrieval.contextTokenRatio": "context_token_ratio",
     "retrieval.similarityThreshold": "similarity_threshold",
+    "retrieval.noContext": "no_context",
     "retrieval.hybrid": "hybrid",
     "retrieval.rerankModel": "rerank_model",
     "vectorStore.type": "vector_store",
@@ -35,6 +38,9 @@ SPEC_TO_ENGINE = {
     "vectorStore.hnsw.m": "hnsw_m",
     "vectorStore.hnsw.efConstruction": "hnsw_ef_construction",
     "vectorStore.hnsw.efSearch": "hnsw_ef_search",
+    "retrieval.screenIndexes": "screen_indexes",
+    "guardrails.enabled": "guardrails_policy",  # the mounted ConfigMap's file (manifests/guardrails.py)
+    "guardrails.failOpen": "guardrails_fail_open",
 }
 # spec path of a SecretKeyRef -> EngineSettings field (valueFrom.secretKeyRef).
 SECRET_TO_ENGINE = {
@@ -58,19 +64,40 @@ OPERATOR_ONLY = {
     "engine.nodeSelector", "engine.tolerations", "inference.gpuResourceName",
     "engine.autoscaling.minReplicas", "engine.autoscaling.maxReplicas", "engine.autoscaling.targetCPUUtilizationPercentage",
     "storage.reclaimPolicy",  # the PVCs' owner references
+    "auth.enabled",  # whether api_key is set at all, from spec.auth's Secret or the generated one
+    "engine.networkPolicy.enabled",
+    "guardrails.configMapRef.name",  # the policy volume (manifests/guardrails.py)
+    # vLLM's command line and its autoscaler (manifests/inference.py)
+    "inference.revision", "inference.toolCallParser", "inference.autoscaling.metric",
+    "inference.autoscaling.targetRequestsWaiting", "inference.autoscaling.keda.serverAddress",
+    # the ServiceMonitors / PodMonitors and the NetworkPolicies' scrape peers (manifests/monitoring.py)
+    "monitoring.kind", "monitoring.interval", "monitoring.labels",
+    *(f"monitoring.scrapeFrom.{field}" for field in (
+        "ipBlock.cidr", "ipBlock.except", "namespaceSelector.matchExpressions", "namespaceSelector.matchLabels",
+        "podSelector.matchExpressions", "podSelector.matchLabels")),
+    # OTEL_* variables for the engine, vLLM and the sync workers, not engine settings (otel_env below)
+    "observability.tracing.endpoint", "observability.tracing.protocol", "observability.tracing.samplingRatio",
     # the engine's NetworkPolicy (manifests/engine.py)
     *(f"engine.networkPolicy.allowFrom.{field}" for field in (
         "ipBlock.cidr", "ipBlock.except", "namespaceSelector.matchExpressions", "namespaceSelector.matchLabels",
         "podSelector.matchExpressions", "podSelector.matchLabels")),
+    # rendered into the engine's access file, a Secret mounted into the engine (manifests/access.py)
+    *(f"access.{field}" for field in (
+        "audience", "defaultLimits.requestsPerMinute", "defaultLimits.tokensPerMinute",
+        *(f"{kind}.{leaf}" for kind in ("keys", "serviceAccounts") for leaf in (
+            "indexes", "role", "groups", "limits.requestsPerMinute", "limits.tokensPerMinute")),
+        "keys.name", "keys.keySecretRef", "serviceAccounts.namespace",
+        "serviceAccounts.name")),
     # synced by the operator through the engine's API (sources/runner.py)
     *(f"sources.{field}" for field in (
-        "name", "index", "interval", "metadata", "chunking.chunkSize", "chunking.chunkOverlap", "configMap.name",
-        "configMap.keys", "git.url", "git.ref", "git.paths", "git.secretRef.name", "http.urls", "http.secretRef.name")),
+        "name", "index", "interval", "metadata", "acl", "screen", "chunking.chunkSize", "chunking.chunkOverlap", "configMap.name",
+        "configMap.keys", "git.url", "git.ref", "git.paths", "git.secretRef.name", "http.urls", "http.secretRef.name",
+        "maxFiles", "maxSize")),
 }
 
 
 def inference_service_url(owner: Owner) -> str:
-    return f"http://{owner.child('inference')}.{owner.namespace}.svc.cluster.local:{c.VLLM_PORT}/v1"
+    return f"http://{owner.service_host(owner.child('inference'))}:{c.VLLM_PORT}/v1"
 
 
 def llm_url(owner: Owner, spec: RAGEngineSpec) -> str | None:
@@ -111,8 +138,12 @@ def engine_values(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
         "embedding_cache_dir": c.ENGINE_MODEL_CACHE_DIR,  # on the data volume: downloaded once
         "context_token_ratio": r.context_token_ratio,
         "similarity_threshold": r.similarity_threshold,
+        "no_context": r.no_context,
         "hybrid": r.hybrid,
         "rerank_model": r.rerank_model,
+        "screen_indexes": r.screen_indexes,
+        "guardrails_policy": POLICY_PATH if spec.guardrails.enabled else None,
+        "guardrails_fail_open": spec.guardrails.fail_open if spec.guardrails.enabled else None,
     }
 
 
@@ -121,16 +152,37 @@ def inference_api_key_ref(owner: Owner) -> SecretKeyRef:
     return SecretKeyRef(name=owner.child("inference-api-key"), key="api-key")
 
 
+def generated_engine_key_ref(owner: Owner) -> SecretKeyRef:
+    """The operator-generated key of the engine (auth on, no Secret named): what clients send."""
+    return SecretKeyRef(name=owner.child("api-key"), key="api-key")
+
+
+def engine_api_key_ref(owner: Owner, auth: AuthSpec) -> SecretKeyRef | None:
+    """The engine's API key: spec.auth's Secret, else the generated one; None when auth is off."""
+    if not auth.enabled:
+        return None
+    return auth.api_key_secret_ref or generated_engine_key_ref(owner)
+
+
+def generated_key_refs(owner: Owner, spec: RAGEngineSpec) -> list[SecretKeyRef]:
+    """The keys the operator creates for this spec (once each, never rotated by it)."""
+    refs = [inference_api_key_ref(owner)] if spec.runs_vllm else []
+    if spec.auth.enabled and spec.auth.api_key_secret_ref is None:
+        refs.append(generated_engine_key_ref(owner))
+    return refs
+
+
 def secret_refs(spec: RAGEngineSpec, owner: Owner | None = None) -> dict[str, Any]:
-    """EngineSettings field -> SecretKeyRef for the secrets the spec names (and, in model mode, the
-    operator-generated vLLM key)."""
+    """EngineSettings field -> SecretKeyRef for the secrets the spec names (and, with an owner, the
+    operator-generated keys: vLLM's in model mode, the engine's when auth names no Secret)."""
     llm_key = spec.inference.api_key_secret_ref if spec.inference else None
     if spec.runs_vllm and owner is not None:
         llm_key = inference_api_key_ref(owner)
+    api_key = spec.auth.api_key_secret_ref if owner is None else engine_api_key_ref(owner, spec.auth)
     refs = {
         "llm_api_key": llm_key,
         "embedding_api_key": spec.embedding.api_key_secret_ref,
-        "api_key": spec.auth.api_key_secret_ref,
+        "api_key": api_key,
         "vector_store_url": spec.vector_store.connection_secret_ref,
         # sessions, threads and uploads in PostgreSQL (their own, else the store's), so every replica sees them
         "database_url": spec.sessions.database_secret_ref or (
@@ -139,9 +191,21 @@ def secret_refs(spec: RAGEngineSpec, owner: Owner | None = None) -> dict[str, An
     return {k: v for k, v in refs.items() if v is not None}
 
 
+def otel_env(owner: Owner, spec: RAGEngineSpec, service_name: str) -> list[dict[str, Any]]:
+    """The standard OTEL_* variables that send a component's traces where spec.observability.tracing says
+    (none without it); the resource names the RAGEngine, so one collector tells RAGEngines apart."""
+    t = spec.observability.tracing
+    if t is None:
+        return []
+    values = tracing_env(t.endpoint, protocol=t.protocol, sampling_ratio=t.sampling_ratio, service_name=service_name,
+                         resource={"k8s.namespace.name": owner.namespace, "ragengine.name": owner.name})
+    return [{"name": k, "value": v} for k, v in sorted(values.items())]
+
+
 def engine_env(owner: Owner, spec: RAGEngineSpec) -> list[dict[str, Any]]:
     values = EngineSettings.to_env(engine_values(owner, spec))
     env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in sorted(values.items())]
+    env += otel_env(owner, spec, "ragengine")
     for field, ref in sorted(secret_refs(spec, owner).items()):
         env.append(
             {"name": EngineSettings.env_name(field), "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}

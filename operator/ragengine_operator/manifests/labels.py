@@ -17,15 +17,19 @@ class Owner:
     namespace: str
     name: str
     uid: str
-    engine_image: str = "ghcr.io/ragengine/engine:0.1.0"
-    vllm_image: str = "vllm/vllm-openai:v0.10.2"
-    # Where the operator's own pods run (settings.pod_namespace/pod_labels), so an engine NetworkPolicy
-    # can admit them: None when unknown (run outside a cluster).
-    operator_namespace: str | None = None
-    operator_labels: tuple[tuple[str, str], ...] = ()
+    engine_image: str = "ghcr.io/ragengine/ragengine-engine:0.1.0"
+    vllm_image: str = c.DEFAULT_VLLM_IMAGE
+    # The cluster's DNS domain (settings.cluster_domain); "" = the short <svc>.<ns>.svc form, which the
+    # pods' DNS search path completes under any domain.
+    cluster_domain: str = "cluster.local"
 
     def child(self, suffix: str) -> str:
         return f"{self.name}-{suffix}" if suffix else self.name
+
+    def service_host(self, service: str) -> str:
+        """In-cluster DNS name of one of this RAGEngine's Services."""
+        host = f"{service}.{self.namespace}.svc"
+        return f"{host}.{self.cluster_domain}" if self.cluster_domain else host
 
 
 def selector(owner: Owner, component: str) -> dict[str, str]:
@@ -33,10 +37,13 @@ def selector(owner: Owner, component: str) -> dict[str, str]:
     return {c.SELECTOR_NAME: owner.name, c.SELECTOR_COMPONENT: component}
 
 
+APP_NAMES = {c.COMPONENT_ENGINE: "ragengine", c.COMPONENT_INFERENCE: "vllm", c.COMPONENT_SYNC: "ragengine-source-sync"}
+
+
 def labels(owner: Owner, component: str) -> dict[str, str]:
     return {
         **selector(owner, component),
-        c.LABEL_NAME: "ragengine" if component == c.COMPONENT_ENGINE else "vllm",
+        c.LABEL_NAME: APP_NAMES[component],
         c.LABEL_INSTANCE: owner.name,
         c.LABEL_COMPONENT: component,
         c.LABEL_PART_OF: "ragengine",
@@ -89,6 +96,15 @@ def merge_resources(base: dict[str, dict[str, Any]], extra: Any) -> dict[str, di
     return {k: v for k, v in out.items() if v}
 
 
+def key_secret(owner: Owner, name: str, key: str, component: str, value: str) -> dict[str, Any]:
+    """A Secret holding one operator-generated key. Created once by the controller and never re-applied
+    (a new value on every reconcile would break its readers mid-flight). Its name ends in -api-key and
+    it carries the operator's managed-by label: the convention that the chart's admission policy
+    restricts the operator's Secret writes to."""
+    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "metadata": metadata(owner, name, component),
+            "stringData": {key: value}}
+
+
 def pvc(owner: Owner, name: str, component: str, size: str, storage_class: str | None, access_mode: str,
         retain: bool = False) -> dict:
     """``retain``: no owner reference, so the garbage collector leaves the claim (and its data) when the
@@ -125,8 +141,11 @@ def http_service(owner: Owner, name: str, component: str, port: int) -> dict[str
     }
 
 
-def hpa(owner: Owner, target: str, component: str, autoscaling: Any) -> dict[str, Any]:
-    """An autoscaling/v2 HPA on Deployment `target` (CPU utilisation), named like it."""
+def hpa(owner: Owner, target: str, component: str, autoscaling: Any, metric: dict[str, Any] | None = None,
+        ) -> dict[str, Any]:
+    """An autoscaling/v2 HPA on Deployment `target`, named like it: CPU utilisation, or `metric`."""
+    cpu = {"type": "Resource", "resource": {"name": "cpu", "target": {
+        "type": "Utilization", "averageUtilization": autoscaling.target_cpu_utilization_percentage}}}
     return {
         "apiVersion": "autoscaling/v2",
         "kind": "HorizontalPodAutoscaler",
@@ -135,8 +154,7 @@ def hpa(owner: Owner, target: str, component: str, autoscaling: Any) -> dict[str
             "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": target},
             "minReplicas": autoscaling.min_replicas,
             "maxReplicas": autoscaling.max_replicas,
-            "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": {
-                "type": "Utilization", "averageUtilization": autoscaling.target_cpu_utilization_percentage}}}],
+            "metrics": [metric or cpu],
         },
     }
 
@@ -155,10 +173,14 @@ def duration_seconds(text: str) -> int:
 
 
 def secret_digest(secret: dict[str, Any] | None) -> str:
-    """A short digest of a Secret's data ("absent" when it does not exist): what pods would read."""
+    """What identifies the version of a Secret the pods would read ("absent" when it does not exist):
+    its uid and resourceVersion, never its data. The digest lands in a pod-template annotation that
+    anyone who can read Deployments sees; a hash of the data would let them test guesses of a weak key
+    offline. A new uid or resourceVersion (any write to the Secret) rolls the pods that read it."""
     if secret is None:
         return "absent"
-    return config_hash({"data": secret.get("data") or {}, "stringData": secret.get("stringData") or {}})
+    meta = secret.get("metadata") or {}
+    return f"{meta.get('uid', '')}/{meta.get('resourceVersion', '')}"
 
 
 def pick(versions: dict[str, str] | None, names: set[str]) -> dict[str, str]:

@@ -7,10 +7,12 @@ from typing import Any
 
 from .. import constants as c
 from ..manifests.engine import endpoint
-from ..manifests.engine_env import llm_url, served_model
+from ..manifests.engine_env import engine_api_key_ref, llm_url, served_model
+from ..manifests.guardrails import policy_configmap_name
 from ..manifests.labels import Owner
 from ..sources.status import sources_condition
 from ..spec import RAGEngineSpec
+from .guardrails import guardrails_condition
 
 AVAILABLE, PROGRESSING, FAILED = "Available", "Progressing", "Failed"
 
@@ -32,6 +34,8 @@ class Observed:
     model_cache_volume_size: str | None = None
     # status.sources[] as the source syncer last wrote it (the RAGEngine's own status, not a child's)
     sources: list[dict[str, Any]] | None = None
+    # spec.guardrails.enabled: the policy ConfigMap's guardrails.yaml (None: no such ConfigMap or key)
+    guardrails_policy: str | None = None
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,20 @@ def container_failure(pods: list[dict[str, Any]], pod_events: dict[str, tuple[st
     return None
 
 
+def restarted_container(pods: list[dict[str, Any]]) -> str | None:
+    """A pod whose container died (it is terminated now, or was and is not ready again yet; the kubelet
+    restarts it in place): what ended it, so status says so rather than "rolling out"."""
+    for pod in pods:
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+            ended = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get("terminated")
+            if not ended or cs.get("ready"):
+                continue
+            why = ended.get("reason") or "terminated"
+            return (f"pod {pod['metadata']['name']} container {cs.get('name')} restarted "
+                    f"(restart {cs.get('restartCount', 0)}; last termination: {why}, exit code {ended.get('exitCode')})")
+    return None
+
+
 def workload_state(what: str, dep: dict[str, Any] | None, pods: list[dict[str, Any]],
                    pod_events: dict[str, tuple[str, str]] | None = None) -> WorkloadState:
     if dep is None:
@@ -98,6 +116,9 @@ def workload_state(what: str, dep: dict[str, Any] | None, pods: list[dict[str, A
     updated, available, total = (st.get(k, 0) for k in ("updatedReplicas", "availableReplicas", "replicas"))
     if updated >= want and available >= want and total <= want:
         return WorkloadState(AVAILABLE, "DeploymentAvailable", f"{what}: {available}/{want} replicas available")
+    restarted = restarted_container(pods) if updated >= want else None
+    if restarted:
+        return WorkloadState(PROGRESSING, "Restarting", f"{what}: {available}/{want} available, {restarted}")
     unschedulable = _unschedulable(pods)
     if unschedulable:
         return WorkloadState(FAILED, "Unschedulable", f"{what}: {unschedulable}")
@@ -106,12 +127,56 @@ def workload_state(what: str, dep: dict[str, Any] | None, pods: list[dict[str, A
     )
 
 
+def _running_unready(pods: list[dict[str, Any]]) -> str | None:
+    """The first pod that runs but fails readiness (vLLM loading its model, or its /health failing)."""
+    for pod in pods:
+        st = pod.get("status") or {}
+        ready = {x.get("type"): x.get("status") for x in st.get("conditions") or []}.get("Ready")
+        if st.get("phase") == "Running" and ready == "False":
+            return pod["metadata"]["name"]
+    return None
+
+
+def inference_state(dep: dict[str, Any] | None, pods: list[dict[str, Any]],
+                    pod_events: dict[str, tuple[str, str]] | None) -> WorkloadState:
+    """vLLM's workload state; a pod that runs unready is named (InferenceNotReady): the engine keeps
+    serving retrieval and extractive answers meanwhile (its readiness does not follow the LLM)."""
+    s = workload_state("vLLM", dep, pods, pod_events)
+    pod = _running_unready(pods) if s.state == PROGRESSING else None
+    if pod is None:
+        return s
+    return WorkloadState(PROGRESSING, "InferenceNotReady",
+                         f"{s.message}; pod {pod} runs but is not ready (loading the model, or its /health fails): "
+                         "the engine answers with retrieval and extractive answers meanwhile")
+
+
 def _cond(ctype: str, ok: bool, reason: str, message: str) -> dict[str, Any]:
     return {"type": ctype, "status": "True" if ok else "False", "reason": reason, "message": message}
 
 
-def conditions_for(spec: RAGEngineSpec | None, observed: Observed, error: tuple[str, str] | None) -> list[dict]:
-    """The five conditions (six with sources), without timestamps. error = (reason, message) of a failed reconcile."""
+AUTH_OFF = ("spec.auth.enabled is false: anyone who reaches the engine reads, writes and deletes its indexes and "
+            "sessions, and uses its LLM, without a key")
+POLICY_OFF = ("spec.engine.networkPolicy.enabled is false: every pod of the cluster can reach the engine, not only "
+              "its namespace")
+
+
+def secure_defaults(spec: RAGEngineSpec) -> dict[str, Any]:
+    """SecureDefaults: True while the engine requires its API key and its NetworkPolicy is on; False, with
+    what is exposed, when the spec opts out of either. A warning, never a failure: it does not feed Ready."""
+    off = [(flag, why) for flag, why in (("Auth", AUTH_OFF), ("NetworkPolicy", POLICY_OFF))
+           if not (spec.auth.enabled if flag == "Auth" else spec.engine.network_policy.enabled)]
+    if not off:
+        return _cond(c.SECURE_DEFAULTS, True, "Secure",
+                     "the engine requires its API key and admits only its NetworkPolicy's peers")
+    reason = "And".join(flag for flag, _ in off) + "Disabled"
+    return _cond(c.SECURE_DEFAULTS, False, reason, "; ".join(why for _, why in off))
+
+
+def conditions_for(owner: Owner, spec: RAGEngineSpec | None, observed: Observed,
+                   error: tuple[str, str] | None) -> list[dict]:
+    """The six conditions (plus SourcesSynced with sources, GuardrailsPolicy with guardrails), without
+    timestamps. error = (reason, message) of a failed
+    reconcile. An invalid spec gets the five that can be said without one (no SecureDefaults)."""
     if spec is None:  # invalid spec: nothing else can be said
         reason, message = error or ("InvalidSpec", "spec is invalid")
         return [
@@ -133,8 +198,8 @@ def conditions_for(spec: RAGEngineSpec | None, observed: Observed, error: tuple[
         if spec.inference.replicas == 0 and spec.inference.autoscaling is None:
             inference = _cond(c.INFERENCE_READY, False, "ScaledToZero", "spec.inference.replicas is 0 (GPUs freed)")
         else:
-            s = states[c.COMPONENT_INFERENCE] = workload_state(
-                "vLLM", observed.deployments.get(c.COMPONENT_INFERENCE), observed.pods.get(c.COMPONENT_INFERENCE, []),
+            s = states[c.COMPONENT_INFERENCE] = inference_state(
+                observed.deployments.get(c.COMPONENT_INFERENCE), observed.pods.get(c.COMPONENT_INFERENCE, []),
                 observed.pod_events,
             )
             inference = _cond(c.INFERENCE_READY, s.state == AVAILABLE, s.reason, s.message)
@@ -145,17 +210,26 @@ def conditions_for(spec: RAGEngineSpec | None, observed: Observed, error: tuple[
             "engine", observed.deployments.get(c.COMPONENT_ENGINE), observed.pods.get(c.COMPONENT_ENGINE, []),
             observed.pod_events,
         )
-        if s.state == PROGRESSING and observed.engine_not_ready:
+        if s.state == PROGRESSING and observed.engine_not_ready and s.reason != "Restarting":
             # the pods run but fail readiness: say which dependency, in the engine's own words
             s = states[c.COMPONENT_ENGINE] = WorkloadState(PROGRESSING, "EngineNotReady",
                                                            f"engine: {observed.engine_not_ready}")
         engine = _cond(c.ENGINE_READY, s.state == AVAILABLE, s.reason, s.message)
     failed = [s for s in states.values() if s.state == FAILED]
+    policy = guardrails_condition(spec, policy_configmap_name(owner, spec), observed.guardrails_policy)
     rolling = [s for s in states.values() if s.state == PROGRESSING]
     if error:
         degraded = _cond(c.DEGRADED, True, *error)
     elif failed:
         degraded = _cond(c.DEGRADED, True, failed[0].reason, "; ".join(s.message for s in failed))
+    elif inference["reason"] == "InferenceUnreachable":
+        # An outage of the external LLM, not a step on the way: GitOps tools (Argo CD's health check, Flux's
+        # failed expression in docs/operator.md) must show it, while the engine keeps serving what it can.
+        degraded = _cond(c.DEGRADED, True, "InferenceUnreachable", f"{inference['message']}; the engine still "
+                         "answers retrieval, and chat extractively")
+    elif policy is not None and policy["status"] == "False":
+        # The engine serves on its last good policy (or refuses, fail-closed): not what the spec declares.
+        degraded = _cond(c.DEGRADED, True, "Guardrails" + policy["reason"], policy["message"])
     else:
         degraded = _cond(c.DEGRADED, False, "AsExpected", "no child reports a failure")
     progressing = (
@@ -163,16 +237,23 @@ def conditions_for(spec: RAGEngineSpec | None, observed: Observed, error: tuple[
         if rolling
         else _cond(c.PROGRESSING, False, "Complete", "all children are up to date")
     )
-    not_ready = [x for x in (inference, engine) if x["status"] != "True"]
+    # vLLM scaled to zero on purpose is a state reached, not one awaited: the engine serves retrieval and
+    # extractive answers (its readiness does not follow the LLM), so Ready holds.
+    scaled_to_zero = inference["reason"] == "ScaledToZero"
+    not_ready = [x for x in (inference, engine) if x["status"] != "True" and not (x is inference and scaled_to_zero)]
     if error:
         ready = _cond(c.READY, False, error[0], error[1])
     elif not_ready:
         ready = _cond(c.READY, False, not_ready[0]["reason"], "; ".join(x["message"] for x in not_ready))
+    elif scaled_to_zero:
+        ready = _cond(c.READY, True, "ScaledToZero", "the engine is available; vLLM is scaled to zero (retrieval and "
+                      "extractive answers until it is scaled up)")
     else:
         ready = _cond(c.READY, True, "Available", "inference and engine are available")
     # SourcesSynced never feeds Ready: an engine whose source fails still serves what it has.
     sources = sources_condition(spec.sources, observed.sources)
-    return [ready, inference, engine, progressing, degraded] + ([sources] if sources else [])
+    extra = [x for x in (sources, policy) if x]
+    return [ready, inference, engine, progressing, degraded, secure_defaults(spec), *extra]
 
 
 def stamp(new: list[dict], old: list[dict], now: str, generation: int | None) -> list[dict]:
@@ -214,13 +295,15 @@ def compute_status(
     error: tuple[str, str] | None = None,
 ) -> tuple[dict[str, Any], list[dict]]:
     """-> (status patch, condition transitions)."""
-    conds = stamp(conditions_for(spec, observed, error), old_conditions, now, generation)
+    conds = stamp(conditions_for(owner, spec, observed, error), old_conditions, now, generation)
     status: dict[str, Any] = {"observedGeneration": generation, "conditions": conds, "endpoint": endpoint(owner)}
     if spec is not None:
         status["inferenceUrl"] = llm_url(owner, spec)
         status["model"] = served_model(spec)
         status["dataVolumeSize"] = observed.data_volume_size
         status["modelCacheVolumeSize"] = observed.model_cache_volume_size
+        key = engine_api_key_ref(owner, spec.auth)
+        status["apiKeySecretRef"] = {"name": key.name, "key": key.key} if key else None
         # the scale subresource reads these; None removes them (merge patch) when vLLM goes away
         status["inferenceReplicas"] = status["inferenceSelector"] = None
         if spec.runs_vllm:

@@ -3,46 +3,89 @@
 Why a loop and not a kopf daemon per RAGEngine: a daemon makes kopf put a finalizer on the object,
 and deletion would then wait for the operator (see resync.py). The loop reads kopf's in-memory index
 of RAGEngines that have sources (spec, status.sources, EngineReady), so deciding what is due costs no
-API call; each due source syncs in a worker thread, never inside a reconcile, so a slow git server
-holds up neither the RAGEngine's children nor its other sources. One sync per source at a time, and
-one operator: each revision is synced once whatever the number of engine replicas.
+API call. One sync per source at a time, and one operator: each revision is synced once whatever the
+number of engine replicas.
+
+Where a sync runs (issue 22): never in the operator's process nor with its identity, since it fetches
+and parses tenant data. The operator keeps the scheduling, the status, the Events and the references;
+a worker (sources/worker.py, ``ragengine-operator sync-source``) does fetch -> plan -> push and hands
+back a SyncResult. ``settings.sync_mode`` picks where the worker runs:
+
+- ``job`` (sources/in_job.py): a Job in the RAGEngine's namespace (manifests/sync_job.py): no API
+  token, its own limits and deadline, the namespace's NetworkPolicies; its result is the pod's
+  termination message. The operator reads neither the source's credentials nor the engine's key: it
+  checks the credentials Secret's type (a ServiceAccount token is refused) and a ConfigMap's
+  resourceVersion, and names them in the Job.
+- ``subprocess`` (sources/in_subprocess.py): a child process with an empty environment (no
+  KUBECONFIG, no token), rlimits and a deadline, for an operator run outside the cluster (the tests:
+  kwok's pods run no containers). The operator reads the inputs and gives them on stdin.
 
 What survives a restart: ``status.sources[]`` (revision, digest of the spec synced, counts). A
 restarted operator re-reads it, so a source already at its revision is checked, not re-synced; a
-sync cut off half-way is re-planned from the engine's content hashes and finishes.
+sync cut off half-way is re-planned from the engine's content hashes and finishes. A ConfigMap whose
+resourceVersion did not move is not handed to a worker at all, unless the engine became ready since
+the last sync this process ran (a new volume may have lost the index: the worker checks and refills).
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
+import contextlib
 import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kubernetes.client.rest import ApiException
+
+from ragengine.observability import tracing
 
 from .. import constants as c
 from ..controller import Controller, api_message, post
 from ..kube import apply as kube
 from ..manifests.engine import endpoint
+from ..manifests.engine_env import engine_api_key_ref
 from ..manifests.labels import Owner
-from .engine import EngineClient, EngineUnavailable
-from .fetch import Fetched, FetchError, from_configmap
-from .plan import SyncPlan
+from ..manifests.sync_job import SyncPod
+from ..metrics import SOURCE_SYNCS
+from ..spec import AuthSpec, ObservabilitySpec
+from .in_job import JobRunner
+from .in_subprocess import SubprocessRunner
+from .protocol import Limits, Prepared, SyncRequest, failed
 from .spec import Source
-from .status import SourceState, after_sync, due, sync_event, syncing, visible, waiting
-from .sync import SyncResult, fetch, sync_source
+from .status import SourceState, after_sync, due, epoch, retry_delay, sync_event, syncing, visible, waiting
+from .sync import SyncResult, policy_settings
+from .traced import TracingConfig, config_of, operator_span, result_attributes
 
 log = logging.getLogger(__name__)
 TICK_SECONDS = 1.0
 PROGRESS_EVERY_S = 10.0  # a long sync shows its progress in status.sources at most this often
+# Secrets that must never be sent to a URL a tenant chose: a ServiceAccount token is the namespace's
+# API identity, a bootstrap token the node's.
+REFUSED_SECRET_TYPES = ("kubernetes.io/service-account-token", "bootstrap.kubernetes.io/token")
 Key = tuple[str, str]
+Progress = Callable[[str], None]
+
+
+class FairSlots:
+    """``total`` workers, at most ``per_namespace`` of them (running or queued for one) per namespace.
+
+    A sync first takes its namespace's slot, then a global one; the global queue is FIFO, so it never
+    holds more than ``per_namespace`` entries of one tenant and every namespace's next sync is at most
+    a few places from the front: a tenant with many slow sources leaves workers to the others."""
+
+    def __init__(self, total: int, per_namespace: int) -> None:
+        self.total = asyncio.Semaphore(total)
+        self.per_namespace = min(per_namespace, total)
+        self.namespaces: defaultdict[str, asyncio.Semaphore] = defaultdict(lambda: asyncio.Semaphore(self.per_namespace))
+
+    @contextlib.asynccontextmanager
+    async def hold(self, namespace: str) -> AsyncIterator[None]:
+        async with self.namespaces[namespace], self.total:
+            yield
 
 
 @dataclass(frozen=True)
@@ -55,7 +98,9 @@ class Target:
     sources: tuple[Source, ...]
     entries: tuple[dict[str, Any], ...]  # status.sources[] as last written
     engine_ready: bool
-    api_key_ref: tuple[str, str] | None  # (Secret, key) of the engine's API key when auth is on
+    api_key_ref: tuple[str, str] | None  # (Secret, key) of the engine's API key; None when auth is off
+    engine_ready_since: float = 0.0  # epoch of EngineReady's last transition to True
+    tracing: TracingConfig | None = None  # spec.observability.tracing (sources/traced.py)
 
     @classmethod
     def from_body(cls, namespace: str, name: str, uid: str, spec: Mapping, status: Mapping) -> Target | None:
@@ -64,29 +109,48 @@ class Target:
             return None
         try:
             sources = tuple(Source.model_validate(s) for s in spec.get("sources") or [])
+            auth = AuthSpec.model_validate(spec.get("auth") or {})
+            observability = ObservabilitySpec.model_validate(spec.get("observability") or {})
         except ValueError as exc:  # the reconcile reports InvalidSpec for the whole object
             log.info("sources of %s/%s not synced: %s", namespace, name, exc)
             return None
-        ready = any(x.get("type") == c.ENGINE_READY and x.get("status") == "True" for x in status.get("conditions") or [])
-        ref = ((spec.get("auth") or {}).get("apiKeySecretRef")) or None
+        cond: Mapping[str, Any] = next(
+            (x for x in status.get("conditions") or [] if x.get("type") == c.ENGINE_READY), {})
+        ready = cond.get("status") == "True"
+        since = (epoch(cond.get("lastTransitionTime")) or 0.0) if ready else 0.0
+        ref = engine_api_key_ref(Owner(namespace, name, uid), auth)
         return cls(namespace, name, uid, sources, tuple(status.get("sources") or ()), ready,
-                   (ref["name"], ref.get("key", "api-key")) if ref else None)
+                   (ref.name, ref.key) if ref else None, since, config_of(observability.tracing))
+
+    @property
+    def owner(self) -> Owner:
+        return Owner(self.namespace, self.name, self.uid)
 
 
 @dataclass
 class SourceSyncer:
     controller: Controller
+    pods: Mapping[Any, Any] = field(default_factory=dict)  # kopf index of sync pods (job mode)
     states: dict[Key, dict[str, SourceState]] = field(default_factory=dict)
     running: set[tuple[str, str, str]] = field(default_factory=set)
     locks: defaultdict[Key, threading.Lock] = field(default_factory=lambda: defaultdict(threading.Lock))
+    # (namespace, name, source) -> when a worker last checked that source against its engine
+    verified: dict[tuple[str, str, str], float] = field(default_factory=dict)
+    # (namespace, name, source) of a removed source -> (failed prunes, when to try again)
+    prunes: dict[tuple[str, str, str], tuple[int, float]] = field(default_factory=dict)
 
     @property
     def settings(self) -> Any:
         return self.controller.settings
 
+    @property
+    def limits(self) -> Limits:
+        s = self.settings
+        return Limits(s.sync_memory, s.sync_cpu_seconds, s.sync_deadline_seconds)
+
     # --- the loop -------------------------------------------------------------------------------
     async def loop(self, index: Mapping[Key, Any]) -> None:
-        slots = asyncio.Semaphore(self.settings.source_workers)
+        slots = FairSlots(self.settings.source_workers, self.settings.source_workers_per_namespace)
         tasks: set[asyncio.Task] = set()
         while True:
             await asyncio.sleep(TICK_SECONDS)
@@ -98,7 +162,7 @@ class SourceSyncer:
                     tasks.add(task)
                     task.add_done_callback(tasks.discard)
 
-    def start(self, target: Target, slots: asyncio.Semaphore) -> list[asyncio.Task]:
+    def start(self, target: Target, slots: FairSlots) -> list[asyncio.Task]:
         key = (target.namespace, target.name)
         states = self.states.setdefault(key, {e["name"]: SourceState.from_status(e) for e in target.entries})
         now = time.time()
@@ -110,21 +174,22 @@ class SourceSyncer:
             self.running.add((*key, source.name))
             started.append(asyncio.create_task(self._one(target, source, slots)))
         for name in set(states) - wanted:  # removed from the spec: its documents go too
-            if (*key, name) not in self.running:
+            if (*key, name) not in self.running and target.engine_ready and \
+                    self.prunes.get((*key, name), (0, 0.0))[1] <= now:
                 self.running.add((*key, name))
                 started.append(asyncio.create_task(self._prune(target, name, slots)))
         return started
 
-    async def _one(self, target: Target, source: Source, slots: asyncio.Semaphore) -> None:
+    async def _one(self, target: Target, source: Source, slots: FairSlots) -> None:
         key = (target.namespace, target.name)
         try:
-            async with slots:
+            async with slots.hold(target.namespace):
                 before = self.states.setdefault(key, {}).get(source.name)
                 reporter = ProgressReporter(self, target, source, before)
                 if not target.engine_ready:
                     after, result = waiting(source, before, time.time()), None
                 else:
-                    result = await asyncio.to_thread(self.sync_blocking, target, source, before, reporter)
+                    result = await self.sync(target, source, before, reporter)
                     after = after_sync(source, before, result, time.time())
                 self.states.setdefault(key, {})[source.name] = after  # (the RAGEngine may be gone meanwhile)
                 if before is None or visible(before) != visible(after) or reporter.reported:
@@ -137,91 +202,92 @@ class SourceSyncer:
         finally:
             self.running.discard((*key, source.name))
 
-    async def _prune(self, target: Target, name: str, slots: asyncio.Semaphore) -> None:
+    async def _prune(self, target: Target, name: str, slots: FairSlots) -> None:
         key = (target.namespace, target.name)
         index = next((e.get("index") for e in target.entries if e.get("name") == name), None) or name
         try:
-            async with slots:
-                removed = await asyncio.to_thread(self.prune_blocking, target, name, index)
+            async with slots.hold(target.namespace):
+                request = SyncRequest("prune", name, index, self.engine_url(target))
+                result = await self.dispatch(target, Prepared(request, api_key=target.api_key_ref))
+                if not result.ok:  # retried with the same backoff as a failed sync
+                    failures = self.prunes.get((*key, name), (0, 0.0))[0] + 1
+                    self.prunes[(*key, name)] = (failures, time.time() + retry_delay(failures))
+                    log.warning("documents of removed source %s of %s/%s not deleted yet: %s", name, *key,
+                                result.message)
+                    return
+                self.prunes.pop((*key, name), None)
                 self.states.setdefault(key, {}).pop(name, None)
                 await asyncio.to_thread(self.write_status, target)
                 self._post(target, "Normal", "SourceRemoved",
-                           f"source {name} left the spec: its {removed} document(s) were deleted from index {index}")
-        except (EngineUnavailable, ApiException) as exc:
+                           f"source {name} left the spec: its {result.written} document(s) were deleted from index {index}")
+        except ApiException as exc:
             log.warning("documents of removed source %s of %s/%s not deleted yet: %s", name, *key, exc)
         finally:
             self.running.discard((*key, name))
 
-    # --- blocking work (worker threads) ------------------------------------------------------------
-    def sync_blocking(self, target: Target, source: Source, state: SourceState | None,
-                      progress: Callable[[str], None] | None = None) -> SyncResult:
+    # --- one sync -----------------------------------------------------------------------------------
+    async def sync(self, target: Target, source: Source, state: SourceState | None,
+                   progress: Progress | None = None) -> SyncResult:
+        """One sync by a worker; never raises: every failure is a failed result (status, backoff, Event)."""
         try:
-            engine = self._engine(target)
-        except FetchError as exc:
-            return SyncResult(source.name, source.kind, ok=False, message=str(exc))
-        try:
-            known = state.revision if state and state.synced else None
-            if known is not None and not engine.has_index(source.index_name):
-                known = None  # the index was lost (a new volume): sync everything again
-            validators = state.validators if state and known else None
+            prepared = await asyncio.to_thread(self.prepare, target, source, state)
+            if isinstance(prepared, SyncResult):
+                return prepared
+            result = await self.dispatch(target, prepared, progress)
+        except Exception as exc:
+            log.warning("sync of source %s of %s/%s failed: %s", source.name, target.namespace, target.name, exc)
+            return SyncResult(source.name, source.kind, ok=False, message=f"not synced: {type(exc).__name__}: {exc}")
+        if result.ok:
+            self.verified[(target.namespace, target.name, source.name)] = time.time()
+        return result
 
-            def read() -> Fetched:
-                holder = source.git or source.http
-                ref = holder.secret_ref if holder is not None else None
-                secret = self._secret(target.namespace, ref.name) if ref else None
-                cache = Path(self.settings.sources_cache_dir) / target.namespace / target.name
-                return fetch(source, cache=cache, secret=secret, previous_revision=known,
-                             previous_validators=validators, read_configmap=lambda: self._configmap(target, source, known))
+    def prepare(self, target: Target, source: Source, state: SourceState | None) -> Prepared | SyncResult:
+        """The request and references for a worker, from API reads that never return a credential; or the
+        result without a worker (refused credentials, a missing ConfigMap, a ConfigMap at its revision)."""
+        known = state.revision if state and state.synced else None
+        request = SyncRequest("sync", source.name, source.index_name, self.engine_url(target),
+                              source.model_dump(mode="json", by_alias=True, exclude_none=True), known,
+                              state.validators if state and known else None, fetch_policy=policy_settings(self.settings))
+        holder = source.git or source.http
+        ref = holder.secret_ref if holder is not None else None
+        if ref is not None:
+            kind = kube.secret_type(self.controller.dyn, target.namespace, ref.name)
+            if kind is None:
+                return failed(request, f"Secret {ref.name} not found in namespace {target.namespace}")
+            if kind in REFUSED_SECRET_TYPES:
+                return failed(request, f"Secret {ref.name} is of type {kind}: refused as source credentials (they "
+                                       "would be sent to the source's URL); use an Opaque Secret")
+        configmap = source.config_map.name if source.config_map else None
+        if configmap is not None:
+            found = kube.get_metadata(self.controller.dyn, "v1", "ConfigMap", target.namespace, configmap)
+            if found is None:
+                return failed(request, f"ConfigMap {configmap} not found in namespace {target.namespace}")
+            version = found["metadata"]["resourceVersion"]
+            checked = self.verified.get((target.namespace, target.name, source.name), 0.0)
+            if version == known and checked >= target.engine_ready_since:
+                return SyncResult(source.name, source.kind, ok=True, revision=version, message="up to date")
+            request = replace(request, configmap_revision=version)
+        return Prepared(request, ref.name if ref else None, configmap, target.api_key_ref)
 
-            return sync_source(source, engine, read, known, progress)
-        except EngineUnavailable as exc:
-            return SyncResult(source.name, source.kind, ok=False, message=f"not synced: {exc}")
-        finally:
-            engine.close()
+    async def dispatch(self, target: Target, prepared: Prepared, progress: Progress | None = None) -> SyncResult:
+        """Run the worker where settings.sync_mode says (sources/in_job.py, sources/in_subprocess.py), in the
+        sync's span when the RAGEngine has tracing on (its traceparent goes to the worker in the request)."""
+        s = self.settings
+        with operator_span(target.tracing, prepared.request, target.owner) as request:
+            prepared = replace(prepared, request=request)
+            if s.sync_mode == "job":
+                result = await JobRunner(self.controller.dyn, SyncPod.from_settings(s), self.limits, self.pods).run(
+                    target.owner, prepared, progress)
+            else:
+                result = await SubprocessRunner(self.controller.dyn, self.limits, s.sync_tmp_size).run(
+                    target.owner, prepared, progress)
+            tracing.annotate(**result_attributes(result))
+            SOURCE_SYNCS.labels(request.action, "ok" if result.ok else "failed").inc()
+            return result
 
-    def prune_blocking(self, target: Target, name: str, index: str) -> int:
-        engine = self._engine(target)
-        try:
-            ids = sorted(engine.indexed(index, name))
-            engine.apply(index, SyncPlan(delete=ids))
-            return len(ids)
-        finally:
-            engine.close()
-
-    def _engine(self, target: Target) -> EngineClient:
+    def engine_url(self, target: Target) -> str:
         template = self.settings.engine_url
-        url = template.format(name=target.name, namespace=target.namespace) if template else endpoint(
-            Owner(target.namespace, target.name, target.uid))
-        api_key = None
-        if target.api_key_ref:
-            secret_name, secret_key = target.api_key_ref
-            api_key = (self._secret(target.namespace, secret_name) or {}).get(secret_key)
-            if not api_key:
-                raise FetchError(f"the engine's API key (Secret {secret_name}, key {secret_key}) is empty")
-        return EngineClient(url, api_key)
-
-    def _secret(self, namespace: str, name: str) -> dict[str, str]:
-        try:
-            obj = kube.get(self.controller.dyn, "v1", "Secret", namespace, name)
-        except ApiException as exc:
-            raise FetchError(f"Secret {name} cannot be read: {api_message(exc)}") from exc
-        if obj is None:
-            raise FetchError(f"Secret {name} not found in namespace {namespace}")
-        return {k: base64.b64decode(v).decode("utf-8", "replace") for k, v in (obj.get("data") or {}).items()}
-
-    def _configmap(self, target: Target, source: Source, known: str | None) -> Fetched:
-        assert source.config_map is not None
-        name = source.config_map.name
-        try:
-            obj = kube.get(self.controller.dyn, "v1", "ConfigMap", target.namespace, name)
-        except ApiException as exc:
-            raise FetchError(f"ConfigMap {name} cannot be read: {api_message(exc)}") from exc
-        if obj is None:
-            raise FetchError(f"ConfigMap {name} not found in namespace {target.namespace}")
-        version = obj["metadata"]["resourceVersion"]
-        if version == known:
-            return Fetched(version, unchanged=True)
-        return from_configmap(obj.get("data"), obj.get("binaryData"), source.config_map.keys, version)
+        return template.format(name=target.name, namespace=target.namespace) if template else endpoint(target.owner)
 
     # --- status and events -------------------------------------------------------------------------
     def write_status(self, target: Target) -> None:
@@ -250,9 +316,10 @@ class SourceSyncer:
 
 
 class ProgressReporter:
-    """Called in the sync's thread after each batch: writes "syncing <rev>: n of m documents written" to
-    the source's status entry at most every PROGRESS_EVERY_S, so a first sync of a large repository
-    shows how far it is in ``kubectl get rag -o yaml`` instead of nothing for minutes."""
+    """Called (in a thread) with each progress line of a running sync: writes it to the source's status
+    entry at most every PROGRESS_EVERY_S, so a first sync of a large repository shows how far it is
+    (``syncing <rev>: n of m documents written``, or ``syncing in Job <name> for 30 s``) instead of
+    nothing for minutes."""
 
     def __init__(self, syncer: SourceSyncer, target: Target, source: Source, before: SourceState | None) -> None:
         self.syncer, self.target, self.source, self.before = syncer, target, source, before

@@ -11,13 +11,17 @@ The tests themselves use the admin kubeconfig and the kubectl built with the con
 
 from __future__ import annotations
 
-import os
 import subprocess
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+
+from .kube import Kube, wait_for
 
 ROOT = Path(__file__).resolve().parents[3]
 KUBECONFIG = ROOT / ".cluster" / "kubeconfig"  # admin: the tests' own client
@@ -25,20 +29,24 @@ OPERATOR_KUBECONFIG = ROOT / ".cluster" / "operator.kubeconfig"  # the chart's S
 CHART = ROOT / "charts" / "ragengine"
 OPERATOR_NAMESPACE = "ragengine-system"
 RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest"}
-# Before kopf/kubernetes read it: the operator code resolves $KUBECONFIG. Short periods for tests.
-os.environ["KUBECONFIG"] = str(OPERATOR_KUBECONFIG)
-os.environ.setdefault("RAGENGINE_OPERATOR_RESYNC_SECONDS", "5")
-os.environ.setdefault("RAGENGINE_OPERATOR_WATCH_TIMEOUT_SECONDS", "10")
-os.environ.setdefault("RAGENGINE_OPERATOR_METRICS_PORT", "0")
-os.environ.setdefault("RAGENGINE_OPERATOR_LIVENESS_PORT", "0")
-# Where the operator "runs", as the chart sets it from the downward API (an engine NetworkPolicy admits it).
-os.environ.setdefault("RAGENGINE_OPERATOR_POD_NAMESPACE", OPERATOR_NAMESPACE)
-os.environ.setdefault("RAGENGINE_OPERATOR_POD_LABELS", '{"app.kubernetes.io/name": "ragengine-operator"}')
+# The operator's environment in these tests: its kubeconfig (the operator code resolves $KUBECONFIG when
+# it logs in), short periods, no ports, source syncs in subprocesses of the operator (kwok's pods run no
+# containers, so a sync Job would never run here; test_sync_jobs.py covers the Job mode on its own
+# operator), and a CRD a test installs seen at once. Operator subprocesses get it explicitly
+# (``{**os.environ, **OPERATOR_ENV}``); the in-process operator gets it only while it runs (the
+# ``operator`` fixture), and the variables are put back when it stops. Nothing is set at import.
+OPERATOR_ENV = {
+    "KUBECONFIG": str(OPERATOR_KUBECONFIG),
+    "RAGENGINE_OPERATOR_RESYNC_SECONDS": "5",
+    "RAGENGINE_OPERATOR_WATCH_TIMEOUT_SECONDS": "10",
+    "RAGENGINE_OPERATOR_METRICS_PORT": "0",
+    "RAGENGINE_OPERATOR_LIVENESS_PORT": "0",
+    "RAGENGINE_OPERATOR_SYNC_MODE": "subprocess",
+    "RAGENGINE_OPERATOR_ADDON_RECHECK_SECONDS": "1",
+    # the tests' git, HTTP and LLM servers listen on loopback, which the egress rules refuse by default
+    "RAGENGINE_OPERATOR_SOURCES_EGRESS_ALLOW": '["127.0.0.0/8"]',
+}
 
-from kubernetes import client as k8s  # noqa: E402
-from kubernetes import config as k8s_config  # noqa: E402
-
-from .kube import Kube, wait_for  # noqa: E402
 
 OPERATOR_NAMESPACES = "t-*"  # the shared in-process operator serves these; others run their own
 
@@ -64,7 +72,10 @@ def kube(bin_dir) -> Kube:
     kube = Kube(api, kubectl=[str(bin_dir / "kubectl"), f"--kubeconfig={KUBECONFIG}"])
     crd = ROOT / "crds" / "ragengine.io_ragengines.yaml"
     kube.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crd))
-    kube.kubectl("wait", "--for=condition=Established", "crd/ragengines.ragengine.io", "--timeout=30s")
+    # Right after the CRD is created its status may have no conditions yet, and `kubectl wait` then fails
+    # at once instead of waiting (seen on a fresh cluster): wait on the condition itself.
+    wait_for(lambda: kube.kubectl("wait", "--for=condition=Established", "crd/ragengines.ragengine.io",
+                                  "--timeout=5s", check=False).returncode == 0, 30, "the CRD to be Established")
     return kube
 
 
@@ -90,8 +101,10 @@ def service_account_kubeconfig(kube: Kube, sa: str, path: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def operator_identity(kube, bin_dir) -> Path:
-    """The chart's ServiceAccount and RBAC applied as the chart renders them; a kubeconfig for it."""
-    docs = helm_template(bin_dir, "--show-only", "templates/serviceaccount.yaml", "--show-only", "templates/rbac.yaml")
+    """The chart's ServiceAccount, RBAC and Secret admission policy applied as the chart renders them; a
+    kubeconfig for it. Every operator in the tests thus writes Secrets under the policy."""
+    docs = helm_template(bin_dir, "--show-only", "templates/serviceaccount.yaml", "--show-only", "templates/rbac.yaml",
+                         "--show-only", "templates/admission-policy.yaml")
     kube.kubectl("create", "namespace", OPERATOR_NAMESPACE, check=False)
     kube.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=yaml.safe_dump_all(docs))
     sa = next(d for d in docs if d["kind"] == "ServiceAccount")["metadata"]["name"]
@@ -105,25 +118,28 @@ def source_engine(embedder, tmp_path_factory) -> str:
     setting (the same setting an operator running outside the cluster uses)."""
     from ragengine.app import create_app
     from ragengine.settings import EngineSettings
+    from tests.support.embedding import borrowed
     from tests.support.server import serve_app
 
     app = create_app(EngineSettings(data_dir=tmp_path_factory.mktemp("source-engine")))
-    app.state.embedder = embedder
-    with serve_app(app) as base:
-        yield base
+    with borrowed(embedder) as own:
+        app.state.embedder = own
+        with serve_app(app) as base:
+            yield base
 
 
 @pytest.fixture(scope="session")
-def operator(kube, operator_identity, source_engine, tmp_path_factory):
+def operator(kube, operator_identity, source_engine):
     """The operator in this process (kopf's KopfRunner), serving namespaces t-*."""
     from kopf.testing import KopfRunner
 
-    os.environ["RAGENGINE_OPERATOR_ENGINE_URL"] = source_engine
-    os.environ["RAGENGINE_OPERATOR_SOURCES_CACHE_DIR"] = str(tmp_path_factory.mktemp("source-cache"))
-
+    env = {**OPERATOR_ENV, "RAGENGINE_OPERATOR_ENGINE_URL": source_engine}
     args = ["run", "--standalone", f"--namespace={OPERATOR_NAMESPACES}", "-m", "ragengine_operator.handlers"]
-    with KopfRunner(args, timeout=60) as runner:
-        yield runner
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in env.items():
+            mp.setenv(key, value)
+        with KopfRunner(args, timeout=60) as runner:
+            yield runner
     assert runner.exception is None, runner.output[-3000:]
     output = runner.output
     for at in operator_tracebacks(output):
@@ -166,6 +182,15 @@ def bare_namespace(kube, operator_identity, request):
     yield ns
     kube.delete_all_ragengines(ns, force=True)
     kube.core.delete_namespace(ns)
+
+
+@pytest.fixture
+def dead_port() -> Iterator[int]:
+    """A loopback port that refuses connections for the whole test (held bound, never listening)."""
+    from tests.support.server import refused_port
+
+    with refused_port() as port:
+        yield port
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,8 @@
 Seeded random specs mix valid and invalid values for every field family. Each is created with
 `dryRun=All` (the API server runs defaulting, the structural schema and every CEL rule, and stores
 nothing). Properties:
-- a rejected spec gets a 4xx with a message that names what is wrong (a field path or a rule's text);
+- a rejected spec gets a 4xx whose causes name what is wrong: each cause's field is a path into the
+  submitted spec, and a CEL rule's refusal carries that rule's message from the CRD;
 - an accepted spec, as the API server defaulted it, parses with the operator's own model (so the
   operator never reports InvalidSpec for something the API server let in), plans without an
   exception, and the planned Deployments, PVCs and Services pass the API server's dry run too.
@@ -15,10 +16,14 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import time
 import uuid
+from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 from kubernetes.client.rest import ApiException
 
 from ragengine_operator.manifests.labels import Owner
@@ -28,22 +33,39 @@ from ragengine_operator.spec import RAGEngineSpec
 FUZZ_SPECS = int(os.environ.get("RAGENGINE_FUZZ_SPECS", "150"))
 FUZZ_SECONDS = float(os.environ.get("RAGENGINE_FUZZ_SECONDS", "90"))
 SEED = int(os.environ.get("RAGENGINE_FUZZ_SEED", "20261123"))
+CRD = Path(__file__).resolve().parents[3] / "crds" / "ragengine.io_ragengines.yaml"
+
+
+def _rules(node: Any) -> list[dict]:
+    """Every x-kubernetes-validations rule anywhere in the CRD."""
+    if isinstance(node, dict):
+        return list(node.get("x-kubernetes-validations", [])) + [r for v in node.values() for r in _rules(v)]
+    if isinstance(node, list):
+        return [r for v in node for r in _rules(v)]
+    return []
 
 INFERENCE = {
     "model": ["Qwen/Qwen2.5-0.5B-Instruct", "", "m" * 600],
     "url": ["http://llm:8000/v1", "https://llm.example/v1", "ftp://llm/v1", "llm:8000"],
     "servedModelName": ["qwen", ""],
-    "gpus": [1, 2, 0, 64, 65, "2"],
+    "gpus": [1, 2, 0, 8, 9, 64, "2"],
     "replicas": [0, 1, 2, -1, 101],
     "contextWindow": [4096, 256, 100, 20_000_000],
-    "args": [[], ["--enable-prefix-caching"], ["--port=9000"], ["--api-key", "x"], ["--max-model-len=2"], ["x" * 1100]],
+    "args": [[], ["--enable-prefix-caching"], ["--port=9000"], ["--api-key", "x"], ["--max-model-len=2"], ["x" * 1100],
+             ["--max_model_len=2"], ["--uds=/tmp/s"], ["other/model"], ["--served-model", "x"]],
+    "toolCallParser": ["hermes", "none", "Bad Parser"],
+    "revision": ["main", "a09a35458c702b33eeacc393d103063234e8bc28", "bad rev"],
     "modelCache": [{}, {"size": "10Gi"}, {"size": "0"}, {"size": "lots"}, {"accessMode": "ReadWriteMany"},
                    {"accessMode": "Sometimes"}, {"storageClassName": "fast"}],
     "startupTimeout": ["30m", "1h30m", "0m", "soon", ""],
     "apiKeySecretRef": [{"name": "k"}, {"key": "only-key"}],
     "hfTokenSecretRef": [{"name": "hf"}],
-    "autoscaling": [{"maxReplicas": 2}, {"minReplicas": 3, "maxReplicas": 2}, {"maxReplicas": 0}],
-    "gpuResourceName": ["nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "gpu", "Bad Name/x"],
+    "autoscaling": [{"maxReplicas": 2}, {"minReplicas": 3, "maxReplicas": 2}, {"maxReplicas": 0},
+                    {"maxReplicas": 2, "metric": "requestsWaiting"},
+                    {"maxReplicas": 2, "keda": {"serverAddress": "http://prometheus:9090"}},
+                    {"maxReplicas": 2, "metric": "requestsWaiting", "keda": {"serverAddress": "http://prometheus:9090"}}],
+    "gpuResourceName": ["nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "gpu", "Bad Name/x", "amd.com/gpu"],
+    "image": ["vllm/vllm-openai-rocm:v0.33.0"],
     "tolerations": [[{"key": "a", "operator": "Exists"}], [{"key": "a", "operator": "Maybe"}]],
     "podLabels": [{"team": "a"}, {"team": "x" * 70}],
     "env": [[{"name": "X", "value": "1"}], [{"name": "1-bad"}],
@@ -66,6 +88,8 @@ TOP = {
                     {"type": "postgres", "connectionSecretRef": {"name": "db"}, "hnsw": {"m": 16, "efSearch": 64}}],
     "storage": [{}, {"size": "1Gi"}, {"size": "-1Gi"}, {"size": "1.5Gi"}, {"storageClassName": "standard"}],
     "auth": [{}, {"apiKeySecretRef": {"name": "a"}}, {"apiKeySecretRef": {"key": "k"}}],
+    "monitoring": [{}, {"kind": "PodMonitor", "interval": "15s"}, {"kind": "Probe"}, {"scrapeFrom": []},
+                   {"scrapeFrom": [{"ipBlock": {"cidr": "10.0.0.0/8"}}]}],
 }
 SCALE_OUT = {"vectorStore": {"type": "postgres", "connectionSecretRef": {"name": "db"}}}
 
@@ -91,12 +115,48 @@ def random_spec(rng: random.Random) -> dict:
     return spec
 
 
-def dry_run_create(kube, ns: str, name: str, spec: dict) -> tuple[dict | None, str | None]:
+def dry_run_create(kube, ns: str, name: str, spec: dict) -> tuple[dict | None, list[dict]]:
+    """(the defaulted object, []) when accepted; (None, the Status's causes) when refused."""
     try:
-        return kube.create_rag(ns, name, spec, dry_run="All"), None
+        return kube.create_rag(ns, name, spec, dry_run="All"), []
     except ApiException as exc:
         assert 400 <= exc.status < 500, f"{exc.status} for {spec}: {exc.body}"
-        return None, json.loads(exc.body).get("message") or ""
+        return None, (json.loads(exc.body).get("details") or {}).get("causes") or []
+
+
+# The API server's note when schema errors stopped the CEL rules (it names no field of the spec).
+NOT_CHECKED = "some validation rules were not checked"
+CEL_MESSAGES = [rule["message"] for rule in _rules(yaml.safe_load(CRD.read_text())) if rule.get("message")]
+
+
+def path_in(spec: dict, field: str) -> bool:
+    """Whether the API server's ``field`` (``spec.a.b[0].c``) leads into ``spec``: every step but the last
+    exists (the last may be the missing field a "Required" error names)."""
+    steps = [s for s in re.split(r"\.|\[(\d+)\]", field) if s]
+    if not steps or steps[0] != "spec":
+        return False
+    node: Any = spec
+    for i, step in enumerate(steps[1:], start=1):
+        last = i == len(steps) - 1
+        if isinstance(node, list) and step.isdigit() and int(step) < len(node):
+            node = node[int(step)]
+        elif isinstance(node, dict) and step in node:
+            node = node[step]
+        else:
+            return last
+    return True
+
+
+def check_rejection(spec: dict, causes: list[dict]) -> None:
+    """A refusal names what is wrong: each cause's field is a path into the submitted spec, and a CEL
+    rule's refusal ('Invalid value: "object"') carries that rule's own message from the CRD."""
+    named = [c for c in causes if NOT_CHECKED not in c.get("message", "")]
+    assert named, (SEED, spec, causes)
+    for cause in named:
+        assert path_in(spec, cause.get("field", "")), (SEED, spec, cause)
+        if cause["message"].startswith('Invalid value: "object": '):
+            rule = cause["message"].removeprefix('Invalid value: "object": ')
+            assert rule in CEL_MESSAGES, (SEED, spec, cause)
 
 
 def dry_run_children(kube, ns: str, rag: dict) -> None:
@@ -134,10 +194,10 @@ def test_crd_rules_fuzzed_against_the_api_server(kube, fuzz_ns):
         if time.monotonic() > deadline:
             break
         spec = random_spec(rng)
-        rag, message = dry_run_create(kube, fuzz_ns, f"f{i}", spec)
+        rag, causes = dry_run_create(kube, fuzz_ns, f"f{i}", spec)
         if rag is None:
             rejected += 1
-            assert message and ("spec" in message or "must" in message or "Invalid" in message), (SEED, spec, message)
+            check_rejection(spec, causes)
             continue
         accepted += 1
         try:

@@ -15,11 +15,13 @@ from pathlib import Path
 import pytest
 import yaml
 from kubernetes.client.rest import ApiException
+from prometheus_client import REGISTRY
 
 from ragengine.settings import EngineSettings
 from ragengine_operator import constants as c
+from tests.support.server import announced_port
 
-from .conftest import OPERATOR_KUBECONFIG, OPERATOR_NAMESPACE, ROOT, helm_template, service_account_kubeconfig
+from .conftest import OPERATOR_ENV, OPERATOR_KUBECONFIG, OPERATOR_NAMESPACE, ROOT, helm_template, service_account_kubeconfig
 from .kube import wait_for
 
 MODEL_SPEC = {"inference": {"model": "Qwen/Qwen2.5-0.5B-Instruct"}, "storage": {"size": "1Gi"}}
@@ -30,9 +32,14 @@ def degraded(kube, ns: str, n: str, timeout: float = 30) -> dict:
                     f"{ns}/{n} Degraded=True")
 
 
+def reconcile_errors(reason: str) -> float:
+    """Failed reconciles so far of the in-process operator (the operator fixture), by reason."""
+    return REGISTRY.get_sample_value("ragengine_operator_reconcile_errors_total", {"reason": reason}) or 0.0
+
+
 def start_operator(ns: str, log: Path, kubeconfig: Path = OPERATOR_KUBECONFIG) -> subprocess.Popen:
     exe = Path(sys.executable).with_name("ragengine-operator")
-    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+    env = {**os.environ, **OPERATOR_ENV, "KUBECONFIG": str(kubeconfig)}
     return subprocess.Popen([str(exe), "--namespace", ns], stdout=log.open("ab"), stderr=subprocess.STDOUT, env=env, cwd=ROOT)
 
 
@@ -62,7 +69,8 @@ def test_role_without_the_finalizers_rule_cannot_apply_children(kube, bin_dir, b
     """OwnerReferencesPermissionEnforcement: blockOwnerDeletion needs update on ragengines/finalizers."""
     ns, n = bare_namespace, "norbac"
     docs = helm_template(bin_dir, "--show-only", "templates/rbac.yaml")
-    role = next(d for d in docs if d["kind"] == "ClusterRole")
+    role = next(d for d in docs if d["kind"] == "ClusterRole" and "-edit" not in d["metadata"]["name"]
+                and "-view" not in d["metadata"]["name"])
     kept = [r for r in role["rules"] if "ragengines/finalizers" not in r["resources"]]
     assert len(kept) == len(role["rules"]) - 1
     name = f"ragengine-norule-{ns}"[:63]
@@ -127,8 +135,12 @@ def test_refused_child_does_not_block_the_others(kube, namespace):
     wait_for(lambda: {e["name"]: e.get("value") for e in kube.deployment(ns, f"{n}-engine")["spec"]["template"]["spec"]
                       ["containers"][0]["env"]}.get(ratio) == "0.3",
              20, "the engine updated although the PVC was refused")
-    # Retries back off and a repeated failure is not a new Event: exactly one Warning for it.
-    time.sleep(12)  # > 2 retries at 5 s and 10 s backoff (the old code posted one every 10 s)
+    # Retries back off and a repeated failure is not a new Event: exactly one Warning for it, after the
+    # operator has retried twice (5 s, then 10 s backoff; the old code posted one every 10 s). The retries
+    # are counted by the in-process operator's own metric: this is the only RAGEngine failing now (each
+    # test's RAGEngines are deleted with its namespace), so each ApplyFailed reconcile is one of its.
+    failed = reconcile_errors("ApplyFailed")
+    wait_for(lambda: reconcile_errors("ApplyFailed") >= failed + 2, 60, "two more failed reconciles of the PVC")
     bad = [e for e in kube.core.list_namespaced_event(ns).items
            if e.involved_object.name == n and e.involved_object.kind == c.KIND and e.type != "Normal"]
     assert [e.reason for e in bad] == ["ApplyFailed"], [(e.type, e.reason, e.message) for e in bad]
@@ -167,14 +179,13 @@ def test_container_failure_is_reported_at_once(kube, namespace, reason):
                   for t in ("Ready", "ContainersReady")]
     kube.core.patch_namespaced_pod_status(pod.metadata.name, ns, {"status": {"containerStatuses": [status],
                                                                             "conditions": conditions}})
-    start = time.monotonic()
-    cond = degraded(kube, ns, n, timeout=15)
-    took = time.monotonic() - start
+    # within a reconcile or two (resync 5 s here), far inside the Deployment's 10-minute progress deadline;
+    # how long it takes is measured by bench/bench_failure_report.py
+    cond = degraded(kube, ns, n, timeout=60)
     assert cond["reason"] == reason and pod.metadata.name in cond["message"], cond
     if last:
         assert "OOMKilled" in cond["message"]
     assert kube.condition(ns, n, c.READY)["status"] == "False"
-    assert took < 15
 
 
 # --- item 7: names and ownership ---------------------------------------------------------------------
@@ -197,18 +208,20 @@ def test_url_mode_never_deletes_a_foreign_inference_deployment(kube, namespace, 
         "template": {"metadata": {"labels": {"app": "mine"}}, "spec": {"containers": [{"name": "x", "image": "busybox"}]}}}}
     kube.apps.create_namespaced_deployment(ns, foreign)
     kube.create_rag(ns, n, {"inference": {"url": llm_url}})
-    kube.wait_ready(ns, n)
-    time.sleep(1)
+    kube.wait_ready(ns, n)  # a reconcile finished (its deletes come before its status write)
+    kube.patch_rag(ns, n, {"spec": {"retrieval": {"contextTokenRatio": 0.3}}})  # and another one
+    wait_for(lambda: kube.get_rag(ns, n).get("status", {}).get("observedGeneration") == 2, 30, "the second reconcile")
     assert kube.exists("Deployment", ns, f"{n}-inference")  # not ours: left alone
 
 
 # --- item 8: url mode says when its LLM is unreachable ------------------------------------------------
-def test_url_mode_with_an_unreachable_llm_is_not_ready(kube, namespace, llm_url):
+def test_url_mode_with_an_unreachable_llm_is_not_ready(kube, namespace, llm_url, dead_port):
     ns, n = namespace, "dead"
-    kube.create_rag(ns, n, {"inference": {"url": "http://127.0.0.1:9/v1"}})
+    dead = f"http://127.0.0.1:{dead_port}/v1"
+    kube.create_rag(ns, n, {"inference": {"url": dead}})
     cond = wait_for(lambda: (x := kube.condition(ns, n, c.INFERENCE_READY)) and x["status"] == "False" and x, 30,
                     "InferenceReady=False")
-    assert cond["reason"] == "InferenceUnreachable" and "127.0.0.1:9" in cond["message"]
+    assert cond["reason"] == "InferenceUnreachable" and f"127.0.0.1:{dead_port}" in cond["message"]
     assert kube.condition(ns, n, c.READY)["reason"] == "InferenceUnreachable"
     kube.patch_rag(ns, n, {"spec": {"inference": {"url": llm_url, "servedModelName": "not-served"}}})
     cond = wait_for(lambda: (x := kube.condition(ns, n, c.INFERENCE_READY)) and "not-served" in x["message"] and x, 30,
@@ -244,9 +257,11 @@ def test_vllm_is_locked_down_and_admitted_as_restricted(kube, namespace):
     assert kube.core.read_namespaced_secret(f"{n}-inference-api-key", ns).data["api-key"] == key
 
 
-def test_engine_network_policy_appears_and_is_pruned(kube, namespace):
-    """Opt-in ingress policy for the engine: applied when spec.engine.networkPolicy is set (the listed peers
-    plus the operator), deleted when it is unset again, and neither change restarts the engine."""
+def test_engine_network_policy_rendered_not_enforced_is_on_by_default_and_an_opt_out_is_warned(kube, namespace):
+    """Secure by default (issue 22, finding 5): the engine's NetworkPolicy exists without being asked for,
+    admitting the RAGEngine's namespace and its source syncs (never the operator); allowFrom replaces the
+    namespace with the listed peers; opting out deletes it and SecureDefaults says so with a Warning Event.
+    None of it restarts the engine."""
     from kubernetes import client as k8s
 
     net = k8s.NetworkingV1Api(kube.api)
@@ -262,25 +277,37 @@ def test_engine_network_policy_appears_and_is_pruned(kube, namespace):
 
     uid = kube.create_rag(ns, n, {"storage": {"size": "1Gi"}})["metadata"]["uid"]
     kube.wait_ready(ns, n)
-    assert policy() is None  # off by default: existing clients are not cut off
-    generation = kube.deployment(ns, f"{n}-engine")["metadata"]["generation"]
-    peers = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}}},
-             {"ipBlock": {"cidr": "10.10.0.0/16", "except": ["10.10.9.0/24"]}}]
-    kube.patch_rag(ns, n, {"spec": {"engine": {"networkPolicy": {"allowFrom": peers}}}})
-    kube.wait_ready(ns, n)
-    got = wait_for(policy, 30, "engine NetworkPolicy applied")
+    got = wait_for(policy, 30, "engine NetworkPolicy applied by default")
     assert got.metadata.owner_references[0].uid == uid
     assert got.spec.pod_selector.match_labels == {c.SELECTOR_NAME: n, c.SELECTOR_COMPONENT: "engine"}
     assert got.spec.policy_types == ["Ingress"]
     (rule,) = got.spec.ingress
     assert [p.port for p in rule.ports] == [c.ENGINE_PORT]
-    ingress_nginx, block, operator = rule._from
+    namespace_peer, syncs = rule._from
+    assert namespace_peer.pod_selector.match_labels is None and namespace_peer.namespace_selector is None  # this namespace
+    assert syncs.pod_selector.match_labels == {c.SELECTOR_NAME: n, c.SELECTOR_COMPONENT: c.COMPONENT_SYNC}
+    assert kube.condition(ns, n, c.SECURE_DEFAULTS)["status"] == "True"
+    generation = kube.deployment(ns, f"{n}-engine")["metadata"]["generation"]
+
+    peers = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}}},
+             {"ipBlock": {"cidr": "10.10.0.0/16", "except": ["10.10.9.0/24"]}}]
+    kube.patch_rag(ns, n, {"spec": {"engine": {"networkPolicy": {"allowFrom": peers}}}})
+    kube.wait_ready(ns, n)
+    got = wait_for(lambda: (p := policy()) and len(p.spec.ingress[0]._from) == 3 and p, 30, "allowFrom applied")
+    ingress_nginx, block, syncs = got.spec.ingress[0]._from
     assert ingress_nginx.namespace_selector.match_labels == {"kubernetes.io/metadata.name": "ingress-nginx"}
     assert block.ip_block.cidr == "10.10.0.0/16" and block.ip_block._except == ["10.10.9.0/24"]
-    assert operator.namespace_selector.match_labels == {"kubernetes.io/metadata.name": OPERATOR_NAMESPACE}
-    kube.patch_rag(ns, n, {"spec": {"engine": {"networkPolicy": None}}})
+    assert syncs.pod_selector.match_labels[c.SELECTOR_COMPONENT] == c.COMPONENT_SYNC
+
+    kube.patch_rag(ns, n, {"spec": {"engine": {"networkPolicy": {"enabled": False}}}})
     kube.wait_ready(ns, n)
-    wait_for(lambda: policy() is None, 30, "engine NetworkPolicy deleted once turned off")
+    wait_for(lambda: policy() is None, 30, "engine NetworkPolicy deleted once opted out")
+    cond = wait_for(lambda: (x := kube.condition(ns, n, c.SECURE_DEFAULTS)) and x["status"] == "False" and x, 30,
+                    "SecureDefaults=False")
+    assert cond["reason"] == "NetworkPolicyDisabled" and "every pod" in cond["message"], cond
+    warnings = wait_for(lambda: [e for e in kube.core.list_namespaced_event(ns).items if e.involved_object.name == n
+                                 and e.type == "Warning" and e.reason == "NetworkPolicyDisabled"], 30, "a Warning Event")
+    assert "SecureDefaults=False" in warnings[0].message
     assert kube.deployment(ns, f"{n}-engine")["metadata"]["generation"] == generation
 
 
@@ -321,32 +348,53 @@ def test_fleet_fields_reach_the_running_pods(kube, namespace):
 
 
 # --- item 8: EngineReady says why the engine's readiness fails ----------------------------------------
-def test_engine_not_ready_names_the_failing_dependency(kube, namespace, tmp_path):
-    """A real engine process whose LLM is down answers GET /ready with 503 and the reason. kwok runs no
-    containers, so the test plays the kubelet: the pod's IP is where that engine listens (a loopback
-    address of its own, port 8000 like the container) and its Ready condition is False."""
+def test_engine_not_ready_names_the_failing_dependency(kube, namespace, tmp_path, dead_port):
+    """A real engine process whose embeddings service went away answers GET /ready with 503 and the
+    reason (an LLM that is down does not count: the engine serves without it). kwok runs no containers,
+    so the test plays the kubelet: the pod's IP is where that engine listens (a loopback address of its
+    own, port 8000 like the container) and its Ready condition is False."""
+    import contextlib
     import random as _random
 
     import httpx
 
+    from tests.engine.test_cli_rerank_remote import _fake_embeddings_app
+    from tests.support.server import serve_app
+
     ns, n = namespace, "unready"
-    ip = f"127.{_random.randint(1, 254)}.{_random.randint(1, 254)}.{_random.randint(2, 254)}"
-    dead_llm = "http://127.0.0.1:9/v1"
-    engine = subprocess.Popen(
-        [str(Path(sys.executable).with_name("ragengine")), "serve", "--host", ip, "--port", str(c.ENGINE_PORT),
-         "--data-dir", str(tmp_path / "data"), "--llm-url", dead_llm],
-        stdout=(tmp_path / "engine.log").open("wb"), stderr=subprocess.STDOUT,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+    dead_llm = f"http://127.0.0.1:{dead_port}/v1"
+    embeddings = contextlib.ExitStack()
+    emb_url = embeddings.enter_context(serve_app(_fake_embeddings_app([]))) + "/v1"
+    # The operator asks podIP:8000, as in a cluster. 'ragengine serve' binds before loading the model and
+    # prints 'listening on' once the address is its own; another process holding it makes it exit, and
+    # another loopback address is tried.
+    for attempt in range(5):
+        ip = f"127.{_random.randint(1, 254)}.{_random.randint(1, 254)}.{_random.randint(2, 254)}"
+        log = tmp_path / f"engine-{attempt}.log"
+        engine = subprocess.Popen(
+            [str(Path(sys.executable).with_name("ragengine")), "serve", "--host", ip, "--port", str(c.ENGINE_PORT),
+             "--data-dir", str(tmp_path / "data"), "--llm-url", dead_llm],
+            stdout=log.open("wb"), stderr=subprocess.STDOUT,
+            env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+                 EngineSettings.env_name("embedding_url"): emb_url, EngineSettings.env_name("embedding_model"): "fake"})
+        try:
+            assert announced_port(log, engine, timeout_s=120) == c.ENGINE_PORT
+            break
+        except RuntimeError:
+            if attempt == 4 or "cannot bind" not in log.read_text():
+                raise
     try:
         kube.create_rag(ns, n, {"inference": {"url": dead_llm}})
         def up() -> bool:
-            assert engine.poll() is None, (tmp_path / "engine.log").read_text()[-3000:]
+            assert engine.poll() is None, log.read_text()[-3000:]
             try:
                 return httpx.get(f"http://{ip}:{c.ENGINE_PORT}/health", timeout=2).status_code == 200
             except httpx.HTTPError:
                 return False
 
         wait_for(up, 240, "the engine process up", interval=0.5)
+        assert httpx.get(f"http://{ip}:{c.ENGINE_PORT}/ready", timeout=5).status_code == 200  # the LLM is down
+        embeddings.close()  # now the embeddings service goes away
         (pod,) = wait_for(lambda: kube.pods(ns, f"{c.SELECTOR_NAME}={n},{c.SELECTOR_COMPONENT}=engine"), 30, "engine pod")
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         status = {"status": {"podIP": ip, "podIPs": [{"ip": ip}], "conditions": [
@@ -357,7 +405,8 @@ def test_engine_not_ready_names_the_failing_dependency(kube, namespace, tmp_path
                      "-p", json.dumps(status))
         cond = wait_for(lambda: (x := kube.condition(ns, n, c.ENGINE_READY)) and x["reason"] == "EngineNotReady" and x,
                         30, "EngineReady=False with the engine's reason")
-        assert cond["status"] == "False" and "LLM at" in cond["message"] and "unreachable" in cond["message"], cond
+        assert cond["status"] == "False" and "embeddings at" in cond["message"] and "unreachable" in cond["message"], cond
     finally:
+        embeddings.close()
         engine.terminate()
         engine.wait(timeout=30)

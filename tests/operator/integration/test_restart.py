@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from .conftest import OPERATOR_ENV
 from .kube import wait_for
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -17,15 +18,15 @@ SPEC = {"inference": {"model": "Qwen/Qwen2.5-0.5B-Instruct"}, "storage": {"size"
 def start_operator(ns: str, log: Path, **env: str) -> subprocess.Popen:
     exe = Path(sys.executable).with_name("ragengine-operator")
     return subprocess.Popen([str(exe), "--namespace", ns], stdout=log.open("ab"), stderr=subprocess.STDOUT,
-                            env={**os.environ, **env}, cwd=ROOT)
+                            env={**os.environ, **OPERATOR_ENV, **env}, cwd=ROOT)
 
 
 def test_operator_killed_mid_reconcile_converges(kube, bare_namespace, tmp_path):
     ns, n = bare_namespace, "crash"
     log = tmp_path / "operator.log"
-    # Fault injection: the process exits hard right after its 3rd server-side apply (vLLM's API key
-    # Secret, the model-cache PVC, the vLLM Deployment).
-    first = start_operator(ns, log, RAGENGINE_OPERATOR_CRASH_AFTER_APPLIES="3")
+    # Fault injection: the process exits hard right after its 4th server-side apply (the generated API
+    # keys of vLLM and of the engine, the model-cache PVC, the vLLM Deployment).
+    first = start_operator(ns, log, RAGENGINE_OPERATOR_CRASH_AFTER_APPLIES="4")
     try:
         kube.create_rag(ns, n, SPEC)
         assert first.wait(timeout=60) == 17, log.read_text()[-3000:]

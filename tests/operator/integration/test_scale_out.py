@@ -79,3 +79,36 @@ def test_scale_subresource_frees_the_gpus(kube, namespace):
     cond = wait_for(lambda: (x := kube.condition(ns, n, c.INFERENCE_READY)) and x["reason"] == "ScaledToZero" and x, 20,
                     "ScaledToZero")
     assert cond["status"] == "False" and kube.condition(ns, n, c.DEGRADED)["status"] == "False"
+    # the engine serves without vLLM (retrieval, extractive answers): the RAGEngine stays Ready
+    assert kube.condition(ns, n, c.ENGINE_READY)["status"] == "True"
+    wait_for(lambda: kube.condition(ns, n, c.READY)["status"] == "True", 20, "Ready while scaled to zero")
+
+
+def test_unready_vllm_leaves_the_engine_ready(kube, namespace):
+    """kwok plays the kubelet: the vLLM pod runs but fails readiness (loading its model, /health failing).
+    InferenceReady=False names the pod and why; EngineReady stays True (the engine's own readiness does
+    not follow the LLM: tests/engine/test_llm_availability.py); nothing is Degraded."""
+    import time
+
+    from ragengine_operator import constants as c
+
+    ns, n = namespace, "loading"
+    kube.create_rag(ns, n, {"inference": {"model": "Qwen/Qwen2.5-0.5B-Instruct"}, "storage": {"size": "1Gi"}})
+    kube.wait_ready(ns, n)
+    (pod,) = kube.pods(ns, f"{c.SELECTOR_NAME}={n},{c.SELECTOR_COMPONENT}=inference")
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    status = {"name": "vllm", "ready": False, "restartCount": 0, "image": pod.spec.containers[0].image, "imageID": "",
+              "started": True, "state": {"running": {"startedAt": now}}}
+    conditions = [{"type": t, "status": "False", "lastTransitionTime": now, "reason": "ContainersNotReady"}
+                  for t in ("Ready", "ContainersReady")]
+    kube.core.patch_namespaced_pod_status(pod.metadata.name, ns, {"status": {"containerStatuses": [status],
+                                                                            "conditions": conditions}})
+    cond = wait_for(lambda: (x := kube.condition(ns, n, c.INFERENCE_READY)) and x["status"] == "False" and x, 30,
+                    "InferenceReady=False")
+    assert cond["reason"] == "InferenceNotReady" and pod.metadata.name in cond["message"], cond
+    assert kube.condition(ns, n, c.ENGINE_READY)["status"] == "True"
+    assert kube.condition(ns, n, c.DEGRADED)["status"] == "False"
+    ready = kube.condition(ns, n, c.READY)
+    assert ready["status"] == "False" and ready["reason"] == "InferenceNotReady"
+    engine = kube.deployment(ns, f"{n}-engine")
+    assert engine["status"]["availableReplicas"] == 1  # the engine's Service keeps its endpoint

@@ -65,7 +65,8 @@ def test_configmap_source_follows_edits_and_removal(kube, namespace, source_engi
     docs = documents(source_engine, index)
     assert set(docs) == {"by-hand", "faq:install.md", "faq:upgrade.txt"}
     assert "no licence prompt" in docs["faq:install.md"]["text"]
-    assert any(e.reason == "SourceSynced" and "1 updated, 1 deleted" in e.message for e in events(kube, ns, n))
+    wait_for(lambda: any(e.reason == "SourceSynced" and "1 updated, 1 deleted" in e.message
+                         for e in events(kube, ns, n)), 30, "the SourceSynced Event of the re-sync")  # posted after status
     columns = kube.kubectl("get", "rag", n, "-n", ns).stdout.split("\n")[0].split()
     assert columns[:5] == ["NAME", "READY", "MODEL", "ENDPOINT", "SOURCES"], columns
 
@@ -109,14 +110,14 @@ def test_git_source_follows_each_commit(kube, namespace, source_engine, tmp_path
         assert kube.condition(ns, n, SYNCED)["status"] == "True"
 
 
-def test_a_failing_source_is_reported_and_the_others_sync(kube, namespace, source_engine):
+def test_a_failing_source_is_reported_and_the_others_sync(kube, namespace, source_engine, dead_port):
     ns, n = namespace, "mixed"
     index = f"mixed-{ns}"
     kube.core.create_namespaced_config_map(ns, {"metadata": {"name": "good"}, "data": {"a.md": "# A\n\nFine.\n"}})
     kube.create_rag(ns, n, {"sources": [
         {"name": "good", "index": index, "configMap": {"name": "good"}},
         {"name": "missing", "index": index, "configMap": {"name": "no-such-configmap"}},
-        {"name": "unreachable", "index": index, "git": {"url": "http://127.0.0.1:9/nothing.git"}},
+        {"name": "unreachable", "index": index, "git": {"url": f"http://127.0.0.1:{dead_port}/nothing.git"}},
         {"name": "no-secret", "index": index, "git": {"url": "https://git.invalid/x.git", "secretRef": {"name": "absent"}}},
     ]})
     wait_source(kube, ns, n, "good", "the good source", lambda e: e["synced"])
@@ -125,8 +126,9 @@ def test_a_failing_source_is_reported_and_the_others_sync(kube, namespace, sourc
         "unreachable": "repository unreachable",
         "no-secret": "Secret absent not found",
     }
-    for source, why in reasons.items():
-        entry = wait_source(kube, ns, n, source, f"{source} failed", lambda e: not e["synced"] and e.get("message"))
+    for source, why in reasons.items():  # (a source tried while the engine was not ready yet says so first)
+        entry = wait_source(kube, ns, n, source, f"{source} failed",
+                            lambda e, why=why: not e["synced"] and why in e.get("message", ""))
         assert why in entry["message"], entry
     cond = wait_for(lambda: (x := kube.condition(ns, n, SYNCED)) and x["reason"] == "SyncFailed" and x, 20, "SyncFailed")
     assert cond["status"] == "False" and all(s in cond["message"] for s in reasons), cond
@@ -160,8 +162,12 @@ def test_two_sources_with_one_name_are_refused(kube, namespace):
 
 
 def test_sync_sends_the_engine_api_key_and_a_restart_resyncs_nothing(kube, namespace, embedder, tmp_path):
-    """The syncer reads the engine's API key from the RAGEngine's auth Secret (an engine with auth refuses
-    a sync without it), and a syncer that starts from the written status finds the source up to date."""
+    """The sync worker gets the engine's API key from the RAGEngine's auth Secret (an engine with auth
+    refuses a sync without it), and a syncer that starts from the written status finds the source up to
+    date. The worker is a subprocess without the operator's environment (sources/in_subprocess.py)."""
+    import asyncio
+    import time
+
     from ragengine.app import create_app
     from ragengine.settings import EngineSettings
     from ragengine_operator.controller import Controller
@@ -169,7 +175,7 @@ def test_sync_sends_the_engine_api_key_and_a_restart_resyncs_nothing(kube, names
     from ragengine_operator.sources.runner import SourceSyncer, Target
     from ragengine_operator.sources.spec import Source
     from ragengine_operator.sources.status import SourceState, after_sync
-    from tests.support.server import serve_app
+    from tests.support.embedding import serve_engine
 
     ns = namespace
     kube.core.create_namespaced_config_map(ns, {"metadata": {"name": "notes"}, "data": {"a.md": "# A\n\nAlpha.\n"}})
@@ -177,24 +183,27 @@ def test_sync_sends_the_engine_api_key_and_a_restart_resyncs_nothing(kube, names
     kube.core.create_namespaced_secret(ns, {"metadata": {"name": "stale"}, "stringData": {"api-key": "wrong-key"}})
     source = Source.model_validate({"name": "notes", "configMap": {"name": "notes"}})
     app = create_app(EngineSettings(data_dir=tmp_path / "data", api_key="right-key"))
-    app.state.embedder = embedder
-    with serve_app(app) as base:
-        syncer = SourceSyncer(Controller(kube.api, OperatorSettings(engine_url=base)))
+    with serve_engine(app, embedder) as base:
+        settings = OperatorSettings(engine_url=base, sync_mode="subprocess")
+        syncer = SourceSyncer(Controller(kube.api, settings))
 
-        def target(secret: str) -> Target:
-            return Target(ns, "authed", "uid", (source,), (), True, (secret, "api-key"))
+        def sync(s: SourceSyncer, secret: str, state=None, progress=None, ready_since=1.0):
+            target = Target(ns, "authed", "uid", (source,), (), True, (secret, "api-key"), ready_since)
+            return asyncio.run(s.sync(target, source, state, progress))
 
-        refused = syncer.sync_blocking(target("stale"), source, None)
+        refused = sync(syncer, "stale")
         assert not refused.ok and "401" in refused.message, refused
         lines: list[str] = []
-        done = syncer.sync_blocking(target("auth"), source, None, lines.append)
+        done = sync(syncer, "auth", None, lines.append)
         assert done.ok and done.written == 1, done
         assert lines == [f"syncing {done.revision}: 1 of 1 documents written"]  # what status shows mid-sync
         entry = after_sync(source, None, done, 0.0).to_status(source)
-        again = SourceSyncer(Controller(kube.api, OperatorSettings(engine_url=base)))  # a restarted operator
-        checked = again.sync_blocking(target("auth"), source, SourceState.from_status(entry))
+        again = SourceSyncer(Controller(kube.api, settings))  # a restarted operator
+        checked = sync(again, "auth", SourceState.from_status(entry))
         assert checked.ok and checked.message == "up to date" and checked.written == 0, checked
-        # the index is lost (a new volume): the same revision is synced again, not trusted
+        # the same ConfigMap revision, checked since: no worker at all (a 30 s poll costs one GET)
+        assert sync(again, "auth", SourceState.from_status(entry)).message == "up to date"
+        # the index is lost (the engine came back with a new volume): the same revision is synced again
         httpx.delete(f"{base}/indexes/notes", headers={"Authorization": "Bearer right-key"}).raise_for_status()
-        restored = again.sync_blocking(target("auth"), source, SourceState.from_status(entry))
+        restored = sync(again, "auth", SourceState.from_status(entry), ready_since=time.time() + 1)
         assert restored.ok and restored.written == 1, restored

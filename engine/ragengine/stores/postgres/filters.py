@@ -10,6 +10,10 @@ whose metadata ``ragengine.retrieval.filters.matches`` accepts (a test runs both
   ``jsonb_typeof`` first, so no cast ever sees another type); strings compare by code point
   (``COLLATE "C"``), as Python compares them.
 
+- ``Acl`` (document ACLs): no ``acl`` key, or ``acl`` an array (of at most ``ACL_MAX`` entries) whose every
+  entry is a string ``group:…`` / ``user:…`` of at most 512 characters (a constant jsonpath finds any
+  other) and that contains one of the principal's entries (``@>``, each entry bound).
+
 The seed built its filter by formatting values into a query string; here a key or value can never
 change the statement, whatever it contains.
 """
@@ -20,15 +24,22 @@ import json
 from typing import Any
 
 from sqlalchemy import Numeric, Text, and_, case, cast, false, func, literal, not_, or_
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import JSONB, JSONPATH
 from sqlalchemy.sql.elements import ColumnElement
 
-from ragengine.retrieval.filters import Compound, Condition, Filter
+from ragengine.retrieval.filters import ACL_KEY, ACL_MAX, Acl, Compound, Condition, Filter
 
 _ORDER = {"gt": "__gt__", "gte": "__ge__", "lt": "__lt__", "lte": "__le__"}
+# An entry that is not a well-formed ACL entry (access.acl.acl_entry_ok): not a string, too long, or neither
+# "group:" nor "user:" followed by at least one character. Constant code, never built from values. Strict:
+# lax mode would unwrap a nested array and judge its entries instead; the first test is never an error.
+_BAD_ENTRY = ('strict $[*] ? (@.type() != "string" || !(@ like_regex "^(group|user):." flag "s")'
+              ' || @ like_regex "^(.{171}){3}" flag "s")')  # 3 × 171 = 513 characters: too long
 
 
 def to_sql(flt: Filter, column: Any) -> ColumnElement[bool]:
+    if isinstance(flt, Acl):
+        return _acl(flt, column)
     if isinstance(flt, Compound):
         parts = [to_sql(f, column) for f in flt.filters]
         return and_(*parts) if flt.op == "and" else or_(*parts)
@@ -62,3 +73,15 @@ def _condition(c: Condition, column: Any) -> ColumnElement[bool]:
         return case((func.jsonb_typeof(stored) == "string", compared), else_=false())
     compared = getattr(cast(text, Numeric), _ORDER[c.op])(literal(c.value))
     return case((func.jsonb_typeof(stored) == "number", compared), else_=false())
+
+
+def _acl(flt: Acl, column: Any) -> ColumnElement[bool]:
+    stored = column.op("->")(literal(ACL_KEY))
+    well_formed = and_(
+        func.jsonb_typeof(stored) == "array",
+        func.jsonb_array_length(case((func.jsonb_typeof(stored) == "array", stored), else_=_json([]))) <= ACL_MAX,
+        not_(func.jsonb_path_exists(stored, cast(literal(_BAD_ENTRY), JSONPATH), _json({}), True)),  # silent
+    )
+    shares = or_(*[stored.op("@>", is_comparison=True)(func.jsonb_build_array(_json(t))) for t in flt.tokens]) \
+        if flt.tokens else false()
+    return or_(stored.is_(None), func.coalesce(and_(well_formed, shares), false()))

@@ -1,0 +1,514 @@
+"""A ``Policy`` applied to model output: a whole answer (``OutputGuard.check``) or a stream of deltas
+(``OutputGuard.stream``). Pure: no I/O, no clock.
+
+Scanners fall into four families, applied in this order whatever their order in the file:
+
+1. ``invisible_text``: per character (Unicode categories Cf, Co, Cn, as llm-guard); stripping first
+   means a zero-width space cannot split a secret past the patterns.
+2. Pattern scanners (``regex`` search/all, ``ban_substrings``, ``secrets``, ``sensitive``): every rule is
+   a regular expression; hits are spans of the text, merged left to right (the longer of two spans that
+   start together wins, an overlapped span is dropped), each replaced by its label (``[REDACTED]``,
+   ``<EMAIL>``, ``******``) or, for a ``block`` scanner, the whole answer blocked.
+3. Whole-answer scanners (``json``, ``regex`` with ``match_type: fullmatch`` or ``is_blocked: false``,
+   ``ban_substrings`` with ``contains_all``): they need the complete answer.
+4. Limits (``token_limit``, ``reading_time``): the answer is cut (``redact``, and for reading_time only
+   with ``truncate: true``) or blocked.
+
+A ``redact`` scanner that finds a violation it cannot remove (invalid JSON without repair, an allow-list
+``regex`` that nothing matches, reading_time without truncate) blocks: the text is never sent unchanged
+with a "redacted" label (KAITO's streaming path does the same; its non-streaming path sends it unchanged).
+
+Streaming: the text of each choice accumulates; what can be released is everything before the first
+position where a pattern could still match. ``regex`` partial matching (``partial=True``) tells, for the
+text seen so far, whether a match is in progress at the end, so the hold-back is exactly as long as the
+longest match in progress: nothing while the tail of the text cannot start any match, a whole PEM block
+while one is open. A complete match that ends at the end of the text is held too (more text could
+extend it, or turn ``\\b`` false), and so is any earlier position from which a longer alternative could
+still match. The released text is therefore always a prefix of what ``check`` returns for the whole
+answer (the property ``tests/guardrails/test_stream_property.py`` checks), so no redacted value, nor
+any part of it, ever leaves, however the deltas split it. With a whole-answer scanner in the policy the
+stream is held to its end. Limits count the released text.
+"""
+
+from __future__ import annotations
+
+import json as jsonlib
+import unicodedata
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import regex
+
+from ragengine.guardrails.detectors import encoding, redact_secret, secret_rules
+from ragengine.guardrails.policy import (
+    SENSITIVE_RULES,
+    BanSubstringsConfig,
+    InvisibleTextConfig,
+    JSONConfig,
+    Policy,
+    ReadingTimeConfig,
+    RegexConfig,
+    ScannerSpec,
+    SecretsConfig,
+    SensitiveConfig,
+    TokenLimitConfig,
+)
+
+REDACTED = "[REDACTED]"
+INVISIBLE_CATEGORIES = frozenset({"Cf", "Co", "Cn"})  # llm-guard's InvisibleText
+WORDS_PER_MINUTE = 200  # llm-guard's ReadingTime
+# llm-guard's JSON scanner's candidate pattern (balanced braces, recursive: the regex module)
+JSON_PATTERN = regex.compile(r"(?<!\\)(?:\\\\)*\{(?:[^{}]|(?R))*\}", regex.DOTALL)
+Finder = Callable[[Any], tuple[int, int, str] | None]  # a match -> (start, end, replacement), None = no hit
+
+
+@dataclass(frozen=True)
+class Rule:
+    scanner: int  # index in policy.scanners
+    pattern: regex.Pattern
+    find: Finder
+
+
+Span = tuple[int, int, str, int, int]  # start, end, replacement, scanner, rule (ties go to the earlier rule)
+
+
+@dataclass
+class Verdict:
+    """What a policy did to one answer. ``hits``: scanner index -> times it acted."""
+
+    text: str
+    blocked: bool = False
+    hits: Counter = field(default_factory=Counter)
+    finish_reason: str | None = None  # "content_filter" (blocked) or "length" (cut by a limit)
+
+    @property
+    def action(self) -> str:
+        return "block" if self.blocked else "redact" if self.hits else "allow"
+
+
+def _whole_match(label: str) -> Finder:
+    return lambda m: (m.start(), m.end(), label) if m.end() > m.start() else None
+
+
+def _checked(label: str, check) -> Finder:
+    def find(m):
+        if m.end() == m.start() or (check is not None and not check(m.group(0))):
+            return None
+        return m.start(), m.end(), label
+    return find
+
+
+def _secret(confirm, mode: str) -> Finder:
+    def find(m):
+        text = m.group(0)
+        secret = confirm(text) if text else None
+        if not secret:
+            return None
+        offset = text.find(secret)
+        start = m.start() + max(offset, 0)
+        end = start + len(secret) if offset >= 0 else m.end()
+        return start, end, redact_secret(secret if offset >= 0 else text, mode)
+    return find
+
+
+def ban_pattern(cfg: BanSubstringsConfig) -> str:
+    parts = [regex.escape(s) for s in sorted(cfg.substrings, key=len, reverse=True)]
+    if cfg.match_type == "word":  # llm-guard's word match: \b on both sides of each substring
+        parts = [rf"\b{p}\b" for p in parts]
+    return ("" if cfg.case_sensitive else "(?i)") + "(?:" + "|".join(parts) + ")"
+
+
+class OutputGuard:
+    """A compiled policy. ``warnings``: scanners the compiler had to drop (patterns ``regex`` refuses)."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+        self.rules: list[Rule] = []
+        self.invisible: int | None = None
+        self.whole: list[int] = []
+        self.limits: list[int] = []
+        self.warnings: list[str] = []
+        for i, spec in enumerate(policy.scanners):
+            try:
+                self._compile(i, spec)
+            except (regex.error, ValueError) as exc:
+                self.warnings.append(f"scanners[{i}] ({spec.type}): cannot be compiled, skipped: {exc}")
+
+    def _compile(self, i: int, spec: ScannerSpec) -> None:
+        cfg = spec.config
+        if isinstance(cfg, InvisibleTextConfig):
+            self.invisible = i
+        elif isinstance(cfg, RegexConfig):
+            if cfg.match_type == "fullmatch" or not cfg.is_blocked:
+                for p in cfg.patterns:
+                    regex.compile(p)
+                self.whole.append(i)
+            else:
+                self.rules += [Rule(i, regex.compile(p), _whole_match(REDACTED)) for p in cfg.patterns]
+        elif isinstance(cfg, BanSubstringsConfig):
+            if cfg.contains_all:
+                self.whole.append(i)
+            else:
+                self.rules.append(Rule(i, regex.compile(ban_pattern(cfg)), _whole_match(REDACTED)))
+        elif isinstance(cfg, SecretsConfig):
+            self.rules += [Rule(i, r.pattern, _secret(r.confirm, cfg.redact_mode)) for r in secret_rules()]
+        elif isinstance(cfg, SensitiveConfig):
+            # the loosest detector last: digits that are both a phone number and an IPv4 address are an address
+            for name in sorted(cfg.detectors, key=list(SENSITIVE_RULES).index):
+                pattern, check = SENSITIVE_RULES[name]
+                self.rules.append(Rule(i, regex.compile(pattern), _checked(f"<{name.upper()}>", check)))
+        elif isinstance(cfg, JSONConfig):
+            self.whole.append(i)
+        elif isinstance(cfg, (TokenLimitConfig, ReadingTimeConfig)):
+            if isinstance(cfg, TokenLimitConfig):
+                encoding(cfg.encoding_name, cfg.model_name)  # loads (offline) now, not at the first answer
+            self.limits.append(i)
+
+    @property
+    def active(self) -> bool:
+        return bool(self.rules or self.whole or self.limits or self.invisible is not None)
+
+    def action_of(self, i: int) -> str:
+        return self.policy.scanners[i].action
+
+    def report(self, verdicts: list[Verdict]) -> dict[str, Any]:
+        """The ``guardrails`` field of an answer: the policy, the action, and per scanner what it did and how
+        often. Never the text it removed."""
+        hits: Counter = Counter()
+        for v in verdicts:
+            hits.update(v.hits)
+        blocked = any(v.blocked for v in verdicts)
+        return {
+            "action": "block" if blocked else "redact" if hits else "allow",
+            "scanners": [{"type": self.policy.scanners[i].type, "action": self.action_of(i), "count": n}
+                         for i, n in sorted(hits.items())],
+            "policy": self.policy.digest,
+        }
+
+    # --- one whole answer ---------------------------------------------------------------------------
+    def check(self, text: str) -> Verdict:
+        v = Verdict(text)
+        text = self._strip(text, v)
+        if v.blocked:
+            return self._block(v)
+        spans = [(*found, rule.scanner, k) for k, rule in enumerate(self.rules) for found in _hits(rule, text, 0)]
+        if any(self.action_of(s[3]) == "block" for s in spans):
+            v.hits.update(s[3] for s in spans if self.action_of(s[3]) == "block")
+            return self._block(v)
+        text = _apply(text, _select(spans), v.hits)
+        for i in self.whole:
+            text = self._whole(i, text, v)
+            if v.blocked:
+                return self._block(v)
+        for i in self.limits:
+            text = self._limit_whole(i, text, v)
+            if v.blocked:
+                return self._block(v)
+        v.text = text
+        return v
+
+    def _block(self, v: Verdict) -> Verdict:
+        v.blocked, v.text, v.finish_reason = True, self.policy.block_message, "content_filter"
+        return v
+
+    def _strip(self, text: str, v: Verdict) -> str:
+        if self.invisible is None or text.isascii():
+            return text
+        kept = [c for c in text if unicodedata.category(c) not in INVISIBLE_CATEGORIES]
+        removed = len(text) - len(kept)
+        if removed:
+            v.hits[self.invisible] += removed
+            if self.action_of(self.invisible) == "block":
+                v.blocked = True
+        return "".join(kept)
+
+    def _whole(self, i: int, text: str, v: Verdict) -> str:
+        cfg, block = self.policy.scanners[i].config, self.action_of(i) == "block"
+        if isinstance(cfg, JSONConfig):
+            return _json(cfg, text, v, i, block)
+        if isinstance(cfg, RegexConfig):
+            patterns = [regex.compile(p) for p in cfg.patterns]
+            if not cfg.is_blocked:  # an allow-list: the answer must match one of them
+                how = "fullmatch" if cfg.match_type == "fullmatch" else "search"
+                if not any(getattr(p, how)(text) for p in patterns):
+                    v.hits[i] += 1
+                    v.blocked = True  # nothing to redact: the answer is what is wrong
+                return text
+            if any(p.fullmatch(text) for p in patterns):
+                v.hits[i] += 1
+                v.blocked = block
+                return REDACTED
+            return text
+        assert isinstance(cfg, BanSubstringsConfig)  # contains_all
+        pattern = regex.compile(ban_pattern(cfg))
+        found = {m.group(0) if cfg.case_sensitive else m.group(0).lower() for m in pattern.finditer(text)}
+        wanted = {s if cfg.case_sensitive else s.lower() for s in cfg.substrings}
+        if found >= wanted:
+            v.hits[i] += 1
+            v.blocked = block
+            return pattern.sub(REDACTED, text)
+        return text
+
+    def _limit_whole(self, i: int, text: str, v: Verdict) -> str:
+        cfg, action = self.policy.scanners[i].config, self.action_of(i)
+        if isinstance(cfg, TokenLimitConfig):
+            enc = encoding(cfg.encoding_name, cfg.model_name)
+            ids = enc.encode_ordinary(text)
+            if len(ids) <= cfg.limit:
+                return text
+            cut = enc.decode(ids[: cfg.limit])
+            fixable = True
+        else:
+            assert isinstance(cfg, ReadingTimeConfig)
+            starts = [m.start() for m in regex.finditer(r"\S+", text)]
+            max_words = int(cfg.max_time * WORDS_PER_MINUTE)
+            if len(starts) <= max_words:
+                return text
+            cut = text[: starts[max_words]]
+            fixable = cfg.truncate
+        v.hits[i] += 1
+        if action == "block" or not fixable:
+            v.blocked = True
+            return text
+        v.finish_reason = "length"
+        return cut
+
+    # --- a stream of deltas ---------------------------------------------------------------------------
+    def stream(self) -> OutputStream:
+        return OutputStream(self)
+
+
+def _hits(rule: Rule, text: str, i: int):
+    """The rule's hits from ``i``, left to right. A match its check refuses (a Luhn failure, a UUID) does not
+    hide a hit that starts inside it: the search goes on from the next position, not from its end."""
+    while (m := rule.pattern.search(text, i)) is not None:
+        found = rule.find(m)
+        if found is not None:
+            yield found
+        i = m.end() if found is not None and m.end() > m.start() else m.start() + 1
+
+
+def _select(spans: list[Span]) -> list[Span]:
+    """Non-overlapping spans, left to right; of two starting together the longer wins, then the earlier rule."""
+    out: list[Span] = []
+    end = -1
+    for s in sorted(spans, key=lambda s: (s[0], -(s[1] - s[0]), s[4])):
+        if s[0] >= end:
+            out.append(s)
+            end = s[1]
+    return out
+
+
+def _apply(text: str, spans: list[Span], hits: Counter, offset: int = 0) -> str:
+    parts, cursor = [], 0
+    for start, end, label, scanner, _ in spans:
+        parts += [text[cursor : start - offset], label]
+        cursor = end - offset
+        hits[scanner] += 1
+    parts.append(text[cursor:])
+    return "".join(parts)
+
+
+def _json(cfg: JSONConfig, text: str, v: Verdict, i: int, block: bool) -> str:
+    if not text.strip():
+        return text
+    valid = invalid = repaired = 0
+    for candidate in JSON_PATTERN.findall(text):
+        if _is_json(candidate):
+            valid += 1
+            continue
+        if cfg.repair:
+            import json_repair
+
+            fixed = json_repair.repair_json(candidate, skip_json_loads=True, return_objects=False)
+            if isinstance(fixed, str) and _is_json(fixed):
+                text, valid, repaired = text.replace(candidate, fixed), valid + 1, repaired + 1
+                continue
+        invalid += 1
+    if invalid or valid < cfg.required_elements:
+        v.hits[i] += 1
+        v.blocked = True  # invalid JSON cannot be redacted into valid JSON
+    elif repaired:
+        v.hits[i] += repaired
+        v.blocked = block
+    return text
+
+
+def _is_json(text: str) -> bool:
+    try:
+        jsonlib.loads(text)
+    except ValueError:
+        return False
+    return True
+
+
+class OutputStream:
+    """One choice's deltas through the policy: ``feed`` returns what may be sent now, ``close`` the rest.
+    After a block (``verdict.blocked``) or a cut (``verdict.finish_reason == "length"``) both return ''."""
+
+    def __init__(self, guard: OutputGuard) -> None:
+        self.g = guard
+        self.verdict = Verdict("")
+        self.raw = ""  # the answer so far (invisible characters already stripped)
+        self.held_whole: list[str] = []  # with a whole-answer scanner: everything, until close
+        self.emitted = 0  # raw[:emitted] has been released
+        self.pos = [0] * len(guard.rules)  # per rule: positions before it are settled
+        self.found: list[Span] = []  # final spans not yet released
+        self.sent: list[str] = []
+        self.limits = [_LimitState(guard, i) for i in guard.limits]
+        self.closed = False
+
+    @property
+    def stopped(self) -> bool:
+        """Blocked, or cut by a limit: nothing more goes out."""
+        return self.verdict.blocked or self.verdict.finish_reason is not None
+
+    @property
+    def ended(self) -> bool:
+        return self.stopped or self.closed
+
+    @property
+    def text(self) -> str:
+        """Everything released so far (the block message not included)."""
+        return "".join(self.sent)
+
+    def feed(self, piece: str) -> str:
+        if self.ended or not piece:
+            return ""
+        if self.g.whole:
+            self.held_whole.append(piece)
+            return ""
+        piece = self.g._strip(piece, self.verdict)
+        if self.verdict.blocked:
+            return self._blocked()
+        self.raw += piece
+        return self._release(self._advance(final=False))
+
+    def close(self) -> str:
+        """The end of the answer: everything still held is settled and released."""
+        if self.ended:
+            return ""
+        self.closed = True
+        if self.g.whole:
+            v = self.g.check("".join(self.held_whole))
+            self.verdict = v
+            if v.blocked:
+                return ""
+            self.sent.append(v.text)
+            return v.text
+        return self._release(self._advance(final=True))
+
+    def _blocked(self) -> str:
+        self.verdict.blocked, self.verdict.finish_reason = True, "content_filter"
+        return ""
+
+    def _advance(self, final: bool) -> int:
+        raw, n = self.raw, len(self.raw)
+        for k, rule in enumerate(self.g.rules):
+            i, hold, p = self.pos[k], None, rule.pattern
+            if final:
+                self.found += [(*found, rule.scanner, k) for found in _hits(rule, raw, i)]
+                self.pos[k] = n
+                continue
+            while i < n:
+                m = p.search(raw, i, partial=True)
+                if m is None:
+                    break
+                s = m.start()
+                if m.partial:
+                    hold = s
+                    break
+                # A complete match at s: it may still grow (it ends at the end), or an earlier position
+                # may start a longer alternative once more text comes (regex prefers the complete one).
+                hold = next((j for j in range(i, s + 1) if p.fullmatch(raw, j, partial=True) is not None), None)
+                if hold is not None:
+                    break
+                found = rule.find(m)
+                if found is not None:
+                    self.found.append((*found, rule.scanner, k))
+                i = m.end() if found is not None and m.end() > s else s + 1
+            self.pos[k] = n if hold is None else hold
+        cut = min(self.pos, default=n)
+        moved = True
+        while moved:  # never cut through a settled span
+            moved = False
+            for s in self.found:
+                if s[0] < cut < s[1]:
+                    cut, moved = s[0], True
+        return cut
+
+    def _release(self, cut: int) -> str:
+        ready = [s for s in self.found if s[0] < cut]
+        blocking = [s for s in ready if self.g.action_of(s[3]) == "block"]
+        if blocking:
+            self.verdict.hits.update(s[3] for s in blocking)
+            return self._blocked()
+        self.found = [s for s in self.found if s[0] >= cut]
+        if cut <= self.emitted:
+            return ""
+        out = _apply(self.raw[self.emitted : cut], _select(ready), self.verdict.hits, offset=self.emitted)
+        self.emitted = cut
+        for limit in self.limits:
+            out = limit.take(out, self.verdict)
+            if self.verdict.blocked:
+                return ""
+        if out:
+            self.sent.append(out)
+        return out
+
+
+class _LimitState:
+    """token_limit / reading_time over the released text, incrementally (exact token counts near the limit)."""
+
+    MARGIN = 16
+
+    def __init__(self, guard: OutputGuard, i: int) -> None:
+        self.i, self.cfg, self.action = i, guard.policy.scanners[i].config, guard.action_of(i)
+        self.text = ""
+        self.count = 0  # tokens (an estimate far from the limit) or words
+        self.in_word = False
+
+    def take(self, piece: str, v: Verdict) -> str:
+        if isinstance(self.cfg, TokenLimitConfig):
+            keep, over, fixable = self._tokens(piece), None, True
+            over = keep != piece
+        else:
+            keep, fixable = self._words(piece), self.cfg.truncate
+            over = keep != piece
+        if not over:
+            self.text += piece
+            return piece
+        v.hits[self.i] += 1
+        if self.action == "block" or not fixable:
+            v.blocked, v.finish_reason = True, "content_filter"
+            return ""
+        v.finish_reason = "length"
+        self.text += keep
+        return keep
+
+    def _tokens(self, piece: str) -> str:
+        cfg = self.cfg
+        enc = encoding(cfg.encoding_name, cfg.model_name)
+        self.count += len(enc.encode_ordinary(piece))
+        if self.count <= cfg.limit - self.MARGIN:
+            return piece
+        ids = enc.encode_ordinary(self.text + piece)
+        self.count = len(ids)
+        if len(ids) <= cfg.limit:
+            return piece
+        allowed = enc.decode(ids[: cfg.limit])
+        return allowed[len(self.text):] if allowed.startswith(self.text) else ""
+
+    def _words(self, piece: str) -> str:
+        max_words = int(self.cfg.max_time * WORDS_PER_MINUTE)
+        for m in regex.finditer(r"\S+", piece):
+            if m.start() == 0 and self.in_word:
+                continue  # the word the last piece ended in goes on
+            self.count += 1
+            if self.count > max_words:
+                return piece[: m.start()]
+        if piece:
+            self.in_word = not piece[-1].isspace()
+        return piece

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Build and push ragengine's images with podman (docker builds the same Dockerfiles: docs/images.md).
+#
+#   hack/images.sh build [engine|operator]...   build (default: both), print each image's size
+#   hack/images.sh push  [engine|operator]...   push to $IMAGE_REGISTRY (after build)
+#   hack/images.sh names                        print the image references, one per line
+#
+# IMAGE_REGISTRY (default localhost) and IMAGE_TAG (default dev) name the images:
+# $IMAGE_REGISTRY/ragengine-engine:$IMAGE_TAG and $IMAGE_REGISTRY/ragengine-operator:$IMAGE_TAG.
+# IMAGE_BASE: the Python base image; `auto` (default) uses python:3.11-slim when podman has it or can
+# pull it, else a base made from Debian's packages (hack/images/debian-base.sh; no registry needed).
+# Layers are cached: a second build with unchanged sources takes seconds. The host's uv cache is lent to
+# the build when there is one (a cold build then downloads nothing the host already has).
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+REGISTRY=${IMAGE_REGISTRY:-localhost}
+TAG=${IMAGE_TAG:-dev}
+BASE=${IMAGE_BASE:-auto}
+log() { echo "[images] $*" >&2; }
+
+name() { echo "$REGISTRY/ragengine-$1:$TAG"; }
+
+base_image() {
+  [[ $BASE != auto ]] && { echo "$BASE"; return; }
+  if podman image exists docker.io/library/python:3.11-slim \
+     || timeout 60 podman pull -q docker.io/library/python:3.11-slim > /dev/null 2>&1; then
+    echo docker.io/library/python:3.11-slim
+  else
+    log "no registry reachable for python:3.11-slim: using a base built from Debian's packages"
+    "$ROOT/hack/images/debian-base.sh"
+  fi
+}
+
+build() {
+  local what=$1 base=$2 t0 args=()
+  t0=$(date +%s)
+  args=(--network host --layers -f "$ROOT/images/$what.Dockerfile" -t "$(name "$what")"
+        --build-arg "BASE_IMAGE=$base" --build-arg "VERSION=$TAG"
+        --build-arg "REVISION=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)")
+  # A TLS-intercepting proxy's CA (this machine has one): a build secret, never a layer.
+  for ca in "${SSL_CERT_FILE:-}" /etc/ssl/certs/ca-certificates.crt; do
+    [[ -n $ca && -s $ca ]] && { args+=(--secret "id=ca,src=$ca"); break; }
+  done
+  # No download.pytorch.org here: torch for the export stage from PyPI (the same version, CUDA build).
+  [[ $what == engine ]] && args+=(--build-arg "TORCH_INDEX_URL=${TORCH_INDEX_URL-}")
+  local uv_cache=${UV_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/uv}
+  [[ -d $uv_cache ]] && args+=(--volume "$uv_cache:/root/.cache/uv")
+  log "building $(name "$what") on $base"
+  podman build "${args[@]}" "$ROOT" >&2
+  if [[ $what == engine ]]; then
+    # The engine's export stage has torch (and no passwd entry for uid 1000): the tests run the operator's
+    # vLLM environment in it (tests/images/test_vllm_user.py). Cached: this adds seconds, and is never pushed.
+    podman build "${args[@]/$(name engine)/localhost/ragengine-torch:$TAG}" --target export "$ROOT" > /dev/null
+  fi
+  log "$(name "$what"): $(podman image inspect "$(name "$what")" --format '{{.Size}}' \
+        | awk '{printf "%.0f MB", $1/1e6}') in $(( $(date +%s) - t0 )) s"
+}
+
+cmd=${1:-build}; shift || true
+what=("$@"); [[ ${#what[@]} -eq 0 ]] && what=(engine operator)
+case $cmd in
+  build)
+    command -v podman > /dev/null || { log "podman is missing: run hack/install-system.sh"; exit 1; }
+    base=$(base_image)
+    for w in "${what[@]}"; do build "$w" "$base"; done
+    # Each rebuild leaves the images it replaced untagged (the torch stage alone is 7 GB): drop them.
+    podman image prune -f > /dev/null ;;
+  push) for w in "${what[@]}"; do podman push "$(name "$w")"; done ;;
+  names) for w in "${what[@]}"; do name "$w"; done ;;
+  *) echo "usage: $0 build|push|names [engine|operator]..." >&2; exit 2 ;;
+esac

@@ -1,0 +1,153 @@
+"""Rate limits per principal: requests and LLM tokens per minute, from the access file.
+
+The window arithmetic runs on a clock of the test's own (no waiting on minutes); the HTTP tests check
+the 429 and its ``Retry-After`` on a real engine, the token limit with a real (scripted) LLM, and that two
+engines sharing one PostgreSQL share one limit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+
+import httpx
+import pytest
+from sqlalchemy import text
+
+from ragengine.access.limits import UsageCounter, estimate, wait_s
+from ragengine.conversations.models import UsageRow
+from tests.conversations.scripted_llm import ScriptedLLM, create_scripted_app
+from tests.support.embedding import serve_engine
+from tests.support.server import serve_app
+
+ADMIN = "admin-0123456789abcdef"
+LIMITED, TALKER, FREE = "limited-0123456789abcdef", "talker-0123456789abcdef", "free-key-0123456789abcdef"
+ACCESS = {
+    "keys": [
+        {"name": "limited", "key": LIMITED, "indexes": ["*"], "role": "read", "limits": {"requestsPerMinute": 3}},
+        {"name": "talker", "key": TALKER, "indexes": ["*"], "role": "read", "limits": {"tokensPerMinute": 50}},
+        {"name": "free", "key": FREE, "indexes": ["*"], "role": "read", "limits": {}},
+    ],
+    "defaultLimits": {"requestsPerMinute": 1000},
+}
+
+
+def test_window_arithmetic():
+    assert estimate(60, 0, 30) == 30 and estimate(60, 10, 60) == 10
+    assert wait_s(0, 2, 10, 3, 1) == 0  # room now
+    assert wait_s(0, 3, 10, 3, 1) == pytest.approx(50 + 60 * (1 - 2 / 3))  # next minute, then 1/3 of it aged out
+    assert wait_s(6, 0, 0, 3, 1) == pytest.approx(60 * (1 - 2 / 6))  # later this minute
+    assert estimate(6, 0, wait_s(6, 0, 0, 3, 1)) + 1 == pytest.approx(3)
+
+
+class Clock:
+    def __init__(self, t: float) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.mark.parametrize("db", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+async def test_counter_counts_what_it_admits_and_says_when_to_retry(db, tmp_path, request):
+    from ragengine.conversations.store import SessionStore
+
+    url = f"sqlite:///{tmp_path / 's.db'}" if db == "sqlite" else _fresh_db(request)
+    store = SessionStore(url)
+    store.create_tables()
+    clock = Clock(600 * 60.0 + 10)  # 10 s into a minute
+    counter = UsageCounter(store.engine, UsageRow.__table__, clock)
+    assert [await counter.take_request("key:a", 3) for _ in range(3)] == [0.0, 0.0, 0.0]
+    wait = await counter.take_request("key:a", 3)
+    assert wait == pytest.approx(wait_s(0, 3, 10, 3, 1))  # refused, and the refusal was not counted:
+    clock.t += wait + 0.01
+    assert await counter.take_request("key:a", 3) == 0.0  # exactly when Retry-After said
+    assert await counter.take_request("key:b", 3) == 0.0  # another principal has its own count
+    await counter.add_tokens("key:a", 40)
+    assert await counter.tokens_wait("key:a", 50) == 0.0
+    await counter.add_tokens("key:a", 20)
+    assert await counter.tokens_wait("key:a", 50) > 0
+    longest = "serviceaccount:" + "n" * 63 + "/" + "a" * 253  # the longest principal id there can be
+    assert await counter.take_request(longest, 3) == 0.0
+    assert (await store.create_session(principal=longest)).owner == longest
+    clock.t += 3 * 60  # two minutes later the old rows are gone
+    assert await counter.take_request("key:a", 3) == 0.0
+    with store.engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM access_usage WHERE principal = 'key:a'")).scalar_one() == 1
+    store.close()
+
+
+def _fresh_db(request) -> str:
+    from tests.conversations.conftest import fresh_database
+
+    return fresh_database(request.getfixturevalue("pgvector_url"))
+
+
+@pytest.fixture(scope="module")
+def llm():
+    scripted = ScriptedLLM(model="scripted")
+    with serve_app(create_scripted_app(scripted)) as base:
+        scripted.base = base + "/v1"  # type: ignore[attr-defined]
+        yield scripted
+
+
+@contextlib.contextmanager
+def engine(tmp_path, embedder, llm=None, **values):
+    from ragengine.app import create_app
+    from ragengine.settings import EngineSettings
+
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "access.yaml").write_text(json.dumps(ACCESS))
+    settings = EngineSettings(api_key=ADMIN, access_file=tmp_path / "access.yaml", data_dir=tmp_path / "data",
+                              llm_url=llm.base if llm else None, **values)
+    app = create_app(settings)
+    with serve_engine(app, embedder) as base:
+        yield base
+
+
+def get(base: str, key: str, path: str = "/indexes") -> httpx.Response:
+    return httpx.get(base + path, headers={"Authorization": f"Bearer {key}"}, timeout=60)
+
+
+def test_over_the_request_limit_is_429_with_retry_after(tmp_path, embedder):
+    with engine(tmp_path, embedder) as base:
+        assert [get(base, LIMITED).status_code for _ in range(3)] == [200, 200, 200]
+        r = get(base, LIMITED)
+        assert r.status_code == 429 and int(r.headers["retry-after"]) >= 1
+        assert "3 requests per minute" in r.json()["detail"]
+        assert get(base, LIMITED, "/v1/models").json()["error"]["type"] == "rate_limit_exceeded"
+        assert all(get(base, FREE).status_code == 200 for _ in range(5))  # others are not held up
+        assert get(base, ADMIN).status_code == 200
+        metrics = httpx.get(base + "/metrics").text
+        assert 'ragengine_access_decisions_total{kind="key",outcome="rate_limited",principal="limited"}' in metrics
+
+
+def test_over_the_token_limit_llm_routes_are_429_others_are_not(tmp_path, embedder, llm):
+    long_prompt = "Please summarise the cooling pump restart procedure in detail. " * 4  # ~90 estimated tokens
+    with engine(tmp_path, embedder, llm) as base:
+        headers = {"Authorization": f"Bearer {TALKER}"}
+        body = {"messages": [{"role": "user", "content": long_prompt}]}
+        assert httpx.post(f"{base}/v1/chat/completions", headers=headers, json=body, timeout=60).status_code == 200
+
+        def refused() -> httpx.Response | None:  # the charge is written just after the answer
+            r = httpx.post(f"{base}/v1/chat/completions", headers=headers, json=body, timeout=60)
+            return r if r.status_code == 429 else None
+
+        deadline = time.monotonic() + 30
+        while (r := refused()) is None:
+            assert time.monotonic() < deadline, "the tokens were never charged"
+        assert "50 LLM tokens per minute" in r.json()["error"]["message"] and int(r.headers["retry-after"]) >= 1
+        assert httpx.post(f"{base}/v1/chat/reformulate", headers=headers, timeout=60,
+                          json={"userMessage": "and then?", "conversation": []}).status_code == 429
+        assert get(base, TALKER).status_code == 200  # no LLM, no token limit
+
+
+@pytest.mark.postgres
+def test_replicas_sharing_postgresql_share_the_limit(tmp_path, embedder, request):
+    url = _fresh_db(request)
+    with engine(tmp_path / "a", embedder, database_url=url) as a, engine(tmp_path / "b", embedder, database_url=url) as b:
+        assert [get(base, LIMITED).status_code for base in (a, b, a)] == [200, 200, 200]
+        assert get(b, LIMITED).status_code == 429
+        assert get(a, LIMITED).status_code == 429
+
