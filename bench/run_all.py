@@ -28,6 +28,7 @@ BENCHES = {
     "stores": "bench_stores.py",
     "sources": "bench_sources.py",
     "responsiveness": "bench_responsiveness.py",
+    "openai": "bench_openai.py",
     "documents": "bench_documents.py",
     "tracing": "bench_tracing.py",
 }

@@ -11,9 +11,9 @@ command -v git >/dev/null || missing+=(git)
 [ -x /usr/lib/git-core/git-http-backend ] || [ -x /usr/libexec/git-core/git-http-backend ] || missing+=(git)
 [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
 command -v ssh-keygen >/dev/null || missing+=(openssh-client)
+command -v strace >/dev/null || missing+=(strace)
 command -v tesseract >/dev/null || missing+=(tesseract-ocr)
 ls /usr/share/tesseract-ocr/*/tessdata/eng.traineddata >/dev/null 2>&1 || missing+=(tesseract-ocr-eng)
-command -v strace >/dev/null || missing+=(strace)
 for cmd in podman runc debootstrap containerd iptables ipset conntrack gcc; do
   command -v $cmd >/dev/null || missing+=($cmd)
 done

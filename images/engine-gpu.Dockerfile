@@ -15,7 +15,7 @@ RUN pip install --no-cache-dir uv==0.13.9
 ENV UV_PROJECT_ENVIRONMENT=/opt/venv UV_LINK_MODE=copy UV_COMPILE_BYTECODE=0 UV_PYTHON_DOWNLOADS=never
 WORKDIR /src
 COPY pyproject.toml uv.lock README.md /src/
-RUN uv sync --frozen --no-dev --no-install-project --extra gpu --extra postgres --extra milvus --extra ocr
+RUN uv sync --frozen --no-dev --no-install-project --extra gpu --extra postgres --extra milvus
 COPY engine /src/engine
 COPY operator /src/operator
 # The project itself, without dependencies (the lock already put them there); then check the image is
@@ -26,12 +26,6 @@ assert not hasattr(faiss, 'StandardGpuResources')" \
  && ! /opt/venv/bin/python -c "import kopf" 2>/dev/null
 
 FROM python:3.11-slim
-# OCR of scanned PDF pages and images (docs/documents.md): Tesseract and its languages; empty = none.
-ARG OCR_LANGUAGES="eng"
-RUN if [ -n "$OCR_LANGUAGES" ]; then apt-get update -q >/dev/null \
- && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends tesseract-ocr \
-      $(for l in $OCR_LANGUAGES; do printf 'tesseract-ocr-%s ' "$l"; done) >/dev/null \
- && rm -rf /var/lib/apt/lists/*; fi
 RUN useradd --uid 1000 --user-group --home-dir /home/ragengine --create-home ragengine \
  && mkdir /data && chown 1000:1000 /data
 COPY --from=build /opt/venv /opt/venv

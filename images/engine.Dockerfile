@@ -49,14 +49,14 @@ COPY pyproject.toml uv.lock README.md /src/
 RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/uv \
     if [ -s /run/secrets/ca ]; then export SSL_CERT_FILE=/run/secrets/ca; fi; \
     cd /src && python3 -m venv --without-pip /opt/venv \
- && /opt/uv/bin/uv export -q --frozen --no-emit-project --extra engine --extra postgres --extra milvus --extra ocr -o /tmp/engine.txt \
+ && /opt/uv/bin/uv export -q --frozen --no-emit-project --extra engine --extra postgres --extra milvus -o /tmp/engine.txt \
  && /opt/uv/bin/uv pip install -q --python /opt/venv/bin/python -r /tmp/engine.txt
 COPY engine /src/engine
 COPY operator /src/operator
 RUN --mount=type=secret,id=ca \
     if [ -s /run/secrets/ca ]; then export SSL_CERT_FILE=/run/secrets/ca; fi; \
     /opt/uv/bin/uv pip install -q --python /opt/venv/bin/python --no-deps --no-cache /src \
- && /opt/venv/bin/python -c "import ragengine.app, ragengine.stores, faiss, openvino" \
+ && /opt/venv/bin/python -c "import ragengine.app, ragengine.stores, faiss, openvino, docx, pptx, openpyxl, pdfplumber" \
  && ! /opt/venv/bin/python -c "import torch" 2>/dev/null && ! /opt/venv/bin/python -c "import kopf" 2>/dev/null \
  && sp=/opt/venv/lib/python3.11/site-packages \
  `# OpenVINO runs the export on the CPU: its GPU and NPU plugins, its GPU kernel cache, headers and the` \
@@ -71,17 +71,12 @@ RUN --mount=type=secret,id=ca \
  && /opt/venv/bin/python -m compileall -q -j 0 /opt/venv/lib > /dev/null
 
 FROM ${BASE_IMAGE}
-# OCR of scanned PDF pages and images (docs/documents.md): Debian's Tesseract and one data package per
-# language ('+'-free, space-separated Tesseract codes); empty = no Tesseract (such pages give a reason).
-ARG OCR_LANGUAGES="eng"
-RUN --mount=type=secret,id=ca \
-    if [ -n "$OCR_LANGUAGES" ]; then \
-      if [ -s /run/secrets/ca ]; then cp /run/secrets/ca /usr/local/share/ca-certificates/build-ca.crt; fi; \
-      apt-get update -q >/dev/null \
-      && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends tesseract-ocr \
-           $(for l in $OCR_LANGUAGES; do printf 'tesseract-ocr-%s ' "$l"; done) >/dev/null \
-      && rm -rf /var/lib/apt/lists/* /usr/local/share/ca-certificates/build-ca.crt; \
-    fi
+# OCR of scanned pages and images (issue 29; docs/documents.md): Debian's Tesseract and its English data.
+# OCR=0 builds an image without it (scanned pages then index no text and say why).
+ARG OCR=1
+RUN if [ "$OCR" = 1 ]; then apt-get update -q >/dev/null \
+      && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends tesseract-ocr tesseract-ocr-eng >/dev/null \
+      && rm -rf /var/lib/apt/lists/*; fi
 RUN groupadd --gid 1000 ragengine && useradd --uid 1000 --gid 1000 --home-dir /home/ragengine --create-home ragengine \
  && mkdir /data && chown 1000:1000 /data
 COPY --from=build /opt/venv /opt/venv

@@ -18,6 +18,8 @@ from ragengine.api import chat as chat_api
 from ragengine.api import conversations as conversations_api
 from ragengine.api import indexes as indexes_api
 from ragengine.api import ops as ops_api
+from ragengine.api import responses as responses_api
+from ragengine.api import vector_stores as vector_stores_api
 from ragengine.api.openapi import document_error_responses
 from ragengine.conversations.models import UsageRow
 from ragengine.errors import install_error_handlers
@@ -35,7 +37,8 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # Each part registers its services on app.state and its clean-up on the stack, in
-        # dependency order: indexes (embedder, registry), then chat (LLM client), then conversations.
+        # dependency order: indexes (embedder, registry), then chat (LLM client), then conversations (the
+        # session store), then vector stores (on all of those).
         async with AsyncExitStack() as stack:
             stack.callback(tracing.shutdown)  # last: the spans of the shutdown itself are exported too
             stack.push_async_callback(access.close)
@@ -43,6 +46,8 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
             await indexes_api.startup(app, settings, stack)
             await chat_api.startup(app, settings, stack)
             await conversations_api.startup(app, settings, stack)
+            await vector_stores_api.startup(app, settings, stack)
+            await responses_api.startup(app, settings, stack)
             # Rate limits count in the sessions' database (shared by replicas on PostgreSQL).
             app.state.usage = UsageCounter(app.state.sessions.engine, UsageRow.__table__)  # type: ignore[arg-type]  # a Table, typed FromClause
             registry = getattr(app.state, "registry", None)
@@ -69,6 +74,8 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
     app.include_router(indexes_api.router)
     app.include_router(chat_api.router)
     app.include_router(conversations_api.router)
+    app.include_router(vector_stores_api.router)
+    app.include_router(responses_api.router)
     missing = uncovered((m, r.path) for r in api_routes(app.routes) for m in r.methods or ())
     if missing:
         raise RuntimeError(f"routes without an access rule in ragengine/access/routes.py: {', '.join(missing)}")

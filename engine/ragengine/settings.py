@@ -29,7 +29,7 @@ class EngineSettings(BaseSettings):
     api_key: str | None = Field(
         None, description="One admin key: when set, every request except /health, /ready and /metrics needs "
         "'Authorization: Bearer <key>' (or another principal's credentials from access_file); those three show "
-        "status only without an admin's credentials (no index names, counts or dependency URLs)."
+        "status only without an admin's key (no index names, counts or dependency URLs)."
     )
     access_file: Path | None = Field(
         None, description="YAML file of principals (keys with index patterns, roles and groups), re-read when it "

@@ -35,7 +35,7 @@ from pydantic import ValidationError
 from . import constants as c
 from . import metrics
 from .kube import apply as kube
-from .kube.observe import observe
+from .kube.observe import observe, probe_egress
 from .manifests.access import (
     COMPONENT_TOKENREVIEW,
     LABEL_OWNER_NAMESPACE,
@@ -52,7 +52,6 @@ from .reconcile.policy import POLICY_VIOLATION, Policy, refusals
 from .reconcile.schedule import next_due
 from .reconcile.status import compute_status
 from .settings import OperatorSettings
-from .sources.egress import EgressPolicy
 from .spec import RAGEngineSpec
 
 log = logging.getLogger(__name__)
@@ -336,7 +335,7 @@ class Controller:
         # observedGeneration moves only when a reconcile of that generation finished.
         generation = body["metadata"].get("generation") if advance else current.get("observedGeneration")
         observed = observe(self.dyn, owner, spec, probe_external=self.settings.probe_external_inference,
-                           probe_engine=self.settings.probe_engine_readiness, egress=EgressPolicy.from_settings(self.settings))
+                           probe_engine=self.settings.probe_engine_readiness, egress=probe_egress(self.settings))
         observed.sources = current.get("sources")
         status, changes = compute_status(owner, spec, generation, observed, current.get("conditions") or [], now(), error)
         if all(status.get(k) == current.get(k) for k in STATUS_KEYS):

@@ -22,8 +22,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("ragengine.metrics",),
     ("ragengine.observability",),  # traces, request ids, log lines: every layer above opens spans
     ("ragengine.protocol",),
-    ("ragengine.access",),  # who may do what; the stores and sessions take its principals
     ("ragengine.parsing",),  # the bounded parser (child processes with budgets)
+    ("ragengine.access",),  # who may do what; the stores and sessions take its principals
     ("ragengine.rag.text", "ragengine.filetypes"),  # text primitives; files to documents
     ("ragengine.embedding", "ragengine.llm", "ragengine.sample"),
     ("ragengine.retrieval",),
@@ -32,6 +32,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("ragengine.rag",),
     ("ragengine.guardrails",),  # the output policy and the screening the answers pass through
     ("ragengine.chat", "ragengine.conversations"),
+    ("ragengine.vectorstores",),  # OpenAI's vector stores: indexes + the uploads and catalog in the session store
+    ("ragengine.responses",),  # OpenAI's Responses: vector store search + chat's budget + the LLM
     ("ragengine.api",),
     ("ragengine.app",),
     ("ragengine.cli",),

@@ -9,9 +9,12 @@ The enforcement (``access.enforce``) reads only this table: no route checks acce
 - ``none``: no index (reformulation, sessions and files, which belong to their creator: ``owned``);
 - ``path``: the ``{index_name}`` path parameter;
 - ``body``: the JSON body's ``index_name`` (absent means no index, e.g. a session without one);
-- ``form``: the multipart form's ``index_name`` field (file uploads to an index);
+- ``form``: the multipart form's ``index_name`` (``POST /index/files``);
 - ``chat``: the chat request's ``index_name`` or its ``rag:<index>`` model alias;
-- ``list``: the route lists indexes; the handler shows only those the caller sees.
+- ``list``: the route lists indexes; the handler shows only those the caller sees;
+- ``store``: the ``{vector_store_id}`` path parameter: a vector store's id is its index's name;
+- ``tools``: every vector store the body's ``file_search`` tools name (``POST /v1/responses``); each is
+  checked, the first the caller may not see decides.
 
 ``creates`` marks routes that may create the index they name: a name outside the caller's patterns is
 then 403 (nothing exists to hide), where on other routes it is 404, the same as a missing index.
@@ -36,6 +39,8 @@ class IndexFrom(enum.Enum):
     form = "form"
     chat = "chat"
     list = "list"
+    store = "store"
+    tools = "tools"
 
 
 @dataclass(frozen=True)
@@ -91,6 +96,30 @@ ROUTES: dict[tuple[str, str], Rule] = {
     ("POST", "/v1/sessions/{session_id}/threads"): Rule(R, owned=True),
     ("GET", "/v1/sessions/{session_id}/threads"): Rule(R, owned=True),
     ("GET", "/v1/sessions/{session_id}/threads/{thread_id}"): Rule(R, owned=True),
+    # OpenAI vector stores: a vector store is an index (its id is the index's name), so these are index
+    # routes with the roles of their KAITO counterparts (writing documents: write; deleting: admin).
+    # ``index_name`` in the create body is the engine's extension that names the store's index.
+    ("GET", "/v1/vector_stores"): Rule(R, IndexFrom.list),
+    ("POST", "/v1/vector_stores"): Rule(W, IndexFrom.body, creates=True),
+    ("GET", "/v1/vector_stores/{vector_store_id}"): Rule(R, IndexFrom.store),
+    ("POST", "/v1/vector_stores/{vector_store_id}"): Rule(W, IndexFrom.store),
+    ("DELETE", "/v1/vector_stores/{vector_store_id}"): Rule(A, IndexFrom.store),
+    ("POST", "/v1/vector_stores/{vector_store_id}/search"): Rule(R, IndexFrom.store, llm=True),  # rewrite_query
+    ("GET", "/v1/vector_stores/{vector_store_id}/files"): Rule(R, IndexFrom.store),
+    ("POST", "/v1/vector_stores/{vector_store_id}/files"): Rule(W, IndexFrom.store),
+    ("GET", "/v1/vector_stores/{vector_store_id}/files/{file_id}"): Rule(R, IndexFrom.store),
+    ("POST", "/v1/vector_stores/{vector_store_id}/files/{file_id}"): Rule(W, IndexFrom.store),
+    ("DELETE", "/v1/vector_stores/{vector_store_id}/files/{file_id}"): Rule(W, IndexFrom.store),
+    ("GET", "/v1/vector_stores/{vector_store_id}/files/{file_id}/content"): Rule(R, IndexFrom.store),
+    ("POST", "/v1/vector_stores/{vector_store_id}/file_batches"): Rule(W, IndexFrom.store),
+    ("GET", "/v1/vector_stores/{vector_store_id}/file_batches/{batch_id}"): Rule(R, IndexFrom.store),
+    ("POST", "/v1/vector_stores/{vector_store_id}/file_batches/{batch_id}/cancel"): Rule(W, IndexFrom.store),
+    ("GET", "/v1/vector_stores/{vector_store_id}/file_batches/{batch_id}/files"): Rule(R, IndexFrom.store),
+    # OpenAI responses: file_search reads the stores its tools name; a stored response is its creator's.
+    ("POST", "/v1/responses"): Rule(R, IndexFrom.tools, owned=True, llm=True),
+    ("GET", "/v1/responses/{response_id}"): Rule(R, owned=True),
+    ("DELETE", "/v1/responses/{response_id}"): Rule(R, owned=True),
+    ("GET", "/v1/responses/{response_id}/input_items"): Rule(R, owned=True),
 }
 
 OPEN_PATHS = frozenset(path for (_method, path), rule in ROUTES.items() if rule.open)

@@ -6,9 +6,9 @@ The LLM is not part of readiness: without it the engine still serves retrieval, 
 extractive answers, so a vLLM that restarts, downloads its model or is scaled to zero must not take the
 engine's endpoints away (ragengine/llm/availability.py). /ready reports it beside the checks.
 
-They are open even when credentials are configured (probes and scrapers); without an admin's credentials
-they show status only (``access.enforce.sees_details``): no index names or counts, no dependency URLs or
-error texts, no per-index series. URLs in any message have their credentials masked (``redact_text``)."""
+They are open without credentials (probes and scrapers); without an admin's key they show status
+only (``_keyed``): no index names or counts, no dependency URLs or error texts, no per-index series.
+URLs in any message have their credentials masked (``redact_text``)."""
 
 from __future__ import annotations
 
@@ -21,13 +21,24 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from ragengine import metrics
-from ragengine.access.enforce import sees_details
+from ragengine.access.rules import Role
 from ragengine.redact import redact_text
 from ragengine.settings import EngineSettings
 
 READY_TIMEOUT_S = 2.0  # a readiness probe runs every few seconds: a dependency that slow counts as down
 
 router = APIRouter(tags=["ops"])
+
+
+def _keyed(request: Request) -> bool:
+    """The caller may see details: access control is off, or it sent an admin's key (a key from the
+    keyring only: a probe never waits on a TokenReview; a reader limited to some indexes sees no names)."""
+    keyring = request.app.state.access.keyring()
+    if not keyring.enabled:
+        return True
+    header = request.headers.get("authorization") or ""
+    principal = keyring.authenticate(header[len("Bearer "):].strip()) if header.startswith("Bearer ") else None
+    return principal is not None and principal.role is Role.admin
 
 
 @router.get("/health")
@@ -44,39 +55,34 @@ async def health(request: Request) -> dict:
         status["store_error"] = redact_text(str(status["store_error"]))
         problems.append(f"vector store unavailable: {status['store_error']}")
     state = "Degraded" if problems else "Healthy"
-    details = await sees_details(request)
-    if not details:  # counts of problems, no names (send an admin's credentials for those)
+    if not _keyed(request):  # counts of problems, no names (send the key for those)
         public = [f"{len(corrupt)} index(es) not loaded"] if corrupt else []
         public += ["vector store unavailable"] if status.get("store_error") else []
-        return {"status": state, "detail": "; ".join(public) or None,
-                **_embedding_report(request, details), **_llm_report(request, details)}
+        return {"status": state, "detail": "; ".join(public) or None, **_llm_report(request)}
     return {"status": state, "detail": "; ".join(problems) or None, **status,
-            **_embedding_report(request, details), **_llm_report(request, details)}
+            **_embedding_report(request), **_llm_report(request)}
 
 
-def _embedding_report(request: Request, details: bool) -> dict[str, Any]:
+def _embedding_report(request: Request) -> dict[str, Any]:
     """``{"embedding": {"backend", "note"}}``: the backend in use, and why when it is the slow one (the note
-    names a folder of the machine: left out without details, as the LLM's reasons are)."""
+    names a folder of the machine: left out when the API needs a key, as the LLM's reasons are)."""
     embedder = getattr(request.app.state, "embedder", None)
     if embedder is None:
         return {}
     note = getattr(embedder, "backend_note", None)
-    if note and not details:
+    if note and not _keyed(request):
         note = "a slow embedding backend runs: the engine's log says why and how to fix it"
     return {"embedding": {"backend": embedder.backend.name, "note": note}}
 
 
-def _llm_report(request: Request, details: bool) -> dict[str, Any]:
+def _llm_report(request: Request) -> dict[str, Any]:
     """``{"llm": ...}`` from what the engine last saw (no call): the reasons name internal URLs, so they
-    are left out without details (/health and /ready stay open), and masked with them."""
+    are left out when the API needs a key (/health and /ready stay open)."""
     llm = getattr(request.app.state, "llm", None)
     if llm is None:
         return {}
-    report = llm.availability.to_dict(reasons=details)
-    for key in ("reason", "tool_calls_reason"):
-        if report.get(key):
-            report[key] = redact_text(str(report[key]))
-    return {"llm": report}
+    report = llm.availability.to_dict(reasons=_keyed(request))
+    return {"llm": {k: redact_text(v) if isinstance(v, str) else v for k, v in report.items()}}
 
 
 async def _check_llm(settings: EngineSettings) -> str | None:
@@ -147,14 +153,14 @@ async def ready(request: Request) -> Any:
     names = ["embeddings", "store"]
     *found, _ = await asyncio.gather(_check_embeddings(request, settings), _check_store(request),
                                      _observe_llm(request, settings))
-    results = {name: None if why is None else redact_text(why) for name, why in zip(names, found, strict=True)}
-    details = await sees_details(request)
-    if not details:  # which check fails, not why (the reasons name internal URLs)
-        results = {name: None if why is None else f"{name} failing (send an admin's credentials for the reason)"
+    results = dict(zip(names, found, strict=True))
+    results = {name: None if why is None else redact_text(why) for name, why in results.items()}
+    if not _keyed(request):  # which check fails, not why (the reasons name internal URLs)
+        results = {name: None if why is None else f"{name} failing (send the API key for the reason)"
                    for name, why in results.items()}
     report = {name: ("ok" if why is None else why) for name, why in results.items()}
     failing = [why for why in results.values() if why is not None]
-    body = {"ready": not failing, "checks": report, **_llm_report(request, details)}
+    body = {"ready": not failing, "checks": report, **_llm_report(request)}
     if failing:
         return JSONResponse({**body, "reason": "; ".join(failing)}, status_code=503)
     return body
@@ -162,6 +168,6 @@ async def ready(request: Request) -> Any:
 
 @router.get("/metrics", response_class=PlainTextResponse, responses={200: {"description": "Prometheus text format."}})
 async def prometheus_metrics(request: Request) -> Response:
-    """Per-index series (``index`` label: the names) only with an admin's credentials, when any are set."""
-    registry = metrics.REGISTRY if await sees_details(request) else metrics.public_view()
+    """Per-index series (``index`` label: the names) only with the API key, when one is set."""
+    registry = metrics.REGISTRY if _keyed(request) else metrics.public_view()
     return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from typing import Any
 
 from ragengine.conversations.jobs import Claim, Jobs, make_jobs
@@ -44,6 +45,7 @@ def parse_limits(settings: Any, **overrides: Any) -> ParseLimits:
                           "max_pages": settings.parse_max_pages, "max_chars": settings.max_document_chars,
                           "ocr_languages": settings.ocr_languages, "ocr_max_pages": settings.ocr_max_pages,
                           "ocr_s": settings.ocr_s, **overrides})
+
 
 log = logging.getLogger(__name__)
 
@@ -88,11 +90,7 @@ class IngestionWorker:
 
     async def parse(self, data: bytes, kind: str) -> tuple[str, list[Part]]:
         """``extract`` in the parse pool (ParseError: unreadable; Unprocessable: over a budget)."""
-        with tracing.stage("parse", file_kind=kind, bytes=len(data)) as span:
-            text, parts = await asyncio.get_running_loop().run_in_executor(self.parsers, extract, data, kind,
-                                                                           self.limits)
-            tracing.annotate(span, parts=len(parts), chars=len(text))
-        return text, parts
+        return await asyncio.get_running_loop().run_in_executor(self.parsers, extract, data, kind, self.limits)
 
     async def idle(self, timeout_s: float = 60.0) -> None:
         """Wait until no job is left (tests and benchmarks; shared queue: on any replica)."""
@@ -100,10 +98,11 @@ class IngestionWorker:
             while self._busy or await self.jobs.pending():
                 await asyncio.sleep(0.02)
 
-    async def accept(self, filename: str, content_type: str | None, data: bytes, *,
-                     principal: str | None = None) -> FileInfo:
-        """Validate (413, 415), parse once (422 over a budget), record the file as ``uploaded`` and
-        queue its parts (an unreadable file is queued with its reason: it ends ``failed``)."""
+    async def accept(self, filename: str, content_type: str | None, data: bytes, *, principal: str | None = None,
+                     purpose: str | None = None, expires_at: datetime | None = None) -> FileInfo:
+        """Validate (413, 415), parse once (422 over a budget), record the file as ``uploaded`` and queue its
+        parts. A file whose text cannot be read is recorded ``failed`` with the reason at once, as OpenAI's
+        Files API does: no job could do better."""
         if len(data) > self.settings.max_upload_bytes:
             raise PayloadTooLarge(f"The file is {len(data)} bytes; the limit is {self.settings.max_upload_bytes}.")
         kind = detect_kind(data, filename, content_type)
@@ -111,9 +110,10 @@ class IngestionWorker:
             text, parts = await self.parse(data, kind)
             payload = encode_job(parts)
         except ParseError as exc:
-            text, payload = None, encode_job(None, str(exc))
+            return await self._refused(filename, kind, data, str(exc), principal, purpose, expires_at)
         info = await self.jobs.submit(filename=filename or "upload", content_type=CANONICAL[kind], text=text,
-                                      data=payload, size_bytes=len(data), principal=principal)
+                                      data=payload, size_bytes=len(data), principal=principal, purpose=purpose,
+                                      expires_at=expires_at)
         FILES_ACCEPTED.inc()
         if self.tracing.enabled:
             from opentelemetry import context
@@ -123,6 +123,14 @@ class IngestionWorker:
                 self._origins.pop(next(iter(self._origins)))
             tracing.annotate(file_id=info.id, file_kind=kind, bytes=len(data))
         return info
+
+    async def _refused(self, filename: str, kind: str, data: bytes, reason: str, principal: str | None,
+                       purpose: str | None, expires_at: datetime | None) -> FileInfo:
+        log.warning("file %r failed: %s", filename, reason)
+        FILES_INGESTED.labels("failed").inc()
+        return await self.store.create_file(filename=filename or "upload", content_type=CANONICAL[kind],
+                                            size_bytes=len(data), failed=reason, principal=principal, purpose=purpose,
+                                            expires_at=expires_at)
 
     async def delete(self, file_id: str) -> None:
         self._origins.pop(file_id, None)
@@ -222,10 +230,12 @@ class IngestionWorker:
         parts = decode_job(data)  # parsed when accepted
         if parts is None:  # raw bytes queued by an engine from before parse-once: parse them now
             kind = {v: k for k, v in CANONICAL.items()}.get(info.content_type, "text")
-            try:
-                text, parts = await self.parse(data, kind)
-            except EngineError as exc:  # over a budget
-                raise ParseError(exc.message) from exc
+            with tracing.stage("parse", file_kind=kind, bytes=len(data)) as span:
+                try:
+                    text, parts = await self.parse(data, kind)
+                except EngineError as exc:  # over a budget
+                    raise ParseError(exc.message) from exc
+                tracing.annotate(span, parts=len(parts), chars=len(text))
             await self.store.update_file(info.id, owner=owner, text=text)
         await self.store.update_file(info.id, owner=owner, progress=PARSE_SHARE)
         ours = [self.doc_id(info.id, i) for i in range(len(parts))]

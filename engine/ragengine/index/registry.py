@@ -32,7 +32,7 @@ from ragengine.index.documents import (
 from ragengine.index.durability import Durability
 from ragengine.index.search import search_index
 from ragengine.index.state import IndexState
-from ragengine.index.types import RetrievedNode
+from ragengine.index.types import ChunkingConfig, RetrievedNode
 from ragengine.observability import tracing
 from ragengine.retrieval import filters as flt
 
@@ -63,6 +63,11 @@ class IndexRegistry:
 
     def names(self) -> list[str]:
         return sorted(self._indexes)
+
+    async def chunking(self, name: str) -> ChunkingConfig | None:
+        """How an index splits documents; None when there is no such index."""
+        state = self._indexes.get(name)
+        return state.config if state is not None else None
 
     async def list_names(self) -> list[str]:
         return self.names()

@@ -101,8 +101,8 @@ def _fuse(state: IndexState, qvec: np.ndarray, d_slots: np.ndarray, d_cos: np.nd
         cos = dense.get(slot, extra.get(slot, 0.0))
         score = cosine_to_score(cos)
         metadata = dict(rec.metadata)
-        bounds = (0, len(rec.text)) if rec.spans is None else rec.spans[i]
-        if rec.metadata.get("split_type") != "code" and (path := heading_path(rec.text, rec.metadata, bounds)):
+        span = (0, len(rec.text)) if rec.spans is None else rec.spans[i]
+        if rec.metadata.get("split_type") != "code" and (path := heading_path(rec.text, rec.metadata, span)):
             metadata["heading_path"] = path  # title > section > subsection, for citations
         nodes.append(RetrievedNode(
             doc_id=rec.doc_id, node_id=node_id(rec.doc_id, i, text), text=text, score=score,

@@ -148,6 +148,12 @@ class StoreRegistry:
         self._configs = configs
         return sorted(configs)
 
+    async def chunking(self, name: str) -> ChunkingConfig | None:
+        """How an index splits documents; None when there is no such index (asks the store)."""
+        configs = await self._call(self.adapter.indexes)
+        self._configs = configs
+        return ChunkingConfig.from_dict(configs[name]) if name in configs else None
+
     def exists(self, name: str) -> bool:
         if name in self._configs and time.monotonic() - self._fresh_at < REFRESH_S * 2:
             return True

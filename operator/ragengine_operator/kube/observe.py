@@ -89,13 +89,24 @@ def engine_readiness_reason(pods: list[dict[str, Any]]) -> str | None:
     return None
 
 
+def probe_egress(settings: Any) -> EgressPolicy:
+    """The sources' egress rules, plus the cluster's Service names (``*.svc``, ``*.svc.<domain>``): the LLM is
+    usually one, and a GET of its /models through a Service is no more than any pod may do. Loopback, link-local
+    (cloud metadata) and private address literals stay refused."""
+    domain = settings.cluster_domain.strip(".")
+    return EgressPolicy.build([*settings.sources_egress_allow, "*.svc", f"*.svc.{domain}"],
+                              settings.sources_cluster_cidrs, settings.cluster_domain)
+
+
 def probe_llm(url: str, model: str | None, egress: EgressPolicy | None = None) -> str | None:
     """None when `GET {url}/models` answers (and lists `model` when it can be read); else the reason.
 
     A 401/403 means the server is there but wants the key the engine holds: reachable. Cached for
     a few seconds so child events and resyncs do not hammer the endpoint. The URL is the tenant's, so
     the probe obeys the sources' egress rules (pinned address, bounded body): a host they refuse is not
-    probed at all (None: nothing is claimed), or the probe's answers would map the operator's network.
+    probed at all (None: nothing is claimed), or the probe's answers would map the operator's network. A
+    name that does not resolve is reported (DNS answers any pod of the cluster alike), and ``probe_egress``
+    opens in-cluster Service names, where an OpenAI-compatible server usually runs.
     """
     key, now = (url, model), time.monotonic()
     hit = _probe_cache.get(key)
@@ -116,7 +127,8 @@ def probe_llm(url: str, model: str | None, egress: EgressPolicy | None = None) -
                 if served and model not in served:
                     reason = f"inference URL {url} does not serve model {model!r} (it serves {', '.join(map(str, served))})"
     except FetchError as exc:
-        reason = None if "refused by the egress policy" in str(exc) else f"inference URL {url} is unreachable: {exc}"[:512]
+        refused = "refused by the egress policy" in str(exc) and not str(exc).endswith("does not resolve")
+        reason = None if refused else f"inference URL {url} is unreachable: {exc}"[:512]
     except (TooLarge, ValueError, AttributeError) as exc:
         reason = f"inference URL {url} answered GET /models with an unreadable list: {type(exc).__name__}"
     _probe_cache[key] = (now, reason)

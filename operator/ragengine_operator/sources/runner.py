@@ -183,20 +183,19 @@ class SourceSyncer:
     async def _one(self, target: Target, source: Source, slots: FairSlots) -> None:
         key = (target.namespace, target.name)
         try:
-            async with slots.hold(target.namespace):
-                before = self.states.setdefault(key, {}).get(source.name)
-                reporter = ProgressReporter(self, target, source, before)
-                if not target.engine_ready:
-                    after, result = waiting(source, before, time.time()), None
-                else:
-                    result = await self.sync(target, source, before, reporter)
-                    after = after_sync(source, before, result, time.time())
-                self.states.setdefault(key, {})[source.name] = after  # (the RAGEngine may be gone meanwhile)
-                if before is None or visible(before) != visible(after) or reporter.reported:
-                    await asyncio.to_thread(self.write_status, target)
-                event = sync_event(source, before, after, result.written if result else 0)
-                if event:
-                    self._post(target, *event)
+            before = self.states.setdefault(key, {}).get(source.name)
+            reporter = ProgressReporter(self, target, source, before)
+            if not target.engine_ready:
+                after, result = waiting(source, before, time.time()), None
+            else:
+                result = await self.sync(target, source, before, reporter, slots)
+                after = after_sync(source, before, result, time.time())
+            self.states.setdefault(key, {})[source.name] = after  # (the RAGEngine may be gone meanwhile)
+            if before is None or visible(before) != visible(after) or reporter.reported:
+                await asyncio.to_thread(self.write_status, target)
+            event = sync_event(source, before, after, result.written if result else 0)
+            if event:
+                self._post(target, *event)
         except Exception:  # never let one source's surprise stop the loop
             log.exception("sync of source %s of %s/%s failed", source.name, *key)
         finally:
@@ -227,13 +226,16 @@ class SourceSyncer:
 
     # --- one sync -----------------------------------------------------------------------------------
     async def sync(self, target: Target, source: Source, state: SourceState | None,
-                   progress: Progress | None = None) -> SyncResult:
-        """One sync by a worker; never raises: every failure is a failed result (status, backoff, Event)."""
+                   progress: Progress | None = None, slots: FairSlots | None = None) -> SyncResult:
+        """One sync by a worker; never raises: every failure is a failed result (status, backoff, Event). Only the
+        worker takes one of ``slots``: a refusal (a ServiceAccount token as credentials, a missing ConfigMap) or a
+        ConfigMap at its revision is reported at once, not behind the namespace's running syncs."""
         try:
             prepared = await asyncio.to_thread(self.prepare, target, source, state)
             if isinstance(prepared, SyncResult):
                 return prepared
-            result = await self.dispatch(target, prepared, progress)
+            async with slots.hold(target.namespace) if slots is not None else contextlib.nullcontext():
+                result = await self.dispatch(target, prepared, progress)
         except Exception as exc:
             log.warning("sync of source %s of %s/%s failed: %s", source.name, target.namespace, target.name, exc)
             return SyncResult(source.name, source.kind, ok=False, message=f"not synced: {type(exc).__name__}: {exc}")
