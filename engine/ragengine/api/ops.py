@@ -151,6 +151,8 @@ async def ready(request: Request) -> Any:
     and the index store answers, whether or not the LLM does (``llm`` reports it; see the module's
     docstring). Unlike ``/health`` it calls them (each with a short timeout, concurrently)."""
     settings: EngineSettings = request.app.state.settings
+    if request.app.state.drain.active:  # SIGTERM: the load balancer sends no new client here (ragengine/shutdown.py)
+        return JSONResponse({"ready": False, "reason": "shutting down"}, status_code=503)
     names = ["embeddings", "store"]
     *found, _ = await asyncio.gather(_check_embeddings(request, settings), _check_store(request),
                                      _observe_llm(request, settings))
