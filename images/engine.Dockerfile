@@ -66,6 +66,13 @@ RUN --mount=type=secret,id=ca \
            $sp/openvino/libs/libopenvino_tensorflow_frontend.so.* $sp/openvino/libs/libopenvino_tensorflow_lite_frontend.so.* \
            $sp/openvino/libs/libopenvino_paddle_frontend.so.* $sp/openvino/libs/libopenvino_pytorch_frontend.so.* \
            $sp/openvino/libs/libopenvino_jax_frontend.so.* $sp/openvino/libs/libopenvino_gguf_frontend.so.* \
+ `# tree-sitter-language-pack ships ~170 parsers (171 MB); code chunking uses the languages of` \
+ `# ragengine.filetypes.CODE_LANGUAGES only: the others go, and each kept one must load (a language the` \
+ `# pack lacks, such as c_sharp, is chunked by the engine's line splitter, as it always was)` \
+ && keep=" $(/opt/venv/bin/python -c "from ragengine.filetypes import CODE_LANGUAGES; print(' '.join(sorted(set(CODE_LANGUAGES.values()))))") " \
+ && for so in $sp/tree_sitter_language_pack/bindings/*.so; do \
+      name=$(basename "$so"); name=${name%%.*}; case "$keep" in *" $name "*) ;; *) rm -f "$so" ;; esac; done \
+ && /opt/venv/bin/python -c "import pathlib, tree_sitter_language_pack as t; [t.get_parser(p.name.split('.')[0]) for p in pathlib.Path(t.__file__).parent.joinpath('bindings').glob('*.so')]" \
  && find $sp -mindepth 2 -maxdepth 2 -type d -name tests -prune -exec rm -rf {} + `# packages' own test suites` \
  && find /opt/venv -name '__pycache__' -prune -exec rm -rf {} + \
  && /opt/venv/bin/python -m compileall -q -j 0 /opt/venv/lib > /dev/null

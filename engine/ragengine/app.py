@@ -9,7 +9,7 @@ from typing import Any
 from fastapi import Depends, FastAPI
 from fastapi.routing import APIRoute
 
-from ragengine import __version__
+from ragengine import __version__, shutdown
 from ragengine.access.enforce import AuthenticationMiddleware, authorize
 from ragengine.access.limits import UsageCounter
 from ragengine.access.routes import uncovered
@@ -70,7 +70,8 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
     install_error_handlers(app, settings)
     app.add_middleware(AuthenticationMiddleware, source=access)
     install_middleware(app, settings)  # body limit and request metrics, so they see 401s too
-    request_context.install(app, tracing)  # request ids, access log, server spans: outermost of all
+    request_context.install(app, tracing)  # request ids, access log, server spans
+    shutdown.install(app)  # `Connection: close` on every answer while draining: outermost of all
     app.include_router(ops_api.router)
     app.include_router(indexes_api.router)
     app.include_router(versions_api.router)

@@ -85,7 +85,9 @@ def serve(host, port, data_dir, embedding_model, embedding_url, llm_url, rerank_
     click.echo(f"listening on http://{settings.host}:{bound}", err=True)
     config = uvicorn.Config(app, host=settings.host, port=bound, log_level=log_level.lower(), timeout_graceful_shutdown=30,
                             log_config=None, access_log=False)
-    uvicorn.Server(config).run(sockets=[sock])
+    from ragengine.shutdown import DrainingServer
+
+    DrainingServer(config, app.state.drain, settings.shutdown_drain_seconds).run(sockets=[sock])
 
 
 def _collect(folder: Path, pattern: str) -> tuple[list[Path], int]:

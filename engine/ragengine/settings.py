@@ -57,6 +57,10 @@ class EngineSettings(BaseSettings):
     token_review_cache_s: float = Field(
         30.0, ge=0.0, le=3600.0, description="How long a reviewed ServiceAccount token's answer is reused (never "
         "past the token's expiry): a deleted ServiceAccount's token may work this long after the deletion.")
+    shutdown_drain_seconds: float = Field(
+        0.0, ge=0.0, le=120.0, description="On SIGTERM, serve this long before shutting down, answering every "
+        "request with 'Connection: close' and /ready with 503, so clients' kept-alive connections move to another "
+        "replica (the operator sets 5: uvicorn's keep-alive timeout). 0 = stop at once. Ctrl-C always stops at once.")
     max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024, description="Requests with larger bodies get 413.")
     max_document_chars: int = Field(5_000_000, ge=1, description="A single document's text longer than this gets 413.")
     max_import_bytes: int = Field(

@@ -71,7 +71,7 @@ CASES = [
     ("POST", "/v1/responses", "/v1/responses", {"json": {"input": "q", "tools": [{"type": "web_search"}]}}, 400),
     ("POST", "/v1/responses", "/v1/responses", {"json": {"input": "q", "previous_response_id": "resp_missing"}}, 404),
     ("GET", "/v1/responses/{response_id}", "/v1/responses/resp_missing", {}, 404),
-    ("POST", "/v1/files", "/v1/files", {"files": {"file": ("a.png", b"\x89PNG\r\n", "image/png")}}, 415),
+    ("POST", "/v1/files", "/v1/files", {"files": {"file": ("a.gif", b"GIF89a" + bytes(20), "image/gif")}}, 415),
 ]
 
 

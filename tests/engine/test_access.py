@@ -198,6 +198,21 @@ def test_open_paths_are_the_documented_ones():
     assert set(OPEN_PATHS) == OPEN_BY_DESIGN
 
 
+def test_open_probes_show_details_only_to_an_admin_of_every_index(engine):
+    """/health and /metrics name every index: a reader, a wrong key and an admin of some indexes only
+    (who would learn the other teams' index names) get status only; the admin of ``*`` gets all."""
+    base, *_ = engine
+    _ensure_index(base)
+    for auth in (None, f"Bearer {READ_A}", f"Bearer {ADMIN_A}", "Bearer wrong-key-0123456789"):
+        headers = {"Authorization": auth} if auth else {}
+        health = httpx.get(f"{base}/health", headers=headers)
+        assert health.status_code == 200 and "indexes" not in health.json() and INDEX not in health.text, auth
+        assert f'index="{INDEX}"' not in httpx.get(f"{base}/metrics", headers=headers).text, auth
+    admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    assert INDEX in httpx.get(f"{base}/health", headers=admin).json()["indexes"]
+    assert f'index="{INDEX}"' in httpx.get(f"{base}/metrics", headers=admin).text
+
+
 @pytest.mark.parametrize("principal", list(PRINCIPALS))
 def test_every_route_as_every_principal(engine, principal):
     base, _app, spec, _ = engine

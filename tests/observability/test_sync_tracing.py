@@ -16,6 +16,7 @@ from ragengine_operator.settings import OperatorSettings
 from ragengine_operator.sources import traced
 from ragengine_operator.sources.protocol import Prepared, SyncRequest
 from ragengine_operator.sources.runner import SourceSyncer, Target
+from ragengine_operator.sources.sync import policy_settings
 from tests.support.embedding import serve_engine
 from tests.support.otelcol import collector
 from tests.support.server import serve_app
@@ -43,7 +44,9 @@ def test_a_sync_is_one_trace_from_the_operator_through_the_worker_into_the_engin
         engine = create_app(EngineSettings(data_dir=tmp_path / "engine"))
         with serve_engine(engine, embedder) as base, serve_app(files_app(), ready_path="/faq.txt") as files:
             source = {"name": "faq", "index": "docs", "http": {"urls": [f"{files}/faq.txt"]}}
-            request = SyncRequest("sync", "faq", "docs", base, source)
+            # the files server is on loopback, which the egress rules refuse unless the operator allows it
+            allowed = policy_settings(OperatorSettings(sources_egress_allow=["127.0.0.0/8"]))
+            request = SyncRequest("sync", "faq", "docs", base, source, fetch_policy=allowed)
             target = Target("team-a", "docs", "uid-1", (), (), True, None, tracing=(endpoint, protocol, 1.0))
             syncer = SourceSyncer(SimpleNamespace(settings=OperatorSettings(sync_mode="subprocess"), dyn=None))
             result = asyncio.run(syncer.dispatch(target, Prepared(request)))

@@ -262,8 +262,10 @@ def test_a_subprocess_sync_fetches_under_the_operators_egress_rules_and_caps():
               "/b.txt": (200, {"Content-Type": "text/plain"}, b"Second file, more words."),
               "/imds": (302, {"Location": "http://169.254.169.254/latest/meta-data/"}, b"")}
     with web_server(routes) as site:
+        # the defaults, whatever the environment holds (the in-process operator of the integration tests sets
+        # RAGENGINE_OPERATOR_SOURCES_EGRESS_ALLOW while it runs)
         direct, _ = run_worker({"name": "web", "http": {"urls": [site.url("/a.txt")]}}, Limits("1Gi", 60, 60),
-                               OperatorSettings())
+                               OperatorSettings(sources_egress_allow=[], sources_cluster_cidrs=[]))
         assert not direct.ok and "refused by the egress policy: 127.0.0.1 is loopback" in direct.message, direct
         allowed = ["127.0.0.0/8"]
         hop, _ = run_worker({"name": "web", "http": {"urls": [site.url("/imds")]}}, Limits("1Gi", 60, 60),

@@ -32,13 +32,14 @@ router = APIRouter(tags=["ops"])
 
 def _keyed(request: Request) -> bool:
     """The caller may see details: access control is off, or it sent an admin's key (a key from the
-    keyring only: a probe never waits on a TokenReview; a reader limited to some indexes sees no names)."""
+    keyring only: a probe never waits on a TokenReview; a reader, or an admin of some indexes only, sees no names)."""
     keyring = request.app.state.access.keyring()
     if not keyring.enabled:
         return True
     header = request.headers.get("authorization") or ""
     principal = keyring.authenticate(header[len("Bearer "):].strip()) if header.startswith("Bearer ") else None
-    return principal is not None and principal.role is Role.admin
+    # An admin of some indexes only would learn every other index's name and size: details need "*".
+    return principal is not None and principal.role is Role.admin and "*" in principal.indexes
 
 
 @router.get("/health")
@@ -160,6 +161,8 @@ async def ready(request: Request) -> Any:
     and the index store answers, whether or not the LLM does (``llm`` reports it; see the module's
     docstring). Unlike ``/health`` it calls them (each with a short timeout, concurrently)."""
     settings: EngineSettings = request.app.state.settings
+    if request.app.state.drain.active:  # SIGTERM: the load balancer sends no new client here (ragengine/shutdown.py)
+        return JSONResponse({"ready": False, "reason": "shutting down"}, status_code=503)
     names = ["embeddings", "store"]
     *found, _ = await asyncio.gather(_check_embeddings(request, settings), _check_store(request),
                                      _observe_llm(request, settings))

@@ -107,7 +107,9 @@ class IngestionWorker:
             raise PayloadTooLarge(f"The file is {len(data)} bytes; the limit is {self.settings.max_upload_bytes}.")
         kind = detect_kind(data, filename, content_type)
         try:  # now, not in the queue: the text goes inline until the file is searchable
-            text, parts = await self.parse(data, kind)
+            with tracing.stage("parse", file_kind=kind, bytes=len(data)) as span:  # in the upload's trace
+                text, parts = await self.parse(data, kind)
+                tracing.annotate(span, parts=len(parts), chars=len(text))
             payload = encode_job(parts)
         except ParseError as exc:
             return await self._refused(filename, kind, data, str(exc), principal, purpose, expires_at)

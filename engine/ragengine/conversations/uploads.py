@@ -17,6 +17,7 @@ import logging
 from dataclasses import dataclass, field
 
 from ragengine.errors import Unprocessable, UnsupportedMediaType
+from ragengine.parsing.formats import decode_text  # one decoder for uploads and the bounded parser
 from ragengine.parsing.limits import Parsed, ParseLimits
 
 log = logging.getLogger(__name__)
@@ -67,16 +68,6 @@ def detect_kind(data: bytes, filename: str, content_type: str | None) -> str:
     if b"\x00" in data[:8192] and not data.startswith((b"\xff\xfe", b"\xfe\xff")):
         raise UnsupportedMediaType(f"{filename!r} is declared as text but contains binary data.")
     return kind
-
-
-def decode_text(data: bytes) -> str:
-    for bom, codec in ((b"\xef\xbb\xbf", "utf-8-sig"), (b"\xff\xfe", "utf-16"), (b"\xfe\xff", "utf-16")):
-        if data.startswith(bom):
-            return data.decode(codec, errors="replace")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        return data.decode("cp1252", errors="replace")  # the usual non-UTF-8 text from office tools
 
 
 def split_parts(text: str, *, size: int = PART_CHARS) -> list[str]:

@@ -21,6 +21,11 @@ from ..spec import AuthSpec, RAGEngineSpec, SecretKeyRef
 from .guardrails import POLICY_PATH
 from .labels import Owner
 
+# After SIGTERM the engine serves this long, telling each client to close its connection: uvicorn's
+# keep-alive timeout, so no connection is left that was never told (ragengine/shutdown.py). The pod's
+# grace period covers the preStop sleep, this and uvicorn's 30 s graceful shutdown.
+SHUTDOWN_DRAIN_S = 5
+
 # spec path -> EngineSettings field (values).
 SPEC_TO_ENGINE = {
     "inference.url": "llm_url",
@@ -148,6 +153,8 @@ def engine_values(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
         "screen_indexes": r.screen_indexes,
         "guardrails_policy": POLICY_PATH if spec.guardrails.enabled else None,
         "guardrails_fail_open": spec.guardrails.fail_open if spec.guardrails.enabled else None,
+        # kept-alive clients move to another replica before the engine closes (ragengine/shutdown.py)
+        "shutdown_drain_seconds": SHUTDOWN_DRAIN_S,
     }
 
 
