@@ -61,6 +61,10 @@ class EngineSettings(BaseSettings):
         0.0, ge=0.0, le=120.0, description="On SIGTERM, serve this long before shutting down, answering every "
         "request with 'Connection: close' and /ready with 503, so clients' kept-alive connections move to another "
         "replica (the operator sets 5: uvicorn's keep-alive timeout). 0 = stop at once. Ctrl-C always stops at once.")
+    status_key_sha256: str | None = Field(
+        None, pattern=r"^[0-9a-f]{64}$", description="SHA-256 (hex) of the key that shows /health, /ready and "
+        "/metrics in full, as an admin's key does, and opens nothing else: the operator's, for this engine only "
+        "(set by it; operator/ragengine_operator/manifests/status_key.py).")
     max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024, description="Requests with larger bodies get 413.")
     max_document_chars: int = Field(5_000_000, ge=1, description="A single document's text longer than this gets 413.")
     max_import_bytes: int = Field(

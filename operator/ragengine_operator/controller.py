@@ -48,6 +48,7 @@ from .manifests.engine import embedding_configmap_name, endpoint
 from .manifests.engine_env import embedding_generation, generated_key_refs, target_digest
 from .manifests.guardrails import default_policy
 from .manifests.labels import Owner, secret_digest
+from .manifests.status_key import status_key
 from .reconcile.plan import OPTIONAL_APIS, generated_key_secret, name_conflict, plan, referenced_secrets
 from .reconcile.policy import POLICY_VIOLATION, Policy, refusals
 from .reconcile.schedule import next_due
@@ -110,7 +111,8 @@ class Controller:
         meta = body["metadata"]
         s = self.settings
         return Owner(meta["namespace"], meta["name"], meta["uid"], engine_image=s.engine_image, vllm_image=s.vllm_image,
-                     cluster_domain=s.cluster_domain)
+                     cluster_domain=s.cluster_domain,
+                     status_key_secret=s.status_key_secret.get_secret_value() if s.status_key_secret else "")
 
     def _apply(self, obj: dict[str, Any]) -> None:
         kube.server_side_apply(self.dyn, obj)
@@ -356,7 +358,7 @@ class Controller:
         observed.sources = current.get("sources")
         observed.previous_indexes, observed.previous_embedding = current.get("indexes"), current.get("embeddingTarget")
         if spec is not None and self.settings.probe_engine_indexes and (advance or asks_engine(spec, current)):
-            observed.engine_health, observed.engine_health_error = engine_health(self.engine_url(owner))
+            observed.engine_health, observed.engine_health_error = engine_health(self.engine_url(owner), status_key(owner))
         status, changes = compute_status(owner, spec, generation, observed, current.get("conditions") or [], now(), error)
         if all(status.get(k) == current.get(k) for k in STATUS_KEYS):
             return

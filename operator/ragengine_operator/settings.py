@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .constants import DEFAULT_VLLM_IMAGE
@@ -36,6 +36,12 @@ class OperatorSettings(BaseSettings):
         True, description="Ask the engine's GET /health (engine_url, else its Service) how its indexes stand, for "
         "status.indexes and the Reindexing condition: on every reconcile, and on child events while a change of "
         "embedding model is pending. The engine's NetworkPolicy must admit the operator's namespace for it.",
+    )
+    status_key_secret: SecretStr | None = Field(
+        None, min_length=32, description="Derives each engine's status key (HMAC-SHA256 of the RAGEngine's uid): the "
+        "operator sends it on GET /health, and the engine, which holds only its SHA-256, shows it the indexes and "
+        "versions it shows an admin. Unset: an engine that requires a key shows the operator none (status.indexes "
+        "stays empty). The chart sets it from a Secret in its namespace (statusKey.*).",
     )
     metrics_port: int = Field(8080, ge=0, le=65535, description="Prometheus /metrics port; 0 = off.")
     liveness_port: int = Field(8081, ge=0, le=65535, description="kopf liveness endpoint /healthz; 0 = off.")

@@ -29,6 +29,7 @@ from ragengine.access.routes import OPEN_PATHS
 from tests.support.routes import operations
 
 ADMIN_KEY = "admin-key-0123456789abcdef"  # RAGENGINE_API_KEY
+STATUS_KEY = "operator-status-key-for-this-engine"  # status_key_sha256: the operator's
 READ_A, WRITE_A, ADMIN_A, READ_B = ("read-a-0123456789abcdef", "write-a-0123456789abcdef",
                                     "admin-a-0123456789abcdef", "read-b-0123456789abcdef")
 ACCESS = {"keys": [
@@ -176,7 +177,8 @@ def engine(embedder, tmp_path_factory):
     work = tmp_path_factory.mktemp("access")
     access_file = work / "access.yaml"
     _write_access(access_file, ACCESS)
-    app = create_app(EngineSettings(api_key=ADMIN_KEY, access_file=access_file, data_dir=work / "data"))
+    app = create_app(EngineSettings(api_key=ADMIN_KEY, access_file=access_file, data_dir=work / "data",
+                                    status_key_sha256=hashlib.sha256(STATUS_KEY.encode()).hexdigest()))
     with serve_engine(app, embedder) as base:
         spec = httpx.get(f"{base}/openapi.json", headers={"Authorization": f"Bearer {ADMIN_KEY}"}).json()
         yield base, app, spec, access_file
@@ -211,6 +213,17 @@ def test_open_probes_show_details_only_to_an_admin_of_every_index(engine):
     admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
     assert INDEX in httpx.get(f"{base}/health", headers=admin).json()["indexes"]
     assert f'index="{INDEX}"' in httpx.get(f"{base}/metrics", headers=admin).text
+
+
+def test_the_operators_status_key_shows_the_probes_in_full_and_opens_no_route(engine):
+    """The operator reads index versions from /health with its key for this engine (status_key_sha256): it
+    sees what an admin sees there, and every other route answers it 401, as to a wrong key."""
+    base, _app, spec, _ = engine
+    _ensure_index(base)
+    key = {"Authorization": f"Bearer {STATUS_KEY}"}
+    assert INDEX in httpx.get(f"{base}/health", headers=key).json()["indexes"]
+    assert f'index="{INDEX}"' in httpx.get(f"{base}/metrics", headers=key).text
+    check_every_route(base, spec, "status key", f"Bearer {STATUS_KEY}", None, False)
 
 
 @pytest.mark.parametrize("principal", list(PRINCIPALS))

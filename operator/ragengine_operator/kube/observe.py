@@ -92,12 +92,14 @@ def engine_readiness_reason(pods: list[dict[str, Any]]) -> str | None:
 HEALTH_TIMEOUT_SECONDS = 2.0
 
 
-def engine_health(url: str) -> tuple[dict[str, Any] | None, str | None]:
+def engine_health(url: str, key: str | None = None) -> tuple[dict[str, Any] | None, str | None]:
     """(the engine's GET /health, None) or (None, why not): how its indexes stand (versions, re-indexes, its
-    target model's digest). /health needs no key; where the engine's NetworkPolicy does not admit the
+    target model's digest). ``key``: that engine's status key (manifests/status_key.py), without which an
+    engine that requires its key names no index. Where the engine's NetworkPolicy does not admit the
     operator's namespace it times out (docs/versions.md)."""
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
     try:
-        resp = httpx.get(url.rstrip("/") + "/health", timeout=HEALTH_TIMEOUT_SECONDS)
+        resp = httpx.get(url.rstrip("/") + "/health", headers=headers, timeout=HEALTH_TIMEOUT_SECONDS)
         body = resp.json()
     except (httpx.HTTPError, ValueError) as exc:
         return None, f"GET {url}/health failed: {type(exc).__name__}: {exc}"[:512]

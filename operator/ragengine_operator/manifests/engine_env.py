@@ -20,6 +20,7 @@ from .. import constants as c
 from ..spec import AuthSpec, RAGEngineSpec, SecretKeyRef
 from .guardrails import POLICY_PATH
 from .labels import Owner
+from .status_key import status_key_sha256
 
 # After SIGTERM the engine serves this long, telling each client to close its connection: uvicorn's
 # keep-alive timeout, so no connection is left that was never told (ragengine/shutdown.py). The pod's
@@ -155,6 +156,8 @@ def engine_values(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
         "guardrails_fail_open": spec.guardrails.fail_open if spec.guardrails.enabled else None,
         # kept-alive clients move to another replica before the engine closes (ragengine/shutdown.py)
         "shutdown_drain_seconds": SHUTDOWN_DRAIN_S,
+        # the operator's read of GET /health, when the engine requires a key (manifests/status_key.py)
+        "status_key_sha256": status_key_sha256(owner) if spec.auth.enabled else None,
     }
 
 

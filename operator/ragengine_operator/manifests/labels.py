@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .. import constants as c
@@ -22,6 +22,8 @@ class Owner:
     # The cluster's DNS domain (settings.cluster_domain); "" = the short <svc>.<ns>.svc form, which the
     # pods' DNS search path completes under any domain.
     cluster_domain: str = "cluster.local"
+    # settings.status_key_secret (manifests/status_key.py); never in a repr or a log line
+    status_key_secret: str = field(default="", repr=False)
 
     def child(self, suffix: str) -> str:
         return f"{self.name}-{suffix}" if suffix else self.name
