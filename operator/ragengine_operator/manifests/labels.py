@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from .. import constants as c
@@ -23,7 +24,7 @@ class Owner:
     # pods' DNS search path completes under any domain.
     cluster_domain: str = "cluster.local"
     # settings.status_key_secret (manifests/status_key.py); never in a repr or a log line
-    status_key_secret: str = field(default="", repr=False)
+    status_key_secret: str = dataclasses.field(default="", repr=False)
 
     def child(self, suffix: str) -> str:
         return f"{self.name}-{suffix}" if suffix else self.name
