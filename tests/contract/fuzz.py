@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+ROOT = Path(__file__).resolve().parents[2]  # the hooks module is imported from here
 SEEDED_INDEX = "seeded"
 SEEDED_STORE = "seeded-store"
 SEEDED_DOCS = [
@@ -130,7 +131,8 @@ def run_fuzz(base_url: str, known: dict[str, list[str]], *, seed: int, max_examp
         if max_time_s:
             cmd += ["--max-time", str(max_time_s)]
         started = time.monotonic()
-        proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "SCHEMATHESIS_TELEMETRY": "false"})
+        env = {**os.environ, "SCHEMATHESIS_TELEMETRY": "false", "SCHEMATHESIS_HOOKS": "tests.contract.fuzz_hooks"}
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
         seconds = time.monotonic() - started
         return FuzzResult(proc.returncode, proc.stdout + proc.stderr, seconds, _responses(har))
 

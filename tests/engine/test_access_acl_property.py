@@ -61,7 +61,7 @@ def random_tokens(rng: random.Random) -> set[str]:
 @pytest.mark.parametrize("seed", [1, 2, 3])
 async def test_random_acls_never_leak(seed, vector_store, store_settings, embedder, tmp_path):
     from ragengine.settings import EngineSettings
-    from ragengine.stores import build_registry
+    from ragengine.versions import build_registry
 
     rng = random.Random(seed)
     settings = EngineSettings(data_dir=tmp_path / "data", **store_settings)

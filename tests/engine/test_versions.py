@@ -119,7 +119,8 @@ def test_reindex_with_new_chunking_and_the_refusals(make_server):
         assert _post(base, "/index", index_name="kb", documents=[long_doc]).status_code == 200
         assert _post(base, "/indexes/missing/reindex").status_code == 404
         bad = _post(base, "/indexes/kb/reindex", embedding_model="package:no_such_embedding_model")
-        assert bad.status_code == 503 and "cannot be loaded" in bad.json()["detail"]
+        # the caller's mistake (a model this engine cannot load), not the engine's: a 422 that says so
+        assert bad.status_code == 422 and "cannot be loaded" in bad.json()["detail"], bad.text
         assert _post(base, "/indexes/kb/reindex", unknown=1).status_code == 422
         assert _post(base, "/indexes/kb/reindex", chunking={"splitter": "paragraphs"}).status_code == 400
         assert _post(base, "/indexes/kb/versions/1/activate").status_code == 400  # already live

@@ -18,7 +18,7 @@ import httpx
 import pytest
 import yaml
 
-from ragengine_operator.manifests.engine import data_pvc_name, engine_deployment
+from ragengine_operator.manifests.engine import data_pvc_name, engine_deployment, engine_embedding_configmap
 from ragengine_operator.manifests.labels import Owner
 from ragengine_operator.spec import RAGEngineSpec
 from tests.llm_server import FakeLLM, create_llm_app
@@ -42,14 +42,17 @@ def llm():
         yield fake, base
 
 
-def rendered_pod(llm_base: str) -> tuple[Owner, dict]:
+def rendered_pod(llm_base: str) -> tuple[Owner, dict, dict[str, dict[str, str]]]:
+    """The engine pod the operator renders for the example, and the ConfigMaps it mounts (name -> data)."""
     docs = list(yaml.safe_load_all((ROOT / "examples" / "external-llm.yaml").read_text()))
     spec = next(d for d in docs if d["kind"] == "RAGEngine")["spec"]
     spec.pop("embedding")  # the image's own packaged model, not the example's remote embeddings service
     spec["inference"].update(url=f"{llm_base}/v1", servedModelName="fake-llm")  # the test LLM server
     owner = Owner(namespace="default", name="support-bot", uid=str(uuid.uuid4()), engine_image=IMAGE)
-    deployment = engine_deployment(owner, RAGEngineSpec.model_validate(spec))
-    return owner, deployment["spec"]["template"]["spec"]
+    parsed = RAGEngineSpec.model_validate(spec)
+    deployment = engine_deployment(owner, parsed)
+    embedding = engine_embedding_configmap(owner, parsed, 1)
+    return owner, deployment["spec"]["template"]["spec"], {embedding["metadata"]["name"]: embedding["data"]}
 
 
 def probe_url(container: dict, probe: str, host_port: int) -> str:
@@ -63,11 +66,12 @@ def probe_url(container: dict, probe: str, host_port: int) -> str:
 def engine(llm, tmp_path_factory):
     podman.require_image(IMAGE)
     _fake, base = llm
-    owner, pod = rendered_pod(base)
+    owner, pod, config_maps = rendered_pod(base)
     container = pod["containers"][0]
     port, name = port_for_external_server(), f"rag-image-{uuid.uuid4().hex[:8]}"  # podman run fails if taken
     data = tmp_path_factory.mktemp("engine-image") / "claim"
-    args = podman.run_args(pod, "engine", name=name, ports={8000: port}, mounts=podman.Mounts({data_pvc_name(owner): data}),
+    mounts = podman.Mounts({data_pvc_name(owner): data}, config_maps)
+    args = podman.run_args(pod, "engine", name=name, ports={8000: port}, mounts=mounts,
                            secrets={("llm-credentials", "api-key"): "upstream-key",
                                     ("llm-credentials", "engine-key"): ENGINE_KEY})
     subprocess.run(args, check=True, capture_output=True)

@@ -4,7 +4,8 @@ The operator's manifest builders render pod specs; ``run_args`` turns one contai
 ``podman run`` arguments without rewriting it by hand: the image, command and args, environment (values,
 and Secret references resolved from what the test gives), the pod's and container's security context
 (user and group, read-only root, dropped capabilities, no privilege escalation), and its volumes (a host
-directory for a claim, owned by the pod's fsGroup as the kubelet makes it; tmpfs for an emptyDir). The
+directory for a claim, owned by the pod's fsGroup as the kubelet makes it; tmpfs for an emptyDir; a
+read-only directory of its files for a ConfigMap). The
 container's ports are published on loopback ports the test chooses.
 """
 
@@ -34,9 +35,11 @@ def require_image(ref: str) -> None:
 
 @dataclass
 class Mounts:
-    """Where a pod's volumes live on the host: claim name -> directory (made and chowned by ``run_args``)."""
+    """Where a pod's volumes come from: claim name -> host directory (made and chowned by ``run_args``);
+    ConfigMap name -> its data (written into a fresh directory, mounted read-only, as the kubelet does)."""
 
     claims: Mapping[str, Path] = field(default_factory=dict)
+    config_maps: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
 
 def _env_args(container: Mapping[str, Any], secrets: Mapping[tuple[str, str], str]) -> list[str]:
@@ -90,8 +93,18 @@ def _volume_args(pod: Mapping[str, Any], container: Mapping[str, Any], mounts: M
                 os.chown(host, 0, fs_group)
                 host.chmod(0o2775)
             args += ["--volume", f"{host}:{mount['mountPath']}:rw"]
+        elif "configMap" in volume:
+            name = volume["configMap"]["name"]
+            if name not in mounts.config_maps:
+                raise KeyError(f"the pod mounts ConfigMap {name}: give its data to run_args (Mounts.config_maps)")
+            host = scratch_dir()
+            for key, value in mounts.config_maps[name].items():
+                (host / key).write_text(value)
+            host.chmod(0o755)
+            args += ["--volume", f"{host}:{mount['mountPath']}:ro"]
         else:
-            raise ValueError(f"volume {mount['name']}: only emptyDir and persistentVolumeClaim are supported here")
+            raise ValueError(f"volume {mount['name']}: only emptyDir, persistentVolumeClaim and configMap are "
+                             "supported here")
     return args
 
 

@@ -30,8 +30,8 @@ from typing import Any
 import numpy as np
 
 from ragengine import metrics
-from ragengine.embedding.pool import EmbedderPool, ModelRef, target_digest
-from ragengine.errors import Conflict, EngineError, NotFound
+from ragengine.embedding.pool import EmbedderPool, ModelRef, ModelUnavailable, target_digest
+from ragengine.errors import Conflict, EngineError, NotFound, Unprocessable
 from ragengine.index import disk
 from ragengine.index.chunking import new_index_config
 from ragengine.index.documents import NewDoc, clean_documents, content_id
@@ -511,7 +511,14 @@ class VersionedRegistry:
         not when the live version (or the running job's target) already has this model and chunking."""
         await self.book(name)
         key = ModelRef.parse(model).key if model else self.embedders.target.key
-        embedder = await self.embedders.get(key)  # a model that cannot load is refused now, not in the background
+        try:  # a model that cannot load is refused now, not in the background
+            embedder = await self.embedders.get(key)
+        except ModelUnavailable as exc:
+            if not model:
+                raise  # the engine's own target model: the engine's fault, a 503
+            # the caller named a model this engine cannot load (an unknown name, offline, a dead URL): a 422
+            raise Unprocessable(f"{exc.message}; name a model this engine can load (docs/versions.md)",
+                                param="embedding_model") from exc
         config = await self._config_for(name, embedder, chunking)
         started: list[bool] = []
 
