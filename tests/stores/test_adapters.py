@@ -237,3 +237,59 @@ def test_acl_filter_selects_exactly_what_matches_selects(acl_adapter, tokens):
     assert {d.doc_id for d in listed} == expected and total == len(expected)
     assert {h.doc_id for h in acl_adapter.dense("acl", unit(99), 100, f)} == expected
     assert {h.doc_id for h in acl_adapter.keyword("acl", "document chunk", unit(99), 100, f)} == expected
+
+
+def _explain(store, conn_sql: list[tuple[str, dict]], needle: str) -> dict:
+    """EXPLAIN ANALYZE (JSON) of the captured statement that contains ``needle``."""
+    sql, params = next((s, p) for s, p in conn_sql if needle in s)
+    with store.engine.connect() as conn:
+        raw = conn.connection.driver_connection
+        assert raw is not None
+        with raw.cursor() as cur:
+            cur.execute("EXPLAIN (ANALYZE, VERBOSE, FORMAT JSON) " + sql, params)
+            row = cur.fetchone()
+            assert row is not None
+            return row[0][0]["Plan"]
+
+
+def _nodes(plan: dict):
+    yield plan
+    for child in plan.get("Plans", []):
+        yield from _nodes(child)
+
+
+def _capture(store) -> list[tuple[str, dict]]:
+    from sqlalchemy import event
+
+    seen: list[tuple[str, dict]] = []
+
+    @event.listens_for(store.engine, "before_cursor_execute")
+    def grab(conn, cursor, statement, parameters, context, executemany):
+        if not executemany:
+            seen.append((statement, parameters))
+
+    return seen
+
+
+@pytest.mark.postgres
+def test_postgres_keyword_ranks_a_bounded_candidate_set(request, store_prefix, tmp_path):
+    """A query word in 90% of the chunks: ts_rank_cd runs on at most ``keyword_candidates`` rows, not on
+    every match (main's code ranked all 450 matches)."""
+    from ragengine.stores.postgres.store import PostgresStore
+
+    store = PostgresStore(request.getfixturevalue("pgvector_url"), schema=store_prefix, dim=DIM, keyword_candidates=50)
+    store.open()
+    n = 500
+    writes = [DocWrite(f"d{i}", "t", {}, [ChunkWrite(0, f"{'common' if i % 10 else 'rare'} word number{i}")])
+              for i in range(n)]
+    store.write("idx", {}, [], writes, np.stack([unit(i) for i in range(n)]), add_only=True)
+    seen = _capture(store)
+    hits = store.keyword("idx", "common", unit(0), 10, None)
+    assert len(hits) == 10 and all("common" in h.text for h in hits)
+    plan = _explain(store, seen, "ts_rank_cd")
+    ranked = [child["Actual Rows"] for node in _nodes(plan)
+              if node["Node Type"] == "Sort" and any("ts_rank_cd" in key for key in node.get("Sort Key", []))
+              for child in node["Plans"]]
+    assert ranked and max(ranked) <= 50, ranked
+    store.close()
+

@@ -10,8 +10,10 @@ psycopg, with the schema under alembic (``migrations/``).
   (``hnsw.iterative_scan``) keep a filtered search from returning fewer than k hits when the filter
   removes most of the index's first candidates; ``hnsw.ef_search`` comes from the settings.
 - Keyword: PostgreSQL full-text search (``english`` configuration) over a generated ``tsvector``,
-  the query's words OR-ed, ranked by ``ts_rank_cd``. Each keyword hit also carries the cosine of its
-  stored vector, so scores mean the same on every path and every backend.
+  the query's words OR-ed, ranked by ``ts_rank_cd`` over a bounded candidate set: at most
+  ``keyword_candidates`` matching rows (GIN index, filter applied first) are ranked, so a query of
+  common words costs the same on 10k chunks as on 1M (below the bound, results are unchanged).
+  Each keyword hit also carries the cosine of its stored vector, so scores mean the same on every path and every backend.
 - Writes: one transaction per API call, rows locked where a concurrent add could race.
 """
 
@@ -49,6 +51,9 @@ log = logging.getLogger(__name__)
 MIGRATIONS = Path(__file__).parent / "migrations"
 _WORD = re.compile(r"\w+", re.UNICODE)
 MAX_QUERY_TERMS = 64
+# Matching rows ranked per keyword query at most. ts_rank_cd reads each row's tsvector, so ranking every
+# match grows with the corpus (common words match most of it); a bound keeps the leg's cost flat.
+KEYWORD_CANDIDATES = 2000
 
 
 def sqlalchemy_url(url: str) -> str:
@@ -70,12 +75,13 @@ class PostgresStore:
     kind = "postgres"
 
     def __init__(self, url: str, *, schema: str, dim: int, hnsw_m: int = 16, ef_construction: int = 64,
-                 ef_search: int = 100, pool_size: int = 8) -> None:
+                 ef_search: int = 100, pool_size: int = 8, keyword_candidates: int = KEYWORD_CANDIDATES) -> None:
         self.url = sqlalchemy_url(url)
         self.schema = schema
         self.dim = dim
         self.hnsw_m, self.ef_construction, self.ef_search = hnsw_m, ef_construction, ef_search
         self.pool_size = pool_size
+        self.keyword_candidates = keyword_candidates
         self.t: Tables = tables(schema, dim)
         self._engine: Engine | None = None
         self._ready = False
@@ -219,13 +225,15 @@ class PostgresStore:
             return []
         c = self.t.chunks
         tsquery = func.to_tsquery(literal_column(f"'{TEXT_SEARCH_CONFIG}'::regconfig"), literal(terms))
-        rank = func.ts_rank_cd(c.c.tsv, tsquery)
         distance = c.c.embedding.cosine_distance(np.asarray(query_vector, dtype=np.float32))
         where = [c.c.index_name == name, c.c.tsv.op("@@")(tsquery)]
         if flt is not None:
             where.append(to_sql(flt, c.c.metadata))
-        # Rank in a subquery, then the cosine for the k winners only (not for every matching chunk).
-        top = select(c.c.id, rank.label("rank")).where(*where).order_by(rank.desc(), c.c.id).limit(k).subquery()
+        # A bounded candidate set (GIN index, filter included), ranked in a subquery, then the cosine for
+        # the k winners only (not for every matching chunk).
+        cand = select(c.c.id, c.c.tsv).where(*where).limit(max(self.keyword_candidates, k)).subquery("cand")
+        rank = func.ts_rank_cd(cand.c.tsv, tsquery)
+        top = select(cand.c.id, rank.label("rank")).order_by(rank.desc(), cand.c.id).limit(k).subquery()
         stmt = (select(c.c.doc_id, c.c.seq, c.c.text, c.c.metadata, top.c.rank, distance.label("distance"))
                 .join(top, c.c.id == top.c.id).order_by(top.c.rank.desc(), c.c.id))
         with self._errors(), self.engine.connect() as conn:
