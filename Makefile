@@ -74,7 +74,7 @@ test: install images cluster-up
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-engine: install
-	$(PY) -m pytest tests/engine tests/chat tests/conversations $(PYTEST_ARGS)
+	$(PY) -m pytest tests/engine tests/chat tests/conversations tests/openai_api $(PYTEST_ARGS)
 
 test-operator: install cluster-up
 	$(PY) -m pytest tests/operator $(PYTEST_ARGS)

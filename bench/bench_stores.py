@@ -44,7 +44,7 @@ def pct(values: list[float], q: float) -> float:
 
 def registry_for(kind: str, settings_kw: dict, embedder):
     from ragengine.settings import EngineSettings
-    from ragengine.stores import build_registry
+    from ragengine.versions import build_registry
 
     return build_registry(EngineSettings(**settings_kw, vector_store=kind), embedder)
 

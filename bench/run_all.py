@@ -26,8 +26,12 @@ BENCHES = {
     "operator": "bench_operator.py",
     "failure_report": "bench_failure_report.py",
     "stores": "bench_stores.py",
+    "versions": "bench_versions.py",
     "sources": "bench_sources.py",
     "responsiveness": "bench_responsiveness.py",
+    "openai": "bench_openai.py",
+    "documents": "bench_documents.py",
+    "tracing": "bench_tracing.py",
 }
 
 

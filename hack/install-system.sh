@@ -3,7 +3,8 @@
 # serves the git sources' test repositories), openssh-server (sshd for git over SSH) and strace
 # (tests/engine/test_fsync.py watches the engine's fsync calls); podman, runc and
 # debootstrap for the images (make images); containerd, the CNI plugins, iptables, ipset and conntrack for
-# the local cluster's real node (hack/node.sh).
+# the local cluster's real node (hack/node.sh); Tesseract with its English data, the OCR of scanned pages
+# and images (issue 29; docs/documents.md).
 set -euo pipefail
 missing=()
 command -v git >/dev/null || missing+=(git)
@@ -11,6 +12,8 @@ command -v git >/dev/null || missing+=(git)
 [ -x /usr/sbin/sshd ] || missing+=(openssh-server)
 command -v ssh-keygen >/dev/null || missing+=(openssh-client)
 command -v strace >/dev/null || missing+=(strace)
+command -v tesseract >/dev/null || missing+=(tesseract-ocr)
+ls /usr/share/tesseract-ocr/*/tessdata/eng.traineddata >/dev/null 2>&1 || missing+=(tesseract-ocr-eng)
 for cmd in podman runc debootstrap containerd iptables ipset conntrack gcc; do
   command -v $cmd >/dev/null || missing+=($cmd)
 done

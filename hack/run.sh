@@ -37,7 +37,7 @@ cat >&2 <<MSG
       "Application startup complete", try:
   curl -s http://$HOST:$PORT/indexes
   curl -s http://$HOST:$PORT/retrieve -H 'content-type: application/json' \\
-       -d '{"index_name": "sample", "query": "How are writes kept durable?", "max_node_count": 3}'
+       -d '{"index_name": "sample", "query": "How does the engine keep writes durable?", "max_node_count": 3}'
   curl -s http://$HOST:$PORT/v1/chat/completions -H 'content-type: application/json' \\
        -d '{"index_name": "sample", "messages": [{"role": "user", "content": "What does the operator create?"}]}'
   API reference: http://$HOST:$PORT/docs

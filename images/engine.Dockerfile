@@ -56,7 +56,7 @@ COPY operator /src/operator
 RUN --mount=type=secret,id=ca \
     if [ -s /run/secrets/ca ]; then export SSL_CERT_FILE=/run/secrets/ca; fi; \
     /opt/uv/bin/uv pip install -q --python /opt/venv/bin/python --no-deps --no-cache /src \
- && /opt/venv/bin/python -c "import ragengine.app, ragengine.stores, faiss, openvino" \
+ && /opt/venv/bin/python -c "import ragengine.app, ragengine.stores, faiss, openvino, docx, pptx, openpyxl, pdfplumber" \
  && ! /opt/venv/bin/python -c "import torch" 2>/dev/null && ! /opt/venv/bin/python -c "import kopf" 2>/dev/null \
  && sp=/opt/venv/lib/python3.11/site-packages \
  `# OpenVINO runs the export on the CPU: its GPU and NPU plugins, its GPU kernel cache, headers and the` \
@@ -66,11 +66,24 @@ RUN --mount=type=secret,id=ca \
            $sp/openvino/libs/libopenvino_tensorflow_frontend.so.* $sp/openvino/libs/libopenvino_tensorflow_lite_frontend.so.* \
            $sp/openvino/libs/libopenvino_paddle_frontend.so.* $sp/openvino/libs/libopenvino_pytorch_frontend.so.* \
            $sp/openvino/libs/libopenvino_jax_frontend.so.* $sp/openvino/libs/libopenvino_gguf_frontend.so.* \
+ `# tree-sitter-language-pack ships ~170 parsers (171 MB); code chunking uses the languages of` \
+ `# ragengine.filetypes.CODE_LANGUAGES only: the others go, and each kept one must load (a language the` \
+ `# pack lacks, such as c_sharp, is chunked by the engine's line splitter, as it always was)` \
+ && keep=" $(/opt/venv/bin/python -c "from ragengine.filetypes import CODE_LANGUAGES; print(' '.join(sorted(set(CODE_LANGUAGES.values()))))") " \
+ && for so in $sp/tree_sitter_language_pack/bindings/*.so; do \
+      name=$(basename "$so"); name=${name%%.*}; case "$keep" in *" $name "*) ;; *) rm -f "$so" ;; esac; done \
+ && /opt/venv/bin/python -c "import pathlib, tree_sitter_language_pack as t; [t.get_parser(p.name.split('.')[0]) for p in pathlib.Path(t.__file__).parent.joinpath('bindings').glob('*.so')]" \
  && find $sp -mindepth 2 -maxdepth 2 -type d -name tests -prune -exec rm -rf {} + `# packages' own test suites` \
  && find /opt/venv -name '__pycache__' -prune -exec rm -rf {} + \
  && /opt/venv/bin/python -m compileall -q -j 0 /opt/venv/lib > /dev/null
 
 FROM ${BASE_IMAGE}
+# OCR of scanned pages and images (issue 29; docs/documents.md): Debian's Tesseract and its English data.
+# OCR=0 builds an image without it (scanned pages then index no text and say why).
+ARG OCR=1
+RUN if [ "$OCR" = 1 ]; then apt-get update -q >/dev/null \
+      && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends tesseract-ocr tesseract-ocr-eng >/dev/null \
+      && rm -rf /var/lib/apt/lists/*; fi
 RUN groupadd --gid 1000 ragengine && useradd --uid 1000 --gid 1000 --home-dir /home/ragengine --create-home ragengine \
  && mkdir /data && chown 1000:1000 /data
 COPY --from=build /opt/venv /opt/venv

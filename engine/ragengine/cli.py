@@ -1,5 +1,6 @@
 """The ``ragengine`` command: ``serve`` runs the engine, ``index`` sends a folder of files to one, ``migrate``
-moves FAISS indexes into an external store."""
+moves FAISS indexes into an external store, ``export`` / ``import`` copy indexes as portable files (the
+backup CronJob runs ``ragengine export --all --dir``)."""
 
 from __future__ import annotations
 
@@ -47,8 +48,6 @@ def _parse_set(values: tuple[str, ...]) -> dict[str, Any]:
 def serve(host, port, data_dir, embedding_model, embedding_url, llm_url, rerank_model, hnsw_threshold,
           load_sample_index, extra, log_level) -> None:
     """Run the engine's HTTP server. Flags override RAGENGINE_* environment variables."""
-    import logging
-
     import uvicorn
     from pydantic import ValidationError
 
@@ -65,7 +64,10 @@ def serve(host, port, data_dir, embedding_model, embedding_url, llm_url, rerank_
         settings = EngineSettings(**overrides)
     except ValidationError as exc:
         raise click.ClickException(f"invalid settings:\n{exc}") from exc
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # JSON lines with the request's ids (or plain text: log_format); the engine's access line replaces uvicorn's.
+    from ragengine.observability import logs
+
+    logs.configure(settings.log_format, log_level)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     app = create_app(settings)
     # Bind before the model loads: a taken port fails at once, and the port is ours when this line is
@@ -81,22 +83,37 @@ def serve(host, port, data_dir, embedding_model, embedding_url, llm_url, rerank_
         raise click.ClickException(f"cannot bind {settings.host}:{settings.port}: {exc.strerror}") from exc
     bound = sock.getsockname()[1]
     click.echo(f"listening on http://{settings.host}:{bound}", err=True)
-    config = uvicorn.Config(app, host=settings.host, port=bound, log_level=log_level.lower(), timeout_graceful_shutdown=30)
-    uvicorn.Server(config).run(sockets=[sock])
+    config = uvicorn.Config(app, host=settings.host, port=bound, log_level=log_level.lower(), timeout_graceful_shutdown=30,
+                            log_config=None, access_log=False)
+    from ragengine.shutdown import DrainingServer
+
+    DrainingServer(config, app.state.drain, settings.shutdown_drain_seconds).run(sockets=[sock])
 
 
-def _collect(folder: Path, pattern: str) -> list[Path]:
+def _collect(folder: Path, pattern: str) -> tuple[list[Path], int]:
+    """The files to send, and how many matches were left out because a symbolic link leads out of
+    ``folder`` (an untrusted checkout's ``README.md -> ~/.ssh/id_rsa`` must not be indexed)."""
+    root = folder.resolve()
+
     def hidden(p: Path) -> bool:
         return any(part.startswith(".") for part in p.relative_to(folder).parts)
 
-    return sorted(p for p in folder.glob(pattern) if p.is_file() and not hidden(p))
+    files, outside = [], 0
+    for p in folder.glob(pattern):
+        if not p.is_file() or hidden(p):
+            continue
+        if p.resolve().is_relative_to(root):
+            files.append(p)
+        else:
+            outside += 1
+    return sorted(files), outside
 
 
 def _document(path: Path, folder: Path, code_aware: bool) -> dict | None:
     from ragengine.filetypes import Extracted, to_document
 
     try:
-        found = to_document(path.name, path.read_bytes(), code_aware=code_aware)
+        found = to_document(path.name, path.resolve().read_bytes(), code_aware=code_aware)
     except OSError:
         return None
     if not isinstance(found, Extracted):
@@ -121,7 +138,9 @@ def index_folder(folder: Path, index_name: str, url: str, pattern: str, batch_si
     import httpx
     from tqdm import tqdm
 
-    files = _collect(folder, pattern)
+    files, outside = _collect(folder, pattern)
+    if outside:
+        click.echo(f"skipping {outside} symbolic link(s) that lead out of {folder}", err=True)
     if not files:
         raise click.ClickException(f"no files match {pattern!r} under {folder}")
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -168,8 +187,8 @@ def migrate(source: str, target: str, prefix: str, only: tuple[str, ...]) -> Non
     """Copy FAISS indexes into PostgreSQL or Milvus with their vectors (no re-embedding); resumable."""
     from tqdm import tqdm
 
-    from ragengine.stores import migrate as mig
     from ragengine.stores.base import StoreUnavailable
+    from ragengine.versions import migrate as mig
 
     if not source.startswith("faiss:"):
         raise click.BadParameter("expected faiss:DATA_DIR", param_hint="--from")
@@ -196,6 +215,163 @@ def migrate(source: str, target: str, prefix: str, only: tuple[str, ...]) -> Non
     for name, counts in report.indexes.items():
         click.echo(f"{name}: {counts['documents']} documents ({counts['chunks']} chunks) copied, "
                    f"{counts['skipped']} already there, {counts['conflicts']} conflicting (left as they are)")
+
+
+def _client(url: str, api_key: str | None, timeout: float):
+    import httpx
+
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    return httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout)
+
+
+def _fail(resp, what: str) -> click.ClickException:
+    try:
+        detail = resp.json().get("detail") or resp.text
+    except ValueError:
+        detail = resp.text
+    return click.ClickException(f"{what} answered {resp.status_code}: {str(detail)[:500]}")
+
+
+def _download(client, index: str, target: Path) -> tuple[int, int]:
+    """Stream index ``index``'s export into ``target``: checked as it arrives (the same reader the engine's
+    import uses), written to a temporary file and renamed only once complete. -> (documents, bytes)."""
+    from urllib.parse import quote
+
+    import httpx
+
+    from ragengine.errors import EngineError
+    from ragengine.versions.archive import ArchiveReader
+
+    tmp = target.with_name(target.name + ".part")
+    reader = ArchiveReader()
+    size = 0
+    try:
+        with client.stream("GET", f"/indexes/{quote(index, safe='')}/export") as resp:
+            if resp.status_code != 200:
+                resp.read()
+                raise _fail(resp, f"GET /indexes/{index}/export")
+            with open(tmp, "wb") as out:
+                for block in resp.iter_bytes():
+                    reader.feed(block)
+                    out.write(block)
+                    size += len(block)
+        trailer = reader.finish()
+    except EngineError as exc:
+        tmp.unlink(missing_ok=True)
+        raise click.ClickException(f"export of {index!r} is incomplete or damaged: {exc.message}") from exc
+    except (httpx.HTTPError, OSError) as exc:
+        tmp.unlink(missing_ok=True)
+        raise click.ClickException(f"export of {index!r} failed: {exc}") from exc
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    tmp.replace(target)
+    return int(trailer["documents"]), size
+
+
+EXPORT_SUFFIX = ".ragx.gz"
+
+
+@main.command("export")
+@click.option("--url", default="http://127.0.0.1:8000", show_default=True, help="The engine's base URL.")
+@click.option("--api-key", envvar="RAGENGINE_API_KEY", default=None,
+              help="Bearer token (admin role: an export holds every document whatever its ACL).")
+@click.option("--index", "indexes", multiple=True, help="Index to export (repeatable).")
+@click.option("--all", "every", is_flag=True, help="Every index the key sees (GET /indexes).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="File for a single --index (default: <index>.ragx.gz).")
+@click.option("--dir", "folder", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Write <index>-<UTC time>.ragx.gz files here (backups).")
+@click.option("--keep", type=int, default=0, show_default=True,
+              help="With --dir: keep only the newest N files of each exported index (0: keep all).")
+@click.option("--timeout", type=float, default=3600.0, show_default=True, help="Seconds per export.")
+def export_cmd(url: str, api_key: str | None, indexes: tuple[str, ...], every: bool, output: Path | None,
+               folder: Path | None, keep: int, timeout: float) -> None:
+    """Download indexes as portable export files (streamed, gzip, checksummed; docs/versions.md)."""
+    import time
+    from urllib.parse import quote
+
+    if bool(indexes) == every:
+        raise click.UsageError("name --index (one or more) or --all")
+    if output is not None and (folder is not None or every or len(indexes) != 1):
+        raise click.UsageError("--output takes exactly one --index (use --dir for several)")
+    with _client(url, api_key, timeout) as client:
+        names = list(indexes)
+        if every:
+            resp = client.get("/indexes")
+            if resp.status_code != 200:
+                raise _fail(resp, "GET /indexes")
+            names = resp.json()
+        now = time.time()
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + f".{int(now * 1000) % 1000:03d}Z"
+        if folder is not None:
+            folder.mkdir(parents=True, exist_ok=True)
+        failed = []
+        for name in names:
+            if folder is not None:
+                target = folder / f"{quote(name, safe='')}-{stamp}{EXPORT_SUFFIX}"
+            else:
+                target = output or Path(f"{quote(name, safe='')}{EXPORT_SUFFIX}")
+            try:
+                docs, size = _download(client, name, target)
+            except click.ClickException as exc:
+                failed.append(name)
+                click.echo(f"error: {exc.message}", err=True)
+                continue
+            click.echo(f"{name}: {docs} documents, {size} bytes -> {target}")
+            if folder is not None and keep > 0:
+                _prune(folder, quote(name, safe=""), keep)
+    if failed:
+        raise click.ClickException(f"{len(failed)} of {len(names)} exports failed: {', '.join(failed)}")
+
+
+def _prune(folder: Path, prefix: str, keep: int) -> None:
+    """Delete all but the newest ``keep`` export files of one index (their names sort by time)."""
+    import re
+
+    pattern = re.compile(re.escape(prefix) + r"-\d{8}T\d{6}\.\d{3}Z" + re.escape(EXPORT_SUFFIX) + "$")
+    files = sorted(p for p in folder.iterdir() if pattern.match(p.name))
+    for old in files[:-keep]:
+        old.unlink()
+        click.echo(f"removed {old} (keeping {keep})")
+
+
+@main.command("import")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--url", default="http://127.0.0.1:8000", show_default=True, help="The engine's base URL.")
+@click.option("--api-key", envvar="RAGENGINE_API_KEY", default=None, help="Bearer token (write or admin role).")
+@click.option("--index", "index_name", default=None, help="Name of the new index (default: the exported index's).")
+@click.option("--timeout", type=float, default=3600.0, show_default=True, help="Seconds for the import.")
+def import_cmd(file: Path, url: str, api_key: str | None, index_name: str | None, timeout: float) -> None:
+    """Create an index from an export file (refused whole if it is truncated or damaged)."""
+    import zlib
+    from urllib.parse import quote
+
+    import httpx
+
+    if index_name is None:
+        with open(file, "rb") as fh:  # the header is the first line of the gzip stream
+            head = zlib.decompressobj(31).decompress(fh.read(1 << 20)).split(b"\n", 1)[0]
+        try:
+            index_name = json.loads(head)["index"]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise click.ClickException(f"{file} is not a ragengine export: give --index") from exc
+
+    def chunks():
+        with open(file, "rb") as fh:
+            while block := fh.read(1 << 20):
+                yield block
+
+    with _client(url, api_key, timeout) as client:
+        try:
+            resp = client.post(f"/indexes/{quote(str(index_name), safe='')}/import", content=chunks(),
+                               headers={"Content-Type": "application/gzip"})
+        except httpx.HTTPError as exc:
+            raise click.ClickException(f"cannot reach {url}: {exc}") from exc
+    if resp.status_code != 201:
+        raise _fail(resp, f"POST /indexes/{index_name}/import")
+    out = resp.json()
+    click.echo(f"{out['index']}: {out['documents']} documents, {out['chunks']} chunks imported (vectors {out['vectors']})")
 
 
 if __name__ == "__main__":

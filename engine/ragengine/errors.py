@@ -26,11 +26,12 @@ class EngineError(Exception):
     error_type = "internal_error"
 
     def __init__(self, message: str, *, status_code: int | None = None, param: str | None = None,
-                 headers: dict[str, str] | None = None) -> None:
+                 headers: dict[str, str] | None = None, code: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.param = param
         self.headers = headers
+        self.code = code  # OpenAI's error code where one applies (``invalid_file``); else the status is sent
         if status_code is not None:
             self.status_code = status_code
 
@@ -98,32 +99,35 @@ class CorruptData(EngineError):
     error_type = "corrupt_data"
 
 
-def openai_error(message: str, error_type: str, status: int, param: str | None = None) -> dict:
+def openai_error(message: str, error_type: str, status: int, param: str | None = None,
+                 code: str | None = None) -> dict:
     """OpenAI's error object ``{"error": {"message", "type", "code", "param"}}``: the one place it is built.
 
     Used for ``/v1/`` responses, 401/413 answered by middleware and ``error`` events of streams, so the
     official SDKs raise the right exception class whichever layer refused the request.
     """
-    return {"error": {"message": message, "type": error_type, "code": status, "param": param}}
+    return {"error": {"message": message, "type": error_type, "code": code or status, "param": param}}
 
 
 # OpenAI-compatible routes that KAITO's clients call too: their error bodies carry both shapes.
 KAITO_COMPATIBLE_V1 = frozenset({"/v1/chat/completions"})
 
 
-def error_body_for(path: str, status: int, message: str, error_type: str, param: str | None = None) -> dict:
+def error_body_for(path: str, status: int, message: str, error_type: str, param: str | None = None,
+                   code: str | None = None) -> dict:
     """The error body a route answers: OpenAI's shape under ``/v1/`` (plus KAITO's ``detail`` on the
     KAITO-compatible routes, so clients written for either read the message), ``{"detail"}`` elsewhere."""
     if path.startswith("/v1/"):
-        body = openai_error(message, error_type, status, param)
+        body = openai_error(message, error_type, status, param, code)
         if path in KAITO_COMPATIBLE_V1:
             body["detail"] = message
         return body
     return {"detail": message}
 
 
-def error_body(request: Request, status: int, message: str, error_type: str, param: str | None = None) -> dict:
-    return error_body_for(request.url.path, status, message, error_type, param)
+def error_body(request: Request, status: int, message: str, error_type: str, param: str | None = None,
+               code: str | None = None) -> dict:
+    return error_body_for(request.url.path, status, message, error_type, param, code)
 
 
 def install_error_handlers(app: FastAPI, settings: EngineSettings) -> None:
@@ -131,7 +135,7 @@ def install_error_handlers(app: FastAPI, settings: EngineSettings) -> None:
     async def _engine_error(request: Request, exc: EngineError) -> JSONResponse:
         if exc.status_code >= 500:
             log.error("%s %s failed: %s", request.method, request.url.path, exc.message)
-        body = error_body(request, exc.status_code, exc.message, exc.error_type, exc.param)
+        body = error_body(request, exc.status_code, exc.message, exc.error_type, exc.param, exc.code)
         return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
 
     @app.exception_handler(RequestValidationError)

@@ -1,47 +1,61 @@
 """Files to documents: which files are text, how to read them, how code is marked for the code splitter.
 
-Pure and light (the standard library, plus pypdf imported only for a PDF), so the operator's source
-sync and the ``ragengine index`` command share it without pulling in the engine's model stack.
+Light (the standard library; the format libraries load in the bounded parser's child only), so the
+operator's source sync and the ``ragengine index`` command share it without the engine's model stack.
 
 ``to_document(path, data)`` returns ``Extracted(text, metadata)`` or ``Skipped(reason)``: plain text,
 Markdown and reStructuredText as they are, HTML with its text extracted (scripts and styles dropped),
-PDF through pypdf, source code marked ``split_type: code`` with its language. Anything else (binary,
-unknown, not UTF-8, empty) is skipped with a reason a status line can show.
+source code marked ``split_type: code`` with its language. PDF (text, ruled tables, scanned pages
+through OCR), DOCX, PPTX, XLSX, CSV and images (OCR) go through the bounded parser
+(``ragengine.parsing``: a child process with CPU-time, memory, page, character, archive and OCR
+budgets), parsed once, into Markdown with ``sections`` (pages, slides, sheets). Anything else
+(binary, unknown, not UTF-8, empty, over a budget) is skipped with a reason a status line can show;
+``Skipped.over_limit`` tells a budget from a broken file.
 """
 
 from __future__ import annotations
 
-import io
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import PurePosixPath
+
+from ragengine.parsing.limits import Parsed, ParseLimits
 
 CODE_LANGUAGES = {
     ".py": "python", ".go": "go", ".js": "javascript", ".ts": "typescript", ".java": "java", ".rs": "rust",
     ".c": "c", ".h": "c", ".cc": "cpp", ".cpp": "cpp", ".hpp": "cpp", ".rb": "ruby", ".sh": "bash",
     ".cs": "c_sharp", ".kt": "kotlin", ".php": "php", ".scala": "scala", ".swift": "swift",
 }
-TEXT_SUFFIXES = {".txt", ".text", ".md", ".markdown", ".rst", ".adoc", ".csv", ".json", ".yaml", ".yml", ".toml",
+TEXT_SUFFIXES = {".txt", ".text", ".md", ".markdown", ".rst", ".adoc", ".json", ".yaml", ".yml", ".toml",
                  ".ini", ".cfg", ".conf", ".log", ""}
 HTML_SUFFIXES = {".html", ".htm", ".xhtml"}
 FORMATS = {".md": "markdown", ".markdown": "markdown", ".rst": "restructuredtext", ".pdf": "pdf"}
+# Formats read by the bounded parser (their cost is not linear in their size, or they are archives):
+# suffix -> its kind. Their text is Markdown (headings, lists, pipe tables whose first row is the header).
+BOUNDED = {".pdf": "pdf", ".docx": "docx", ".pptx": "pptx", ".xlsx": "xlsx", ".xlsm": "xlsx", ".csv": "csv",
+           ".png": "image", ".jpg": "image", ".jpeg": "image", ".tif": "image", ".tiff": "image"}
 
 
 @dataclass(frozen=True)
 class Extracted:
     text: str
     metadata: dict = field(default_factory=dict)
+    # (offset into text, metadata) where each page / slide / sheet starts; empty for plain formats
+    sections: list[tuple[int, dict]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
 class Skipped:
     reason: str
+    over_limit: bool = False  # a budget (CPU time, memory, pages, characters), not a broken file
 
 
-def to_document(path: str, data: bytes, *, code_aware: bool = True, max_chars: int | None = None) -> Extracted | Skipped:
+def to_document(path: str, data: bytes, *, code_aware: bool = True, max_chars: int | None = None,
+                limits: ParseLimits | None = None) -> Extracted | Skipped:
+    """``limits``: the bounded parser's budgets (defaults: ``ParseLimits()``, with ``max_chars``)."""
     suffix = PurePosixPath(path).suffix.lower()
-    if suffix == ".pdf":
-        result = _pdf(data)
+    if suffix in BOUNDED:
+        result = bounded(BOUNDED[suffix], data, limits, max_chars)
     elif suffix in HTML_SUFFIXES:
         text = _decode(data)
         result = Skipped("not UTF-8 text") if text is None else Extracted(html_text(text), {"format": "html"})
@@ -59,8 +73,21 @@ def to_document(path: str, data: bytes, *, code_aware: bool = True, max_chars: i
         if not result.text.strip():
             return Skipped("no text")
         if max_chars is not None and len(result.text) > max_chars:
-            return Skipped(f"too large: {len(result.text)} characters (the limit is {max_chars})")
+            return Skipped(f"too large: {len(result.text)} characters (the limit is {max_chars})", over_limit=True)
     return result
+
+
+def bounded(kind: str, data: bytes, limits: ParseLimits | None = None, max_chars: int | None = None) -> Extracted | Skipped:
+    """``data`` read by the bounded parser (a child process; see ``ragengine.parsing``)."""
+    from ragengine.parsing import sandbox
+
+    limits = limits or ParseLimits()
+    if max_chars is not None and max_chars < limits.max_chars:
+        limits = ParseLimits(**{**limits.to_dict(), "max_chars": max_chars})
+    found = sandbox.parse(kind, data, limits)
+    if isinstance(found, Parsed):
+        return Extracted(found.text, found.metadata, found.sections)
+    return Skipped(f"{kind.upper() if kind != 'image' else 'image'}: {found.reason}", over_limit=found.over_limit)
 
 
 def _decode(data: bytes) -> str | None:
@@ -70,18 +97,6 @@ def _decode(data: bytes) -> str | None:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError:
         return None
-
-
-def _pdf(data: bytes) -> Extracted | Skipped:
-    from pypdf import PdfReader
-    from pypdf.errors import PdfReadError
-
-    try:
-        reader = PdfReader(io.BytesIO(data))
-        pages = [page.extract_text() or "" for page in reader.pages]
-    except (PdfReadError, ValueError, KeyError, TypeError) as exc:
-        return Skipped(f"unreadable PDF ({exc})")
-    return Extracted("\n\n".join(p.strip() for p in pages if p.strip()), {"format": "pdf", "pages": len(pages)})
 
 
 class _TextOf(HTMLParser):

@@ -45,8 +45,20 @@ RERANK_SECONDS = Histogram("ragengine_rerank_seconds", "Cross-encoder rerank tim
 RETRIEVE_SECONDS = Histogram(
     "ragengine_retrieve_seconds", "Whole retrieval (embed + search + fuse + rerank).", buckets=_FAST, registry=REGISTRY
 )
+RETRIEVED_CHUNKS = Histogram(
+    "ragengine_retrieved_chunks", "Chunks one retrieval returned (0 = nothing matched).",
+    buckets=(0, 1, 2, 5, 10, 20, 50, 100, 300), registry=REGISTRY,
+)
+CONTEXT_CHUNKS = Histogram(
+    "ragengine_context_chunks", "Retrieved chunks that went into a chat completion's prompt (0 = answered without "
+    "context).", buckets=(0, 1, 2, 5, 10, 20, 50, 100, 300), registry=REGISTRY,
+)
 INGEST_SECONDS = Histogram(
     "ragengine_ingest_seconds", "One write request: chunk + embed + journal + apply.", buckets=_SLOW, registry=REGISTRY
+)
+EMBEDDING_BACKEND = Gauge(
+    "ragengine_embedding_backend", "1 for the embedding backend in use (openvino, onnx, torch, remote).", ["backend"],
+    registry=REGISTRY,
 )
 INDEX_DOCUMENTS = Gauge("ragengine_index_documents", "Documents per index.", ["index"], registry=REGISTRY)
 INDEX_CHUNKS = Gauge("ragengine_index_chunks", "Chunks (vectors) per index.", ["index"], registry=REGISTRY)
@@ -71,6 +83,16 @@ LLM_TTFT_SECONDS = Histogram(
     "llm_ttft_seconds", "LLM request sent → first token received from upstream, by LLM endpoint.",
     ["endpoint"], buckets=_SLOW, registry=REGISTRY,
 )
+
+# Every request to an LLM endpoint, by outcome: ok (2xx), 4xx, 5xx, timeout, connect_error, error; and the
+# answers that did not come from the first endpoint tried: next_endpoint (a later one in the chain answered),
+# extractive (every endpoint failed or refused: the extractive answer).
+LLM_REQUESTS = Counter(
+    "ragengine_llm_requests_total", "Requests to LLM endpoints by endpoint and outcome.", ["endpoint", "outcome"],
+    registry=REGISTRY,
+)
+LLM_FALLBACKS = Counter("ragengine_llm_fallbacks_total", "Answers by a fallback, by kind (next_endpoint, extractive).",
+                        ["kind"], registry=REGISTRY)
 
 # The rag layer and conversations.
 GROUNDEDNESS_SCORE = Histogram(
@@ -97,6 +119,10 @@ TOOL_CALLS = Counter("ragengine_tool_calls_total", "semantic_search tool calls e
 FILES_INGESTED = Counter(
     "ragengine_conversation_files_total", "Uploaded files by final ingestion status.", ["status"], registry=REGISTRY,
 )
+FILES_ACCEPTED = Counter("ragengine_conversation_files_accepted_total", "Uploaded files accepted into the ingestion "
+                         "queue.", registry=REGISTRY)
+INGESTION_RUNNING = Gauge("ragengine_ingestion_jobs_running", "Uploaded files this replica is ingesting now.",
+                          registry=REGISTRY)
 # Access control: principal labels are names from the engine's own configuration (bounded: a key's name, a
 # configured ServiceAccount's namespace/name; a token of any other account is "unauthenticated"), plus
 # "unauthenticated" and "anonymous" (access control off); kind is key, serviceaccount, anonymous or none;
@@ -109,6 +135,22 @@ ACCESS_RELOADS = Counter(
     "ragengine_access_reloads_total", "Re-reads of the access file by outcome (ok, error).", ["outcome"],
     registry=REGISTRY,
 )
+
+
+PRIVATE_LABELS = frozenset({"index"})  # label values that name a tenant's data
+
+
+class _PublicView:
+    """``REGISTRY`` without the series whose labels name an index, for ``/metrics`` without the key."""
+
+    def collect(self) -> Any:
+        for family in REGISTRY.collect():
+            family.samples = [s for s in family.samples if not PRIVATE_LABELS & s.labels.keys()]
+            yield family
+
+
+def public_view() -> Any:
+    return _PublicView()
 
 
 def route_template(scope: dict) -> str:
@@ -163,24 +205,30 @@ class _BodyTooLarge(Exception):
 
 
 class BodyLimitMiddleware:
-    """413 for request bodies over ``max_bytes``: by Content-Length up front, else while streaming."""
+    """413 for request bodies over ``max_bytes``: by Content-Length up front, else while streaming. An index
+    import (``POST /indexes/{name}/import``, a whole export file, streamed) has its own ``import_bytes``."""
 
-    def __init__(self, app: Callable, max_bytes: int) -> None:
+    def __init__(self, app: Callable, max_bytes: int, import_bytes: int | None = None) -> None:
         self.app = app
-        self.max_bytes = max_bytes
+        self.default_bytes = max_bytes
+        self.import_bytes = import_bytes or max_bytes
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        imports = scope.get("method") == "POST" and str(scope.get("path", "")).endswith("/import")
+        await self._limited(scope, receive, send, self.import_bytes if imports else self.default_bytes)
+
+    async def _limited(self, scope: dict, receive: Callable, send: Callable, max_bytes: int) -> None:
         for name, value in scope.get("headers", ()):
             if name == b"content-length":
                 try:
-                    too_big = int(value) > self.max_bytes
+                    too_big = int(value) > max_bytes
                 except ValueError:
                     too_big = False
                 if too_big:
-                    await self._reject(scope, send)
+                    await self._reject(scope, send, max_bytes)
                     return
         seen = 0
         started = False
@@ -190,7 +238,7 @@ class BodyLimitMiddleware:
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
+                if seen > max_bytes:
                     raise _BodyTooLarge
             return message
 
@@ -204,10 +252,10 @@ class BodyLimitMiddleware:
             await self.app(scope, _receive, _send)
         except _BodyTooLarge:
             if not started:
-                await self._reject(scope, send)
+                await self._reject(scope, send, max_bytes)
 
-    async def _reject(self, scope: dict, send: Callable) -> None:
-        message = f"Request body too large: the limit is {self.max_bytes} bytes."
+    async def _reject(self, scope: dict, send: Callable, max_bytes: int) -> None:
+        message = f"Request body too large: the limit is {max_bytes} bytes."
         payload = json.dumps(error_body_for(scope.get("path", ""), 413, message, "invalid_request_error")).encode()
         await send({
             "type": "http.response.start", "status": 413,
@@ -221,6 +269,7 @@ def install_middleware(app: Any, settings: Any) -> None:
     """Add the body limit and request metrics middlewares to ``app`` (idempotent; call in create_app)."""
     if getattr(app.state, "_core_middleware", False):
         return
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes,
+                       import_bytes=getattr(settings, "max_import_bytes", None))
     app.add_middleware(MetricsMiddleware)  # added last = outermost: it also counts the 413s
     app.state._core_middleware = True

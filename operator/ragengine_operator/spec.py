@@ -299,10 +299,12 @@ OVERRIDING_ARGS = ("inference.args must not set --config or --uds: a config file
 
 
 class EmbeddingSpec(SpecModel):
-    """The embedding model run inside the engine, or a remote OpenAI-compatible embeddings endpoint."""
+    """The embedding model run inside the engine, or a remote OpenAI-compatible embeddings endpoint. A change
+    re-indexes every index to the new model in the background, without restarting the engine: the old
+    versions serve until the new ones are built (status.indexes, the Reindexing condition; docs/versions.md)."""
 
     model: Annotated[str, Field(max_length=512)] | None = Field(
-        None, description="'package:<module>', a path, or a sentence-transformers model name."
+        None, description="'package:<module>', 'wordllama:<config>', a path, or a sentence-transformers model name."
     )
     url: Url | None = Field(None, description="OpenAI-compatible embeddings base URL ending in /v1.")
     api_key_secret_ref: SecretKeyRef | None = Field(None, description="Bearer token for url.")
@@ -323,6 +325,9 @@ class RetrievalSpec(SpecModel):
     similarity_threshold: float = Field(
         0.3, ge=0.0, le=1.0,
         description="Minimum cosine similarity for a chunk to enter the prompt (0.3: see docs/retrieval.md).")
+    no_context: Literal["answer", "refuse", "disclaim"] = Field(
+        "answer", description="When no chunk passes similarityThreshold: 'answer' (the LLM answers as asked), "
+        "'refuse' (a fixed message) or 'disclaim' (the answer plus a disclaimer); see docs/engine.md.")
     hybrid: bool = Field(True, description="Fuse dense and BM25 results.")
     rerank_model: Annotated[str, Field(max_length=512)] | None = Field(None, description="Cross-encoder; unset = none.")
     screen_indexes: list[Annotated[str, Field(min_length=1, max_length=200)]] | None = Field(
@@ -475,7 +480,50 @@ class GuardrailsSpec(SpecModel):
         "them unscreened, saying so. A bad edit never matters while a good policy was loaded: it keeps serving.")
 
 
+class TracingSpec(SpecModel):
+    """OpenTelemetry traces of answers, ingestion and source syncs (docs/observability.md)."""
+
+    endpoint: Annotated[str, Field(pattern=r"^https?://[^\s/]+(/\S*)?$", max_length=512)] = Field(
+        description="The OTLP receiver (an OpenTelemetry Collector, Tempo, Jaeger): http://host:4317 for gRPC, or the "
+        "full URL of /v1/traces for http/protobuf. Rendered as OTEL_EXPORTER_OTLP_TRACES_ENDPOINT for the engine and "
+        "the sync workers, and as vLLM's --otlp-traces-endpoint.")
+    protocol: Literal["grpc", "http/protobuf"] = Field(
+        "grpc", description="OTLP transport (OTEL_EXPORTER_OTLP_TRACES_PROTOCOL); vLLM's default is grpc.")
+    sampling_ratio: float = Field(
+        1.0, ge=0.0, le=1.0, description="Share of new traces recorded (parentbased_traceidratio): a request that "
+        "comes with a sampled traceparent is recorded whatever the ratio, and vLLM follows the engine's decision.")
+
+
+class ObservabilitySpec(SpecModel):
+    """Where the RAGEngine's traces go; metrics are spec.monitoring's."""
+
+    tracing: TracingSpec | None = Field(None, description="OpenTelemetry traces; unset: none are exported.")
+
+
 AUTH_OFF_WITH_KEY = "auth.apiKeySecretRef needs auth.enabled: a key the engine would not check is a mistake"
+
+# Five cron fields (minute hour day-of-month month day-of-week) of digits, '*', ',', '-' and '/', or a macro.
+CRON = r"^(@(yearly|annually|monthly|weekly|daily|midnight|hourly)|([0-9*,/-]+ ){4}[0-9*,/-]+)$"
+
+
+class BackupVolumeSpec(SpecModel):
+    """Where the backups go: an existing PVC (claimName), or one the operator creates (<name>-backup)."""
+
+    claim_name: Name | None = Field(None, description="An existing PersistentVolumeClaim; size and class then unused.")
+    size: Size = Field("10Gi", description="The created claim's size (it can grow, never shrink).")
+    storage_class_name: Annotated[str, Field(max_length=253)] | None = Field(
+        None, description="The created claim's StorageClass; the cluster default when unset.")
+
+
+class BackupSpec(SpecModel):
+    """A CronJob that exports every index to a volume (GET /indexes/{name}/export: portable, compressed,
+    checksummed files that POST /indexes/{name}/import or `ragengine import` restores on any store)."""
+
+    schedule: Annotated[str, Field(max_length=128, pattern=CRON)] = Field(
+        description="When, as a cron schedule (e.g. '0 3 * * *') in the CronJob's time zone (the controller's, UTC "
+        "by default).")
+    retention: int = Field(7, ge=1, le=1000, description="Export files kept per index (the newest).")
+    volume: BackupVolumeSpec = Field(default_factory=BackupVolumeSpec, json_schema_extra={"default": {}})
 
 
 class RAGEngineSpec(SpecModel):
@@ -493,10 +541,14 @@ class RAGEngineSpec(SpecModel):
     monitoring: MonitoringSpec | None = Field(
         None, description="Render a ServiceMonitor or PodMonitor for vLLM and the engine; unset: none."
     )
+    observability: ObservabilitySpec = Field(default_factory=ObservabilitySpec, json_schema_extra={"default": {}})
     access: AccessSpec | None = Field(
         None, description="Principals (keys, ServiceAccounts), roles, index patterns, groups and rate limits; rendered "
         "into the engine's access file (docs/access.md).")
     sessions: SessionsSpec = Field(default_factory=SessionsSpec, json_schema_extra={"default": {}})
+    backup: BackupSpec | None = Field(
+        None, description="Export every index on a schedule to a volume (a CronJob running the engine image's "
+        "`ragengine export --all`); unset: none.")
     guardrails: GuardrailsSpec = Field(default_factory=GuardrailsSpec, json_schema_extra={"default": {}})
     sources: Annotated[list[Source], AfterValidator(unique_names)] = Field(
         default_factory=list, max_length=32,

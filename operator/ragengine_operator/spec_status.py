@@ -26,6 +26,18 @@ class SecretKeySelector(SpecModel):
     key: str
 
 
+class IndexStatus(SpecModel):
+    """One index as the engine last reported it (GET /health)."""
+
+    name: str
+    version: int | None = Field(None, description="The live version (docs/versions.md).")
+    current: bool | None = Field(None, description="Whether the live version uses spec.embedding's model.")
+    documents: int | None = None
+    reindex_version: int | None = Field(None, description="The version a running re-index builds.")
+    documents_done: int | None = Field(None, description="A running re-index: documents built so far.")
+    documents_total: int | None = Field(None, description="A running re-index: documents to build.")
+
+
 class RAGEngineStatus(SpecModel):
     observed_generation: int | None = Field(None, description="The generation the conditions describe.")
     inference_replicas: int | None = Field(None, description="Ready vLLM pods (the scale subresource's status).")
@@ -37,6 +49,12 @@ class RAGEngineStatus(SpecModel):
     model: str | None = Field(None, description="The served model name.")
     conditions: list[Condition] = Field(default_factory=list)
     sources: list[SourceStatus] | None = Field(None, description="The last sync of each spec.sources entry.")
+    indexes: list[IndexStatus] | None = Field(
+        None, description="Each index's live version and re-index progress, as the engine last reported them "
+        "(at most 100; the Reindexing condition sums them up).")
+    embedding_target: str | None = Field(
+        None, description="Digest of the embedding model the engine last reported as its target (it equals the "
+        "spec's once the engine has picked up spec.embedding).")
     api_key_secret_ref: SecretKeySelector | None = Field(
         None, description="The Secret key clients send as 'Authorization: Bearer <key>' (generated or spec.auth's); "
         "unset when auth is off.")

@@ -12,8 +12,11 @@ import contextlib
 import dataclasses
 import itertools
 import os
+import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import httpx
 import pytest
@@ -26,9 +29,10 @@ from ragengine.index.types import RetrievedNode
 from ragengine.settings import EngineSettings
 from tests.llm_server import FakeLLM, create_llm_app, tokenize
 from tests.support.embedding import borrowed
-from tests.support.server import refused_port, serve_app
+from tests.support.server import START_TIMEOUT_S, announced_port, refused_port, serve_app
 from tests.support.stores import store_values
 
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = [
     ("kaito-1", "KAITO is a Kubernetes operator that automates AI model deployment.", 0.91),
     ("kaito-2", "KAITO provisions GPU nodes with Karpenter and runs vLLM for inference on them.", 0.83),
@@ -179,3 +183,38 @@ def engine(llm_url, engines, fake_llm, vector_store):
 
 def tokens(text: str) -> int:
     return len(tokenize(text))
+
+
+@pytest.fixture(scope="session")
+def smollm2_url(tmp_path_factory):
+    """The REAL SmolLM2-135M-Instruct served by llama-cpp-python on the CPU (hack/serve-llm.sh, as ``make run``
+    starts it), once per run. Fails, never skips, when it is missing: a silently skipped real-model test is how
+    a broken install goes unnoticed."""
+    check = subprocess.run([str(ROOT / "hack/serve-llm.sh"), "--check"], capture_output=True, text=True)
+    if check.returncode != 0:
+        pytest.fail("SmolLM2 is not installed: run hack/install-llm.sh (make install does). " + check.stderr)
+    # Port 0: llama_cpp.server's uvicorn binds a free port and logs it ("Uvicorn running on URL").
+    env = {**os.environ, "LLM_PORT": "0", "LLM_N_CTX": "2048", "HF_HUB_OFFLINE": "1"}
+    log = tmp_path_factory.mktemp("smollm2") / "server.log"  # a file, not a pipe: llama.cpp logs a lot
+    with log.open("wb") as out:
+        proc = subprocess.Popen([str(ROOT / "hack/serve-llm.sh")], env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        url = f"http://127.0.0.1:{announced_port(log, proc, timeout_s=START_TIMEOUT_S)}/v1"
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"llama_cpp.server exited with {proc.returncode}: {log.read_text()[-2000:]}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{url}/models", timeout=2).status_code == 200:
+                    break
+            if time.monotonic() > deadline:
+                pytest.fail(f"llama_cpp.server did not answer within {START_TIMEOUT_S} s")
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)

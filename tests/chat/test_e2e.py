@@ -8,9 +8,6 @@ missing: a silently skipped real-model test is how a broken install goes unnotic
 from __future__ import annotations
 
 import contextlib
-import os
-import subprocess
-import time
 from pathlib import Path
 
 import httpx
@@ -20,7 +17,6 @@ import pytest
 from ragengine.app import create_app
 from ragengine.settings import EngineSettings
 from tests.support.embedding import serve_engine
-from tests.support.server import START_TIMEOUT_S, announced_port
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [
@@ -87,38 +83,6 @@ def test_full_engine_extractive_without_llm(tmp_path, embedder):
 
 
 # --- the real model -----------------------------------------------------------------------------
-@pytest.fixture(scope="session")
-def smollm2_url(tmp_path_factory):
-    check = subprocess.run([str(ROOT / "hack/serve-llm.sh"), "--check"], capture_output=True, text=True)
-    if check.returncode != 0:
-        pytest.fail("SmolLM2 is not installed: run hack/install-llm.sh (make install does). " + check.stderr)
-    # Port 0: llama_cpp.server's uvicorn binds a free port and logs it ("Uvicorn running on URL").
-    env = {**os.environ, "LLM_PORT": "0", "LLM_N_CTX": "2048", "HF_HUB_OFFLINE": "1"}
-    log = tmp_path_factory.mktemp("smollm2") / "server.log"  # a file, not a pipe: llama.cpp logs a lot
-    with log.open("wb") as out:
-        proc = subprocess.Popen([str(ROOT / "hack/serve-llm.sh")], env=env, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        url = f"http://127.0.0.1:{announced_port(log, proc, timeout_s=START_TIMEOUT_S)}/v1"
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"llama_cpp.server exited with {proc.returncode}: {log.read_text()[-2000:]}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/models", timeout=2).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                pytest.fail(f"llama_cpp.server did not answer within {START_TIMEOUT_S} s")
-            time.sleep(0.2)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
-
-
 @pytest.fixture(scope="module")
 def engine_on_smollm2(smollm2_url, embedder, tmp_path_factory):
     with full_engine(tmp_path_factory.mktemp("e2e-smollm2"), embedder, DOCS + PLANTED, llm_url=smollm2_url,

@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 import httpx
 
 SEEDED_INDEX = "seeded"
+SEEDED_STORE = "seeded-store"
 SEEDED_DOCS = [
     {"doc_id": "doc-vectors", "text": "FAISS searches unit vectors by inner product.", "metadata": {"topic": "vectors"}},
     {"doc_id": "doc-journal", "text": "The journal is fsynced before a write is acknowledged.",
@@ -57,7 +58,8 @@ class FuzzResult:
 
 
 def seed_engine(base_url: str) -> dict[str, list[str]]:
-    """Create what the routes act on: an index with documents, a session with a message, a thread and a file.
+    """Create what the routes act on: an index with documents, a session with a message, a thread and a file;
+    a vector store with a file and a batch, and a stored response.
 
     Returns the ids by parameter name; the fuzzer uses one of them part of the time and a generated
     value otherwise, so it reaches the routes' logic past "404 not found" as well as the 404s.
@@ -72,8 +74,24 @@ def seed_engine(base_url: str) -> dict[str, list[str]]:
         upload = client.post("/v1/files", files={"file": ("notes.md", b"# Notes\n\nBM25 and FAISS.", "text/markdown")},
                              data={"session_id": session})
         upload.raise_for_status()
+        # OpenAI's surface: a vector store (an index of its own, so deleting it spares the seeded index) with a
+        # file in it, a file batch and a stored response
+        store = client.post("/v1/vector_stores", json={"name": "seeded", "index_name": SEEDED_STORE})
+        store.raise_for_status()
+        vs_file = client.post("/v1/files", files={"file": ("faiss.md", b"FAISS searches unit vectors.", "text/markdown")},
+                              data={"purpose": "assistants"})
+        vs_file.raise_for_status()
+        attached = client.post(f"/v1/vector_stores/{SEEDED_STORE}/files",
+                               json={"file_id": vs_file.json()["id"], "attributes": {"topic": "vectors"}})
+        attached.raise_for_status()
+        batch = client.post(f"/v1/vector_stores/{SEEDED_STORE}/file_batches", json={"file_ids": [upload.json()["id"]]})
+        batch.raise_for_status()
+        response = client.post("/v1/responses", json={"input": "What does FAISS search?", "tools": [
+            {"type": "file_search", "vector_store_ids": [SEEDED_STORE]}]})
+        response.raise_for_status()
     return {"index_name": [SEEDED_INDEX], "doc_id": [d["doc_id"] for d in SEEDED_DOCS], "session_id": [session],
-            "message_id": [message], "thread_id": [thread, "main"], "file_id": [upload.json()["id"]]}
+            "message_id": [message], "thread_id": [thread, "main"], "file_id": [upload.json()["id"], vs_file.json()["id"]],
+            "vector_store_id": [SEEDED_STORE], "batch_id": [batch.json()["id"]], "response_id": [response.json()["id"]]}
 
 
 def write_config(path: Path, known: dict[str, list[str]]) -> None:
@@ -81,7 +99,9 @@ def write_config(path: Path, known: dict[str, list[str]]) -> None:
     bindings = {"path.index_name": "index_name", "body.index_name": "index_name", "body.doc_ids[*]": "doc_id",
                 "body.documents[*].doc_id": "doc_id", "path.session_id": "session_id", "path.thread_id": "thread_id",
                 "query.thread_id": "thread_id", "body.thread_id": "thread_id", "path.file_id": "file_id",
-                "body.file_ids[*]": "file_id", "body.parent_message_id": "message_id"}
+                "body.file_ids[*]": "file_id", "body.parent_message_id": "message_id",
+                "path.vector_store_id": "vector_store_id", "body.file_id": "file_id", "path.batch_id": "batch_id",
+                "path.response_id": "response_id", "body.previous_response_id": "response_id"}
     lines = ["[cache]", "enabled = false", "", "[dictionaries]"]  # no state left in the checkout
     lines += [f"{name} = {{ values = {json.dumps(values)} }}" for name, values in known.items()]
     lines += ["", "[parameters]"]

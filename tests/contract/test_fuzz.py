@@ -23,5 +23,8 @@ def test_schemathesis_finds_no_contract_violation(tmp_path):
     # The seeded ids took it past "404 not found" into the routes' logic.
     succeeded = {(method, path) for method, path, status in result.responses if 200 <= status < 300}
     for reached in [("GET", "/indexes/seeded/documents"), ("POST", "/indexes/seeded/documents"),
-                    ("POST", "/indexes/seeded/documents/delete"), ("POST", "/retrieve"), ("POST", "/v1/sessions")]:
+                    ("POST", "/indexes/seeded/documents/delete"), ("POST", "/retrieve"), ("POST", "/v1/sessions"),
+                    ("POST", "/v1/vector_stores"), ("GET", "/v1/vector_stores"),
+                    ("POST", "/v1/vector_stores/seeded-store/search"), ("GET", "/v1/vector_stores/seeded-store/files"),
+                    ("POST", "/v1/responses")]:
         assert reached in succeeded, (reached, result.summary())

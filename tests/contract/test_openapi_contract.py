@@ -62,6 +62,16 @@ CASES = [
     ("POST", "/v1/chat/completions", "/v1/chat/completions", {"json": {"messages": "x"}}, 400),
     ("POST", "/v1/chat/completions", "/v1/chat/completions", {"json": {"messages": [{"role": "user", "content": "q"}],
                                                                        "index_name": "missing"}}, 404),
+    ("GET", "/v1/vector_stores/{vector_store_id}", "/v1/vector_stores/missing", {}, 404),
+    ("POST", "/v1/vector_stores/{vector_store_id}/search", "/v1/vector_stores/seeded-store/search",
+     {"json": {"query": "q", "filters": {"type": "like", "key": "k", "value": 1}}}, 400),
+    ("POST", "/v1/vector_stores/{vector_store_id}/files", "/v1/vector_stores/seeded-store/files",
+     {"json": {"file_id": "file_missing"}}, 404),
+    ("GET", "/v1/vector_stores", "/v1/vector_stores", {"params": {"after": "vs_not_listed"}}, 400),
+    ("POST", "/v1/responses", "/v1/responses", {"json": {"input": "q", "tools": [{"type": "web_search"}]}}, 400),
+    ("POST", "/v1/responses", "/v1/responses", {"json": {"input": "q", "previous_response_id": "resp_missing"}}, 404),
+    ("GET", "/v1/responses/{response_id}", "/v1/responses/resp_missing", {}, 404),
+    ("POST", "/v1/files", "/v1/files", {"files": {"file": ("a.gif", b"GIF89a" + bytes(20), "image/gif")}}, 415),
 ]
 
 

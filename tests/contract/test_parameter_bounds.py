@@ -20,6 +20,10 @@ PAGING_PARAMETERS = [
     ("GET", "/indexes/seeded/documents", "limit"),
     ("GET", "/indexes/seeded/documents", "max_text_length"),
     ("GET", "/v1/sessions/any/messages", "last"),
+    ("GET", "/v1/vector_stores", "limit"),
+    ("GET", "/v1/vector_stores/seeded-store/files", "limit"),
+    ("GET", "/v1/vector_stores/seeded-store/file_batches/any/files", "limit"),
+    ("GET", "/v1/responses/any/input_items", "limit"),
 ]
 
 

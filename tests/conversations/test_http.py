@@ -54,7 +54,7 @@ def test_upload_lifecycle_and_bad_input(engine):
     info = wait_done(engine, r.json()["file_id"])
     assert (info["ingestion_status"], info["progress"], info["documents"]) == ("completed", 1.0, 1)
     assert engine.http.get("/v1/files/file_nope").status_code == 404
-    assert upload(engine, "a.png", b"\x89PNG\r\n", "image/png").status_code == 415
+    assert upload(engine, "a.zip", b"PK\x03\x04", "application/zip").status_code == 415
     big = upload(engine, "big.txt", b"x" * 200_001)
     assert big.status_code == 413 and big.json()["error"]["code"] == 413
     broken = upload(engine, "broken.pdf", b"%PDF-1.4\n1 0 obj << /Type /Catalog", "application/pdf")

@@ -32,6 +32,12 @@ def make_pdf(pages: list[str]) -> bytes:
 
 
 @pytest.mark.parametrize("data, name, ctype, kind", [
+    (b"PK\x03\x04", "a.docx", "application/vnd.openxmlformats-officedocument.wordprocessingml.document", "docx"),
+    (b"PK\x03\x04", "deck", "application/vnd.openxmlformats-officedocument.presentationml.presentation", "pptx"),
+    (b"PK\x03\x04", "a.xlsx", "application/octet-stream", "xlsx"),
+    (b"a,b\n1,2", "a.csv", "text/csv", "csv"),
+    (b"\x89PNG\r\n\x1a\n", "scan", "application/octet-stream", "image"),
+    (b"\xff\xd8\xff\xe0", "a.jpg", "image/jpeg", "image"),
     (b"hello", "a.txt", "text/plain", "text"),
     (b"# T", "a.md", "application/octet-stream", "markdown"),
     (b"# T", "notes", "text/markdown", "markdown"),
@@ -43,8 +49,8 @@ def test_detect_kind(data, name, ctype, kind):
 
 
 @pytest.mark.parametrize("data, name, ctype", [
-    (b"PK\x03\x04", "a.docx", "application/vnd.openxmlformats-officedocument.wordprocessingml.document"),
-    (b"\x89PNG", "a.png", "image/png"),
+    (b"PK\x03\x04", "a.zip", "application/zip"),
+    (b"MZ\x90\x00", "a.exe", "application/x-msdownload"),
     (b"\x00\x01\x02binary", "a.txt", "text/plain"),
 ])
 def test_unsupported_types_are_415(data, name, ctype):

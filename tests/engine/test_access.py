@@ -29,6 +29,7 @@ from ragengine.access.routes import OPEN_PATHS
 from tests.support.routes import operations
 
 ADMIN_KEY = "admin-key-0123456789abcdef"  # RAGENGINE_API_KEY
+STATUS_KEY = "operator-status-key-for-this-engine"  # status_key_sha256: the operator's
 READ_A, WRITE_A, ADMIN_A, READ_B = ("read-a-0123456789abcdef", "write-a-0123456789abcdef",
                                     "admin-a-0123456789abcdef", "read-b-0123456789abcdef")
 ACCESS = {"keys": [
@@ -42,12 +43,13 @@ INDEX = "team-a-docs"
 OPEN_BY_DESIGN = {"/health", "/ready", "/metrics"}
 SPEC_ROUTES = {"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}
 NONE, READ, WRITE, ADMIN = None, 1, 2, 3
-# (method, path) -> (role needed, index from: "path" | "body" | "chat" | "-", creates the index)
+# (method, path) -> (role needed, index from: "path" | "body" | "chat" | "store" | "tools" | "-", creates the index)
 EXPECTED: dict[tuple[str, str], tuple[int | None, str, bool]] = {
     ("get", "/health"): (NONE, "-", False),
     ("get", "/ready"): (NONE, "-", False),
     ("get", "/metrics"): (NONE, "-", False),
     ("post", "/index"): (WRITE, "body", True),
+    ("post", "/index/files"): (WRITE, "form", True),
     ("get", "/indexes"): (READ, "-", False),
     ("get", "/indexes/{index_name}/documents"): (READ, "path", False),
     ("post", "/indexes/{index_name}/documents"): (WRITE, "path", False),
@@ -56,6 +58,13 @@ EXPECTED: dict[tuple[str, str], tuple[int | None, str, bool]] = {
     ("post", "/persist/{index_name}"): (ADMIN, "path", False),
     ("post", "/load/{index_name}"): (ADMIN, "path", True),
     ("post", "/retrieve"): (READ, "body", False),
+    ("post", "/indexes/{index_name}/reindex"): (WRITE, "path", False),
+    ("get", "/indexes/{index_name}/reindex"): (WRITE, "path", False),
+    ("get", "/indexes/{index_name}/versions"): (WRITE, "path", False),
+    ("post", "/indexes/{index_name}/versions/{version}/activate"): (ADMIN, "path", False),
+    ("delete", "/indexes/{index_name}/versions/{version}"): (ADMIN, "path", False),
+    ("get", "/indexes/{index_name}/export"): (ADMIN, "path", False),
+    ("post", "/indexes/{index_name}/import"): (WRITE, "path", True),
     ("post", "/v1/chat/completions"): (READ, "chat", False),
     ("get", "/v1/models"): (READ, "-", False),
     ("post", "/v1/chat/reformulate"): (READ, "-", False),
@@ -75,6 +84,28 @@ EXPECTED: dict[tuple[str, str], tuple[int | None, str, bool]] = {
     ("post", "/v1/sessions/{session_id}/threads"): (READ, "-", False),
     ("get", "/v1/sessions/{session_id}/threads"): (READ, "-", False),
     ("get", "/v1/sessions/{session_id}/threads/{thread_id}"): (READ, "-", False),
+    # a vector store is an index (its id is the index's name)
+    ("get", "/v1/vector_stores"): (READ, "-", False),
+    ("post", "/v1/vector_stores"): (WRITE, "body", True),
+    ("get", "/v1/vector_stores/{vector_store_id}"): (READ, "store", False),
+    ("post", "/v1/vector_stores/{vector_store_id}"): (WRITE, "store", False),
+    ("delete", "/v1/vector_stores/{vector_store_id}"): (ADMIN, "store", False),
+    ("post", "/v1/vector_stores/{vector_store_id}/search"): (READ, "store", False),
+    ("get", "/v1/vector_stores/{vector_store_id}/files"): (READ, "store", False),
+    ("post", "/v1/vector_stores/{vector_store_id}/files"): (WRITE, "store", False),
+    ("get", "/v1/vector_stores/{vector_store_id}/files/{file_id}"): (READ, "store", False),
+    ("post", "/v1/vector_stores/{vector_store_id}/files/{file_id}"): (WRITE, "store", False),
+    ("delete", "/v1/vector_stores/{vector_store_id}/files/{file_id}"): (WRITE, "store", False),
+    ("get", "/v1/vector_stores/{vector_store_id}/files/{file_id}/content"): (READ, "store", False),
+    ("post", "/v1/vector_stores/{vector_store_id}/file_batches"): (WRITE, "store", False),
+    ("get", "/v1/vector_stores/{vector_store_id}/file_batches/{batch_id}"): (READ, "store", False),
+    ("post", "/v1/vector_stores/{vector_store_id}/file_batches/{batch_id}/cancel"): (WRITE, "store", False),
+    ("get", "/v1/vector_stores/{vector_store_id}/file_batches/{batch_id}/files"): (READ, "store", False),
+    # file_search reads every store its tools name; stored responses are their creator's
+    ("post", "/v1/responses"): (READ, "tools", False),
+    ("get", "/v1/responses/{response_id}"): (READ, "-", False),
+    ("delete", "/v1/responses/{response_id}"): (READ, "-", False),
+    ("get", "/v1/responses/{response_id}/input_items"): (READ, "-", False),
 }
 # principal -> (Authorization header, role, sees team-a indexes)
 PRINCIPALS = {
@@ -90,6 +121,9 @@ PRINCIPALS = {
 
 
 def _body(path: str, scope: str) -> dict:
+    if scope == "tools":
+        return {"model": "m", "input": "what is in the runbook?",
+                "tools": [{"type": "file_search", "vector_store_ids": [INDEX]}]}
     if scope == "chat":
         return {"index_name": INDEX, "messages": [{"role": "user", "content": "what is in the docs?"}]}
     if path == "/index":
@@ -100,10 +134,20 @@ def _body(path: str, scope: str) -> dict:
 
 
 def _call(base: str, method: str, path: str, scope: str, auth: str | None) -> httpx.Response:
-    url = base + re.sub(r"\{index_name\}", INDEX, re.sub(r"\{(?!index_name)[^}]+\}", "x", path))
+    named = re.sub(r"\{(?!index_name|vector_store_id)[^}]+\}", "x", path)  # a store's id is its index's name
+    url = base + re.sub(r"\{(index_name|vector_store_id)\}", INDEX, named)
     headers = {"Authorization": auth} if auth else {}
-    body = {"json": _body(path, scope)} if method in ("post", "put", "patch") else {}
+    body: dict = {"json": _body(path, scope)} if method in ("post", "put", "patch") else {}
+    if scope == "form":  # multipart: the index is named by a form field
+        body = {"data": {"index_name": INDEX}, "files": {"files": ("runbook.txt", b"Restart the pump weekly.")}}
     return httpx.request(method.upper(), url, headers=headers, timeout=60, **body)
+
+
+def _missing(scope: str) -> str:
+    """The 404 message of a missing index (or vector store: an index seen through the vector store API)."""
+    if scope in ("store", "tools"):
+        return f"No vector store found with id '{INDEX}'."
+    return f"No such index: '{INDEX}' exists."
 
 
 def _message(resp: httpx.Response) -> str:
@@ -133,7 +177,8 @@ def engine(embedder, tmp_path_factory):
     work = tmp_path_factory.mktemp("access")
     access_file = work / "access.yaml"
     _write_access(access_file, ACCESS)
-    app = create_app(EngineSettings(api_key=ADMIN_KEY, access_file=access_file, data_dir=work / "data"))
+    app = create_app(EngineSettings(api_key=ADMIN_KEY, access_file=access_file, data_dir=work / "data",
+                                    status_key_sha256=hashlib.sha256(STATUS_KEY.encode()).hexdigest()))
     with serve_engine(app, embedder) as base:
         spec = httpx.get(f"{base}/openapi.json", headers={"Authorization": f"Bearer {ADMIN_KEY}"}).json()
         yield base, app, spec, access_file
@@ -153,6 +198,32 @@ def test_the_spec_names_exactly_the_apps_routes(engine):
 
 def test_open_paths_are_the_documented_ones():
     assert set(OPEN_PATHS) == OPEN_BY_DESIGN
+
+
+def test_open_probes_show_details_only_to_an_admin_of_every_index(engine):
+    """/health and /metrics name every index: a reader, a wrong key and an admin of some indexes only
+    (who would learn the other teams' index names) get status only; the admin of ``*`` gets all."""
+    base, *_ = engine
+    _ensure_index(base)
+    for auth in (None, f"Bearer {READ_A}", f"Bearer {ADMIN_A}", "Bearer wrong-key-0123456789"):
+        headers = {"Authorization": auth} if auth else {}
+        health = httpx.get(f"{base}/health", headers=headers)
+        assert health.status_code == 200 and "indexes" not in health.json() and INDEX not in health.text, auth
+        assert f'index="{INDEX}"' not in httpx.get(f"{base}/metrics", headers=headers).text, auth
+    admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    assert INDEX in httpx.get(f"{base}/health", headers=admin).json()["indexes"]
+    assert f'index="{INDEX}"' in httpx.get(f"{base}/metrics", headers=admin).text
+
+
+def test_the_operators_status_key_shows_the_probes_in_full_and_opens_no_route(engine):
+    """The operator reads index versions from /health with its key for this engine (status_key_sha256): it
+    sees what an admin sees there, and every other route answers it 401, as to a wrong key."""
+    base, _app, spec, _ = engine
+    _ensure_index(base)
+    key = {"Authorization": f"Bearer {STATUS_KEY}"}
+    assert INDEX in httpx.get(f"{base}/health", headers=key).json()["indexes"]
+    assert f'index="{INDEX}"' in httpx.get(f"{base}/metrics", headers=key).text
+    check_every_route(base, spec, "status key", f"Bearer {STATUS_KEY}", None, False)
 
 
 @pytest.mark.parametrize("principal", list(PRINCIPALS))
@@ -184,14 +255,14 @@ def check_every_route(base: str, spec: dict, principal: str, auth: str | None, r
                 assert resp.status_code == 403, where
             else:
                 assert resp.status_code == 404, where
-                assert message == f"No such index: '{INDEX}' exists.", where
+                assert message == _missing(scope), where
             continue
         if role < needed:
             assert resp.status_code == 403, where
             assert {READ: "read", WRITE: "write", ADMIN: "admin"}[needed] in message, where
             continue
         assert resp.status_code not in (401, 403), where
-        assert message != f"No such index: '{INDEX}' exists.", where
+        assert message != _missing(scope), where
 
 
 def test_hidden_index_answers_exactly_like_a_missing_one(engine):
@@ -225,6 +296,99 @@ def test_lists_show_only_visible_indexes(engine):
     assert set(httpx.get(f"{base}/indexes", headers=admin).json()) >= {INDEX, "team-b-notes"}
     models = {m["id"] for m in httpx.get(f"{base}/v1/models", headers=as_b).json()["data"]}
     assert models == {"rag:team-b-notes"}
+
+
+def test_vector_stores_are_visible_only_to_principals_allowed_their_index(engine):
+    base, *_ = engine
+    _ensure_index(base)
+    admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    assert httpx.post(f"{base}/index", headers=admin, timeout=60,
+                      json={"index_name": "team-b-notes", "documents": [{"text": "Team B notes."}]}).status_code == 200
+    as_a, as_b = {"Authorization": f"Bearer {READ_A}"}, {"Authorization": f"Bearer {READ_B}"}
+    ids_a = {s["id"] for s in httpx.get(f"{base}/v1/vector_stores", headers=as_a).json()["data"]}
+    ids_b = {s["id"] for s in httpx.get(f"{base}/v1/vector_stores", headers=as_b).json()["data"]}
+    assert INDEX in ids_a and all(i.startswith("team-a-") for i in ids_a)
+    assert ids_b == {"team-b-notes"}
+    # a hidden store answers exactly like a missing one, on the store routes and in a response's tools
+    hidden = httpx.get(f"{base}/v1/vector_stores/{INDEX}", headers=as_b)
+    missing = httpx.get(f"{base}/v1/vector_stores/team-b-none", headers=as_b)
+    assert (hidden.status_code, hidden.json()["error"]["message"].replace(INDEX, "?")) == \
+        (missing.status_code, missing.json()["error"]["message"].replace("team-b-none", "?")) == \
+        (404, "No vector store found with id '?'.")
+    tools = [{"type": "file_search", "vector_store_ids": ["team-b-notes", INDEX]}]
+    refused = httpx.post(f"{base}/v1/responses", headers=as_b, json={"input": "notes?", "tools": tools}, timeout=60)
+    assert refused.status_code == 404
+    assert refused.json()["error"] == {"message": f"No vector store found with id '{INDEX}'.", "type": "not_found_error",
+                                       "code": 404, "param": "tools.vector_store_ids"}
+    # creating: a generated id outside the writer's patterns is refused with the way out; a name inside works
+    as_writer = {"Authorization": f"Bearer {WRITE_A}"}
+    denied = httpx.post(f"{base}/v1/vector_stores", headers=as_writer, json={"name": "FAQ"})
+    assert denied.status_code == 403 and "index_name" in denied.json()["error"]["message"]
+    made = httpx.post(f"{base}/v1/vector_stores", headers=as_writer, json={"name": "FAQ", "index_name": "team-a-faq"})
+    assert made.status_code == 200 and made.json()["id"] == "team-a-faq", made.text
+    other = httpx.post(f"{base}/v1/vector_stores", headers=as_writer, json={"index_name": "team-b-faq"})
+    assert other.status_code == 403
+
+
+def test_vector_store_search_and_file_search_go_through_document_acls(engine):
+    base, *_ = engine
+    admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    index = "team-a-acl"
+    docs = [{"doc_id": "open", "text": "The pump manual says to check the oil weekly.", "metadata": {"team": "a"}},
+            {"doc_id": "writers", "text": "The pump manual's override code is 4711.",
+             "metadata": {"acl": ["user:writer-a"], "team": "a"}}]
+    assert httpx.post(f"{base}/index", headers=admin, json={"index_name": index, "documents": docs},
+                      timeout=60).status_code == 200
+
+    def found(key: str) -> tuple[set[str], set[str]]:
+        auth = {"Authorization": f"Bearer {key}"}
+        hits = httpx.post(f"{base}/v1/vector_stores/{index}/search", headers=auth, timeout=60,
+                          json={"query": "pump manual", "max_num_results": 10}).json()["data"]
+        answer = httpx.post(f"{base}/v1/responses", headers=auth, timeout=60, json={
+            "input": "What does the pump manual say?", "include": ["file_search_call.results"],
+            "tools": [{"type": "file_search", "vector_store_ids": [index], "ranking_options": {"score_threshold": 0}}]})
+        return {h["file_id"] for h in hits}, {r["file_id"] for r in answer.json()["output"][0]["results"]}
+
+    assert found(READ_A) == ({"open"}, {"open"})  # no entry on the ACL: the document is not there for them
+    assert found(WRITE_A) == ({"open", "writers"}, {"open", "writers"})
+    assert found(ADMIN_KEY) == ({"open", "writers"}, {"open", "writers"})
+
+
+def test_only_ones_own_uploads_can_be_attached_to_a_store(engine):
+    base, *_ = engine
+    _ensure_index(base)
+    as_writer, as_reader = {"Authorization": f"Bearer {WRITE_A}"}, {"Authorization": f"Bearer {READ_A}"}
+    mine = httpx.post(f"{base}/v1/files", headers=as_writer, data={"purpose": "assistants"},
+                      files={"file": ("w.txt", b"The writer's notes.", "text/plain")}).json()["id"]
+    theirs = httpx.post(f"{base}/v1/files", headers=as_reader, data={"purpose": "assistants"},
+                        files={"file": ("r.txt", b"The reader's notes.", "text/plain")}).json()["id"]
+    url = f"{base}/v1/vector_stores/{INDEX}"
+    other = httpx.post(f"{url}/files", headers=as_writer, json={"file_id": theirs})
+    assert (other.status_code, other.json()["error"]["message"]) == (404, f"No such file: '{theirs}'.")
+    batch = httpx.post(f"{url}/file_batches", headers=as_writer, json={"file_ids": [mine, theirs]})
+    assert batch.status_code == 404
+    assert httpx.post(f"{url}/files", headers=as_writer, json={"file_id": mine}).status_code == 200
+    admin = httpx.post(f"{url}/files", headers={"Authorization": f"Bearer {ADMIN_KEY}"}, json={"file_id": theirs})
+    assert admin.status_code == 200  # admins may attach anyone's upload
+
+
+def test_a_stored_response_is_its_creators(engine):
+    base, *_ = engine
+    _ensure_index(base)
+    as_a, as_b = {"Authorization": f"Bearer {READ_A}"}, {"Authorization": f"Bearer {READ_B}"}
+    admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    made = httpx.post(f"{base}/v1/responses", headers=as_a, timeout=60, json={
+        "input": "What does the runbook keep?", "tools": [{"type": "file_search", "vector_store_ids": [INDEX]}]})
+    assert made.status_code == 200, made.text  # no LLM here: the extractive answer
+    rid = made.json()["id"]
+    assert httpx.get(f"{base}/v1/responses/{rid}", headers=as_a).status_code == 200
+    assert httpx.get(f"{base}/v1/responses/{rid}", headers=admin).status_code == 200
+    for method, path in (("GET", f"/v1/responses/{rid}"), ("GET", f"/v1/responses/{rid}/input_items"),
+                         ("DELETE", f"/v1/responses/{rid}")):
+        other = httpx.request(method, f"{base}{path}", headers=as_b)
+        assert (other.status_code, other.json()["error"]["message"]) == (404, f"Response with id '{rid}' not found.")
+    follow = httpx.post(f"{base}/v1/responses", headers=as_b, json={"input": "and?", "previous_response_id": rid})
+    assert follow.status_code == 404 and follow.json()["error"]["param"] == "previous_response_id"
 
 
 def test_api_documentation_needs_credentials(engine):

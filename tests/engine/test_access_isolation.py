@@ -156,7 +156,7 @@ def _upload(c: httpx.Client, name: str, text: str) -> str:
     assert r.status_code == 202, r.text
     fid = r.json()["id"]
     deadline = time.monotonic() + 120
-    while (status := c.get(f"/v1/files/{fid}").json()["status"]) not in ("completed", "failed"):
+    while (status := c.get(f"/v1/files/{fid}").json()["ingestion_status"]) not in ("completed", "failed"):  # status: OpenAI's
         assert time.monotonic() < deadline, "ingestion did not finish"
         time.sleep(0.1)
     assert status == "completed"

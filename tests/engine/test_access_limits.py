@@ -140,6 +140,8 @@ def test_over_the_token_limit_llm_routes_are_429_others_are_not(tmp_path, embedd
         assert "50 LLM tokens per minute" in r.json()["error"]["message"] and int(r.headers["retry-after"]) >= 1
         assert httpx.post(f"{base}/v1/chat/reformulate", headers=headers, timeout=60,
                           json={"userMessage": "and then?", "conversation": []}).status_code == 429
+        assert httpx.post(f"{base}/v1/responses", headers=headers, timeout=60,
+                          json={"input": "and then?"}).status_code == 429
         assert get(base, TALKER).status_code == 200  # no LLM, no token limit
 
 

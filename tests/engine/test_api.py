@@ -146,7 +146,7 @@ def test_bad_input(make_server):
         assert r.status_code == 422
         r = httpx.post(f"{base}/index", json={"index_name": "ok", "documents": [{"text": 5}]})
         assert r.status_code == 422
-        for path in ("../outside", "/etc", "indexes/ok", "a/../../b"):
+        for path in ("../outside", "/etc", "indexes/ok", "a/../../b", "persist/x", ".hidden", "x.tmp", "..", " x"):
             r = httpx.post(f"{base}/persist/ok", params={"path": path})
             assert r.status_code == 400, (path, r.text)
             r = httpx.post(f"{base}/load/ok2", params={"path": path})
@@ -155,25 +155,38 @@ def test_bad_input(make_server):
         assert r.status_code == 404
 
 
+def test_long_non_ascii_index_name_is_a_400_not_a_500(server):
+    """200 characters are allowed, but 'é' x 200 is a 1200-byte folder name (issue 22: it gave a 500)."""
+    r = _index(server, name="é" * 200, docs=[{"text": "x"}])
+    assert r.status_code == 400 and "URL-quoted" in r.json()["detail"], r.text
+    r = _index(server, name="é" * 40, docs=[{"text": "x"}])  # 240 bytes quoted: the most allowed
+    assert r.status_code == 200, r.text
+    assert httpx.get(f"{server}/indexes").json() == ["é" * 40]
+
+
 @pytest.mark.stores("faiss")  # the embedded store's own files
 def test_persist_load_and_delete_removes_files(server, settings):
     data_dir = settings.data_dir
     _index(server)
-    r = httpx.post(f"{server}/persist/kb", params={"path": "backups/kb1"})
-    assert r.status_code == 200 and r.json()["message"] == "Successfully persisted index kb to backups/kb1."
-    assert (data_dir / "backups/kb1/manifest.json").exists()
-    r = httpx.post(f"{server}/load/kb", params={"path": "backups/kb1"})
+    r = httpx.post(f"{server}/persist/kb", params={"path": "kb1"})
+    assert r.status_code == 200 and r.json()["message"] == "Successfully persisted index kb to persist/kb1."
+    assert (data_dir / "persist/kb1/manifest.json").exists()
+    r = httpx.post(f"{server}/persist/kb")  # the default: the index's name
+    assert r.status_code == 200 and r.json()["message"] == "Successfully persisted index kb to persist/kb."
+    r = httpx.post(f"{server}/persist/kb", params={"path": "kb1"})  # an earlier copy is replaced
+    assert r.status_code == 200, r.text
+    r = httpx.post(f"{server}/load/kb", params={"path": "kb1"})
     assert r.status_code == 409
     assert r.json()["detail"] == "Index 'kb' already exists. Use a different name or delete the existing index first."
-    r = httpx.post(f"{server}/load/kb-copy", params={"path": "backups/kb1"})
+    r = httpx.post(f"{server}/load/kb-copy", params={"path": "kb1"})
     assert r.status_code == 200, r.text
     assert sorted(httpx.get(f"{server}/indexes").json()) == ["kb", "kb-copy"]
     hits = httpx.post(f"{server}/retrieve", json={"index_name": "kb-copy", "query": "keyword ranking"}).json()
     assert hits["count"] == 3
-    r = httpx.post(f"{server}/load/kb", params={"path": "backups/kb1", "overwrite": "true"})
+    r = httpx.post(f"{server}/load/kb", params={"path": "kb1", "overwrite": "true"})
     assert r.status_code == 200
-    r = httpx.post(f"{server}/load/zz", params={"path": "backups/missing"})
-    assert r.status_code == 404 and r.json()["detail"].startswith("Path does not exist")
+    r = httpx.post(f"{server}/load/zz", params={"path": "missing"})
+    assert r.status_code == 404 and r.json()["detail"] == "Path does not exist: persist/missing"
 
     index_dir = data_dir / "indexes" / "kb-copy"
     assert index_dir.exists()
@@ -181,6 +194,38 @@ def test_persist_load_and_delete_removes_files(server, settings):
     assert r.status_code == 200 and r.json() == {"message": "Successfully deleted index kb-copy."}
     assert not index_dir.exists()
     assert httpx.get(f"{server}/indexes").json() == ["kb"]
+
+
+@pytest.mark.stores("faiss")
+def test_persist_cannot_replace_the_engines_own_files(make_server, settings):
+    """Issue 22: ``/persist/x?path=sessions.db`` turned the sessions database into a folder and
+    ``?path=models`` replaced the model cache, and the engine could not start again."""
+    data_dir = settings.data_dir
+    cache = data_dir / "models" / "hub" / "model.bin"
+    with make_server() as (base, _):
+        _index(base, name="x")
+        session = httpx.post(f"{base}/v1/sessions", json={"title": "kept"}).json()["id"]
+        cache.parent.mkdir(parents=True)
+        cache.write_bytes(b"weights")
+        for path in ("sessions.db", "models", "uploads", "indexes"):
+            r = httpx.post(f"{base}/persist/x", params={"path": path})
+            assert r.status_code == 200, r.text
+        (data_dir / "persist").mkdir(exist_ok=True)
+        (data_dir / "persist" / "notes").mkdir()
+        (data_dir / "persist" / "notes" / "todo.txt").write_text("mine")
+        (data_dir / "persist" / "file").write_text("mine")
+        for path in ("notes", "file"):  # not a snapshot: refused, left as it is
+            r = httpx.post(f"{base}/persist/x", params={"path": path})
+            assert r.status_code == 409 and "not an index snapshot" in r.json()["detail"], r.text
+            r = httpx.post(f"{base}/load/y", params={"path": path})
+            assert r.status_code == 400 and "Loading failed" in r.json()["detail"], r.text
+    assert (data_dir / "sessions.db").is_file() and cache.read_bytes() == b"weights"
+    assert (data_dir / "persist" / "notes" / "todo.txt").read_text() == "mine"
+    assert (data_dir / "persist" / "file").read_text() == "mine"
+    with make_server() as (base, _):  # the engine starts again, with its sessions and its copies
+        assert [s["id"] for s in httpx.get(f"{base}/v1/sessions").json()["data"]] == [session]
+        assert httpx.post(f"{base}/load/y", params={"path": "sessions.db"}).status_code == 200
+        assert httpx.get(f"{base}/indexes/y/documents").json()["total_items"] == 3
 
 
 def _embedded_documents() -> float:

@@ -37,6 +37,26 @@ def test_cli_index_folder(server, tmp_path: Path):
     assert hits[0]["metadata"]["source"] == "sub/b.txt"
 
 
+def test_cli_index_does_not_follow_symlinks_out_of_the_folder(server, tmp_path: Path):
+    """Issue 22: a ``README.md`` link to a file outside the folder was sent with its content."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("top secret key material")
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "keys.md").write_text("more secret key material")
+    docs = tmp_path / "checkout"
+    (docs / "sub").mkdir(parents=True)
+    (docs / "guide.md").write_text("# Guide\nPears are sweet.")
+    (docs / "README.md").symlink_to(secret)
+    (docs / "sub" / "inside.md").symlink_to(docs / "guide.md")  # a link that stays inside is fine
+    (docs / "out").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    result = CliRunner().invoke(main, ["index", str(docs), "--index", "links", "--url", server])
+    assert result.exit_code == 0, result.output
+    assert "symbolic link" in result.output
+    listing = httpx.get(f"{server}/indexes/links/documents", params={"max_text_length": 1000}).json()
+    assert [d["text"] for d in listing["documents"]] == ["# Guide\nPears are sweet."]  # one text, two names
+    assert "indexed 2 files" in result.output
+
+
 def test_cli_index_reports_unreachable_server(tmp_path: Path):
     (tmp_path / "a.txt").write_text("hello")
     with refused_port() as port:

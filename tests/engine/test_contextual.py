@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import random
+import re
+
 import httpx
 import pytest
 
@@ -9,6 +12,7 @@ from ragengine.index.chunking import (
     CONTEXT_MAX_CHARS,
     CONTEXT_TOKENS,
     Chunker,
+    atx_heading,
     contextual_text,
     headings,
     index_texts,
@@ -16,6 +20,7 @@ from ragengine.index.chunking import (
 )
 from ragengine.index.types import ChunkingConfig
 from ragengine.retrieval.grouping import cap_per_document
+from tests.support.bounded import run_under_cpu_limit
 
 MARKDOWN = """# Guide
 
@@ -68,6 +73,38 @@ def test_rst_levels_follow_the_order_of_adornment_styles():
     heads = headings(RST)
     assert [(level, title) for _, level, title in heads] == [(1, "Title"), (2, "Section"), (3, "Sub")]
     assert section_path(heads, RST.index("deep text")) == ["Title", "Section", "Sub"]
+
+
+# The ATX regex the linear scan replaced (issue 22): the reference for what a heading is.
+OLD_ATX = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.+?)(?:[ \t]+#+)?[ \t]*$")
+
+
+def test_linear_atx_scan_agrees_with_the_regex_it_replaced():
+    rng = random.Random(22)
+    lines = [" # a", "#", "# ", "#  ", "# ##", "# foo ##", "# foo#", "# foo # #", "####### x", "    # x",
+             "#\tfoo\t#\t", "## a  ##  ", "# a\x0c##"]
+    lines += ["".join(rng.choice(" \t#ab\x0c") for _ in range(rng.randint(0, 12))) for _ in range(20_000)]
+    for line in lines:
+        old = OLD_ATX.match(line)
+        new = atx_heading(line)
+        assert (None if old is None else (len(old.group(1)), old.group(2).strip())) == (
+            None if new is None else (new[0], new[1].strip())), repr(line)
+
+
+def test_heading_scan_is_linear_on_hostile_lines():
+    """A 30 KB heading line (the review's request that froze /health for 15 s) and a 1 MB one
+    (hours with the old regex): both go through headings() and the contextual texts within a CPU-time
+    limit that only a blow-up reaches (the kernel kills the child there)."""
+    code = (
+        "from ragengine.index.chunking import headings, index_texts\n"
+        "for n in (30_000, 1_000_000):\n"
+        "    text = '# a' + ' ' * n + 'b\\n\\nbody text\\n'\n"
+        "    assert [(lvl, t[:1], t[-1:]) for _, lvl, t in headings(text)] == [(1, 'a', 'b')]\n"
+        "    assert len(index_texts(text, {'title': 'T'}, None, contextual=True)) == 1\n"
+        "print('ok')\n"
+    )
+    done = run_under_cpu_limit(code, cpu_s=30)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", (done.returncode, done.stderr[-2000:])
 
 
 def test_plain_text_has_no_headings():

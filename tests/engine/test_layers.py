@@ -17,19 +17,24 @@ PACKAGE = Path(ragengine.__file__).parent
 
 # Lowest first. A unit is a module or package prefix; the longest prefix that matches a module wins.
 LAYERS: list[tuple[str, ...]] = [
-    ("ragengine", "ragengine.settings"),
+    ("ragengine", "ragengine.settings", "ragengine.redact"),
     ("ragengine.errors",),
     ("ragengine.metrics",),
+    ("ragengine.observability",),  # traces, request ids, log lines: every layer above opens spans
     ("ragengine.protocol",),
+    ("ragengine.parsing",),  # the bounded parser (child processes with budgets)
     ("ragengine.access",),  # who may do what; the stores and sessions take its principals
     ("ragengine.rag.text", "ragengine.filetypes"),  # text primitives; files to documents
     ("ragengine.embedding", "ragengine.llm", "ragengine.sample"),
     ("ragengine.retrieval",),
     ("ragengine.index",),
     ("ragengine.stores",),  # external vector stores: the index API over PostgreSQL / Milvus
+    ("ragengine.versions",),  # index versions over either: re-index, swap, rollback, export / import
     ("ragengine.rag",),
     ("ragengine.guardrails",),  # the output policy and the screening the answers pass through
     ("ragengine.chat", "ragengine.conversations"),
+    ("ragengine.vectorstores",),  # OpenAI's vector stores: indexes + the uploads and catalog in the session store
+    ("ragengine.responses",),  # OpenAI's Responses: vector store search + chat's budget + the LLM
     ("ragengine.api",),
     ("ragengine.app",),
     ("ragengine.cli",),

@@ -113,7 +113,9 @@ def chart_operator(kube, bin_dir) -> Iterator[str]:
         "watchNamespaces": [NAMESPACE_PATTERN],
         "crds": {"install": False},  # applied by the kube fixture, shared with the other tests
         "resyncSeconds": 10,
-        "sync": {"mode": "job", **ON_NODE},  # source syncs: Jobs in the RAGEngine's namespace, on the real node
+        # source syncs: Jobs in the RAGEngine's namespace, on the real node; the test servers (git, the LLM) listen
+        # on this machine's private address, which the egress rules refuse unless the platform team allows it
+        "sync": {"mode": "job", **ON_NODE, "egressAllow": [f"{machine_ip()}/32"]},
         **ON_NODE,
     }
     values_file = ROOT / ".cluster" / "e2e-values.yaml"

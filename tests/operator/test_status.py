@@ -179,6 +179,51 @@ def test_vllm_running_unready_names_the_pod_and_leaves_the_engine_ready():
     assert c["Ready"]["status"] == "False" and c["Ready"]["reason"] == "InferenceNotReady"
 
 
+def _health(target: str, indexes: dict) -> dict:
+    return {"status": "Healthy", "embedding": {"target": target}, "indexes": indexes}
+
+
+def test_reindexing_is_reported_and_never_takes_ready_away():
+    from ragengine_operator.manifests.engine_env import target_digest
+
+    spec = RAGEngineSpec.model_validate({"embedding": {"model": "wordllama:l2_supercat"}})
+    deployments = {"engine": dep()}
+
+    def status_with(health=None, error=None, old=(), previous=None):
+        observed = Observed(deployments, {}, engine_health=health, engine_health_error=error,
+                            previous_embedding=previous)
+        status, _ = compute_status(OWNER, spec, 3, observed, list(old), "T1")
+        return {x["type"]: x for x in status["conditions"]}, status
+
+    old_model = _health("another-digest", {"kb": {"version": 1, "current": True, "documents": 10}})
+    c, status = status_with(old_model)
+    assert (c["Reindexing"]["status"], c["Reindexing"]["reason"]) == ("True", "Pending")
+    assert c["Ready"]["status"] == "True"
+    running = _health(target_digest(spec), {
+        "kb": {"version": 1, "current": False, "documents": 10,
+               "reindex": {"kind": "reindex", "version": 2, "documents_done": 4, "documents_total": 10}},
+        "notes": {"version": 3, "current": True, "documents": 2}})
+    c, status = status_with(running)
+    assert (c["Reindexing"]["status"], c["Reindexing"]["reason"]) == ("True", "Reindexing")
+    assert "index kb: version 2, 4 of 10 documents" in c["Reindexing"]["message"]
+    assert c["Ready"]["status"] == "True"
+    assert status["indexes"][0] == {"name": "kb", "version": 1, "current": False, "documents": 10, "reindexVersion": 2,
+                                    "documentsDone": 4, "documentsTotal": 10}
+    assert status["embeddingTarget"] == target_digest(spec)
+    done = _health(target_digest(spec), {"kb": {"version": 2, "current": True, "documents": 10}})
+    c, status = status_with(done)
+    assert (c["Reindexing"]["status"], c["Reindexing"]["reason"]) == ("False", "Current")
+    stale = _health(target_digest(spec), {"kb": {"version": 1, "current": False, "documents": 10}})
+    assert status_with(stale)[0]["Reindexing"]["reason"] == "NotCurrent"
+    # Not asked this time: the last word stands (no flapping), and status.indexes too.
+    kept, status = status_with(None, old=list(c.values()), previous=target_digest(spec))
+    assert kept["Reindexing"]["reason"] == "Current" and kept["Reindexing"]["lastTransitionTime"] == "T1"
+    # Asked and unreachable while a change is pending: Unknown, saying why.
+    c, _ = status_with(None, error="GET http://x/health failed: ConnectTimeout", previous="another-digest")
+    assert (c["Reindexing"]["status"], c["Reindexing"]["reason"]) == ("Unknown", "EngineUnreachable")
+    assert c["Ready"]["status"] == "True"
+
+
 def test_an_unreachable_external_llm_is_degraded_while_the_engine_stays_ready():
     # Seen on the real node: with the LLM down, Argo CD's health check (docs/operator.md) said Progressing.
     spec = RAGEngineSpec.model_validate({"inference": {"url": "http://llm.example/v1"}})
@@ -190,3 +235,48 @@ def test_an_unreachable_external_llm_is_degraded_while_the_engine_stays_ready():
     assert c["Degraded"]["message"] == ("inference URL http://llm.example/v1 is unreachable; the engine still answers "
                                         "retrieval, and chat extractively")
     assert (c["Ready"]["status"], c["Ready"]["reason"]) == ("False", "InferenceUnreachable")
+
+
+GUARDED = RAGEngineSpec.model_validate({"inference": {"url": "http://llm.example/v1"}, "guardrails": {"enabled": True}})
+OWN_POLICY = RAGEngineSpec.model_validate({"inference": {"url": "http://llm.example/v1"},
+                                           "guardrails": {"enabled": True, "configMapRef": {"name": "team-policy"}}})
+
+
+def policy_status(spec, text):
+    status, _ = compute_status(OWNER, spec, 3, Observed({"engine": dep()}, {}, guardrails_policy=text), [], "T1")
+    return {x["type"]: x for x in status["conditions"]}
+
+
+def test_guardrails_policy_condition_says_what_the_engine_does_with_the_configmap():
+    c = policy_status(GUARDED, "action: block\nscanners:\n  - type: secrets\n  - type: sensitive\n    action: redact\n")
+    assert (c["GuardrailsPolicy"]["status"], c["GuardrailsPolicy"]["reason"]) == ("True", "PolicyLoaded")
+    assert c["GuardrailsPolicy"]["message"] == ("ConfigMap rag-guardrails key guardrails.yaml: 2 scanners (secrets, "
+                                                "sensitive), default action block")
+    assert c["Degraded"]["status"] == "False" and c["Ready"]["status"] == "True"
+    # KAITO's permissive parsing: an unknown scanner is skipped, the condition lists it, nothing degrades
+    c = policy_status(OWN_POLICY, "scanners:\n  - type: toxicity\n  - type: secrets\n")
+    assert (c["GuardrailsPolicy"]["status"], c["GuardrailsPolicy"]["reason"]) == ("True", "PolicyLoadedWithWarnings")
+    assert c["GuardrailsPolicy"]["message"] == ("ConfigMap team-policy key guardrails.yaml: 1 scanners (secrets), "
+                                                "default action redact; skipped: scanners[0]: unknown scanner type "
+                                                "'toxicity' skipped")
+    assert c["Degraded"]["status"] == "False"
+
+
+def test_an_invalid_or_missing_policy_is_degraded_and_says_what_the_engine_does_instead():
+    c = policy_status(OWN_POLICY, "scanners: [unclosed")
+    assert (c["GuardrailsPolicy"]["status"], c["GuardrailsPolicy"]["reason"]) == ("False", "PolicyInvalid")
+    assert c["GuardrailsPolicy"]["message"].startswith("ConfigMap team-policy key guardrails.yaml: not valid YAML: ")
+    assert c["GuardrailsPolicy"]["message"].endswith("The engine keeps its last good policy; an engine that never "
+                                                     "had one is fail-closed: answers are refused with 503")
+    assert (c["Degraded"]["status"], c["Degraded"]["reason"]) == ("True", "GuardrailsPolicyInvalid")
+    assert c["Ready"]["status"] == "True"  # the engine still serves, on its last good policy
+    c = policy_status(OWN_POLICY, "- a list\n")
+    assert c["GuardrailsPolicy"]["message"].startswith("ConfigMap team-policy key guardrails.yaml: the top level must "
+                                                       "be a mapping")
+    c = policy_status(OWN_POLICY, None)
+    assert (c["GuardrailsPolicy"]["status"], c["GuardrailsPolicy"]["reason"]) == ("False", "PolicyNotFound")
+    assert c["GuardrailsPolicy"]["message"] == "ConfigMap team-policy key guardrails.yaml does not exist"
+    assert (c["Degraded"]["status"], c["Degraded"]["reason"]) == ("True", "GuardrailsPolicyNotFound")
+    # without guardrails there is no condition at all
+    assert "GuardrailsPolicy" not in policy_status(RAGEngineSpec.model_validate({"inference": {"url": "http://x/v1"}}),
+                                                   None)

@@ -18,6 +18,7 @@ from ragengine_operator import constants as c
 from ragengine_operator.manifests.engine import engine_network_policy
 from ragengine_operator.manifests.labels import Owner
 from ragengine_operator.manifests.sync_job import REQUEST_ANNOTATION, SyncPod, sync_job, sync_job_name
+from ragengine_operator.settings import OperatorSettings
 from ragengine_operator.sources.in_subprocess import SubprocessRunner, worker_env
 from ragengine_operator.sources.protocol import (
     RESULT_LIMIT,
@@ -30,9 +31,10 @@ from ragengine_operator.sources.protocol import (
     result_from_job,
     result_from_pod,
 )
-from ragengine_operator.sources.sync import SyncResult
+from ragengine_operator.sources.sync import SyncResult, policy_settings
 from ragengine_operator.spec import RAGEngineSpec, SecretKeyRef
 from tests.support.server import refused_port
+from tests.support.web import web_server
 
 OWNER = Owner("team-a", "docs", "uid-1")
 POD = SyncPod("registry.local/operator:1", cpu="500m", memory="768Mi", deadline_seconds=900, tmp_size="1Gi",
@@ -208,10 +210,12 @@ def trickle():
     server.shutdown()
 
 
-def run_worker(source: dict, limits: Limits) -> tuple[SyncResult, float]:
+def run_worker(source: dict, limits: Limits, settings: OperatorSettings | None = None) -> tuple[SyncResult, float]:
     runner = SubprocessRunner(None, limits, "64Mi")  # type: ignore[arg-type]  # no references: no API reads
     start = time.monotonic()
-    result = asyncio.run(runner.run(OWNER, Prepared(request(source)), None))
+    # the test servers listen on loopback, which the egress rules refuse unless the operator allows it
+    policy = policy_settings(settings or OperatorSettings(sources_egress_allow=["127.0.0.0/8"]))
+    result = asyncio.run(runner.run(OWNER, Prepared(request(source, fetch_policy=policy)), None))
     return result, time.monotonic() - start
 
 
@@ -249,3 +253,24 @@ def test_a_subprocess_sync_reports_a_failure_as_a_result():
         result, _ = run_worker(source, Limits("1Gi", 60, 60))
     assert not result.ok and "unreachable" in result.message and result.type == "http", result
     assert json.loads(encode_result(result, []))["name"] == "faq"
+
+
+def test_a_subprocess_sync_fetches_under_the_operators_egress_rules_and_caps():
+    """The worker has no settings of its own: the operator's rules travel in the request. By default a
+    redirect to the metadata address is refused there too; an operator-wide cap binds the worker."""
+    routes = {"/a.txt": (200, {"Content-Type": "text/plain"}, b"First file, some words."),
+              "/b.txt": (200, {"Content-Type": "text/plain"}, b"Second file, more words."),
+              "/imds": (302, {"Location": "http://169.254.169.254/latest/meta-data/"}, b"")}
+    with web_server(routes) as site:
+        # the defaults, whatever the environment holds (the in-process operator of the integration tests sets
+        # RAGENGINE_OPERATOR_SOURCES_EGRESS_ALLOW while it runs)
+        direct, _ = run_worker({"name": "web", "http": {"urls": [site.url("/a.txt")]}}, Limits("1Gi", 60, 60),
+                               OperatorSettings(sources_egress_allow=[], sources_cluster_cidrs=[]))
+        assert not direct.ok and "refused by the egress policy: 127.0.0.1 is loopback" in direct.message, direct
+        allowed = ["127.0.0.0/8"]
+        hop, _ = run_worker({"name": "web", "http": {"urls": [site.url("/imds")]}}, Limits("1Gi", 60, 60),
+                            OperatorSettings(sources_egress_allow=allowed))
+        assert not hop.ok and "169.254.169.254 is link-local" in hop.message, hop
+        capped, _ = run_worker({"name": "web", "http": {"urls": [site.url("/a.txt"), site.url("/b.txt")]}},
+                               Limits("1Gi", 60, 60), OperatorSettings(sources_egress_allow=allowed, sources_max_bytes=30))
+    assert not capped.ok and "more than 30 bytes" in capped.message, capped

@@ -10,14 +10,17 @@ from pathlib import Path
 import httpx
 import pytest
 
+from ragengine_operator.sources.egress import EgressPolicy
 from ragengine_operator.sources.engine import EngineClient
 from ragengine_operator.sources.spec import Source
-from ragengine_operator.sources.sync import fetch, sync_source
+from ragengine_operator.sources.sync import FetchPolicy, fetch, sync_source
 from tests.support.embedding import borrowed
 from tests.support.git_server import Repo, git_http_server
 from tests.support.server import refused_port, serve_app
 
 AUTH = ("reader", "s3cret-token")
+# The test servers listen on loopback, which the egress rules refuse by default: the allowlist opens it.
+LOOPBACK = FetchPolicy(egress=EgressPolicy.build(["127.0.0.1/32"]))
 
 
 @pytest.fixture
@@ -56,7 +59,8 @@ def run(source: Source, engine: str, tmp_path: Path, secret: dict | None, previo
     client = EngineClient(engine)
     try:
         return sync_source(source, client, lambda: fetch(source, cache=tmp_path / "cache", secret=secret,
-                                                         previous_revision=previous, previous_validators=None), previous)
+                                                         previous_revision=previous, previous_validators=None,
+                                                         policy=LOOPBACK), previous)
     finally:
         client.close()
 
@@ -182,3 +186,31 @@ def test_ssh_source_with_the_key_and_host_key_from_the_secret(engine, tmp_path):
                        {"identity": (tmp_path / "stranger").read_text(), "known_hosts": ssh.known_hosts})
         assert not stranger.ok and "refused the credentials" in stranger.message, stranger.message
         assert set(held(engine)) == {"ops:runbook.md"}
+
+
+def test_a_changed_chunking_re_indexes_the_index_and_an_unchanged_one_does_not(engine, git, tmp_path):
+    """A source's chunking applies when its index is created; editing it later re-indexes the index (a new
+    version built from the stored text while the old one serves), even when the repository did not move."""
+    from tests.support.versions import wait_job
+
+    repo, url = git
+    repo.write("guide.md", "# Guide\n\n" + " ".join(f"Step {i} tightens bolt {i} on the frame." for i in range(120)))
+    revision = repo.commit("first")
+    source = Source.model_validate({"name": "handbook", "index": "docs", "git": {"url": url, "secretRef": {"name": "g"}},
+                                    "chunking": {"chunkSize": 128, "chunkOverlap": 16}})
+    secret = {"username": AUTH[0], "password": AUTH[1]}
+    first = run(source, engine, tmp_path, secret)
+    assert first.ok and "re-indexing" not in first.message, first.message
+    versions = httpx.get(f"{engine}/indexes/docs/versions").json()
+    assert versions["live_version"] == 1 and versions["versions"][0]["chunking"]["chunk_size"] == 128
+    again = run(source, engine, tmp_path, secret, previous=revision)  # unchanged: nothing started
+    assert again.message == "up to date" and httpx.get(f"{engine}/indexes/docs/versions").json()["job"] is None
+    smaller = Source.model_validate({**source.model_dump(by_alias=True, exclude_none=True),
+                                     "chunking": {"chunkSize": 48, "chunkOverlap": 8}})
+    result = run(smaller, engine, tmp_path, secret, previous=revision)
+    assert result.ok and result.message == "up to date; re-indexing to the new chunking (version 2)", result.message
+    done = wait_job(engine, "docs")
+    assert done["job"]["state"] == "succeeded" and done["live_version"] == 2
+    live = {v["version"]: v for v in done["versions"]}[2]
+    assert (live["chunking"]["chunk_size"], live["chunking"]["chunk_overlap"]) == (48, 8)
+    assert run(smaller, engine, tmp_path, secret, previous=revision).message == "up to date"

@@ -12,7 +12,7 @@ import pytest
 from ragengine_operator.sources.engine import EngineClient
 from ragengine_operator.sources.spec import Source
 from ragengine_operator.sources.sync import fetch, sync_source
-from tests.sources.test_git_sync import embedded, engine, held  # noqa: F401 - the engine fixture
+from tests.sources.test_git_sync import LOOPBACK, embedded, engine, held  # noqa: F401 - the engine fixture
 
 TOKEN = "web-token"
 
@@ -70,7 +70,7 @@ def test_http_source_uses_etags_and_follows_changes(engine, site, tmp_path):  # 
         try:
             result = sync_source(source, client, lambda: fetch(
                 source, cache=tmp_path, secret={"token": TOKEN}, previous_revision=state["revision"],
-                previous_validators=state["validators"]), state["revision"])
+                previous_validators=state["validators"], policy=LOOPBACK), state["revision"])
         finally:
             client.close()
         if result.ok:
@@ -96,11 +96,12 @@ def test_http_source_uses_etags_and_follows_changes(engine, site, tmp_path):  # 
     source_bad = Source.model_validate({"name": "web", "index": "docs", "http": {"urls": [f"{base}/gone"]}})
     client = EngineClient(engine)
     result = sync_source(source_bad, client, lambda: fetch(source_bad, cache=tmp_path, secret={"token": TOKEN},
-                                                           previous_revision=None, previous_validators=None))
+                                                           previous_revision=None, previous_validators=None,
+                                                           policy=LOOPBACK))
     client.close()
     assert not result.ok and "HTTP 404" in result.message
     assert len(held(engine)) == 2  # nothing lost
     from ragengine_operator.sources.fetch import FetchError
 
     with pytest.raises(FetchError, match="refused the credentials"):
-        fetch(source, cache=tmp_path, secret=None, previous_revision=None, previous_validators=None)
+        fetch(source, cache=tmp_path, secret=None, previous_revision=None, previous_validators=None, policy=LOOPBACK)

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from ragengine_operator.sources.engine import EngineClient
 from ragengine_operator.sources.spec import Source
 from ragengine_operator.sources.sync import fetch, sync_source
-from tests.sources.test_git_sync import embedded, engine, held  # noqa: F401 - the engine fixture
+from tests.sources.test_git_sync import LOOPBACK, embedded, engine, held  # noqa: F401 - the engine fixture
 from tests.sources.test_http_sync import TOKEN, site  # noqa: F401 - the site fixture
 
 
@@ -23,7 +23,8 @@ def _sync(source: Source, engine: str, tmp_path):  # noqa: F811
     client = EngineClient(engine)
     try:
         return sync_source(source, client, lambda: fetch(source, cache=tmp_path, secret={"token": TOKEN},
-                                                         previous_revision=None, previous_validators=None))
+                                                         previous_revision=None, previous_validators=None,
+                                                         policy=LOOPBACK))
     finally:
         client.close()
 

@@ -47,3 +47,31 @@ def test_names_are_dns_labels_and_unique():
     with pytest.raises(ValueError, match="two sources are named 'docs'"):
         unique_names(two)
     assert src(configMap={"name": "kb"}).index_name == "docs"
+
+
+@pytest.mark.parametrize("ref, ok", [("main", True), ("v1.2.3", True), ("refs/heads/feature/x", True),
+                                     ("3f2a9c1e77d0" * 3 + "abcd", True), ("-x", False),
+                                     ("--upload-pack=touch /tmp/pwned", False), ("main branch", False), ("a:b", False)])
+def test_a_git_ref_is_a_ref_never_an_option(ref, ok):
+    if ok:
+        assert src(git={"url": "https://example.com/r.git", "ref": ref}).git.ref == ref
+    else:
+        with pytest.raises(ValidationError, match="not starting with '-'"):
+            src(git={"url": "https://example.com/r.git", "ref": ref})
+
+
+def test_globs_have_at_most_16_stars():
+    assert src(git={"url": "https://example.com/r.git", "paths": ["*a" * 16, "docs/**/*.md"]}).git is not None
+    with pytest.raises(ValidationError, match="at most 16"):
+        src(git={"url": "https://example.com/r.git", "paths": ["*a" * 17]})
+
+
+def test_caps_have_defaults_and_sizes_parse():
+    plain = src(configMap={"name": "kb"})
+    assert plain.max_files == 5000 and plain.max_bytes == 64 * 1024 * 1024
+    assert src(configMap={"name": "kb"}, maxSize="500M").max_bytes == 500_000_000
+    for bad in ("0", "1.5Gi", "lots", "-1"):
+        with pytest.raises(ValidationError, match="not a size"):
+            src(configMap={"name": "kb"}, maxSize=bad)
+    with pytest.raises(ValidationError):
+        src(configMap={"name": "kb"}, maxFiles=0)

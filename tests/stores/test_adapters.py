@@ -151,12 +151,30 @@ def test_postgres_write_is_all_or_nothing(request, store_prefix, tmp_path):
     store.close()
 
 
-@pytest.mark.postgres
-def test_postgres_dimension_mismatch_is_reported(request, store_prefix, tmp_path):
-    make_adapter("postgres", request, store_prefix, tmp_path).open()
-    other = make_adapter("postgres", request, store_prefix, tmp_path, dim=16)
-    with pytest.raises(StoreUnavailable, match=r"dimension mismatch.*8-dimensional.*16-dimensional"):
-        other.open()
+@pytest.mark.parametrize("kind", [pytest.param("postgres", marks=pytest.mark.postgres), "milvus"])
+def test_a_store_filled_by_another_model_opens_and_keeps_both_dimensions(kind, request, store_prefix, tmp_path):
+    """Issue 25: a store made with an 8-dimensional model used to refuse to open for a 16-dimensional one
+    (``dimension mismatch``, the engine Degraded until the index was dropped). Now it opens: the old index
+    keeps its vectors and answers 8-dimensional queries, a new index gets 16-dimensional ones beside it."""
+    old = make_adapter(kind, request, store_prefix, tmp_path)
+    old.open()
+    writes, vectors = docs_and_vectors()
+    old.write("old", {}, [], writes, vectors, add_only=True)
+    old.close()
+    new = make_adapter(kind, request, store_prefix, tmp_path, dim=16)
+    new.open()
+    assert new.dim_of("old") == DIM
+    assert [h.doc_id for h in new.dense("old", vectors[2], 1, None)] == [writes[2].doc_id]
+    wide = np.random.default_rng(7).standard_normal((1, 16)).astype(np.float32)
+    wide /= np.linalg.norm(wide)
+    new.write("wide", {}, [], [DocWrite("w", "wide document", {}, [ChunkWrite(0, "wide chunk")])], wide, add_only=True,
+              dim=16)
+    assert new.dim_of("wide") == 16
+    assert [h.doc_id for h in new.dense("wide", wide[0], 1, None)] == ["w"]
+    assert new.counts() == {"old": (len(writes), len(writes)), "wide": (1, 1)}
+    chunks, kept = new.chunks_of("wide", ["w"])["w"]
+    assert [c.text for c in chunks] == ["wide chunk"] and np.array_equal(kept, wide)
+    new.close()
 
 
 @pytest.mark.postgres
@@ -271,25 +289,58 @@ def _capture(store) -> list[tuple[str, dict]]:
     return seen
 
 
-@pytest.mark.postgres
-def test_postgres_keyword_ranks_a_bounded_candidate_set(request, store_prefix, tmp_path):
-    """A query word in 90% of the chunks: ts_rank_cd runs on at most ``keyword_candidates`` rows, not on
-    every match (main's code ranked all 450 matches)."""
+@pytest.fixture
+def crowded(request, store_prefix):
+    """500 chunks: 'common' in 450 of them, 'rare' in 50, 'zebra' in the last one only; a bound of 50."""
     from ragengine.stores.postgres.store import PostgresStore
 
     store = PostgresStore(request.getfixturevalue("pgvector_url"), schema=store_prefix, dim=DIM, keyword_candidates=50)
     store.open()
     n = 500
-    writes = [DocWrite(f"d{i}", "t", {}, [ChunkWrite(0, f"{'common' if i % 10 else 'rare'} word number{i}")])
+    writes = [DocWrite(f"d{i}", "t", {"even": i % 2 == 0},
+                       [ChunkWrite(0, f"{'common' if i % 10 else 'rare'} word number{i}" + (" zebra" if i == n - 1 else ""))])
               for i in range(n)]
     store.write("idx", {}, [], writes, np.stack([unit(i) for i in range(n)]), add_only=True)
-    seen = _capture(store)
-    hits = store.keyword("idx", "common", unit(0), 10, None)
+    yield store
+    store.close()
+
+
+@pytest.mark.postgres
+def test_postgres_keyword_ranks_a_bounded_candidate_set(crowded):
+    """A query word in 90% of the chunks: ts_rank_cd runs on at most ``keyword_candidates`` rows, not on
+    every match (the code before ranked all 450)."""
+    seen = _capture(crowded)
+    hits = crowded.keyword("idx", "common", unit(0), 10, None)
     assert len(hits) == 10 and all("common" in h.text for h in hits)
-    plan = _explain(store, seen, "ts_rank_cd")
+    plan = _explain(crowded, seen, "ts_rank_cd")
     ranked = [child["Actual Rows"] for node in _nodes(plan)
               if node["Node Type"] == "Sort" and any("ts_rank_cd" in key for key in node.get("Sort Key", []))
               for child in node["Plans"]]
     assert ranked and max(ranked) <= 50, ranked
-    store.close()
 
+
+@pytest.mark.postgres
+def test_postgres_keyword_keeps_the_rare_words_matches_in_the_candidates(crowded):
+    """The one chunk with 'zebra' is the last of 450 'common' matches: a bound that takes the first matches
+    the database finds would leave it out; rarest-first candidates take every match of the rare word."""
+    hits = crowded.keyword("idx", "common zebra", unit(0), 5, None)
+    assert hits[0].doc_id == "d499"
+    hits = crowded.keyword("idx", "rare zebra", unit(0), 60, None)  # 51 matches in all: ranked as before
+    assert len(hits) == 51 and "d499" in {h.doc_id for h in hits}
+
+
+@pytest.mark.postgres
+def test_postgres_keyword_filtered_still_returns_k_where_k_exist(crowded):
+    even = parse_filters({"type": "eq", "key": "even", "value": True})
+    hits = crowded.keyword("idx", "common word", unit(0), 30, even)
+    assert len(hits) == 30 and all(int(h.doc_id[1:]) % 2 == 0 for h in hits)
+    assert crowded.keyword("idx", "the of and", unit(0), 10, None) == []  # stop words only: no match, no error
+
+
+def test_rarest_first_takes_the_rarest_words_whose_matches_fit():
+    from ragengine.stores.postgres.store import rarest_first
+
+    assert rarest_first({"a": 10, "b": 3, "c": 0, "d": 40}, 50) == (["b", "a"], ["d"])  # 3 + 10 fit, + 40 not
+    assert rarest_first({"a": 10, "b": 3}, 50) == (["b", "a"], [])  # all fit: every match is ranked
+    assert rarest_first({"a": 51, "b": 60}, 50) == ([], ["a", "b"])  # none fits: common words only
+    assert rarest_first({"the": 0}, 50) == ([], [])

@@ -65,3 +65,32 @@ def test_migrate_reports_bad_source_and_target(tmp_path, pgvector_url):
     assert r.exit_code != 0 and "no indexes/ folder" in r.output
     r = CliRunner().invoke(main, ["migrate", "--from", str(tmp_path), "--to", pgvector_url])
     assert r.exit_code != 0 and "expected faiss:DATA_DIR" in r.output
+
+
+def test_migrate_copies_each_index_live_version_with_its_model(tmp_path, embedder, pgvector_url, store_prefix):
+    """After a re-index the live version is "<name>/v2" on disk: it is what is copied, under the index's name,
+    with a version book naming its model; the retired version stays behind."""
+    from ragengine.versions import build_registry
+
+    settings = EngineSettings(data_dir=tmp_path / "data")
+
+    async def build() -> None:
+        registry = build_registry(settings, embedder)
+        await registry.start()
+        await registry.add_documents("kb", DOCS)
+        await registry.reindex("kb", None, "wordllama:l2_supercat")
+        book = await registry.wait_idle("kb", 120)
+        assert book.live == 2 and book.live_version.physical == "kb/v2"
+        await registry.close()
+
+    asyncio.run(build())
+    out = CliRunner().invoke(main, ["migrate", "--from", f"faiss:{settings.data_dir}", "--to", pgvector_url,
+                                    "--prefix", store_prefix])
+    assert out.exit_code == 0, out.output
+    assert "kb: 3 documents" in out.output and "kb/v" not in out.output
+    target = PostgresStore(pgvector_url, schema=store_prefix, dim=embedder.dim)
+    target.open()
+    assert set(target.indexes()) == {"kb"} and target.dim_of("kb") == 256
+    book = target.books()["kb"]
+    assert book["live"] == 1 and book["versions"][0]["model"] == "wordllama:l2_supercat"
+    target.close()

@@ -33,8 +33,10 @@ def backend() -> str:
 
 
 @contextlib.contextmanager
-def git_http_server(root: Path, auth: tuple[str, str] | None = None, host: str = "127.0.0.1") -> Iterator[str]:
-    """``host``: the machine's own address for a server that pods on the real node must reach."""
+def git_http_server(root: Path, auth: tuple[str, str] | None = None, host: str = "127.0.0.1",
+                    seen: list[dict[str, str]] | None = None) -> Iterator[str]:
+    """``host``: the machine's own address for a server that pods on the real node must reach. ``seen``: the
+    headers of every request received are appended to it."""
     program = backend()
     expected = "Basic " + base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode() if auth else None
 
@@ -43,6 +45,8 @@ def git_http_server(root: Path, auth: tuple[str, str] | None = None, host: str =
             pass
 
         def _cgi(self) -> None:
+            if seen is not None:
+                seen.append({k.lower(): v for k, v in self.headers.items()})
             if expected and self.headers.get("Authorization") != expected:
                 self.send_response(401)
                 self.send_header("WWW-Authenticate", 'Basic realm="git"')
@@ -94,6 +98,8 @@ class Repo:
         self.bare = root / f"{name}.git"
         self.work = root / f"{name}-work"
         subprocess.run(["git", "init", "--bare", "--quiet", "-b", "main", str(self.bare)], check=True)
+        # as GitHub and GitLab do: partial fetches (--filter=blob:limit) are served
+        subprocess.run(["git", "-C", str(self.bare), "config", "uploadpack.allowFilter", "true"], check=True)
         subprocess.run(["git", "init", "--quiet", "-b", "main", str(self.work)], check=True)
         self.git("remote", "add", "origin", str(self.bare))
 

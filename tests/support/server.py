@@ -77,10 +77,11 @@ def announced_port(log: Path, proc: subprocess.Popen, *, offset: int = 0, timeou
 
 @contextlib.contextmanager
 def serve_app(app, *, ready_path: str = "/health", timeout_s: float = START_TIMEOUT_S,
-              host: str = "127.0.0.1") -> Iterator[str]:
+              host: str = "127.0.0.1", sock: socket.socket | None = None) -> Iterator[str]:
     """Serve ``app`` with uvicorn in a background thread; yields the base URL ("http://HOST:PORT").
-    ``host``: the machine's own address for servers that containers and pods must reach."""
-    sock = bound_socket(host)
+    ``host``: the machine's own address for servers that containers and pods must reach. ``sock``: a socket
+    bound (not listening) earlier, such as ``bound_socket()``'s: refused until the server starts on it."""
+    sock = sock if sock is not None else bound_socket(host)
     port = sock.getsockname()[1]
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
     server = uvicorn.Server(config)

@@ -55,13 +55,14 @@ app.kubernetes.io/instance: {{ .Release.Name }}
   resources: [secrets]
   verbs: [get, create, patch]
 # spec.sources: a configMap source's ConfigMap (get by name: its resourceVersion; never list);
-# spec.guardrails without configMapRef: the default policy's ConfigMap <name>-guardrails (owned)
+# spec.guardrails without configMapRef: the default policy's ConfigMap <name>-guardrails (owned); spec.embedding:
+# the engine's embedding file, <name>-embedding (server-side apply; it goes with the RAGEngine)
 - apiGroups: [""]
   resources: [configmaps]
   verbs: [get, create, patch, delete]
-# spec.sources: each sync is a Job in the RAGEngine's namespace (its pod is watched below)
+# spec.sources: each sync is a Job in the RAGEngine's namespace (its pod is watched below); spec.backup: a CronJob
 - apiGroups: [batch]
-  resources: [jobs]
+  resources: [jobs, cronjobs]
   verbs: [get, create, patch, delete]
 - apiGroups: [networking.k8s.io]
   resources: [networkpolicies]

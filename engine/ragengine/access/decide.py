@@ -3,9 +3,10 @@
 Contract:
 - an open rule allows everyone (``principal`` may be None);
 - no principal on a closed rule: 401 (the middleware answers it before routing; kept here for the table);
-- an index the principal may not see: 404 with the same message as a missing index, so existence is not
-  revealed; on routes that create the index they name, 403 instead (the decision depends on the name
-  only, so it reveals nothing either, and "no such index" would confuse a writer);
+- an index the principal may not see: 404 with the same message (and ``param``) as a missing index, or
+  as a missing vector store on the vector store routes, so existence is not revealed; on routes that
+  create the index they name, 403 instead (the decision depends on the name only, so it reveals nothing
+  either, and "no such index" would confuse a writer);
 - the reserved conversations index (uploads of every session) is seen by admins only;
 - a visible index but a role below the rule's: 403 naming the role needed;
 - a role below the rule's on a route without an index: 403.
@@ -33,6 +34,7 @@ class Decision:
     status: int = 200
     reason: str = "allowed"  # a short token for metrics and audit lines
     message: str = ""
+    param: str | None = None  # the request field that named the index (OpenAI's error ``param``)
     retry_after: str | None = None  # 429: whole seconds
 
 
@@ -42,6 +44,18 @@ ALLOW = Decision(True)
 def missing_index_message(index: str) -> str:
     """The registry's own 404 message for an index that does not exist (stores/registry.py)."""
     return f"No such index: '{index}' exists."
+
+
+def missing_store_message(store_id: str) -> str:
+    """The vector store API's own 404 message for a store that does not exist (vectorstores/service.py)."""
+    return f"No vector store found with id '{store_id}'."
+
+
+# Where the index comes from → how its absence is worded, and the request field that named it.
+_SCOPED = {IndexFrom.path: (missing_index_message, "index_name"), IndexFrom.body: (missing_index_message, "index_name"),
+           IndexFrom.chat: (missing_index_message, "index_name"),
+           IndexFrom.store: (missing_store_message, "vector_store_id"),
+           IndexFrom.tools: (missing_store_message, "tools.vector_store_ids")}
 
 
 def visible(principal: Principal, index: str, reserved: frozenset[str] = frozenset()) -> bool:
@@ -57,12 +71,12 @@ def decide(principal: Principal | None, rule: Rule, index: str | None, *,
         return ALLOW
     if principal is None:
         return Decision(False, 401, "unauthenticated", "Missing or invalid credentials.")
-    if index is not None and rule.index in (IndexFrom.path, IndexFrom.body, IndexFrom.chat) \
-            and not visible(principal, index, reserved):
+    if index is not None and rule.index in _SCOPED and not visible(principal, index, reserved):
         if rule.creates:
             return Decision(False, 403, "index_not_permitted",
                             f"'{principal.name}' may not create or write index '{index}'.")
-        return Decision(False, 404, "index_not_visible", missing_index_message(index))
+        missing, param = _SCOPED[rule.index]
+        return Decision(False, 404, "index_not_visible", missing(index), param)
     if principal.role < rule.role:
         what = f" on index '{index}'" if index is not None else ""
         return Decision(False, 403, "role",

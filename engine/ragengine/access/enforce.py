@@ -36,6 +36,7 @@ from ragengine.access.source import AccessSource
 from ragengine.errors import EngineError, Forbidden, NotFound, RateLimited, error_body_for
 from ragengine.metrics import ACCESS_DECISIONS
 from ragengine.protocol.openai import requested_index
+from ragengine.protocol.responses import vector_store_ids
 
 log = logging.getLogger("ragengine.access")
 AUTH_MESSAGE = "Missing or invalid credentials: send 'Authorization: Bearer <key or ServiceAccount token>'."
@@ -107,10 +108,26 @@ async def index_named(request: Request, how: IndexFrom) -> str | None:
     if how is IndexFrom.body:
         value = await _json_field(request, "index_name")
         return value if isinstance(value, str) else None
+    if how is IndexFrom.form:
+        try:
+            value = (await request.form()).get("index_name")  # cached on the request, as the handler reads it
+        except Exception:
+            return None
+        return value if isinstance(value, str) else None
     if how is IndexFrom.chat:
         index, model = await _json_field(request, "index_name"), await _json_field(request, "model")
         return requested_index(index if isinstance(index, str) else None, model if isinstance(model, str) else None)
     return None
+
+
+async def indexes_named(request: Request, how: IndexFrom) -> list[str | None]:
+    """Every index a request names: one (or None) for most routes; the vector stores of the ``file_search``
+    tools of a response request, read as ``protocol.responses.vector_store_ids`` reads them for the handler."""
+    if how is IndexFrom.tools:
+        return list(vector_store_ids(await _json_field(request, "tools"))) or [None]
+    if how is IndexFrom.store:
+        return [request.path_params.get("vector_store_id")]
+    return [await index_named(request, how)]
 
 
 async def check_session(request: Request, principal: Principal, session_id: str) -> None:
@@ -160,7 +177,7 @@ async def _limited(request: Request, principal: Principal, rule: Rule) -> Decisi
 
 def _error(decision: Decision) -> EngineError:
     if decision.status == 404:
-        return NotFound(decision.message, param="index_name" if decision.reason == "index_not_visible" else None)
+        return NotFound(decision.message, param=decision.param)
     if decision.status == 429:
         return RateLimited(decision.message, headers={"Retry-After": decision.retry_after or "60"})
     return Forbidden(decision.message)
@@ -172,8 +189,11 @@ async def authorize(request: Request) -> None:
     if rule.open:
         return
     principal = principal_of(request)
-    index = await index_named(request, rule.index)
-    decision = decide(principal, rule, index, reserved=request.app.state.reserved_indexes)
+    index: str | None = None
+    for index in await indexes_named(request, rule.index):  # the first denial decides
+        decision = decide(principal, rule, index, reserved=request.app.state.reserved_indexes)
+        if not decision.allowed:
+            break
     if decision.allowed and rule.owned:
         decision = await _owned(request, principal) or decision
     if decision.allowed:

@@ -16,6 +16,7 @@ from ragengine.chat.service import ChatService, JSONOutcome
 from ragengine.errors import BadRequest, PayloadTooLarge
 from ragengine.guardrails.runtime import Guardrails
 from ragengine.llm.client import LLMClient
+from ragengine.observability.tracing import instrument
 from ragengine.protocol.errors import error_responses
 from ragengine.protocol.openai import MODEL_ALIAS_PREFIX, ChatCompletionRequest, ModelCard, ModelList
 from ragengine.settings import EngineSettings
@@ -25,6 +26,7 @@ router = APIRouter(tags=["openai"])
 
 async def startup(app: FastAPI, settings: EngineSettings, stack: AsyncExitStack) -> None:
     llm = LLMClient(settings)
+    instrument(llm.http, app.state.tracing)  # traceparent to the LLM: vLLM's spans join the request's trace
     stack.push_async_callback(llm.aclose)
     app.state.llm = llm
     registry = getattr(app.state, "registry", None)

@@ -15,7 +15,8 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
-from typing import Any
+from datetime import timedelta
+from typing import Any, Literal
 
 from fastapi import APIRouter, FastAPI, File, Form, Query, Request, UploadFile
 from fastapi.responses import JSONResponse
@@ -25,6 +26,7 @@ from ragengine.access.enforce import check_session, principal_of
 from ragengine.api.sse import sse_response
 from ragengine.conversations.events import error_event
 from ragengine.conversations.ingestion import IngestionWorker
+from ragengine.conversations.models import utcnow
 from ragengine.conversations.service import ConversationService, check_session_index
 from ragengine.conversations.store import SessionStore
 from ragengine.errors import EngineError, NotFound, PayloadTooLarge
@@ -38,10 +40,12 @@ from ragengine.protocol.conversations import (
     ReformulateResponse,
 )
 from ragengine.protocol.errors import error_responses
-from ragengine.protocol.paging import MAX_OFFSET
+from ragengine.protocol.paging import MAX_OFFSET, list_object
 from ragengine.protocol.sse import DONE, frame
+from ragengine.protocol.vector_stores import Deleted, FileList, FileObject
 from ragengine.rag.reformulate import reformulate_query
 from ragengine.settings import EngineSettings
+from ragengine.vectorstores.objects import file_object
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["conversations"])
@@ -64,9 +68,15 @@ async def reformulate(body: ReformulateRequest, request: Request) -> dict:
     ).model_dump()
 
 
-# --- files -----------------------------------------------------------------------------------------
-@router.post("/v1/files", status_code=202, responses=error_responses(404, 415, 500))
-async def upload_file(request: Request, file: UploadFile = File(...), session_id: str | None = Form(None)) -> dict:
+# --- files (OpenAI's /v1/files on the conversation uploads; vectorstores/objects.py has the mapping) ---------
+PURPOSES = ("assistants", "batch", "fine-tune", "vision", "user_data", "evals")
+
+
+@router.post("/v1/files", status_code=202, response_model=FileObject, responses=error_responses(404, 413, 415, 422, 500))
+async def upload_file(request: Request, file: UploadFile = File(...), session_id: str | None = Form(None),
+                      purpose: Literal[PURPOSES] | None = Form(None),  # type: ignore[valid-type]
+                      anchor: Literal["created_at"] | None = Form(None, alias="expires_after[anchor]"),
+                      seconds: int | None = Form(None, alias="expires_after[seconds]", ge=3600, le=2_592_000)) -> dict:
     limit = request.app.state.settings.max_upload_bytes
     data = bytearray()
     while chunk := await file.read(1 << 20):
@@ -76,32 +86,35 @@ async def upload_file(request: Request, file: UploadFile = File(...), session_id
     principal = principal_of(request)
     if session_id:
         await check_session(request, principal, session_id)  # 404 (also for another's) before storing anything
+    expires_at = utcnow() + timedelta(seconds=seconds) if seconds is not None else None
     info = await request.app.state.ingestion.accept(file.filename or "upload", file.content_type, bytes(data),
-                                                    principal=principal.id)
+                                                    principal=principal.id, purpose=purpose, expires_at=expires_at)
     if session_id:
         await _store(request).attach_files(session_id, [info.id])
-    return {**info.to_dict(), "file_id": info.id, "ingestion_status": info.status}
+    return file_object(info)
 
 
-def _file_out(info) -> dict:
-    return {**info.to_dict(), "file_id": info.id, "ingestion_status": info.status}
+@router.get("/v1/files", response_model=FileList)
+async def list_files(request: Request, status: str | None = None, purpose: str | None = None,
+                     limit: int = Query(10_000, ge=1, le=10_000), order: Literal["asc", "desc"] = "desc",
+                     after: str | None = None, before: str | None = None) -> dict:
+    files, more = await _store(request).page_files(limit=limit, order=order, after=after, before=before,
+                                                   purpose=purpose, status=status,
+                                                   owned_by=owner_filter(principal_of(request)))
+    return list_object([file_object(f) for f in files], more)
 
 
-@router.get("/v1/files")
-async def list_files(request: Request, status: str | None = None, limit: int = Query(100, ge=1, le=1000)) -> dict:
-    files = await _store(request).list_files(status=status, limit=limit, owned_by=owner_filter(principal_of(request)))
-    return {"data": [_file_out(f) for f in files]}
-
-
-@router.get("/v1/files/{file_id}", responses=error_responses(404))
+@router.get("/v1/files/{file_id}", response_model=FileObject, responses=error_responses(404))
 async def get_file(file_id: str, request: Request) -> dict:
-    return _file_out(await _store(request).get_file(file_id))
+    return file_object(await _store(request).get_file(file_id))
 
 
-@router.delete("/v1/files/{file_id}", responses=error_responses(404))
+@router.delete("/v1/files/{file_id}", response_model=Deleted, responses=error_responses(404))
 async def delete_file(file_id: str, request: Request) -> dict:
+    await _store(request).get_file(file_id)  # 404 before touching any vector store
+    await request.app.state.vector_stores.forget_file(file_id)
     await request.app.state.ingestion.delete(file_id)
-    return {"id": file_id, "deleted": True}
+    return {"id": file_id, "object": "file", "deleted": True}
 
 
 # --- sessions --------------------------------------------------------------------------------------
@@ -134,7 +147,7 @@ async def get_session(session_id: str, request: Request) -> dict:
     store = _store(request)
     info = await store.get_session(session_id)
     files = await store.session_files(session_id)
-    return {**info.to_dict(), "files": [_file_out(f) for f in files],
+    return {**info.to_dict(), "files": [file_object(f) for f in files],
             "threads": [t.to_dict() for t in await store.list_threads(session_id)]}
 
 
@@ -184,7 +197,7 @@ async def _sse(first: dict, events: AsyncIterator[dict]) -> AsyncIterator[str]:
 # --- files of a session ----------------------------------------------------------------------------
 @router.get("/v1/sessions/{session_id}/files", responses=error_responses(404))
 async def session_files(session_id: str, request: Request) -> dict:
-    return {"data": [_file_out(f) for f in await _store(request).session_files(session_id)]}
+    return {"data": [file_object(f) for f in await _store(request).session_files(session_id)]}
 
 
 @router.post("/v1/sessions/{session_id}/files", responses=error_responses(404))
@@ -225,11 +238,11 @@ async def startup(app: FastAPI, settings: EngineSettings, stack: AsyncExitStack)
     """Session store (tables created), ingestion worker and TTL clean-up; all stopped on shutdown."""
     if settings.database_url is None:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
-    store = SessionStore(settings.sessions_url)
+    store = SessionStore(settings.sessions_url, threads=settings.session_store_threads)
     await asyncio.to_thread(store.create_tables)
     stack.callback(store.close)
     registry = getattr(app.state, "registry", None)
-    ingestion = IngestionWorker(store, registry, settings)
+    ingestion = IngestionWorker(store, registry, settings, tracing_=app.state.tracing)
     await ingestion.start()
     stack.push_async_callback(ingestion.stop)
     app.state.sessions = store
@@ -238,7 +251,7 @@ async def startup(app: FastAPI, settings: EngineSettings, stack: AsyncExitStack)
                                                   getattr(app.state, "embedder", None),
                                                   getattr(app.state, "guardrails", None))
     if settings.session_ttl_s > 0:
-        task = asyncio.create_task(_cleanup_loop(store, ingestion, settings), name="session-ttl-cleanup")
+        task = asyncio.create_task(_cleanup_loop(app, store, ingestion, settings), name="session-ttl-cleanup")
 
         async def stop() -> None:
             task.cancel()
@@ -248,9 +261,15 @@ async def startup(app: FastAPI, settings: EngineSettings, stack: AsyncExitStack)
         stack.push_async_callback(stop)
 
 
-async def cleanup_once(store: SessionStore, ingestion: IngestionWorker, ttl_s: int) -> dict[str, Any]:
+async def cleanup_once(store: SessionStore, ingestion: IngestionWorker, ttl_s: int,
+                       vector_stores: Any = None) -> dict[str, Any]:
+    """Sessions idle past the TTL, session uploads left unattached as long, and files past their
+    ``expires_at`` (which leave their vector stores first)."""
     sessions = await store.delete_expired(ttl_s)
-    files = await store.orphan_files(ttl_s)
+    files = list({f.id: f for f in await store.orphan_files(ttl_s) + await store.expired_files()}.values())
+    if vector_stores is not None:
+        for f in files:
+            await vector_stores.forget_file(f.id)
     for f in files:
         with contextlib.suppress(NotFound):  # another replica's clean-up deleted it first
             await ingestion.delete(f.id)
@@ -259,11 +278,11 @@ async def cleanup_once(store: SessionStore, ingestion: IngestionWorker, ttl_s: i
     return {"sessions": sessions, "files": [f.id for f in files]}
 
 
-async def _cleanup_loop(store: SessionStore, ingestion: IngestionWorker, settings: EngineSettings) -> None:
+async def _cleanup_loop(app: FastAPI, store: SessionStore, ingestion: IngestionWorker, settings: EngineSettings) -> None:
     interval = min(settings.session_cleanup_interval_s, max(1.0, settings.session_ttl_s / 4))
     while True:
         try:
-            await cleanup_once(store, ingestion, settings.session_ttl_s)
+            await cleanup_once(store, ingestion, settings.session_ttl_s, getattr(app.state, "vector_stores", None))
         except asyncio.CancelledError:
             raise
         except Exception:

@@ -7,11 +7,12 @@ import logging
 from contextlib import AsyncExitStack
 from typing import Any
 
-from fastapi import APIRouter, FastAPI, Query, Request
+from fastapi import APIRouter, FastAPI, File, Form, Query, Request, Response, UploadFile
 
 from ragengine.access.decide import document_acl
 from ragengine.access.enforce import principal_of, visible_to
-from ragengine.errors import Unprocessable
+from ragengine.errors import BadRequest, PayloadTooLarge, Unprocessable
+from ragengine.metrics import EMBEDDING_BACKEND
 from ragengine.protocol.errors import error_responses
 from ragengine.protocol.indexes import (
     DeleteDocumentsRequest,
@@ -27,6 +28,7 @@ from ragengine.protocol.indexes import (
 )
 from ragengine.protocol.paging import MAX_OFFSET, MAX_TEXT_LENGTH
 from ragengine.settings import EngineSettings
+from ragengine.versions.registry import SERVED
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["indexes"])
@@ -41,6 +43,48 @@ async def index_documents(body: IndexRequest, request: Request) -> list[dict]:
     chunking = body.chunking.model_dump(exclude_none=True) if body.chunking else None
     docs = [d.model_dump(include={"text", "metadata", "doc_id"}) for d in body.documents]
     return await _registry(request).add_documents(body.index_name, docs, chunking)
+
+
+@router.post("/index/files", response_model=list[DocumentOut],
+             responses=error_responses(400, 409, 413, 415, 422, 500, 502, 504))
+async def index_files(request: Request, index_name: str = Form(...), files: list[UploadFile] = File(...),
+                      metadata: str | None = Form(None, description="JSON object added to every document."),
+                      chunking: str | None = Form(None, description="JSON: chunking for a NEW index, as /index."),
+                      ocr_languages: str | None = Form(None, description="Tesseract languages, '+'-joined "
+                                                       "(default: settings.ocr_languages).")) -> list[dict]:
+    """Files (PDF, DOCX, PPTX, XLSX, CSV, images, and every text format of ``/index``'s sources) read by
+    the bounded parser, one document per page, slide or sheet (``page`` / ``slide`` / ``sheet`` in its
+    metadata) or per file; a file over a budget, unreadable or of another type is a 4xx naming it, and
+    nothing is indexed."""
+    from ragengine.api.files import documents_of
+
+    extra = _json_form(metadata, "metadata")
+    options = _json_form(chunking, "chunking")
+    settings = request.app.state.settings
+    docs: list[dict] = []
+    for upload in files:
+        data = bytearray()
+        while block := await upload.read(1 << 20):
+            data += block
+            if len(data) > settings.max_upload_bytes:
+                raise PayloadTooLarge(f"{upload.filename!r} is larger than the upload limit of "
+                                      f"{settings.max_upload_bytes} bytes.")
+        docs += await documents_of(request.app, upload.filename or "file", bytes(data), extra, ocr_languages)
+    return await _registry(request).add_documents(index_name, docs, options)
+
+
+def _json_form(value: str | None, name: str) -> dict | None:
+    import json
+
+    if value is None or not value.strip():
+        return None
+    try:
+        parsed = json.loads(value)
+    except ValueError as exc:
+        raise BadRequest(f"{name} must be a JSON object: {exc}") from exc
+    if not isinstance(parsed, dict):
+        raise BadRequest(f"{name} must be a JSON object.")
+    return parsed
 
 
 @router.get("/indexes", response_model=list[str])
@@ -81,21 +125,25 @@ async def delete_index(index_name: str, request: Request) -> dict:
     return {"message": f"Successfully deleted index {index_name}."}
 
 
+PERSIST_PATH = ("One folder name under <data_dir>/persist/ (default: the index's name). An existing folder there "
+                "is replaced only when it holds an index snapshot (409 otherwise).")
+
+
 @router.post("/persist/{index_name}", response_model=MessageResponse, responses=error_responses(400, 404, 409, 500))
-async def persist_index(index_name: str, request: Request, path: str | None = Query(None)) -> dict:
+async def persist_index(index_name: str, request: Request, path: str | None = Query(None, description=PERSIST_PATH)) -> dict:
     where = await _registry(request).persist(index_name, path)
-    return {"message": f"Successfully persisted index {index_name} to {path or where}."}
+    return {"message": f"Successfully persisted index {index_name} to {where}."}
 
 
 @router.post("/load/{index_name}", response_model=MessageResponse, responses=error_responses(400, 404, 409, 500))
-async def load_index(index_name: str, request: Request, path: str | None = Query(None),
+async def load_index(index_name: str, request: Request, path: str | None = Query(None, description=PERSIST_PATH),
                      overwrite: bool = Query(False)) -> dict:
     where = await _registry(request).load(index_name, path, overwrite)
-    return {"message": f"Successfully loaded index {index_name} from {path or where}."}
+    return {"message": f"Successfully loaded index {index_name} from {where}."}
 
 
 @router.post("/retrieve", response_model=RetrieveResponse, responses=error_responses(404, 409, 502, 504))
-async def retrieve(body: RetrieveRequest, request: Request) -> dict:
+async def retrieve(body: RetrieveRequest, request: Request, response: Response) -> dict:
     settings = request.app.state.settings
     if body.max_node_count > settings.max_top_k:
         raise Unprocessable(f"max_node_count must be between 1 and {settings.max_top_k}.")
@@ -105,19 +153,28 @@ async def retrieve(body: RetrieveRequest, request: Request) -> dict:
                                              long_query_windows=body.long_query_windows,
                                              acl=document_acl(principal_of(request)))
     results = [n.to_result() for n in nodes]
+    served = SERVED.get()
+    if served is not None:  # which version of the index answered, with which model (docs/versions.md)
+        response.headers["X-Index-Version"] = str(served[0])
+        response.headers["X-Embedding-Model"] = served[1].encode("ascii", "replace").decode()
     return {"query": body.query, "results": results, "count": len(results)}
 
 
 async def startup(app: FastAPI, settings: EngineSettings, stack: AsyncExitStack) -> None:
     """Build the embedder, reranker and index registry (FAISS restored from disk, or an external store) onto app.state."""
     from ragengine.embedding import build_embedder
-    from ragengine.stores import build_registry
+    from ragengine.embedding.pool import ModelRef, read_target, watch_target
+    from ragengine.versions import build_registry
 
+    target, generation = ModelRef.from_settings(settings), None
+    if settings.embedding_file is not None and settings.embedding_file.exists():
+        target, generation = read_target(settings.embedding_file, settings)  # a bad file stops the start here
     embedder: Any = getattr(app.state, "embedder", None)
     if embedder is None:
-        embedder = await asyncio.to_thread(build_embedder, settings)
+        embedder = await asyncio.to_thread(build_embedder, target.settings_for(settings))
         app.state.embedder = embedder
         stack.callback(embedder.close)
+    EMBEDDING_BACKEND.labels(embedder.backend.name).set(1)
     reranker: Any = getattr(app.state, "reranker", None)
     if reranker is None and settings.rerank_model:
         from ragengine.retrieval.rerank import Reranker
@@ -126,10 +183,19 @@ async def startup(app: FastAPI, settings: EngineSettings, stack: AsyncExitStack)
         reranker = await asyncio.to_thread(Reranker, settings.rerank_model, settings.device, cache)
         app.state.reranker = reranker
         stack.callback(reranker.close)
-    registry = build_registry(settings, embedder, reranker)
+    registry = build_registry(settings, embedder, reranker, target)
+    registry.generation = generation
+    stack.callback(registry.embedders.close)  # after the registry's close (the stack unwinds in reverse)
     await registry.start()
     app.state.registry = registry
     stack.push_async_callback(registry.close)
+    if settings.embedding_file is not None:
+        async def retarget(ref: ModelRef, gen: int | None) -> None:
+            await registry.set_target(ref, gen)
+            app.state.embedder = registry.embedder
+
+        watcher = asyncio.create_task(watch_target(settings.embedding_file, settings, retarget), name="embedding-file")
+        stack.callback(watcher.cancel)
     if settings.load_sample_index and not registry.exists("sample"):
         from ragengine.sample import load_sample_index
 

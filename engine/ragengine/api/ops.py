@@ -4,11 +4,17 @@ last saw of its LLM), ``GET /ready`` (readiness: can the engine serve what it se
 
 The LLM is not part of readiness: without it the engine still serves retrieval, the document API and
 extractive answers, so a vLLM that restarts, downloads its model or is scaled to zero must not take the
-engine's endpoints away (ragengine/llm/availability.py). /ready reports it beside the checks."""
+engine's endpoints away (ragengine/llm/availability.py). /ready reports it beside the checks.
+
+They are open without credentials (probes and scrapers); without an admin's key they show status
+only (``_keyed``): no index names or counts, no dependency URLs or error texts, no per-index series.
+URLs in any message have their credentials masked (``redact_text``)."""
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 from typing import Any
 
 import httpx
@@ -17,11 +23,30 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from ragengine import metrics
+from ragengine.access.rules import Role
+from ragengine.redact import redact_text
 from ragengine.settings import EngineSettings
 
 READY_TIMEOUT_S = 2.0  # a readiness probe runs every few seconds: a dependency that slow counts as down
 
 router = APIRouter(tags=["ops"])
+
+
+def _keyed(request: Request) -> bool:
+    """The caller may see details: access control is off, or it sent an admin's key (a key from the
+    keyring only: a probe never waits on a TokenReview; a reader, or an admin of some indexes only, sees no
+    names), or the operator's status key for this engine (``status_key_sha256``), which opens nothing else."""
+    keyring = request.app.state.access.keyring()
+    if not keyring.enabled:
+        return True
+    header = request.headers.get("authorization") or ""
+    token = header[len("Bearer "):].strip() if header.startswith("Bearer ") else ""
+    status_digest = request.app.state.settings.status_key_sha256
+    if token and status_digest and hmac.compare_digest(hashlib.sha256(token.encode()).hexdigest(), status_digest):
+        return True
+    principal = keyring.authenticate(token) if token else None
+    # An admin of some indexes only would learn every other index's name and size: details need "*".
+    return principal is not None and principal.role is Role.admin and "*" in principal.indexes
 
 
 @router.get("/health")
@@ -35,9 +60,31 @@ async def health(request: Request) -> dict:
     corrupt = status["corrupt"]
     problems = [f"index '{n}' not loaded: {why}" for n, why in corrupt.items()]
     if status.get("store_error"):
+        status["store_error"] = redact_text(str(status["store_error"]))
         problems.append(f"vector store unavailable: {status['store_error']}")
-    return {"status": "Degraded" if problems else "Healthy", "detail": "; ".join(problems) or None, **status,
-            **_llm_report(request)}
+    state = "Degraded" if problems else "Healthy"
+    # "embedding": the registry's models (target, loaded) and the backend in use, side by side
+    embedding = {**(status.get("embedding") or {}), **_embedding_report(request).get("embedding", {})}
+    if not _keyed(request):  # counts of problems, no names (send the key for those)
+        public = [f"{len(corrupt)} index(es) not loaded"] if corrupt else []
+        public += ["vector store unavailable"] if status.get("store_error") else []
+        # (index names, versions and models need the key: the operator, which holds none, then reports the
+        # indexes as unknown; docs/versions.md)
+        return {"status": state, "detail": "; ".join(public) or None, **_llm_report(request)}
+    return {"status": state, "detail": "; ".join(problems) or None, **status,
+            **({"embedding": embedding} if embedding else {}), **_llm_report(request)}
+
+
+def _embedding_report(request: Request) -> dict[str, Any]:
+    """``{"embedding": {"backend", "note"}}``: the backend in use, and why when it is the slow one (the note
+    names a folder of the machine: left out when the API needs a key, as the LLM's reasons are)."""
+    embedder = getattr(request.app.state, "embedder", None)
+    if embedder is None:
+        return {}
+    note = getattr(embedder, "backend_note", None)
+    if note and not _keyed(request):
+        note = "a slow embedding backend runs: the engine's log says why and how to fix it"
+    return {"embedding": {"backend": embedder.backend.name, "note": note}}
 
 
 def _llm_report(request: Request) -> dict[str, Any]:
@@ -46,8 +93,8 @@ def _llm_report(request: Request) -> dict[str, Any]:
     llm = getattr(request.app.state, "llm", None)
     if llm is None:
         return {}
-    settings: EngineSettings = request.app.state.settings
-    return {"llm": llm.availability.to_dict(reasons=not settings.api_key)}
+    report = llm.availability.to_dict(reasons=_keyed(request))
+    return {"llm": {k: redact_text(v) if isinstance(v, str) else v for k, v in report.items()}}
 
 
 async def _check_llm(settings: EngineSettings) -> str | None:
@@ -71,8 +118,14 @@ async def _check_llm(settings: EngineSettings) -> str | None:
 
 
 async def _check_embeddings(request: Request, settings: EngineSettings) -> str | None:
-    if settings.embedding_url:
-        base = settings.embedding_url.rstrip("/")
+    # The embedding file's target URL when the operator renders one (a generation), else the settings' as
+    # they are now (they may change at runtime).
+    registry = getattr(request.app.state, "registry", None)
+    target = getattr(getattr(registry, "embedders", None), "target", None)
+    by_file = getattr(registry, "generation", None) is not None
+    url = target.url if target is not None and by_file else settings.embedding_url
+    if url:
+        base = url.rstrip("/")
         try:
             async with httpx.AsyncClient(timeout=READY_TIMEOUT_S) as http:
                 resp = await http.get(f"{base}/models")
@@ -115,10 +168,16 @@ async def ready(request: Request) -> Any:
     and the index store answers, whether or not the LLM does (``llm`` reports it; see the module's
     docstring). Unlike ``/health`` it calls them (each with a short timeout, concurrently)."""
     settings: EngineSettings = request.app.state.settings
+    if request.app.state.drain.active:  # SIGTERM: the load balancer sends no new client here (ragengine/shutdown.py)
+        return JSONResponse({"ready": False, "reason": "shutting down"}, status_code=503)
     names = ["embeddings", "store"]
     *found, _ = await asyncio.gather(_check_embeddings(request, settings), _check_store(request),
                                      _observe_llm(request, settings))
     results = dict(zip(names, found, strict=True))
+    results = {name: None if why is None else redact_text(why) for name, why in results.items()}
+    if not _keyed(request):  # which check fails, not why (the reasons name internal URLs)
+        results = {name: None if why is None else f"{name} failing (send the API key for the reason)"
+                   for name, why in results.items()}
     report = {name: ("ok" if why is None else why) for name, why in results.items()}
     failing = [why for why in results.values() if why is not None]
     body = {"ready": not failing, "checks": report, **_llm_report(request)}
@@ -128,5 +187,7 @@ async def ready(request: Request) -> Any:
 
 
 @router.get("/metrics", response_class=PlainTextResponse, responses={200: {"description": "Prometheus text format."}})
-async def prometheus_metrics() -> Response:
-    return Response(generate_latest(metrics.REGISTRY), media_type=CONTENT_TYPE_LATEST)
+async def prometheus_metrics(request: Request) -> Response:
+    """Per-index series (``index`` label: the names) only with the API key, when one is set."""
+    registry = metrics.REGISTRY if _keyed(request) else metrics.public_view()
+    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

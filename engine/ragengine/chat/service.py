@@ -38,7 +38,8 @@ from ragengine.guardrails.runtime import Guardrails
 from ragengine.guardrails.screening import screen_nodes
 from ragengine.llm.client import LLMClient, LLMUnavailable
 from ragengine.llm.tokens import estimate_tokens
-from ragengine.metrics import LLM_TTFT_SECONDS, RAG_TTFT_SECONDS
+from ragengine.metrics import CONTEXT_CHUNKS, LLM_FALLBACKS, LLM_TTFT_SECONDS, RAG_TTFT_SECONDS
+from ragengine.observability import tracing
 from ragengine.protocol.openai import (
     ChatCompletionRequest,
     ChatCompletionResponse,
@@ -51,6 +52,15 @@ from ragengine.protocol.openai import (
 )
 from ragengine.rag.context import select_context
 from ragengine.rag.extractive import NO_ANSWER, extractive_answer
+from ragengine.rag.no_context import (
+    NO_CONTEXT,
+    OUTCOME_HEADER,
+    REFUSAL,
+    REFUSAL_METHOD,
+    disclaim_body,
+    disclaim_chunks,
+    disclaimed,
+)
 from ragengine.rag.reformulate import ReformulationResult, reformulate_query
 from ragengine.settings import EngineSettings
 
@@ -126,9 +136,14 @@ class ChatService:
         if target.index_name is not None and (self.registry is None or not self.registry.exists(target.index_name)):
             raise NotFound(f"No such index: '{target.index_name}' exists.", param="index_name")
         reason = bypass_reason(req, target.index_name)
+        tracing.annotate(**{"chat.index": target.index_name, "chat.stream": bool(req.stream),
+                            "chat.bypass": reason, "gen_ai.request.model": req.model})
         if reason is not None:
-            return await self._passthrough(body, req, target, RagInfo(applied=False, reason=reason), t0)
-        return await self._rag(body, req, target, t0)
+            outcome = await self._passthrough(body, req, target, RagInfo(applied=False, reason=reason), t0)
+        else:
+            outcome, reason = await self._rag(body, req, target, t0)
+        outcome.headers[OUTCOME_HEADER] = reason or "applied"
+        return outcome
 
     # --- RAG: query → budget and retrieval → context selection → generation ------------------------
     async def _rag(self, body: dict, req: ChatCompletionRequest, target: Target, t0: float):
@@ -142,6 +157,7 @@ class ChatService:
         budget, nodes, timing = await self._budget_and_retrieve(req, target, split, query, messages)
         nodes, screening = screen_nodes(nodes, target.index_name, self.settings.screen_indexes)
         chosen = await self._select(nodes, budget, timing)
+        CONTEXT_CHUNKS.observe(len(chosen.nodes))
         max_tokens = reply_max_tokens(budget, chosen.context_tokens)
         info = RagInfo(
             applied=bool(chosen.nodes), reason=None if chosen.nodes else "no_context", index_name=target.index_name,
@@ -151,13 +167,21 @@ class ChatService:
             query_used=query, reformulation=reformulation.to_dict() if reformulation else None, screening=screening,
         )
         if not chosen.nodes:
-            # The seed: nothing relevant fits → the request goes to the LLM as sent.
-            return await self._passthrough(body, req, target, info, t0, fallback_nodes=chosen.candidates[:5],
-                                           timing=timing)
+            return await self._no_context(body, req, target, info, chosen, t0, timing), NO_CONTEXT
         if not self.llm.configured:
-            return self._extractive(req, target, info, chosen.nodes, NO_LLM, t0, query=query)
+            return self._extractive(req, target, info, chosen.nodes, NO_LLM, t0, query=query), None
         payload = await self._rag_payload(body, split, target, chosen.nodes, max_tokens)
-        return await self._generate(req, target, info, payload, chosen.nodes, t0, query, timing)
+        return await self._generate(req, target, info, payload, chosen.nodes, t0, query, timing), None
+
+    async def _no_context(self, body: dict, req: ChatCompletionRequest, target: Target, info: RagInfo,
+                          chosen: Selection, t0: float, timing: dict[str, float]):
+        """Nothing passed the threshold: the ``no_context`` setting's answer (rag/no_context.py)."""
+        policy = info.no_context = self.settings.no_context
+        if policy == "refuse":
+            return self._canned(req, info, REFUSAL, None, t0, method=REFUSAL_METHOD, mode="refused")
+        # The seed: nothing relevant fits → the request goes to the LLM as sent.
+        return await self._passthrough(body, req, target, info, t0, fallback_nodes=chosen.candidates[:5],
+                                       timing=timing, disclaim=policy == "disclaim")
 
     async def _query(self, req: ChatCompletionRequest, split: MessageSplit) -> tuple[str, ReformulationResult | None]:
         """The retrieval query: the user's prompt, or its standalone rewrite when reformulation is on (a
@@ -204,13 +228,19 @@ class ChatService:
         """Nodes above the similarity threshold, then the greedy fill of the context budget."""
         t_select = time.perf_counter()
         threshold = self.settings.similarity_threshold
-        candidates = [n for n in nodes if (n.score or 0.0) >= threshold] if threshold else list(nodes)
-        # Counts stored with the chunks at ingestion are used as they are; only the others are counted.
-        counted = await self.llm.count_chunk_tokens([n.text for n in candidates], [n.token_counts for n in candidates])
-        counts = {n.text: c for n, c in zip(candidates, counted, strict=True)}
-        selected = select_context(candidates, budget.context_budget, counts.__getitem__, threshold)
+        with tracing.stage("context_selection", retrieved=len(nodes), similarity_threshold=threshold,
+                           context_budget=budget.context_budget) as span:
+            candidates = [n for n in nodes if (n.score or 0.0) >= threshold] if threshold else list(nodes)
+            # Counts stored with the chunks at ingestion are used as they are; only the others are counted.
+            counted = await self.llm.count_chunk_tokens([n.text for n in candidates],
+                                                        [n.token_counts for n in candidates])
+            counts = {n.text: c for n, c in zip(candidates, counted, strict=True)}
+            selected = select_context(candidates, budget.context_budget, counts.__getitem__, threshold)
+            chosen = Selection(candidates, selected, sum(counts[n.text] for n in selected))
+            tracing.annotate(span, candidates=len(candidates), selected=len(selected), context_tokens=chosen.context_tokens,
+                             doc_ids=[n.doc_id for n in selected[:20]])
         timing["select"] = time.perf_counter() - t_select
-        return Selection(candidates, selected, sum(counts[n.text] for n in selected))
+        return chosen
 
     async def _rag_payload(self, body: dict, split: MessageSplit, target: Target, selected: list,
                            max_tokens: int | None) -> dict[str, Any]:
@@ -260,10 +290,10 @@ class ChatService:
 
     # --- pass-through -----------------------------------------------------------------------------
     async def _passthrough(self, body: dict, req: ChatCompletionRequest, target: Target, info: RagInfo, t0: float,
-                           *, fallback_nodes: list | None = None, timing: dict | None = None):
+                           *, fallback_nodes: list | None = None, timing: dict | None = None, disclaim: bool = False):
         if not self.llm.configured:
             if fallback_nodes is not None:
-                return self._extractive(req, target, info, fallback_nodes, NO_LLM, t0)
+                return self._extractive(req, target, info, fallback_nodes, NO_LLM, t0, disclaim=disclaim)
             raise LLMUnavailable(
                 f"{NO_LLM} Without an LLM only RAG requests (with index_name) can be answered, extractively.",
                 status_code=503,
@@ -283,61 +313,75 @@ class ChatService:
         except LLMUnavailable as exc:
             if fallback_nodes is None:
                 raise
-            return self._fallback(exc, req, target, info, fallback_nodes, t0)
+            return self._fallback(exc, req, target, info, fallback_nodes, t0, disclaim=disclaim)
         if req.stream:
             info.endpoint = stream.endpoint
             final = None
             if target.index_name:  # the caller asked for RAG: the last chunk says why it did not happen
                 final = chunk("", payload.get("model") or "", int(time.time()), [], source_nodes=None,
                               generation_method="llm", rag=info.model_dump(exclude_none=True))
+            chunks = disclaim_chunks(stream.__aiter__()) if disclaim else stream.__aiter__()
             return StreamOutcome(relay(
-                stream.__aiter__(), completion_id=None, final=lambda: final,
+                chunks, completion_id=None, final=lambda: final,
                 on_first=self._first_token_observer(t0, stream, "passthrough"), on_close=stream.aclose,
             ))
         info.endpoint = result.endpoint
         out = result.body if isinstance(result.body, dict) else {"response": result.body}
         out.update(source_nodes=None, generation_method="llm", rag=info.model_dump(exclude_none=True))
+        if disclaim:
+            disclaim_body(out)
         return self._json(out, t0, "passthrough", llm_s=result.elapsed_s, endpoint=result.endpoint, timing=timing)
 
     # --- extractive fallback ----------------------------------------------------------------------
     def _fallback(self, exc: LLMUnavailable, req: ChatCompletionRequest, target: Target, info: RagInfo, nodes: list,
-                  t0: float, *, query: str | None = None):
+                  t0: float, *, query: str | None = None, disclaim: bool = False):
         """Every endpoint failed or refused: the extractive answer (the reason in ``fallback_reason``), or
         the upstream error itself when ``extractive_fallback`` is off."""
         if not self.settings.extractive_fallback:
             raise exc
-        return self._extractive(req, target, info, nodes, fallback_reason(exc), t0, query=query)
+        LLM_FALLBACKS.labels("extractive").inc()
+        tracing.annotate(**{"llm.fallback": "extractive"})
+        return self._extractive(req, target, info, nodes, fallback_reason(exc), t0, query=query, disclaim=disclaim)
 
     def _extractive(self, req: ChatCompletionRequest, target: Target, info: RagInfo, nodes: list, reason: str, t0: float,
-                    *, query: str | None = None):
+                    *, query: str | None = None, disclaim: bool = False):
         log.info("answering extractively: %s", reason)
         query = query or info.query_used or split_messages(req.messages).user_prompt
         text = extractive_answer(query, nodes) or NO_ANSWER
+        return self._canned(req, info, disclaimed(text) if disclaim else text, nodes, t0,
+                            method="extractive_fallback", mode="extractive", fallback=reason)
+
+    def _canned(self, req: ChatCompletionRequest, info: RagInfo, text: str, nodes: list | None, t0: float, *,
+                method: str, mode: str, fallback: str | None = None):
+        """An answer the engine writes itself (extractive, or the no-context refusal), as JSON or a stream."""
         n = req.n or 1
-        sources = [node.to_source_node() for node in nodes] or None
+        sources = [node.to_source_node() for node in nodes or []] or None
         completion_id = new_completion_id()
         model = req.model or EXTRACTIVE_MODEL
-        extra = {"source_nodes": sources, "generation_method": "extractive_fallback", "fallback_reason": reason,
+        extra = {"source_nodes": sources, "generation_method": method, "fallback_reason": fallback,
                  "rag": info.model_dump(exclude_none=True)}
+        if fallback is None:
+            del extra["fallback_reason"]
         if req.stream:
+            tracing.annotate(**{"chat.mode": mode})
             final = chunk(completion_id, model, int(time.time()), [], **extra)
-            on_first = lambda: RAG_TTFT_SECONDS.labels("extractive").observe(time.perf_counter() - t0)  # noqa: E731
+            on_first = lambda: RAG_TTFT_SECONDS.labels(mode).observe(time.perf_counter() - t0)  # noqa: E731
             return StreamOutcome(extractive_stream(text, completion_id=completion_id, model=model, n=n, final=final,
                                                    on_first=on_first))
         completion, prompt = estimate_tokens(text) * n, info.prompt_tokens or 0
         out = ChatCompletionResponse(
-            id=completion_id, model=model, source_nodes=sources, fallback_reason=reason,
-            generation_method="extractive_fallback",
+            id=completion_id, model=model, source_nodes=sources, fallback_reason=fallback, generation_method=method,
             choices=[Choice(index=i, message=ChatMessage(role="assistant", content=text), finish_reason="stop")
                      for i in range(n)],
             usage=Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion),
         ).model_dump(exclude={"rag", "guardrails"})
         out["rag"] = extra["rag"]  # only the fields that apply, as in every other answer
-        return self._json(out, t0, "extractive")
+        return self._json(out, t0, mode)
 
     # --- helpers ----------------------------------------------------------------------------------
     def _json(self, out: dict, t0: float, mode: str, *, llm_s: float = 0.0, endpoint: str | None = None,
               timing: dict | None = None) -> JSONOutcome:
+        tracing.annotate(**{"chat.mode": mode})
         total = time.perf_counter() - t0
         RAG_TTFT_SECONDS.labels(mode).observe(total)
         parts = [f"engine;dur={_ms(total - llm_s)}"]
@@ -349,6 +393,8 @@ class ChatService:
         return JSONOutcome(out, {"Server-Timing": ", ".join(parts)})
 
     def _first_token_observer(self, t0: float, stream, mode: str):
+        tracing.annotate(**{"chat.mode": mode})
+
         def observe() -> None:
             RAG_TTFT_SECONDS.labels(mode).observe(time.perf_counter() - t0)
             if stream.first_chunk_s is not None:

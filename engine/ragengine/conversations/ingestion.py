@@ -1,13 +1,16 @@
 """Background ingestion of uploaded files: ``uploaded`` → ``processing`` → ``completed`` | ``failed``.
 
-Uploads are parsed when accepted (the extracted text is stored at once, so a file is usable inline
-from that moment, even while it waits in the queue) and handed to the job queue (``jobs.py``: the
-data volume and an in-process queue on SQLite; the database, shared by every replica, on
-PostgreSQL). ``settings.ingestion_workers`` workers (2 by default, so one large file does not starve
-the rest) take jobs and add the parts to the conversation index in batches, updating ``progress``
-after each. Any error ends the file as ``failed`` with the reason; nothing is left ``processing``: a
-job interrupted by a crash is taken again (on restart, or by another replica once its lease runs
-out), and a re-run first deletes the file's earlier documents (document ids are deterministic).
+Uploads are parsed once, when accepted, in ``settings.parse_workers`` threads of their own, each
+waiting on a bounded child process for a PDF (``ragengine.parsing``): a file over a budget is a 422
+and is not stored; an unreadable one is recorded and ends ``failed`` with the reason. The extracted
+text is stored at once (so a file is usable inline from that moment, even while it waits in the
+queue) and its parts are handed to the job queue (``jobs.py``: the data volume and an in-process
+queue on SQLite; the database, shared by every replica, on PostgreSQL).
+``settings.ingestion_workers`` workers (2 by default, so one large file does not starve the rest)
+take jobs and add the parts to the conversation index in batches, updating ``progress`` after each.
+Any error ends the file as ``failed`` with the reason; nothing is left ``processing``: a job
+interrupted by a crash is taken again (on restart, or by another replica once its lease runs out),
+and a re-run first deletes the file's earlier documents (document ids are deterministic).
 """
 
 from __future__ import annotations
@@ -15,13 +18,34 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from typing import Any
 
 from ragengine.conversations.jobs import Claim, Jobs, make_jobs
 from ragengine.conversations.store import FileInfo, LeaseLost, SessionStore
-from ragengine.conversations.uploads import CANONICAL, ParseError, Part, detect_kind, extract
+from ragengine.conversations.uploads import (
+    CANONICAL,
+    ParseError,
+    Part,
+    decode_job,
+    detect_kind,
+    encode_job,
+    extract,
+)
 from ragengine.errors import EngineError, NotFound, PayloadTooLarge
-from ragengine.metrics import FILES_INGESTED
+from ragengine.metrics import FILES_ACCEPTED, FILES_INGESTED, INGESTION_RUNNING
+from ragengine.observability import tracing
+from ragengine.parsing.limits import ParseLimits
+
+
+def parse_limits(settings: Any, **overrides: Any) -> ParseLimits:
+    """The bounded parser's budgets and OCR options from the engine's settings."""
+    return ParseLimits(**{"cpu_s": settings.parse_cpu_s, "memory_mb": settings.parse_memory_mb,
+                          "max_pages": settings.parse_max_pages, "max_chars": settings.max_document_chars,
+                          "ocr_languages": settings.ocr_languages, "ocr_max_pages": settings.ocr_max_pages,
+                          "ocr_s": settings.ocr_s, **overrides})
+
 
 log = logging.getLogger(__name__)
 
@@ -30,17 +54,26 @@ BATCH_PARTS = 8
 # Claims of one job before it is failed: a file that kills its replica each time (memory, a parser
 # crash) must not take every replica down in turn. Rolling restarts interrupt a job once or twice.
 MAX_ATTEMPTS = 5
+MAX_ORIGINS = 10_000  # uploads whose ingestion joins the upload's trace, waiting at once
 
 
 class IngestionWorker:
-    def __init__(self, store: SessionStore, registry: Any, settings: Any, jobs: Jobs | None = None) -> None:
+    def __init__(self, store: SessionStore, registry: Any, settings: Any, jobs: Jobs | None = None,
+                 tracing_: tracing.Tracing | None = None) -> None:
         self.store = store
         self.registry = registry
         self.settings = settings
         self.index_name = settings.conversation_index
         self.jobs = jobs if jobs is not None else make_jobs(store, settings)
+        self.limits = parse_limits(settings)
+        # Parses wait here, not in the loop's default executor that other routes use.
+        self.parsers = ThreadPoolExecutor(max_workers=settings.parse_workers, thread_name_prefix="upload-parse")
+        self.tracing = tracing_ or tracing.Tracing.off()
         self._tasks: list[asyncio.Task] = []
         self._busy = 0
+        # file id -> the upload request's trace context, for this process's uploads; a file another replica
+        # ingests (or one ingested after a restart) gets a trace of its own. Bounded: the oldest go first.
+        self._origins: dict[str, Any] = {}
 
     async def start(self) -> None:
         await self.jobs.start()
@@ -53,6 +86,11 @@ class IngestionWorker:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        self.parsers.shutdown(wait=False, cancel_futures=True)
+
+    async def parse(self, data: bytes, kind: str) -> tuple[str, list[Part]]:
+        """``extract`` in the parse pool (ParseError: unreadable; Unprocessable: over a budget)."""
+        return await asyncio.get_running_loop().run_in_executor(self.parsers, extract, data, kind, self.limits)
 
     async def idle(self, timeout_s: float = 60.0) -> None:
         """Wait until no job is left (tests and benchmarks; shared queue: on any replica)."""
@@ -60,22 +98,44 @@ class IngestionWorker:
             while self._busy or await self.jobs.pending():
                 await asyncio.sleep(0.02)
 
-    async def accept(self, filename: str, content_type: str | None, data: bytes, *,
-                     principal: str | None = None) -> FileInfo:
-        """Validate (413, 415), store the bytes, record the file as ``uploaded`` and queue it."""
+    async def accept(self, filename: str, content_type: str | None, data: bytes, *, principal: str | None = None,
+                     purpose: str | None = None, expires_at: datetime | None = None) -> FileInfo:
+        """Validate (413, 415), parse once (422 over a budget), record the file as ``uploaded`` and queue its
+        parts. A file whose text cannot be read is recorded ``failed`` with the reason at once, as OpenAI's
+        Files API does: no job could do better."""
         if len(data) > self.settings.max_upload_bytes:
             raise PayloadTooLarge(f"The file is {len(data)} bytes; the limit is {self.settings.max_upload_bytes}.")
         kind = detect_kind(data, filename, content_type)
         try:  # now, not in the queue: the text goes inline until the file is searchable
-            text, _ = await asyncio.to_thread(extract, data, kind)
-        except ParseError:
-            text = None  # the worker records the reason (the file ends "failed")
-        if text is not None and len(text) > self.settings.max_document_chars:
-            text = None
-        return await self.jobs.submit(filename=filename or "upload", content_type=CANONICAL[kind], text=text,
-                                      data=data, principal=principal)
+            with tracing.stage("parse", file_kind=kind, bytes=len(data)) as span:  # in the upload's trace
+                text, parts = await self.parse(data, kind)
+                tracing.annotate(span, parts=len(parts), chars=len(text))
+            payload = encode_job(parts)
+        except ParseError as exc:
+            return await self._refused(filename, kind, data, str(exc), principal, purpose, expires_at)
+        info = await self.jobs.submit(filename=filename or "upload", content_type=CANONICAL[kind], text=text,
+                                      data=payload, size_bytes=len(data), principal=principal, purpose=purpose,
+                                      expires_at=expires_at)
+        FILES_ACCEPTED.inc()
+        if self.tracing.enabled:
+            from opentelemetry import context
+
+            self._origins[info.id] = context.get_current()
+            while len(self._origins) > MAX_ORIGINS:
+                self._origins.pop(next(iter(self._origins)))
+            tracing.annotate(file_id=info.id, file_kind=kind, bytes=len(data))
+        return info
+
+    async def _refused(self, filename: str, kind: str, data: bytes, reason: str, principal: str | None,
+                       purpose: str | None, expires_at: datetime | None) -> FileInfo:
+        log.warning("file %r failed: %s", filename, reason)
+        FILES_INGESTED.labels("failed").inc()
+        return await self.store.create_file(filename=filename or "upload", content_type=CANONICAL[kind],
+                                            size_bytes=len(data), failed=reason, principal=principal, purpose=purpose,
+                                            expires_at=expires_at)
 
     async def delete(self, file_id: str) -> None:
+        self._origins.pop(file_id, None)
         info = await self.store.get_file(file_id)
         await self._drop_documents(info.id, list(info.doc_ids))
         await self.jobs.discard(file_id)
@@ -92,13 +152,19 @@ class IngestionWorker:
         while True:
             claim = await self.jobs.next()
             self._busy += 1
+            INGESTION_RUNNING.inc()
+            token = tracing.activate(self.tracing)
             try:
-                await self._hold(claim)
+                with tracing.stage("ingestion", parent=self._origins.pop(claim.file_id, None), file_id=claim.file_id,
+                                   attempt=claim.attempts, index=self.index_name):
+                    await self._hold(claim)
             except asyncio.CancelledError:
                 raise
             except Exception:  # process() records failures itself; this is the last line of defence
                 log.exception("ingestion of %s crashed", claim.file_id)
             finally:
+                tracing.deactivate(token)
+                INGESTION_RUNNING.dec()
                 self._busy -= 1
 
     async def _hold(self, claim: Claim) -> None:
@@ -150,6 +216,7 @@ class IngestionWorker:
 
     async def _fail(self, claim: Claim, reason: str) -> None:
         log.warning("file %s failed: %s", claim.file_id, reason)
+        tracing.annotate(status="failed", reason=reason[:300])
         FILES_INGESTED.labels("failed").inc()
         with contextlib.suppress(EngineError, LeaseLost):
             await self.store.update_file(claim.file_id, owner=claim.owner, drop_data=True, status="failed",
@@ -162,12 +229,17 @@ class IngestionWorker:
         data = await self.jobs.data(claim)
         if data is None:
             raise ParseError("the uploaded bytes are missing (the data directory was cleared?)")
-        kind = {v: k for k, v in CANONICAL.items()}.get(info.content_type, "text")
-        text, parts = await asyncio.to_thread(extract, data, kind)
-        max_chars = self.settings.max_document_chars
-        if len(text) > max_chars:
-            raise ParseError(f"the extracted text has {len(text)} characters; the limit is {max_chars}")
-        await self.store.update_file(info.id, owner=owner, text=text, progress=PARSE_SHARE)
+        parts = decode_job(data)  # parsed when accepted
+        if parts is None:  # raw bytes queued by an engine from before parse-once: parse them now
+            kind = {v: k for k, v in CANONICAL.items()}.get(info.content_type, "text")
+            with tracing.stage("parse", file_kind=kind, bytes=len(data)) as span:
+                try:
+                    text, parts = await self.parse(data, kind)
+                except EngineError as exc:  # over a budget
+                    raise ParseError(exc.message) from exc
+                tracing.annotate(span, parts=len(parts), chars=len(text))
+            await self.store.update_file(info.id, owner=owner, text=text)
+        await self.store.update_file(info.id, owner=owner, progress=PARSE_SHARE)
         ours = [self.doc_id(info.id, i) for i in range(len(parts))]
         await self._drop_documents(info.id, list(dict.fromkeys(ours + list(info.doc_ids))))
         done_ids: list[str] = []
@@ -186,6 +258,7 @@ class IngestionWorker:
                 await self._drop_documents(info.id, ours)
             raise
         FILES_INGESTED.labels("completed").inc()
+        tracing.annotate(status="completed", documents=len(done_ids))
         await self.jobs.discard(info.id)
 
     async def _deleted(self, file_id: str) -> bool:

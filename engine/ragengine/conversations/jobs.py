@@ -28,6 +28,7 @@ import os
 import socket
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Protocol
 
@@ -52,7 +53,8 @@ class Jobs(Protocol):
 
     async def start(self) -> None: ...
     async def submit(self, *, filename: str, content_type: str, text: str | None, data: bytes,
-                     principal: str | None = None) -> FileInfo: ...
+                     size_bytes: int | None = None, principal: str | None = None, purpose: str | None = None,
+                     expires_at: datetime | None = None) -> FileInfo: ...
     async def next(self) -> Claim: ...
     async def data(self, claim: Claim) -> bytes | None: ...
     async def renew(self, claim: Claim) -> bool: ...
@@ -82,9 +84,12 @@ class LocalJobs:
                 self.queue.put_nowait(f.id)
 
     async def submit(self, *, filename: str, content_type: str, text: str | None, data: bytes,
-                     principal: str | None = None) -> FileInfo:
-        info = await self.store.create_file(filename=filename, content_type=content_type, size_bytes=len(data),
-                                            text=text, principal=principal)
+                     size_bytes: int | None = None, principal: str | None = None, purpose: str | None = None,
+                     expires_at: datetime | None = None) -> FileInfo:
+        """``data``: what the worker needs (the parsed parts); ``size_bytes``: the upload's own size."""
+        info = await self.store.create_file(filename=filename, content_type=content_type,
+                                            size_bytes=len(data) if size_bytes is None else size_bytes, text=text,
+                                            principal=principal, purpose=purpose, expires_at=expires_at)
         await asyncio.to_thread(_write_durably, self._path(info.id), data)
         self.queue.put_nowait(info.id)
         return info
@@ -125,9 +130,11 @@ class DatabaseJobs:
         """Nothing to re-queue: jobs left by a crash are open rows whose lease runs out by itself."""
 
     async def submit(self, *, filename: str, content_type: str, text: str | None, data: bytes,
-                     principal: str | None = None) -> FileInfo:
-        info = await self.store.create_file(filename=filename, content_type=content_type, size_bytes=len(data),
-                                            text=text, data=data, principal=principal)
+                     size_bytes: int | None = None, principal: str | None = None, purpose: str | None = None,
+                     expires_at: datetime | None = None) -> FileInfo:
+        info = await self.store.create_file(filename=filename, content_type=content_type,
+                                            size_bytes=len(data) if size_bytes is None else size_bytes, text=text,
+                                            data=data, principal=principal, purpose=purpose, expires_at=expires_at)
         self._wake.set()  # this replica's idle workers look at once; the others within poll_s
         return info
 

@@ -12,7 +12,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
-from sqlalchemy import JSON, BigInteger, DateTime, Float, ForeignKey, Index, Integer, LargeBinary, String, Text
+from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Index, Integer, LargeBinary, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from ragengine.protocol.conversations import MAIN_THREAD  # noqa: F401  (re-exported for the store)
@@ -94,6 +94,10 @@ class FileRow(Base):
     lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime)
     attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     owner: Mapped[str | None] = mapped_column(String(400), index=True)  # as SessionRow.owner
+    # OpenAI's file fields (``/v1/files``): the purpose a client gave (None: an upload from before, or
+    # one that named none; only those are cleaned up by the session TTL) and when the file expires.
+    purpose: Mapped[str | None] = mapped_column(String(32))
+    expires_at: Mapped[datetime | None] = mapped_column(DateTime)
 
 
 class FileBlobRow(Base):
@@ -124,3 +128,66 @@ class UsageRow(Base):
     minute: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)  # unix time // 60
     requests: Mapped[int] = mapped_column(BigInteger, default=0)
     tokens: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+# --- OpenAI's vector stores and responses (``ragengine.vectorstores``, ``ragengine.responses``) ----------
+class VectorStoreRow(Base):
+    """What OpenAI's vector store object adds to an index: its id IS the index's name. Indexes made through
+    the KAITO routes get a row the first time the vector store API sees them."""
+
+    __tablename__ = "vs_stores"
+
+    id: Mapped[str] = mapped_column(String(256), primary_key=True)
+    name: Mapped[str | None] = mapped_column(String(512))
+    description: Mapped[str | None] = mapped_column(Text)
+    meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSON, default=dict)
+    expires_after_days: Mapped[int | None] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    last_active_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class VectorStoreFileRow(Base):
+    """A file attached to a vector store: its ingestion into the store's index (status, error, the
+    documents it wrote) and the job's lease, so one replica at a time works on it."""
+
+    __tablename__ = "vs_files"
+
+    store_id: Mapped[str] = mapped_column(String(256), primary_key=True)
+    file_id: Mapped[str] = mapped_column(String(64), primary_key=True, index=True)
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    error_code: Mapped[str | None] = mapped_column(String(32))
+    error_message: Mapped[str | None] = mapped_column(Text)
+    usage_bytes: Mapped[int] = mapped_column(Integer, default=0)
+    attributes: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    chunking: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    doc_ids: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    batch_id: Mapped[str | None] = mapped_column(String(64), index=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+    lease_owner: Mapped[str | None] = mapped_column(String(64))
+    lease_until: Mapped[datetime | None] = mapped_column(DateTime)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class FileBatchRow(Base):
+    __tablename__ = "vs_file_batches"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    store_id: Mapped[str] = mapped_column(String(256), index=True)
+    file_ids: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    cancelled: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ResponseRow(Base):
+    """A stored response (``store: true``): the response object as answered, and its input items, which a
+    follow-up (``previous_response_id``) replays with the output as the conversation so far."""
+
+    __tablename__ = "resp_responses"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    owner: Mapped[str | None] = mapped_column(String(400), index=True)  # as SessionRow.owner
+    previous_response_id: Mapped[str | None] = mapped_column(String(64))
+    body: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    input_items: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -72,6 +72,8 @@ class FileInfo:
     text: str | None = field(default=None, repr=False)
     doc_ids: tuple[str, ...] = ()
     owner: str | None = None  # the principal that uploaded it (access control)
+    purpose: str | None = None  # as the client gave it on /v1/files; None: none given
+    expires_at: str | None = None
 
     def to_dict(self) -> dict:
         out = asdict(self)
@@ -95,7 +97,9 @@ def _message(row: MessageRow) -> MessageInfo:
                        iso(row.created_at))
 
 
-def _file(row: FileRow) -> FileInfo:
+def _file(row: FileRow, *, with_text: bool = True) -> FileInfo:
+    """``with_text=False``: for listings, whose query defers the (large) text column."""
     ids = tuple((row.doc_ids or {}).get("ids", []))
     return FileInfo(row.id, row.filename, row.content_type, row.size_bytes, row.status, row.progress, row.reason,
-                    row.documents, iso(row.created_at), iso(row.updated_at), row.text, ids, row.owner)
+                    row.documents, iso(row.created_at), iso(row.updated_at), row.text if with_text else None, ids,
+                    row.owner, row.purpose, iso(row.expires_at) if row.expires_at else None)

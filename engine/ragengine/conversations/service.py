@@ -35,10 +35,12 @@ from ragengine.guardrails.output import AnswerGuard
 from ragengine.guardrails.screening import screen_nodes
 from ragengine.index.types import RetrievedNode
 from ragengine.llm.availability import tool_calls_refused
-from ragengine.metrics import GROUNDEDNESS_SCORE, SESSION_MESSAGES, TOOL_CALLS, UNGROUNDED_ANSWERS
+from ragengine.metrics import GROUNDEDNESS_SCORE, LLM_FALLBACKS, SESSION_MESSAGES, TOOL_CALLS, UNGROUNDED_ANSWERS
+from ragengine.observability import tracing
 from ragengine.protocol.conversations import MAIN_THREAD, MessageRequest
 from ragengine.rag.extractive import NO_ANSWER, extractive_answer
 from ragengine.rag.groundedness import assess_groundedness
+from ragengine.rag.no_context import DISCLAIMER, REFUSAL, REFUSAL_METHOD
 from ragengine.rag.reformulate import reformulate_query
 
 log = logging.getLogger(__name__)
@@ -132,6 +134,7 @@ class ConversationService:
         """The message's events, in the seed's order; the steps below each yield theirs. ``acl``: the caller's
         document ACL, applied to every search (the knowledge index, the session's files, tool calls);
         ``files_of``: files in ``req.file_ids`` must be this principal's (access.decide.owner_filter)."""
+        tracing.annotate(**{"session.id": session_id, "session.mode": req.mode})
         turn = Turn(session_id, req, time.perf_counter(), acl=acl, files_of=files_of, thread_id=req.thread_id,
                     meta={"mode": req.mode, "query_used": req.content},
                     out=AnswerGuard(self.guardrails))  # fail-closed without a usable policy: 503 here
@@ -229,7 +232,9 @@ class ConversationService:
         t_r = time.perf_counter()
         t.nodes = await self._retrieve(t.session, t.scope, t.query, self._top_k(t.req), t.meta)
         if t.budget is not None:
-            t.nodes = await t.budget.fit_nodes(t.nodes)
+            with tracing.stage("context_selection", retrieved=len(t.nodes)) as span:
+                t.nodes = await t.budget.fit_nodes(t.nodes)
+                tracing.annotate(span, selected=len(t.nodes), doc_ids=[n.doc_id for n in t.nodes[:20]])
         t.meta["retrieval_ms"] = round((time.perf_counter() - t_r) * 1000, 2)
         yield self._context_found(t)
 
@@ -238,12 +243,25 @@ class ConversationService:
         return event("context_found", context_chunks=len(t.nodes), inline_files=[d.file_id for d in t.inline],
                      sources=[n.to_source_node() for n in t.nodes])
 
+    def _no_context(self, t: Turn) -> str | None:
+        """The ``no_context`` setting when retrieval ran (rag mode) and nothing passed the threshold, else None."""
+        if t.mode != "rag" or t.req.mode == "none" or t.nodes or t.inline:
+            return None
+        return str(self.settings.no_context)
+
     def _top_k(self, req: MessageRequest) -> int:
         return req.top_k or self.settings.conversation_top_k
 
     async def _generate(self, t: Turn, gen: Generation) -> AsyncIterator[dict]:
         """The LLM's answer, streamed as text chunks (tools mode: after the tool rounds). ``generation_start``
         goes out with the first text, so an LLM that fails before answering leaves only the extractive one."""
+        if self._no_context(t) == "refuse":
+            yield event("generation_start", message="No document matched the question.",
+                        generation_method=REFUSAL_METHOD)
+            gen.answer, gen.method = REFUSAL, REFUSAL_METHOD
+            if (shown := t.out.feed(REFUSAL)):
+                yield event("text_chunk", content=shown)
+            return
         if not self.llm_ok:
             return
         context = format_context(t.nodes, t.inline) if (t.mode == "rag" or t.inline) else None
@@ -303,6 +321,9 @@ class ConversationService:
             t.replied = True
             raise gen.error
         reason = gen.fallback_reason or "No LLM is configured."
+        if gen.error is not None:
+            LLM_FALLBACKS.labels("extractive").inc()
+            tracing.annotate(**{"llm.fallback": "extractive"})
         if t.mode == "tools" and not t.nodes and self.llm_ok:  # the tool loop failed before searching
             assert t.scope is not None, "the scope is set when the turn opens"
             t.nodes = await self._retrieve(t.session, t.scope, t.query, self._top_k(t.req))
@@ -329,8 +350,11 @@ class ConversationService:
         if t.out.report is not None:
             meta["guardrails"] = t.out.report
         if req.mode != "none":
-            report = await assess_groundedness(gen.answer, [d.text for d in t.inline] + [n.text for n in t.nodes],
-                                               threshold=self.settings.groundedness_threshold, embedder=self.embedder)
+            with tracing.stage("groundedness", sources=len(t.inline) + len(t.nodes)) as span:
+                report = await assess_groundedness(gen.answer, [d.text for d in t.inline] + [n.text for n in t.nodes],
+                                                   threshold=self.settings.groundedness_threshold,
+                                                   embedder=self.embedder)
+                tracing.annotate(span, score=report.score, flagged=report.flagged)
             meta["groundedness"] = report.to_dict(details=req.groundedness_details)
             if report.score is not None:
                 GROUNDEDNESS_SCORE.labels(req.mode).observe(report.score)
@@ -343,6 +367,13 @@ class ConversationService:
                     gen.answer += piece
                     t.out.shown += piece  # the engine's own words: not screened
                     yield event("text_chunk", content=piece)
+        if (policy := self._no_context(t)) is not None:
+            meta["no_context"] = policy
+            if policy == "disclaim" and not t.out.blocked:  # rag/no_context.py: the client sees it is ungrounded
+                piece = ("\n\n" if t.out.shown else "") + DISCLAIMER
+                gen.answer += piece
+                t.out.shown += piece
+                yield event("text_chunk", content=piece)
         SESSION_MESSAGES.labels(req.mode, meta.get("generation_method", "llm")).inc()
         meta["total_ms"] = round((time.perf_counter() - t.started) * 1000, 2)
         reply = await self.store.add_message(t.session_id, t.thread_id, "assistant", t.out.shown, meta)

@@ -1,6 +1,6 @@
 """The session store: sessions, threads, messages and uploaded files in SQL, behind async methods.
 
-A synchronous SQLAlchemy engine run in worker threads (``asyncio.to_thread``): the same code path for
+A synchronous SQLAlchemy engine run in the store's own bounded thread pool: the same code path for
 SQLite and PostgreSQL (psycopg 3), no async driver needed, and a slow database never blocks the
 event loop. Records leave the store as frozen dataclasses (``records.py``).
 
@@ -15,14 +15,16 @@ its parent thread's history up to and including that message, followed by its ow
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import itertools
 from collections.abc import Callable
-from datetime import timedelta
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from sqlalchemy import create_engine, delete, event, func, or_, select, update
+from sqlalchemy import and_, create_engine, delete, event, func, or_, select, update
 from sqlalchemy.engine import Engine
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session, defer, sessionmaker
 
 from ragengine.conversations.models import (
     MAIN_THREAD,
@@ -32,6 +34,7 @@ from ragengine.conversations.models import (
     SessionFileRow,
     SessionRow,
     ThreadRow,
+    VectorStoreFileRow,
     new_id,
     utcnow,
 )
@@ -79,10 +82,13 @@ def make_engine(url: str) -> Engine:
 
 
 class SessionStore:
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, threads: int = 8) -> None:
         self.url = url
         self.engine = make_engine(url)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        # Its own bounded executor, not the loop's default one: six slow uploads once held every default
+        # thread and GET /v1/sessions waited 30 s behind them (issue 22).
+        self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="session-store")
 
     @property
     def dialect(self) -> str:
@@ -95,13 +101,15 @@ class SessionStore:
         upgrade(self.engine)
 
     def close(self) -> None:
+        self._executor.shutdown(wait=True)
         self.engine.dispose()
 
     async def _run(self, fn: Callable[[Session], T]) -> T:
         def work() -> T:
             with self._sessions.begin() as s:
                 return fn(s)
-        return await asyncio.to_thread(work)
+        context = contextvars.copy_context()  # as asyncio.to_thread does
+        return await asyncio.get_running_loop().run_in_executor(self._executor, context.run, work)
 
     # --- sessions ----------------------------------------------------------------------------------
     async def create_session(self, *, user_id: str | None = None, title: str | None = None,
@@ -262,12 +270,15 @@ class SessionStore:
 
     # --- files ------------------------------------------------------------------------------------
     async def create_file(self, *, filename: str, content_type: str, size_bytes: int, text: str | None = None,
-                          data: bytes | None = None, principal: str | None = None) -> FileInfo:
+                          data: bytes | None = None, principal: str | None = None, purpose: str | None = None,
+                          expires_at: datetime | None = None, failed: str | None = None) -> FileInfo:
         """A new ``uploaded`` file; with ``data``, its bytes are stored in the same transaction, so no
-        replica can take the job before the bytes are there."""
+        replica can take the job before the bytes are there. ``failed``: the reason it cannot be ingested,
+        known at once (the file is recorded ``failed``, with no job)."""
         def fn(s: Session) -> FileInfo:
             row = FileRow(id=new_id("file"), filename=filename, content_type=content_type, size_bytes=size_bytes,
-                          status="uploaded", progress=0.0, text=text, doc_ids={}, owner=principal)
+                          status="failed" if failed else "uploaded", progress=0.0, text=text, doc_ids={},
+                          reason=failed, owner=principal, purpose=purpose, expires_at=expires_at)
             s.add(row)
             s.flush()
             if data is not None:
@@ -299,6 +310,46 @@ class SessionStore:
             if owned_by is not None:
                 q = q.where(FileRow.owner == owned_by)
             return [_file(r) for r in s.scalars(q.limit(limit))]
+        return await self._run(fn)
+
+    async def page_files(self, *, limit: int, order: str = "desc", after: str | None = None,
+                         before: str | None = None, purpose: str | None = None, status: str | None = None,
+                         owned_by: str | None = None) -> tuple[list[FileInfo], bool]:
+        """OpenAI's cursor page over files by (created_at, id): ``after`` / ``before`` are file ids (the
+        items past / ahead of them in ``order``), and whether more lie beyond the page. Texts are not read."""
+        def fn(s: Session) -> tuple[list[FileInfo], bool]:
+            desc = order == "desc"
+            q = select(FileRow).options(defer(FileRow.text))
+            if owned_by is not None:
+                q = q.where(FileRow.owner == owned_by)
+            if purpose is not None:
+                q = q.where(FileRow.purpose == purpose)
+            if status is not None:
+                q = q.where(FileRow.status == status)
+            for cursor, forward in ((after, True), (before, False)):
+                if cursor is None:
+                    continue
+                mark = s.get(FileRow, cursor)
+                if mark is None or (owned_by is not None and mark.owner != owned_by):
+                    raise BadRequest(f"No such file: '{cursor}' (the {'after' if forward else 'before'} cursor).",
+                                     param="after" if forward else "before")
+                later = forward != desc  # the side of the cursor that comes next in the listing
+                q = q.where(_beyond(mark, later))
+            ascending = desc == (before is not None)  # walking back from `before` reads the other way
+            keys = (FileRow.created_at, FileRow.id) if ascending else (FileRow.created_at.desc(), FileRow.id.desc())
+            rows = list(s.scalars(q.order_by(*keys).limit(limit + 1)))
+            more = len(rows) > limit
+            rows = rows[:limit]
+            if before is not None:
+                rows.reverse()
+            return [_file(r, with_text=False) for r in rows], more
+        return await self._run(fn)
+
+    async def expired_files(self) -> list[FileInfo]:
+        """Files past their ``expires_at`` (OpenAI's ``expires_after``)."""
+        def fn(s: Session) -> list[FileInfo]:
+            q = select(FileRow).options(defer(FileRow.text)).where(FileRow.expires_at < utcnow())
+            return [_file(r, with_text=False) for r in s.scalars(q)]
         return await self._run(fn)
 
     async def update_file(self, file_id: str, *, owner: str | None = None, drop_data: bool = False,
@@ -403,11 +454,22 @@ class SessionStore:
         return await self._run(fn)
 
     async def orphan_files(self, ttl_s: int) -> list[FileInfo]:
-        """Files attached to no session and untouched for ``ttl_s``: candidates for clean-up."""
+        """Session uploads attached to no session and untouched for ``ttl_s``: candidates for clean-up.
+        Files uploaded with an OpenAI ``purpose`` stay until deleted or expired, as on OpenAI, and so do
+        files in a vector store."""
         cutoff = utcnow() - timedelta(seconds=ttl_s)
 
         def fn(s: Session) -> list[FileInfo]:
             attached = select(SessionFileRow.file_id)
-            q = select(FileRow).where(FileRow.updated_at < cutoff, FileRow.id.not_in(attached))
+            in_stores = select(VectorStoreFileRow.file_id)
+            q = select(FileRow).where(FileRow.updated_at < cutoff, FileRow.id.not_in(attached),
+                                      FileRow.id.not_in(in_stores), FileRow.purpose.is_(None))
             return [_file(r) for r in s.scalars(q)]
         return await self._run(fn)
+
+
+def _beyond(mark: FileRow, later: bool) -> Any:
+    """Rows after (``later``) or before ``mark`` in (created_at, id) order: a keyset condition."""
+    if later:
+        return or_(FileRow.created_at > mark.created_at, and_(FileRow.created_at == mark.created_at, FileRow.id > mark.id))
+    return or_(FileRow.created_at < mark.created_at, and_(FileRow.created_at == mark.created_at, FileRow.id < mark.id))

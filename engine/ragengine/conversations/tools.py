@@ -22,6 +22,7 @@ from typing import Any
 
 from ragengine.access.acl import Acl
 from ragengine.errors import UpstreamError
+from ragengine.observability import tracing
 
 log = logging.getLogger(__name__)
 
@@ -150,29 +151,45 @@ async def run_tool_loop(llm: Any, registry: Any, scope: Scope, messages: list[di
         payload = {**base, "messages": convo}
         if not final_round:
             payload.update(tools=[SEMANTIC_SEARCH_TOOL], tool_choice="auto")
-        result = await llm.chat(payload)
-        endpoint = result.endpoint
-        _add_usage(usage, result.body)
-        try:
-            message = result.body["choices"][0]["message"]
-        except (KeyError, IndexError, TypeError):
-            raise UpstreamError(f"LLM at {result.endpoint} answered without a message.") from None
-        tool_calls = message.get("tool_calls") or []
-        if not tool_calls or final_round:
-            answer = message.get("content") or ""
-            return ToolLoopResult(answer, list(nodes_by_id.values()), calls, endpoint, iteration, usage)
-        convo.append({"role": "assistant", "content": message.get("content"), "tool_calls": tool_calls})
-        for call in tool_calls:
-            record = await _execute(call, registry, scope, default_top_k, max_top_k, nodes_by_id, select, default_query)
-            calls.append(record["log"])
-            convo.append(record["message"])
-            if on_call is not None:
-                await on_call(record["log"])
+        with tracing.stage("tool_round", round=iteration, final=final_round) as span:
+            result = await llm.chat(payload)
+            endpoint = result.endpoint
+            _add_usage(usage, result.body)
+            try:
+                message = result.body["choices"][0]["message"]
+            except (KeyError, IndexError, TypeError):
+                raise UpstreamError(f"LLM at {result.endpoint} answered without a message.") from None
+            tool_calls = message.get("tool_calls") or []
+            tracing.annotate(span, tool_calls=len(tool_calls))
+            if not tool_calls or final_round:
+                answer = message.get("content") or ""
+                return ToolLoopResult(answer, list(nodes_by_id.values()), calls, endpoint, iteration, usage)
+            convo.append({"role": "assistant", "content": message.get("content"), "tool_calls": tool_calls})
+            for call in tool_calls:
+                record = await _execute(call, registry, scope, default_top_k, max_top_k, nodes_by_id, select,
+                                        default_query)
+                calls.append(record["log"])
+                convo.append(record["message"])
+                if on_call is not None:
+                    await on_call(record["log"])
     raise AssertionError("unreachable")
 
 
 async def _execute(call: dict, registry: Any, scope: Scope, default_top_k: int, max_top_k: int,
                    nodes_by_id: dict[str, Any], select: Any = None, default_query: str = "") -> dict:
+    fn = call.get("function") or {}
+    with tracing.stage("tool_call", **{"gen_ai.tool.name": str(fn.get("name"))[:64], "scope_files": len(scope.file_ids)}
+                       ) as span:
+        out = await _run_call(call, registry, scope, default_top_k, max_top_k, nodes_by_id, select, default_query)
+        entry = out["log"]
+        tracing.annotate(span, top_k=entry.get("top_k"), hits=entry.get("results"), error=entry.get("error"),
+                         ignored_arguments=entry.get("ignored_arguments") or None)
+        tracing.content(span, "tool.query", entry.get("query"))
+        return out
+
+
+async def _run_call(call: dict, registry: Any, scope: Scope, default_top_k: int, max_top_k: int,
+                    nodes_by_id: dict[str, Any], select: Any, default_query: str) -> dict:
     call_id = str(call.get("id") or f"call_{len(nodes_by_id)}")
     fn = call.get("function") or {}
     name = fn.get("name")

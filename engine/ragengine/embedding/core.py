@@ -82,6 +82,7 @@ class Embedder:
         self.dim = backend.dim
         self.max_tokens = backend.max_tokens
         self.kind = "remote" if backend.name == "remote" else "local"  # a metrics label
+        self.backend_note: str | None = None  # why a slow backend runs, when it does (embedding/fastpath.py)
         self._tokenizer = backend.tokenizer
         self._docs_pool = ThreadPoolExecutor(1, thread_name_prefix="embed-docs")
         self._query_pool = ThreadPoolExecutor(1, thread_name_prefix="embed-query")
@@ -187,7 +188,7 @@ def _imports(module: str) -> bool:
 
 
 def choose_backend(settings: EngineSettings) -> tuple[str, Any]:
-    """("remote" | "openvino" | "onnx" | "torch", the export's (model dir, ONNX file) for the export runtimes).
+    """("remote" | "wordllama" | "openvino" | "onnx" | "torch", the export's (model dir, ONNX file) for the export runtimes).
 
     ``auto``: on a CPU, when the model has an ONNX export installed, OpenVINO if it imports, else ONNX
     Runtime; on CUDA or without an export (or either runtime), torch. Naming a runtime whose export or
@@ -195,6 +196,10 @@ def choose_backend(settings: EngineSettings) -> tuple[str, Any]:
     """
     if settings.embedding_url:
         return "remote", None
+    from ragengine.embedding.wordllama_backend import PREFIX as WORDLLAMA
+
+    if settings.embedding_model.startswith(WORDLLAMA):  # static embeddings: no runtime to choose
+        return "wordllama", None
     from ragengine.embedding.export import find_onnx
 
     if settings.embedding_backend == "torch":
@@ -223,12 +228,25 @@ def build_embedder(settings: EngineSettings) -> Embedder:
     """Load the configured embedding model (local by path/package/name, or remote by URL)."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     kind, found = choose_backend(settings)
+    note = None
+    model = settings.embedding_model
+    if (kind == "torch" and settings.embedding_backend == "auto" and settings.device != "cuda"
+            and not model.startswith(PACKAGE_PREFIX) and os.path.isdir(model)):
+        from ragengine.embedding.fastpath import ensure_export  # a model folder by path: export it once
+
+        found, note = ensure_export(settings, model)
+        if found is not None:
+            kind = next((r for r in EXPORT_RUNTIMES if _imports(RUNTIME_MODULES[r])), "torch")
     backend: Backend
     if kind == "remote":
         from ragengine.embedding.remote import RemoteBackend
 
         backend = RemoteBackend(settings.embedding_url or "", settings.embedding_model, settings.embedding_api_key,
                                 settings.embedding_batch_size, settings.embedding_max_tokens or 512)
+    elif kind == "wordllama":
+        from ragengine.embedding.wordllama_backend import WordLlamaBackend
+
+        backend = WordLlamaBackend(settings.embedding_model, settings.embedding_batch_size)
     elif kind == "openvino":
         from ragengine.embedding.openvino_backend import OpenVinoBackend
 
@@ -246,4 +264,6 @@ def build_embedder(settings: EngineSettings) -> Embedder:
                                settings.embedding_batch_size, settings.embedding_max_tokens)
     log.info("embedding backend: %s (dim %d, %d tokens, %s threads for documents, precision %s)", backend.name,
              backend.dim, backend.max_tokens, getattr(backend, "threads", "-"), getattr(backend, "precision", "f32"))
-    return Embedder(backend)
+    embedder = Embedder(backend)
+    embedder.backend_note = note
+    return embedder

@@ -6,6 +6,7 @@ import httpx
 import numpy as np
 
 from ragengine.errors import UpstreamError
+from ragengine.redact import redact_text, redact_url
 
 
 class RemoteBackend:
@@ -26,7 +27,8 @@ class RemoteBackend:
         try:
             resp = self._client.post("/embeddings", json={"model": self.model, "input": texts})
         except httpx.HTTPError as exc:
-            raise UpstreamError(f"Embedding service at {self.base_url} unreachable: {exc}") from exc
+            raise UpstreamError(f"Embedding service at {redact_url(self.base_url)} unreachable: "
+                                f"{redact_text(str(exc))}") from exc
         if resp.status_code != 200:
             raise UpstreamError(
                 f"Embedding service answered {resp.status_code}: {resp.text[:300]}",

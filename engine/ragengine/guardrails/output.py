@@ -22,6 +22,7 @@ from typing import Any
 from ragengine.guardrails.metrics import ANSWERS, SCAN_SECONDS, SCANNER_ACTIONS
 from ragengine.guardrails.runtime import Guardrails, GuardrailsUnavailable
 from ragengine.guardrails.scan import OutputGuard, OutputStream, Verdict
+from ragengine.observability import tracing
 from ragengine.protocol.sse import DONE, error_object, frame
 
 log = logging.getLogger("ragengine.guardrails")
@@ -42,6 +43,15 @@ def _record(guard: OutputGuard, verdicts: list[Verdict], endpoint: str, seconds:
                 "event": "guardrails_block", "endpoint": endpoint, "id": answer_id, "choice": choice,
                 "scanners": guard.report([v])["scanners"], "policy": guard.policy.digest}))
     return report
+
+
+def report_attributes(report: dict[str, Any] | None, seconds: float | None = None) -> dict[str, Any]:
+    """A ``guardrails`` field as span attributes: the action, each scanner that acted (type:action:count),
+    the policy's digest, the scan time."""
+    report = report or {}
+    return {"guardrails.action": report.get("action"), "guardrails.policy": report.get("policy"),
+            "guardrails.scanners": [f"{x['type']}:{x['action']}:{x['count']}" for x in report.get("scanners") or []]
+            or None, "guardrails.scan_ms": None if seconds is None else round(seconds * 1000, 3)}
 
 
 def _failed(guardrails: Guardrails, endpoint: str, exc: Exception) -> dict[str, Any]:
@@ -73,7 +83,9 @@ def guard_chat(guardrails: Guardrails | None, outcome: Any, n: int = 1, endpoint
             if (note := unscreened(guardrails, endpoint)) is not None:
                 outcome.body["guardrails"] = note
             return outcome
-        outcome.body = _guard_body(guardrails, guard, outcome.body, endpoint)
+        with tracing.stage("guardrails", mode="json", endpoint=endpoint) as span:
+            outcome.body = _guard_body(guardrails, guard, outcome.body, endpoint)
+            tracing.annotate(span, **report_attributes(outcome.body.get("guardrails")))
         return outcome
     if guard is not None:
         outcome.events = _guard_frames(guardrails, guard, outcome.events, endpoint, n)
@@ -118,6 +130,8 @@ async def _guard_frames(guardrails: Guardrails, guard: OutputGuard, frames: Asyn
     head: dict[str, Any] = {"id": "", "model": "", "created": int(time.time())}
     spent = 0.0
     failed: dict[str, Any] | None = None
+    report: dict[str, Any] | None = None
+    span = tracing.opened("guardrails", mode="stream", endpoint=endpoint)  # the whole stream; scan_ms its own part
 
     def settle() -> list[dict]:
         ends = (_end(guard, s, {"index": i, "delta": {}, "finish_reason": None}, "")
@@ -162,8 +176,10 @@ async def _guard_frames(guardrails: Guardrails, guard: OutputGuard, frames: Asyn
                                    head["id"] or None)
         yield frame(_chunk(head, [], guardrails=report))
     except GuardrailsUnavailable as exc:
+        report = {"action": "error", "error": exc.message}
         yield frame({"error": error_object(exc)})
     finally:
+        tracing.end(span, **report_attributes(report, spent))
         aclose = getattr(frames, "aclose", None)
         if aclose is not None:
             await aclose()  # the relay's own clean-up closes the upstream response
@@ -234,6 +250,7 @@ class AnswerGuard:
         self.report: dict[str, Any] | None = None if self.guard else (
             unscreened(guardrails, endpoint) if guardrails is not None else None)
         self._block_sent = False
+        self.span = tracing.opened("guardrails", mode="stream", endpoint=endpoint) if self.guard else None
 
     @property
     def stopped(self) -> bool:
@@ -250,12 +267,16 @@ class AnswerGuard:
         return self._out(self.stream.feed, piece)
 
     def close(self) -> str:
-        if self.stream is None:
+        if self.stream is None:  # no policy, or a scan failed (fail-open): the report says which
+            span, self.span = self.span, None
+            tracing.end(span, **report_attributes(self.report, self.spent))
             return ""
         out = self._out(lambda _: self.stream.close(), "")
         assert self.guard is not None
         if self.report is None:
             self.report = _record(self.guard, [self.stream.verdict], self.endpoint, self.spent, "stream", None)
+        span, self.span = self.span, None
+        tracing.end(span, **report_attributes(self.report, self.spent))
         return out
 
     def _out(self, step, piece: str) -> str:

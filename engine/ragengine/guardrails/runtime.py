@@ -5,7 +5,8 @@ ConfigMap volume swaps a symlink, which changes the inode) by a background task 
 themselves, so an edit applies within a second or so of reaching the pod, with no restart. A file that
 cannot be used (not YAML, not a mapping, unreadable, gone) is refused: the last good policy keeps
 serving, and the error is logged, counted (``ragengine_guardrails_policy_reloads_total{outcome="error"}``)
-and shown (``ragengine_guardrails_policy_error`` 1, ``/health``'s ``guardrails``). With no good policy
+and shown (``ragengine_guardrails_policy_error`` 1 on ``/metrics``; the operator's GuardrailsPolicy
+condition says the same of the ConfigMap). With no good policy
 at all (a bad file at start), ``fail_open`` decides: false (the default) refuses answers with a 503,
 true sends them unscreened and says so in their ``guardrails`` field.
 """

@@ -7,6 +7,12 @@ limit afterwards: a chunk that would be truncated silently (KAITO's 1024-token c
 model) is cut again at token boundaries. Chunks are returned as ``(start, end)`` spans into the text
 where they are exact substrings, so the engine keeps one copy of the text.
 
+Tables (Markdown pipe tables: what ``ragengine.parsing`` makes of DOCX, PPTX, XLSX, CSV and PDF
+tables, and what people write) are kept whole when they fit ``chunk_size``; a larger one is split by
+rows, and every piece repeats the table's nearest heading, its caption (the line right above it) and
+its header row, so no piece of a table loses what its numbers mean (``table_blocks``,
+``Chunker._table``). Those pieces are not substrings of the text: they are stored as their own text.
+
 Contextual chunks (chunking option ``contextual``): what is embedded and keyword-indexed for a chunk is
 ``contextual_text(title, section path, chunk)``, the document's ``title`` metadata and the Markdown /
 reStructuredText headings in force where the chunk starts, above the chunk. What clients get back and
@@ -107,19 +113,68 @@ class Chunker:
                     "Language not specified in node metadata: documents with split_type 'code' need a "
                     "'language' (for example 'python')."
                 )
-            pieces = self._split_code(text, language.lower())
-        else:
-            prose, token = self._prose_and_token()
-            try:
-                pieces = prose.split_text(text)
-            except Exception as exc:
-                log.warning("sentence splitting failed (%s); splitting by tokens", exc)
-                pieces = token.split_text(text)
+            return self._bounded(text, self._split_code(text, language.lower()))
+        tables = table_blocks(text)
+        if not tables:
+            return self._prose(text)
+        heads = headings(text)
+        spans: list[Any] = []
+        cursor = 0
+        for start, end in tables:
+            spans += _shift(self._prose(text[cursor:start]), cursor)
+            spans += self._table(text, start, end, heads)
+            cursor = end
+        return spans + _shift(self._prose(text[cursor:]), cursor)
+
+    def _prose(self, text: str) -> list[Any]:
+        if not text.strip():
+            return []
+        prose, token = self._prose_and_token()
+        try:
+            pieces = prose.split_text(text)
+        except Exception as exc:
+            log.warning("sentence splitting failed (%s); splitting by tokens", exc)
+            pieces = token.split_text(text)
+        return self._bounded(text, pieces)
+
+    def _bounded(self, text: str, pieces: list[str]) -> list[Any]:
         bounded: list[str] = []
         for piece in pieces:
             if piece.strip():
                 bounded.extend(self._enforce_limit(piece))
         return locate_spans(text, bounded)
+
+    # -- tables ------------------------------------------------------------------------------------
+    def _table(self, text: str, start: int, end: int, heads: Sequence[tuple[int, int, str]]) -> list[Any]:
+        """The table at ``text[start:end]`` whole when it fits, else pieces of whole rows, each
+        ``context + header + rows`` (context: the nearest heading and the caption line above)."""
+        table = text[start:end]
+        budget = self.config.chunk_size
+        if self.embedder.count_tokens(table) <= budget:
+            return [(start, end)]
+        lines = table.split("\n")
+        head = "\n".join(lines[:2])
+        context = "\n".join(table_context(text, start, heads))
+        prefix = f"{context}\n\n{head}" if context else head
+        room = budget - self.embedder.count_tokens(prefix) - 1
+        if room < budget // 4:  # a long context: keep the header row, drop the rest of the context
+            prefix, room = head, budget - self.embedder.count_tokens(head) - 1
+        pieces: list[Any] = []
+        rows: list[str] = []
+        used = 0
+        for row in lines[2:]:
+            cost = self.embedder.count_tokens(row) + 1
+            if rows and used + cost > room:
+                pieces.append(prefix + "\n" + "\n".join(rows))
+                rows, used = [], 0
+            rows.append(row)
+            used += cost
+        if rows:
+            pieces.append(prefix + "\n" + "\n".join(rows))
+        out: list[Any] = []
+        for piece in pieces:  # a single row longer than the chunk: cut, as any text would be
+            out.extend(self._enforce_limit(piece))
+        return out
 
     # -- code --------------------------------------------------------------------------------------
     def _split_code(self, text: str, language: str) -> list[str]:
@@ -181,6 +236,68 @@ class Chunker:
         return [p for p in out if p.strip()]
 
 
+def _shift(spans: list[Any], offset: int) -> list[Any]:
+    return [s if isinstance(s, str) else (s[0] + offset, s[1] + offset) for s in spans]
+
+
+def _is_row(line: str) -> bool:
+    line = line.strip()
+    return len(line) >= 2 and line[0] == "|" and line[-1] == "|"
+
+
+def _is_separator(line: str) -> bool:
+    """A pipe table's second line: cells of '-' (at least three) with optional ':' for alignment."""
+    if not _is_row(line):
+        return False
+    cells = line.strip()[1:-1].split("|")
+    return all(c.strip().strip(":").count("-") >= 3 and not c.strip().strip(":").strip("-") for c in cells)
+
+
+def table_blocks(text: str) -> list[tuple[int, int]]:
+    """``(start, end)`` of every Markdown pipe table in ``text`` (a header row, a separator row, then
+    rows), in order, outside fenced code. One pass over the lines, string methods only."""
+    if "|" not in text:
+        return []
+    out: list[tuple[int, int]] = []
+    lines = text.splitlines(keepends=True)
+    offset, i, fenced = 0, 0, False
+    while i < len(lines):
+        line = lines[i]
+        if _FENCE.match(line):
+            fenced = not fenced
+        elif not fenced and _is_row(line) and i + 1 < len(lines) and _is_separator(lines[i + 1]):
+            start, j = offset, i + 2
+            end = offset + len(line) + len(lines[i + 1])
+            last = lines[i + 1]
+            while j < len(lines) and _is_row(lines[j]):
+                end += len(lines[j])
+                last = lines[j]
+                j += 1
+            out.append((start, end - (len(last) - len(last.rstrip("\r\n")))))
+            offset = end
+            i = j
+            continue
+        offset += len(line)
+        i += 1
+    return out
+
+
+def table_context(text: str, start: int, heads: Sequence[tuple[int, int, str]]) -> list[str]:
+    """The lines that say what the table at ``start`` is: the nearest heading above it (as written;
+    ``heads`` from ``headings(text)``) and its caption, the last line of the paragraph right above
+    (when short and not that heading)."""
+    out: list[str] = []
+    n = bisect.bisect_left([h[0] for h in heads], start)
+    if n:
+        pos = heads[n - 1][0]
+        out.append(text[pos:start].split("\n", 1)[0].strip())
+    before_end = len(text[:start].rstrip())
+    last = text[max(0, text.rfind("\n", 0, before_end) + 1):before_end].strip()
+    if last and len(last) <= 200 and not _is_row(last) and (not out or last != out[-1]):
+        out.append(last)
+    return out
+
+
 def locate_spans(text: str, chunks: list[str]) -> list[Any]:
     """(start, end) of each chunk in ``text`` searching forward (chunks overlap), else the chunk itself."""
     spans: list[Any] = []
@@ -198,9 +315,32 @@ def locate_spans(text: str, chunks: list[str]) -> list[Any]:
 
 
 # -- contextual chunk text ---------------------------------------------------------------------------
-_ATX = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.+?)(?:[ \t]+#+)?[ \t]*$")
 _FENCE = re.compile(r"^ {0,3}(```|~~~)")
 _RST_ADORN = re.compile(r"^([!-/:-@\[-`{-~])\1{2,}[ \t]*$")  # one punctuation character, 3+ times
+
+
+def atx_heading(line: str) -> tuple[int, str] | None:
+    """``(level, title)`` when ``line`` (no line break) is a Markdown ATX heading (``## Title ##``), else None.
+
+    String methods only, linear in the line's length: the regex it replaces
+    (``^ {0,3}(#{1,6})[ \\t]+(.+?)(?:[ \\t]+#+)?[ \\t]*$``) backtracked quadratically on a long run of
+    blanks, and a 30 KB heading held the event loop for seconds (issue 22). Same results: the title
+    keeps inner blanks, loses a closing ``#`` run only when a blank precedes it and text remains."""
+    body = line.lstrip(" ")
+    if len(line) - len(body) > 3:
+        return None
+    rest = body.lstrip("#")
+    level = len(body) - len(rest)
+    if not 1 <= level <= 6 or rest[:1] not in (" ", "\t"):
+        return None
+    title = rest.lstrip(" \t")
+    if not title:  # only blanks after the hashes: the regex's title took one of them
+        return (level, "") if len(rest) >= 2 else None
+    title = title.rstrip(" \t")
+    bare = title.rstrip("#")
+    if bare != title and bare and bare[-1] in " \t" and bare.strip(" \t"):
+        title = bare.rstrip(" \t")
+    return level, title
 
 
 def headings(text: str) -> list[tuple[int, int, str]]:
@@ -218,7 +358,7 @@ def headings(text: str) -> list[tuple[int, int, str]]:
     out: list[tuple[int, int, str]] = []
     styles: list[tuple[str, bool]] = []  # RST adornment styles in order of appearance
     fenced = False
-    markdown = any(_ATX.match(line) for line in lines)
+    markdown = any(atx_heading(line.rstrip("\r\n")) for line in lines)
     i = 0
     while i < len(lines):
         line = lines[i].rstrip("\r\n")
@@ -229,9 +369,9 @@ def headings(text: str) -> list[tuple[int, int, str]]:
         if fenced:
             i += 1
             continue
-        atx = _ATX.match(line)
+        atx = atx_heading(line)
         if atx:
-            out.append((offsets[i], len(atx.group(1)), atx.group(2).strip()))
+            out.append((offsets[i], atx[0], atx[1].strip()))
             i += 1
             continue
         nxt = lines[i + 1].rstrip("\r\n") if i + 1 < len(lines) else ""
@@ -285,6 +425,29 @@ def contextual_text(title: str | None, path: Sequence[str], chunk: str) -> str:
     if len(prefix) > CONTEXT_MAX_CHARS:
         prefix = prefix[: CONTEXT_MAX_CHARS - 1].rstrip() + "…"
     return f"{prefix}\n\n{chunk}"
+
+
+@lru_cache(maxsize=256)
+def _cached_headings(text: str) -> list[tuple[int, int, str]]:
+    # keyed by the document's text object (its hash is computed once and kept by the str)
+    return headings(text)
+
+
+def heading_path(text: str, metadata: dict | None, span: Any) -> list[str]:
+    """Where a chunk sits, for citations: the document's title and the headings in force where the
+    chunk starts (``span``: ``(start, end)`` into ``text``, or a chunk's own text, located by its
+    last line). Empty when the document has neither."""
+    if isinstance(span, str):
+        tail = span.rstrip().rsplit("\n", 1)[-1]
+        offset = max(text.find(tail), 0) if tail else 0
+    else:
+        offset = span[0]
+    title = document_title(metadata)
+    path = [title.strip()] if title else []
+    for name in section_path(_cached_headings(text), offset):
+        if not path or name.strip().casefold() != path[-1].casefold():
+            path.append(name.strip())
+    return path
 
 
 def document_title(metadata: dict | None) -> str | None:

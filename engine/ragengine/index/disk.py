@@ -22,11 +22,27 @@ from ragengine.index.state import IndexState
 from ragengine.index.types import ChunkingConfig
 
 INDEXES = "indexes"
+PERSIST = "persist"  # /persist and /load copies
 MAX_NAME = 200
+# An index is a folder named after its quoted name; file systems allow 255 bytes a name, and
+# snapshots add ".tmp" / ".old" beside it. Non-ASCII characters quote to 6 to 12 bytes each.
+MAX_QUOTED_NAME = 240
 
 
 class IndexLoadError(Exception):
     pass
+
+
+VERSION_SEP = "/"  # index versions after the first live under "<name>/v<n>" (ragengine.versions.book)
+
+
+def validate_physical(name: str) -> str:
+    """An index's own name, or an index version's ("<name>/v<n>", "<name>/import-<id>"): what the stores hold."""
+    base, sep, rest = name.partition(VERSION_SEP)
+    validate_name(base)
+    if sep and not (rest and rest.replace("-", "").isalnum() and len(rest) <= 64):
+        raise BadRequest(f"Invalid index version name {name!r}.")
+    return name
 
 
 def validate_name(name: str) -> str:
@@ -37,6 +53,9 @@ def validate_name(name: str) -> str:
     if "/" in name or name in (".", ".."):
         # Every index must stay addressable as /indexes/{index_name}.
         raise BadRequest(f"Invalid index name {name!r}: '/', '.' and '..' are not allowed.")
+    if len(dir_name(name)) > MAX_QUOTED_NAME:
+        raise BadRequest(f"Invalid index name: {len(dir_name(name))} bytes once URL-quoted (the folder name), at most "
+                         f"{MAX_QUOTED_NAME}; a non-ASCII character counts 6 to 12 bytes.")
     return name
 
 
@@ -49,18 +68,21 @@ def index_root(data_dir: Path) -> Path:
     return Path(data_dir) / INDEXES
 
 
-def safe_path(data_dir: Path, path: str) -> Path:
-    """``path`` (relative to data_dir, or absolute) resolved and confined under data_dir, outside the
-    engine's own ``indexes/`` folder; anything else is a 400."""
-    if "\x00" in path:
-        raise BadRequest("Invalid path.")
-    base = Path(data_dir).resolve()
-    candidate = (Path(path) if os.path.isabs(path) else base / path).resolve()
-    if candidate == base or not candidate.is_relative_to(base):
-        raise BadRequest(f"Invalid path {path!r}: it must be a folder under the data directory ({base}).")
-    if candidate.is_relative_to(base / INDEXES):
-        raise BadRequest(f"Invalid path {path!r}: the '{INDEXES}' folder is reserved for live indexes.")
-    return candidate
+def persist_path(data_dir: Path, name: str) -> Path:
+    """``<data_dir>/persist/<name>``, where ``/persist`` writes and ``/load`` reads: ``name`` is one
+    folder name (no ``/``, no dot files, not a snapshot's own ``.tmp`` / ``.old``), so a copy can
+    never land on the engine's other files (``sessions.db``, the model cache, ``uploads/``: issue 22)."""
+    if (not name or name.strip() != name or any(ord(c) < 32 or c == "\x7f" for c in name) or "/" in name
+            or "\\" in name or name.startswith(".") or name.endswith((".tmp", ".old"))):
+        raise BadRequest(f"Invalid path {name!r}: give a folder name under {PERSIST}/ (one name: no '/', "
+                         "not starting with '.', not ending in '.tmp' or '.old').")
+    if len(name.encode()) > MAX_QUOTED_NAME:
+        raise BadRequest(f"Invalid path: at most {MAX_QUOTED_NAME} bytes.")
+    root = Path(data_dir) / PERSIST
+    target = root / name
+    if root.is_symlink() or target.is_symlink():
+        raise BadRequest(f"Invalid path {name!r}: {PERSIST}/ and its folders may not be symbolic links.")
+    return target
 
 
 def write_json_atomic(path: Path, data: dict) -> None:
@@ -99,13 +121,15 @@ def clean_trash(data_dir: Path) -> None:
                 shutil.rmtree(entry, ignore_errors=True)
 
 
-def load_index_dir(path: Path, dim: int, store_kwargs: dict) -> tuple[str, IndexState]:
-    """Restore one index folder (runs in a worker thread at start-up)."""
+def load_index_dir(path: Path, dim: int | None, store_kwargs: dict) -> tuple[str, IndexState]:
+    """Restore one index folder (runs in a worker thread at start-up); ``dim`` None: its own dimension
+    (index.json), as each index version has its model's."""
     try:
         meta = json.loads((path / "index.json").read_text(encoding="utf-8"))
         name = meta["name"]
     except (OSError, ValueError, KeyError) as exc:
         raise IndexLoadError(f"{path}: index.json missing or unreadable ({exc})") from exc
+    dim = int(meta.get("dim") or 0) if dim is None else dim
     try:
         snap = path / "snapshot"
         if not snap.exists() and (path / "snapshot.old").exists():

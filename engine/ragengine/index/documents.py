@@ -16,6 +16,7 @@ backend:
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -50,6 +51,14 @@ class UpdatePlan:
 def content_id(text: str) -> str:
     """The id a document gets when the client sends none: its text's SHA-256 (KAITO's choice)."""
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def content_digest(text: str, metadata: dict) -> str:
+    """A document's text and metadata as one digest (how two versions of an index are compared)."""
+    h = hashlib.sha256(text.encode("utf-8"))
+    h.update(b"\0")
+    h.update(json.dumps(metadata, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+    return h.hexdigest()
 
 
 def clean_documents(documents: list[dict], *, max_chars: int, need_id: bool = False) -> list[NewDoc]:

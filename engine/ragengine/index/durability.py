@@ -15,10 +15,10 @@ from urllib.parse import unquote
 import numpy as np
 
 from ragengine import metrics
-from ragengine.errors import BadRequest, EngineError
+from ragengine.errors import BadRequest, Conflict, EngineError
 from ragengine.index import disk
 from ragengine.index.journal import Journal
-from ragengine.index.snapshot import SnapshotError, read_snapshot, write_snapshot
+from ragengine.index.snapshot import SnapshotError, read_manifest, read_snapshot, write_snapshot
 from ragengine.index.state import IndexState
 
 log = logging.getLogger(__name__)
@@ -46,7 +46,8 @@ class Durability:
         states, corrupt = [], {}
         for path in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
             try:
-                _name, state = await asyncio.to_thread(disk.load_index_dir, path, self.dim, self.store_kwargs)
+                # Each index with its own dimension: index versions of several models live side by side.
+                _name, state = await asyncio.to_thread(disk.load_index_dir, path, None, self.store_kwargs)
             except disk.IndexLoadError as exc:
                 key = unquote(path.name)
                 corrupt[key] = str(exc)
@@ -68,6 +69,14 @@ class Durability:
                     state.journal.close()
 
     # -- writes ------------------------------------------------------------------------------------
+    async def create(self, state: IndexState) -> None:
+        """The index's folder and an empty journal now (an index version exists before its first document)."""
+        if not state.on_disk:
+            path = await asyncio.to_thread(disk.create_index_dir, self.data_dir, state)
+            state.journal = Journal(path / "journal.log", state.dim)
+            await asyncio.to_thread(state.journal.open)
+            state.on_disk = True
+
     async def write(self, state: IndexState, op: dict, vectors: np.ndarray | None) -> None:
         """Journal (fsync) then apply; the caller holds ``state.lock``. A new index gets its folder first."""
         if not state.on_disk:
@@ -136,15 +145,28 @@ class Durability:
 
     # -- /persist and /load ------------------------------------------------------------------------
     def copy_path(self, name: str, path: str | None) -> Path:
-        """Where ``/persist`` writes and ``/load`` reads: a folder under ``data_dir`` (outside the live indexes)."""
-        return disk.safe_path(self.data_dir, path or f"persist/{disk.dir_name(name)}")
+        """Where ``/persist`` writes and ``/load`` reads: ``<data_dir>/persist/<path>``, ``path`` one folder
+        name (default: the index's folder name)."""
+        return disk.persist_path(self.data_dir, path or disk.dir_name(name))
 
     async def persist(self, state: IndexState, target: Path) -> None:
-        await asyncio.to_thread(write_snapshot, state, target)
+        def write() -> None:
+            if target.exists() or target.is_symlink():  # only an earlier copy may be replaced
+                try:
+                    if not target.is_dir():
+                        raise SnapshotError("not a folder")
+                    read_manifest(target)
+                except SnapshotError as exc:
+                    raise Conflict(f"{target.name} exists under {disk.PERSIST}/ and is not an index snapshot "
+                                   f"({exc}); it is left as it is: choose another path") from exc
+            target.parent.mkdir(parents=True, exist_ok=True)
+            write_snapshot(state, target)
+
+        await asyncio.to_thread(write)
 
     async def read_copy(self, source: Path, name: str) -> IndexState:
         try:
-            return await asyncio.to_thread(read_snapshot, source, name, self.dim, self.store_kwargs)
+            return await asyncio.to_thread(read_snapshot, source, name, None, self.store_kwargs)
         except SnapshotError as exc:
             raise BadRequest(f"Loading failed: {exc}") from exc
 

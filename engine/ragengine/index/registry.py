@@ -1,7 +1,12 @@
 """The named indexes of the embedded FAISS store: lookup, document writes and reads.
 
 What makes a write durable (journal, snapshots, HNSW migration, index folders) is ``index.durability``;
-validation and the add / update decisions are ``index.documents``, shared with the external stores."""
+validation and the add / update decisions are ``index.documents``, shared with the external stores.
+
+The names here are the store's own (an index version is "<name>/v<n>", see ``ragengine.versions``); each
+index is embedded with the model ``model_for(name)`` names, from ``embedders`` (several models at once).
+The version layer also uses ``digests``, ``fetch``, ``sync_documents``, ``export_batches`` and
+``import_batch`` (the same methods as ``stores.registry.StoreRegistry``)."""
 
 from __future__ import annotations
 
@@ -9,30 +14,35 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ragengine import metrics
-from ragengine.errors import Conflict, NotFound
+from ragengine.embedding.pool import EmbedderPool, ModelRef
+from ragengine.errors import BadRequest, Conflict, NotFound
 from ragengine.index import disk
 from ragengine.index.chunk_tokens import ChunkTokenCounter, counts_to_store, per_document
 from ragengine.index.chunking import Chunker, index_texts, new_index_config
 from ragengine.index.documents import (
     NewDoc,
     clean_documents,
+    content_digest,
     content_id,
     doc_out,
     listed,
     new_documents,
     plan_update,
     retrieval_request,
+    split_keys_changed,
 )
 from ragengine.index.durability import Durability
 from ragengine.index.search import search_index
 from ragengine.index.state import IndexState
-from ragengine.index.types import RetrievedNode
+from ragengine.index.types import ChunkingConfig, RetrievedNode
+from ragengine.observability import tracing
 from ragengine.retrieval import filters as flt
 
 log = logging.getLogger(__name__)
@@ -43,10 +53,14 @@ class IndexRegistry:
 
     kind = "faiss"
 
-    def __init__(self, settings: Any, embedder: Any, reranker: Any = None) -> None:
+    def __init__(self, settings: Any, embedder: Any, reranker: Any = None, embedders: EmbedderPool | None = None) -> None:
         self.settings = settings
         self.embedder = embedder
         self.reranker = reranker
+        self.embedders = embedders or EmbedderPool(settings, ModelRef.from_settings(settings),
+                                                   {ModelRef.from_settings(settings).key: embedder})
+        # Which model embeds an index (ragengine.versions sets it from the version books).
+        self.model_for: Callable[[str], str] = lambda _name: self.embedders.target.key
         self.chunk_tokens: ChunkTokenCounter | None = None  # the LLM's counter, set when chat starts
         self.data_dir = Path(settings.data_dir)
         self._indexes: dict[str, IndexState] = {}
@@ -62,6 +76,11 @@ class IndexRegistry:
 
     def names(self) -> list[str]:
         return sorted(self._indexes)
+
+    async def chunking(self, name: str) -> ChunkingConfig | None:
+        """How an index splits documents; None when there is no such index."""
+        state = self._indexes.get(name)
+        return state.config if state is not None else None
 
     async def list_names(self) -> list[str]:
         return self.names()
@@ -103,7 +122,7 @@ class IndexRegistry:
         await self.durability.close(list(self._indexes.values()))
 
     def _attach(self, state: IndexState, *, on_disk: bool) -> None:
-        state.chunker = Chunker(self.embedder, state.config)
+        state.chunker = None  # made with the index's model on its first write (_chunker)
         state.on_disk = on_disk
         self._indexes[state.name] = state
         self.corrupt.pop(state.name, None)
@@ -115,29 +134,51 @@ class IndexRegistry:
         metrics.INDEX_CHUNKS.labels(state.name).set(state.n_chunks)
 
     # -- writes ------------------------------------------------------------------------------------
+    async def embedder_for(self, name: str) -> Any:
+        """The embedding model of index ``name`` (loaded on first use)."""
+        return await self.embedders.get(self.model_for(name))
+
     async def _state_for_write(self, name: str, chunking: dict | None) -> IndexState:
-        disk.validate_name(name)
+        disk.validate_physical(name)
+        if name in self._indexes:
+            return self._indexes[name]
+        embedder = await self.embedder_for(name)
         async with self._registry_lock:
             if name in self._indexes:
                 return self._indexes[name]
             self.get(name) if name in self.corrupt else None
-            config = new_index_config(self.settings, chunking, self.embedder.chunk_token_limit)
-            state = IndexState(name, self.embedder.dim, config, self.store_kwargs)
+            config = new_index_config(self.settings, chunking, embedder.chunk_token_limit)
+            state = IndexState(name, embedder.dim, config, self.store_kwargs)
             self._attach(state, on_disk=False)
             return state
 
+    async def _chunker(self, state: IndexState) -> tuple[Any, Chunker]:
+        embedder = await self.embedder_for(state.name)
+        if embedder.dim != state.dim:
+            raise Conflict(f"Index '{state.name}' holds {state.dim}-dimensional vectors but its embedding model "
+                           f"'{self.model_for(state.name)}' makes {embedder.dim}-dimensional ones.")
+        if state.chunker is None or state.chunker.embedder is not embedder:
+            state.chunker = Chunker(embedder, state.config)
+        return embedder, state.chunker
+
     async def _prepare(self, state: IndexState, docs: list[NewDoc]) -> tuple[list[dict], np.ndarray]:
         """Chunk (in a thread), embed (in the embedding thread) and count the LLM tokens of new documents."""
+        embedder, chunker = await self._chunker(state)
+
         def split() -> list[dict]:
-            return [{"id": d.doc_id, "text": d.text, "meta": d.metadata, "spans": state.chunker.split(d.text, d.metadata)}
+            return [{"id": d.doc_id, "text": d.text, "meta": d.metadata, "spans": chunker.split(d.text, d.metadata)}
                     for d in docs]
 
-        adds = await asyncio.to_thread(split)
+        with tracing.stage("chunking", documents=len(docs)) as span:
+            adds = await asyncio.to_thread(split)
+            tracing.annotate(span, chunks=sum(len(a["spans"]) for a in adds))
         # Contextual chunk text (title + section path) when the index asks for it; see chunking.index_texts.
         contextual = state.config.contextual
         texts = [t for a in adds for t in index_texts(a["text"], a["meta"], a["spans"], contextual=contextual)]
         chunks = [s if isinstance(s, str) else a["text"][s[0]:s[1]] for a in adds for s in a["spans"]]
-        vectors, counted = await asyncio.gather(self.embedder.embed_texts(texts), counts_to_store(self.chunk_tokens, chunks))
+        with tracing.stage("embedding", kind="documents", texts=len(texts), model_kind=embedder.kind):
+            vectors, counted = await asyncio.gather(embedder.embed_texts(texts),
+                                                    counts_to_store(self.chunk_tokens, chunks))
         for a, tokens in zip(adds, per_document(counted, [len(a["spans"]) for a in adds]), strict=True):
             a["spans"] = [list(s) if isinstance(s, tuple) else s for s in a["spans"]]
             if tokens:
@@ -146,7 +187,8 @@ class IndexRegistry:
 
     async def _commit(self, state: IndexState, op: dict, vectors: np.ndarray | None) -> None:
         """Journal then apply (``Durability.write``); the caller holds ``state.lock``."""
-        await self.durability.write(state, op, vectors)
+        with tracing.stage("commit", vectors=None if vectors is None else len(vectors)):
+            await self.durability.write(state, op, vectors)
         self._gauges(state)
         await self.durability.maintain(state)
 
@@ -157,6 +199,10 @@ class IndexRegistry:
             metrics.INDEX_CHUNKS.remove(state.name)
 
     async def add_documents(self, index_name: str, documents: list[dict], chunking: dict | None = None) -> list[dict]:
+        with tracing.stage("index_write", operation="add", index=index_name, store="faiss", documents=len(documents)):
+            return await self._add_documents(index_name, documents, chunking)
+
+    async def _add_documents(self, index_name: str, documents: list[dict], chunking: dict | None) -> list[dict]:
         docs = clean_documents(documents, max_chars=self.settings.max_document_chars)
         if not docs:
             return []
@@ -165,6 +211,7 @@ class IndexRegistry:
         async with state.lock:
             try:
                 new = new_documents(index_name, docs, _held(state, docs))
+                tracing.annotate(new=len(new))
                 if new:
                     adds, vectors = await self._prepare(state, new)
                     await self._commit(state, {"add": adds}, vectors)
@@ -184,6 +231,10 @@ class IndexRegistry:
             await self._commit(state, {"add": adds}, np.ascontiguousarray(vectors, dtype=np.float32))
 
     async def update_documents(self, index_name: str, documents: list[dict]) -> dict:
+        with tracing.stage("index_write", operation="update", index=index_name, store="faiss", documents=len(documents)):
+            return await self._update_documents(index_name, documents)
+
+    async def _update_documents(self, index_name: str, documents: list[dict]) -> dict:
         state = self.get(index_name)
         docs = clean_documents(documents, max_chars=self.settings.max_document_chars, need_id=True)
         async with state.lock:
@@ -203,6 +254,10 @@ class IndexRegistry:
         return plan.result
 
     async def delete_documents(self, index_name: str, doc_ids: list[str]) -> dict:
+        with tracing.stage("index_write", operation="delete", index=index_name, store="faiss", documents=len(doc_ids)):
+            return await self._delete_documents(index_name, doc_ids)
+
+    async def _delete_documents(self, index_name: str, doc_ids: list[str]) -> dict:
         state = self.get(index_name)
         async with state.lock:
             found = [d for d in dict.fromkeys(doc_ids) if d in state.docs]
@@ -233,13 +288,13 @@ class IndexRegistry:
         target = self.durability.copy_path(name, path)
         async with state.lock:
             await self.durability.persist(state, target)
-        return str(target)
+        return f"{disk.PERSIST}/{target.name}"
 
     async def load(self, name: str, path: str | None, overwrite: bool) -> str:
-        disk.validate_name(name)
+        disk.validate_physical(name)
         source = self.durability.copy_path(name, path)
         if not source.exists():
-            raise NotFound(f"Path does not exist: {path or source}")
+            raise NotFound(f"Path does not exist: {disk.PERSIST}/{source.name}")
         if self.exists(name) and not overwrite:
             raise Conflict(f"Index '{name}' already exists. Use a different name or delete the existing index first.")
         state = await self.durability.read_copy(source, name)
@@ -250,7 +305,7 @@ class IndexRegistry:
                 raise Conflict(f"Index '{name}' already exists. Use a different name or delete the existing index first.")
             await self.durability.install(state)
             self._attach(state, on_disk=True)
-        return str(source)
+        return f"{disk.PERSIST}/{source.name}"
 
     # -- reads -------------------------------------------------------------------------------------
     async def list_documents(self, index_name: str, *, limit: int = 10, offset: int = 0, max_text_length: int | None = 1000,
@@ -274,9 +329,123 @@ class IndexRegistry:
         req = retrieval_request(query, top_k, filters=filters, metadata_filter=metadata_filter,
                                 max_chunks_per_document=max_chunks_per_document, max_top_k=self.settings.max_top_k,
                                 acl=acl)
-        return await search_index(state, self.embedder, self.settings, req.query, req.top_k, req.filter,
+        embedder, _ = await self._chunker(state)  # the index's own model embeds the query
+        return await search_index(state, embedder, self.settings, req.query, req.top_k, req.filter,
                                   query_embedding, self.reranker, req.max_chunks_per_document,
                                   long_query_windows=long_query_windows)
+
+    # -- what the version layer uses (ragengine.versions; StoreRegistry has the same methods) ------------
+    async def ensure(self, name: str, chunking: dict | None) -> None:
+        """Create index ``name`` (its folder too) when it does not exist: a new version exists while empty."""
+        state = await self._state_for_write(name, chunking)
+        async with state.lock:
+            await self.durability.create(state)
+
+    async def dim_of(self, name: str) -> int | None:
+        state = self._indexes.get(name)
+        return state.dim if state is not None else None
+
+    async def config_of(self, name: str) -> dict:
+        return self.get(name).config.to_dict()
+
+    async def digests(self, name: str) -> dict[str, str]:
+        """doc_id -> digest of its text and metadata (what a version must hold the same of)."""
+        state = self._indexes.get(name)
+        if state is None:
+            return {}
+
+        def run() -> dict[str, str]:
+            with state.rw.read():
+                records = list(state.docs.values())
+            return {r.doc_id: content_digest(r.text, r.metadata) for r in records}
+
+        return await asyncio.to_thread(run)
+
+    async def fetch(self, name: str, doc_ids: list[str]) -> dict[str, NewDoc]:
+        state = self._indexes.get(name)
+        if state is None:
+            return {}
+        return {d: NewDoc(d, rec.text, rec.metadata) for d in doc_ids if (rec := state.docs.get(d)) is not None}
+
+    async def sync_documents(self, name: str, docs: list[NewDoc], *, chunking: dict | None = None,
+                             source: str | None = None) -> int:
+        """Make ``name`` hold ``docs`` as given (add the missing, re-embed a changed text, keep the vectors
+        of a metadata-only change); with ``source``, only the documents ``source`` still holds exactly so
+        (checked under both indexes' locks, so an older copy never overwrites a newer write). Embedding
+        runs before the locks. -> documents written."""
+        state = await self._state_for_write(name, chunking)
+        held = _held(state, docs)
+        changed = [d for d in docs if d.doc_id not in held or held[d.doc_id][0] != d.text
+                   or split_keys_changed(held[d.doc_id][1], d.metadata)]
+        adds, vectors = await self._prepare(state, changed) if changed else ([], None)
+        src = self._indexes.get(source) if source is not None else None
+        if source is not None and src is None:
+            return 0
+        locks = sorted({id(x): x for x in (state, src) if x is not None}.values(), key=lambda x: x.name)
+        async with contextlib.AsyncExitStack() as stack:
+            for x in locks:
+                await stack.enter_async_context(x.lock)
+            wanted = {d.doc_id: d for d in docs}
+            if src is not None:  # only what the source still holds exactly as given
+                wanted = {k: d for k, d in wanted.items()
+                          if (rec := src.docs.get(k)) is not None and rec.text == d.text and rec.metadata == d.metadata}
+            now = _held(state, list(wanted.values()))
+            ops: list[dict] = []
+            parts: list[np.ndarray] = []
+            pos = 0
+            for a in adds:
+                n = len(a["spans"])
+                if a["id"] in wanted and now.get(a["id"]) == held.get(a["id"]):  # the target did not move meanwhile
+                    ops.append(a)
+                    parts.append(vectors[pos:pos + n])  # type: ignore[index]
+                pos += n
+            embedded = {a["id"] for a in adds}
+            for doc_id, doc in wanted.items():
+                rec = state.docs.get(doc_id)
+                if doc_id in embedded or rec is None or rec.text != doc.text or rec.metadata == doc.metadata \
+                        or split_keys_changed(rec.metadata, doc.metadata):
+                    continue
+                ops.append({"id": doc_id, "text": doc.text, "meta": doc.metadata, "spans": rec.span_list(),
+                            **({"tokens": rec.tokens} if rec.tokens else {})})  # metadata only: same vectors
+                parts.append(state.doc_vectors(rec))
+            if ops:
+                op = {"delete": [a["id"] for a in ops if a["id"] in state.docs], "add": ops}
+                await self._commit(state, op, np.concatenate(parts))
+            return len(ops)
+
+    async def export_batches(self, name: str, batch: int = 256) -> AsyncIterator[list[dict]]:
+        """Every document with its spans, token counts and vectors, ``batch`` at a time (each batch read
+        under the read lock; a document replaced or deleted meanwhile is left out of that batch)."""
+        state = self.get(name)
+        ids = list(state.docs)
+        for i in range(0, len(ids), batch):
+            def read(part: list[str] = ids[i:i + batch]) -> list[dict]:
+                out = []
+                with state.rw.read():
+                    for doc_id in part:
+                        rec = state.docs.get(doc_id)
+                        if rec is not None:
+                            out.append({"id": rec.doc_id, "text": rec.text, "meta": rec.metadata,
+                                        "spans": rec.span_list(), "tokens": rec.tokens,
+                                        "vectors": state.doc_vectors(rec)})
+                return out
+
+            yield await asyncio.to_thread(read)
+
+    async def import_batch(self, name: str, config: dict, docs: list[dict]) -> None:
+        """Write exported documents as they are (spans, token counts, vectors): no chunking, no embedding."""
+        state = await self._state_for_write(name, config)
+        if not docs:
+            return
+        dims = {d["vectors"].shape[1] for d in docs if len(d["vectors"])}
+        if dims - {state.dim}:
+            raise BadRequest(f"vectors of dimension {sorted(dims)} do not fit index '{name}' ({state.dim})")
+        adds = [{"id": d["id"], "text": d["text"], "meta": d["meta"], "spans": d["spans"],
+                 **({"tokens": d["tokens"]} if d.get("tokens") else {})} for d in docs]
+        async with state.lock:
+            op = {"delete": [a["id"] for a in adds if a["id"] in state.docs], "add": adds}
+            await self._commit(state, op, np.concatenate([d["vectors"] for d in docs]))
+
 
 def _held(state: IndexState, docs: list[NewDoc]) -> dict[str, tuple[str, dict]]:
     """What the index holds of these documents, as the shared document operations see it."""

@@ -15,14 +15,27 @@ from typing import Any
 import numpy as np
 
 from ragengine import metrics
+from ragengine.index.chunking import heading_path
 from ragengine.index.state import IndexState, node_id
 from ragengine.index.types import RetrievedNode, cosine_to_score
+from ragengine.observability import tracing
 from ragengine.retrieval import long_query
 from ragengine.retrieval.grouping import OVERFETCH, cap_per_document
 from ragengine.retrieval.hybrid import FUSION_CANDIDATES, FusionParams, candidate_pool, fuse
 
+
+def _one_openmp_thread() -> None:
+    """Each search worker runs FAISS on one OpenMP thread (libgomp keeps the setting per thread): a single
+    query's flat search takes well under a millisecond, and concurrent queries that each fan out over every
+    core spin against each other (issue 28: 56 req/s at 16 clients, 126 with OMP_NUM_THREADS=1). Ingestion
+    and HNSW builds run on other threads and keep every core."""
+    import faiss
+
+    faiss.omp_set_num_threads(1)
+
+
 # Searches only (ingestion embeds on the embedder's own thread), so queries never queue behind writes.
-_POOL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="search")
+_POOL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="search", initializer=_one_openmp_thread)
 MAX_WIDEN = 10_000  # candidates at most when widening for max_chunks_per_document
 
 
@@ -33,16 +46,18 @@ def _pool_size(top_k: int, reranking: bool, settings: Any) -> int:
 
 def _bm25(state: IndexState, query: str, pool: int, f: Any) -> tuple[int, np.ndarray, np.ndarray]:
     start = time.perf_counter()
-    with state.rw.read():
+    with tracing.stage("keyword_search", candidates=pool) as span, state.rw.read():
         allowed = state.allowed_mask(f)
         slots, scores = state.bm25.search(query, pool, state.store.alive, allowed)
         version = state.version
+        tracing.annotate(span, hits=len(slots), filtered=allowed is not None)
     metrics.SEARCH_SECONDS.labels(stage="sparse").observe(time.perf_counter() - start)
     return version, slots, scores
 
 
 def _dense_and_fuse(state: IndexState, qvec: np.ndarray, query: str, pool: int, n_out: int, f: Any,
                     sparse: tuple[int, np.ndarray, np.ndarray] | None, hybrid: bool, settings: Any = None) -> list[RetrievedNode]:
+    s_slots = s_scores = None
     with state.rw.read():
         if hybrid and (sparse is None or sparse[0] != state.version):
             # A write landed between the two phases: BM25 slots may be stale, search again.
@@ -53,32 +68,48 @@ def _dense_and_fuse(state: IndexState, qvec: np.ndarray, query: str, pool: int, 
             _, s_slots, s_scores = sparse
         allowed = state.allowed_mask(f)
         start = time.perf_counter()
-        d_slots, d_cos = state.store.search(qvec, pool, allowed)
+        with tracing.stage("dense_search", candidates=pool, kind=state.store.kind, filtered=allowed is not None) as span:
+            d_slots, d_cos = state.store.search(qvec, pool, allowed)
+            tracing.annotate(span, hits=len(d_slots))
         metrics.SEARCH_SECONDS.labels(stage="dense").observe(time.perf_counter() - start)
         start = time.perf_counter()
-        dense = {int(s): float(c) for s, c in zip(d_slots, d_cos, strict=True)}
-        if hybrid:
-            sparse_map = {int(s): float(v) for s, v in zip(s_slots, s_scores, strict=True)}
-            # Fusion call site: the pure retrieval.hybrid.fuse, shared by every store backend.
-            order = [slot for slot, _ in fuse(list(dense.items()), list(sparse_map.items()),
-                                              params=FusionParams.from_settings(settings))][:n_out]
-        else:
-            sparse_map = {}
-            order = list(dense)[:n_out]
-        missing = [s for s in order if s not in dense]
-        extra = dict(zip(missing, state.store.cosines(qvec, np.asarray(missing)).tolist(), strict=True)) if missing else {}
-        nodes = []
-        for slot in order:
-            rec, i, text = state.chunk(slot)
-            cos = dense.get(slot, extra.get(slot, 0.0))
-            score = cosine_to_score(cos)
-            nodes.append(RetrievedNode(
-                doc_id=rec.doc_id, node_id=node_id(rec.doc_id, i, text), text=text, score=score,
-                metadata=dict(rec.metadata), dense_score=score if slot in dense else None,
-                sparse_score=sparse_map.get(slot), token_counts=rec.chunk_tokens(i),
-            ))
+        with tracing.stage("fusion", method=settings.fusion if hybrid and settings is not None else "dense_only",
+                           candidates=n_out) as span:
+            nodes = _fuse(state, qvec, d_slots, d_cos, s_slots, s_scores, n_out, settings)
+            tracing.annotate(span, hits=len(nodes))
         metrics.SEARCH_SECONDS.labels(stage="fusion").observe(time.perf_counter() - start)
         return nodes
+
+
+def _fuse(state: IndexState, qvec: np.ndarray, d_slots: np.ndarray, d_cos: np.ndarray, s_slots: np.ndarray | None,
+          s_scores: np.ndarray | None, n_out: int, settings: Any) -> list[RetrievedNode]:
+    """The fused order (retrieval.hybrid.fuse; dense only without BM25 lists) as result nodes."""
+    dense = {int(s): float(c) for s, c in zip(d_slots, d_cos, strict=True)}
+    if s_slots is not None and s_scores is not None:
+        sparse_map = {int(s): float(v) for s, v in zip(s_slots, s_scores, strict=True)}
+        # Fusion call site: the pure retrieval.hybrid.fuse, shared by every store backend.
+        order = [slot for slot, _ in fuse(list(dense.items()), list(sparse_map.items()),
+                                          params=FusionParams.from_settings(settings))][:n_out]
+    else:
+        sparse_map = {}
+        order = list(dense)[:n_out]
+    missing = [s for s in order if s not in dense]
+    extra = dict(zip(missing, state.store.cosines(qvec, np.asarray(missing)).tolist(), strict=True)) if missing else {}
+    nodes = []
+    for slot in order:
+        rec, i, text = state.chunk(slot)
+        cos = dense.get(slot, extra.get(slot, 0.0))
+        score = cosine_to_score(cos)
+        metadata = dict(rec.metadata)
+        span = (0, len(rec.text)) if rec.spans is None else rec.spans[i]
+        if rec.metadata.get("split_type") != "code" and (path := heading_path(rec.text, rec.metadata, span)):
+            metadata["heading_path"] = path  # title > section > subsection, for citations
+        nodes.append(RetrievedNode(
+            doc_id=rec.doc_id, node_id=node_id(rec.doc_id, i, text), text=text, score=score,
+            metadata=metadata, dense_score=score if slot in dense else None,
+            sparse_score=sparse_map.get(slot), token_counts=rec.chunk_tokens(i),
+        ))
+    return nodes
 
 
 def _widen_for_documents(nodes: list[RetrievedNode], state: IndexState, qvec: np.ndarray, query: str, n_out: int,
@@ -97,6 +128,25 @@ async def search_index(state: IndexState, embedder: Any, settings: Any, query: s
                        query_embedding: np.ndarray | None, reranker: Any,
                        max_per_document: int | None = None, *,
                        long_query_windows: bool | None = None) -> list[RetrievedNode]:
+    with tracing.stage("retrieval", index=state.name, store="faiss", top_k=top_k, hybrid=bool(settings.hybrid),
+                       filtered=f is not None, max_per_document=max_per_document) as span:
+        tracing.content(span, "query", query)
+        nodes = await _search(state, embedder, settings, query, top_k, f, query_embedding, reranker, max_per_document,
+                              long_query_windows)
+        metrics.RETRIEVED_CHUNKS.observe(len(nodes))
+        tracing.annotate(span, hits=len(nodes), top_score=round(nodes[0].score, 4) if nodes else None,
+                         doc_ids=retrieved_ids(nodes))
+        return nodes
+
+
+def retrieved_ids(nodes: list[RetrievedNode], limit: int = 20) -> list[str]:
+    """What a retrieval found, for its span: the first ``limit`` document ids (ids, never text)."""
+    return [n.doc_id for n in nodes[:limit]]
+
+
+async def _search(state: IndexState, embedder: Any, settings: Any, query: str, top_k: int, f: Any,
+                  query_embedding: np.ndarray | None, reranker: Any, max_per_document: int | None,
+                  long_query_windows: bool | None) -> list[RetrievedNode]:
     start = time.perf_counter()
     hybrid = bool(settings.hybrid)
     pool = _pool_size(top_k, reranker is not None, settings)
@@ -105,8 +155,8 @@ async def search_index(state: IndexState, embedder: Any, settings: Any, query: s
         pool = n_out = max(pool, n_out, top_k * OVERFETCH)
     # BM25 runs in a worker thread while the query is embedded (micro-batched with other concurrent
     # queries, so N queries cost one forward pass, not N contending ones); FAISS search and fusion
-    # then run in one more hop from the event loop.
-    sparse_future = _POOL.submit(_bm25, state, query, pool, f) if hybrid else None
+    # then run in one more hop from the event loop. (bound: their spans join the request's trace.)
+    sparse_future = _POOL.submit(tracing.bound(_bm25), state, query, pool, f) if hybrid else None
     try:
         qvec = await long_query.query_vector(embedder, settings, query, query_embedding, long_query_windows)
 
@@ -115,7 +165,7 @@ async def search_index(state: IndexState, embedder: Any, settings: Any, query: s
             nodes = _dense_and_fuse(state, qvec, query, pool, n_out, f, sparse, hybrid, settings)
             return _widen_for_documents(nodes, state, qvec, query, n_out, f, hybrid, settings, top_k, max_per_document)
 
-        nodes = await asyncio.get_running_loop().run_in_executor(_POOL, job)
+        nodes = await asyncio.get_running_loop().run_in_executor(_POOL, tracing.bound(job))
     finally:
         if sparse_future is not None:
             sparse_future.cancel()

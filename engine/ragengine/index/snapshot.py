@@ -90,6 +90,8 @@ def read_manifest(path: Path) -> dict:
         manifest = json.loads((Path(path) / "manifest.json").read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
         raise SnapshotError(f"{path}: no manifest.json (not a snapshot, or an unfinished one)") from exc
+    except OSError as exc:  # a file where a folder should be, permissions
+        raise SnapshotError(f"{path}: manifest.json unreadable ({exc.strerror or exc})") from exc
     except ValueError as exc:
         raise SnapshotError(f"{path}: manifest.json is not valid JSON") from exc
     if manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
@@ -97,10 +99,12 @@ def read_manifest(path: Path) -> dict:
     return manifest
 
 
-def read_snapshot(path: Path, name: str, dim: int, store_kwargs: dict) -> IndexState:
-    """Load and verify a snapshot directory into a fresh IndexState named ``name``."""
+def read_snapshot(path: Path, name: str, dim: int | None, store_kwargs: dict) -> IndexState:
+    """Load and verify a snapshot directory into a fresh IndexState named ``name`` (``dim`` None: the
+    snapshot's own dimension; an index version carries its model, checked by ``ragengine.versions``)."""
     path = Path(path)
     manifest = read_manifest(path)
+    dim = int(manifest["dim"]) if dim is None else dim
     if manifest["dim"] != dim:
         raise SnapshotError(
             f"{path}: vectors have dimension {manifest['dim']} but the embedding model has {dim}; "

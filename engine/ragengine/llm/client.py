@@ -33,6 +33,9 @@ from ragengine.access import usage
 from ragengine.errors import UpstreamError
 from ragengine.llm.availability import LLMAvailability
 from ragengine.llm.tokens import TokenCounter, estimate_tokens, message_text
+from ragengine.metrics import LLM_FALLBACKS, LLM_REQUESTS
+from ragengine.observability import tracing
+from ragengine.redact import redact_text, redact_url
 from ragengine.settings import EngineSettings
 
 log = logging.getLogger(__name__)
@@ -50,22 +53,47 @@ class LLMUnavailable(UpstreamError):
 @dataclass
 class LLMResult:
     body: dict[str, Any]
-    endpoint: str
+    endpoint: str  # the base URL that answered, credentials masked (shown in responses and logs)
     elapsed_s: float
+
+
+def call_attributes(payload: dict[str, Any], stream: bool) -> dict[str, Any]:
+    """An LLM call's span attributes before it is sent (GenAI semantic conventions where they have one)."""
+    return {"gen_ai.operation.name": "chat", "gen_ai.request.model": payload.get("model"),
+            "gen_ai.request.max_tokens": payload.get("max_tokens") or payload.get("max_completion_tokens"),
+            "llm.stream": stream, "llm.messages": len(payload.get("messages") or ()),
+            "llm.tools": len(payload.get("tools") or ()) or None}
+
+
+def usage_attributes(body: Any) -> dict[str, Any]:
+    """Token counts and the model from a completion (or a stream's usage chunk), when it reports them."""
+    body = body if isinstance(body, dict) else {}
+    use = body.get("usage") if isinstance(body.get("usage"), dict) else {}
+    return {"gen_ai.response.model": body.get("model") or None, "gen_ai.usage.input_tokens": use.get("prompt_tokens"),
+            "gen_ai.usage.output_tokens": use.get("completion_tokens")}
 
 
 class LLMStream:
     """An open upstream SSE response: iterate for parsed chunk dicts; ``aclose()`` cancels upstream."""
 
-    def __init__(self, response: httpx.Response, endpoint: str, started: float, prompt_tokens: int = 0) -> None:
+    def __init__(self, response: httpx.Response, endpoint: str, started: float, prompt_tokens: int = 0,
+                 span: Any = None) -> None:
         self.response = response
         self.endpoint = endpoint
         self.started = started
         self.first_chunk_s: float | None = None
         self.prompt_tokens = prompt_tokens  # estimated, for the charge when upstream reports no usage
+        self.span = span  # the call's llm_call span, ended with the stream
+        self._usage: dict[str, Any] = {}
+
+    def _end(self, error: BaseException | None = None) -> None:
+        span, self.span = self.span, None
+        tracing.end(span, error, **self._usage, **{"llm.first_chunk_ms": None if self.first_chunk_s is None
+                                                   else round(self.first_chunk_s * 1000, 2)})
 
     async def __aiter__(self) -> AsyncIterator[dict[str, Any]]:
         reported, said = None, 0
+        failure: BaseException | None = None
         try:
             async for line in self.response.aiter_lines():
                 if not line.startswith("data:"):
@@ -83,18 +111,27 @@ class LLMStream:
                 if self.first_chunk_s is None:
                     self.first_chunk_s = time.perf_counter() - self.started
                 reported = _total_tokens(chunk) or reported
+                if chunk.get("usage"):
+                    self._usage = usage_attributes(chunk)
                 said += sum(estimate_tokens((c.get("delta") or {}).get("content") or "")
                             for c in chunk.get("choices") or [] if isinstance(c, dict))
                 yield chunk
         except httpx.TimeoutException:
-            raise LLMUnavailable(f"LLM at {self.endpoint} stopped sending (read timeout).", status_code=504) from None
+            failure = LLMUnavailable(f"LLM at {self.endpoint} stopped sending (read timeout).", status_code=504)
+            raise failure from None
         except httpx.HTTPError as exc:
-            raise LLMUnavailable(f"LLM stream from {self.endpoint} broke: {exc!r}") from exc
+            failure = LLMUnavailable(f"LLM stream from {self.endpoint} broke: {redact_text(repr(exc))}")
+            raise failure from exc
+        except Exception as exc:
+            failure = exc
+            raise
         finally:
             usage.charge(reported or self.prompt_tokens + said)
+            self._end(failure)
             await self.response.aclose()
 
     async def aclose(self) -> None:
+        self._end()
         await self.response.aclose()
 
 
@@ -153,6 +190,11 @@ class LLMClient:
         roots = [u[:-3] if u.endswith("/v1") else u for u in self.endpoints]
         self.tokens = TokenCounter(self._http, roots, self.model_name, settings.llm_tokenizer)
 
+    @property
+    def http(self) -> httpx.AsyncClient:
+        """The client of every call to the LLM (completions, discovery, token counts)."""
+        return self._http
+
     async def aclose(self) -> None:
         await self._http.aclose()
 
@@ -171,7 +213,7 @@ class LLMClient:
                 resp.raise_for_status()
                 data = resp.json().get("data") or []
             except (httpx.HTTPError, ValueError, AttributeError) as exc:
-                log.warning("model discovery at %s failed: %s", endpoint, exc)
+                log.warning("model discovery at %s failed: %s", redact_url(endpoint), redact_text(str(exc)))
                 continue
             self._models[endpoint] = [m for m in data if isinstance(m, dict) and m.get("id")]
             return self._models[endpoint]
@@ -211,20 +253,29 @@ class LLMClient:
 
     # --- completions ------------------------------------------------------------------------------
     async def chat(self, payload: dict[str, Any]) -> LLMResult:
-        response, endpoint, started = await self._send(payload, stream=False)
-        try:
-            body = response.json()
-        except ValueError:
-            raise UpstreamError(f"LLM at {endpoint} answered with invalid JSON.") from None
+        with tracing.stage("llm_call", **call_attributes(payload, stream=False)) as span:
+            response, endpoint, started = await self._send(payload, stream=False)
+            try:
+                body = response.json()
+            except ValueError:
+                raise UpstreamError(f"LLM at {endpoint} answered with invalid JSON.") from None
+            tracing.annotate(span, **usage_attributes(body))
         answer = sum(estimate_tokens(message_text(c.get("message") or {}))
                      for c in (body.get("choices") or []) if isinstance(c, dict)) if isinstance(body, dict) else 0
         usage.charge(_total_tokens(body) or _prompt_estimate(payload) + answer)
         return LLMResult(body=body, endpoint=endpoint, elapsed_s=time.perf_counter() - started)
 
     async def open_stream(self, payload: dict[str, Any]) -> LLMStream:
-        """Send a streaming request; returns once upstream answered 200 (errors before that raise)."""
-        response, endpoint, started = await self._send({**payload, "stream": True}, stream=True)
-        return LLMStream(response, endpoint, started, _prompt_estimate(payload))
+        """Send a streaming request; returns once upstream answered 200 (errors before that raise). The
+        call's span stays open until the stream ends or is closed."""
+        span = tracing.opened("llm_call", **call_attributes(payload, stream=True))
+        try:
+            with tracing.use(span):
+                response, endpoint, started = await self._send({**payload, "stream": True}, stream=True)
+        except BaseException as exc:
+            tracing.end(span, exc)
+            raise
+        return LLMStream(response, endpoint, started, _prompt_estimate(payload), span)
 
     def _ordered(self) -> list[str]:
         now = time.monotonic()
@@ -237,31 +288,42 @@ class LLMClient:
         failures: list[str] = []
         rejected: tuple[int, str] | None = None  # the last 4xx, when every endpoint refused the request
         timed_out = False
+        attempts = 0
         for endpoint in self._ordered():
+            shown = redact_url(endpoint)  # what messages, logs and results name: no credentials
             for attempt in range(self.settings.llm_retries + 1):
                 started = time.perf_counter()
+                attempts += 1
                 request = self._http.build_request("POST", f"{endpoint}/chat/completions", json=payload)
                 try:
                     response = await self._http.send(request, stream=stream)
                 except httpx.ConnectError as exc:
-                    failure, timed_out = f"{endpoint}: cannot connect ({exc.__class__.__name__})", False
+                    LLM_REQUESTS.labels(shown, "connect_error").inc()
+                    failure, timed_out = f"{shown}: cannot connect ({exc.__class__.__name__})", False
                     if attempt < self.settings.llm_retries:
                         await asyncio.sleep(0.05 * 2**attempt)
                         continue
                 except httpx.TimeoutException as exc:
-                    failure, timed_out = f"{endpoint}: timed out ({exc.__class__.__name__})", True
+                    LLM_REQUESTS.labels(shown, "timeout").inc()
+                    failure, timed_out = f"{shown}: timed out ({exc.__class__.__name__})", True
                 except httpx.HTTPError as exc:
-                    failure, timed_out = f"{endpoint}: {exc!r}", False
+                    LLM_REQUESTS.labels(shown, "error").inc()
+                    failure, timed_out = f"{shown}: {redact_text(repr(exc))}", False
                 else:
+                    LLM_REQUESTS.labels(shown, f"{response.status_code // 100}xx").inc()
                     if response.status_code < 400:
                         self._down_until.pop(endpoint, None)
                         self.availability.ok()
-                        return response, endpoint, started
+                        if failures:  # an endpoint further down the chain answered
+                            LLM_FALLBACKS.labels("next_endpoint").inc()
+                        tracing.annotate(**{"llm.endpoint": shown, "llm.attempts": attempts,
+                                            "llm.fallback": bool(failures), "llm.failures": len(failures) or None})
+                        return response, shown, started
                     if stream:
                         await response.aread()
                         await response.aclose()
                     message = _message_of(response)
-                    failure = f"{endpoint}: HTTP {response.status_code}: {message}"
+                    failure = f"{shown}: HTTP {response.status_code}: {message}"
                     timed_out = response.status_code == 504
                     if response.status_code < 500:
                         # A 4xx moves on along the chain too (another endpoint may hold a valid key, have
@@ -277,6 +339,7 @@ class LLMClient:
                 self._down_until[endpoint] = time.monotonic() + COOLDOWN_S
                 log.warning("LLM endpoint failed: %s", failure)
                 break
+        tracing.annotate(**{"llm.attempts": attempts, "llm.failures": len(failures)})
         if rejected is not None and all(": HTTP 4" in f for f in failures):
             # Every endpoint refused: the caller gets the upstream status, and its own words when one
             # endpoint is configured (OpenAI clients map 400/401/429 to their exception classes).

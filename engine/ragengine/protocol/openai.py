@@ -83,6 +83,9 @@ class RagInfo(OpenAIBaseModel):
 
     applied: bool = Field(description="True when retrieved context went into the prompt.")
     reason: str | None = Field(None, description="Why RAG was not applied (bypass rule, no_context, ...).")
+    no_context: str | None = Field(
+        None, description="With reason no_context: what the engine did (the no_context setting: answer, refuse, "
+        "disclaim).")
     index_name: str | None = None
     endpoint: str | None = Field(None, description="Base URL of the LLM that answered.")
     top_k: int | None = None
@@ -126,7 +129,7 @@ class ChatCompletionResponse(OpenAIBaseModel):
     choices: list[Choice]
     usage: Usage | None = None
     source_nodes: list[SourceNode] | None = None
-    generation_method: Literal["llm", "extractive_fallback"] = "llm"
+    generation_method: Literal["llm", "extractive_fallback", "no_context_refusal"] = "llm"
     fallback_reason: str | None = None
     rag: RagInfo | None = None
     guardrails: dict[str, Any] | None = Field(

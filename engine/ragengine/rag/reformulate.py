@@ -23,6 +23,7 @@ from typing import Any
 
 from ragengine.errors import UpstreamError
 from ragengine.metrics import REFORMULATE_SECONDS, REFORMULATIONS
+from ragengine.observability import tracing
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +133,10 @@ async def reformulate_query(llm: Any, settings: Any, user_message: str, history:
     Every call is counted in ``ragengine_reformulations_total`` (and timed when the LLM was asked), whichever
     endpoint (chat completions, sessions, /v1/chat/reformulate) asked for it.
     """
-    result = await _reformulate(llm, settings, user_message, history, system_prompt=system_prompt, last_n=last_n)
+    with tracing.stage("reformulation") as span:
+        result = await _reformulate(llm, settings, user_message, history, system_prompt=system_prompt, last_n=last_n)
+        tracing.annotate(span, outcome=outcome_of(result), history_used=result.history_used, reason=result.reason)
+        tracing.content(span, "reformulation.query", result.query if result.reformulated else None)
     REFORMULATIONS.labels(outcome_of(result)).inc()
     if result.endpoint:
         REFORMULATE_SECONDS.observe(result.latency_ms / 1000)

@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from ragengine.observability import tracing
+
 MAX_WINDOWS = 16  # see the module docstring
 
 
@@ -67,12 +69,15 @@ async def query_vector(embedder: Any, settings: Any, query: str, query_embedding
         vector = np.asarray(query_embedding, dtype=np.float32).reshape(-1)
         return vector / max(float(np.linalg.norm(vector)), 1e-12)
     windows = settings.long_query_windows if long_query_windows is None else long_query_windows
-    return await embed_query(embedder, query, windows=windows)
+    with tracing.stage("embedding", kind="query", model_kind=getattr(embedder, "kind", None)) as span:
+        return await embed_query(embedder, query, windows=windows, span=span)
 
 
-async def embed_query(embedder: Any, text: str, *, windows: bool) -> np.ndarray:
+async def embed_query(embedder: Any, text: str, *, windows: bool, span: Any = None) -> np.ndarray:
     """The query vector of ``text``: whole (cut at the model's window) unless ``windows`` and it is longer."""
     cut = pieces(embedder, text) if windows else None
+    if span is not None:
+        tracing.annotate(span, windows=len(cut) if cut else 1)
     if cut is None:
         return await embedder.embed_query(text)
     # Concurrent embed_query calls share one forward pass (the embedder's micro-batching).

@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ragengine import metrics
 from ragengine.embedding import pick_device, resolve_model_path
+from ragengine.observability import tracing
 
 
 class Reranker:
@@ -30,7 +31,8 @@ class Reranker:
 
     async def order(self, query: str, texts: Sequence[str]) -> list[int]:
         """Indices of ``texts`` from most to least relevant to ``query``."""
-        scores = await asyncio.get_running_loop().run_in_executor(self._pool, self.scores_sync, query, list(texts))
+        with tracing.stage("rerank", model=self.name, candidates=len(texts)):
+            scores = await asyncio.get_running_loop().run_in_executor(self._pool, self.scores_sync, query, list(texts))
         return sorted(range(len(texts)), key=lambda i: -scores[i])
 
     def close(self) -> None:

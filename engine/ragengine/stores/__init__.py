@@ -1,22 +1,13 @@
 """External vector stores (PostgreSQL + pgvector, Milvus) behind one adapter contract (``base``).
 
-``build_registry(settings, embedder, reranker)`` picks the index registry the engine serves from:
-the embedded FAISS registry (``ragengine.index.registry``) or ``StoreRegistry`` over an adapter.
+``build_adapter(settings, dim)`` makes the configured store's adapter; the index registry the engine serves
+from (``ragengine.versions.build_registry``) puts the version layer over ``StoreRegistry`` on it, or over
+the embedded FAISS registry (``ragengine.index.registry``).
 """
 
 from __future__ import annotations
 
 from typing import Any
-
-
-def build_registry(settings: Any, embedder: Any, reranker: Any = None) -> Any:
-    if settings.vector_store == "faiss":
-        from ragengine.index.registry import IndexRegistry
-
-        return IndexRegistry(settings, embedder, reranker)
-    from ragengine.stores.registry import StoreRegistry
-
-    return StoreRegistry(settings, embedder, build_adapter(settings, embedder.dim), reranker)
 
 
 def build_adapter(settings: Any, dim: int) -> Any:

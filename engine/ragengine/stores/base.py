@@ -22,6 +22,7 @@ chunking or embedding: it stores what it is given and answers searches. What it 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -121,10 +122,28 @@ class StoreAdapter(Protocol):
         """A document's chunks and their stored vectors (metadata-only updates reuse them)."""
 
     def write(self, name: str, config: dict, delete: list[str], add: list[DocWrite], vectors: np.ndarray | None,
-              *, add_only: bool) -> None:
+              *, add_only: bool, dim: int | None = None, source: str | None = None) -> None:
         """Atomically: ensure the index, delete ``delete``, insert ``add`` (vectors row-aligned with the
         chunks of ``add`` in order). ``add_only``: skip documents that exist with the same text and raise
-        DocumentRace for one that exists with other text."""
+        DocumentRace for one that exists with other text. ``dim``: a new index's vector dimension (each
+        index keeps its own: versions of several models live side by side). ``source``: write only the
+        documents index ``source`` holds with the same text and metadata (an index version being built
+        from it never gets an older copy over a newer write)."""
+
+    def dim_of(self, name: str) -> int | None:
+        """The dimension of the index's vectors; None when there is no such index."""
+
+    def digests(self, name: str) -> dict[str, str]:
+        """doc_id -> a digest of the document's text and metadata (comparing two versions of an index)."""
+
+    def chunks_of(self, name: str, doc_ids: list[str]) -> dict[str, tuple[list[ChunkWrite], np.ndarray]]:
+        """Per document: its chunks in order and their stored vectors."""
+
+    def books(self) -> dict[str, dict]:
+        """Every index's version book (ragengine.versions.book), by index name."""
+
+    def book_update(self, name: str, change: Callable[[dict | None], dict | None]) -> dict | None:
+        """Read-modify-write one book, atomically across replicas where the store can."""
 
     def list_documents(self, name: str, flt: Filter | None, offset: int, limit: int) -> tuple[list[StoredDoc], int]: ...
 

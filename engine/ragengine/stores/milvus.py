@@ -22,6 +22,11 @@ malformed ones, so the ACL holds before top-k.
 Milvus has no multi-row transactions: a write stores chunks first and the document rows last (the
 document row is what listing and the add/update checks see), with deterministic primary keys, so a
 retried or repeated write converges; between the two steps a search may already see new chunks.
+
+Each index's collections are made with its own vector dimension (``<prefix>_indexes`` records it), so
+index versions of models of different dimensions live side by side. ``<prefix>_versions`` holds the
+version books (ragengine.versions) as JSON, one row each: a book update is one upsert, serialised within
+this process (Milvus has no compare-and-set: across replicas the last writer wins, docs/versions.md).
 """
 
 from __future__ import annotations
@@ -31,10 +36,12 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from ragengine.index.documents import content_digest
 from ragengine.retrieval import filters as flt
 from ragengine.stores.base import (
     ChunkWrite,
@@ -127,6 +134,8 @@ class MilvusStore:
         self._lock = threading.Lock()
         self._loaded: set[str] = set()
         self.registry = f"{prefix}_indexes"
+        self.versions = f"{prefix}_versions"
+        self._dims: dict[str, int] = {}  # index -> its vectors' dimension (fixed for the index's life)
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def _c(self) -> Any:
@@ -163,11 +172,17 @@ class MilvusStore:
                 self._call("create_collection", self.registry, schema=schema, index_params=params,
                            consistency_level="Strong")
             self._load(self.registry)
-        for row in self._registry_rows():
-            if int(row.get("dim") or self.dim) != self.dim:
-                raise StoreUnavailable(
-                    f"dimension mismatch: index '{row['name']}' stores {row['dim']}-dimensional vectors but the "
-                    f"embedding model makes {self.dim}-dimensional ones")
+            if not self._call("has_collection", self.versions):
+                schema = MilvusClient.create_schema(auto_id=False)
+                schema.add_field("name", DataType.VARCHAR, is_primary=True, max_length=1024)
+                schema.add_field("book", DataType.JSON)
+                schema.add_field("vec", DataType.FLOAT_VECTOR, dim=2)
+                params = self._c().prepare_index_params()
+                params.add_index("vec", index_type="FLAT", metric_type="L2")
+                self._call("create_collection", self.versions, schema=schema, index_params=params,
+                           consistency_level="Strong")
+            self._load(self.versions)
+        # Indexes of another dimension than the model's are kept as they are: each has its own collections.
 
     def close(self) -> None:
         if self._client is not None:
@@ -193,15 +208,21 @@ class MilvusStore:
 
     # -- collections -------------------------------------------------------------------------------
     def _collections(self, name: str) -> tuple[str, str] | None:
-        rows = self._call("query", self.registry, filter=f"name == {literal(name)}", output_fields=["collection"])
+        rows = self._call("query", self.registry, filter=f"name == {literal(name)}", output_fields=["collection", "dim"])
         if not rows:
             return None
         base = rows[0]["collection"]
+        self._dims[name] = int(rows[0].get("dim") or self.dim)
         return f"{base}_chunks", f"{base}_docs"
 
-    def _ensure_index(self, name: str, config: dict) -> tuple[str, str]:
+    def dim_of(self, name: str) -> int | None:
+        """The dimension of index ``name``'s vectors (None: no such index)."""
+        return self._dims[name] if self._collections(name) is not None else None
+
+    def _ensure_index(self, name: str, config: dict, dim: int | None = None) -> tuple[str, str]:
         from pymilvus import DataType, Function, FunctionType, MilvusClient
 
+        dim = dim or self.dim
         found = self._collections(name)
         if found is not None:
             self._load(found[0])
@@ -216,7 +237,7 @@ class MilvusStore:
         schema.add_field("text", DataType.VARCHAR, max_length=MAX_TEXT)
         schema.add_field("search_text", DataType.VARCHAR, max_length=MAX_TEXT, enable_analyzer=True)
         schema.add_field("metadata", DataType.JSON)
-        schema.add_field("vec", DataType.FLOAT_VECTOR, dim=self.dim)
+        schema.add_field("vec", DataType.FLOAT_VECTOR, dim=dim)
         schema.add_field("sparse", DataType.SPARSE_FLOAT_VECTOR)
         schema.add_function(Function(name="bm25", function_type=FunctionType.BM25, input_field_names=["search_text"],
                                      output_field_names=["sparse"]))
@@ -236,8 +257,9 @@ class MilvusStore:
         params = self._c().prepare_index_params()
         params.add_index("vec", index_type="FLAT", metric_type="L2")
         self._call("create_collection", docs, schema=schema, index_params=params, consistency_level="Strong")
-        self._call("upsert", self.registry, [{"name": name, "config": config, "collection": base, "dim": self.dim,
+        self._call("upsert", self.registry, [{"name": name, "config": config, "collection": base, "dim": dim,
                                               "vec": [0.0, 0.0]}])
+        self._dims[name] = dim
         self._load(chunks)
         self._load(docs)
         return chunks, docs
@@ -291,14 +313,35 @@ class MilvusStore:
         return _assemble(self._doc_rows(docs, list(dict.fromkeys(doc_ids)), ["doc_id", "part", "text", "metadata"]))
 
     def chunk_vectors(self, name: str, doc_id: str) -> tuple[list[ChunkWrite], np.ndarray]:
+        return self.chunks_of(name, [doc_id]).get(doc_id) or ([], np.zeros((0, self.dim), np.float32))
+
+    def chunks_of(self, name: str, doc_ids: list[str]) -> dict[str, tuple[list[ChunkWrite], np.ndarray]]:
+        """Per document: its chunks in order and their stored vectors (exports, metadata-only updates)."""
         chunks, _ = self._index(name)
-        rows = self._call("query", chunks, filter=f"doc_id == {literal(doc_id)}",
-                          output_fields=["seq", "text", "search_text", "metadata", "vec"],
-                          limit=16384)
-        rows.sort(key=lambda r: r["seq"])
-        vectors = np.array([r["vec"] for r in rows], dtype=np.float32).reshape(len(rows), self.dim)
-        return [ChunkWrite(int(r["seq"]), r["text"], r["search_text"], split_chunk_metadata(r["metadata"])[1])
-                for r in rows], vectors
+        dim = self._dims.get(name, self.dim)
+        rows: list[dict] = []
+        for i in range(0, len(doc_ids), 200):
+            expr = "doc_id in [" + ", ".join(literal(d) for d in doc_ids[i:i + 200]) + "]"
+            rows.extend(self._query_all(chunks, expr, ["doc_id", "seq", "text", "search_text", "metadata", "vec"]))
+        by_doc: dict[str, list[dict]] = {}
+        for r in rows:
+            by_doc.setdefault(r["doc_id"], []).append(r)
+        out = {}
+        for doc_id, rs in by_doc.items():
+            rs.sort(key=lambda r: r["seq"])
+            vectors = np.array([r["vec"] for r in rs], dtype=np.float32).reshape(len(rs), dim)
+            out[doc_id] = ([ChunkWrite(int(r["seq"]), r["text"], r["search_text"], split_chunk_metadata(r["metadata"])[1])
+                            for r in rs], vectors)
+        return out
+
+    def digests(self, name: str) -> dict[str, str]:
+        """doc_id -> digest of the document's text and metadata (every document row read)."""
+        try:
+            _, docs = self._index(name)
+        except KeyError:
+            return {}
+        found = _assemble(self._query_all(docs, ANY_ROW, ["doc_id", "part", "text", "metadata"]))
+        return {d: content_digest(doc.text, doc.metadata) for d, doc in found.items()}
 
     def list_documents(self, name: str, f: flt.Filter | None, offset: int, limit: int) -> tuple[list[StoredDoc], int]:
         _, docs = self._index(name)
@@ -348,9 +391,25 @@ class MilvusStore:
 
     # -- writes ------------------------------------------------------------------------------------
     def write(self, name: str, config: dict, delete_ids: list[str], add: list[DocWrite], vectors: np.ndarray | None,
-              *, add_only: bool) -> None:
+              *, add_only: bool, dim: int | None = None, source: str | None = None) -> None:
+        """``dim``: a new index's vector dimension (default: the model's). ``source``: only the documents index
+        ``source`` holds with the same text and metadata (checked just before writing: no transaction here)."""
         with self._lock:  # one writer per engine process; across replicas, deterministic keys converge
-            chunks, docs = self._ensure_index(name, config)
+            chunks, docs = self._ensure_index(name, config, dim)
+            if source is not None:
+                held = self.get_documents(source, [d.doc_id for d in add])
+                keep = {d.doc_id for d in add if d.doc_id in held
+                        and (held[d.doc_id].text, held[d.doc_id].metadata) == (d.text, d.metadata)}
+                rows: list[int] = []
+                kept: list[DocWrite] = []
+                pos = 0
+                for doc in add:
+                    if doc.doc_id in keep:
+                        kept.append(doc)
+                        rows.extend(range(pos, pos + len(doc.chunks)))
+                    pos += len(doc.chunks)
+                add, vectors = kept, (vectors[rows] if vectors is not None and rows else None)
+                delete_ids = [d for d in delete_ids if d in keep]
             skip: set[str] = set()
             if add_only and add:
                 held = self.get_documents(name, [d.doc_id for d in add])
@@ -385,6 +444,26 @@ class MilvusStore:
                 self._call("upsert", chunks, chunk_rows[i:i + 500])
             for i in range(0, len(doc_rows), 500):
                 self._call("upsert", docs, doc_rows[i:i + 500])
+
+
+    # -- version books (ragengine.versions) ---------------------------------------------------------
+    def books(self) -> dict[str, dict]:
+        self._load(self.versions)
+        rows = self._call("query", self.versions, filter='name != "" or name == ""', output_fields=["name", "book"],
+                          limit=16384)
+        return {r["name"]: r["book"] for r in rows}
+
+    def book_update(self, name: str, change: Callable[[dict | None], dict | None]) -> dict | None:
+        """Read-modify-write one book (serialised in this process; across replicas the last writer wins)."""
+        with self._lock:
+            self._load(self.versions)
+            rows = self._call("query", self.versions, filter=f"name == {literal(name)}", output_fields=["book"])
+            new = change(rows[0]["book"] if rows else None)
+            if new is None:
+                self._call("delete", self.versions, filter=f"name == {literal(name)}")
+            else:
+                self._call("upsert", self.versions, [{"name": name, "book": new, "vec": [0.0, 0.0]}])
+            return new
 
 
 def _assemble(rows: list[dict]) -> dict[str, StoredDoc]:

@@ -10,6 +10,9 @@ The engine keeps no index state of its own beyond a short-lived cache of index n
 the synchronous ``exists()`` / ``names()`` / ``status()`` (``/health`` and ``/v1/models`` must not
 wait on the database): a miss in ``exists()`` asks the store, so an index created through another
 replica is found at once; counts in ``/health`` may lag by ``REFRESH_S``.
+
+Names here are the store's own (an index version is "<name>/v<n>", see ``ragengine.versions``); each index
+is embedded with the model ``model_for(name)`` names, its vectors' dimension fixed by the adapter per index.
 """
 
 from __future__ import annotations
@@ -19,15 +22,17 @@ import contextlib
 import dataclasses
 import logging
 import time
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import numpy as np
 
 from ragengine import metrics
+from ragengine.embedding.pool import EmbedderPool, ModelRef
 from ragengine.errors import BadRequest, Conflict, EngineError, NotFound
 from ragengine.index import disk
 from ragengine.index.chunk_tokens import ChunkTokenCounter, counts_to_store, per_document
-from ragengine.index.chunking import Chunker, index_texts, new_index_config
+from ragengine.index.chunking import Chunker, index_texts, locate_spans, new_index_config
 from ragengine.index.documents import (
     NewDoc,
     clean_documents,
@@ -37,10 +42,12 @@ from ragengine.index.documents import (
     new_documents,
     plan_update,
     retrieval_request,
+    split_keys_changed,
 )
-from ragengine.index.search import MAX_WIDEN
+from ragengine.index.search import MAX_WIDEN, retrieved_ids
 from ragengine.index.state import node_id
 from ragengine.index.types import ChunkingConfig, RetrievedNode, cosine_to_score
+from ragengine.observability import tracing
 from ragengine.retrieval import filters as flt
 from ragengine.retrieval import long_query
 from ragengine.retrieval.grouping import OVERFETCH, cap_per_document
@@ -52,10 +59,15 @@ REFRESH_S = 2.0
 
 
 class StoreRegistry:
-    def __init__(self, settings: Any, embedder: Any, adapter: StoreAdapter, reranker: Any = None) -> None:
+    def __init__(self, settings: Any, embedder: Any, adapter: StoreAdapter, reranker: Any = None,
+                 embedders: EmbedderPool | None = None) -> None:
         self.settings = settings
         self.embedder = embedder
         self.reranker = reranker
+        self.embedders = embedders or EmbedderPool(settings, ModelRef.from_settings(settings),
+                                                   {ModelRef.from_settings(settings).key: embedder})
+        # Which model embeds an index (ragengine.versions sets it from the version books).
+        self.model_for: Callable[[str], str] = lambda _name: self.embedders.target.key
         self.adapter = adapter
         self.kind = adapter.kind
         self.chunk_tokens: ChunkTokenCounter | None = None  # the LLM's counter, set when chat starts
@@ -147,6 +159,12 @@ class StoreRegistry:
         self._configs = configs
         return sorted(configs)
 
+    async def chunking(self, name: str) -> ChunkingConfig | None:
+        """How an index splits documents; None when there is no such index (asks the store)."""
+        configs = await self._call(self.adapter.indexes)
+        self._configs = configs
+        return ChunkingConfig.from_dict(configs[name]) if name in configs else None
+
     def exists(self, name: str) -> bool:
         if name in self._configs and time.monotonic() - self._fresh_at < REFRESH_S * 2:
             return True
@@ -179,25 +197,40 @@ class StoreRegistry:
             dense, sparse = await asyncio.gather(dense_task, sparse_task)
         else:
             dense, sparse = await dense_task, []
-        return fuse_hits(dense, sparse, n_out, FusionParams.from_settings(self.settings))
+        params = FusionParams.from_settings(self.settings)
+        with tracing.stage("fusion", method=params.method if sparse else "dense_only", candidates=n_out) as span:
+            nodes = fuse_hits(dense, sparse, n_out, params)
+            tracing.annotate(span, hits=len(nodes))
+        return nodes
 
     async def _timed(self, stage: str, fn: Any, *args: Any) -> Any:
         start = time.perf_counter()
+        name = "dense_search" if stage == "dense" else "keyword_search"
         try:
-            return await self._call(fn, *args)
+            # dense(name, vector, k, filter) and keyword(name, query, vector, k, filter): k and the filter come last
+            with tracing.stage(name, candidates=args[-2], store=self.kind, filtered=args[-1] is not None) as span:
+                hits = await self._call(fn, *args)
+                tracing.annotate(span, hits=len(hits))
+                return hits
         finally:
             metrics.SEARCH_SECONDS.labels(stage=stage).observe(time.perf_counter() - start)
 
-    def _chunker(self, name: str, config: dict) -> Chunker:
+    async def embedder_for(self, name: str) -> Any:
+        """The embedding model of index ``name`` (loaded on first use)."""
+        return await self.embedders.get(self.model_for(name))
+
+    async def _chunker(self, name: str, config: dict) -> Chunker:
+        embedder = await self.embedder_for(name)
         cached = self._chunkers.get(name)
-        if cached is None or cached[0] != config:
-            cached = (config, Chunker(self.embedder, ChunkingConfig.from_dict(config)))
+        if cached is None or cached[0] != config or cached[1].embedder is not embedder:
+            cached = (config, Chunker(embedder, ChunkingConfig.from_dict(config)))
             self._chunkers[name] = cached
         return cached[1]
 
     # -- writes ------------------------------------------------------------------------------------
-    def _new_config(self, chunking: dict | None) -> dict:
-        return new_index_config(self.settings, chunking, self.embedder.chunk_token_limit).to_dict()
+    async def _new_config(self, name: str, chunking: dict | None) -> dict:
+        embedder = await self.embedder_for(name)
+        return new_index_config(self.settings, chunking, embedder.chunk_token_limit).to_dict()
 
     async def _prepare(self, chunker: Chunker, docs: list[NewDoc]) -> tuple[list[DocWrite], np.ndarray | None]:
         contextual = chunker.config.contextual
@@ -214,11 +247,15 @@ class StoreRegistry:
                 embedded.extend(indexed)
             return out, embedded
 
-        writes, texts = await asyncio.to_thread(split)
+        with tracing.stage("chunking", documents=len(docs)) as span:
+            writes, texts = await asyncio.to_thread(split)
+            tracing.annotate(span, chunks=len(texts))
         if not texts:
             return writes, None
         chunks = [c.text for w in writes for c in w.chunks]
-        vectors, counted = await asyncio.gather(self.embedder.embed_texts(texts), counts_to_store(self.chunk_tokens, chunks))
+        with tracing.stage("embedding", kind="documents", texts=len(texts), model_kind=chunker.embedder.kind):
+            vectors, counted = await asyncio.gather(chunker.embedder.embed_texts(texts),
+                                                    counts_to_store(self.chunk_tokens, chunks))
         tokens = per_document(counted, [len(w.chunks) for w in writes])
         # The LLM's token counts travel with each chunk into the store (index.chunk_tokens).
         writes = [dataclasses.replace(w, chunks=[dataclasses.replace(c, tokens={k: v[i] for k, v in t.items()})
@@ -227,19 +264,25 @@ class StoreRegistry:
         return writes, vectors
 
     async def add_documents(self, index_name: str, documents: list[dict], chunking: dict | None = None) -> list[dict]:
+        with tracing.stage("index_write", operation="add", index=index_name, store=self.kind, documents=len(documents)):
+            return await self._add_documents(index_name, documents, chunking)
+
+    async def _add_documents(self, index_name: str, documents: list[dict], chunking: dict | None) -> list[dict]:
         docs = clean_documents(documents, max_chars=self.settings.max_document_chars)
         if not docs:
             return []
         _validate_name(index_name)
         start = time.perf_counter()
         configs = await self._call(self.adapter.indexes)
-        config = configs.get(index_name) or self._new_config(chunking)
+        config = configs.get(index_name) or await self._new_config(index_name, chunking)
         held = await self._held(index_name, docs) if index_name in configs else {}
         new = new_documents(index_name, docs, held)
         if new:
-            writes, vectors = await self._prepare(self._chunker(index_name, config), new)
+            chunker = await self._chunker(index_name, config)
+            writes, vectors = await self._prepare(chunker, new)
             try:
-                await self._call(self.adapter.write, index_name, config, [], writes, vectors, add_only=True)
+                await self._call(self.adapter.write, index_name, config, [], writes, vectors, add_only=True,
+                                 dim=chunker.embedder.dim)
             except DocumentRace as exc:
                 raise Conflict(f"Document '{exc.doc_id}' already exists in index '{index_name}' with different "
                                f"text; update it with POST /indexes/{index_name}/documents.") from exc
@@ -252,25 +295,31 @@ class StoreRegistry:
         """One-chunk documents with given unit vectors (benchmarks, migration): no chunking, no embedding."""
         _validate_name(index_name)
         configs = await self._call(self.adapter.indexes)
-        config = configs.get(index_name) or self._new_config(None)
+        config = configs.get(index_name) or await self._new_config(index_name, None)
         writes = [DocWrite(content_id(t), t, (metadatas[i] if metadatas else {}), [ChunkWrite(0, t)])
                   for i, t in enumerate(texts)]
         await self._call(self.adapter.write, index_name, config, [], writes,
-                         np.ascontiguousarray(vectors, dtype=np.float32), add_only=True)
+                         np.ascontiguousarray(vectors, dtype=np.float32), add_only=True, dim=int(vectors.shape[1]))
         await self._after_write()
 
     async def import_documents(self, index_name: str, config: dict, docs: list[DocWrite], vectors: np.ndarray) -> None:
         """Write documents with their chunks and vectors as they are (``ragengine migrate``): no embedding."""
         _validate_name(index_name)
-        await self._call(self.adapter.write, index_name, config, [d.doc_id for d in docs], docs, vectors, add_only=False)
+        await self._call(self.adapter.write, index_name, config, [d.doc_id for d in docs], docs, vectors, add_only=False,
+                         dim=int(vectors.shape[1]) if vectors is not None and vectors.ndim == 2 else None)
         await self._after_write()
 
     async def update_documents(self, index_name: str, documents: list[dict]) -> dict:
+        with tracing.stage("index_write", operation="update", index=index_name, store=self.kind,
+                           documents=len(documents)):
+            return await self._update_documents(index_name, documents)
+
+    async def _update_documents(self, index_name: str, documents: list[dict]) -> dict:
         config = await self._config(index_name)
         docs = clean_documents(documents, max_chars=self.settings.max_document_chars, need_id=True)
         plan = plan_update(docs, await self._held(index_name, docs))
         if plan.writes:
-            writes, vectors = await self._prepare(self._chunker(index_name, config), plan.changed_text)
+            writes, vectors = await self._prepare(await self._chunker(index_name, config), plan.changed_text)
             parts = [vectors] if vectors is not None else []
             for doc in plan.meta_only:  # same text and split: keep the chunks and their vectors
                 chunks, kept = await self._call(self.adapter.chunk_vectors, index_name, doc.doc_id)
@@ -283,6 +332,10 @@ class StoreRegistry:
         return plan.result
 
     async def delete_documents(self, index_name: str, doc_ids: list[str]) -> dict:
+        with tracing.stage("index_write", operation="delete", index=index_name, store=self.kind, documents=len(doc_ids)):
+            return await self._delete_documents(index_name, doc_ids)
+
+    async def _delete_documents(self, index_name: str, doc_ids: list[str]) -> dict:
         config = await self._config(index_name)
         unique = list(dict.fromkeys(doc_ids))
         held = await self._call(self.adapter.get_documents, index_name, unique)
@@ -328,7 +381,19 @@ class StoreRegistry:
         req = retrieval_request(query, top_k, filters=filters, metadata_filter=metadata_filter,
                                 max_chunks_per_document=max_chunks_per_document, max_top_k=self.settings.max_top_k,
                                 acl=acl)
-        top_k, f = req.top_k, req.filter
+        with tracing.stage("retrieval", index=index_name, store=self.kind, top_k=req.top_k, hybrid=self.settings.hybrid,
+                           filtered=req.filter is not None, max_per_document=max_chunks_per_document) as span:
+            tracing.content(span, "query", req.query)
+            nodes = await self._retrieve(index_name, req.query, req.top_k, req.filter, query_embedding,
+                                         max_chunks_per_document, long_query_windows)
+            metrics.RETRIEVED_CHUNKS.observe(len(nodes))
+            tracing.annotate(span, hits=len(nodes), top_score=round(nodes[0].score, 4) if nodes else None,
+                             doc_ids=retrieved_ids(nodes))
+            return nodes
+
+    async def _retrieve(self, index_name: str, query: str, top_k: int, f: flt.Filter | None,
+                        query_embedding: np.ndarray | None, max_chunks_per_document: int | None,
+                        long_query_windows: bool | None) -> list[RetrievedNode]:
         start = time.perf_counter()
         await self._config(index_name)  # asks the store: an index dropped through another replica is a 404 here too
         reranking = self.reranker is not None
@@ -336,7 +401,9 @@ class StoreRegistry:
         pool = candidate_pool(n_out, self.settings.fusion_candidates)  # the same pool as FAISS (docs/retrieval.md)
         if max_chunks_per_document is not None:  # document-level results: over-fetch, cap below
             pool = n_out = max(pool, top_k * OVERFETCH)
-        qvec = await long_query.query_vector(self.embedder, self.settings, query, query_embedding, long_query_windows)
+        # The index's own model embeds the query (an index version is searched with the model that built it).
+        qvec = await long_query.query_vector(await self.embedder_for(index_name), self.settings, query, query_embedding,
+                                             long_query_windows)
         nodes = await self._fused(index_name, query, qvec, pool, n_out, f)
         # Document-level results: search again with twice the candidates while capping would leave fewer
         # than top_k and the store has more, as the FAISS path does (search.MAX_WIDEN candidates at most).
@@ -350,6 +417,105 @@ class StoreRegistry:
         nodes = cap_per_document(nodes, max_chunks_per_document, lambda n: n.doc_id)
         metrics.RETRIEVE_SECONDS.observe(time.perf_counter() - start)
         return nodes[:top_k]
+
+
+    # -- what the version layer uses (ragengine.versions; the FAISS registry has the same methods) ----
+    async def ensure(self, name: str, chunking: dict | None) -> None:
+        """Create index ``name`` when it does not exist (a new version exists while empty)."""
+        _validate_name(name)
+        configs = await self._call(self.adapter.indexes)
+        if name not in configs:
+            embedder = await self.embedder_for(name)
+            config = await self._new_config(name, chunking)
+            await self._call(self.adapter.write, name, config, [], [], None, add_only=True, dim=embedder.dim)
+            await self._after_write()
+
+    async def dim_of(self, name: str) -> int | None:
+        return await self._call(self.adapter.dim_of, name)
+
+    async def config_of(self, name: str) -> dict:
+        return await self._config(name)
+
+    async def digests(self, name: str) -> dict[str, str]:
+        return await self._call(self.adapter.digests, name)
+
+    async def fetch(self, name: str, doc_ids: list[str]) -> dict[str, NewDoc]:
+        held = await self._call(self.adapter.get_documents, name, doc_ids)
+        return {d: NewDoc(d, h.text, h.metadata) for d, h in held.items()}
+
+    async def sync_documents(self, name: str, docs: list[NewDoc], *, chunking: dict | None = None,
+                             source: str | None = None) -> int:
+        """Make ``name`` hold ``docs`` as given (add the missing, re-embed a changed text, keep the chunks and
+        vectors of a metadata-only change); with ``source``, only the documents ``source`` still holds exactly
+        so (checked inside the store's write, so an older copy never overwrites a newer write)."""
+        _validate_name(name)
+        if not docs:
+            return 0
+        configs = await self._call(self.adapter.indexes)
+        config = configs.get(name) or await self._new_config(name, chunking)
+        held = await self._held(name, docs) if name in configs else {}
+        changed = [d for d in docs if d.doc_id not in held or held[d.doc_id][0] != d.text
+                   or split_keys_changed(held[d.doc_id][1], d.metadata)]
+        meta_only = [d for d in docs if d.doc_id in held and d not in changed and held[d.doc_id][1] != d.metadata]
+        chunker = await self._chunker(name, config)
+        writes, vectors = await self._prepare(chunker, changed) if changed else ([], None)
+        parts = [vectors] if vectors is not None else []
+        if meta_only:
+            kept = await self._call(self.adapter.chunks_of, name, [d.doc_id for d in meta_only])
+            for doc in meta_only:
+                if doc.doc_id in kept:
+                    writes.append(DocWrite(doc.doc_id, doc.text, doc.metadata, kept[doc.doc_id][0]))
+                    parts.append(kept[doc.doc_id][1])
+        if not writes:
+            return 0
+        await self._call(self.adapter.write, name, config, [w.doc_id for w in writes], writes,
+                         np.concatenate(parts) if parts else None, add_only=False, dim=chunker.embedder.dim,
+                         source=source)
+        await self._after_write()
+        return len(writes)
+
+    async def export_batches(self, name: str, batch: int = 256) -> AsyncIterator[list[dict]]:
+        """Every document with its chunk spans, token counts and vectors, ``batch`` at a time, in insertion order."""
+        await self._config(name)
+        offset = 0
+        while True:
+            page, _total = await self._call(self.adapter.list_documents, name, None, offset, batch)
+            if not page:
+                return
+            offset += len(page)
+            found = await self._call(self.adapter.chunks_of, name, [d.doc_id for d in page])
+            out = []
+            for doc in page:
+                chunks, vectors = found.get(doc.doc_id, ([], None))
+                if not chunks:
+                    continue
+                tokens: dict[str, list[int]] = {}
+                for i, c in enumerate(chunks):
+                    for key, n in (c.tokens or {}).items():
+                        tokens.setdefault(key, [0] * len(chunks))[i] = n
+                spans = [list(s) if isinstance(s, tuple) else s for s in locate_spans(doc.text, [c.text for c in chunks])]
+                out.append({"id": doc.doc_id, "text": doc.text, "meta": doc.metadata, "spans": spans,
+                            "tokens": tokens or None, "vectors": vectors})
+            yield out
+
+    async def import_batch(self, name: str, config: dict, docs: list[dict]) -> None:
+        """Write exported documents as they are (chunks from their spans, token counts, vectors): no embedding."""
+        _validate_name(name)
+        if not docs:
+            return
+        config = ChunkingConfig.from_dict(config).to_dict()
+        writes = []
+        for d in docs:
+            spans = d["spans"]
+            indexed = index_texts(d["text"], d["meta"], spans, contextual=bool(config.get("contextual")))
+            chunks = [ChunkWrite(i, s if isinstance(s, str) else d["text"][s[0]:s[1]], indexed[i],
+                                 {k: v[i] for k, v in (d.get("tokens") or {}).items()} or None)
+                      for i, s in enumerate(spans)]
+            writes.append(DocWrite(d["id"], d["text"], d["meta"], chunks))
+        vectors = np.concatenate([d["vectors"] for d in docs])
+        await self._call(self.adapter.write, name, config, [w.doc_id for w in writes], writes, vectors,
+                         add_only=False, dim=int(vectors.shape[1]))
+        await self._after_write()
 
 
 def fuse_hits(dense: list[Hit], sparse: list[Hit], n_out: int, params: FusionParams) -> list[RetrievedNode]:
@@ -377,5 +543,5 @@ def fuse_hits(dense: list[Hit], sparse: list[Hit], n_out: int, params: FusionPar
 
 
 def _validate_name(name: str) -> None:
-    disk.validate_name(name)  # the same names on every backend (each stays addressable as /indexes/{name})
+    disk.validate_physical(name)  # the same names on every backend (each stays addressable as /indexes/{name})
 

@@ -3,6 +3,7 @@ the kubelet's mount-failure Events of stuck pods, and (url mode) whether the ext
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -12,15 +13,20 @@ from kubernetes.dynamic import DynamicClient
 from .. import constants as c
 from ..manifests.engine import data_pvc_name, engine_deployment_name
 from ..manifests.engine_env import served_model
+from ..manifests.guardrails import POLICY_KEY, policy_configmap_name
 from ..manifests.inference import inference_name, model_cache_pvc_name
 from ..manifests.labels import Owner
 from ..reconcile.status import Observed, container_failure
+from ..sources.egress import EgressPolicy
+from ..sources.fetched import Deadline, FetchError
+from ..sources.web import TooLarge, pinned_get, read_body
 from ..spec import RAGEngineSpec
 from .apply import get, list_objects
 
 MOUNT_FAILURES = ("FailedMount", "FailedAttachVolume")  # incl. Multi-Attach errors
 PROBE_TIMEOUT_SECONDS = 3.0
 PROBE_CACHE_SECONDS = 10.0
+PROBE_MAX_BYTES = 1024 * 1024
 ENGINE_PROBE_TIMEOUT_SECONDS = 1.0
 _probe_cache: dict[tuple[str, str | None], tuple[float, str | None]] = {}
 
@@ -83,35 +89,73 @@ def engine_readiness_reason(pods: list[dict[str, Any]]) -> str | None:
     return None
 
 
-def probe_llm(url: str, model: str | None) -> str | None:
+HEALTH_TIMEOUT_SECONDS = 2.0
+
+
+def engine_health(url: str, key: str | None = None) -> tuple[dict[str, Any] | None, str | None]:
+    """(the engine's GET /health, None) or (None, why not): how its indexes stand (versions, re-indexes, its
+    target model's digest). ``key``: that engine's status key (manifests/status_key.py), without which an
+    engine that requires its key names no index. Where the engine's NetworkPolicy does not admit the
+    operator's namespace it times out (docs/versions.md)."""
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    try:
+        resp = httpx.get(url.rstrip("/") + "/health", headers=headers, timeout=HEALTH_TIMEOUT_SECONDS)
+        body = resp.json()
+    except (httpx.HTTPError, ValueError) as exc:
+        return None, f"GET {url}/health failed: {type(exc).__name__}: {exc}"[:512]
+    if resp.status_code != 200 or not isinstance(body, dict) or "indexes" not in body:
+        return None, f"GET {url}/health answered HTTP {resp.status_code} without the indexes"
+    return body, None
+
+
+def probe_egress(settings: Any) -> EgressPolicy:
+    """The sources' egress rules, plus the cluster's Service names (``*.svc``, ``*.svc.<domain>``): the LLM is
+    usually one, and a GET of its /models through a Service is no more than any pod may do. Loopback, link-local
+    (cloud metadata) and private address literals stay refused."""
+    domain = settings.cluster_domain.strip(".")
+    return EgressPolicy.build([*settings.sources_egress_allow, "*.svc", f"*.svc.{domain}"],
+                              settings.sources_cluster_cidrs, settings.cluster_domain)
+
+
+def probe_llm(url: str, model: str | None, egress: EgressPolicy | None = None) -> str | None:
     """None when `GET {url}/models` answers (and lists `model` when it can be read); else the reason.
 
     A 401/403 means the server is there but wants the key the engine holds: reachable. Cached for
-    a few seconds so child events and resyncs do not hammer the endpoint.
+    a few seconds so child events and resyncs do not hammer the endpoint. The URL is the tenant's, so
+    the probe obeys the sources' egress rules (pinned address, bounded body): a host they refuse is not
+    probed at all (None: nothing is claimed), or the probe's answers would map the operator's network. A
+    name that does not resolve is reported (DNS answers any pod of the cluster alike), and ``probe_egress``
+    opens in-cluster Service names, where an OpenAI-compatible server usually runs.
     """
     key, now = (url, model), time.monotonic()
     hit = _probe_cache.get(key)
     if hit and now - hit[0] < PROBE_CACHE_SECONDS:
         return hit[1]
     reason: str | None = None
+    target = url.rstrip("/") + "/models"
     try:
-        resp = httpx.get(url.rstrip("/") + "/models", timeout=PROBE_TIMEOUT_SECONDS)
-        if resp.status_code in (401, 403):
-            reason = None
-        elif resp.status_code >= 400:
-            reason = f"inference URL {url} answered GET /models with HTTP {resp.status_code}"
-        elif model:
-            served = [m.get("id") for m in (resp.json().get("data") or []) if isinstance(m, dict)]
-            if served and model not in served:
-                reason = f"inference URL {url} does not serve model {model!r} (it serves {', '.join(map(str, served))})"
-    except (httpx.HTTPError, ValueError) as exc:
-        reason = f"inference URL {url} is unreachable: {type(exc).__name__}: {exc}"[:512]
+        with pinned_get(target, egress or EgressPolicy(), Deadline(PROBE_TIMEOUT_SECONDS),
+                        follow_redirects=False, timeout=PROBE_TIMEOUT_SECONDS) as (_, resp):
+            if resp.status_code in (401, 403):
+                reason = None
+            elif resp.status_code >= 400:
+                reason = f"inference URL {url} answered GET /models with HTTP {resp.status_code}"
+            elif model and resp.status_code < 300:
+                listing = json.loads(read_body(resp, PROBE_MAX_BYTES, Deadline(PROBE_TIMEOUT_SECONDS)))
+                served = [m.get("id") for m in (listing.get("data") or []) if isinstance(m, dict)]
+                if served and model not in served:
+                    reason = f"inference URL {url} does not serve model {model!r} (it serves {', '.join(map(str, served))})"
+    except FetchError as exc:
+        refused = "refused by the egress policy" in str(exc) and not str(exc).endswith("does not resolve")
+        reason = None if refused else f"inference URL {url} is unreachable: {exc}"[:512]
+    except (TooLarge, ValueError, AttributeError) as exc:
+        reason = f"inference URL {url} answered GET /models with an unreadable list: {type(exc).__name__}"
     _probe_cache[key] = (now, reason)
     return reason
 
 
 def observe(dyn: DynamicClient, owner: Owner, spec: RAGEngineSpec | None, probe_external: bool = True,
-            probe_engine: bool = True) -> Observed:
+            probe_engine: bool = True, egress: EgressPolicy | None = None) -> Observed:
     obs = Observed()
     if spec is None:
         return obs
@@ -119,7 +163,10 @@ def observe(dyn: DynamicClient, owner: Owner, spec: RAGEngineSpec | None, probe_
     if spec.runs_vllm:
         wanted[c.COMPONENT_INFERENCE] = inference_name(owner)
     elif spec.inference is not None and spec.inference.url and probe_external:
-        obs.inference_unreachable = probe_llm(spec.inference.url, served_model(spec))
+        obs.inference_unreachable = probe_llm(spec.inference.url, served_model(spec), egress)
+    if spec.guardrails.enabled:  # a ConfigMap edit is seen at the next resync (or any reconcile)
+        cm = get(dyn, "v1", "ConfigMap", owner.namespace, policy_configmap_name(owner, spec))
+        obs.guardrails_policy = ((cm or {}).get("data") or {}).get(POLICY_KEY)
     obs.data_volume_size = _requested(get(dyn, "v1", "PersistentVolumeClaim", owner.namespace, data_pvc_name(owner)))
     if spec.runs_vllm:
         obs.model_cache_volume_size = _requested(

@@ -1,13 +1,14 @@
-"""spec -> the engine's Deployment, Service and index PVC."""
+"""spec -> the engine's Deployment, Service, index PVC and embedding ConfigMap."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from .. import constants as c
 from ..spec import RAGEngineSpec
 from .access import mount_access
-from .engine_env import engine_env, secret_refs
+from .engine_env import embedding_file, engine_env, secret_refs
 from .guardrails import policy_mount, policy_volume
 from .labels import (
     Owner,
@@ -42,6 +43,18 @@ def data_pvc_name(owner: Owner) -> str:
     return owner.child("data")
 
 
+def embedding_configmap_name(owner: Owner) -> str:
+    return owner.child("embedding")
+
+
+def engine_embedding_configmap(owner: Owner, spec: RAGEngineSpec, generation: int | None) -> dict[str, Any]:
+    """spec.embedding as the file the engine watches (embedding_file): mounted as a directory, so the kubelet
+    swaps it in place when it changes and the engine re-indexes to the new model without a restart."""
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata(owner, embedding_configmap_name(owner),
+                                                                          c.COMPONENT_ENGINE),
+            "data": {c.ENGINE_EMBEDDING_FILE: json.dumps(embedding_file(spec, generation), sort_keys=True)}}
+
+
 def endpoint(owner: Owner) -> str:
     return f"http://{owner.service_host(engine_service_name(owner))}"
 
@@ -63,7 +76,8 @@ def engine_deployment(owner: Owner, spec: RAGEngineSpec, secrets: dict[str, str]
         "env": [{"name": "HOME", "value": "/tmp"}, {"name": "XDG_CACHE_HOME", "value": "/tmp/.cache"},
                 *engine_env(owner, spec)],
         "resources": merge_resources(DEFAULT_RESOURCES, spec.engine.resources),
-        "volumeMounts": [{"name": "data", "mountPath": c.ENGINE_DATA_DIR}, {"name": "tmp", "mountPath": "/tmp"}],
+        "volumeMounts": [{"name": "data", "mountPath": c.ENGINE_DATA_DIR}, {"name": "tmp", "mountPath": "/tmp"},
+                         {"name": "embedding", "mountPath": c.ENGINE_EMBEDDING_DIR, "readOnly": True}],
         # startup covers loading the embedding model (first start may download it into /data/models).
         "startupProbe": http_probe("/health", "http", period=5, failures=120),
         # Readiness means "can answer": LLM serving the model, embeddings, index store (GET /ready).
@@ -80,7 +94,9 @@ def engine_deployment(owner: Owner, spec: RAGEngineSpec, secrets: dict[str, str]
         # External store: no index on the pod, /data is scratch (model cache, temp files).
         {"name": "data", "emptyDir": {}} if spec.vector_store.external else
         {"name": "data", "persistentVolumeClaim": {"claimName": data_pvc_name(owner)}},
-        {"name": "tmp", "emptyDir": {"sizeLimit": TMP_SIZE}}]
+        {"name": "tmp", "emptyDir": {"sizeLimit": TMP_SIZE}},
+        # a directory (no subPath): the kubelet updates it in place when spec.embedding changes
+        {"name": "embedding", "configMap": {"name": embedding_configmap_name(owner)}}]
     if spec.guardrails.enabled:  # the policy ConfigMap as a directory: the kubelet updates it in place
         volumes.append(policy_volume(owner, spec))
         container["volumeMounts"].append(policy_mount())
@@ -150,6 +166,8 @@ def engine_network_policy(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
     policy = spec.engine.network_policy
     peers = [peer.model_dump(by_alias=True, exclude_none=True) for peer in policy.allow_from]
     peers.append(sync_pods_peer(owner))
+    if spec.backup is not None:  # the backup CronJob's pods export every index through the API
+        peers.append({"podSelector": {"matchLabels": selector(owner, c.COMPONENT_BACKUP)}})
     if spec.monitoring is not None:  # Prometheus scrapes /metrics on the same port
         peers += [peer.model_dump(by_alias=True, exclude_none=True) for peer in spec.monitoring.scrape_from]
     return {

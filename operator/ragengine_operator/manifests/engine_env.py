@@ -10,14 +10,22 @@ together they cover every leaf of RAGEngineSpec.
 from __future__ import annotations
 
 import hashlib
+import json
 from typing import Any
 
-from ragengine.settings import EngineSettings
+from ragengine.observability.tracing import tracing_env
+from ragengine.settings import DEFAULT_EMBEDDING_MODEL, EngineSettings, embedding_digest
 
 from .. import constants as c
 from ..spec import AuthSpec, RAGEngineSpec, SecretKeyRef
 from .guardrails import POLICY_PATH
 from .labels import Owner
+from .status_key import status_key_sha256
+
+# After SIGTERM the engine serves this long, telling each client to close its connection: uvicorn's
+# keep-alive timeout, so no connection is left that was never told (ragengine/shutdown.py). The pod's
+# grace period covers the preStop sleep, this and uvicorn's 30 s graceful shutdown.
+SHUTDOWN_DRAIN_S = 5
 
 # spec path -> EngineSettings field (values).
 SPEC_TO_ENGINE = {
@@ -25,10 +33,9 @@ SPEC_TO_ENGINE = {
     "inference.model": "llm_url",  # in-cluster vLLM Service URL
     "inference.servedModelName": "llm_model",
     "inference.contextWindow": "context_window",
-    "embedding.model": "embedding_model",
-    "embedding.url": "embedding_url",
     "retrieval.contextTokenRatio": "context_token_ratio",
     "retrieval.similarityThreshold": "similarity_threshold",
+    "retrieval.noContext": "no_context",
     "retrieval.hybrid": "hybrid",
     "retrieval.rerankModel": "rerank_model",
     "vectorStore.type": "vector_store",
@@ -50,6 +57,12 @@ SECRET_TO_ENGINE = {
 }
 # spec paths that shape other objects (vLLM, volumes, the engine Deployment), not engine settings.
 OPERATOR_ONLY = {
+    # the engine's embedding file (a ConfigMap it watches: embedding_file), so a new model re-indexes without
+    # a restart; tests/operator/test_engine_env_contract.py parses it back with the engine's own reader
+    "embedding.model", "embedding.url",
+    # the backup CronJob and its volume (manifests/backup.py)
+    "backup.schedule", "backup.retention", "backup.volume.claimName", "backup.volume.size",
+    "backup.volume.storageClassName",
     "inference.image", "inference.gpus", "inference.replicas", "inference.args", "inference.nodeSelector",
     "inference.tolerations", "inference.resources", "inference.modelCache.size",
     "inference.modelCache.storageClassName", "inference.modelCache.accessMode", "inference.hfTokenSecretRef",
@@ -73,6 +86,8 @@ OPERATOR_ONLY = {
     *(f"monitoring.scrapeFrom.{field}" for field in (
         "ipBlock.cidr", "ipBlock.except", "namespaceSelector.matchExpressions", "namespaceSelector.matchLabels",
         "podSelector.matchExpressions", "podSelector.matchLabels")),
+    # OTEL_* variables for the engine, vLLM and the sync workers, not engine settings (otel_env below)
+    "observability.tracing.endpoint", "observability.tracing.protocol", "observability.tracing.samplingRatio",
     # the engine's NetworkPolicy (manifests/engine.py)
     *(f"engine.networkPolicy.allowFrom.{field}" for field in (
         "ipBlock.cidr", "ipBlock.except", "namespaceSelector.matchExpressions", "namespaceSelector.matchLabels",
@@ -87,7 +102,8 @@ OPERATOR_ONLY = {
     # synced by the operator through the engine's API (sources/runner.py)
     *(f"sources.{field}" for field in (
         "name", "index", "interval", "metadata", "acl", "screen", "chunking.chunkSize", "chunking.chunkOverlap", "configMap.name",
-        "configMap.keys", "git.url", "git.ref", "git.paths", "git.secretRef.name", "http.urls", "http.secretRef.name")),
+        "configMap.keys", "git.url", "git.ref", "git.paths", "git.secretRef.name", "http.urls", "http.secretRef.name",
+        "maxFiles", "maxSize")),
 }
 
 
@@ -128,17 +144,50 @@ def engine_values(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
         "llm_url": llm_url(owner, spec),
         "llm_model": served_model(spec),
         "context_window": inf.context_window if inf else None,
-        "embedding_model": spec.embedding.model,
-        "embedding_url": spec.embedding.url,
+        "embedding_file": f"{c.ENGINE_EMBEDDING_DIR}/{c.ENGINE_EMBEDDING_FILE}",  # spec.embedding, watched
         "embedding_cache_dir": c.ENGINE_MODEL_CACHE_DIR,  # on the data volume: downloaded once
         "context_token_ratio": r.context_token_ratio,
         "similarity_threshold": r.similarity_threshold,
+        "no_context": r.no_context,
         "hybrid": r.hybrid,
         "rerank_model": r.rerank_model,
         "screen_indexes": r.screen_indexes,
         "guardrails_policy": POLICY_PATH if spec.guardrails.enabled else None,
         "guardrails_fail_open": spec.guardrails.fail_open if spec.guardrails.enabled else None,
+        # kept-alive clients move to another replica before the engine closes (ragengine/shutdown.py)
+        "shutdown_drain_seconds": SHUTDOWN_DRAIN_S,
+        # the operator's read of GET /health, when the engine requires a key (manifests/status_key.py)
+        "status_key_sha256": status_key_sha256(owner) if spec.auth.enabled else None,
     }
+
+
+def embedding_target(spec: RAGEngineSpec) -> tuple[str, str | None]:
+    """(model, url) the engine embeds with: spec.embedding, the engine's default model when it names none."""
+    return spec.embedding.model or DEFAULT_EMBEDDING_MODEL, spec.embedding.url
+
+
+def embedding_file(spec: RAGEngineSpec, generation: int | None) -> dict[str, Any]:
+    """The engine's embedding file (ragengine.embedding.pool.read_target reads it). ``generation``: the
+    RAGEngine's generation when spec.embedding last changed, so a replica whose copy of the file is older
+    never undoes a newer model (the kubelet updates each node's copy in its own time)."""
+    return {"model": spec.embedding.model, "url": spec.embedding.url, "generation": generation}
+
+
+def embedding_generation(current: dict[str, Any] | None, spec: RAGEngineSpec, generation: int | None) -> int | None:
+    """The generation for the embedding file: the one it has while spec.embedding is what it says (a change
+    elsewhere in the spec must not look like a new model), else the RAGEngine's current one."""
+    try:
+        held = json.loads(((current or {}).get("data") or {}).get(c.ENGINE_EMBEDDING_FILE, ""))
+    except ValueError:
+        held = None
+    if isinstance(held, dict) and (held.get("model"), held.get("url")) == (spec.embedding.model, spec.embedding.url):
+        return held.get("generation") if isinstance(held.get("generation"), int) else generation
+    return generation
+
+
+def target_digest(spec: RAGEngineSpec) -> str:
+    """What the engine's /health reports (embedding.target) once it has picked up spec.embedding."""
+    return embedding_digest(*embedding_target(spec))
 
 
 def inference_api_key_ref(owner: Owner) -> SecretKeyRef:
@@ -185,9 +234,21 @@ def secret_refs(spec: RAGEngineSpec, owner: Owner | None = None) -> dict[str, An
     return {k: v for k, v in refs.items() if v is not None}
 
 
+def otel_env(owner: Owner, spec: RAGEngineSpec, service_name: str) -> list[dict[str, Any]]:
+    """The standard OTEL_* variables that send a component's traces where spec.observability.tracing says
+    (none without it); the resource names the RAGEngine, so one collector tells RAGEngines apart."""
+    t = spec.observability.tracing
+    if t is None:
+        return []
+    values = tracing_env(t.endpoint, protocol=t.protocol, sampling_ratio=t.sampling_ratio, service_name=service_name,
+                         resource={"k8s.namespace.name": owner.namespace, "ragengine.name": owner.name})
+    return [{"name": k, "value": v} for k, v in sorted(values.items())]
+
+
 def engine_env(owner: Owner, spec: RAGEngineSpec) -> list[dict[str, Any]]:
     values = EngineSettings.to_env(engine_values(owner, spec))
     env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in sorted(values.items())]
+    env += otel_env(owner, spec, "ragengine")
     for field, ref in sorted(secret_refs(spec, owner).items()):
         env.append(
             {"name": EngineSettings.env_name(field), "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}

@@ -7,7 +7,7 @@ from typing import Any
 from .. import constants as c
 from .. import vllm_cli
 from ..spec import RAGEngineSpec
-from .engine_env import inference_api_key_ref
+from .engine_env import inference_api_key_ref, otel_env
 from .labels import (
     Owner,
     apply_pod_options,
@@ -129,6 +129,9 @@ def vllm_args(spec: RAGEngineSpec) -> list[str]:
     parser = tool_call_parser(inf)
     if parser is not None:
         args += ["--enable-auto-tool-choice", "--tool-call-parser", parser]
+    tracing = spec.observability.tracing
+    if tracing is not None:  # vLLM's spans join the engine's traces (the engine sends traceparent)
+        args += ["--otlp-traces-endpoint", tracing.endpoint]
     return args
 
 
@@ -149,7 +152,7 @@ def inference_deployment(owner: Owner, spec: RAGEngineSpec, secrets: dict[str, s
     # GPUs are an extended resource: request == limit, always from spec.inference.gpus.
     resources.setdefault("limits", {})[inf.gpu_resource_name] = gpus
     resources.setdefault("requests", {})[inf.gpu_resource_name] = gpus
-    env = vllm_env()
+    env = vllm_env() + otel_env(owner, spec, "vllm")  # protocol, sampler, resource for --otlp-traces-endpoint
     key = inference_api_key_ref(owner)  # vLLM reads VLLM_API_KEY like --api-key
     env.append({"name": "VLLM_API_KEY", "valueFrom": {"secretKeyRef": {"name": key.name, "key": key.key}}})
     if inf.hf_token_secret_ref is not None:

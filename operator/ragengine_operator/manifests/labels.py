@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass
@@ -22,6 +23,8 @@ class Owner:
     # The cluster's DNS domain (settings.cluster_domain); "" = the short <svc>.<ns>.svc form, which the
     # pods' DNS search path completes under any domain.
     cluster_domain: str = "cluster.local"
+    # settings.status_key_secret (manifests/status_key.py); never in a repr or a log line
+    status_key_secret: str = dataclasses.field(default="", repr=False)
 
     def child(self, suffix: str) -> str:
         return f"{self.name}-{suffix}" if suffix else self.name
@@ -37,7 +40,8 @@ def selector(owner: Owner, component: str) -> dict[str, str]:
     return {c.SELECTOR_NAME: owner.name, c.SELECTOR_COMPONENT: component}
 
 
-APP_NAMES = {c.COMPONENT_ENGINE: "ragengine", c.COMPONENT_INFERENCE: "vllm", c.COMPONENT_SYNC: "ragengine-source-sync"}
+APP_NAMES = {c.COMPONENT_ENGINE: "ragengine", c.COMPONENT_INFERENCE: "vllm", c.COMPONENT_SYNC: "ragengine-source-sync",
+             c.COMPONENT_BACKUP: "ragengine-backup"}
 
 
 def labels(owner: Owner, component: str) -> dict[str, str]:

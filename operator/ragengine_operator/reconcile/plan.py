@@ -13,11 +13,13 @@ from ..manifests.access import (
     tokenreview_binding,
 )
 from ..manifests.access import engine_account as access_account
+from ..manifests.backup import backup_cronjob, backup_name, backup_pvc
 from ..manifests.engine import (
     data_pvc_name,
     engine_data_pvc,
     engine_deployment,
     engine_deployment_name,
+    engine_embedding_configmap,
     engine_hpa,
     engine_network_policy,
     engine_pdb,
@@ -62,9 +64,10 @@ class Plan:
 
 
 def plan(owner: Owner, spec: RAGEngineSpec, secrets: dict[str, str] | None = None,
-         default_policy: str | None = None) -> Plan:
+         default_policy: str | None = None, embedding_generation: int | None = None) -> Plan:
     """Volumes first (pods reference them), then workloads, then Services. `secrets` maps the names of
-    the Secrets the pods read to a digest of their data (see referenced_secrets): a change rolls them."""
+    the Secrets the pods read to a digest of their data (see referenced_secrets): a change rolls them.
+    `embedding_generation`: the generation in the engine's embedding file (engine_env.embedding_generation)."""
     p = Plan()
     vllm = inference_name(owner)
     hpa_ref = Ref("autoscaling/v2", "HorizontalPodAutoscaler", vllm)
@@ -91,6 +94,8 @@ def plan(owner: Owner, spec: RAGEngineSpec, secrets: dict[str, str] | None = Non
     # its data, until the RAGEngine goes: switching back finds it).
     if not external:
         p.apply.append(engine_data_pvc(owner, spec))
+    # spec.embedding as a file the engine watches (not env): a new model re-indexes, the pods stay.
+    p.apply.append(engine_embedding_configmap(owner, spec, embedding_generation))
     # spec.guardrails without a ConfigMap: the chart's default policy in one of our own (KAITO copies a
     # template into the namespace, shared and unowned; ours is owned and goes with the RAGEngine)
     if spec.guardrails.enabled and spec.guardrails.config_map_ref is None:
@@ -132,6 +137,11 @@ def plan(owner: Owner, spec: RAGEngineSpec, secrets: dict[str, str] | None = Non
     names = [engine, vllm]
     p.delete += [Ref(MONITORING_API, kind, name, optional=True) for kind in KINDS for name in names
                  if (kind, name) not in keep]
+    # Backups: the CronJob goes with spec.backup; its volume stays (it holds the backups).
+    if spec.backup is not None:
+        p.apply += ([backup_pvc(owner, spec)] if spec.backup.volume.claim_name is None else []) + [backup_cronjob(owner, spec)]
+    else:
+        p.delete.append(Ref("batch/v1", "CronJob", backup_name(owner)))
     assert data_pvc_name(owner) not in {r.name for r in p.delete}  # never delete an index volume
     return p
 

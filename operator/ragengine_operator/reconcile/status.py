@@ -7,10 +7,12 @@ from typing import Any
 
 from .. import constants as c
 from ..manifests.engine import endpoint
-from ..manifests.engine_env import engine_api_key_ref, llm_url, served_model
+from ..manifests.engine_env import embedding_target, engine_api_key_ref, llm_url, served_model, target_digest
+from ..manifests.guardrails import policy_configmap_name
 from ..manifests.labels import Owner
 from ..sources.status import sources_condition
 from ..spec import RAGEngineSpec
+from .guardrails import guardrails_condition
 
 AVAILABLE, PROGRESSING, FAILED = "Available", "Progressing", "Failed"
 
@@ -32,6 +34,15 @@ class Observed:
     model_cache_volume_size: str | None = None
     # status.sources[] as the source syncer last wrote it (the RAGEngine's own status, not a child's)
     sources: list[dict[str, Any]] | None = None
+    # The engine's GET /health (its indexes' versions and re-indexes, its target model's digest), when the
+    # operator asked; engine_health_error: why asking failed. Neither: not asked this time.
+    engine_health: dict[str, Any] | None = None
+    engine_health_error: str | None = None
+    # What status said last time: kept when the engine was not asked.
+    previous_indexes: list[dict[str, Any]] | None = None
+    previous_embedding: str | None = None
+    # spec.guardrails.enabled: the policy ConfigMap's guardrails.yaml (None: no such ConfigMap or key)
+    guardrails_policy: str | None = None
 
 
 @dataclass(frozen=True)
@@ -168,8 +179,59 @@ def secure_defaults(spec: RAGEngineSpec) -> dict[str, Any]:
     return _cond(c.SECURE_DEFAULTS, False, reason, "; ".join(why for _, why in off))
 
 
-def conditions_for(spec: RAGEngineSpec | None, observed: Observed, error: tuple[str, str] | None) -> list[dict]:
-    """The six conditions (seven with sources), without timestamps. error = (reason, message) of a failed
+MAX_INDEXES = 100  # status.indexes lists at most this many (the rest: the engine's GET /indexes/{name}/versions)
+
+
+def indexes_status(health: dict[str, Any]) -> list[dict[str, Any]]:
+    """status.indexes from the engine's /health: each index's live version, whether it uses the engine's
+    current model, and a running re-index's progress."""
+    out = []
+    for name, entry in sorted((health.get("indexes") or {}).items())[:MAX_INDEXES]:
+        item: dict[str, Any] = {"name": name, "version": entry.get("version"), "current": entry.get("current"),
+                                "documents": entry.get("documents")}
+        job = entry.get("reindex")
+        if job:
+            item.update(reindexVersion=job.get("version"), documentsDone=job.get("documents_done"),
+                        documentsTotal=job.get("documents_total"))
+        out.append(item)
+    return out
+
+
+def reindexing(spec: RAGEngineSpec, observed: Observed) -> dict[str, Any] | None:
+    """The Reindexing condition: True while the engine has not picked up spec.embedding yet or re-indexes to
+    it (with each index's progress); False once every index uses it. Never feeds Ready: the old versions
+    serve meanwhile. Unknown when a change is pending and the engine cannot be asked. None: not asked, and
+    nothing pending (the previous condition stands)."""
+    model = embedding_target(spec)[0]
+    wanted = target_digest(spec)
+    health = observed.engine_health
+    if health is None:
+        if observed.engine_health_error and observed.previous_embedding != wanted:
+            return _cond(c.REINDEXING, False, "EngineUnreachable", f"cannot tell whether the engine re-indexes to "
+                         f"{model}: {observed.engine_health_error}") | {"status": "Unknown"}
+        return None
+    if (health.get("embedding") or {}).get("target") != wanted:
+        return _cond(c.REINDEXING, True, "Pending", f"waiting for the engine to load the embedding model {model} "
+                     "(its ConfigMap reaches the pods within about a minute); the indexes serve with the current "
+                     "model meanwhile")
+    indexes = health.get("indexes") or {}
+    running = [f"index {n}: version {e['reindex'].get('version')}, {e['reindex'].get('documents_done')} of "
+               f"{e['reindex'].get('documents_total')} documents" for n, e in sorted(indexes.items()) if e.get("reindex")]
+    if running:
+        return _cond(c.REINDEXING, True, "Reindexing", f"re-indexing to {model}, the old versions serve meanwhile: "
+                     + "; ".join(running))
+    stale = sorted(n for n, e in indexes.items() if e.get("current") is False)
+    if stale:
+        return _cond(c.REINDEXING, False, "NotCurrent", f"index(es) {', '.join(stale)} serve with another embedding "
+                     f"model than {model} (a re-index failed, or was started through the API): GET "
+                     "/indexes/<name>/reindex says why")
+    return _cond(c.REINDEXING, False, "Current", f"every index uses the embedding model {model}")
+
+
+def conditions_for(owner: Owner, spec: RAGEngineSpec | None, observed: Observed,
+                   error: tuple[str, str] | None) -> list[dict]:
+    """The six conditions (plus SourcesSynced with sources, GuardrailsPolicy with guardrails, Reindexing when
+    the engine was asked or a change is pending), without timestamps. error = (reason, message) of a failed
     reconcile. An invalid spec gets the five that can be said without one (no SecureDefaults)."""
     if spec is None:  # invalid spec: nothing else can be said
         reason, message = error or ("InvalidSpec", "spec is invalid")
@@ -210,6 +272,7 @@ def conditions_for(spec: RAGEngineSpec | None, observed: Observed, error: tuple[
                                                            f"engine: {observed.engine_not_ready}")
         engine = _cond(c.ENGINE_READY, s.state == AVAILABLE, s.reason, s.message)
     failed = [s for s in states.values() if s.state == FAILED]
+    policy = guardrails_condition(spec, policy_configmap_name(owner, spec), observed.guardrails_policy)
     rolling = [s for s in states.values() if s.state == PROGRESSING]
     if error:
         degraded = _cond(c.DEGRADED, True, *error)
@@ -220,6 +283,9 @@ def conditions_for(spec: RAGEngineSpec | None, observed: Observed, error: tuple[
         # failed expression in docs/operator.md) must show it, while the engine keeps serving what it can.
         degraded = _cond(c.DEGRADED, True, "InferenceUnreachable", f"{inference['message']}; the engine still "
                          "answers retrieval, and chat extractively")
+    elif policy is not None and policy["status"] == "False":
+        # The engine serves on its last good policy (or refuses, fail-closed): not what the spec declares.
+        degraded = _cond(c.DEGRADED, True, "Guardrails" + policy["reason"], policy["message"])
     else:
         degraded = _cond(c.DEGRADED, False, "AsExpected", "no child reports a failure")
     progressing = (
@@ -242,7 +308,10 @@ def conditions_for(spec: RAGEngineSpec | None, observed: Observed, error: tuple[
         ready = _cond(c.READY, True, "Available", "inference and engine are available")
     # SourcesSynced never feeds Ready: an engine whose source fails still serves what it has.
     sources = sources_condition(spec.sources, observed.sources)
-    return [ready, inference, engine, progressing, degraded, secure_defaults(spec)] + ([sources] if sources else [])
+    # Reindexing never feeds Ready either: the old versions serve while new ones are built.
+    reindex = reindexing(spec, observed)
+    extra = [x for x in (sources, policy, reindex) if x]
+    return [ready, inference, engine, progressing, degraded, secure_defaults(spec), *extra]
 
 
 def stamp(new: list[dict], old: list[dict], now: str, generation: int | None) -> list[dict]:
@@ -284,13 +353,22 @@ def compute_status(
     error: tuple[str, str] | None = None,
 ) -> tuple[dict[str, Any], list[dict]]:
     """-> (status patch, condition transitions)."""
-    conds = stamp(conditions_for(spec, observed, error), old_conditions, now, generation)
+    new = conditions_for(owner, spec, observed, error)
+    if spec is not None and not any(x["type"] == c.REINDEXING for x in new):  # not asked: the last word stands
+        new += [{k: v for k, v in x.items() if k not in ("lastTransitionTime", "observedGeneration")}
+                for x in old_conditions or [] if x.get("type") == c.REINDEXING]
+    conds = stamp(new, old_conditions, now, generation)
     status: dict[str, Any] = {"observedGeneration": generation, "conditions": conds, "endpoint": endpoint(owner)}
     if spec is not None:
         status["inferenceUrl"] = llm_url(owner, spec)
         status["model"] = served_model(spec)
         status["dataVolumeSize"] = observed.data_volume_size
         status["modelCacheVolumeSize"] = observed.model_cache_volume_size
+        if observed.engine_health is not None:
+            status["indexes"] = indexes_status(observed.engine_health)
+            status["embeddingTarget"] = (observed.engine_health.get("embedding") or {}).get("target")
+        else:
+            status["indexes"], status["embeddingTarget"] = observed.previous_indexes, observed.previous_embedding
         key = engine_api_key_ref(owner, spec.auth)
         status["apiKeySecretRef"] = {"name": key.name, "key": key.key} if key else None
         # the scale subresource reads these; None removes them (merge patch) when vLLM goes away

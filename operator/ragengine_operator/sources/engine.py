@@ -8,8 +8,10 @@ behaves the same on FAISS and on an external store and needs no access to the en
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from urllib.parse import quote
 
 import httpx
 
@@ -17,6 +19,16 @@ from ragengine_operator.sources.plan import HASH_KEY, SOURCE_KEY, SyncPlan
 
 PAGE = 100
 BATCH = 32
+# A sync pod's first connections can be refused while the network policy learns its address (kube-router
+# refused a new pod for about a second on the real node; a Job that pushes at once never got through), and a
+# restarting engine refuses for a while too. A refused connect sent nothing, so it is repeated, writes too.
+CONNECT_GRACE_S = 30.0
+FIRST_RETRY_S, MAX_RETRY_S = 0.25, 2.0
+
+
+def _index_path(index: str, rest: str = "") -> str:
+    """``/indexes/<name>/<rest>`` with the name escaped whole: '?', '#', '/' or '..' in it never re-route."""
+    return f"/indexes/{quote(index, safe='')}{rest}"
 
 
 class EngineUnavailable(Exception):
@@ -31,16 +43,32 @@ class Applied:
 
 
 class EngineClient:
-    def __init__(self, base_url: str, api_key: str | None = None, timeout: float = 600.0) -> None:
+    def __init__(self, base_url: str, api_key: str | None = None, timeout: float = 600.0,
+                 connect_grace_s: float = CONNECT_GRACE_S) -> None:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout)
+        self.connect_grace_s = connect_grace_s
+        self.refused = 0  # connects refused (or timed out) and repeated so far
 
     def close(self) -> None:
         self.http.close()
 
+    def _send(self, method: str, path: str, **kwargs) -> httpx.Response:
+        """One request; a connect that fails is repeated with backoff for ``connect_grace_s``."""
+        deadline, delay = time.monotonic() + self.connect_grace_s, FIRST_RETRY_S
+        while True:
+            try:
+                return self.http.request(method, path, **kwargs)
+            except (httpx.ConnectError, httpx.ConnectTimeout):
+                if time.monotonic() + delay > deadline:
+                    raise
+                self.refused += 1
+                time.sleep(delay)
+                delay = min(delay * 2, MAX_RETRY_S)
+
     def _call(self, method: str, path: str, **kwargs) -> httpx.Response:
         try:
-            resp = self.http.request(method, path, **kwargs)
+            resp = self._send(method, path, **kwargs)
         except httpx.HTTPError as exc:
             raise EngineUnavailable(f"engine unreachable: {exc}") from exc
         if resp.status_code >= 400 and resp.status_code != 404:
@@ -52,7 +80,7 @@ class EngineClient:
         out: dict[str, str | None] = {}
         offset = 0
         while True:
-            resp = self._call("GET", f"/indexes/{index}/documents", params={
+            resp = self._call("GET", _index_path(index, "/documents"), params={
                 "limit": PAGE, "offset": offset, "max_text_length": 1, "metadata_filter": json.dumps({SOURCE_KEY: source})})
             if resp.status_code == 404:
                 return out
@@ -63,7 +91,7 @@ class EngineClient:
                 return out
 
     def has_index(self, index: str) -> bool:
-        return self._call("GET", f"/indexes/{index}/documents", params={"limit": 1, "max_text_length": 1}).status_code != 404
+        return self._call("GET", _index_path(index, "/documents"), params={"limit": 1, "max_text_length": 1}).status_code != 404
 
     def apply(self, index: str, plan: SyncPlan, chunking: dict | None = None,
               progress: Callable[[Applied], None] | None = None) -> Applied:
@@ -92,14 +120,23 @@ class EngineClient:
             progress(done)
         for i in range(0, len(plan.update), BATCH):
             docs = [d.body() for d in plan.update[i:i + BATCH]]
-            self._call("POST", f"/indexes/{index}/documents", json={"documents": docs})
+            self._call("POST", _index_path(index, "/documents"), json={"documents": docs})
             done.updated += len(docs)
             progress(done)
         for i in range(0, len(plan.delete), 500):
             ids = plan.delete[i:i + 500]
-            self._call("POST", f"/indexes/{index}/documents/delete", json={"doc_ids": ids})
+            self._call("POST", _index_path(index, "/documents/delete"), json={"doc_ids": ids})
             done.deleted += len(ids)
             progress(done)
+
+    def follow_chunking(self, index: str, chunking: dict) -> int | None:
+        """A source's chunking changed: re-index the index to it (the engine keeps serving the old version
+        and compares after resolving sizes, so an unchanged chunking starts nothing). -> the version being
+        built, or None."""
+        resp = self._call("POST", f"/indexes/{index}/reindex", json={"chunking": chunking, "only_if_changed": True})
+        if resp.status_code != 202:  # 200: nothing changed; 404: no index yet (the first write makes it so)
+            return None
+        return (resp.json().get("job") or {}).get("version")
 
     def chunks(self, index: str) -> int | None:
         resp = self._call("GET", "/health")

@@ -50,6 +50,12 @@ class SyncRequest:
     known_revision: str | None = None  # the revision synced last (None: sync everything again)
     validators: dict[str, dict] | None = None  # http: url -> ETag / Last-Modified of the last sync
     configmap_revision: str | None = None  # configMap: the resourceVersion the operator read
+    # The operator's sync span (W3C traceparent) and where traces go (endpoint, protocol, sampling ratio):
+    # the worker continues the trace (sources/traced.py). Not part of the digest: each run has its own span.
+    traceparent: str | None = None
+    tracing: list | None = None
+    # The operator's egress rules and fetch limits (sync.FetchPolicy's settings): the worker fetches under them.
+    fetch_policy: dict[str, Any] | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
@@ -59,7 +65,10 @@ class SyncRequest:
         return cls(**json.loads(text))
 
     def digest(self) -> str:
-        return hashlib.sha256(self.to_json().encode()).hexdigest()[:16]
+        # untraced: the digest of the same request before tracing existed (a running Job is still recognised)
+        same = {k: v for k, v in asdict(self).items()
+                if k != "traceparent" and not (k in ("tracing", "fetch_policy") and v is None)}
+        return hashlib.sha256(json.dumps(same, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
 
     @property
     def urls(self) -> list[str]:

@@ -30,15 +30,18 @@ the last sync this process ran (a new volume may have lost the index: the worker
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kubernetes.client.rest import ApiException
+
+from ragengine.observability import tracing
 
 from .. import constants as c
 from ..controller import Controller, api_message, post
@@ -47,13 +50,15 @@ from ..manifests.engine import endpoint
 from ..manifests.engine_env import engine_api_key_ref
 from ..manifests.labels import Owner
 from ..manifests.sync_job import SyncPod
-from ..spec import AuthSpec
+from ..metrics import SOURCE_SYNCS
+from ..spec import AuthSpec, ObservabilitySpec
 from .in_job import JobRunner
 from .in_subprocess import SubprocessRunner
 from .protocol import Limits, Prepared, SyncRequest, failed
 from .spec import Source
 from .status import SourceState, after_sync, due, epoch, retry_delay, sync_event, syncing, visible, waiting
-from .sync import SyncResult
+from .sync import SyncResult, policy_settings
+from .traced import TracingConfig, config_of, operator_span, result_attributes
 
 log = logging.getLogger(__name__)
 TICK_SECONDS = 1.0
@@ -63,6 +68,24 @@ PROGRESS_EVERY_S = 10.0  # a long sync shows its progress in status.sources at m
 REFUSED_SECRET_TYPES = ("kubernetes.io/service-account-token", "bootstrap.kubernetes.io/token")
 Key = tuple[str, str]
 Progress = Callable[[str], None]
+
+
+class FairSlots:
+    """``total`` workers, at most ``per_namespace`` of them (running or queued for one) per namespace.
+
+    A sync first takes its namespace's slot, then a global one; the global queue is FIFO, so it never
+    holds more than ``per_namespace`` entries of one tenant and every namespace's next sync is at most
+    a few places from the front: a tenant with many slow sources leaves workers to the others."""
+
+    def __init__(self, total: int, per_namespace: int) -> None:
+        self.total = asyncio.Semaphore(total)
+        self.per_namespace = min(per_namespace, total)
+        self.namespaces: defaultdict[str, asyncio.Semaphore] = defaultdict(lambda: asyncio.Semaphore(self.per_namespace))
+
+    @contextlib.asynccontextmanager
+    async def hold(self, namespace: str) -> AsyncIterator[None]:
+        async with self.namespaces[namespace], self.total:
+            yield
 
 
 @dataclass(frozen=True)
@@ -77,6 +100,7 @@ class Target:
     engine_ready: bool
     api_key_ref: tuple[str, str] | None  # (Secret, key) of the engine's API key; None when auth is off
     engine_ready_since: float = 0.0  # epoch of EngineReady's last transition to True
+    tracing: TracingConfig | None = None  # spec.observability.tracing (sources/traced.py)
 
     @classmethod
     def from_body(cls, namespace: str, name: str, uid: str, spec: Mapping, status: Mapping) -> Target | None:
@@ -86,6 +110,7 @@ class Target:
         try:
             sources = tuple(Source.model_validate(s) for s in spec.get("sources") or [])
             auth = AuthSpec.model_validate(spec.get("auth") or {})
+            observability = ObservabilitySpec.model_validate(spec.get("observability") or {})
         except ValueError as exc:  # the reconcile reports InvalidSpec for the whole object
             log.info("sources of %s/%s not synced: %s", namespace, name, exc)
             return None
@@ -95,7 +120,7 @@ class Target:
         since = (epoch(cond.get("lastTransitionTime")) or 0.0) if ready else 0.0
         ref = engine_api_key_ref(Owner(namespace, name, uid), auth)
         return cls(namespace, name, uid, sources, tuple(status.get("sources") or ()), ready,
-                   (ref.name, ref.key) if ref else None, since)
+                   (ref.name, ref.key) if ref else None, since, config_of(observability.tracing))
 
     @property
     def owner(self) -> Owner:
@@ -125,7 +150,7 @@ class SourceSyncer:
 
     # --- the loop -------------------------------------------------------------------------------
     async def loop(self, index: Mapping[Key, Any]) -> None:
-        slots = asyncio.Semaphore(self.settings.source_workers)
+        slots = FairSlots(self.settings.source_workers, self.settings.source_workers_per_namespace)
         tasks: set[asyncio.Task] = set()
         while True:
             await asyncio.sleep(TICK_SECONDS)
@@ -137,7 +162,7 @@ class SourceSyncer:
                     tasks.add(task)
                     task.add_done_callback(tasks.discard)
 
-    def start(self, target: Target, slots: asyncio.Semaphore) -> list[asyncio.Task]:
+    def start(self, target: Target, slots: FairSlots) -> list[asyncio.Task]:
         key = (target.namespace, target.name)
         states = self.states.setdefault(key, {e["name"]: SourceState.from_status(e) for e in target.entries})
         now = time.time()
@@ -155,33 +180,32 @@ class SourceSyncer:
                 started.append(asyncio.create_task(self._prune(target, name, slots)))
         return started
 
-    async def _one(self, target: Target, source: Source, slots: asyncio.Semaphore) -> None:
+    async def _one(self, target: Target, source: Source, slots: FairSlots) -> None:
         key = (target.namespace, target.name)
         try:
-            async with slots:
-                before = self.states.setdefault(key, {}).get(source.name)
-                reporter = ProgressReporter(self, target, source, before)
-                if not target.engine_ready:
-                    after, result = waiting(source, before, time.time()), None
-                else:
-                    result = await self.sync(target, source, before, reporter)
-                    after = after_sync(source, before, result, time.time())
-                self.states.setdefault(key, {})[source.name] = after  # (the RAGEngine may be gone meanwhile)
-                if before is None or visible(before) != visible(after) or reporter.reported:
-                    await asyncio.to_thread(self.write_status, target)
-                event = sync_event(source, before, after, result.written if result else 0)
-                if event:
-                    self._post(target, *event)
+            before = self.states.setdefault(key, {}).get(source.name)
+            reporter = ProgressReporter(self, target, source, before)
+            if not target.engine_ready:
+                after, result = waiting(source, before, time.time()), None
+            else:
+                result = await self.sync(target, source, before, reporter, slots)
+                after = after_sync(source, before, result, time.time())
+            self.states.setdefault(key, {})[source.name] = after  # (the RAGEngine may be gone meanwhile)
+            if before is None or visible(before) != visible(after) or reporter.reported:
+                await asyncio.to_thread(self.write_status, target)
+            event = sync_event(source, before, after, result.written if result else 0)
+            if event:
+                self._post(target, *event)
         except Exception:  # never let one source's surprise stop the loop
             log.exception("sync of source %s of %s/%s failed", source.name, *key)
         finally:
             self.running.discard((*key, source.name))
 
-    async def _prune(self, target: Target, name: str, slots: asyncio.Semaphore) -> None:
+    async def _prune(self, target: Target, name: str, slots: FairSlots) -> None:
         key = (target.namespace, target.name)
         index = next((e.get("index") for e in target.entries if e.get("name") == name), None) or name
         try:
-            async with slots:
+            async with slots.hold(target.namespace):
                 request = SyncRequest("prune", name, index, self.engine_url(target))
                 result = await self.dispatch(target, Prepared(request, api_key=target.api_key_ref))
                 if not result.ok:  # retried with the same backoff as a failed sync
@@ -202,13 +226,16 @@ class SourceSyncer:
 
     # --- one sync -----------------------------------------------------------------------------------
     async def sync(self, target: Target, source: Source, state: SourceState | None,
-                   progress: Progress | None = None) -> SyncResult:
-        """One sync by a worker; never raises: every failure is a failed result (status, backoff, Event)."""
+                   progress: Progress | None = None, slots: FairSlots | None = None) -> SyncResult:
+        """One sync by a worker; never raises: every failure is a failed result (status, backoff, Event). Only the
+        worker takes one of ``slots``: a refusal (a ServiceAccount token as credentials, a missing ConfigMap) or a
+        ConfigMap at its revision is reported at once, not behind the namespace's running syncs."""
         try:
             prepared = await asyncio.to_thread(self.prepare, target, source, state)
             if isinstance(prepared, SyncResult):
                 return prepared
-            result = await self.dispatch(target, prepared, progress)
+            async with slots.hold(target.namespace) if slots is not None else contextlib.nullcontext():
+                result = await self.dispatch(target, prepared, progress)
         except Exception as exc:
             log.warning("sync of source %s of %s/%s failed: %s", source.name, target.namespace, target.name, exc)
             return SyncResult(source.name, source.kind, ok=False, message=f"not synced: {type(exc).__name__}: {exc}")
@@ -222,7 +249,7 @@ class SourceSyncer:
         known = state.revision if state and state.synced else None
         request = SyncRequest("sync", source.name, source.index_name, self.engine_url(target),
                               source.model_dump(mode="json", by_alias=True, exclude_none=True), known,
-                              state.validators if state and known else None)
+                              state.validators if state and known else None, fetch_policy=policy_settings(self.settings))
         holder = source.git or source.http
         ref = holder.secret_ref if holder is not None else None
         if ref is not None:
@@ -245,13 +272,20 @@ class SourceSyncer:
         return Prepared(request, ref.name if ref else None, configmap, target.api_key_ref)
 
     async def dispatch(self, target: Target, prepared: Prepared, progress: Progress | None = None) -> SyncResult:
-        """Run the worker where settings.sync_mode says (sources/in_job.py, sources/in_subprocess.py)."""
+        """Run the worker where settings.sync_mode says (sources/in_job.py, sources/in_subprocess.py), in the
+        sync's span when the RAGEngine has tracing on (its traceparent goes to the worker in the request)."""
         s = self.settings
-        if s.sync_mode == "job":
-            return await JobRunner(self.controller.dyn, SyncPod.from_settings(s), self.limits, self.pods).run(
-                target.owner, prepared, progress)
-        return await SubprocessRunner(self.controller.dyn, self.limits, s.sync_tmp_size).run(
-            target.owner, prepared, progress)
+        with operator_span(target.tracing, prepared.request, target.owner) as request:
+            prepared = replace(prepared, request=request)
+            if s.sync_mode == "job":
+                result = await JobRunner(self.controller.dyn, SyncPod.from_settings(s), self.limits, self.pods).run(
+                    target.owner, prepared, progress)
+            else:
+                result = await SubprocessRunner(self.controller.dyn, self.limits, s.sync_tmp_size).run(
+                    target.owner, prepared, progress)
+            tracing.annotate(**result_attributes(result))
+            SOURCE_SYNCS.labels(request.action, "ok" if result.ok else "failed").inc()
+            return result
 
     def engine_url(self, target: Target) -> str:
         template = self.settings.engine_url

@@ -1,7 +1,9 @@
 """The ``spec.sources[]`` models (part of the RAGEngine spec; the CRD schema is generated from them).
 
 Credentials only ever come from a Secret in the RAGEngine's namespace: a git URL or HTTP URL with a
-user or password in it is refused, here and by a CEL rule in the CRD.
+user or password in it is refused, here and by a CEL rule in the CRD. What the API server can check
+cheaply is refused at admission (and mirrored here): a git ref that could pass for an option, a glob
+with more than 16 ``*``, an index name the engine would refuse or could not route.
 """
 
 from __future__ import annotations
@@ -18,11 +20,43 @@ DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 DURATION = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"  # Go durations, as Flux's interval: 30s, 5m, 1h30m
 _DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)")
 _SCP_LIKE = re.compile(r"^[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:[^/].*$")  # git@host:org/repo.git
+# A branch, tag or commit id: never an option (no leading '-'), nothing git or a shell would read specially.
+GIT_REF = r"^[A-Za-z0-9_][A-Za-z0-9_./+@-]*$"
+# A glob with at most 16 '*' (each '**' counts two); matching is linear whatever the count (sources/git.py).
+GLOB = r"^[^*]*(\*[^*]*){0,16}$"
+# An index name the engine accepts (ragengine.index.disk.validate_name): printable, no '/'.
+INDEX_NAME = r"^[^/\x00-\x1F\x7F]+$"
+MAX_INDEX_NAME = 200
+REF_MESSAGE = "git.ref must be a branch, tag or commit id: letters, digits and _ . / + @ -, not starting with '-'"
+GLOB_MESSAGE = "git.paths: at most 16 '*' per glob"
+INDEX_MESSAGE = "index must be a name the engine accepts: printable, not blank, no '/', not '.' or '..'"
+SIZE = r"^([0-9]+)(Ki|Mi|Gi|k|M|G)?$"
+_SIZE = re.compile(SIZE)
+_SIZE_UNITS = {None: 1, "k": 10**3, "M": 10**6, "G": 10**9, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
+DEFAULT_MAX_FILES = 5000
+DEFAULT_MAX_SIZE = "64Mi"
 
 
 def duration_seconds(value: str) -> float:
     units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
     return sum(float(n) * units[u] for n, u in _DURATION_PART.findall(value))
+
+
+def size_bytes(value: str) -> int:
+    """'64Mi' -> 67108864 (a count of bytes with an optional k/M/G or Ki/Mi/Gi suffix)."""
+    found = _SIZE.match(value)
+    if not found or not int(found.group(1)):
+        raise ValueError(f"{value!r} is not a size such as 64Mi, 500M or 1048576")
+    return int(found.group(1)) * _SIZE_UNITS[found.group(2)]
+
+
+def _index_name(name: str | None) -> str | None:
+    if name is None:
+        return None
+    if (not re.search(r"\S", name, re.ASCII) or name in (".", "..") or "/" in name or len(name) > MAX_INDEX_NAME
+            or any(ord(ch) < 32 or ch == "\x7f" for ch in name)):
+        raise ValueError(INDEX_MESSAGE)
+    return name
 
 
 def _no_userinfo(url: str) -> str:
@@ -55,13 +89,30 @@ class GitSource(SpecModel):
     ``username`` and ``password`` (or ``token``); SSH: a Secret with ``identity`` and ``known_hosts``."""
 
     url: Url = Field(description="https://host/org/repo.git, ssh://git@host/org/repo.git or git@host:org/repo.git.")
-    ref: Annotated[str, Field(min_length=1, max_length=255)] = Field("main", description="Branch, tag or commit id.")
+    ref: Annotated[str, Field(min_length=1, max_length=255)] = Field(
+        "main", description="Branch, tag or commit id (letters, digits and _ . / + @ -; not starting with '-').")
     paths: list[Annotated[str, Field(min_length=1, max_length=1024)]] = Field(
-        default_factory=lambda: ["**"], max_length=100, description="Globs (gitignore syntax) of the files to index.",
+        default_factory=lambda: ["**"], max_length=100,
+        description="Globs (gitignore syntax) of the files to index; at most 16 '*' per glob.",
         json_schema_extra={"default": ["**"]})
     secret_ref: LocalSecretRef | None = None
 
     _url = field_validator("url")(classmethod(lambda cls, v: _no_userinfo(v)))
+
+    @field_validator("ref")
+    @classmethod
+    def _ref(cls, ref: str) -> str:
+        if not re.match(GIT_REF, ref):
+            raise ValueError(REF_MESSAGE)
+        return ref
+
+    @field_validator("paths")
+    @classmethod
+    def _paths(cls, paths: list[str]) -> list[str]:
+        for glob in paths:
+            if not re.match(GLOB, glob):
+                raise ValueError(f"{GLOB_MESSAGE} ({glob[:80]!r})")
+        return paths
 
 
 class HttpSource(SpecModel):
@@ -89,8 +140,8 @@ class Source(SpecModel):
     """One source of documents for one index. Exactly one of configMap, git, http."""
 
     name: Annotated[str, Field(pattern=DNS_LABEL, max_length=63)]
-    index: Annotated[str, Field(min_length=1, max_length=200)] | None = Field(
-        None, description="The index this source fills; default: the source's name.")
+    index: Annotated[str, Field(min_length=1, max_length=MAX_INDEX_NAME)] | None = Field(
+        None, description="The index this source fills (an engine index name: printable, no '/'); default: the source's name.")
     interval: Annotated[str, Field(pattern=DURATION, max_length=32)] | None = Field(
         None, description="Re-sync period (Go duration: 30s, 5m, 1h); unset = on changes of the spec only.")
     chunking: SourceChunking | None = None
@@ -103,9 +154,21 @@ class Source(SpecModel):
     screen: bool = Field(
         False, description="Screen this source's chunks before they enter a prompt, in any index (metadata "
         "screen_retrieved: 'true' on its documents; docs/guardrails.md).")
+    max_files: int = Field(DEFAULT_MAX_FILES, ge=1, le=100_000,
+                           description="At most this many files (git) are indexed; a revision with more fails the sync.")
+    max_size: Annotated[str, Field(max_length=16)] = Field(
+        DEFAULT_MAX_SIZE, description="At most this many bytes of files (64Mi, 500M); a revision holding more fails the sync.")
     config_map: ConfigMapSource | None = None
     git: GitSource | None = None
     http: HttpSource | None = None
+
+    _index = field_validator("index")(classmethod(lambda cls, v: _index_name(v)))
+
+    @field_validator("max_size")
+    @classmethod
+    def _size(cls, value: str) -> str:
+        size_bytes(value)
+        return value
 
     @model_validator(mode="after")
     def _exactly_one(self) -> Source:
@@ -125,6 +188,10 @@ class Source(SpecModel):
     @property
     def index_name(self) -> str:
         return self.index or self.name
+
+    @property
+    def max_bytes(self) -> int:
+        return size_bytes(self.max_size)
 
 
 def unique_names(sources: list[Source]) -> list[Source]:

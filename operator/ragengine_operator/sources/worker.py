@@ -38,15 +38,29 @@ from ragengine_operator.sources.protocol import (
     failed,
 )
 from ragengine_operator.sources.spec import Source
-from ragengine_operator.sources.sync import SyncResult, fetch, sync_source
+from ragengine_operator.sources.sync import FetchPolicy, SyncResult, fetch, sync_source
 
 TERMINATION_LOG = "/dev/termination-log"
 
 
 def run(request: SyncRequest, credentials: dict[str, str], api_key: str | None, configmap: dict[str, Any] | None,
         workdir: Path, progress: Any = None) -> SyncResult:
-    """One sync or prune; never raises: every failure is a failed result with its reason."""
+    """One sync or prune; never raises: every failure is a failed result with its reason. With a traceparent
+    in the request, its trace goes on here and, through the engine client's calls, in the engine."""
     engine = EngineClient(request.engine_url, api_key)
+    if not (request.traceparent and request.tracing):
+        return _run(request, engine, credentials, configmap, workdir, progress)
+    # OpenTelemetry is imported only for a traced sync: an untraced worker starts as small as it was
+    from ragengine_operator.sources import traced
+
+    with traced.worker_span(request, engine.http) as span:
+        result = _run(request, engine, credentials, configmap, workdir, progress)
+        traced.record(span, result)
+        return result
+
+
+def _run(request: SyncRequest, engine: EngineClient, credentials: dict[str, str], configmap: dict[str, Any] | None,
+         workdir: Path, progress: Any) -> SyncResult:
     try:
         if request.action == "prune":
             ids = sorted(engine.indexed(request.index, request.name))
@@ -68,7 +82,7 @@ def run(request: SyncRequest, credentials: dict[str, str], api_key: str | None, 
                 return from_configmap(configmap.get("data"), configmap.get("binaryData"), source.config_map.keys,
                                       request.configmap_revision)
             return fetch(source, cache=workdir / "git", secret=credentials or None, previous_revision=known,
-                         previous_validators=validators)
+                         previous_validators=validators, policy=FetchPolicy.from_request(request.fetch_policy))
 
         return sync_source(source, engine, read, known, progress)
     except EngineUnavailable as exc:

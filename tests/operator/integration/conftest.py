@@ -43,6 +43,8 @@ OPERATOR_ENV = {
     "RAGENGINE_OPERATOR_LIVENESS_PORT": "0",
     "RAGENGINE_OPERATOR_SYNC_MODE": "subprocess",
     "RAGENGINE_OPERATOR_ADDON_RECHECK_SECONDS": "1",
+    # the tests' git, HTTP and LLM servers listen on loopback, which the egress rules refuse by default
+    "RAGENGINE_OPERATOR_SOURCES_EGRESS_ALLOW": '["127.0.0.0/8"]',
 }
 
 

@@ -49,7 +49,8 @@ def test_defaults_applied_by_the_api_server(kube, validation_ns):
     rag = kube.create_rag(validation_ns, "defaults", GOOD_MODEL)
     spec = rag["spec"]
     assert spec["inference"]["gpus"] == 1 and spec["inference"]["modelCache"]["size"] == "100Gi"
-    assert spec["retrieval"] == {"contextTokenRatio": 0.5, "similarityThreshold": 0.3, "hybrid": True}
+    assert spec["retrieval"] == {"contextTokenRatio": 0.5, "similarityThreshold": 0.3, "noContext": "answer",
+                                 "hybrid": True}
     assert spec["storage"]["size"] == "20Gi" and spec["engine"]["replicas"] == 1
 
 

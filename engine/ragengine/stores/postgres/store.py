@@ -10,11 +10,16 @@ psycopg, with the schema under alembic (``migrations/``).
   (``hnsw.iterative_scan``) keep a filtered search from returning fewer than k hits when the filter
   removes most of the index's first candidates; ``hnsw.ef_search`` comes from the settings.
 - Keyword: PostgreSQL full-text search (``english`` configuration) over a generated ``tsvector``,
-  the query's words OR-ed, ranked by ``ts_rank_cd`` over a bounded candidate set: at most
-  ``keyword_candidates`` matching rows (GIN index, filter applied first) are ranked, so a query of
-  common words costs the same on 10k chunks as on 1M (below the bound, results are unchanged).
-  Each keyword hit also carries the cosine of its stored vector, so scores mean the same on every path and every backend.
+  ranked by ``ts_rank_cd`` over a bounded candidate set, rarest words first (``rarest_first``): every
+  match of the words whose matches fit in ``keyword_candidates`` (2,000), then chunks holding every
+  common word. A common word matching most of the corpus no longer makes a query rank the whole corpus,
+  and the rare words, which decide a keyword search, never fall outside the set; when all matches fit,
+  the result is exactly that of ranking every match. Each keyword hit also carries the cosine of its
+  stored vector, so scores mean the same on every path and every backend.
 - Writes: one transaction per API call, rows locked where a concurrent add could race.
+- Dimensions: ``chunks`` has the dimension of the model that made the schema; an index whose vectors have
+  another (a version built with another model, docs/versions.md) keeps its chunks in ``chunks_d<dim>``,
+  created with its HNSW index on first use. A store made for another model therefore opens as it is.
 """
 
 from __future__ import annotations
@@ -22,12 +27,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from sqlalchemy import create_engine, delete, func, literal, literal_column, select, text
+from sqlalchemy import Table, Text, cast, create_engine, delete, func, literal, literal_column, select, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
@@ -45,7 +50,7 @@ from ragengine.stores.base import (
     split_chunk_metadata,
 )
 from ragengine.stores.postgres.filters import to_sql
-from ragengine.stores.postgres.schema import TEXT_SEARCH_CONFIG, Tables, tables
+from ragengine.stores.postgres.schema import TEXT_SEARCH_CONFIG, Tables, chunk_indexes, dim_chunks, tables
 
 log = logging.getLogger(__name__)
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -64,11 +69,30 @@ def sqlalchemy_url(url: str) -> str:
     return url
 
 
-def keyword_query(query: str) -> str | None:
-    """The query's distinct words OR-ed for ``to_tsquery`` (bound as a value; ``\\w+`` words hold none of
-    tsquery's operators), or None when there is no word."""
-    words = list(dict.fromkeys(w.lower() for w in _WORD.findall(query)))[:MAX_QUERY_TERMS]
-    return " | ".join(words) if words else None
+def keyword_words(query: str) -> list[str]:
+    """The query's distinct words, lower-cased, at most ``MAX_QUERY_TERMS`` (each bound as a value into
+    ``to_tsquery``; ``\\w+`` words hold none of tsquery's operators)."""
+    return list(dict.fromkeys(w.lower() for w in _WORD.findall(query)))[:MAX_QUERY_TERMS]
+
+
+def rarest_first(counts: dict[str, int], bound: int) -> tuple[list[str], list[str]]:
+    """Split the words into (rare, common) for candidate generation: the rarest words, by their match counts,
+    as long as their matches add up to at most ``bound``; the others are common. Words that match nothing
+    (stop words, absent words) are in neither. When every word's matches fit, every word is rare, and the
+    candidates are every match: the ranking is then exactly that of ranking all matches."""
+    rare: list[str] = []
+    total = 0
+    present = sorted((n, i, w) for i, (w, n) in enumerate(counts.items()) if n > 0)
+    for n, _i, w in present:
+        if total + n > bound:
+            break
+        rare.append(w)
+        total += n
+    return rare, [w for _n, _i, w in present if w not in rare]
+
+
+def _tsquery(expression: str) -> Any:
+    return func.to_tsquery(literal_column(f"'{TEXT_SEARCH_CONFIG}'::regconfig"), literal(expression))
 
 
 class PostgresStore:
@@ -85,6 +109,7 @@ class PostgresStore:
         self.t: Tables = tables(schema, dim)
         self._engine: Engine | None = None
         self._ready = False
+        self._made: set[int] = set()  # dimensions whose chunks_d<dim> table this process knows exists
 
     # -- lifecycle ---------------------------------------------------------------------------------
     @property
@@ -101,7 +126,7 @@ class PostgresStore:
             self._ensure_extension(conn)
             conn.execute(text(f"CREATE SCHEMA IF NOT EXISTS {self._quoted_schema(conn)}"))
             self._migrate(conn)
-            self._check_dimension(conn)
+            self._adopt_dimension(conn)
         self._ready = True
 
     def close(self) -> None:
@@ -138,15 +163,45 @@ class PostgresStore:
                               ef_construction=self.ef_construction)
         command.upgrade(cfg, "head")
 
-    def _check_dimension(self, conn: Connection) -> None:
+    def _adopt_dimension(self, conn: Connection) -> None:
+        """``chunks`` keeps the dimension it was made with: a schema filled by another model opens as it is
+        (its indexes keep serving with their model; new dimensions get their own table)."""
         table = f"{self._quoted_schema(conn)}.chunks"
         have = conn.execute(text("SELECT atttypmod FROM pg_attribute WHERE attrelid = to_regclass(:t) "
                                  "AND attname = 'embedding'"), {"t": table}).scalar()
-        if have is not None and have > 0 and have != self.dim:
-            raise StoreUnavailable(
-                f"dimension mismatch: schema '{self.schema}' stores {have}-dimensional vectors but the embedding "
-                f"model makes {self.dim}-dimensional ones; use another vector_store_prefix or the model that "
-                f"filled it")
+        if have is not None and have > 0 and have != self.t.dim:
+            self.t = tables(self.schema, int(have))
+            self._made.clear()
+
+    @property
+    def base_dim(self) -> int:
+        return self.t.dim
+
+    def _table(self, conn: Connection, dim: int | None, *, create: bool = False) -> Table:
+        """The chunks table of ``dim`` (None or the base dimension: ``chunks``); a write creates it when missing
+        (an index of that dimension exists only once its row is committed with that table)."""
+        if dim is None or dim == self.base_dim:
+            return self.t.chunks
+        table = dim_chunks(self.t, dim)
+        if create and dim not in self._made:
+            with conn.begin_nested():
+                conn.execute(select(func.pg_advisory_xact_lock(func.hashtext(literal(f"ragengine:{self.schema}")))))
+                table.create(conn, checkfirst=True)
+                for index in chunk_indexes(table, self.hnsw_m, self.ef_construction):
+                    index.create(conn, checkfirst=True)
+            self._made.add(dim)
+        return table
+
+    def _dim(self, conn: Connection, name: str) -> int | None:
+        # Asked every time (a primary-key lookup): an index dropped and made again elsewhere may have another.
+        return conn.execute(select(self.t.indexes.c.dim).where(self.t.indexes.c.name == name)).scalar()
+
+    def _chunks_of(self, conn: Connection, name: str, *, create: bool = False) -> Table:
+        return self._table(conn, self._dim(conn, name), create=create)
+
+    def _chunk_tables(self, conn: Connection) -> list[Table]:
+        dims = conn.execute(select(self.t.indexes.c.dim).where(self.t.indexes.c.dim.is_not(None)).distinct()).scalars()
+        return [self.t.chunks, *(self._table(conn, int(d)) for d in dims if int(d) != self.base_dim)]
 
     @contextlib.contextmanager
     def _errors(self) -> Iterator[None]:
@@ -164,13 +219,21 @@ class PostgresStore:
         with self._errors(), self.engine.connect() as conn:
             return {r.name: r.config for r in conn.execute(select(self.t.indexes.c.name, self.t.indexes.c.config))}
 
+    def dim_of(self, name: str) -> int | None:
+        """The dimension of index ``name``'s vectors (None: no such index)."""
+        with self._errors(), self.engine.connect() as conn:
+            row = conn.execute(select(self.t.indexes.c.dim).where(self.t.indexes.c.name == name)).first()
+        return None if row is None else (row.dim or self.base_dim)
+
     def counts(self) -> dict[str, tuple[int, int]]:
         t = self.t
         with self._errors(), self.engine.connect() as conn:
             docs = {str(n): int(c) for n, c in conn.execute(
                 select(t.documents.c.index_name, func.count()).group_by(t.documents.c.index_name))}
-            chunks = {str(n): int(c) for n, c in conn.execute(
-                select(t.chunks.c.index_name, func.count()).group_by(t.chunks.c.index_name))}
+            chunks: dict[str, int] = {}
+            for table in self._chunk_tables(conn):
+                for n, c in conn.execute(select(table.c.index_name, func.count()).group_by(table.c.index_name)):
+                    chunks[str(n)] = chunks.get(str(n), 0) + int(c)
             names = conn.execute(select(t.indexes.c.name)).scalars().all()
         return {n: (int(docs.get(n, 0)), int(chunks.get(n, 0))) for n in names}
 
@@ -184,13 +247,31 @@ class PostgresStore:
             return {r.doc_id: StoredDoc(r.doc_id, r.text, r.metadata) for r in rows}
 
     def chunk_vectors(self, name: str, doc_id: str) -> tuple[list[ChunkWrite], np.ndarray]:
-        c = self.t.chunks
+        return self.chunks_of(name, [doc_id]).get(doc_id) or ([], np.zeros((0, self.dim), np.float32))
+
+    def chunks_of(self, name: str, doc_ids: list[str]) -> dict[str, tuple[list[ChunkWrite], np.ndarray]]:
+        """Per document: its chunks in order and their stored vectors (exports, metadata-only updates)."""
+        if not doc_ids:
+            return {}
         with self._errors(), self.engine.connect() as conn:
-            rows = conn.execute(select(c.c.seq, c.c.text, c.c.search_text, c.c.metadata, c.c.embedding)
-                                .where(c.c.index_name == name, c.c.doc_id == doc_id).order_by(c.c.seq)).all()
-        vectors = np.array([np.asarray(r.embedding, dtype=np.float32) for r in rows], dtype=np.float32)
-        chunks = [ChunkWrite(r.seq, r.text, r.search_text, split_chunk_metadata(r.metadata)[1]) for r in rows]
-        return chunks, vectors.reshape(len(rows), self.dim)
+            c = self._chunks_of(conn, name)
+            rows = conn.execute(select(c.c.doc_id, c.c.seq, c.c.text, c.c.search_text, c.c.metadata, c.c.embedding)
+                                .where(c.c.index_name == name, c.c.doc_id.in_(doc_ids))
+                                .order_by(c.c.doc_id, c.c.seq)).all()
+        out: dict[str, tuple[list[ChunkWrite], list[np.ndarray]]] = {}
+        for r in rows:
+            chunks, vectors = out.setdefault(r.doc_id, ([], []))
+            chunks.append(ChunkWrite(r.seq, r.text, r.search_text, split_chunk_metadata(r.metadata)[1]))
+            vectors.append(np.asarray(r.embedding, dtype=np.float32))
+        return {d: (chunks, np.array(vectors, dtype=np.float32)) for d, (chunks, vectors) in out.items()}
+
+    def digests(self, name: str) -> dict[str, str]:
+        """doc_id -> md5 of the document's text and metadata (jsonb's text form is canonical)."""
+        d = self.t.documents
+        digest = func.concat(func.md5(d.c.text), func.md5(cast(d.c.metadata, Text)))
+        with self._errors(), self.engine.connect() as conn:
+            return {r.doc_id: r.digest for r in conn.execute(
+                select(d.c.doc_id, digest.label("digest")).where(d.c.index_name == name))}
 
     def list_documents(self, name: str, flt: Filter | None, offset: int, limit: int) -> tuple[list[StoredDoc], int]:
         d = self.t.documents
@@ -204,14 +285,14 @@ class PostgresStore:
             return [StoredDoc(r.doc_id, r.text, r.metadata) for r in rows], int(total)
 
     def dense(self, name: str, query: np.ndarray, k: int, flt: Filter | None) -> list[Hit]:
-        c = self.t.chunks
-        distance = c.c.embedding.cosine_distance(np.asarray(query, dtype=np.float32))
-        where = [c.c.index_name == name]
-        if flt is not None:
-            where.append(to_sql(flt, c.c.metadata))
-        stmt = (select(c.c.doc_id, c.c.seq, c.c.text, c.c.metadata, distance.label("distance"))
-                .where(*where).order_by(distance).limit(k))
         with self._errors(), self.engine.begin() as conn:
+            c = self._chunks_of(conn, name)
+            distance = c.c.embedding.cosine_distance(np.asarray(query, dtype=np.float32))
+            where = [c.c.index_name == name]
+            if flt is not None:
+                where.append(to_sql(flt, c.c.metadata))
+            stmt = (select(c.c.doc_id, c.c.seq, c.c.text, c.c.metadata, distance.label("distance"))
+                    .where(*where).order_by(distance).limit(k))
             conn.execute(select(func.set_config("hnsw.ef_search", str(max(self.ef_search, k)), True)))
             conn.execute(select(func.set_config("hnsw.iterative_scan", "relaxed_order", True)))
             rows = conn.execute(stmt).all()
@@ -220,23 +301,38 @@ class PostgresStore:
         return hits
 
     def keyword(self, name: str, query: str, query_vector: np.ndarray, k: int, flt: Filter | None) -> list[Hit]:
-        terms = keyword_query(query)
-        if terms is None:
+        words = keyword_words(query)
+        if not words:
             return []
-        c = self.t.chunks
-        tsquery = func.to_tsquery(literal_column(f"'{TEXT_SEARCH_CONFIG}'::regconfig"), literal(terms))
-        distance = c.c.embedding.cosine_distance(np.asarray(query_vector, dtype=np.float32))
-        where = [c.c.index_name == name, c.c.tsv.op("@@")(tsquery)]
-        if flt is not None:
-            where.append(to_sql(flt, c.c.metadata))
-        # A bounded candidate set (GIN index, filter included), ranked in a subquery, then the cosine for
-        # the k winners only (not for every matching chunk).
-        cand = select(c.c.id, c.c.tsv).where(*where).limit(max(self.keyword_candidates, k)).subquery("cand")
-        rank = func.ts_rank_cd(cand.c.tsv, tsquery)
-        top = select(cand.c.id, rank.label("rank")).order_by(rank.desc(), cand.c.id).limit(k).subquery()
-        stmt = (select(c.c.doc_id, c.c.seq, c.c.text, c.c.metadata, top.c.rank, distance.label("distance"))
-                .join(top, c.c.id == top.c.id).order_by(top.c.rank.desc(), c.c.id))
+        bound = max(self.keyword_candidates, k)
         with self._errors(), self.engine.connect() as conn:
+            c = self._chunks_of(conn, name)
+            where = [c.c.index_name == name] + ([to_sql(flt, c.c.metadata)] if flt is not None else [])
+
+            def matching(words_: list[str], op: str) -> Any:
+                return select(c.c.id).where(*where, c.c.tsv.op("@@")(_tsquery(f" {op} ".join(words_))))
+
+            # Each word's matches, counted up to bound + 1 (a GIN lookup each; the filter applies).
+            counts = conn.execute(select(*[
+                select(func.count()).select_from(matching([w], "|").limit(bound + 1).subquery()).scalar_subquery()
+                for w in words])).one()
+            rare, common = rarest_first(dict(zip(words, counts, strict=True)), bound)
+            ids: dict[int, None] = {}
+            if rare:  # every chunk with a rare word (at most the bound in all)
+                ids.update(dict.fromkeys(conn.scalars(matching(rare, "|").limit(bound))))
+            for words_, op in ((common, "&"), (common if not rare else [], "|")):
+                if words_ and len(ids) < bound:  # then chunks with every common word; then any, if none is rare
+                    ids.update(dict.fromkeys(conn.scalars(matching(words_, op).limit(bound - len(ids)))))
+            if not ids:
+                return []
+            # Rank the candidates by the whole query, then the cosine for the k winners only.
+            full = _tsquery(" | ".join(w for w in words if w in rare or w in common))
+            rank = func.ts_rank_cd(c.c.tsv, full)
+            top = (select(c.c.id, rank.label("rank")).where(c.c.id.in_(list(ids)))
+                   .order_by(rank.desc(), c.c.id).limit(k).subquery())
+            distance = c.c.embedding.cosine_distance(np.asarray(query_vector, dtype=np.float32))
+            stmt = (select(c.c.doc_id, c.c.seq, c.c.text, c.c.metadata, top.c.rank, distance.label("distance"))
+                    .join(top, c.c.id == top.c.id).order_by(top.c.rank.desc(), c.c.id))
             rows = conn.execute(stmt).all()
         return [_hit(r.doc_id, r.seq, r.text, r.metadata, 1.0 - float(r.distance), float(r.rank)) for r in rows]
 
@@ -246,18 +342,31 @@ class PostgresStore:
             return conn.execute(delete(self.t.indexes).where(self.t.indexes.c.name == name)).rowcount > 0
 
     def write(self, name: str, config: dict, delete_ids: list[str], add: list[DocWrite], vectors: np.ndarray | None,
-              *, add_only: bool) -> None:
+              *, add_only: bool, dim: int | None = None, source: str | None = None) -> None:
+        """``dim``: the dimension of a new index's vectors (default: ``chunks``'). ``source``: write only the
+        documents that index ``source`` still holds with the same text and metadata (a version being built
+        from it must never get an older copy over a newer write; checked under row locks)."""
         try:
-            self._write(name, config, delete_ids, add, vectors, add_only=add_only)
+            self._write(name, config, delete_ids, add, vectors, add_only=add_only, dim=dim, source=source)
         except IntegrityError:
             # Two replicas inserted the same new document at once; the retry sees the committed one.
-            self._write(name, config, delete_ids, add, vectors, add_only=add_only)
+            self._write(name, config, delete_ids, add, vectors, add_only=add_only, dim=dim, source=source)
 
     def _write(self, name: str, config: dict, delete_ids: list[str], add: list[DocWrite], vectors: np.ndarray | None,
-               *, add_only: bool) -> None:
+               *, add_only: bool, dim: int | None = None, source: str | None = None) -> None:
         t = self.t
         with self._errors(), self.engine.begin() as conn:
-            conn.execute(pg_insert(t.indexes).values(name=name, config=config).on_conflict_do_nothing())
+            own = None if dim is None or dim == self.base_dim else dim
+            conn.execute(pg_insert(t.indexes).values(name=name, config=config, dim=own).on_conflict_do_nothing())
+            chunks_table = self._chunks_of(conn, name, create=True)
+            if source is not None:
+                current = {r.doc_id: (r.text, r.metadata) for r in conn.execute(
+                    select(t.documents.c.doc_id, t.documents.c.text, t.documents.c.metadata)
+                    .where(t.documents.c.index_name == source, t.documents.c.doc_id.in_([d.doc_id for d in add]))
+                    .with_for_update(read=True))}
+                keep = {d.doc_id for d in add if current.get(d.doc_id) == (d.text, d.metadata)}
+                add, vectors = _only(add, vectors, keep)
+                delete_ids = [d for d in delete_ids if d in keep]
             if delete_ids:
                 conn.execute(delete(t.documents).where(t.documents.c.index_name == name,
                                                        t.documents.c.doc_id.in_(delete_ids)))
@@ -287,7 +396,42 @@ class PostgresStore:
             if doc_rows:
                 conn.execute(t.documents.insert(), doc_rows)
             if chunk_rows:
-                conn.execute(t.chunks.insert(), chunk_rows)
+                conn.execute(chunks_table.insert(), chunk_rows)
+
+    # -- version books (ragengine.versions) ---------------------------------------------------------
+    def books(self) -> dict[str, dict]:
+        v = self.t.versions
+        with self._errors(), self.engine.connect() as conn:
+            return {r.name: r.book for r in conn.execute(select(v.c.name, v.c.book))}
+
+    def book_update(self, name: str, change: Callable[[dict | None], dict | None]) -> dict | None:
+        """Read-modify-write one book atomically across replicas (a transaction-scoped advisory lock on its
+        name); ``change`` returns the new book, or None to delete it."""
+        v = self.t.versions
+        with self._errors(), self.engine.begin() as conn:
+            conn.execute(select(func.pg_advisory_xact_lock(func.hashtext(literal(f"ragengine-book:{self.schema}:{name}")))))
+            row = conn.execute(select(v.c.book).where(v.c.name == name)).first()
+            new = change(row.book if row is not None else None)
+            if new is None:
+                conn.execute(delete(v).where(v.c.name == name))
+            else:
+                conn.execute(pg_insert(v).values(name=name, book=new).on_conflict_do_update(
+                    index_elements=[v.c.name], set_={"book": new, "updated_at": func.now()}))
+            return new
+
+
+def _only(add: list[DocWrite], vectors: np.ndarray | None, keep: set[str]) -> tuple[list[DocWrite], np.ndarray | None]:
+    """The documents of ``add`` in ``keep``, with their rows of ``vectors``."""
+    rows: list[int] = []
+    out: list[DocWrite] = []
+    pos = 0
+    for doc in add:
+        n = len(doc.chunks)
+        if doc.doc_id in keep:
+            out.append(doc)
+            rows.extend(range(pos, pos + n))
+        pos += n
+    return out, (vectors[rows] if vectors is not None and rows else None)
 
 
 def _hit(doc_id: str, seq: int, text: str, metadata: dict, cosine: float, keyword_score: float | None = None) -> Hit:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from alembic import op
 from sqlalchemy import Index
 
-from ragengine.stores.postgres.schema import tables
+from ragengine.stores.postgres.schema import chunk_indexes, tables
 
 revision = "0001"
 down_revision = None
@@ -30,11 +30,8 @@ def upgrade() -> None:
     t.documents.create(bind)
     t.chunks.create(bind)
     Index("documents_pos", t.documents.c.index_name, t.documents.c.pos).create(bind)
-    Index("chunks_doc", t.chunks.c.index_name, t.chunks.c.doc_id).create(bind)
-    Index("chunks_tsv", t.chunks.c.tsv, postgresql_using="gin").create(bind)
-    Index("chunks_embedding_hnsw", t.chunks.c.embedding, postgresql_using="hnsw",
-          postgresql_with={"m": int(attrs["hnsw_m"]), "ef_construction": int(attrs["ef_construction"])},
-          postgresql_ops={"embedding": "vector_cosine_ops"}).create(bind)
+    for index in chunk_indexes(t.chunks, attrs["hnsw_m"], attrs["ef_construction"]):
+        index.create(bind)
 
 
 def downgrade() -> None:

@@ -6,6 +6,10 @@ and the vectors FAISS already holds. Resumable: documents already in the target 
 are skipped (the adapter's ``add_only`` write), so an interrupted run is simply run again; a document
 whose id exists in the target with other text is reported, not overwritten.
 
+Index versions (docs/versions.md): each index's live version is copied under the index's own name, with a
+version book naming the model that made it (so the target engine queries it with that model); earlier and
+half-built versions stay behind.
+
 This is the upgrade path from one engine pod to many: migrate, then set ``spec.vectorStore`` and raise
 ``engine.replicas``.
 """
@@ -13,6 +17,7 @@ This is the upgrade path from one engine pod to many: migrate, then set ``spec.v
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,14 +40,41 @@ class MigrationReport:
         counts[key] += n
 
 
+def _books(data_dir: Path) -> dict[str, dict]:
+    folder = Path(data_dir) / "versions"
+    books = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(folder.glob("*.json"))] if folder.is_dir() else []
+    return {b["name"]: b for b in books}
+
+
 def faiss_indexes(data_dir: Path) -> Iterator[tuple[str, Path, int]]:
-    """(name, folder, dim) of every index folder under ``data_dir`` (hidden and trash folders skipped)."""
+    """(name, folder, dim) of every index under ``data_dir``: each index's live version (the folder of an
+    index made before versions is its only one); other versions, hidden and trash folders skipped."""
     root = disk.index_root(data_dir)
     if not root.is_dir():
         raise FileNotFoundError(f"{data_dir} has no indexes/ folder: is it an engine data directory?")
+    live = {_live(b)["physical"]: name for name, b in _books(data_dir).items()}
     for path in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
         meta = json.loads((path / "index.json").read_text(encoding="utf-8"))
-        yield meta["name"], path, int(meta["dim"])
+        physical = meta["name"]
+        if physical in live:
+            yield live[physical], path, int(meta["dim"])
+        elif disk.VERSION_SEP not in physical and physical not in _books(data_dir):
+            yield physical, path, int(meta["dim"])
+
+
+def _live(book: dict) -> dict:
+    return next(v for v in book["versions"] if v["version"] == book["live"])
+
+
+def _book_for(data_dir: Path, name: str, dim: int, config: dict) -> dict | None:
+    """The version book the target gets: version 1 under the index's name, with the live version's model."""
+    from ragengine.versions import book as bk
+
+    found = _books(data_dir).get(name)
+    model = _live(found)["model"] if found else None
+    if model is None:
+        return None  # made before versions: the target engine adopts it with its own model when dimensions agree
+    return bk.new_book(name, model, dim, config, time.time()).to_dict()
 
 
 def doc_batches(state: IndexState) -> Iterator[tuple[list[DocWrite], np.ndarray]]:
@@ -71,6 +103,9 @@ def migrate(data_dir: Path, target: StoreAdapter, *, only: list[str] | None = No
         _, state = disk.load_index_dir(path, dim, {"hnsw_threshold": 1 << 62})
         state.journal.close()
         config = state.config.to_dict()
+        book = _book_for(data_dir, name, dim, config)
+        if book is not None:
+            target.book_update(name, lambda cur, b=book: cur or b)  # type: ignore[misc]
         done = 0
         for docs, vectors in doc_batches(state):
             _write(target, name, config, docs, vectors, report)
@@ -97,7 +132,7 @@ def _write(target: StoreAdapter, name: str, config: dict, docs: list[DocWrite], 
     if not fresh:
         return
     try:
-        target.write(name, config, [], fresh, vectors[rows], add_only=True)
+        target.write(name, config, [], fresh, vectors[rows], add_only=True, dim=int(vectors.shape[1]))
     except DocumentRace as exc:  # written meanwhile by someone else with other text: one by one
         raise RuntimeError(f"index '{name}': document '{exc.doc_id}' changed in the target during migration") from exc
     report.add(name, "documents", len(fresh))

@@ -1,0 +1,73 @@
+"""The child side of the bounded parser: ``python -m ragengine.parsing.worker``.
+
+Reads one request from stdin (a JSON header line ``{"kind", "limits"}``, then the file's bytes),
+sets its own rlimits before touching the bytes, parses, and writes one JSON object to stdout:
+``{"parsed": {...}}`` or ``{"refused": reason, "over_limit": bool}``. The CPU-time limit is
+enforced by the kernel (SIGXCPU, then SIGKILL a second later), so a parser stuck in C code stops too.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import sys
+
+from ragengine.parsing.limits import Parsed, ParseLimits, Refused
+
+MIB = 1024 * 1024
+
+
+def apply_limits(limits: ParseLimits) -> None:
+    resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + 1))
+    resource.setrlimit(resource.RLIMIT_AS, (limits.memory_mb * MIB, limits.memory_mb * MIB))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limits.memory_mb * MIB, limits.memory_mb * MIB))  # temp files
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # SIGXCPU dumps core by default
+
+
+def run(kind: str, data: bytes, limits: ParseLimits) -> Parsed | Refused:
+    try:
+        from ragengine.parsing import formats  # under the limits: its libraries count too
+
+        return formats.parse(kind, data, limits)
+    except MemoryError:
+        return Refused(f"parsing needs more than {limits.memory_mb} MiB of memory (the limit)", over_limit=True)
+    except RecursionError:
+        return Refused("could not be read: nested too deeply")
+    except Exception as exc:  # hostile input raises anything; the reason names it
+        if _caused_by(exc, MemoryError):  # libraries wrap it (pdfplumber's PdfminerException)
+            return Refused(f"parsing needs more than {limits.memory_mb} MiB of memory (the limit)", over_limit=True)
+        return Refused(f"could not be read: {exc.__class__.__name__}: {str(exc)[:300]}")
+
+
+def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
+    seen: list[BaseException] = []
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        e = todo.pop()
+        if e is None or any(e is s for s in seen) or len(seen) > 20:
+            continue
+        if isinstance(e, kind):
+            return True
+        seen.append(e)
+        todo += [e.__cause__, e.__context__] + [a for a in e.args if isinstance(a, BaseException)]
+    return False
+
+
+def main() -> None:
+    header = json.loads(sys.stdin.buffer.readline())
+    limits = ParseLimits.from_dict(header["limits"])
+    apply_limits(limits)
+    data = sys.stdin.buffer.read()
+    result = run(str(header["kind"]), data, limits)
+    del data
+    out: dict[str, object]
+    if isinstance(result, Parsed):
+        out = {"parsed": result.to_dict()}
+    else:
+        out = {"refused": result.reason, "over_limit": result.over_limit}
+    sys.stdout.write(json.dumps(out, ensure_ascii=False))
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,204 @@
+"""The portable export of an index: one gzip file, streamed both ways, checked end to end. Pure (bytes in,
+bytes out), so the API, the CLI and the tests share it.
+
+Layout: a gzip member (RFC 1952) whose header carries its own CRC16 (FHCRC), so every bit that carries data
+is covered (header: CRC16; compressed data: deflate's structure and the CRC32 and length in the trailer; the
+only bits no check sees are the padding after deflate's last block, which no reader uses). Inside, JSON
+lines:
+
+1. the header: ``{"format": "ragengine-index-export", "version": 1, "index", "chunking", "embedding": {"key",
+   "model", "url", "dim"}, "created_at"}``;
+2. one line per document: ``{"id", "text", "meta", "spans", "tokens"?, "vectors"}``: ``spans`` as the engine
+   stores them (``[start, end]`` into the text, or a chunk's own text), ``vectors`` the chunks' float32
+   vectors, little-endian, base64 (bit for bit what the store held);
+3. the trailer: ``{"end": true, "documents", "chunks", "sha256"}``, the SHA-256 of every line before it.
+
+``ArchiveReader`` refuses, with ``ArchiveError`` (a 400), a file that is not gzip, damaged anywhere
+(a flipped byte), truncated (no end of stream, or no trailer), of another format or version, with data
+after the trailer, or whose counts or SHA-256 do not match. The importer writes into a hidden index and
+makes it visible only after ``finish()`` passed, so nothing is ever half imported.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import struct
+import zlib
+from collections.abc import AsyncIterator, Iterable
+from typing import Any
+
+import numpy as np
+
+from ragengine.errors import BadRequest
+
+FORMAT = "ragengine-index-export"
+VERSION = 1
+MAX_LINE = 256 * 1024 * 1024  # one document's line (its text and vectors); beyond it the file is refused
+# gzip header: magic, deflate, FHCRC set, no mtime, no extra flags, OS unknown; then its CRC16.
+_HEADER = b"\x1f\x8b\x08\x02\x00\x00\x00\x00\x00\xff"
+
+
+class ArchiveError(BadRequest):
+    pass
+
+
+def header(index: str, chunking: dict, embedding: dict, created_at: float) -> dict[str, Any]:
+    return {"format": FORMAT, "version": VERSION, "index": index, "chunking": chunking, "embedding": embedding,
+            "created_at": created_at}
+
+
+def _doc_line(doc: dict) -> dict[str, Any]:
+    vectors = np.ascontiguousarray(doc["vectors"], dtype="<f4")
+    line = {"id": doc["id"], "text": doc["text"], "meta": doc["meta"], "spans": doc["spans"],
+            "vectors": base64.b64encode(vectors.tobytes()).decode("ascii")}
+    if doc.get("tokens"):
+        line["tokens"] = doc["tokens"]
+    return line
+
+
+class ArchiveWriter:
+    """Feed the header, then batches of documents; each call returns the compressed bytes ready to send."""
+
+    def __init__(self, level: int = 6) -> None:
+        self._z = zlib.compressobj(level, zlib.DEFLATED, -15)
+        self._crc = 0
+        self._size = 0
+        self._sha = hashlib.sha256()
+        self.documents = 0
+        self.chunks = 0
+        self._started = False
+
+    def _line(self, obj: dict, *, hashed: bool = True) -> bytes:
+        raw = json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
+        if hashed:
+            self._sha.update(raw)
+        self._crc = zlib.crc32(raw, self._crc)
+        self._size += len(raw)
+        return self._z.compress(raw)
+
+    def start(self, head: dict) -> bytes:
+        self._started = True
+        return _HEADER + struct.pack("<H", zlib.crc32(_HEADER) & 0xFFFF) + self._line(head)
+
+    def documents_batch(self, docs: Iterable[dict]) -> bytes:
+        out = []
+        for doc in docs:
+            out.append(self._line(_doc_line(doc)))
+            self.documents += 1
+            self.chunks += len(doc["spans"])
+        return b"".join(out)
+
+    def finish(self) -> bytes:
+        end = {"end": True, "documents": self.documents, "chunks": self.chunks, "sha256": self._sha.hexdigest()}
+        tail = self._line(end, hashed=False) + self._z.flush()
+        return tail + struct.pack("<II", self._crc, self._size & 0xFFFFFFFF)
+
+
+async def encode(head: dict, batches: AsyncIterator[list[dict]]) -> AsyncIterator[bytes]:
+    writer = ArchiveWriter()
+    yield writer.start(head)
+    async for batch in batches:
+        data = writer.documents_batch(batch)
+        if data:
+            yield data
+    yield writer.finish()
+
+
+class ArchiveReader:
+    """Feed the file's bytes as they arrive; each ``feed`` returns the documents completed so far (dicts with
+    ``vectors`` as a float32 array). ``header`` is set once read; ``finish()`` checks the end."""
+
+    def __init__(self, max_line: int = MAX_LINE) -> None:
+        self._z = zlib.decompressobj(31)
+        self._buf = bytearray()
+        self._sha = hashlib.sha256()
+        self.max_line = max_line
+        self.header: dict | None = None
+        self.trailer: dict | None = None
+        self.documents = 0
+        self.chunks = 0
+
+    def feed(self, data: bytes) -> list[dict]:
+        if self._z.eof:
+            if data:
+                raise ArchiveError("Import refused: the file has data after the end of its compressed stream.")
+            return []
+        try:
+            raw = self._z.decompress(data)
+        except zlib.error as exc:
+            raise ArchiveError(f"Import refused: the file is damaged or not a ragengine export ({exc}).") from None
+        if self._z.unused_data:
+            raise ArchiveError("Import refused: the file has data after the end of its compressed stream.")
+        self._buf += raw
+        out: list[dict] = []
+        while True:
+            end = self._buf.find(b"\n")
+            if end < 0:
+                if len(self._buf) > self.max_line:
+                    raise ArchiveError(f"Import refused: a line longer than {self.max_line} bytes.")
+                return out
+            line = bytes(self._buf[: end + 1])
+            del self._buf[: end + 1]
+            doc = self._line(line)
+            if doc is not None:
+                out.append(doc)
+
+    def _line(self, line: bytes) -> dict | None:
+        if self.trailer is not None:
+            raise ArchiveError("Import refused: the file has data after its trailer.")
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            raise ArchiveError("Import refused: the file is damaged (a line is not valid JSON).") from None
+        if not isinstance(obj, dict):
+            raise ArchiveError("Import refused: the file is damaged (a line is not a JSON object).")
+        if self.header is None:
+            if obj.get("format") != FORMAT:
+                raise ArchiveError(f"Import refused: not a ragengine index export (format {obj.get('format')!r}).")
+            if obj.get("version") != VERSION:
+                raise ArchiveError(f"Import refused: export format version {obj.get('version')!r}; this engine reads "
+                                   f"version {VERSION}.")
+            emb = obj.get("embedding")
+            if not isinstance(emb, dict) or not isinstance(emb.get("dim"), int) or not isinstance(obj.get("chunking"), dict):
+                raise ArchiveError("Import refused: the export's header lacks its embedding model or chunking.")
+            self._sha.update(line)
+            self.header = obj
+            return None
+        if obj.get("end") is True:
+            if obj.get("sha256") != self._sha.hexdigest():
+                raise ArchiveError("Import refused: the file is damaged (its SHA-256 does not match its content).")
+            if obj.get("documents") != self.documents or obj.get("chunks") != self.chunks:
+                raise ArchiveError("Import refused: the file's document or chunk count does not match its content.")
+            self.trailer = obj
+            return None
+        self._sha.update(line)
+        return self._doc(obj)
+
+    def _doc(self, obj: dict) -> dict:
+        assert self.header is not None
+        dim = self.header["embedding"]["dim"]
+        try:
+            doc_id, text, meta, spans = obj["id"], obj["text"], obj["meta"], obj["spans"]
+            raw = base64.b64decode(obj["vectors"], validate=True)
+        except (KeyError, ValueError, TypeError):
+            raise ArchiveError(f"Import refused: document line {self.documents + 1} is incomplete.") from None
+        if not (isinstance(doc_id, str) and isinstance(text, str) and isinstance(meta, dict) and isinstance(spans, list)
+                and spans and len(raw) == 4 * dim * len(spans)):
+            raise ArchiveError(f"Import refused: document line {self.documents + 1} does not fit the header "
+                               f"({len(spans) if isinstance(spans, list) else '?'} chunks, {dim}-dimensional vectors).")
+        self.documents += 1
+        self.chunks += len(spans)
+        vectors = np.frombuffer(raw, dtype="<f4").reshape(len(spans), dim).astype(np.float32)
+        return {"id": doc_id, "text": text, "meta": meta, "spans": spans, "tokens": obj.get("tokens"), "vectors": vectors}
+
+    def finish(self) -> dict:
+        """The trailer, once the whole file checked out; else why it is refused."""
+        if not self._z.eof:
+            raise ArchiveError("Import refused: the file is truncated (its compressed stream does not end).")
+        if self._buf.strip():
+            raise ArchiveError("Import refused: the file ends in the middle of a line.")
+        if self.header is None or self.trailer is None:
+            raise ArchiveError("Import refused: the file is truncated (no trailer).")
+        return self.trailer

@@ -1,0 +1,84 @@
+"""What a source reader returns (``Fetched``), how it fails (``FetchError``), the bounds every read runs
+under (``FetchLimits``, ``Deadline``) and the one step every reader shares: a file's bytes to a
+document, or to a reason it is skipped.
+
+A reader never holds more than one file's bytes at a time (at most ``max_file_bytes``, counted after
+decoding), refuses a source whose files or total size exceed its caps before reading its files, and
+stops at the fetch's deadline. Any failure of the extractor on one file (a hostile PDF, say) skips
+that file with the reason; the other files still sync.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from ragengine.filetypes import Extracted, to_document
+from ragengine_operator.sources.plan import SourceFile
+
+MAX_FILE_BYTES = 20 * 1024 * 1024
+MAX_CHARS = 5_000_000
+
+
+class FetchError(Exception):
+    """The source could not be read at all (unreachable, refused, over a cap, past the deadline)."""
+
+
+@dataclass(frozen=True)
+class FetchLimits:
+    """The bounds of one fetch: per file (decoded bytes), per source (files and bytes), in time."""
+
+    max_file_bytes: int = MAX_FILE_BYTES
+    max_files: int = 5000
+    max_bytes: int = 64 * 1024 * 1024
+    deadline_s: float = 300.0
+    max_redirects: int = 5
+
+
+class Deadline:
+    """The wall clock of one fetch: every step asks how long it may still take."""
+
+    def __init__(self, seconds: float, clock=time.monotonic) -> None:
+        self.seconds, self.clock = seconds, clock
+        self.at = clock() + seconds
+
+    def remaining(self) -> float:
+        left = self.at - self.clock()
+        if left <= 0:
+            raise self.error()
+        return left
+
+    def error(self, what: str = "the fetch") -> FetchError:
+        return FetchError(f"{what} did not finish within {self.seconds:g} s (the fetch deadline)")
+
+
+@dataclass
+class Fetched:
+    revision: str
+    files: list[SourceFile] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)  # path -> reason
+    unchanged: bool = False  # the revision is the one already synced: nothing was read
+    kept: list[str] = field(default_factory=list)  # paths not read because unchanged (HTTP 304): keep them
+    validators: dict[str, dict] = field(default_factory=dict)  # http: url -> {etag, last_modified}
+
+
+def extract(path: str, data: bytes, into: Fetched, url: str | None = None, typed_as: str | None = None,
+            max_file_bytes: int = MAX_FILE_BYTES) -> None:
+    """Add the file's document to ``into`` (or its reason to be skipped); ``typed_as``: a name whose
+    suffix tells the file type when ``path`` has none (a URL served as text/html)."""
+    if len(data) > max_file_bytes:
+        into.skipped[path] = too_large(len(data), max_file_bytes)
+        return
+    try:
+        found = to_document(typed_as or path, data, max_chars=MAX_CHARS)
+    except Exception as exc:  # a parser's surprise on one hostile file must not fail the source
+        into.skipped[path] = f"unreadable: {type(exc).__name__}: {exc}"[:300]
+        return
+    if isinstance(found, Extracted):
+        into.files.append(SourceFile(path, found.text, found.metadata, url))
+    else:
+        into.skipped[path] = found.reason
+
+
+def too_large(size: int, limit: int) -> str:
+    return f"too large: {size} bytes (the limit is {limit})"
