@@ -322,7 +322,7 @@ def test_postgres_keyword_ranks_a_bounded_candidate_set(crowded):
 @pytest.mark.postgres
 def test_postgres_keyword_keeps_the_rare_words_matches_in_the_candidates(crowded):
     """The one chunk with 'zebra' is the last of 450 'common' matches: a bound that takes the first matches
-    the database finds would leave it out; rarest-first candidates take every match of the rare word."""
+    the database finds would leave it out; the scored candidates hold every match of the rare word."""
     hits = crowded.keyword("idx", "common zebra", unit(0), 5, None)
     assert hits[0].doc_id == "d499"
     hits = crowded.keyword("idx", "rare zebra", unit(0), 60, None)  # 51 matches in all: ranked as before
@@ -337,10 +337,14 @@ def test_postgres_keyword_filtered_still_returns_k_where_k_exist(crowded):
     assert crowded.keyword("idx", "the of and", unit(0), 10, None) == []  # stop words only: no match, no error
 
 
-def test_rarest_first_takes_the_rarest_words_whose_matches_fit():
-    from ragengine.stores.postgres.store import rarest_first
+def test_the_keyword_plan_scores_the_rare_words_and_chooses_by_idf():
+    from ragengine.stores.postgres.keyword import choose, plan
 
-    assert rarest_first({"a": 10, "b": 3, "c": 0, "d": 40}, 50) == (["b", "a"], ["d"])  # 3 + 10 fit, + 40 not
-    assert rarest_first({"a": 10, "b": 3}, 50) == (["b", "a"], [])  # all fit: every match is ranked
-    assert rarest_first({"a": 51, "b": 60}, 50) == ([], ["a", "b"])  # none fits: common words only
-    assert rarest_first({"the": 0}, 50) == ([], [])
+    chosen = plan({"a": 10, "b": 3, "the": 0, "d": 51}, 50, 1000)
+    assert (chosen.scored, chosen.common) == (["b", "a"], ["d"])  # rarest first; "the" matches nothing
+    assert plan({"a": 51, "b": 60}, 50, 1000).scored == []  # none listed in full: common words only
+    assert plan({"a": 30, "b": 20, "c": 40}, 50, 60).scored == ["b", "a"]  # 20 + 30 within the budget, + 40 not
+    counts = {"rare": 2, "mid": 4}
+    postings = {"rare": [7, 9], "mid": [1, 2, 3, 9]}
+    assert choose(postings, counts, 100, 3) == [9, 7, 1]  # both words first, then the rarer word, then by id
+    assert sorted(choose(postings, counts, 100, 50)) == [1, 2, 3, 7, 9]  # all fit: every match

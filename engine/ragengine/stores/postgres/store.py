@@ -26,13 +26,26 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Table, Text, cast, create_engine, delete, func, literal, literal_column, select, text
+from sqlalchemy import (
+    Table,
+    Text,
+    cast,
+    column,
+    create_engine,
+    delete,
+    func,
+    literal,
+    literal_column,
+    select,
+    table,
+    text,
+    union_all,
+)
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
@@ -50,15 +63,19 @@ from ragengine.stores.base import (
     split_chunk_metadata,
 )
 from ragengine.stores.postgres.filters import to_sql
+from ragengine.stores.postgres.keyword import choose, keyword_words
+from ragengine.stores.postgres.keyword import plan as keyword_plan
 from ragengine.stores.postgres.schema import TEXT_SEARCH_CONFIG, Tables, chunk_indexes, dim_chunks, tables
 
 log = logging.getLogger(__name__)
+pg_class = table("pg_class", column("oid"), column("reltuples"), schema="pg_catalog")
 MIGRATIONS = Path(__file__).parent / "migrations"
-_WORD = re.compile(r"\w+", re.UNICODE)
-MAX_QUERY_TERMS = 64
 # Matching rows ranked per keyword query at most. ts_rank_cd reads each row's tsvector, so ranking every
 # match grows with the corpus (common words match most of it); a bound keeps the leg's cost flat.
 KEYWORD_CANDIDATES = 2000
+# The scored words' match lists fetched per query, in all, at most this many times the bound
+# (ragengine.stores.postgres.keyword; bench/eval/pg_keyword_bound.py measured the choice).
+KEYWORD_LIST_BUDGET = 16
 
 
 def sqlalchemy_url(url: str) -> str:
@@ -69,28 +86,6 @@ def sqlalchemy_url(url: str) -> str:
     return url
 
 
-def keyword_words(query: str) -> list[str]:
-    """The query's distinct words, lower-cased, at most ``MAX_QUERY_TERMS`` (each bound as a value into
-    ``to_tsquery``; ``\\w+`` words hold none of tsquery's operators)."""
-    return list(dict.fromkeys(w.lower() for w in _WORD.findall(query)))[:MAX_QUERY_TERMS]
-
-
-def rarest_first(counts: dict[str, int], bound: int) -> tuple[list[str], list[str]]:
-    """Split the words into (rare, common) for candidate generation: the rarest words, by their match counts,
-    as long as their matches add up to at most ``bound``; the others are common. Words that match nothing
-    (stop words, absent words) are in neither. When every word's matches fit, every word is rare, and the
-    candidates are every match: the ranking is then exactly that of ranking all matches."""
-    rare: list[str] = []
-    total = 0
-    present = sorted((n, i, w) for i, (w, n) in enumerate(counts.items()) if n > 0)
-    for n, _i, w in present:
-        if total + n > bound:
-            break
-        rare.append(w)
-        total += n
-    return rare, [w for _n, _i, w in present if w not in rare]
-
-
 def _tsquery(expression: str) -> Any:
     return func.to_tsquery(literal_column(f"'{TEXT_SEARCH_CONFIG}'::regconfig"), literal(expression))
 
@@ -99,13 +94,15 @@ class PostgresStore:
     kind = "postgres"
 
     def __init__(self, url: str, *, schema: str, dim: int, hnsw_m: int = 16, ef_construction: int = 64,
-                 ef_search: int = 100, pool_size: int = 8, keyword_candidates: int = KEYWORD_CANDIDATES) -> None:
+                 ef_search: int = 100, pool_size: int = 8, keyword_candidates: int = KEYWORD_CANDIDATES,
+                 keyword_list_factor: int = 4) -> None:
         self.url = sqlalchemy_url(url)
         self.schema = schema
         self.dim = dim
         self.hnsw_m, self.ef_construction, self.ef_search = hnsw_m, ef_construction, ef_search
         self.pool_size = pool_size
         self.keyword_candidates = keyword_candidates
+        self.keyword_list_factor = keyword_list_factor
         self.t: Tables = tables(schema, dim)
         self._engine: Engine | None = None
         self._ready = False
@@ -305,6 +302,7 @@ class PostgresStore:
         if not words:
             return []
         bound = max(self.keyword_candidates, k)
+        listed = bound * self.keyword_list_factor  # a scored word's matches, listed in full, at most
         with self._errors(), self.engine.connect() as conn:
             c = self._chunks_of(conn, name)
             where = [c.c.index_name == name] + ([to_sql(flt, c.c.metadata)] if flt is not None else [])
@@ -312,29 +310,37 @@ class PostgresStore:
             def matching(words_: list[str], op: str) -> Any:
                 return select(c.c.id).where(*where, c.c.tsv.op("@@")(_tsquery(f" {op} ".join(words_))))
 
-            # Each word's matches, counted up to bound + 1 (a GIN lookup each; the filter applies).
-            counts = conn.execute(select(*[
-                select(func.count()).select_from(matching([w], "|").limit(bound + 1).subquery()).scalar_subquery()
-                for w in words])).one()
-            rare, common = rarest_first(dict(zip(words, counts, strict=True)), bound)
+            # Each word's matches counted up to bound + 1 (a GIN lookup each, the filter applied), and the
+            # table's row estimate for the words' IDF (ragengine.stores.postgres.keyword).
+            regclass = func.to_regclass(literal(f'"{c.schema}"."{c.name}"'))
+            *counts, rows = conn.execute(select(*[
+                select(func.count()).select_from(matching([w], "|").limit(listed + 1).subquery()).scalar_subquery()
+                for w in words], select(pg_class.c.reltuples).where(pg_class.c.oid == regclass).scalar_subquery())).one()
+            by_word = dict(zip(words, counts, strict=True))
+            chosen = keyword_plan(by_word, listed, bound * KEYWORD_LIST_BUDGET)
             ids: dict[int, None] = {}
-            if rare:  # every chunk with a rare word (at most the bound in all)
-                ids.update(dict.fromkeys(conn.scalars(matching(rare, "|").limit(bound))))
-            for words_, op in ((common, "&"), (common if not rare else [], "|")):
-                if words_ and len(ids) < bound:  # then chunks with every common word; then any, if none is rare
+            if chosen.scored:  # every match of the scored words (at most bound each), scored in the engine
+                postings: dict[str, list[int]] = {w: [] for w in chosen.scored}
+                lists = union_all(*[select(literal(w).label("word"), matching([w], "|").limit(listed).subquery().c.id)
+                                    for w in chosen.scored])
+                for word, chunk_id in conn.execute(lists):
+                    postings[word].append(chunk_id)
+                total = max(int(rows or 0), sum(by_word.values()))
+                ids.update(dict.fromkeys(choose(postings, by_word, total, bound)))
+            for words_, op in ((chosen.common, "&"), (chosen.common if not chosen.scored else [], "|")):
+                if words_ and len(ids) < bound:  # chunks with every common word; any, when none scored
                     ids.update(dict.fromkeys(conn.scalars(matching(words_, op).limit(bound - len(ids)))))
             if not ids:
                 return []
             # Rank the candidates by the whole query, then the cosine for the k winners only.
-            full = _tsquery(" | ".join(w for w in words if w in rare or w in common))
-            rank = func.ts_rank_cd(c.c.tsv, full)
+            rank = func.ts_rank_cd(c.c.tsv, _tsquery(" | ".join(chosen.words)))
             top = (select(c.c.id, rank.label("rank")).where(c.c.id.in_(list(ids)))
                    .order_by(rank.desc(), c.c.id).limit(k).subquery())
             distance = c.c.embedding.cosine_distance(np.asarray(query_vector, dtype=np.float32))
             stmt = (select(c.c.doc_id, c.c.seq, c.c.text, c.c.metadata, top.c.rank, distance.label("distance"))
                     .join(top, c.c.id == top.c.id).order_by(top.c.rank.desc(), c.c.id))
-            rows = conn.execute(stmt).all()
-        return [_hit(r.doc_id, r.seq, r.text, r.metadata, 1.0 - float(r.distance), float(r.rank)) for r in rows]
+            found = conn.execute(stmt).all()
+        return [_hit(r.doc_id, r.seq, r.text, r.metadata, 1.0 - float(r.distance), float(r.rank)) for r in found]
 
     # -- writes ------------------------------------------------------------------------------------
     def drop_index(self, name: str) -> bool:
