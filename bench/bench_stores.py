@@ -1,7 +1,7 @@
 """Vector stores side by side: FAISS, PostgreSQL + pgvector, Milvus Lite, on this machine.
 
-    .venv/bin/python bench/bench_stores.py            # 10k and 100k chunks, replicas 1-3
-    .venv/bin/python bench/bench_stores.py --quick    # 2k and 10k chunks, replicas 1-2
+    .venv/bin/python bench/bench_stores.py            # 10k and 100k chunks, replicas 1-3 (--million adds 1M)
+    .venv/bin/python bench/bench_stores.py --quick    # 10k and 100k chunks, replicas 1-2
 
 Per store and size: write throughput (chunks/s through the registry's write path with precomputed
 vectors, so the embedding model's speed is left out), in-process retrieval latency p50/p99 (hybrid,
@@ -65,6 +65,27 @@ async def measure(kind: str, settings_kw: dict, embedder, texts: list[str], vect
         t0 = time.perf_counter()
         await registry.retrieve(name, text, 10, query_embedding=q)
         times.append((time.perf_counter() - t0) * 1000)
+    legs: dict[str, list[float]] = {"dense": [], "keyword": []}
+    # the shared stores' adapter, under the index's live version (FAISS keeps its legs in-process)
+    adapter = getattr(getattr(registry, "inner", registry), "adapter", None)
+    if adapter is not None:
+        physical = (await registry.book(name)).live_version.physical
+        for q, text in zip(queries, query_texts, strict=True):
+            t0 = time.perf_counter()
+            await asyncio.to_thread(adapter.dense, physical, q, 10, None)
+            t1 = time.perf_counter()
+            await asyncio.to_thread(adapter.keyword, physical, text, q, 10, None)
+            legs["dense"].append((t1 - t0) * 1000)
+            legs["keyword"].append((time.perf_counter() - t1) * 1000)
+        bound = getattr(adapter, "keyword_candidates", None)
+        if bound is not None:  # PostgreSQL: the same queries ranking every match (the code before the bound)
+            legs["keyword_every_match"] = []
+            adapter.keyword_candidates = 10**9
+            for q, text in zip(queries, query_texts, strict=True):
+                t0 = time.perf_counter()
+                await asyncio.to_thread(adapter.keyword, physical, text, q, 10, None)
+                legs["keyword_every_match"].append((time.perf_counter() - t0) * 1000)
+            adapter.keyword_candidates = bound
     registry.settings.hybrid = False
     exact = np.argsort(-(vectors @ queries.T), axis=0)[:10].T
     found = 0
@@ -76,6 +97,7 @@ async def measure(kind: str, settings_kw: dict, embedder, texts: list[str], vect
     await registry.close()
     return {"store": kind, "chunks": len(texts), "write_chunks_per_s": len(texts) / write_s,
             "retrieve_p50_ms": pct(times, 50), "retrieve_p99_ms": pct(times, 99),
+            **{f"{leg}_p{q}_ms": pct(v, q) for leg, v in legs.items() for q in (50, 99)},
             "recall_at_10": found / (10 * len(queries))}
 
 
@@ -105,14 +127,15 @@ def throughput(bases: list[str], index: str, questions: list[str], seconds: floa
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--million", action="store_true", help="add the 1M-chunk row (long: for `make bench`)")
     parser.add_argument("--no-replicas", action="store_true", help="skip the multi-process throughput part")
     parser.add_argument("--stores", nargs="*", default=["faiss", "postgres", "milvus"], help="stores to measure")
-    parser.add_argument("--sizes", nargs="*", type=int, help="chunk counts (default 10k and 100k; --quick 2k and 10k)")
+    parser.add_argument("--sizes", nargs="*", type=int, help="chunk counts (default: 10k, 100k; --million adds 1M)")
     parser.add_argument("--milvus-max-chunks", type=int, default=10_000,
                         help="Milvus Lite above this size is skipped: its search took 1.4 s p50 at 10k chunks here, "
                              "so 100k would take hours (a Milvus cluster is what to measure at that size)")
     args = parser.parse_args()
-    sizes = args.sizes or ((2_000, 10_000) if args.quick else (10_000, 100_000))
+    sizes = args.sizes or ((10_000, 100_000) if args.quick else (10_000, 100_000) + ((1_000_000,) if args.million else ()))
     replica_counts = (1, 2) if args.quick else (1, 2, 3)
     from ragengine.embedding import build_embedder
     from ragengine.settings import EngineSettings
@@ -140,9 +163,10 @@ def main() -> int:
                     kw |= {"vector_store_url": str(tmp / f"milvus{n}.db"), "vector_store_prefix": f"bench{n}"}
                 row = asyncio.run(measure(kind, kw, embedder, texts, vectors, queries, query_texts))
                 results["stores"].append(row)
-                print(f"{kind:9} {n:>7} chunks: write {row['write_chunks_per_s']:8.0f} chunks/s, retrieve p50/p99 "
-                      f"{row['retrieve_p50_ms']:6.2f} / {row['retrieve_p99_ms']:6.2f} ms, recall@10 {row['recall_at_10']:.3f}",
-                      flush=True)
+                print(f"{kind:9} {n:>7} chunks: write {row['write_chunks_per_s']:8.0f} chunks/s, fused p50/p99 "
+                      f"{row['retrieve_p50_ms']:6.2f} / {row['retrieve_p99_ms']:6.2f} ms, dense "
+                      f"{row['dense_p50_ms']:6.2f} / {row['dense_p99_ms']:6.2f} ms, keyword {row['keyword_p50_ms']:6.2f} / "
+                      f"{row['keyword_p99_ms']:6.2f} ms, recall@10 {row['recall_at_10']:.3f}", flush=True)
         if not args.no_replicas:
             texts = passages(2000, seed=3)
             reg = registry_for("postgres", {"vector_store_url": url, "vector_store_prefix": "replicas",
@@ -166,11 +190,15 @@ def main() -> int:
                     results["replicas"].append({"processes": count, "retrieve_req_per_s": rps})
                     print(f"{count} engine process(es) on one PostgreSQL: {rps:.1f} /retrieve req/s", flush=True)
     embedder.close()
-    print("\n| store | chunks | write chunks/s | retrieve p50 / p99 (ms) | recall@10 |")
-    print("|---|---|---|---|---|")
+    print("\n| store | chunks | write chunks/s | fused p50 / p99 (ms) | dense p50 / p99 | keyword p50 / p99 "
+          "| keyword, every match ranked | dense recall@10 |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in results["stores"]:
+        every = (f"{r['keyword_every_match_p50_ms']:.2f} / {r['keyword_every_match_p99_ms']:.2f}"
+                 if "keyword_every_match_p50_ms" in r else "-")
         print(f"| {r['store']} | {r['chunks']:,} | {r['write_chunks_per_s']:,.0f} | {r['retrieve_p50_ms']:.2f} / "
-              f"{r['retrieve_p99_ms']:.2f} | {r['recall_at_10']:.3f} |")
+              f"{r['retrieve_p99_ms']:.2f} | {r['dense_p50_ms']:.2f} / {r['dense_p99_ms']:.2f} | "
+              f"{r['keyword_p50_ms']:.2f} / {r['keyword_p99_ms']:.2f} | {every} | {r['recall_at_10']:.3f} |")
     if results["replicas"]:
         print("\n| engine processes on one PostgreSQL | /retrieve req/s (concurrency 8) |\n|---|---|")
         for r in results["replicas"]:

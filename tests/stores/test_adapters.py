@@ -255,3 +255,96 @@ def test_acl_filter_selects_exactly_what_matches_selects(acl_adapter, tokens):
     assert {d.doc_id for d in listed} == expected and total == len(expected)
     assert {h.doc_id for h in acl_adapter.dense("acl", unit(99), 100, f)} == expected
     assert {h.doc_id for h in acl_adapter.keyword("acl", "document chunk", unit(99), 100, f)} == expected
+
+
+def _explain(store, conn_sql: list[tuple[str, dict]], needle: str) -> dict:
+    """EXPLAIN ANALYZE (JSON) of the captured statement that contains ``needle``."""
+    sql, params = next((s, p) for s, p in conn_sql if needle in s)
+    with store.engine.connect() as conn:
+        raw = conn.connection.driver_connection
+        assert raw is not None
+        with raw.cursor() as cur:
+            cur.execute("EXPLAIN (ANALYZE, VERBOSE, FORMAT JSON) " + sql, params)
+            row = cur.fetchone()
+            assert row is not None
+            return row[0][0]["Plan"]
+
+
+def _nodes(plan: dict):
+    yield plan
+    for child in plan.get("Plans", []):
+        yield from _nodes(child)
+
+
+def _capture(store) -> list[tuple[str, dict]]:
+    from sqlalchemy import event
+
+    seen: list[tuple[str, dict]] = []
+
+    @event.listens_for(store.engine, "before_cursor_execute")
+    def grab(conn, cursor, statement, parameters, context, executemany):
+        if not executemany:
+            seen.append((statement, parameters))
+
+    return seen
+
+
+@pytest.fixture
+def crowded(request, store_prefix):
+    """500 chunks: 'common' in 450 of them, 'rare' in 50, 'zebra' in the last one only; a bound of 50."""
+    from ragengine.stores.postgres.store import PostgresStore
+
+    store = PostgresStore(request.getfixturevalue("pgvector_url"), schema=store_prefix, dim=DIM, keyword_candidates=50)
+    store.open()
+    n = 500
+    writes = [DocWrite(f"d{i}", "t", {"even": i % 2 == 0},
+                       [ChunkWrite(0, f"{'common' if i % 10 else 'rare'} word number{i}" + (" zebra" if i == n - 1 else ""))])
+              for i in range(n)]
+    store.write("idx", {}, [], writes, np.stack([unit(i) for i in range(n)]), add_only=True)
+    yield store
+    store.close()
+
+
+@pytest.mark.postgres
+def test_postgres_keyword_ranks_a_bounded_candidate_set(crowded):
+    """A query word in 90% of the chunks: ts_rank_cd runs on at most ``keyword_candidates`` rows, not on
+    every match (the code before ranked all 450)."""
+    seen = _capture(crowded)
+    hits = crowded.keyword("idx", "common", unit(0), 10, None)
+    assert len(hits) == 10 and all("common" in h.text for h in hits)
+    plan = _explain(crowded, seen, "ts_rank_cd")
+    ranked = [child["Actual Rows"] for node in _nodes(plan)
+              if node["Node Type"] == "Sort" and any("ts_rank_cd" in key for key in node.get("Sort Key", []))
+              for child in node["Plans"]]
+    assert ranked and max(ranked) <= 50, ranked
+
+
+@pytest.mark.postgres
+def test_postgres_keyword_keeps_the_rare_words_matches_in_the_candidates(crowded):
+    """The one chunk with 'zebra' is the last of 450 'common' matches: a bound that takes the first matches
+    the database finds would leave it out; the scored candidates hold every match of the rare word."""
+    hits = crowded.keyword("idx", "common zebra", unit(0), 5, None)
+    assert hits[0].doc_id == "d499"
+    hits = crowded.keyword("idx", "rare zebra", unit(0), 60, None)  # 51 matches in all: ranked as before
+    assert len(hits) == 51 and "d499" in {h.doc_id for h in hits}
+
+
+@pytest.mark.postgres
+def test_postgres_keyword_filtered_still_returns_k_where_k_exist(crowded):
+    even = parse_filters({"type": "eq", "key": "even", "value": True})
+    hits = crowded.keyword("idx", "common word", unit(0), 30, even)
+    assert len(hits) == 30 and all(int(h.doc_id[1:]) % 2 == 0 for h in hits)
+    assert crowded.keyword("idx", "the of and", unit(0), 10, None) == []  # stop words only: no match, no error
+
+
+def test_the_keyword_plan_scores_the_rare_words_and_chooses_by_idf():
+    from ragengine.stores.postgres.keyword import choose, plan
+
+    chosen = plan({"a": 10, "b": 3, "the": 0, "d": 51}, 50, 1000)
+    assert (chosen.scored, chosen.common) == (["b", "a"], ["d"])  # rarest first; "the" matches nothing
+    assert plan({"a": 51, "b": 60}, 50, 1000).scored == []  # none listed in full: common words only
+    assert plan({"a": 30, "b": 20, "c": 40}, 50, 60).scored == ["b", "a"]  # 20 + 30 within the budget, + 40 not
+    counts = {"rare": 2, "mid": 4}
+    postings = {"rare": [7, 9], "mid": [1, 2, 3, 9]}
+    assert choose(postings, counts, 100, 3) == [9, 7, 1]  # both words first, then the rarer word, then by id
+    assert sorted(choose(postings, counts, 100, 50)) == [1, 2, 3, 7, 9]  # all fit: every match

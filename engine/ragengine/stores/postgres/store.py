@@ -10,7 +10,11 @@ psycopg, with the schema under alembic (``migrations/``).
   (``hnsw.iterative_scan``) keep a filtered search from returning fewer than k hits when the filter
   removes most of the index's first candidates; ``hnsw.ef_search`` comes from the settings.
 - Keyword: PostgreSQL full-text search (``english`` configuration) over a generated ``tsvector``,
-  the query's words OR-ed, ranked by ``ts_rank_cd``. Each keyword hit also carries the cosine of its
+  ranked by ``ts_rank_cd`` over a bounded candidate set, rarest words first (``rarest_first``): every
+  match of the words whose matches fit in ``keyword_candidates`` (2,000), then chunks holding every
+  common word. A common word matching most of the corpus no longer makes a query rank the whole corpus,
+  and the rare words, which decide a keyword search, never fall outside the set; when all matches fit,
+  the result is exactly that of ranking every match. Each keyword hit also carries the cosine of its
   stored vector, so scores mean the same on every path and every backend.
 - Writes: one transaction per API call, rows locked where a concurrent add could race.
 - Dimensions: ``chunks`` has the dimension of the model that made the schema; an index whose vectors have
@@ -22,13 +26,26 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Table, Text, cast, create_engine, delete, func, literal, literal_column, select, text
+from sqlalchemy import (
+    Table,
+    Text,
+    cast,
+    column,
+    create_engine,
+    delete,
+    func,
+    literal,
+    literal_column,
+    select,
+    table,
+    text,
+    union_all,
+)
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
@@ -46,12 +63,19 @@ from ragengine.stores.base import (
     split_chunk_metadata,
 )
 from ragengine.stores.postgres.filters import to_sql
+from ragengine.stores.postgres.keyword import choose, keyword_words
+from ragengine.stores.postgres.keyword import plan as keyword_plan
 from ragengine.stores.postgres.schema import TEXT_SEARCH_CONFIG, Tables, chunk_indexes, dim_chunks, tables
 
 log = logging.getLogger(__name__)
+pg_class = table("pg_class", column("oid"), column("reltuples"), schema="pg_catalog")
 MIGRATIONS = Path(__file__).parent / "migrations"
-_WORD = re.compile(r"\w+", re.UNICODE)
-MAX_QUERY_TERMS = 64
+# Matching rows ranked per keyword query at most. ts_rank_cd reads each row's tsvector, so ranking every
+# match grows with the corpus (common words match most of it); a bound keeps the leg's cost flat.
+KEYWORD_CANDIDATES = 2000
+# The scored words' match lists fetched per query, in all, at most this many times the bound
+# (ragengine.stores.postgres.keyword; bench/eval/pg_keyword_bound.py measured the choice).
+KEYWORD_LIST_BUDGET = 16
 
 
 def sqlalchemy_url(url: str) -> str:
@@ -62,23 +86,23 @@ def sqlalchemy_url(url: str) -> str:
     return url
 
 
-def keyword_query(query: str) -> str | None:
-    """The query's distinct words OR-ed for ``to_tsquery`` (bound as a value; ``\\w+`` words hold none of
-    tsquery's operators), or None when there is no word."""
-    words = list(dict.fromkeys(w.lower() for w in _WORD.findall(query)))[:MAX_QUERY_TERMS]
-    return " | ".join(words) if words else None
+def _tsquery(expression: str) -> Any:
+    return func.to_tsquery(literal_column(f"'{TEXT_SEARCH_CONFIG}'::regconfig"), literal(expression))
 
 
 class PostgresStore:
     kind = "postgres"
 
     def __init__(self, url: str, *, schema: str, dim: int, hnsw_m: int = 16, ef_construction: int = 64,
-                 ef_search: int = 100, pool_size: int = 8) -> None:
+                 ef_search: int = 100, pool_size: int = 8, keyword_candidates: int = KEYWORD_CANDIDATES,
+                 keyword_list_factor: int = 4) -> None:
         self.url = sqlalchemy_url(url)
         self.schema = schema
         self.dim = dim
         self.hnsw_m, self.ef_construction, self.ef_search = hnsw_m, ef_construction, ef_search
         self.pool_size = pool_size
+        self.keyword_candidates = keyword_candidates
+        self.keyword_list_factor = keyword_list_factor
         self.t: Tables = tables(schema, dim)
         self._engine: Engine | None = None
         self._ready = False
@@ -274,23 +298,49 @@ class PostgresStore:
         return hits
 
     def keyword(self, name: str, query: str, query_vector: np.ndarray, k: int, flt: Filter | None) -> list[Hit]:
-        terms = keyword_query(query)
-        if terms is None:
+        words = keyword_words(query)
+        if not words:
             return []
+        bound = max(self.keyword_candidates, k)
+        listed = bound * self.keyword_list_factor  # a scored word's matches, listed in full, at most
         with self._errors(), self.engine.connect() as conn:
             c = self._chunks_of(conn, name)
-            tsquery = func.to_tsquery(literal_column(f"'{TEXT_SEARCH_CONFIG}'::regconfig"), literal(terms))
-            rank = func.ts_rank_cd(c.c.tsv, tsquery)
+            where = [c.c.index_name == name] + ([to_sql(flt, c.c.metadata)] if flt is not None else [])
+
+            def matching(words_: list[str], op: str) -> Any:
+                return select(c.c.id).where(*where, c.c.tsv.op("@@")(_tsquery(f" {op} ".join(words_))))
+
+            # Each word's matches counted up to bound + 1 (a GIN lookup each, the filter applied), and the
+            # table's row estimate for the words' IDF (ragengine.stores.postgres.keyword).
+            regclass = func.to_regclass(literal(f'"{c.schema}"."{c.name}"'))
+            *counts, rows = conn.execute(select(*[
+                select(func.count()).select_from(matching([w], "|").limit(listed + 1).subquery()).scalar_subquery()
+                for w in words], select(pg_class.c.reltuples).where(pg_class.c.oid == regclass).scalar_subquery())).one()
+            by_word = dict(zip(words, counts, strict=True))
+            chosen = keyword_plan(by_word, listed, bound * KEYWORD_LIST_BUDGET)
+            ids: dict[int, None] = {}
+            if chosen.scored:  # every match of the scored words (at most bound each), scored in the engine
+                postings: dict[str, list[int]] = {w: [] for w in chosen.scored}
+                lists = union_all(*[select(literal(w).label("word"), matching([w], "|").limit(listed).subquery().c.id)
+                                    for w in chosen.scored])
+                for word, chunk_id in conn.execute(lists):
+                    postings[word].append(chunk_id)
+                total = max(int(rows or 0), sum(by_word.values()))
+                ids.update(dict.fromkeys(choose(postings, by_word, total, bound)))
+            for words_, op in ((chosen.common, "&"), (chosen.common if not chosen.scored else [], "|")):
+                if words_ and len(ids) < bound:  # chunks with every common word; any, when none scored
+                    ids.update(dict.fromkeys(conn.scalars(matching(words_, op).limit(bound - len(ids)))))
+            if not ids:
+                return []
+            # Rank the candidates by the whole query, then the cosine for the k winners only.
+            rank = func.ts_rank_cd(c.c.tsv, _tsquery(" | ".join(chosen.words)))
+            top = (select(c.c.id, rank.label("rank")).where(c.c.id.in_(list(ids)))
+                   .order_by(rank.desc(), c.c.id).limit(k).subquery())
             distance = c.c.embedding.cosine_distance(np.asarray(query_vector, dtype=np.float32))
-            where = [c.c.index_name == name, c.c.tsv.op("@@")(tsquery)]
-            if flt is not None:
-                where.append(to_sql(flt, c.c.metadata))
-            # Rank in a subquery, then the cosine for the k winners only (not for every matching chunk).
-            top = select(c.c.id, rank.label("rank")).where(*where).order_by(rank.desc(), c.c.id).limit(k).subquery()
             stmt = (select(c.c.doc_id, c.c.seq, c.c.text, c.c.metadata, top.c.rank, distance.label("distance"))
                     .join(top, c.c.id == top.c.id).order_by(top.c.rank.desc(), c.c.id))
-            rows = conn.execute(stmt).all()
-        return [_hit(r.doc_id, r.seq, r.text, r.metadata, 1.0 - float(r.distance), float(r.rank)) for r in rows]
+            found = conn.execute(stmt).all()
+        return [_hit(r.doc_id, r.seq, r.text, r.metadata, 1.0 - float(r.distance), float(r.rank)) for r in found]
 
     # -- writes ------------------------------------------------------------------------------------
     def drop_index(self, name: str) -> bool:
