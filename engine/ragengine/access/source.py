@@ -18,7 +18,6 @@ import asyncio
 import fnmatch
 import hmac
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -32,6 +31,7 @@ from pydantic import ValidationError
 
 from ragengine.access.rules import ANONYMOUS, AccessRules, Principal, Role, key_digest
 from ragengine.access.serviceaccounts import TokenReviewer, in_cluster_api_url, jwt_claims
+from ragengine.filestamp import file_stamp
 from ragengine.metrics import ACCESS_RELOADS
 
 log = logging.getLogger("ragengine.access")
@@ -112,14 +112,6 @@ def parse_rules(text: str, origin: str) -> AccessRules:
         raise AccessConfigError(f"{origin}: {problems}") from None
 
 
-def _stamp(path: Path) -> tuple[int, int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_ino, st.st_size, st.st_mtime_ns)
-
-
 @dataclass(frozen=True)
 class KubernetesAPI:
     """How the engine reaches the API server for TokenReview (settings kubernetes_*; in a pod, the defaults)."""
@@ -148,7 +140,7 @@ class AccessSource:
         self.warnings: list[str] = []
         self._lock = threading.Lock()
         self._checked = clock()
-        self._stamp = _stamp(access_file) if access_file else None
+        self._stamp = file_stamp(access_file) if access_file else None
         self._keyring = self._load()  # raises AccessConfigError: the engine does not start
 
     @property
@@ -201,7 +193,7 @@ class AccessSource:
             if self.clock() - self._checked < CHECK_EVERY_S:
                 return self._keyring
             self._checked = self.clock()
-            stamp = _stamp(self.path)
+            stamp = file_stamp(self.path)
             if stamp == self._stamp:
                 return self._keyring
             self._stamp = stamp

@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ragengine.errors import EngineError
+from ragengine.filestamp import file_stamp
 from ragengine.settings import EngineSettings, embedding_digest
 
 log = logging.getLogger(__name__)
@@ -89,23 +89,15 @@ def read_target(path: Path, settings: EngineSettings) -> tuple[ModelRef, int | N
     return ModelRef(model, url.rstrip("/") if url else None), generation
 
 
-def _stamp(path: Path) -> tuple[int, int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_ino, st.st_size, st.st_mtime_ns)
-
-
 async def watch_target(path: Path, settings: EngineSettings, on_change: Callable[[ModelRef, int | None], Awaitable[None]],
                        every_s: float = 2.0) -> None:
     """Call ``on_change`` when the embedding file names another model or generation (checked every ``every_s``,
     by inode, size and mtime: a ConfigMap volume swaps a symlink). A bad file is logged and ignored."""
-    stamp = _stamp(path)
+    stamp = file_stamp(path)
     current = read_target(path, settings) if stamp else None
     while True:
         await asyncio.sleep(every_s)
-        now = _stamp(path)
+        now = file_stamp(path)
         if now is None or now == stamp:
             continue
         stamp = now

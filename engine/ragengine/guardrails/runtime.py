@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ragengine.errors import EngineError
+from ragengine.filestamp import file_stamp
 from ragengine.guardrails.metrics import POLICY_ERROR, POLICY_RELOADS, POLICY_SCANNERS, POLICY_WARNINGS
 from ragengine.guardrails.policy import PolicyError, parse_policy
 from ragengine.guardrails.scan import OutputGuard
@@ -39,14 +39,6 @@ class GuardrailsUnavailable(EngineError):
     error_type = "guardrails_unavailable"
 
 
-def _stamp(path: Path) -> tuple[int, int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_ino, st.st_size, st.st_mtime_ns)
-
-
 class Guardrails:
     def __init__(self, path: Path | None, *, fail_open: bool = False, clock: Callable[[], float] = time.monotonic):
         self.path = path
@@ -58,7 +50,7 @@ class Guardrails:
         self._stamp: tuple[int, int, int] | None = None
         self._checked = clock()
         if path is not None:
-            self._stamp = _stamp(path)
+            self._stamp = file_stamp(path)
             self._load()
 
     @property
@@ -105,7 +97,7 @@ class Guardrails:
         with self._lock:
             if self.clock() - self._checked >= CHECK_EVERY_S:
                 self._checked = self.clock()
-                stamp = _stamp(self.path)
+                stamp = file_stamp(self.path)
                 if stamp != self._stamp:
                     self._stamp = stamp
                     self._load()
