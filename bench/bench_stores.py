@@ -1,14 +1,18 @@
-"""Vector stores side by side: FAISS, PostgreSQL + pgvector, Milvus Lite, on this machine.
+"""Vector stores side by side at scale: FAISS, PostgreSQL + pgvector, Milvus Lite, on this machine.
 
-    .venv/bin/python bench/bench_stores.py            # 10k and 100k chunks, replicas 1-3 (--million adds 1M)
+    .venv/bin/python bench/bench_stores.py            # 10k, 100k and 1M chunks, replicas 1-3 (long: the 1M rows)
     .venv/bin/python bench/bench_stores.py --quick    # 10k and 100k chunks, replicas 1-2
 
-Per store and size: write throughput (chunks/s through the registry's write path with precomputed
-vectors, so the embedding model's speed is left out), in-process retrieval latency p50/p99 (hybrid,
-top 10, the query vector given: store + fusion only, no HTTP, no embedding) and dense recall@10 against
-an exact search. Then `/retrieve` throughput over HTTP with 1, 2, 3 real `ragengine serve` processes
-sharing one PostgreSQL. On 2 cores that figure shows the overhead of sharing, not a speed-up: every
-process embeds its queries on the same two cores. Writes bench/results/stores.json.
+Each (store, size) row runs in a process of its own, so its memory is its own. Per row:
+- load: chunks/s through the registry's write path with precomputed vectors (the embedding model's speed
+  left out); PostgreSQL's HNSW index is built after the load (``build_hnsw``), its time given apart;
+- retrieval latency p50 / p99 per leg (dense, keyword) and fused (hybrid, top 10), in process, the query
+  vector given (store + fusion only, no HTTP, no embedding), and fused at top-k 300 (the API's maximum);
+- dense recall@10 against an exact search;
+- the engine process's RSS (embedding model included, as in a real engine) and the store's size on disk.
+Then `/retrieve` throughput over HTTP with 1, 2, 3 real `ragengine serve` processes sharing one
+PostgreSQL. On 2 cores that figure shows the overhead of sharing, not a speed-up. Writes
+bench/results/stores.json and draws docs/images/stores-scale.svg (latency and memory against chunks).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import argparse
 import asyncio
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import threading
@@ -36,6 +41,7 @@ from tests.support.engine_process import engine_process  # noqa: E402
 from tests.support.postgres import postgres_server  # noqa: E402
 
 DIM = 384
+QUERIES = 100
 
 
 def pct(values: list[float], q: float) -> float:
@@ -49,56 +55,131 @@ def registry_for(kind: str, settings_kw: dict, embedder):
     return build_registry(EngineSettings(**settings_kw, vector_store=kind), embedder)
 
 
-async def measure(kind: str, settings_kw: dict, embedder, texts: list[str], vectors: np.ndarray, queries: np.ndarray,
-                  query_texts: list[str]) -> dict:
+def disk_bytes(kind: str, settings_kw: dict, adapter) -> int:
+    """The store's size on disk: PostgreSQL's tables and indexes of the schema, or the files."""
+    if kind == "postgres":
+        from sqlalchemy import text
+
+        with adapter.engine.connect() as conn:
+            return int(conn.execute(text(
+                "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c JOIN pg_namespace n "
+                "ON n.oid = c.relnamespace WHERE n.nspname = :s AND c.relkind IN ('r', 'm')"),
+                {"s": adapter.schema}).scalar())
+    root = Path(settings_kw["vector_store_url"] if kind == "milvus" else settings_kw["data_dir"])
+    files = [root] if root.is_file() else [p for p in root.rglob("*") if p.is_file()]
+    return sum(p.stat().st_size for p in files)
+
+
+async def timed(fn, *args, **kw) -> float:
+    t0 = time.perf_counter()
+    await fn(*args, **kw)
+    return (time.perf_counter() - t0) * 1000
+
+
+async def measure(kind: str, settings_kw: dict, n: int) -> dict:
+    """One row, in this process: load n chunks, build, query, measure."""
+    import psutil
+
+    from ragengine.embedding import build_embedder
+    from ragengine.settings import EngineSettings
+
+    def say(what: str) -> None:
+        print(f"  {kind} {n:,}: {what}", file=sys.stderr, flush=True)
+
+    embedder = build_embedder(EngineSettings())
+    texts = passages(n, seed=n)
+    vectors = clustered_unit_vectors(n, DIM, seed=n)
+    rng = np.random.default_rng(7)
+    picks = rng.integers(0, n, QUERIES)
+    queries = vectors[picks] + 0.05 * rng.standard_normal((QUERIES, DIM)).astype(np.float32)
+    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+    query_texts = [" ".join(texts[i].split()[2:8]) for i in picks]
     registry = registry_for(kind, settings_kw, embedder)
     await registry.start()
-    name = f"bench{len(texts)}"
+    name = f"bench{n}"
     start = time.perf_counter()
-    for i in range(0, len(texts), 1000):
+    for i in range(0, n, 1000):
         await registry.add_precomputed(name, texts[i:i + 1000], vectors[i:i + 1000],
-                                       [{"i": j} for j in range(i, min(i + 1000, len(texts)))])
-    write_s = time.perf_counter() - start
-    registry.settings.hybrid = True
-    times = []
-    for q, text in zip(queries, query_texts, strict=True):
-        t0 = time.perf_counter()
-        await registry.retrieve(name, text, 10, query_embedding=q)
-        times.append((time.perf_counter() - t0) * 1000)
-    legs: dict[str, list[float]] = {"dense": [], "keyword": []}
-    # the shared stores' adapter, under the index's live version (FAISS keeps its legs in-process)
+                                       [{"i": j} for j in range(i, min(i + 1000, n))])
+        if (i // 1000) % 100 == 99:
+            say(f"loaded {i + 1000:,} chunks ({(i + 1000) / (time.perf_counter() - start):,.0f}/s)")
+    load_s = time.perf_counter() - start
     adapter = getattr(getattr(registry, "inner", registry), "adapter", None)
-    if adapter is not None:
-        physical = (await registry.book(name)).live_version.physical
-        for q, text in zip(queries, query_texts, strict=True):
-            t0 = time.perf_counter()
-            await asyncio.to_thread(adapter.dense, physical, q, 10, None)
-            t1 = time.perf_counter()
-            await asyncio.to_thread(adapter.keyword, physical, text, q, 10, None)
-            legs["dense"].append((t1 - t0) * 1000)
-            legs["keyword"].append((time.perf_counter() - t1) * 1000)
-        bound = getattr(adapter, "keyword_candidates", None)
-        if bound is not None:  # PostgreSQL: the same queries ranking every match (the code before the bound)
-            legs["keyword_every_match"] = []
-            adapter.keyword_candidates = 10**9
-            for q, text in zip(queries, query_texts, strict=True):
-                t0 = time.perf_counter()
-                await asyncio.to_thread(adapter.keyword, physical, text, q, 10, None)
-                legs["keyword_every_match"].append((time.perf_counter() - t0) * 1000)
-            adapter.keyword_candidates = bound
+    physical = (await registry.book(name)).live_version.physical if adapter is not None else name
+    build_s = 0.0
+    if hasattr(adapter, "build_hnsw"):  # PostgreSQL: the HNSW index after the load, in one pass
+        say(f"loaded in {load_s:.0f} s; building the HNSW index")
+        t0 = time.perf_counter()
+        await asyncio.to_thread(adapter.build_hnsw, physical)
+        build_s = time.perf_counter() - t0
+    say("querying")
+    registry.settings.hybrid = True
+    fused = [await timed(registry.retrieve, name, t, 10, query_embedding=q) for q, t in zip(queries, query_texts, strict=True)]
+    wide = [await timed(registry.retrieve, name, t, 300, query_embedding=q)
+            for q, t in zip(queries[:20], query_texts[:20], strict=True)]
+    legs: dict[str, list[float]] = {"dense": [], "keyword": []}
+    if adapter is not None:  # the shared stores' legs, under the index's live version (FAISS keeps them in-process)
+        for q, t in zip(queries, query_texts, strict=True):
+            legs["dense"].append(await timed(asyncio.to_thread, adapter.dense, physical, q, 10, None))
+            legs["keyword"].append(await timed(asyncio.to_thread, adapter.keyword, physical, t, q, 10, None))
     registry.settings.hybrid = False
     exact = np.argsort(-(vectors @ queries.T), axis=0)[:10].T
     found = 0
-    for q, text, truth in zip(queries, query_texts, exact, strict=True):
-        nodes = await registry.retrieve(name, text, 10, query_embedding=q)
-        got = {n.text for n in nodes}
+    for q, t, truth in zip(queries, query_texts, exact, strict=True):
+        got = {node.text for node in await registry.retrieve(name, t, 10, query_embedding=q)}
         found += sum(1 for j in truth if texts[j] in got)
+    rss = psutil.Process().memory_info().rss
+    disk = disk_bytes(kind, settings_kw, adapter)
     await registry.delete_index(name)
     await registry.close()
-    return {"store": kind, "chunks": len(texts), "write_chunks_per_s": len(texts) / write_s,
-            "retrieve_p50_ms": pct(times, 50), "retrieve_p99_ms": pct(times, 99),
-            **{f"{leg}_p{q}_ms": pct(v, q) for leg, v in legs.items() for q in (50, 99)},
-            "recall_at_10": found / (10 * len(queries))}
+    embedder.close()
+    return {"store": kind, "chunks": n, "load_chunks_per_s": n / load_s, "hnsw_build_s": build_s,
+            "write_chunks_per_s": n / (load_s + build_s),
+            "retrieve_p50_ms": pct(fused, 50), "retrieve_p99_ms": pct(fused, 99),
+            "top300_p50_ms": pct(wide, 50), "top300_p99_ms": pct(wide, 99),
+            **{f"{leg}_p{q}_ms": pct(v, q) for leg, v in legs.items() for q in (50, 99) if v},
+            "recall_at_10": found / (10 * QUERIES), "engine_rss_mib": rss / 2**20, "disk_mib": disk / 2**20}
+
+
+def row_in_child(kind: str, n: int, url: str, tmp: Path) -> dict:
+    """``measure`` in a fresh process (its RSS is the row's alone); progress goes to stderr as it runs."""
+    kw: dict = {"data_dir": str(tmp / f"faiss{n}")}
+    if kind == "postgres":
+        kw |= {"vector_store_url": url, "vector_store_prefix": f"bench{n}", "store_build_memory_mb": 3072}
+    if kind == "milvus":
+        kw |= {"vector_store_url": str(tmp / f"milvus{n}.db"), "vector_store_prefix": f"bench{n}"}
+    out = subprocess.run([sys.executable, __file__, "--row", json.dumps({"kind": kind, "n": n, "settings": kw})],
+                         stdout=subprocess.PIPE, text=True, check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    """Latency (fused p99, dense p99) and memory (RSS, disk) against chunks, one line per store."""
+    import matplotlib
+
+    matplotlib.use("svg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4))
+    panels = [("retrieve_p99_ms", "hybrid top-10 p99 (ms)"), ("load_chunks_per_s", "load (chunks/s)"),
+              ("engine_rss_mib", "engine RSS (MiB, solid) / disk (MiB, dashed)")]
+    for ax, (key, title) in zip(axes, panels, strict=True):
+        for store in dict.fromkeys(r["store"] for r in rows):
+            mine = sorted((r for r in rows if r["store"] == store and key in r), key=lambda r: r["chunks"])
+            line = ax.plot([r["chunks"] for r in mine], [r[key] for r in mine], marker="o", label=store)[0]
+            if key == "engine_rss_mib":
+                ax.plot([r["chunks"] for r in mine], [r["disk_mib"] for r in mine], marker="s", linestyle="--",
+                        color=line.get_color())
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("chunks")
+        ax.set_title(title, fontsize=10)
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, metadata={"Date": None})
+    plt.close(fig)
 
 
 def throughput(bases: list[str], index: str, questions: list[str], seconds: float, concurrency: int = 8) -> float:
@@ -124,50 +205,49 @@ def throughput(bases: list[str], index: str, questions: list[str], seconds: floa
     return done[0] / seconds
 
 
+def fmt_row(r: dict) -> str:
+    legs = " | ".join(f"{r[f'{leg}_p50_ms']:.2f} / {r[f'{leg}_p99_ms']:.2f}" if f"{leg}_p50_ms" in r else "in process"
+                      for leg in ("dense", "keyword"))
+    build = f"{r['hnsw_build_s']:.0f} s" if r.get("hnsw_build_s") else "-"
+    return (f"| {r['store']} | {r['chunks']:,} | {r['load_chunks_per_s']:,.0f} | {build} | {legs} | "
+            f"{r['retrieve_p50_ms']:.2f} / {r['retrieve_p99_ms']:.2f} | {r['top300_p99_ms']:.0f} | "
+            f"{r['recall_at_10']:.3f} | {r['engine_rss_mib']:,.0f} | {r['disk_mib']:,.0f} |")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--million", action="store_true", help="add the 1M-chunk row (long: for `make bench`)")
+    parser.add_argument("--quick", action="store_true", help="10k and 100k chunks (no 1M rows), replicas 1-2")
     parser.add_argument("--no-replicas", action="store_true", help="skip the multi-process throughput part")
     parser.add_argument("--stores", nargs="*", default=["faiss", "postgres", "milvus"], help="stores to measure")
-    parser.add_argument("--sizes", nargs="*", type=int, help="chunk counts (default: 10k, 100k; --million adds 1M)")
+    parser.add_argument("--sizes", nargs="*", type=int, help="chunk counts (default: 10k, 100k, 1M; --quick: 10k, 100k)")
     parser.add_argument("--milvus-max-chunks", type=int, default=10_000,
                         help="Milvus Lite above this size is skipped: its search took 1.4 s p50 at 10k chunks here, "
                              "so 100k would take hours (a Milvus cluster is what to measure at that size)")
+    parser.add_argument("--row", help=argparse.SUPPRESS)  # one row, in a child process (row_in_child)
     args = parser.parse_args()
-    sizes = args.sizes or ((10_000, 100_000) if args.quick else (10_000, 100_000) + ((1_000_000,) if args.million else ()))
+    if args.row:
+        spec = json.loads(args.row)
+        print(json.dumps(asyncio.run(measure(spec["kind"], spec["settings"], spec["n"]))))
+        return 0
+    sizes = args.sizes or ((10_000, 100_000) if args.quick else (10_000, 100_000, 1_000_000))
     replica_counts = (1, 2) if args.quick else (1, 2, 3)
-    from ragengine.embedding import build_embedder
-    from ragengine.settings import EngineSettings
-
-    embedder = build_embedder(EngineSettings())
     results: dict = {"stores": [], "replicas": []}
     with postgres_server() as sa_url, tempfile.TemporaryDirectory() as tmp_name:
         url, tmp = sa_url.replace("postgresql+psycopg://", "postgresql://"), Path(tmp_name)
         for n in sizes:
-            texts = passages(n, seed=n)
-            vectors = clustered_unit_vectors(n, DIM, seed=n)
-            rng = np.random.default_rng(7)
-            picks = rng.integers(0, n, 100)
-            queries = vectors[picks] + 0.05 * rng.standard_normal((100, DIM)).astype(np.float32)
-            queries /= np.linalg.norm(queries, axis=1, keepdims=True)
-            query_texts = [" ".join(texts[i].split()[2:8]) for i in picks]
             for kind in args.stores:
                 if kind == "milvus" and n > args.milvus_max_chunks:
-                    print(f"milvus    {n:>7} chunks: skipped (--milvus-max-chunks {args.milvus_max_chunks})", flush=True)
+                    print(f"milvus    {n:>9,} chunks: skipped (--milvus-max-chunks {args.milvus_max_chunks})", flush=True)
                     continue
-                kw: dict = {"data_dir": tmp / f"faiss{n}"}
-                if kind == "postgres":
-                    kw |= {"vector_store_url": url, "vector_store_prefix": f"bench{n}"}
-                if kind == "milvus":
-                    kw |= {"vector_store_url": str(tmp / f"milvus{n}.db"), "vector_store_prefix": f"bench{n}"}
-                row = asyncio.run(measure(kind, kw, embedder, texts, vectors, queries, query_texts))
+                started = time.monotonic()
+                row = row_in_child(kind, n, url, tmp)
                 results["stores"].append(row)
-                print(f"{kind:9} {n:>7} chunks: write {row['write_chunks_per_s']:8.0f} chunks/s, fused p50/p99 "
-                      f"{row['retrieve_p50_ms']:6.2f} / {row['retrieve_p99_ms']:6.2f} ms, dense "
-                      f"{row['dense_p50_ms']:6.2f} / {row['dense_p99_ms']:6.2f} ms, keyword {row['keyword_p50_ms']:6.2f} / "
-                      f"{row['keyword_p99_ms']:6.2f} ms, recall@10 {row['recall_at_10']:.3f}", flush=True)
+                print(f"{kind:9} {n:>9,} chunks ({time.monotonic() - started:.0f} s): {fmt_row(row)}", flush=True)
         if not args.no_replicas:
+            from ragengine.embedding import build_embedder
+            from ragengine.settings import EngineSettings
+
+            embedder = build_embedder(EngineSettings())
             texts = passages(2000, seed=3)
             reg = registry_for("postgres", {"vector_store_url": url, "vector_store_prefix": "replicas",
                                             "data_dir": tmp / "r"}, embedder)
@@ -178,6 +258,7 @@ def main() -> int:
                 await reg.close()
 
             asyncio.run(seed())
+            embedder.close()
             questions = [" ".join(t.split()[2:9]) for t in texts[:200]]
             settings = {"vector_store": "postgres", "vector_store_url": url, "vector_store_prefix": "replicas"}
             bases: list[str] = []
@@ -189,23 +270,19 @@ def main() -> int:
                     rps = throughput(bases, "shared", questions, 10 if args.quick else 20)
                     results["replicas"].append({"processes": count, "retrieve_req_per_s": rps})
                     print(f"{count} engine process(es) on one PostgreSQL: {rps:.1f} /retrieve req/s", flush=True)
-    embedder.close()
-    print("\n| store | chunks | write chunks/s | fused p50 / p99 (ms) | dense p50 / p99 | keyword p50 / p99 "
-          "| keyword, every match ranked | dense recall@10 |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("\n| store | chunks | load chunks/s | HNSW build | dense p50 / p99 (ms) | keyword p50 / p99 (ms) "
+          "| hybrid top-10 p50 / p99 (ms) | top-300 p99 (ms) | dense recall@10 | engine RSS (MiB) | disk (MiB) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results["stores"]:
-        every = (f"{r['keyword_every_match_p50_ms']:.2f} / {r['keyword_every_match_p99_ms']:.2f}"
-                 if "keyword_every_match_p50_ms" in r else "-")
-        print(f"| {r['store']} | {r['chunks']:,} | {r['write_chunks_per_s']:,.0f} | {r['retrieve_p50_ms']:.2f} / "
-              f"{r['retrieve_p99_ms']:.2f} | {r['dense_p50_ms']:.2f} / {r['dense_p99_ms']:.2f} | "
-              f"{r['keyword_p50_ms']:.2f} / {r['keyword_p99_ms']:.2f} | {every} | {r['recall_at_10']:.3f} |")
+        print(fmt_row(r))
     if results["replicas"]:
         print("\n| engine processes on one PostgreSQL | /retrieve req/s (concurrency 8) |\n|---|---|")
         for r in results["replicas"]:
             print(f"| {r['processes']} | {r['retrieve_req_per_s']:.1f} |")
     out = ROOT / "bench" / "results" / "stores.json"
     out.write_text(json.dumps(results, indent=1) + "\n")
-    print(f"\nwrote {out.relative_to(ROOT)}")
+    plot(results["stores"], ROOT / "docs" / "images" / "stores-scale.svg")
+    print(f"\nwrote {out.relative_to(ROOT)} and docs/images/stores-scale.svg")
     return 0
 
 

@@ -189,6 +189,16 @@ class EngineSettings(BaseSettings):
         pattern=r"^[a-z_][a-z0-9_]{0,39}$",
         description="PostgreSQL schema / Milvus collection prefix, so several RAGEngines share one database.",
     )
+    store_hnsw_threshold: int = Field(
+        10_000, ge=0,
+        description="PostgreSQL: an index with more chunks than this gets an HNSW index of its own, built in one pass "
+                    "once its writes pause; smaller indexes are searched exactly.",
+    )
+    store_build_memory_mb: int = Field(
+        1024, ge=64,
+        description="PostgreSQL: maintenance_work_mem of an HNSW build (the graph must fit: about 2.5 GiB per "
+                    "million 384-dimension chunks).",
+    )
 
     # --- generation --------------------------------------------------------------------------------
     llm_url: str | None = Field(

@@ -364,6 +364,11 @@ class HNSWSpec(SpecModel):
     m: int | None = Field(None, ge=4, le=128, description="Links per node.")
     ef_construction: int | None = Field(None, ge=8, le=4096, description="Build breadth (recall vs build time).")
     ef_search: int | None = Field(None, ge=8, le=4096, description="Search breadth (recall vs latency).")
+    threshold: int | None = Field(
+        None, ge=0, le=100_000_000,
+        description="PostgreSQL: an index with more chunks than this gets its own HNSW index, built in one pass once "
+                    "its writes pause (bulk loads are not slowed by it); smaller indexes are searched exactly. "
+                    "Engine default 10000.")
 
 
 class ConnectionSecretRef(SecretKeyRef):

@@ -117,7 +117,7 @@ def test_embedding_model_and_retrieval_only(monkeypatch, tmp_path):
 def test_external_store_settings_come_from_the_spec_and_the_secret(monkeypatch):
     spec = RAGEngineSpec.model_validate({"vectorStore": {
         "type": "postgres", "connectionSecretRef": {"name": "db", "key": "dsn"},
-        "hnsw": {"m": 16, "efConstruction": 200, "efSearch": 64}}, "engine": {"replicas": 3}})
+        "hnsw": {"m": 16, "efConstruction": 200, "efSearch": 64, "threshold": 5000}}, "engine": {"replicas": 3}})
     for key in list(__import__("os").environ):
         if key.startswith("RAGENGINE_"):
             monkeypatch.delenv(key)
@@ -127,7 +127,7 @@ def test_external_store_settings_come_from_the_spec_and_the_secret(monkeypatch):
     s = parse(env, monkeypatch, {"db/dsn": "postgresql://u:p@db/rag", "rag-api-key/api-key": "K"})
     assert s.vector_store == "postgres" and s.vector_store_url == "postgresql://u:p@db/rag"
     assert s.database_url == "postgresql://u:p@db/rag"  # sessions shared by the replicas too
-    assert (s.hnsw_m, s.hnsw_ef_construction, s.hnsw_ef_search) == (16, 200, 64)
+    assert (s.hnsw_m, s.hnsw_ef_construction, s.hnsw_ef_search, s.store_hnsw_threshold) == (16, 200, 64, 5000)
     assert s.vector_store_prefix.startswith("rag_rag_")
     other = engine_env(Owner("other-ns", "rag", "uid"), spec)
     prefix = EngineSettings.env_name("vector_store_prefix")

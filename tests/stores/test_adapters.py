@@ -291,16 +291,23 @@ def _capture(store) -> list[tuple[str, dict]]:
 
 @pytest.fixture
 def crowded(request, store_prefix):
-    """500 chunks: 'common' in 450 of them, 'rare' in 50, 'zebra' in the last one only; a bound of 50."""
-    from ragengine.stores.postgres.store import PostgresStore
+    """20,000 chunks: 'common' in 90% of them, 'rare' in 200, 'zebra' in the last one only; the store's
+    default bound (2,000)."""
+    from ragengine.stores.postgres.store import KEYWORD_CANDIDATES, PostgresStore
 
-    store = PostgresStore(request.getfixturevalue("pgvector_url"), schema=store_prefix, dim=DIM, keyword_candidates=50)
+    store = PostgresStore(request.getfixturevalue("pgvector_url"), schema=store_prefix, dim=DIM)
+    assert store.keyword_candidates == KEYWORD_CANDIDATES == 2000
     store.open()
-    n = 500
+    n = 20_000
+
+    def words(i: int) -> str:
+        return "common" if i % 10 else "rare" if i % 100 == 0 else "plain"
+
     writes = [DocWrite(f"d{i}", "t", {"even": i % 2 == 0},
-                       [ChunkWrite(0, f"{'common' if i % 10 else 'rare'} word number{i}" + (" zebra" if i == n - 1 else ""))])
+                       [ChunkWrite(0, f"{words(i)} word number{i}" + (" zebra" if i == n - 1 else ""))])
               for i in range(n)]
-    store.write("idx", {}, [], writes, np.stack([unit(i) for i in range(n)]), add_only=True)
+    vectors = np.random.default_rng(0).standard_normal((n, DIM)).astype(np.float32)
+    store.write("idx", {}, [], writes, vectors / np.linalg.norm(vectors, axis=1, keepdims=True), add_only=True)
     yield store
     store.close()
 
@@ -308,7 +315,7 @@ def crowded(request, store_prefix):
 @pytest.mark.postgres
 def test_postgres_keyword_ranks_a_bounded_candidate_set(crowded):
     """A query word in 90% of the chunks: ts_rank_cd runs on at most ``keyword_candidates`` rows, not on
-    every match (the code before ranked all 450)."""
+    every match (the code before ranked all 18,000)."""
     seen = _capture(crowded)
     hits = crowded.keyword("idx", "common", unit(0), 10, None)
     assert len(hits) == 10 and all("common" in h.text for h in hits)
@@ -316,17 +323,35 @@ def test_postgres_keyword_ranks_a_bounded_candidate_set(crowded):
     ranked = [child["Actual Rows"] for node in _nodes(plan)
               if node["Node Type"] == "Sort" and any("ts_rank_cd" in key for key in node.get("Sort Key", []))
               for child in node["Plans"]]
-    assert ranked and max(ranked) <= 50, ranked
+    assert ranked and max(ranked) <= 2000, ranked
+
+
+@pytest.mark.postgres
+def test_postgres_keyword_query_of_thousands_of_words_stays_bounded(crowded):
+    """5,000 words: the leg counts at most MAX_QUERY_TERMS words' matches and still ranks at most the bound."""
+    from ragengine.stores.postgres.keyword import MAX_QUERY_TERMS
+
+    seen = _capture(crowded)
+    query = "common word " + " ".join(f"number{i}" for i in range(0, 20_000, 4))
+    hits = crowded.keyword("idx", query, unit(0), 10, None)
+    assert len(hits) == 10
+    counted = next(s for s, _ in seen if "count(" in s)
+    assert 0 < counted.count("count(") <= MAX_QUERY_TERMS
+    plan = _explain(crowded, seen, "ts_rank_cd")
+    ranked = [child["Actual Rows"] for node in _nodes(plan)
+              if node["Node Type"] == "Sort" and any("ts_rank_cd" in key for key in node.get("Sort Key", []))
+              for child in node["Plans"]]
+    assert ranked and max(ranked) <= 2000, ranked
 
 
 @pytest.mark.postgres
 def test_postgres_keyword_keeps_the_rare_words_matches_in_the_candidates(crowded):
-    """The one chunk with 'zebra' is the last of 450 'common' matches: a bound that takes the first matches
+    """The one chunk with 'zebra' is the last of 18,000 'common' matches: a bound that takes the first matches
     the database finds would leave it out; the scored candidates hold every match of the rare word."""
     hits = crowded.keyword("idx", "common zebra", unit(0), 5, None)
-    assert hits[0].doc_id == "d499"
-    hits = crowded.keyword("idx", "rare zebra", unit(0), 60, None)  # 51 matches in all: ranked as before
-    assert len(hits) == 51 and "d499" in {h.doc_id for h in hits}
+    assert hits[0].doc_id == "d19999"
+    hits = crowded.keyword("idx", "rare zebra", unit(0), 300, None)  # 201 matches in all: ranked as before
+    assert len(hits) == 201 and "d19999" in {h.doc_id for h in hits}
 
 
 @pytest.mark.postgres
@@ -348,3 +373,27 @@ def test_the_keyword_plan_scores_the_rare_words_and_chooses_by_idf():
     postings = {"rare": [7, 9], "mid": [1, 2, 3, 9]}
     assert choose(postings, counts, 100, 3) == [9, 7, 1]  # both words first, then the rarer word, then by id
     assert sorted(choose(postings, counts, 100, 50)) == [1, 2, 3, 7, 9]  # all fit: every match
+
+
+def test_known_common_words_come_from_the_statistics():
+    from ragengine.stores.postgres.keyword import known_common
+
+    frequent = {"common": 0.9, "rare": 0.01, "ab": 0.5}
+    lexemes = {"common": ("common",), "rare": ("rare",), "zebra": ("zebra",), "the": (), "a-b": ("ab", "rare")}
+    # 'rare' is listed but under the bound; 'zebra' is not listed; 'the' has no lexeme; 'a-b' needs both lexemes
+    assert known_common(lexemes, frequent, 20_000, 8000) == {"common": 18_000}
+    assert known_common(lexemes, {}, 20_000, 8000) == {}  # no statistics yet: every word is counted
+
+
+@pytest.mark.postgres
+def test_postgres_keyword_skips_counting_words_the_statistics_show_common(crowded):
+    """Counting a word that matches 90% of the index reads thousands of rows; once the index's table is
+    analyzed (a finished load does it), the statistics say so and only the other words are counted. The
+    answer is the same."""
+    before = crowded.keyword("idx", "common zebra rare", unit(0), 20, None)
+    crowded.build_hnsw("idx")
+    seen = _capture(crowded)
+    after = crowded.keyword("idx", "common zebra rare", unit(0), 20, None)
+    assert [h.doc_id for h in after] == [h.doc_id for h in before] and after[0].doc_id == "d19999"
+    counted = next(s for s, _ in seen if "count(" in s)
+    assert counted.count("count(") == 2  # 'zebra' and 'rare'; 'common' known from the statistics

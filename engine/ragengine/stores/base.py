@@ -108,6 +108,10 @@ class StoreAdapter(Protocol):
     def ping(self) -> None:
         """Raise StoreUnavailable when the store cannot serve right now."""
 
+    def maintain(self) -> list[str]:
+        """Background upkeep, run every few seconds by the registry (PostgreSQL: HNSW indexes built once
+        writes pause; Milvus builds its own). Returns what it did, for logs and tests."""
+
     def indexes(self) -> dict[str, dict]:
         """Every index name with its chunking config."""
 

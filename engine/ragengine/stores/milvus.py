@@ -193,6 +193,9 @@ class MilvusStore:
             self._client = None
             self._loaded.clear()
 
+    def maintain(self) -> list[str]:
+        return []  # Milvus builds and compacts its indexes itself
+
     def ping(self) -> None:
         self._call("has_collection", self.registry)
 

@@ -56,6 +56,7 @@ from ragengine.stores.base import ChunkWrite, DocumentRace, DocWrite, Hit, Store
 
 log = logging.getLogger(__name__)
 REFRESH_S = 2.0
+MAINTAIN_S = 5.0  # how often the store's background upkeep runs (PostgreSQL: HNSW builds after bulk loads)
 
 
 class StoreRegistry:
@@ -77,6 +78,7 @@ class StoreRegistry:
         self._fresh_at = 0.0
         self._unavailable: str | None = None
         self._refresher: asyncio.Task | None = None
+        self._maintainer: asyncio.Task | None = None
 
     # -- start / stop / health ---------------------------------------------------------------------
     async def start(self) -> None:
@@ -89,13 +91,24 @@ class StoreRegistry:
             self._unavailable = str(exc)
             log.error("vector store %s unavailable: %s", self.kind, exc)
         self._refresher = asyncio.create_task(self._refresh_loop(), name="store-refresh")
+        self._maintainer = asyncio.create_task(self._maintain_loop(), name="store-maintain")
 
     async def close(self) -> None:
-        if self._refresher is not None:
-            self._refresher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._refresher
+        for task in (self._refresher, self._maintainer):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         await asyncio.to_thread(self.adapter.close)
+
+    async def _maintain_loop(self) -> None:
+        """The store's upkeep, apart from the refresh (an HNSW build takes minutes; /health must not wait)."""
+        while True:
+            await asyncio.sleep(MAINTAIN_S)
+            try:
+                await asyncio.to_thread(self.adapter.maintain)
+            except Exception as exc:  # the store may be down; the refresh loop reports that
+                log.warning("vector store upkeep failed: %s", describe(exc))
 
     async def _refresh_loop(self) -> None:
         while True:
@@ -429,6 +442,13 @@ class StoreRegistry:
             config = await self._new_config(name, chunking)
             await self._call(self.adapter.write, name, config, [], [], None, add_only=True, dim=embedder.dim)
             await self._after_write()
+
+    async def finish_load(self, name: str) -> None:
+        """After a bulk load (an index version built): the store's one-pass index build, where it has one, so
+        the version goes live searched by its HNSW index (the background upkeep would build it later)."""
+        build = getattr(self.adapter, "build_hnsw", None)
+        if build is not None:
+            await self._call(build, name)
 
     async def dim_of(self, name: str) -> int | None:
         return await self._call(self.adapter.dim_of, name)

@@ -9,6 +9,11 @@ chunks are ranked. The contract:
 
 - ``keyword_words(query)``: the query's distinct words, lower-cased, at most ``MAX_QUERY_TERMS``; each is
   ``\\w+``, so none holds a tsquery operator (they are still bound as values).
+- ``known_common(lexemes, frequent, rows, listed)``: the words the table's statistics already show to match
+  more than ``listed`` chunks (each of their lexemes among ``frequent``, PostgreSQL's most common elements of
+  the ``tsvector`` column with the fraction of rows holding each), with their estimated counts. Those words
+  are common whatever their exact count, so the store does not count them: counting a word that matches
+  most of a million chunks reads thousands of rows, and was most of the leg's time.
 - ``plan(counts, listed, budget)``: from each word's match count (counted up to ``listed + 1``), the words
   to *score*: rarest first, each matched by at most ``listed`` chunks, as long as their matches add up to
   at most ``budget`` (the ids the store fetches); the others are *common*. Words that match nothing (stop
@@ -40,6 +45,17 @@ def keyword_words(query: str) -> list[str]:
     return list(dict.fromkeys(w.lower() for w in _WORD.findall(query)))[:MAX_QUERY_TERMS]
 
 
+def known_common(lexemes: Mapping[str, Sequence[str]], frequent: Mapping[str, float], rows: float,
+                 listed: int) -> dict[str, int]:
+    out = {}
+    for word, lexes in lexemes.items():
+        if lexes and all(lex in frequent for lex in lexes):
+            estimate = min(frequent[lex] for lex in lexes) * rows  # a word of several lexemes needs them all
+            if estimate > listed:
+                out[word] = int(estimate)
+    return out
+
+
 @dataclass(frozen=True)
 class Plan:
     scored: list[str]  # rarest first
@@ -62,10 +78,15 @@ def plan(counts: Mapping[str, int], listed: int, budget: int) -> Plan:
     return Plan(scored, [w for _n, _i, w in present if w not in scored])
 
 
+def idf(count: int, total: int) -> float:
+    return math.log(1.0 + max(total, 1) / max(count, 1))
+
+
 def choose(postings: Mapping[str, Sequence[int]], counts: Mapping[str, int], total: int, bound: int) -> list[int]:
+    """The reference of the store's choice, which runs as one SQL statement (the same sums, the same order)."""
     score: defaultdict[int, float] = defaultdict(float)
     for word, ids in postings.items():
-        idf = math.log(1.0 + max(total, 1) / max(counts.get(word, 1), 1))
+        weight = idf(counts.get(word, 1), total)
         for chunk_id in ids:
-            score[chunk_id] += idf
+            score[chunk_id] += weight
     return sorted(score, key=lambda chunk_id: (-score[chunk_id], chunk_id))[:bound]

@@ -6,9 +6,14 @@ transaction shared with the document, has no schema migrations, and its metadata
 neither our list semantics nor type-aware ordering. So the adapter is ours, in SQLAlchemy Core over
 psycopg, with the schema under alembic (``migrations/``).
 
-- Dense: ``ORDER BY embedding <=> :q`` on an HNSW index (cosine). pgvector >= 0.8's iterative scans
-  (``hnsw.iterative_scan``) keep a filtered search from returning fewer than k hits when the filter
-  removes most of the index's first candidates; ``hnsw.ef_search`` comes from the settings.
+- Each index's chunks are a table of their own (a partition of ``chunks``, ``schema.leaf_name``).
+- Dense: ``ORDER BY embedding <=> :q``. An index of at most ``hnsw_threshold`` chunks is searched exactly
+  (a scan of its own table: 20 ms at 10,000 chunks here); a larger one gets an HNSW index (cosine) of its
+  own, built in one pass once its writes pause (``maintain``, run by the registry in the background) or at
+  once after a bulk load (``build_hnsw``), never row by row during the load. Until it exists searches stay
+  exact. pgvector >= 0.8's iterative scans (``hnsw.iterative_scan``) keep a filtered search from returning
+  fewer than k hits when the filter removes most of the first candidates; ``hnsw.ef_search`` comes from
+  the settings.
 - Keyword: PostgreSQL full-text search (``english`` configuration) over a generated ``tsvector``,
   ranked by ``ts_rank_cd`` over a bounded candidate set, rarest words first (``rarest_first``): every
   match of the words whose matches fit in ``keyword_candidates`` (2,000), then chunks holding every
@@ -16,7 +21,9 @@ psycopg, with the schema under alembic (``migrations/``).
   and the rare words, which decide a keyword search, never fall outside the set; when all matches fit,
   the result is exactly that of ranking every match. Each keyword hit also carries the cosine of its
   stored vector, so scores mean the same on every path and every backend.
-- Writes: one transaction per API call, rows locked where a concurrent add could race.
+- Writes: one transaction per API call, rows locked where a concurrent add could race. The chunks go in by
+  binary ``COPY`` into the index's table (about 20,000 chunks/s here with their vectors; row-by-row HNSW
+  upkeep was 320/s), in the same transaction as their documents, so a 200 still means committed.
 - Dimensions: ``chunks`` has the dimension of the model that made the schema; an index whose vectors have
   another (a version built with another model, docs/versions.md) keeps its chunks in ``chunks_d<dim>``,
   created with its HNSW index on first use. A store made for another model therefore opens as it is.
@@ -26,12 +33,16 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psycopg
+from psycopg import sql
 from sqlalchemy import (
+    Float,
     Table,
     Text,
     cast,
@@ -63,9 +74,21 @@ from ragengine.stores.base import (
     split_chunk_metadata,
 )
 from ragengine.stores.postgres.filters import to_sql
-from ragengine.stores.postgres.keyword import choose, keyword_words
+from ragengine.stores.postgres.keyword import idf, keyword_words, known_common
 from ragengine.stores.postgres.keyword import plan as keyword_plan
-from ragengine.stores.postgres.schema import TEXT_SEARCH_CONFIG, Tables, chunk_indexes, dim_chunks, tables
+from ragengine.stores.postgres.schema import (
+    COPY_COLUMNS,
+    COPY_TYPES,
+    TEXT_SEARCH_CONFIG,
+    Tables,
+    chunk_indexes,
+    create_leaf,
+    dim_chunks,
+    hnsw_ddl,
+    hnsw_name,
+    leaf_name,
+    tables,
+)
 
 log = logging.getLogger(__name__)
 pg_class = table("pg_class", column("oid"), column("reltuples"), schema="pg_catalog")
@@ -76,6 +99,18 @@ KEYWORD_CANDIDATES = 2000
 # The scored words' match lists fetched per query, in all, at most this many times the bound
 # (ragengine.stores.postgres.keyword; bench/eval/pg_keyword_bound.py measured the choice).
 KEYWORD_LIST_BUDGET = 16
+FREQUENT_TTL_S = 60.0  # how long a leaf's most-common-lexeme statistics are reused
+# Chunks an index holds before it gets an HNSW index; below, exact search (bench/bench_stores.py: 20 ms at
+# 10k chunks, 106 ms at 50k; HNSW under 1 ms).
+HNSW_THRESHOLD = 10_000
+# The leaves (index tables) without a valid HNSW index, with the statistics' row estimate and write count.
+PENDING_HNSW = text(
+    "SELECT c.relname AS leaf, coalesce(s.n_live_tup, 0) AS live, coalesce(s.n_tup_ins + s.n_tup_del, 0) AS changes "
+    "FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_class p ON p.oid = i.inhparent "
+    "JOIN pg_namespace n ON n.oid = p.relnamespace LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid "
+    "WHERE n.nspname = :schema AND p.relkind = 'p' AND p.relname ~ '^chunks(_d[0-9]+)?$' AND NOT EXISTS ("
+    "SELECT 1 FROM pg_index x JOIN pg_class ic ON ic.oid = x.indexrelid "
+    "WHERE x.indrelid = c.oid AND x.indisvalid AND ic.relname = c.relname || '_hnsw')")
 
 
 def sqlalchemy_url(url: str) -> str:
@@ -95,7 +130,8 @@ class PostgresStore:
 
     def __init__(self, url: str, *, schema: str, dim: int, hnsw_m: int = 16, ef_construction: int = 64,
                  ef_search: int = 100, pool_size: int = 8, keyword_candidates: int = KEYWORD_CANDIDATES,
-                 keyword_list_factor: int = 4) -> None:
+                 keyword_list_factor: int = 4, hnsw_threshold: int = HNSW_THRESHOLD,
+                 build_memory_mb: int = 1024) -> None:
         self.url = sqlalchemy_url(url)
         self.schema = schema
         self.dim = dim
@@ -103,6 +139,12 @@ class PostgresStore:
         self.pool_size = pool_size
         self.keyword_candidates = keyword_candidates
         self.keyword_list_factor = keyword_list_factor
+        self.hnsw_threshold = hnsw_threshold
+        self.build_memory_mb = build_memory_mb  # maintenance_work_mem of an HNSW build: the graph fits, or it crawls
+        self._writes_seen: dict[str, tuple[int, float]] = {}  # leaf -> (write count, since) for maintain()
+        self._building: int | None = None  # the backend pid of a running HNSW build (close() cancels it)
+        self._frequent: dict[str, tuple[float, dict[str, float], float]] = {}  # leaf -> (read at, lexeme freqs, rows)
+        self._lexemes: dict[str, tuple[str, ...]] = {}  # query word -> its lexemes
         self.t: Tables = tables(schema, dim)
         self._engine: Engine | None = None
         self._ready = False
@@ -112,8 +154,10 @@ class PostgresStore:
     @property
     def engine(self) -> Engine:
         if self._engine is None:
+            # prepare_threshold None: never a server-side prepared statement, so every query is planned with
+            # its index name and reads only that index's table (a generic plan would plan them all).
             self._engine = create_engine(self.url, pool_pre_ping=True, pool_size=self.pool_size, max_overflow=4,
-                                         pool_timeout=10, connect_args={"connect_timeout": 5})
+                                         pool_timeout=10, connect_args={"connect_timeout": 5, "prepare_threshold": None})
         return self._engine
 
     def open(self) -> None:
@@ -128,6 +172,9 @@ class PostgresStore:
 
     def close(self) -> None:
         if self._engine is not None:
+            if self._building is not None:  # a build can take minutes; the next start builds again
+                with contextlib.suppress(SQLAlchemyError), self._engine.connect() as conn:
+                    conn.execute(select(func.pg_cancel_backend(self._building)))
             self._engine.dispose()
 
     def ping(self) -> None:
@@ -184,7 +231,7 @@ class PostgresStore:
             with conn.begin_nested():
                 conn.execute(select(func.pg_advisory_xact_lock(func.hashtext(literal(f"ragengine:{self.schema}")))))
                 table.create(conn, checkfirst=True)
-                for index in chunk_indexes(table, self.hnsw_m, self.ef_construction):
+                for index in chunk_indexes(table):
                     index.create(conn, checkfirst=True)
             self._made.add(dim)
         return table
@@ -206,9 +253,9 @@ class PostgresStore:
             yield
         except (StoreUnavailable, DocumentRace):
             raise
-        except IntegrityError:
+        except (IntegrityError, psycopg.errors.IntegrityError):
             raise
-        except SQLAlchemyError as exc:
+        except (SQLAlchemyError, psycopg.Error) as exc:  # psycopg's own: COPY and DDL run on the driver
             raise StoreUnavailable(describe(exc)) from exc
 
     # -- reads -------------------------------------------------------------------------------------
@@ -310,42 +357,105 @@ class PostgresStore:
             def matching(words_: list[str], op: str) -> Any:
                 return select(c.c.id).where(*where, c.c.tsv.op("@@")(_tsquery(f" {op} ".join(words_))))
 
-            # Each word's matches counted up to bound + 1 (a GIN lookup each, the filter applied), and the
-            # table's row estimate for the words' IDF (ragengine.stores.postgres.keyword).
-            regclass = func.to_regclass(literal(f'"{c.schema}"."{c.name}"'))
+            # Each word's matches counted up to listed + 1 (a GIN lookup each, the filter applied), but for the
+            # words the statistics show to be common (unfiltered only), and the index's row estimate for the
+            # words' IDF (ragengine.stores.postgres.keyword).
+            leaf = leaf_name(c.name, name)
+            by_word = {} if flt is not None else self._known_common(conn, leaf, words, listed)
+            counted = [w for w in words if w not in by_word]
+            regclass = func.to_regclass(literal(f'"{c.schema}"."{leaf}"'))
             *counts, rows = conn.execute(select(*[
                 select(func.count()).select_from(matching([w], "|").limit(listed + 1).subquery()).scalar_subquery()
-                for w in words], select(pg_class.c.reltuples).where(pg_class.c.oid == regclass).scalar_subquery())).one()
-            by_word = dict(zip(words, counts, strict=True))
+                for w in counted], select(pg_class.c.reltuples).where(pg_class.c.oid == regclass).scalar_subquery())).one()
+            by_word = {w: by_word[w] if w in by_word else counts[counted.index(w)] for w in words}
             chosen = keyword_plan(by_word, listed, bound * KEYWORD_LIST_BUDGET)
-            ids: dict[int, None] = {}
-            if chosen.scored:  # every match of the scored words (at most bound each), scored in the engine
-                postings: dict[str, list[int]] = {w: [] for w in chosen.scored}
-                lists = union_all(*[select(literal(w).label("word"), matching([w], "|").limit(listed).subquery().c.id)
-                                    for w in chosen.scored])
-                for word, chunk_id in conn.execute(lists):
-                    postings[word].append(chunk_id)
-                total = max(int(rows or 0), sum(by_word.values()))
-                ids.update(dict.fromkeys(choose(postings, by_word, total, bound)))
-            for words_, op in ((chosen.common, "&"), (chosen.common if not chosen.scored else [], "|")):
-                if words_ and len(ids) < bound:  # chunks with every common word; any, when none scored
-                    ids.update(dict.fromkeys(conn.scalars(matching(words_, op).limit(bound - len(ids)))))
-            if not ids:
+            if not chosen.words:
                 return []
-            # Rank the candidates by the whole query, then the cosine for the k winners only.
+            # One statement: the candidates (every match of the scored words, by the sum of their IDF, then
+            # chunks holding every common word, or any when none scored: keyword.choose's order), at most
+            # ``bound``; ranked by the whole query; the cosine for the k winners only.
+            total = max(int(rows or 0), sum(by_word.values()))
+            branches = [select(matching([w], "|").limit(listed).subquery().c.id,
+                               literal(idf(by_word[w], total), Float).label("weight")) for w in chosen.scored]
+            if chosen.common:
+                fill = matching(chosen.common, "&" if chosen.scored else "|").limit(bound).subquery()
+                branches.append(select(fill.c.id, literal(0.0, Float).label("weight")))
+            matches = union_all(*branches).subquery()
+            score = func.sum(matches.c.weight)
+            cand = (select(matches.c.id).group_by(matches.c.id).order_by(score.desc(), matches.c.id)
+                    .limit(bound).subquery())
             rank = func.ts_rank_cd(c.c.tsv, _tsquery(" | ".join(chosen.words)))
-            top = (select(c.c.id, rank.label("rank")).where(c.c.id.in_(list(ids)))
+            top = (select(c.c.id, rank.label("rank")).join(cand, c.c.id == cand.c.id).where(c.c.index_name == name)
                    .order_by(rank.desc(), c.c.id).limit(k).subquery())
             distance = c.c.embedding.cosine_distance(np.asarray(query_vector, dtype=np.float32))
             stmt = (select(c.c.doc_id, c.c.seq, c.c.text, c.c.metadata, top.c.rank, distance.label("distance"))
-                    .join(top, c.c.id == top.c.id).order_by(top.c.rank.desc(), c.c.id))
+                    .join(top, c.c.id == top.c.id).where(c.c.index_name == name).order_by(top.c.rank.desc(), c.c.id))
             found = conn.execute(stmt).all()
         return [_hit(r.doc_id, r.seq, r.text, r.metadata, 1.0 - float(r.distance), float(r.rank)) for r in found]
 
+    def _known_common(self, conn: Connection, leaf: str, words: list[str], listed: int) -> dict[str, int]:
+        """``keyword.known_common`` from the leaf's statistics (read once a minute: ANALYZE changes them) and
+        the words' lexemes (the text search configuration's, remembered per word)."""
+        now = time.monotonic()
+        stats = self._frequent.get(leaf)
+        if stats is None or now - stats[0] > FREQUENT_TTL_S:
+            row = conn.execute(text(
+                "SELECT s.most_common_elems::text::text[] AS elems, s.most_common_elem_freqs AS freqs, c.reltuples "
+                "FROM pg_stats s JOIN pg_namespace n ON n.nspname = s.schemaname JOIN pg_class c ON "
+                "c.relname = s.tablename AND c.relnamespace = n.oid "
+                "WHERE s.schemaname = :s AND s.tablename = :t AND s.attname = 'tsv'"), {"s": self.schema, "t": leaf}).first()
+            frequent = dict(zip(row.elems, row.freqs, strict=False)) if row is not None and row.elems else {}
+            stats = self._frequent[leaf] = (now, frequent, float(row.reltuples) if row is not None else 0.0)
+        if not stats[1]:
+            return {}  # not analyzed yet: every word is counted
+        unknown = [w for w in words if w not in self._lexemes]
+        if unknown:
+            if len(self._lexemes) > 100_000:
+                self._lexemes.clear()
+            self._lexemes.update({w: tuple(lx) for w, lx in conn.execute(text(
+                f"SELECT w, array(SELECT lexeme FROM unnest(to_tsvector('{TEXT_SEARCH_CONFIG}', w))) "
+                "FROM unnest(CAST(:words AS text[])) AS w"), {"words": unknown})})
+        return known_common({w: self._lexemes[w] for w in words}, stats[1], stats[2], listed)
+
     # -- writes ------------------------------------------------------------------------------------
     def drop_index(self, name: str) -> bool:
+        """Drop the index's table (instant at any size), then its row (its documents go with it)."""
         with self._errors(), self.engine.begin() as conn:
+            self._driver(conn).execute(sql.SQL("DROP TABLE IF EXISTS {}").format(
+                sql.Identifier(self.schema, leaf_name(self._chunks_of(conn, name).name, name))))
             return conn.execute(delete(self.t.indexes).where(self.t.indexes.c.name == name)).rowcount > 0
+
+    @staticmethod
+    def _driver(conn: Connection) -> psycopg.Connection:
+        """The psycopg connection under ``conn``, in its transaction (COPY and DDL with quoted names)."""
+        raw = conn.connection.driver_connection
+        assert isinstance(raw, psycopg.Connection)
+        return raw
+
+    def _ensure_leaf(self, name: str, dim: int | None) -> None:
+        """Create index ``name``'s table before its write, in a transaction of its own: creating a partition
+        locks the parent table, and held for a whole write that would stall every other index's reads."""
+        with self._errors(), self.engine.begin() as conn:
+            row = conn.execute(select(self.t.indexes.c.dim).where(self.t.indexes.c.name == name)).first()
+            parent = self._table(conn, row.dim if row is not None else dim, create=True)
+            leaf = leaf_name(parent.name, name)
+            if conn.execute(select(func.to_regclass(literal(f'"{self.schema}"."{leaf}"')))).scalar() is None:
+                conn.execute(select(func.pg_advisory_xact_lock(func.hashtext(literal(f"ragengine:{self.schema}")))))
+                create_leaf(conn, parent, name)
+
+    def _copy_chunks(self, conn: Connection, leaf: str, rows: list[tuple]) -> None:
+        """Binary COPY into one index's table: no statement text per row, vectors as float32 bytes."""
+        raw = self._driver(conn)
+        if raw.adapters.types.get("vector") is None:
+            from pgvector.psycopg.vector import register_vector_info
+
+            register_vector_info(raw, psycopg.types.TypeInfo.fetch(raw, "vector"))
+        stmt = sql.SQL("COPY {} ({}) FROM STDIN WITH (FORMAT BINARY)").format(
+            sql.Identifier(self.schema, leaf), sql.SQL(", ").join(map(sql.Identifier, COPY_COLUMNS)))
+        with raw.cursor() as cur, cur.copy(stmt) as copy:
+            copy.set_types(list(COPY_TYPES))
+            for row in rows:
+                copy.write_row(row)
 
     def write(self, name: str, config: dict, delete_ids: list[str], add: list[DocWrite], vectors: np.ndarray | None,
               *, add_only: bool, dim: int | None = None, source: str | None = None) -> None:
@@ -361,10 +471,14 @@ class PostgresStore:
     def _write(self, name: str, config: dict, delete_ids: list[str], add: list[DocWrite], vectors: np.ndarray | None,
                *, add_only: bool, dim: int | None = None, source: str | None = None) -> None:
         t = self.t
+        own = None if dim is None or dim == self.base_dim else dim
+        self._ensure_leaf(name, own)
         with self._errors(), self.engine.begin() as conn:
-            own = None if dim is None or dim == self.base_dim else dim
             conn.execute(pg_insert(t.indexes).values(name=name, config=config, dim=own).on_conflict_do_nothing())
-            chunks_table = self._chunks_of(conn, name, create=True)
+            leaf = leaf_name(self._chunks_of(conn, name, create=True).name, name)
+            # The index's table first, then its row: the order drop_index takes them in (no deadlock).
+            self._driver(conn).execute(sql.SQL("LOCK TABLE {} IN ROW EXCLUSIVE MODE").format(
+                sql.Identifier(self.schema, leaf)))
             if source is not None:
                 current = {r.doc_id: (r.text, r.metadata) for r in conn.execute(
                     select(t.documents.c.doc_id, t.documents.c.text, t.documents.c.metadata)
@@ -394,15 +508,78 @@ class PostgresStore:
                 if doc.doc_id not in skip:
                     doc_rows.append({"index_name": name, "doc_id": doc.doc_id, "text": doc.text, "metadata": doc.metadata})
                     for i, chunk in enumerate(doc.chunks):
-                        chunk_rows.append({"index_name": name, "doc_id": doc.doc_id, "seq": chunk.seq, "text": chunk.text,
-                                           "search_text": chunk.indexed_text,
-                                           "metadata": chunk_metadata(doc.metadata, chunk.tokens),
-                                           "embedding": _vector(vectors, pos + i)})
+                        chunk_rows.append((name, doc.doc_id, chunk.seq, chunk.text, chunk.indexed_text,
+                                           chunk_metadata(doc.metadata, chunk.tokens), _vector(vectors, pos + i)))
                 pos += n
             if doc_rows:
                 conn.execute(t.documents.insert(), doc_rows)
             if chunk_rows:
-                conn.execute(chunks_table.insert(), chunk_rows)
+                self._copy_chunks(conn, leaf, chunk_rows)
+
+    # -- HNSW upkeep --------------------------------------------------------------------------------
+    def maintain(self, quiet_s: float = 10.0) -> list[str]:
+        """Build the HNSW index of every index table over ``hnsw_threshold`` chunks whose writes have paused
+        for ``quiet_s`` (the server's statistics, so writes through any replica count). Returns the tables
+        built. Run by the registry in the background; a replica that finds another building moves on."""
+        now = time.monotonic()
+        with self._errors(), self.engine.connect() as conn:
+            pending = conn.execute(PENDING_HNSW, {"schema": self.schema}).all()
+        built = []
+        for leaf, live, changes in pending:
+            seen = self._writes_seen.get(leaf)
+            if live <= self.hnsw_threshold or seen is None or seen[0] != changes:
+                self._writes_seen[leaf] = (changes, now)
+            elif now - seen[1] >= quiet_s and self._build(leaf, live):
+                built.append(leaf)
+        return built
+
+    def build_hnsw(self, name: str) -> bool:
+        """Finish a bulk load of index ``name`` now: its statistics (ANALYZE: the planner's, and the keyword
+        leg's common words), and its HNSW index if it holds over ``hnsw_threshold`` chunks. True when the
+        HNSW index was built (or already there)."""
+        with self._errors(), self.engine.connect() as conn:
+            c = self._chunks_of(conn, name)
+            count = conn.execute(select(func.count()).select_from(c).where(c.c.index_name == name)).scalar_one()
+        leaf = leaf_name(c.name, name)
+        if count > self.hnsw_threshold:
+            return self._build(leaf, count)
+        self._analyze(leaf)
+        return False
+
+    def _analyze(self, leaf: str) -> None:
+        with self._errors(), self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            self._driver(conn).execute(sql.SQL("ANALYZE {}").format(sql.Identifier(self.schema, leaf)))
+        self._frequent.pop(leaf, None)
+
+    def _build(self, leaf: str, rows: int) -> bool:
+        lock = select(func.hashtext(literal(f"ragengine-hnsw:{self.schema}:{leaf}")).label("key")).scalar_subquery()
+        with self._errors(), self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            if not conn.execute(select(func.pg_try_advisory_lock(lock))).scalar():
+                return False  # another replica builds it
+            raw = self._driver(conn)
+            try:
+                # A build killed midway leaves an invalid index behind: drop it, or IF NOT EXISTS would keep it.
+                invalid = conn.execute(text(
+                    "SELECT 1 FROM pg_index x JOIN pg_class ic ON ic.oid = x.indexrelid JOIN pg_namespace n ON "
+                    "n.oid = ic.relnamespace WHERE n.nspname = :s AND ic.relname = :i AND NOT x.indisvalid"),
+                    {"s": self.schema, "i": hnsw_name(leaf)}).first()
+                if invalid is not None:
+                    raw.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(
+                        sql.Identifier(self.schema, hnsw_name(leaf))))
+                raw.execute(sql.SQL("SET maintenance_work_mem = {}").format(sql.Literal(f"{self.build_memory_mb}MB")))
+                log.info("building the HNSW index of %s.%s (%d chunks)", self.schema, leaf, rows)
+                start, self._building = time.monotonic(), raw.info.backend_pid
+                raw.execute(hnsw_ddl(self.schema, leaf, self.hnsw_m, self.ef_construction))
+                log.info("built the HNSW index of %s.%s in %.1f s", self.schema, leaf, time.monotonic() - start)
+                raw.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(self.schema, leaf)))
+                self._frequent.pop(leaf, None)
+                return True
+            except psycopg.errors.UndefinedTable:
+                return False  # the index was dropped meanwhile
+            finally:
+                self._building = None
+                raw.execute("RESET maintenance_work_mem")
+                conn.execute(select(func.pg_advisory_unlock(lock)))
 
     # -- version books (ragengine.versions) ---------------------------------------------------------
     def books(self) -> dict[str, dict]:

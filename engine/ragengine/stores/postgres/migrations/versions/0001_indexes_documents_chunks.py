@@ -30,7 +30,7 @@ def upgrade() -> None:
     t.documents.create(bind)
     t.chunks.create(bind)
     Index("documents_pos", t.documents.c.index_name, t.documents.c.pos).create(bind)
-    for index in chunk_indexes(t.chunks, attrs["hnsw_m"], attrs["ef_construction"]):
+    for index in chunk_indexes(t.chunks):
         index.create(bind)
 
 
