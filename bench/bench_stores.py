@@ -8,8 +8,11 @@ Each (store, size) row runs in a process of its own, so its memory is its own. P
   left out); PostgreSQL's HNSW index is built after the load (``build_hnsw``), its time given apart;
 - retrieval latency p50 / p99 per leg (dense, keyword) and fused (hybrid, top 10), in process, the query
   vector given (store + fusion only, no HTTP, no embedding), and fused at top-k 300 (the API's maximum);
-- dense recall@10 against an exact search;
-- the engine process's RSS (embedding model included, as in a real engine) and the store's size on disk.
+- dense recall@10 against an exact search, and the HNSW search breadth's curve (dense recall@10 and p99
+  at ef_search 64 to 512);
+- the index's memory in the engine process (RSS after the load minus before it: the bench's own copy of
+  the data left out) and the store's size on disk.
+Stores: ``faiss``, ``faiss-sq8`` (FAISS with 8-bit vector codes), ``postgres``, ``milvus`` (Milvus Lite).
 Then `/retrieve` throughput over HTTP with 1, 2, 3 real `ragengine serve` processes sharing one
 PostgreSQL. On 2 cores that figure shows the overhead of sharing, not a speed-up. Writes
 bench/results/stores.json and draws docs/images/stores-scale.svg (latency and memory against chunks).
@@ -42,6 +45,7 @@ from tests.support.postgres import postgres_server  # noqa: E402
 
 DIM = 384
 QUERIES = 100
+EF_CURVE = (64, 128, 256, 512)
 
 
 def pct(values: list[float], q: float) -> float:
@@ -52,7 +56,20 @@ def registry_for(kind: str, settings_kw: dict, embedder):
     from ragengine.settings import EngineSettings
     from ragengine.versions import build_registry
 
+    if kind == "faiss-sq8":
+        kind, settings_kw = "faiss", {**settings_kw, "vector_compression": "sq8"}
     return build_registry(EngineSettings(**settings_kw, vector_store=kind), embedder)
+
+
+def set_ef(registry, adapter, physical: str, ef: int) -> None:
+    """The HNSW search breadth of one index, on either kind of store."""
+    if adapter is not None:
+        adapter.ef_search = ef
+        return
+    store = registry.inner.get(physical).store
+    store.ef_search = ef
+    if store.kind == "hnsw":
+        store.index.hnsw.efSearch = ef
 
 
 def disk_bytes(kind: str, settings_kw: dict, adapter) -> int:
@@ -94,6 +111,8 @@ async def measure(kind: str, settings_kw: dict, n: int) -> dict:
     queries = vectors[picks] + 0.05 * rng.standard_normal((QUERIES, DIM)).astype(np.float32)
     queries /= np.linalg.norm(queries, axis=1, keepdims=True)
     query_texts = [" ".join(texts[i].split()[2:8]) for i in picks]
+    process = psutil.Process()
+    rss_before = process.memory_info().rss
     registry = registry_for(kind, settings_kw, embedder)
     await registry.start()
     name = f"bench{n}"
@@ -123,12 +142,26 @@ async def measure(kind: str, settings_kw: dict, n: int) -> dict:
             legs["dense"].append(await timed(asyncio.to_thread, adapter.dense, physical, q, 10, None))
             legs["keyword"].append(await timed(asyncio.to_thread, adapter.keyword, physical, t, q, 10, None))
     registry.settings.hybrid = False
+    rss = process.memory_info().rss
     exact = np.argsort(-(vectors @ queries.T), axis=0)[:10].T
-    found = 0
-    for q, t, truth in zip(queries, query_texts, exact, strict=True):
-        got = {node.text for node in await registry.retrieve(name, t, 10, query_embedding=q)}
-        found += sum(1 for j in truth if texts[j] in got)
-    rss = psutil.Process().memory_info().rss
+
+    async def dense_recall() -> tuple[float, list[float]]:
+        found, took = 0, []
+        for q, t, truth in zip(queries, query_texts, exact, strict=True):
+            t0 = time.perf_counter()
+            got = {node.text for node in await registry.retrieve(name, t, 10, query_embedding=q)}
+            took.append((time.perf_counter() - t0) * 1000)
+            found += sum(1 for j in truth if texts[j] in got)
+        return found / (10 * QUERIES), took
+
+    recall, _ = await dense_recall()
+    curve = []
+    if n >= 100_000 and kind != "milvus":  # HNSW: recall and latency against the search breadth
+        for ef in EF_CURVE:
+            set_ef(registry, adapter, physical, ef)
+            r, took = await dense_recall()
+            curve.append({"ef_search": ef, "recall_at_10": r, "dense_p99_ms": pct(took, 99)})
+            say(f"ef_search {ef}: recall@10 {r:.3f}, dense p99 {pct(took, 99):.1f} ms")
     disk = disk_bytes(kind, settings_kw, adapter)
     await registry.delete_index(name)
     await registry.close()
@@ -138,12 +171,13 @@ async def measure(kind: str, settings_kw: dict, n: int) -> dict:
             "retrieve_p50_ms": pct(fused, 50), "retrieve_p99_ms": pct(fused, 99),
             "top300_p50_ms": pct(wide, 50), "top300_p99_ms": pct(wide, 99),
             **{f"{leg}_p{q}_ms": pct(v, q) for leg, v in legs.items() for q in (50, 99) if v},
-            "recall_at_10": found / (10 * QUERIES), "engine_rss_mib": rss / 2**20, "disk_mib": disk / 2**20}
+            "recall_at_10": recall, "ef_curve": curve, "index_rss_mib": (rss - rss_before) / 2**20,
+            "engine_rss_mib": rss / 2**20, "disk_mib": disk / 2**20}
 
 
 def row_in_child(kind: str, n: int, url: str, tmp: Path) -> dict:
     """``measure`` in a fresh process (its RSS is the row's alone); progress goes to stderr as it runs."""
-    kw: dict = {"data_dir": str(tmp / f"faiss{n}")}
+    kw: dict = {"data_dir": str(tmp / f"{kind}{n}")}
     if kind == "postgres":
         kw |= {"vector_store_url": url, "vector_store_prefix": f"bench{n}", "store_build_memory_mb": 3072}
     if kind == "milvus":
@@ -162,12 +196,12 @@ def plot(rows: list[dict], path: Path) -> None:
 
     fig, axes = plt.subplots(1, 3, figsize=(13, 4))
     panels = [("retrieve_p99_ms", "hybrid top-10 p99 (ms)"), ("load_chunks_per_s", "load (chunks/s)"),
-              ("engine_rss_mib", "engine RSS (MiB, solid) / disk (MiB, dashed)")]
+              ("index_rss_mib", "index memory in the engine (MiB, solid) / on disk (MiB, dashed)")]
     for ax, (key, title) in zip(axes, panels, strict=True):
         for store in dict.fromkeys(r["store"] for r in rows):
             mine = sorted((r for r in rows if r["store"] == store and key in r), key=lambda r: r["chunks"])
             line = ax.plot([r["chunks"] for r in mine], [r[key] for r in mine], marker="o", label=store)[0]
-            if key == "engine_rss_mib":
+            if key == "index_rss_mib":
                 ax.plot([r["chunks"] for r in mine], [r["disk_mib"] for r in mine], marker="s", linestyle="--",
                         color=line.get_color())
         ax.set_xscale("log")
@@ -211,14 +245,17 @@ def fmt_row(r: dict) -> str:
     build = f"{r['hnsw_build_s']:.0f} s" if r.get("hnsw_build_s") else "-"
     return (f"| {r['store']} | {r['chunks']:,} | {r['load_chunks_per_s']:,.0f} | {build} | {legs} | "
             f"{r['retrieve_p50_ms']:.2f} / {r['retrieve_p99_ms']:.2f} | {r['top300_p99_ms']:.0f} | "
-            f"{r['recall_at_10']:.3f} | {r['engine_rss_mib']:,.0f} | {r['disk_mib']:,.0f} |")
+            f"{r['recall_at_10']:.3f} | {r.get('index_rss_mib', float('nan')):,.0f} | {r['disk_mib']:,.0f} |")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="10k and 100k chunks (no 1M rows), replicas 1-2")
     parser.add_argument("--no-replicas", action="store_true", help="skip the multi-process throughput part")
-    parser.add_argument("--stores", nargs="*", default=["faiss", "postgres", "milvus"], help="stores to measure")
+    parser.add_argument("--stores", nargs="*", default=["faiss", "faiss-sq8", "postgres", "milvus"],
+                        help="stores to measure")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the rows of bench/results/stores.json that this run does not measure again")
     parser.add_argument("--sizes", nargs="*", type=int, help="chunk counts (default: 10k, 100k, 1M; --quick: 10k, 100k)")
     parser.add_argument("--milvus-max-chunks", type=int, default=10_000,
                         help="Milvus Lite above this size is skipped: its search took 1.4 s p50 at 10k chunks here, "
@@ -231,7 +268,12 @@ def main() -> int:
         return 0
     sizes = args.sizes or ((10_000, 100_000) if args.quick else (10_000, 100_000, 1_000_000))
     replica_counts = (1, 2) if args.quick else (1, 2, 3)
+    out = ROOT / "bench" / "results" / "stores.json"
     results: dict = {"stores": [], "replicas": []}
+    if args.keep and out.exists():
+        old = json.loads(out.read_text())
+        results = {"stores": [r for r in old["stores"] if not (r["store"] in args.stores and r["chunks"] in sizes)],
+                   "replicas": [] if not args.no_replicas else old.get("replicas", [])}
     with postgres_server() as sa_url, tempfile.TemporaryDirectory() as tmp_name:
         url, tmp = sa_url.replace("postgresql+psycopg://", "postgresql://"), Path(tmp_name)
         for n in sizes:
@@ -271,15 +313,22 @@ def main() -> int:
                     results["replicas"].append({"processes": count, "retrieve_req_per_s": rps})
                     print(f"{count} engine process(es) on one PostgreSQL: {rps:.1f} /retrieve req/s", flush=True)
     print("\n| store | chunks | load chunks/s | HNSW build | dense p50 / p99 (ms) | keyword p50 / p99 (ms) "
-          "| hybrid top-10 p50 / p99 (ms) | top-300 p99 (ms) | dense recall@10 | engine RSS (MiB) | disk (MiB) |")
+          "| hybrid top-10 p50 / p99 (ms) | top-300 p99 (ms) | dense recall@10 | index memory (MiB) | disk (MiB) |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
+    results["stores"].sort(key=lambda r: (r["chunks"], r["store"]))
     for r in results["stores"]:
         print(fmt_row(r))
+    curves = [r for r in results["stores"] if r.get("ef_curve")]
+    if curves:
+        print("\n| store | chunks | " + " | ".join(f"ef_search {ef}: recall / dense p99 (ms)" for ef in EF_CURVE) + " |")
+        print("|---|---|" + "---|" * len(EF_CURVE))
+        for r in curves:
+            print(f"| {r['store']} | {r['chunks']:,} | " + " | ".join(
+                f"{c['recall_at_10']:.3f} / {c['dense_p99_ms']:.1f}" for c in r["ef_curve"]) + " |")
     if results["replicas"]:
         print("\n| engine processes on one PostgreSQL | /retrieve req/s (concurrency 8) |\n|---|---|")
         for r in results["replicas"]:
             print(f"| {r['processes']} | {r['retrieve_req_per_s']:.1f} |")
-    out = ROOT / "bench" / "results" / "stores.json"
     out.write_text(json.dumps(results, indent=1) + "\n")
     plot(results["stores"], ROOT / "docs" / "images" / "stores-scale.svg")
     print(f"\nwrote {out.relative_to(ROOT)} and docs/images/stores-scale.svg")

@@ -136,6 +136,11 @@ class EngineSettings(BaseSettings):
     chunk_size: int = Field(0, ge=0, description="Default chunk size in tokens; 0 = the embedding model's maximum.")
     chunk_overlap: int = Field(32, ge=0, description="Default chunk overlap in tokens.")
     hnsw_threshold: int = Field(50_000, ge=0, description="Indexes with more vectors than this switch to HNSW.")
+    vector_compression: Literal["none", "sq8"] = Field(
+        "none",
+        description="FAISS: 'sq8' keeps an HNSW index's vectors as 8-bit codes, a quarter of the memory (docs/stores.md "
+                    "measures the recall); applies to indexes as they move to HNSW or are compacted.",
+    )
     hnsw_m: int = Field(32, ge=4, le=128)
     hnsw_ef_search: int = Field(128, ge=8)
     hybrid: bool = Field(True, description="Fuse dense and BM25 results (see fusion).")

@@ -390,6 +390,10 @@ class VectorStoreSpec(SpecModel):
         None, description="Schema / collection prefix; default: derived from the namespace and name (unique)."
     )
     hnsw: HNSWSpec = Field(default_factory=HNSWSpec, json_schema_extra={"default": {}})
+    compression: Literal["none", "sq8"] | None = Field(
+        None,
+        description="faiss: 'sq8' keeps each HNSW index's vectors as 8-bit codes, a quarter of the memory for a "
+                    "small loss of recall (docs/stores.md); engine default none.")
 
     @property
     def external(self) -> bool:
@@ -401,6 +405,10 @@ class VectorStoreSpec(SpecModel):
             raise ValueError("vectorStore.connectionSecretRef is required for postgres and milvus")
         if not self.external and self.connection_secret_ref is not None:
             raise ValueError("vectorStore.connectionSecretRef applies to postgres and milvus only")
+        if self.external and self.compression not in (None, "none"):
+            raise ValueError("vectorStore.compression applies to faiss only")
+        if self.type != "postgres" and self.hnsw.threshold is not None:
+            raise ValueError("vectorStore.hnsw.threshold applies to postgres only")
         return self
 
 

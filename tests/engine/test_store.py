@@ -138,3 +138,32 @@ def test_compaction_keeps_results(tmp_path):
     assert before == after
     slots, _ = state.bm25.search("text 11", 3, state.store.alive)
     assert state.chunk(int(slots[0]))[0].doc_id == "d11"
+
+
+def test_sq8_keeps_a_quarter_of_the_memory_and_finds_what_exact_search_finds(tmp_path):
+    """compression="sq8": the HNSW index holds 8-bit codes. Searches, filters, deletes, cosines and a snapshot
+    round trip behave as with float vectors; the scores are the decoded vectors' (close to the exact ones)."""
+    x = unit(3000, seed=4)
+    plain = VectorStore.from_vectors(x, hnsw_threshold=100, ef_search=128)
+    sq8 = VectorStore.from_vectors(x, hnsw_threshold=100, ef_search=128, compression="sq8")
+    assert sq8.kind == "hnsw" and sq8.compressed and not plain.compressed
+    assert sq8.memory_bytes() - 3000 * 32 * 2 * 4 == (plain.memory_bytes() - 3000 * 32 * 2 * 4) // 4
+    queries = unit(50, seed=5)
+    truth = [exact_top(x, q, 10, np.ones(3000, bool)) for q in queries]
+    found = [list(sq8.search(q, 10)[0]) for q in queries]
+    assert np.mean([len(set(f) & set(t)) / 10 for f, t in zip(found, truth, strict=True)]) >= 0.9
+    slots, cos = sq8.search(queries[0], 5)
+    assert np.allclose(cos, x[slots] @ queries[0], atol=0.02)
+    assert np.allclose(sq8.cosines(queries[0], slots), cos, atol=1e-4)
+    assert np.allclose(sq8.vectors_at([3, 7]), x[[3, 7]], atol=0.02)
+    allowed = np.zeros(3000, bool)
+    allowed[[11, 2500]] = True  # selective: the exact scan over decoded vectors
+    assert sorted(sq8.search(queries[1], 10, allowed)[0]) == [11, 2500]
+    sq8.remove([int(slots[0])])
+    assert int(slots[0]) not in sq8.search(queries[0], 5)[0]
+    sq8.write(str(tmp_path / "v.faiss"))
+    loaded = VectorStore(DIM, hnsw_threshold=100, compression="sq8")
+    loaded.load_index(str(tmp_path / "v.faiss"), sq8.alive[:3000])
+    assert loaded.compressed and list(loaded.search(queries[2], 5)[0]) == list(sq8.search(queries[2], 5)[0])
+    with pytest.raises(ValueError, match="compression"):
+        VectorStore(DIM, hnsw_threshold=100, compression="pq")

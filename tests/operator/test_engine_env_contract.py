@@ -114,6 +114,16 @@ def test_embedding_model_and_retrieval_only(monkeypatch, tmp_path):
     assert s.api_key == "K"  # no spec.auth: the operator-generated key, required (secure by default)
 
 
+def test_faiss_compression_comes_from_the_spec(monkeypatch):
+    for key in list(__import__("os").environ):
+        if key.startswith("RAGENGINE_"):
+            monkeypatch.delenv(key)
+    spec = RAGEngineSpec.model_validate({"vectorStore": {"compression": "sq8"}})
+    s = parse(engine_env(OWNER, spec), monkeypatch, {"rag-api-key/api-key": "K"})
+    assert s.vector_compression == "sq8" and s.vector_store == "faiss"
+    assert EngineSettings.env_name("vector_compression") not in {e["name"] for e in engine_env(OWNER, RAGEngineSpec())}
+
+
 def test_external_store_settings_come_from_the_spec_and_the_secret(monkeypatch):
     spec = RAGEngineSpec.model_validate({"vectorStore": {
         "type": "postgres", "connectionSecretRef": {"name": "db", "key": "dsn"},

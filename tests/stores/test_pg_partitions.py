@@ -204,3 +204,63 @@ def test_a_database_from_before_the_partitioning_is_converted_with_its_data(pgve
         assert store.build_hnsw("a") and hnsw_of(store, "a")  # the converted leaves get HNSW like any other
     finally:
         store.close()
+
+
+BULK_WRITER = """
+import sys
+import numpy as np
+from ragengine.stores.base import ChunkWrite, DocWrite
+from ragengine.stores.postgres.store import PostgresStore
+
+url, schema, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+store = PostgresStore(url, schema=schema, dim=8)
+store.open()
+store.write("kb", {}, [], [DocWrite("small", "t", {}, [ChunkWrite(0, "acknowledged")])],
+            np.ones((1, 8), np.float32), add_only=True)
+print("acked", flush=True)
+rng = np.random.default_rng(0)
+docs = [DocWrite(f"d{i}", "t", {}, [ChunkWrite(j, f"chunk {j} of {i}") for j in range(10)]) for i in range(n)]
+vectors = rng.standard_normal((n * 10, 8)).astype(np.float32)
+print("copying", flush=True)
+store.write("kb", {}, [], docs, vectors, add_only=True)
+print("done", flush=True)
+"""
+
+
+def test_kill_9_in_the_middle_of_a_bulk_copy_leaves_nothing_half_written(pgvector_url, store_prefix, tmp_path):
+    """One write of 200,000 chunks is one transaction: killed during its COPY, none of its documents or
+    chunks is visible afterwards, and the write acknowledged before it is all there."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    script = tmp_path / "bulk_writer.py"
+    script.write_text(BULK_WRITER)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(["engine", "operator", os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, str(script), pgvector_url, store_prefix, "20000"], stdout=subprocess.PIPE,
+                            text=True, env=env)
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "acked"
+    assert proc.stdout.readline().strip() == "copying"
+    store = PostgresStore(pgvector_url, schema=store_prefix, dim=DIM)
+    store.open()
+    try:
+        # wait until the COPY is under way, then kill the writer (autocommit: a transaction would see one
+        # snapshot of the statistics views)
+        with store.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not conn.execute(text(
+                    "SELECT 1 FROM pg_stat_progress_copy p JOIN pg_stat_activity a ON a.pid = p.pid "
+                    "WHERE p.tuples_processed > 1000")).first():
+                time.sleep(0.02)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        assert proc.returncode == -signal.SIGKILL  # killed mid-write, not finished
+        deadline = time.monotonic() + 30  # the server notices the dead client and rolls back
+        while time.monotonic() < deadline and store.counts()["kb"] != (1, 1):
+            time.sleep(0.1)
+        assert store.counts() == {"kb": (1, 1)}
+        assert store.get_documents("kb", ["small", "d0", "d19999"]).keys() == {"small"}
+    finally:
+        store.close()

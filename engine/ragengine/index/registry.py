@@ -67,7 +67,8 @@ class IndexRegistry:
         self.corrupt: dict[str, str] = {}  # index folder or name → why it was not loaded
         self._registry_lock = asyncio.Lock()
         self.store_kwargs = {"hnsw_threshold": settings.hnsw_threshold, "hnsw_m": settings.hnsw_m,
-                             "ef_search": settings.hnsw_ef_search, "ef_construction": settings.hnsw_ef_construction}
+                             "ef_search": settings.hnsw_ef_search, "ef_construction": settings.hnsw_ef_construction,
+                             "compression": settings.vector_compression}
         self.durability = Durability(self.data_dir, embedder.dim, self.store_kwargs, settings.snapshot_journal_bytes)
 
     # -- lookup ------------------------------------------------------------------------------------

@@ -145,7 +145,7 @@ class IndexState:
         self.store.remove(rec.slots)
 
     def doc_vectors(self, rec: DocRecord) -> np.ndarray:
-        return np.array(self.store.vectors()[np.asarray(rec.slots, dtype=np.int64)], dtype=np.float32)
+        return np.array(self.store.vectors_at(rec.slots), dtype=np.float32)
 
     def tombstones(self) -> int:
         return self.store.ntotal - self.store.n_alive
@@ -155,7 +155,7 @@ class IndexState:
         order: list[int] = []
         for rec in self.docs.values():
             order.extend(rec.slots)
-        vectors = self.store.vectors()[np.asarray(order, dtype=np.int64)] if order else np.zeros((0, self.dim), np.float32)
+        vectors = self.store.vectors_at(order) if order else np.zeros((0, self.dim), np.float32)
         store = VectorStore.from_vectors(np.ascontiguousarray(vectors), dim=self.dim, **self.store_kwargs)
         self.slot_doc, self.slot_seq = [], array("I")
         pos = 0

@@ -4,9 +4,12 @@ Vector ids are "slots" assigned in insertion order (FAISS's own sequential ids, 
 stored). A delete tombstones its slots in the ``alive`` mask and searches pass that mask to FAISS as
 an ``IDSelectorBitmap``; the registry compacts tombstones away before a snapshot. Below
 ``hnsw_threshold`` live vectors the index is ``IndexFlatIP`` (exact); above it the vectors migrate
-once into ``IndexHNSWFlat``. Filtered searches that HNSW cannot answer completely (a selective
-filter, many tombstones) fall back to an exact scan of the allowed vectors, so a filter always
-restricts the candidates before top-k is taken and never returns fewer hits than exist.
+once into ``IndexHNSWFlat``, or, with ``compression="sq8"``, into ``IndexHNSWSQ``: each vector kept as
+8-bit codes (a quarter of the memory; the ranges trained on the vectors at the migration), so that every
+vector read from the index is a decoded approximation (``vectors_at``). Filtered searches that HNSW
+cannot answer completely (a selective filter, many tombstones) fall back to an exact scan of the allowed
+vectors, so a filter always restricts the candidates before top-k is taken and never returns fewer hits
+than exist.
 """
 
 from __future__ import annotations
@@ -29,8 +32,11 @@ EXACT_FRACTION = 0.1  # filtered HNSW searches allowing <= this share of vectors
 
 class VectorStore:
     def __init__(self, dim: int, *, hnsw_threshold: int, hnsw_m: int = 32, ef_search: int = 128,
-                 ef_construction: int = 80) -> None:
+                 ef_construction: int = 80, compression: str = "none") -> None:
+        if compression not in ("none", "sq8"):
+            raise ValueError(f"unknown vector compression {compression!r} (none or sq8)")
         self.dim = dim
+        self.compression = compression
         self.hnsw_threshold = hnsw_threshold
         self.hnsw_m, self.ef_search, self.ef_construction = hnsw_m, ef_search, ef_construction
         self.index: Any = faiss.IndexFlatIP(dim)
@@ -45,19 +51,37 @@ class VectorStore:
 
     @property
     def kind(self) -> str:
-        return "hnsw" if isinstance(self.index, faiss.IndexHNSWFlat) else "flat"
+        return "hnsw" if isinstance(self.index, faiss.IndexHNSW) else "flat"
+
+    def _storage(self) -> Any:
+        return self.index if self.kind == "flat" else faiss.downcast_index(self.index.storage)
+
+    @property
+    def compressed(self) -> bool:
+        return isinstance(self._storage(), faiss.IndexScalarQuantizer)
 
     def vectors(self) -> np.ndarray:
-        """A zero-copy (ntotal, dim) view of the stored vectors; valid until the next add."""
-        flat = self.index if self.kind == "flat" else faiss.downcast_index(self.index.storage)
+        """The stored vectors, (ntotal, dim): a zero-copy view valid until the next add, or for 8-bit codes a
+        decoded copy of them all (exports and rebuilds only; searches read ``vectors_at``)."""
         n = self.ntotal
         if n == 0:
             return np.zeros((0, self.dim), dtype=np.float32)
-        return faiss.rev_swig_ptr(flat.get_xb(), n * self.dim).reshape(n, self.dim)
+        if self.compressed:
+            return self.vectors_at(np.arange(n, dtype=np.int64))
+        return faiss.rev_swig_ptr(self._storage().get_xb(), n * self.dim).reshape(n, self.dim)
+
+    def vectors_at(self, slots: np.ndarray | list[int]) -> np.ndarray:
+        """The vectors of ``slots`` (decoded when compressed)."""
+        slots = np.asarray(slots, dtype=np.int64)
+        if not self.compressed:
+            return self.vectors()[slots]
+        if slots.size == 0:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return np.asarray(self._storage().reconstruct_batch(slots), dtype=np.float32)
 
     def memory_bytes(self) -> int:
         extra = self.ntotal * self.hnsw_m * 2 * 4 if self.kind == "hnsw" else 0
-        return self.ntotal * self.dim * 4 + extra
+        return self.ntotal * self.dim * (1 if self.compressed else 4) + extra
 
     # -- writes ------------------------------------------------------------------------------------
     def add(self, vectors: np.ndarray) -> np.ndarray:
@@ -87,10 +111,15 @@ class VectorStore:
 
     def build_hnsw(self, vectors: np.ndarray) -> Any:
         """Build an HNSW index over ``vectors`` (slow; callers run it off the write path's lock)."""
-        hnsw = faiss.IndexHNSWFlat(self.dim, self.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        if self.compression == "sq8":
+            hnsw = faiss.IndexHNSWSQ(self.dim, faiss.ScalarQuantizer.QT_8bit, self.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+            hnsw.train(vectors)  # each dimension's range, from the vectors there are now
+        else:
+            hnsw = faiss.IndexHNSWFlat(self.dim, self.hnsw_m, faiss.METRIC_INNER_PRODUCT)
         hnsw.hnsw.efConstruction = self.ef_construction
         hnsw.hnsw.efSearch = self.ef_search
-        hnsw.add(np.ascontiguousarray(vectors, dtype=np.float32))
+        hnsw.add(vectors)
         return hnsw
 
     def replace(self, index: Any, alive: np.ndarray) -> None:
@@ -156,7 +185,7 @@ class VectorStore:
         ids = np.flatnonzero(mask)
         if ids.size == 0:
             return np.zeros(0, np.int64), np.zeros(0, np.float32)
-        sims = self.vectors()[ids] @ q[0]
+        sims = self.vectors_at(ids) @ q[0]
         k = min(k, ids.size)
         top = np.argpartition(-sims, k - 1)[:k]
         top = top[np.argsort(-sims[top], kind="stable")]
@@ -165,7 +194,7 @@ class VectorStore:
     def cosines(self, query: np.ndarray, slots: np.ndarray) -> np.ndarray:
         if len(slots) == 0:
             return np.zeros(0, np.float32)
-        return (self.vectors()[np.asarray(slots, dtype=np.int64)] @ np.asarray(query, np.float32).reshape(-1))
+        return self.vectors_at(slots) @ np.asarray(query, np.float32).reshape(-1)
 
     # -- persistence -------------------------------------------------------------------------------
     def write(self, path: str) -> None:
@@ -175,6 +204,6 @@ class VectorStore:
         index = faiss.read_index(path)
         if index.d != self.dim:
             raise ValueError(f"vector file has dimension {index.d}, the embedding model has {self.dim}")
-        if isinstance(index, faiss.IndexHNSWFlat):
+        if isinstance(index, faiss.IndexHNSW):
             index.hnsw.efSearch = self.ef_search
         self.replace(index, alive)
