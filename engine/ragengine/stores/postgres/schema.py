@@ -82,9 +82,11 @@ def chunks_table(md: MetaData, name: str, dim: int, documents: Table) -> Table:
     )
 
 
-# The columns a write copies into a leaf (``id`` and ``tsv`` are the database's), with their types.
-COPY_COLUMNS = ("index_name", "doc_id", "seq", "text", "search_text", "metadata", "embedding")
-COPY_TYPES = ("text", "text", "int4", "text", "text", "jsonb", "vector")
+# The columns a write copies (binary COPY) into a leaf and into ``documents``, with their types; ``id``,
+# ``tsv`` and ``pos`` are the database's.
+CHUNK_COPY = {"index_name": "text", "doc_id": "text", "seq": "int4", "text": "text", "search_text": "text",
+              "metadata": "jsonb", "embedding": "vector"}
+DOCUMENT_COPY = {"index_name": "text", "doc_id": "text", "text": "text", "metadata": "jsonb"}
 
 
 def chunk_indexes(table: Table) -> list[Index]:

@@ -45,6 +45,7 @@ from sqlalchemy import (
     Float,
     Table,
     Text,
+    bindparam,
     cast,
     column,
     create_engine,
@@ -57,6 +58,7 @@ from sqlalchemy import (
     text,
     union_all,
 )
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
@@ -77,8 +79,8 @@ from ragengine.stores.postgres.filters import to_sql
 from ragengine.stores.postgres.keyword import idf, keyword_words, known_common
 from ragengine.stores.postgres.keyword import plan as keyword_plan
 from ragengine.stores.postgres.schema import (
-    COPY_COLUMNS,
-    COPY_TYPES,
+    CHUNK_COPY,
+    DOCUMENT_COPY,
     TEXT_SEARCH_CONFIG,
     Tables,
     chunk_indexes,
@@ -443,17 +445,18 @@ class PostgresStore:
                 conn.execute(select(func.pg_advisory_xact_lock(func.hashtext(literal(f"ragengine:{self.schema}")))))
                 create_leaf(conn, parent, name)
 
-    def _copy_chunks(self, conn: Connection, leaf: str, rows: list[tuple]) -> None:
-        """Binary COPY into one index's table: no statement text per row, vectors as float32 bytes."""
+    def _copy(self, conn: Connection, table: str, columns: dict[str, str], rows: list[tuple]) -> None:
+        """Binary COPY of ``rows`` (``columns``: name -> type) into ``table``: no statement text per row,
+        vectors as float32 bytes. A duplicate key raises psycopg's IntegrityError, as an INSERT would."""
         raw = self._driver(conn)
         if raw.adapters.types.get("vector") is None:
             from pgvector.psycopg.vector import register_vector_info
 
             register_vector_info(raw, psycopg.types.TypeInfo.fetch(raw, "vector"))
         stmt = sql.SQL("COPY {} ({}) FROM STDIN WITH (FORMAT BINARY)").format(
-            sql.Identifier(self.schema, leaf), sql.SQL(", ").join(map(sql.Identifier, COPY_COLUMNS)))
+            sql.Identifier(self.schema, table), sql.SQL(", ").join(map(sql.Identifier, columns)))
         with raw.cursor() as cur, cur.copy(stmt) as copy:
-            copy.set_types(list(COPY_TYPES))
+            copy.set_types(list(columns.values()))
             for row in rows:
                 copy.write_row(row)
 
@@ -464,7 +467,7 @@ class PostgresStore:
         from it must never get an older copy over a newer write; checked under row locks)."""
         try:
             self._write(name, config, delete_ids, add, vectors, add_only=add_only, dim=dim, source=source)
-        except IntegrityError:
+        except (IntegrityError, psycopg.errors.IntegrityError):
             # Two replicas inserted the same new document at once; the retry sees the committed one.
             self._write(name, config, delete_ids, add, vectors, add_only=add_only, dim=dim, source=source)
 
@@ -494,9 +497,10 @@ class PostgresStore:
                 return
             skip: set[str] = set()
             if add_only:
+                ids = bindparam("ids", [d.doc_id for d in add], type_=ARRAY(Text))  # one array, not an IN list
                 held = conn.execute(select(t.documents.c.doc_id, t.documents.c.text)
-                                    .where(t.documents.c.index_name == name,
-                                           t.documents.c.doc_id.in_([d.doc_id for d in add])).with_for_update()).all()
+                                    .where(t.documents.c.index_name == name, t.documents.c.doc_id == func.any(ids))
+                                    .with_for_update()).all()
                 wanted = {d.doc_id: d.text for d in add}
                 for row in held:
                     if row.text != wanted[row.doc_id]:
@@ -506,15 +510,15 @@ class PostgresStore:
             for doc in add:
                 n = len(doc.chunks)
                 if doc.doc_id not in skip:
-                    doc_rows.append({"index_name": name, "doc_id": doc.doc_id, "text": doc.text, "metadata": doc.metadata})
+                    doc_rows.append((name, doc.doc_id, doc.text, doc.metadata))
                     for i, chunk in enumerate(doc.chunks):
                         chunk_rows.append((name, doc.doc_id, chunk.seq, chunk.text, chunk.indexed_text,
                                            chunk_metadata(doc.metadata, chunk.tokens), _vector(vectors, pos + i)))
                 pos += n
             if doc_rows:
-                conn.execute(t.documents.insert(), doc_rows)
+                self._copy(conn, "documents", DOCUMENT_COPY, doc_rows)
             if chunk_rows:
-                self._copy_chunks(conn, leaf, chunk_rows)
+                self._copy(conn, leaf, CHUNK_COPY, chunk_rows)
 
     # -- HNSW upkeep --------------------------------------------------------------------------------
     def maintain(self, quiet_s: float = 10.0) -> list[str]:
