@@ -243,9 +243,31 @@ def fmt_row(r: dict) -> str:
     legs = " | ".join(f"{r[f'{leg}_p50_ms']:.2f} / {r[f'{leg}_p99_ms']:.2f}" if f"{leg}_p50_ms" in r else "in process"
                       for leg in ("dense", "keyword"))
     build = f"{r['hnsw_build_s']:.0f} s" if r.get("hnsw_build_s") else "-"
+    memory = f"{r['index_rss_mib']:,.0f}" if "index_rss_mib" in r else "-"  # rows measured before it was
     return (f"| {r['store']} | {r['chunks']:,} | {r['load_chunks_per_s']:,.0f} | {build} | {legs} | "
             f"{r['retrieve_p50_ms']:.2f} / {r['retrieve_p99_ms']:.2f} | {r['top300_p99_ms']:.0f} | "
-            f"{r['recall_at_10']:.3f} | {r.get('index_rss_mib', float('nan')):,.0f} | {r['disk_mib']:,.0f} |")
+            f"{r['recall_at_10']:.3f} | {memory} | {r['disk_mib']:,.0f} |")
+
+
+def report(results: dict) -> None:
+    """The scale table, the ef_search curve and the replicas' throughput; the plot in docs/images."""
+    print("\n| store | chunks | load chunks/s | HNSW build | dense p50 / p99 (ms) | keyword p50 / p99 (ms) "
+          "| hybrid top-10 p50 / p99 (ms) | top-300 p99 (ms) | dense recall@10 | index memory (MiB) | disk (MiB) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in results["stores"]:
+        print(fmt_row(r))
+    curves = [r for r in results["stores"] if r.get("ef_curve")]
+    if curves:
+        print("\n| store | chunks | " + " | ".join(f"ef_search {ef}: recall / dense p99 (ms)" for ef in EF_CURVE) + " |")
+        print("|---|---|" + "---|" * len(EF_CURVE))
+        for r in curves:
+            print(f"| {r['store']} | {r['chunks']:,} | " + " | ".join(
+                f"{c['recall_at_10']:.3f} / {c['dense_p99_ms']:.1f}" for c in r["ef_curve"]) + " |")
+    if results["replicas"]:
+        print("\n| engine processes on one PostgreSQL | /retrieve req/s (concurrency 8) |\n|---|---|")
+        for r in results["replicas"]:
+            print(f"| {r['processes']} | {r['retrieve_req_per_s']:.1f} |")
+    plot(results["stores"], ROOT / "docs" / "images" / "stores-scale.svg")
 
 
 def main() -> int:
@@ -260,6 +282,8 @@ def main() -> int:
     parser.add_argument("--milvus-max-chunks", type=int, default=10_000,
                         help="Milvus Lite above this size is skipped: its search took 1.4 s p50 at 10k chunks here, "
                              "so 100k would take hours (a Milvus cluster is what to measure at that size)")
+    parser.add_argument("--report", action="store_true",
+                        help="measure nothing: print the tables and draw the plot from bench/results/stores.json")
     parser.add_argument("--row", help=argparse.SUPPRESS)  # one row, in a child process (row_in_child)
     args = parser.parse_args()
     if args.row:
@@ -269,6 +293,9 @@ def main() -> int:
     sizes = args.sizes or ((10_000, 100_000) if args.quick else (10_000, 100_000, 1_000_000))
     replica_counts = (1, 2) if args.quick else (1, 2, 3)
     out = ROOT / "bench" / "results" / "stores.json"
+    if args.report:
+        report(json.loads(out.read_text()))
+        return 0
     results: dict = {"stores": [], "replicas": []}
     if args.keep and out.exists():
         old = json.loads(out.read_text())
@@ -312,25 +339,9 @@ def main() -> int:
                     rps = throughput(bases, "shared", questions, 10 if args.quick else 20)
                     results["replicas"].append({"processes": count, "retrieve_req_per_s": rps})
                     print(f"{count} engine process(es) on one PostgreSQL: {rps:.1f} /retrieve req/s", flush=True)
-    print("\n| store | chunks | load chunks/s | HNSW build | dense p50 / p99 (ms) | keyword p50 / p99 (ms) "
-          "| hybrid top-10 p50 / p99 (ms) | top-300 p99 (ms) | dense recall@10 | index memory (MiB) | disk (MiB) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
     results["stores"].sort(key=lambda r: (r["chunks"], r["store"]))
-    for r in results["stores"]:
-        print(fmt_row(r))
-    curves = [r for r in results["stores"] if r.get("ef_curve")]
-    if curves:
-        print("\n| store | chunks | " + " | ".join(f"ef_search {ef}: recall / dense p99 (ms)" for ef in EF_CURVE) + " |")
-        print("|---|---|" + "---|" * len(EF_CURVE))
-        for r in curves:
-            print(f"| {r['store']} | {r['chunks']:,} | " + " | ".join(
-                f"{c['recall_at_10']:.3f} / {c['dense_p99_ms']:.1f}" for c in r["ef_curve"]) + " |")
-    if results["replicas"]:
-        print("\n| engine processes on one PostgreSQL | /retrieve req/s (concurrency 8) |\n|---|---|")
-        for r in results["replicas"]:
-            print(f"| {r['processes']} | {r['retrieve_req_per_s']:.1f} |")
     out.write_text(json.dumps(results, indent=1) + "\n")
-    plot(results["stores"], ROOT / "docs" / "images" / "stores-scale.svg")
+    report(results)
     print(f"\nwrote {out.relative_to(ROOT)} and docs/images/stores-scale.svg")
     return 0
 

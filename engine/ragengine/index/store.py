@@ -31,7 +31,7 @@ EXACT_FRACTION = 0.1  # filtered HNSW searches allowing <= this share of vectors
 
 
 class VectorStore:
-    def __init__(self, dim: int, *, hnsw_threshold: int, hnsw_m: int = 32, ef_search: int = 128,
+    def __init__(self, dim: int, *, hnsw_threshold: int, hnsw_m: int = 32, ef_search: int = 256,
                  ef_construction: int = 80, compression: str = "none") -> None:
         if compression not in ("none", "sq8"):
             raise ValueError(f"unknown vector compression {compression!r} (none or sq8)")
