@@ -9,20 +9,15 @@ from __future__ import annotations
 from alembic import op
 from sqlalchemy import Index
 
+from ragengine.stores.postgres.migration_context import attributes
 from ragengine.stores.postgres.schema import chunk_indexes, tables
 
 revision = "0001"
 down_revision = None
 
 
-def _attributes() -> dict:
-    config = op.get_context().config
-    assert config is not None, "run through PostgresStore.open(), which passes the schema and dimension"
-    return config.attributes
-
-
 def upgrade() -> None:
-    attrs = _attributes()
+    attrs = attributes()
     schema, dim = attrs["schema"], attrs["dim"]
     t = tables(schema, dim)
     bind = op.get_bind()
@@ -35,7 +30,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    attrs = _attributes()
+    attrs = attributes()
     t = tables(attrs["schema"], attrs["dim"])
     bind = op.get_bind()
     t.chunks.drop(bind)

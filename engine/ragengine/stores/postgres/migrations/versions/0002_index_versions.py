@@ -8,20 +8,15 @@ from __future__ import annotations
 
 from alembic import op
 
+from ragengine.stores.postgres.migration_context import attributes
 from ragengine.stores.postgres.schema import tables
 
 revision = "0002"
 down_revision = "0001"
 
 
-def _attributes() -> dict:
-    config = op.get_context().config
-    assert config is not None, "run through PostgresStore.open(), which passes the schema and dimension"
-    return config.attributes
-
-
 def upgrade() -> None:
-    attrs = _attributes()
+    attrs = attributes()
     schema = attrs["schema"]
     # 0001 builds its tables from the current schema module, so a database made from scratch already has
     # both: add them only where they are missing.
@@ -32,6 +27,6 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    attrs = _attributes()
+    attrs = attributes()
     tables(attrs["schema"], attrs["dim"]).versions.drop(op.get_bind())
     op.drop_column("indexes", "dim", schema=attrs["schema"])

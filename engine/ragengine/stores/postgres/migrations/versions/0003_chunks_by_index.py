@@ -19,6 +19,7 @@ from typing import Any
 from alembic import op
 from sqlalchemy import Table, text
 
+from ragengine.stores.postgres.migration_context import attributes
 from ragengine.stores.postgres.schema import chunk_indexes, chunks_table, create_leaf, tables
 
 revision = "0003"
@@ -27,14 +28,8 @@ log = logging.getLogger(__name__)
 COLUMNS = "id, index_name, doc_id, seq, text, search_text, metadata, embedding"
 
 
-def _attributes() -> dict:
-    config = op.get_context().config
-    assert config is not None, "run through PostgresStore.open(), which passes the schema and dimension"
-    return config.attributes
-
-
 def upgrade() -> None:
-    attrs = _attributes()
+    attrs = attributes()
     schema = attrs["schema"]
     bind = op.get_bind()
     legacy = bind.execute(text(
