@@ -33,8 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +60,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from ragengine.retrieval.filters import Filter
 from ragengine.stores.base import (
@@ -75,8 +74,10 @@ from ragengine.stores.base import (
     describe,
     split_chunk_metadata,
 )
+from ragengine.stores.postgres.connection import driver, store_errors
 from ragengine.stores.postgres.filters import to_sql
-from ragengine.stores.postgres.keyword import idf, keyword_words, known_common
+from ragengine.stores.postgres.hnsw import HNSW_THRESHOLD, HnswUpkeep
+from ragengine.stores.postgres.keyword import idf, keyword_words
 from ragengine.stores.postgres.keyword import plan as keyword_plan
 from ragengine.stores.postgres.schema import (
     CHUNK_COPY,
@@ -86,11 +87,10 @@ from ragengine.stores.postgres.schema import (
     chunk_indexes,
     create_leaf,
     dim_chunks,
-    hnsw_ddl,
-    hnsw_name,
     leaf_name,
     tables,
 )
+from ragengine.stores.postgres.word_stats import WordStats
 
 log = logging.getLogger(__name__)
 pg_class = table("pg_class", column("oid"), column("reltuples"), schema="pg_catalog")
@@ -101,18 +101,6 @@ KEYWORD_CANDIDATES = 2000
 # The scored words' match lists fetched per query, in all, at most this many times the bound
 # (ragengine.stores.postgres.keyword; bench/eval/pg_keyword_bound.py measured the choice).
 KEYWORD_LIST_BUDGET = 16
-FREQUENT_TTL_S = 60.0  # how long a leaf's most-common-lexeme statistics are reused
-# Chunks an index holds before it gets an HNSW index; below, exact search (bench/bench_stores.py: 20 ms at
-# 10k chunks, 106 ms at 50k; HNSW under 1 ms).
-HNSW_THRESHOLD = 10_000
-# The leaves (index tables) without a valid HNSW index, with the statistics' row estimate and write count.
-PENDING_HNSW = text(
-    "SELECT c.relname AS leaf, coalesce(s.n_live_tup, 0) AS live, coalesce(s.n_tup_ins + s.n_tup_del, 0) AS changes "
-    "FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_class p ON p.oid = i.inhparent "
-    "JOIN pg_namespace n ON n.oid = p.relnamespace LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid "
-    "WHERE n.nspname = :schema AND p.relkind = 'p' AND p.relname ~ '^chunks(_d[0-9]+)?$' AND NOT EXISTS ("
-    "SELECT 1 FROM pg_index x JOIN pg_class ic ON ic.oid = x.indexrelid "
-    "WHERE x.indrelid = c.oid AND x.indisvalid AND ic.relname = c.relname || '_hnsw')")
 
 
 def sqlalchemy_url(url: str) -> str:
@@ -141,12 +129,9 @@ class PostgresStore:
         self.pool_size = pool_size
         self.keyword_candidates = keyword_candidates
         self.keyword_list_factor = keyword_list_factor
-        self.hnsw_threshold = hnsw_threshold
-        self.build_memory_mb = build_memory_mb  # maintenance_work_mem of an HNSW build: the graph fits, or it crawls
-        self._writes_seen: dict[str, tuple[int, float]] = {}  # leaf -> (write count, since) for maintain()
-        self._building: int | None = None  # the backend pid of a running HNSW build (close() cancels it)
-        self._frequent: dict[str, tuple[float, dict[str, float], float]] = {}  # leaf -> (read at, lexeme freqs, rows)
-        self._lexemes: dict[str, tuple[str, ...]] = {}  # query word -> its lexemes
+        self.words = WordStats(schema)
+        self.hnsw = HnswUpkeep(lambda: self.engine, schema, m=hnsw_m, ef_construction=ef_construction,
+                               threshold=hnsw_threshold, build_memory_mb=build_memory_mb, analyzed=self.words.forget)
         self.t: Tables = tables(schema, dim)
         self._engine: Engine | None = None
         self._ready = False
@@ -163,7 +148,7 @@ class PostgresStore:
         return self._engine
 
     def open(self) -> None:
-        with self._errors(), self.engine.begin() as conn:
+        with store_errors(), self.engine.begin() as conn:
             # One replica migrates at a time; the others wait here, then find the schema current.
             conn.execute(select(func.pg_advisory_xact_lock(func.hashtext(literal(f"ragengine:{self.schema}")))))
             self._ensure_extension(conn)
@@ -174,13 +159,12 @@ class PostgresStore:
 
     def close(self) -> None:
         if self._engine is not None:
-            if self._building is not None:  # a build can take minutes; the next start builds again
-                with contextlib.suppress(SQLAlchemyError), self._engine.connect() as conn:
-                    conn.execute(select(func.pg_cancel_backend(self._building)))
+            with contextlib.suppress(StoreUnavailable):  # a build can take minutes; the next start builds again
+                self.hnsw.cancel()
             self._engine.dispose()
 
     def ping(self) -> None:
-        with self._errors(), self.engine.connect() as conn:
+        with store_errors(), self.engine.connect() as conn:
             conn.execute(select(self.t.indexes.c.name).limit(1))
 
     def _quoted_schema(self, conn: Connection) -> str:
@@ -249,31 +233,20 @@ class PostgresStore:
         dims = conn.execute(select(self.t.indexes.c.dim).where(self.t.indexes.c.dim.is_not(None)).distinct()).scalars()
         return [self.t.chunks, *(self._table(conn, int(d)) for d in dims if int(d) != self.base_dim)]
 
-    @contextlib.contextmanager
-    def _errors(self) -> Iterator[None]:
-        try:
-            yield
-        except (StoreUnavailable, DocumentRace):
-            raise
-        except (IntegrityError, psycopg.errors.IntegrityError):
-            raise
-        except (SQLAlchemyError, psycopg.Error) as exc:  # psycopg's own: COPY and DDL run on the driver
-            raise StoreUnavailable(describe(exc)) from exc
-
     # -- reads -------------------------------------------------------------------------------------
     def indexes(self) -> dict[str, dict]:
-        with self._errors(), self.engine.connect() as conn:
+        with store_errors(), self.engine.connect() as conn:
             return {r.name: r.config for r in conn.execute(select(self.t.indexes.c.name, self.t.indexes.c.config))}
 
     def dim_of(self, name: str) -> int | None:
         """The dimension of index ``name``'s vectors (None: no such index)."""
-        with self._errors(), self.engine.connect() as conn:
+        with store_errors(), self.engine.connect() as conn:
             row = conn.execute(select(self.t.indexes.c.dim).where(self.t.indexes.c.name == name)).first()
         return None if row is None else (row.dim or self.base_dim)
 
     def counts(self) -> dict[str, tuple[int, int]]:
         t = self.t
-        with self._errors(), self.engine.connect() as conn:
+        with store_errors(), self.engine.connect() as conn:
             docs = {str(n): int(c) for n, c in conn.execute(
                 select(t.documents.c.index_name, func.count()).group_by(t.documents.c.index_name))}
             chunks: dict[str, int] = {}
@@ -287,7 +260,7 @@ class PostgresStore:
         if not doc_ids:
             return {}
         d = self.t.documents
-        with self._errors(), self.engine.connect() as conn:
+        with store_errors(), self.engine.connect() as conn:
             rows = conn.execute(select(d.c.doc_id, d.c.text, d.c.metadata)
                                 .where(d.c.index_name == name, d.c.doc_id.in_(doc_ids)))
             return {r.doc_id: StoredDoc(r.doc_id, r.text, r.metadata) for r in rows}
@@ -299,7 +272,7 @@ class PostgresStore:
         """Per document: its chunks in order and their stored vectors (exports, metadata-only updates)."""
         if not doc_ids:
             return {}
-        with self._errors(), self.engine.connect() as conn:
+        with store_errors(), self.engine.connect() as conn:
             c = self._chunks_of(conn, name)
             rows = conn.execute(select(c.c.doc_id, c.c.seq, c.c.text, c.c.search_text, c.c.metadata, c.c.embedding)
                                 .where(c.c.index_name == name, c.c.doc_id.in_(doc_ids))
@@ -315,7 +288,7 @@ class PostgresStore:
         """doc_id -> md5 of the document's text and metadata (jsonb's text form is canonical)."""
         d = self.t.documents
         digest = func.concat(func.md5(d.c.text), func.md5(cast(d.c.metadata, Text)))
-        with self._errors(), self.engine.connect() as conn:
+        with store_errors(), self.engine.connect() as conn:
             return {r.doc_id: r.digest for r in conn.execute(
                 select(d.c.doc_id, digest.label("digest")).where(d.c.index_name == name))}
 
@@ -324,14 +297,14 @@ class PostgresStore:
         where = [d.c.index_name == name]
         if flt is not None:
             where.append(to_sql(flt, d.c.metadata))
-        with self._errors(), self.engine.connect() as conn:
+        with store_errors(), self.engine.connect() as conn:
             total = conn.execute(select(func.count()).select_from(d).where(*where)).scalar_one()
             rows = conn.execute(select(d.c.doc_id, d.c.text, d.c.metadata).where(*where)
                                 .order_by(d.c.pos).offset(offset).limit(limit))
             return [StoredDoc(r.doc_id, r.text, r.metadata) for r in rows], int(total)
 
     def dense(self, name: str, query: np.ndarray, k: int, flt: Filter | None) -> list[Hit]:
-        with self._errors(), self.engine.begin() as conn:
+        with store_errors(), self.engine.begin() as conn:
             c = self._chunks_of(conn, name)
             distance = c.c.embedding.cosine_distance(np.asarray(query, dtype=np.float32))
             where = [c.c.index_name == name]
@@ -352,7 +325,7 @@ class PostgresStore:
             return []
         bound = max(self.keyword_candidates, k)
         listed = bound * self.keyword_list_factor  # a scored word's matches, listed in full, at most
-        with self._errors(), self.engine.connect() as conn:
+        with store_errors(), self.engine.connect() as conn:
             c = self._chunks_of(conn, name)
             where = [c.c.index_name == name] + ([to_sql(flt, c.c.metadata)] if flt is not None else [])
 
@@ -363,7 +336,7 @@ class PostgresStore:
             # words the statistics show to be common (unfiltered only), and the index's row estimate for the
             # words' IDF (ragengine.stores.postgres.keyword).
             leaf = leaf_name(c.name, name)
-            by_word = {} if flt is not None else self._known_common(conn, leaf, words, listed)
+            by_word = {} if flt is not None else self.words.known_common(conn, leaf, words, listed)
             counted = [w for w in words if w not in by_word]
             regclass = func.to_regclass(literal(f'"{c.schema}"."{leaf}"'))
             *counts, rows = conn.execute(select(*[
@@ -395,49 +368,18 @@ class PostgresStore:
             found = conn.execute(stmt).all()
         return [_hit(r.doc_id, r.seq, r.text, r.metadata, 1.0 - float(r.distance), float(r.rank)) for r in found]
 
-    def _known_common(self, conn: Connection, leaf: str, words: list[str], listed: int) -> dict[str, int]:
-        """``keyword.known_common`` from the leaf's statistics (read once a minute: ANALYZE changes them) and
-        the words' lexemes (the text search configuration's, remembered per word)."""
-        now = time.monotonic()
-        stats = self._frequent.get(leaf)
-        if stats is None or now - stats[0] > FREQUENT_TTL_S:
-            row = conn.execute(text(
-                "SELECT s.most_common_elems::text::text[] AS elems, s.most_common_elem_freqs AS freqs, c.reltuples "
-                "FROM pg_stats s JOIN pg_namespace n ON n.nspname = s.schemaname JOIN pg_class c ON "
-                "c.relname = s.tablename AND c.relnamespace = n.oid "
-                "WHERE s.schemaname = :s AND s.tablename = :t AND s.attname = 'tsv'"), {"s": self.schema, "t": leaf}).first()
-            frequent = dict(zip(row.elems, row.freqs, strict=False)) if row is not None and row.elems else {}
-            stats = self._frequent[leaf] = (now, frequent, float(row.reltuples) if row is not None else 0.0)
-        if not stats[1]:
-            return {}  # not analyzed yet: every word is counted
-        unknown = [w for w in words if w not in self._lexemes]
-        if unknown:
-            if len(self._lexemes) > 100_000:
-                self._lexemes.clear()
-            self._lexemes.update({w: tuple(lx) for w, lx in conn.execute(text(
-                f"SELECT w, array(SELECT lexeme FROM unnest(to_tsvector('{TEXT_SEARCH_CONFIG}', w))) "
-                "FROM unnest(CAST(:words AS text[])) AS w"), {"words": unknown})})
-        return known_common({w: self._lexemes[w] for w in words}, stats[1], stats[2], listed)
-
     # -- writes ------------------------------------------------------------------------------------
     def drop_index(self, name: str) -> bool:
         """Drop the index's table (instant at any size), then its row (its documents go with it)."""
-        with self._errors(), self.engine.begin() as conn:
-            self._driver(conn).execute(sql.SQL("DROP TABLE IF EXISTS {}").format(
+        with store_errors(), self.engine.begin() as conn:
+            driver(conn).execute(sql.SQL("DROP TABLE IF EXISTS {}").format(
                 sql.Identifier(self.schema, leaf_name(self._chunks_of(conn, name).name, name))))
             return conn.execute(delete(self.t.indexes).where(self.t.indexes.c.name == name)).rowcount > 0
-
-    @staticmethod
-    def _driver(conn: Connection) -> psycopg.Connection:
-        """The psycopg connection under ``conn``, in its transaction (COPY and DDL with quoted names)."""
-        raw = conn.connection.driver_connection
-        assert isinstance(raw, psycopg.Connection)
-        return raw
 
     def _ensure_leaf(self, name: str, dim: int | None) -> None:
         """Create index ``name``'s table before its write, in a transaction of its own: creating a partition
         locks the parent table, and held for a whole write that would stall every other index's reads."""
-        with self._errors(), self.engine.begin() as conn:
+        with store_errors(), self.engine.begin() as conn:
             row = conn.execute(select(self.t.indexes.c.dim).where(self.t.indexes.c.name == name)).first()
             parent = self._table(conn, row.dim if row is not None else dim, create=True)
             leaf = leaf_name(parent.name, name)
@@ -448,7 +390,7 @@ class PostgresStore:
     def _copy(self, conn: Connection, table: str, columns: dict[str, str], rows: list[tuple]) -> None:
         """Binary COPY of ``rows`` (``columns``: name -> type) into ``table``: no statement text per row,
         vectors as float32 bytes. A duplicate key raises psycopg's IntegrityError, as an INSERT would."""
-        raw = self._driver(conn)
+        raw = driver(conn)
         if raw.adapters.types.get("vector") is None:
             from pgvector.psycopg.vector import register_vector_info
 
@@ -476,11 +418,11 @@ class PostgresStore:
         t = self.t
         own = None if dim is None or dim == self.base_dim else dim
         self._ensure_leaf(name, own)
-        with self._errors(), self.engine.begin() as conn:
+        with store_errors(), self.engine.begin() as conn:
             conn.execute(pg_insert(t.indexes).values(name=name, config=config, dim=own).on_conflict_do_nothing())
             leaf = leaf_name(self._chunks_of(conn, name, create=True).name, name)
             # The index's table first, then its row: the order drop_index takes them in (no deadlock).
-            self._driver(conn).execute(sql.SQL("LOCK TABLE {} IN ROW EXCLUSIVE MODE").format(
+            driver(conn).execute(sql.SQL("LOCK TABLE {} IN ROW EXCLUSIVE MODE").format(
                 sql.Identifier(self.schema, leaf)))
             if source is not None:
                 current = {r.doc_id: (r.text, r.metadata) for r in conn.execute(
@@ -520,82 +462,31 @@ class PostgresStore:
             if chunk_rows:
                 self._copy(conn, leaf, CHUNK_COPY, chunk_rows)
 
-    # -- HNSW upkeep --------------------------------------------------------------------------------
+    # -- HNSW upkeep (ragengine.stores.postgres.hnsw) ---------------------------------------------------
     def maintain(self, quiet_s: float = 10.0) -> list[str]:
-        """Build the HNSW index of every index table over ``hnsw_threshold`` chunks whose writes have paused
-        for ``quiet_s`` (the server's statistics, so writes through any replica count). Returns the tables
-        built. Run by the registry in the background; a replica that finds another building moves on."""
-        now = time.monotonic()
-        with self._errors(), self.engine.connect() as conn:
-            pending = conn.execute(PENDING_HNSW, {"schema": self.schema}).all()
-        built = []
-        for leaf, live, changes in pending:
-            seen = self._writes_seen.get(leaf)
-            if live <= self.hnsw_threshold or seen is None or seen[0] != changes:
-                self._writes_seen[leaf] = (changes, now)
-            elif now - seen[1] >= quiet_s and self._build(leaf, live):
-                built.append(leaf)
-        return built
+        """Build the HNSW index of each index over the threshold whose writes have paused for ``quiet_s``
+        (run by the registry in the background); returns the tables built."""
+        return self.hnsw.maintain(quiet_s)
 
     def build_hnsw(self, name: str) -> bool:
-        """Finish a bulk load of index ``name`` now: its statistics (ANALYZE: the planner's, and the keyword
-        leg's common words), and its HNSW index if it holds over ``hnsw_threshold`` chunks. True when the
-        HNSW index was built (or already there)."""
-        with self._errors(), self.engine.connect() as conn:
+        """Finish a bulk load of index ``name`` now: its statistics (ANALYZE), and its HNSW index if it holds
+        over the threshold's chunks. True when the HNSW index was built (or already there)."""
+        with store_errors(), self.engine.connect() as conn:
             c = self._chunks_of(conn, name)
             count = conn.execute(select(func.count()).select_from(c).where(c.c.index_name == name)).scalar_one()
-        leaf = leaf_name(c.name, name)
-        if count > self.hnsw_threshold:
-            return self._build(leaf, count)
-        self._analyze(leaf)
-        return False
-
-    def _analyze(self, leaf: str) -> None:
-        with self._errors(), self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-            self._driver(conn).execute(sql.SQL("ANALYZE {}").format(sql.Identifier(self.schema, leaf)))
-        self._frequent.pop(leaf, None)
-
-    def _build(self, leaf: str, rows: int) -> bool:
-        lock = select(func.hashtext(literal(f"ragengine-hnsw:{self.schema}:{leaf}")).label("key")).scalar_subquery()
-        with self._errors(), self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-            if not conn.execute(select(func.pg_try_advisory_lock(lock))).scalar():
-                return False  # another replica builds it
-            raw = self._driver(conn)
-            try:
-                # A build killed midway leaves an invalid index behind: drop it, or IF NOT EXISTS would keep it.
-                invalid = conn.execute(text(
-                    "SELECT 1 FROM pg_index x JOIN pg_class ic ON ic.oid = x.indexrelid JOIN pg_namespace n ON "
-                    "n.oid = ic.relnamespace WHERE n.nspname = :s AND ic.relname = :i AND NOT x.indisvalid"),
-                    {"s": self.schema, "i": hnsw_name(leaf)}).first()
-                if invalid is not None:
-                    raw.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(
-                        sql.Identifier(self.schema, hnsw_name(leaf))))
-                raw.execute(sql.SQL("SET maintenance_work_mem = {}").format(sql.Literal(f"{self.build_memory_mb}MB")))
-                log.info("building the HNSW index of %s.%s (%d chunks)", self.schema, leaf, rows)
-                start, self._building = time.monotonic(), raw.info.backend_pid
-                raw.execute(hnsw_ddl(self.schema, leaf, self.hnsw_m, self.ef_construction))
-                log.info("built the HNSW index of %s.%s in %.1f s", self.schema, leaf, time.monotonic() - start)
-                raw.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(self.schema, leaf)))
-                self._frequent.pop(leaf, None)
-                return True
-            except psycopg.errors.UndefinedTable:
-                return False  # the index was dropped meanwhile
-            finally:
-                self._building = None
-                raw.execute("RESET maintenance_work_mem")
-                conn.execute(select(func.pg_advisory_unlock(lock)))
+        return self.hnsw.finish_load(leaf_name(c.name, name), count)
 
     # -- version books (ragengine.versions) ---------------------------------------------------------
     def books(self) -> dict[str, dict]:
         v = self.t.versions
-        with self._errors(), self.engine.connect() as conn:
+        with store_errors(), self.engine.connect() as conn:
             return {r.name: r.book for r in conn.execute(select(v.c.name, v.c.book))}
 
     def book_update(self, name: str, change: Callable[[dict | None], dict | None]) -> dict | None:
         """Read-modify-write one book atomically across replicas (a transaction-scoped advisory lock on its
         name); ``change`` returns the new book, or None to delete it."""
         v = self.t.versions
-        with self._errors(), self.engine.begin() as conn:
+        with store_errors(), self.engine.begin() as conn:
             conn.execute(select(func.pg_advisory_xact_lock(func.hashtext(literal(f"ragengine-book:{self.schema}:{name}")))))
             row = conn.execute(select(v.c.book).where(v.c.name == name)).first()
             new = change(row.book if row is not None else None)
