@@ -36,7 +36,8 @@ from bench.eval.datasets import LOADERS, Missing  # noqa: E402
 from bench.eval.metrics import mrr, recall  # noqa: E402
 from ragengine.stores.base import ChunkWrite, DocWrite  # noqa: E402
 from ragengine.stores.postgres.keyword import keyword_words  # noqa: E402
-from ragengine.stores.postgres.store import PostgresStore, _hit, _tsquery  # noqa: E402
+from ragengine.stores.postgres.keyword_leg import tsquery as _tsquery  # noqa: E402
+from ragengine.stores.postgres.store import PostgresStore, _hit  # noqa: E402
 from tests.support.postgres import postgres_server  # noqa: E402
 
 K = 10

@@ -41,21 +41,16 @@ import numpy as np
 import psycopg
 from psycopg import sql
 from sqlalchemy import (
-    Float,
     Table,
     Text,
     bindparam,
     cast,
-    column,
     create_engine,
     delete,
     func,
     literal,
-    literal_column,
     select,
-    table,
     text,
-    union_all,
 )
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -74,15 +69,14 @@ from ragengine.stores.base import (
     describe,
     split_chunk_metadata,
 )
+from ragengine.stores.postgres import keyword_leg
 from ragengine.stores.postgres.connection import driver, store_errors
 from ragengine.stores.postgres.filters import to_sql
 from ragengine.stores.postgres.hnsw import HNSW_THRESHOLD, HnswUpkeep
-from ragengine.stores.postgres.keyword import idf, keyword_words
-from ragengine.stores.postgres.keyword import plan as keyword_plan
+from ragengine.stores.postgres.keyword import keyword_words
 from ragengine.stores.postgres.schema import (
     CHUNK_COPY,
     DOCUMENT_COPY,
-    TEXT_SEARCH_CONFIG,
     Tables,
     chunk_indexes,
     create_leaf,
@@ -93,14 +87,10 @@ from ragengine.stores.postgres.schema import (
 from ragengine.stores.postgres.word_stats import WordStats
 
 log = logging.getLogger(__name__)
-pg_class = table("pg_class", column("oid"), column("reltuples"), schema="pg_catalog")
 MIGRATIONS = Path(__file__).parent / "migrations"
 # Matching rows ranked per keyword query at most. ts_rank_cd reads each row's tsvector, so ranking every
 # match grows with the corpus (common words match most of it); a bound keeps the leg's cost flat.
 KEYWORD_CANDIDATES = 2000
-# The scored words' match lists fetched per query, in all, at most this many times the bound
-# (ragengine.stores.postgres.keyword; bench/eval/pg_keyword_bound.py measured the choice).
-KEYWORD_LIST_BUDGET = 16
 
 
 def sqlalchemy_url(url: str) -> str:
@@ -109,10 +99,6 @@ def sqlalchemy_url(url: str) -> str:
         if url.startswith(prefix):
             return "postgresql+psycopg://" + url[len(prefix):]
     return url
-
-
-def _tsquery(expression: str) -> Any:
-    return func.to_tsquery(literal_column(f"'{TEXT_SEARCH_CONFIG}'::regconfig"), literal(expression))
 
 
 class PostgresStore:
@@ -326,46 +312,8 @@ class PostgresStore:
         bound = max(self.keyword_candidates, k)
         listed = bound * self.keyword_list_factor  # a scored word's matches, listed in full, at most
         with store_errors(), self.engine.connect() as conn:
-            c = self._chunks_of(conn, name)
-            where = [c.c.index_name == name] + ([to_sql(flt, c.c.metadata)] if flt is not None else [])
-
-            def matching(words_: list[str], op: str) -> Any:
-                return select(c.c.id).where(*where, c.c.tsv.op("@@")(_tsquery(f" {op} ".join(words_))))
-
-            # Each word's matches counted up to listed + 1 (a GIN lookup each, the filter applied), but for the
-            # words the statistics show to be common (unfiltered only), and the index's row estimate for the
-            # words' IDF (ragengine.stores.postgres.keyword).
-            leaf = leaf_name(c.name, name)
-            by_word = {} if flt is not None else self.words.known_common(conn, leaf, words, listed)
-            counted = [w for w in words if w not in by_word]
-            regclass = func.to_regclass(literal(f'"{c.schema}"."{leaf}"'))
-            *counts, rows = conn.execute(select(*[
-                select(func.count()).select_from(matching([w], "|").limit(listed + 1).subquery()).scalar_subquery()
-                for w in counted], select(pg_class.c.reltuples).where(pg_class.c.oid == regclass).scalar_subquery())).one()
-            by_word = {w: by_word[w] if w in by_word else counts[counted.index(w)] for w in words}
-            chosen = keyword_plan(by_word, listed, bound * KEYWORD_LIST_BUDGET)
-            if not chosen.words:
-                return []
-            # One statement: the candidates (every match of the scored words, by the sum of their IDF, then
-            # chunks holding every common word, or any when none scored: keyword.choose's order), at most
-            # ``bound``; ranked by the whole query; the cosine for the k winners only.
-            total = max(int(rows or 0), sum(by_word.values()))
-            branches = [select(matching([w], "|").limit(listed).subquery().c.id,
-                               literal(idf(by_word[w], total), Float).label("weight")) for w in chosen.scored]
-            if chosen.common:
-                fill = matching(chosen.common, "&" if chosen.scored else "|").limit(bound).subquery()
-                branches.append(select(fill.c.id, literal(0.0, Float).label("weight")))
-            matches = union_all(*branches).subquery()
-            score = func.sum(matches.c.weight)
-            cand = (select(matches.c.id).group_by(matches.c.id).order_by(score.desc(), matches.c.id)
-                    .limit(bound).subquery())
-            rank = func.ts_rank_cd(c.c.tsv, _tsquery(" | ".join(chosen.words)))
-            top = (select(c.c.id, rank.label("rank")).join(cand, c.c.id == cand.c.id).where(c.c.index_name == name)
-                   .order_by(rank.desc(), c.c.id).limit(k).subquery())
-            distance = c.c.embedding.cosine_distance(np.asarray(query_vector, dtype=np.float32))
-            stmt = (select(c.c.doc_id, c.c.seq, c.c.text, c.c.metadata, top.c.rank, distance.label("distance"))
-                    .join(top, c.c.id == top.c.id).where(c.c.index_name == name).order_by(top.c.rank.desc(), c.c.id))
-            found = conn.execute(stmt).all()
+            found = keyword_leg.search(conn, self._chunks_of(conn, name), name, words, query_vector, k, flt,
+                                       bound=bound, listed=listed, stats=self.words)
         return [_hit(r.doc_id, r.seq, r.text, r.metadata, 1.0 - float(r.distance), float(r.rank)) for r in found]
 
     # -- writes ------------------------------------------------------------------------------------
