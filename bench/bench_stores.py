@@ -6,8 +6,10 @@
 Each (store, size) row runs in a process of its own, so its memory is its own. Per row:
 - load: chunks/s through the registry's write path with precomputed vectors (the embedding model's speed
   left out); PostgreSQL's HNSW index is built after the load (``build_hnsw``), its time given apart;
-- retrieval latency p50 / p99 per leg (dense, keyword) and fused (hybrid, top 10), in process, the query
-  vector given (store + fusion only, no HTTP, no embedding), and fused at top-k 300 (the API's maximum);
+- PostgreSQL: the time to load a replica's in-memory keyword index (``keyword_mirror``) after that;
+- retrieval latency p50 / p99 per leg (dense, keyword; PostgreSQL's SQL keyword leg too) and fused
+  (hybrid, top 10), in process, the query vector given (store + fusion only, no HTTP, no embedding), and
+  fused at top-k 300 (the API's maximum);
 - dense recall@10 against an exact search, and the HNSW search breadth's curve (dense recall@10 and p99
   at ef_search 64 to 512);
 - the index's memory in the engine process (RSS after the load minus before it: the bench's own copy of
@@ -131,6 +133,12 @@ async def measure(kind: str, settings_kw: dict, n: int) -> dict:
         t0 = time.perf_counter()
         await asyncio.to_thread(adapter.build_hnsw, physical)
         build_s = time.perf_counter() - t0
+    keyword_load_s = 0.0
+    if getattr(adapter, "mirrors", None) is not None:  # PostgreSQL: this replica's in-memory keyword index
+        t0 = time.perf_counter()
+        await asyncio.to_thread(adapter.warm_keyword, physical)
+        keyword_load_s = time.perf_counter() - t0
+        say(f"keyword index loaded in {keyword_load_s:.1f} s")
     say("querying")
     registry.settings.hybrid = True
     fused = [await timed(registry.retrieve, name, t, 10, query_embedding=q) for q, t in zip(queries, query_texts, strict=True)]
@@ -141,6 +149,11 @@ async def measure(kind: str, settings_kw: dict, n: int) -> dict:
         for q, t in zip(queries, query_texts, strict=True):
             legs["dense"].append(await timed(asyncio.to_thread, adapter.dense, physical, q, 10, None))
             legs["keyword"].append(await timed(asyncio.to_thread, adapter.keyword, physical, t, q, 10, None))
+        if getattr(adapter, "mirrors", None) is not None:  # the SQL leg, for comparison (filtered queries use it)
+            mirrors, adapter.mirrors = adapter.mirrors, None
+            legs["keyword_sql"] = [await timed(asyncio.to_thread, adapter.keyword, physical, t, q, 10, None)
+                                   for q, t in zip(queries, query_texts, strict=True)]
+            adapter.mirrors = mirrors
     registry.settings.hybrid = False
     rss = process.memory_info().rss
     exact = np.argsort(-(vectors @ queries.T), axis=0)[:10].T
@@ -167,6 +180,7 @@ async def measure(kind: str, settings_kw: dict, n: int) -> dict:
     await registry.close()
     embedder.close()
     return {"store": kind, "chunks": n, "load_chunks_per_s": n / load_s, "hnsw_build_s": build_s,
+            "keyword_load_s": keyword_load_s,
             "write_chunks_per_s": n / (load_s + build_s),
             "retrieve_p50_ms": pct(fused, 50), "retrieve_p99_ms": pct(fused, 99),
             "top300_p50_ms": pct(wide, 50), "top300_p99_ms": pct(wide, 99),
@@ -240,8 +254,8 @@ def throughput(bases: list[str], index: str, questions: list[str], seconds: floa
 
 
 def fmt_row(r: dict) -> str:
-    legs = " | ".join(f"{r[f'{leg}_p50_ms']:.2f} / {r[f'{leg}_p99_ms']:.2f}" if f"{leg}_p50_ms" in r else "in process"
-                      for leg in ("dense", "keyword"))
+    legs = " | ".join(f"{r[f'{leg}_p50_ms']:.2f} / {r[f'{leg}_p99_ms']:.2f}" if f"{leg}_p50_ms" in r
+                      else "in process" if leg != "keyword_sql" else "-" for leg in ("dense", "keyword", "keyword_sql"))
     build = f"{r['hnsw_build_s']:.0f} s" if r.get("hnsw_build_s") else "-"
     memory = f"{r['index_rss_mib']:,.0f}" if "index_rss_mib" in r else "-"  # rows measured before it was
     return (f"| {r['store']} | {r['chunks']:,} | {r['load_chunks_per_s']:,.0f} | {build} | {legs} | "
@@ -252,8 +266,9 @@ def fmt_row(r: dict) -> str:
 def report(results: dict) -> None:
     """The scale table, the ef_search curve and the replicas' throughput; the plot in docs/images."""
     print("\n| store | chunks | load chunks/s | HNSW build | dense p50 / p99 (ms) | keyword p50 / p99 (ms) "
-          "| hybrid top-10 p50 / p99 (ms) | top-300 p99 (ms) | dense recall@10 | index memory (MiB) | disk (MiB) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "| SQL keyword leg p50 / p99 (ms) | hybrid top-10 p50 / p99 (ms) | top-300 p99 (ms) | dense recall@10 "
+          "| index memory (MiB) | disk (MiB) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results["stores"]:
         print(fmt_row(r))
     curves = [r for r in results["stores"] if r.get("ef_curve")]

@@ -9,8 +9,10 @@ size as 2,000 is against a million (10 and 50 candidates), and compares three wa
 
 - ``all``: every match ranked (the code before the bound; the reference);
 - ``first``: the first matches the database returns (``LIMIT`` on the match; the first try, rejected);
-- ``scored``: the store's choice (``ragengine.stores.postgres.keyword``: the chunks with the highest sum
-  of their matched words' IDF, over the words matched by at most the bound).
+- ``scored``: the SQL leg's choice (``ragengine.stores.postgres.keyword``: the chunks with the highest sum
+  of their matched words' IDF, over the words matched by at most the bound);
+- ``memory BM25``: the store's default for unfiltered searches, each replica's in-memory BM25 index
+  (``keyword_mirror``: the embedded store's BM25 over the whole index, no candidate bound).
 
 Keyword only (the leg itself, not the fused result): MRR@10 and recall@10 against each set's relevant
 documents, and how much of ``all``'s top 10 each keeps. Vectors are random: the keyword ranking does not
@@ -20,7 +22,6 @@ bench/results/pg_keyword_bound.json and prints a table.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
@@ -34,6 +35,7 @@ from sqlalchemy import func, select  # noqa: E402
 
 from bench.eval.datasets import LOADERS, Missing  # noqa: E402
 from bench.eval.metrics import mrr, recall  # noqa: E402
+from bench.eval.report import write_and_print  # noqa: E402
 from ragengine.stores.base import ChunkWrite, DocWrite  # noqa: E402
 from ragengine.stores.postgres.keyword import keyword_words  # noqa: E402
 from ragengine.stores.postgres.keyword_leg import tsquery as _tsquery  # noqa: E402
@@ -95,10 +97,12 @@ def main() -> None:
     results: dict[str, Any] = {"k": K, "bounds": list(BOUNDS), "sets": {}, "missing": {}}
     started = time.monotonic()
     with postgres_server() as url:
-        stores = {("all", 0): PostgresStore(url, schema="b_all", dim=DIM, keyword_candidates=10**9)}
+        sql_leg = {"keyword_index": "database"}
+        stores = {("all", 0): PostgresStore(url, schema="b_all", dim=DIM, keyword_candidates=10**9, **sql_leg)}
         for bound in BOUNDS:
-            stores[("first", bound)] = FirstMatches(url, schema="b_all", dim=DIM, keyword_candidates=bound)
-            stores[("scored", bound)] = PostgresStore(url, schema="b_all", dim=DIM, keyword_candidates=bound)
+            stores[("first", bound)] = FirstMatches(url, schema="b_all", dim=DIM, keyword_candidates=bound, **sql_leg)
+            stores[("scored", bound)] = PostgresStore(url, schema="b_all", dim=DIM, keyword_candidates=bound, **sql_leg)
+        stores[("memory BM25", 0)] = PostgresStore(url, schema="b_all", dim=DIM)  # the default: keyword_mirror
         for store in stores.values():
             store.open()
         for set_name, loader in LOADERS.items():
@@ -122,15 +126,9 @@ def main() -> None:
             results["sets"][set_name] = {"chunks": chunks, "questions": len(data.questions), "modes": rows}
         for store in stores.values():
             store.close()
-    results["elapsed_s"] = round(time.monotonic() - started, 1)
-    OUT.write_text(json.dumps(results, indent=2) + "\n")
-    print("| set (chunks) | candidates | keyword MRR@10 | recall@10 | top 10 of `all` kept |\n|---|---|---|---|---|")
-    for set_name, r in results["sets"].items():
-        for mode, m in r["modes"].items():
-            print(f"| {set_name} ({r['chunks']}) | {mode} | {m['mrr@10']:.3f} | {m['recall@10']:.3f} | {m['top10_kept']:.2f} |")
-    for set_name, why in results["missing"].items():
-        print(f"{set_name}: not installed ({why})")
-
+    write_and_print(OUT, results, started,
+                    "| set (chunks) | candidates | keyword MRR@10 | recall@10 | top 10 of `all` kept |\n|---|---|---|---|---|",
+                    lambda m: f"{m['mrr@10']:.3f} | {m['recall@10']:.3f} | {m['top10_kept']:.2f}")
 
 if __name__ == "__main__":
     main()

@@ -202,6 +202,12 @@ class EngineSettings(BaseSettings):
         description="PostgreSQL: an index with more chunks than this gets an HNSW index of its own, built in one pass "
                     "once its writes pause; smaller indexes are searched exactly.",
     )
+    store_keyword_index: Literal["memory", "database"] = Field(
+        "memory",
+        description="PostgreSQL: 'memory' answers unfiltered keyword searches from this replica's own BM25 index "
+                    "of each index it serves, caught up with every replica's writes before each search (about "
+                    "600 bytes per chunk); 'database' always uses PostgreSQL's full-text search.",
+    )
     store_build_memory_mb: int = Field(
         1024, ge=64,
         description="PostgreSQL: maintenance_work_mem of an HNSW build (the graph must fit: about 2.5 GiB per "

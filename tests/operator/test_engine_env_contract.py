@@ -127,7 +127,8 @@ def test_faiss_compression_comes_from_the_spec(monkeypatch):
 def test_external_store_settings_come_from_the_spec_and_the_secret(monkeypatch):
     spec = RAGEngineSpec.model_validate({"vectorStore": {
         "type": "postgres", "connectionSecretRef": {"name": "db", "key": "dsn"},
-        "hnsw": {"m": 16, "efConstruction": 200, "efSearch": 64, "threshold": 5000}}, "engine": {"replicas": 3}})
+        "hnsw": {"m": 16, "efConstruction": 200, "efSearch": 64, "threshold": 5000}, "keywordIndex": "database"},
+        "engine": {"replicas": 3}})
     for key in list(__import__("os").environ):
         if key.startswith("RAGENGINE_"):
             monkeypatch.delenv(key)
@@ -138,6 +139,7 @@ def test_external_store_settings_come_from_the_spec_and_the_secret(monkeypatch):
     assert s.vector_store == "postgres" and s.vector_store_url == "postgresql://u:p@db/rag"
     assert s.database_url == "postgresql://u:p@db/rag"  # sessions shared by the replicas too
     assert (s.hnsw_m, s.hnsw_ef_construction, s.hnsw_ef_search, s.store_hnsw_threshold) == (16, 200, 64, 5000)
+    assert s.store_keyword_index == "database"
     assert s.vector_store_prefix.startswith("rag_rag_")
     other = engine_env(Owner("other-ns", "rag", "uid"), spec)
     prefix = EngineSettings.env_name("vector_store_prefix")

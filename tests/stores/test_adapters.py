@@ -295,7 +295,8 @@ def crowded(request, store_prefix):
     default bound (2,000)."""
     from ragengine.stores.postgres.store import KEYWORD_CANDIDATES, PostgresStore
 
-    store = PostgresStore(request.getfixturevalue("pgvector_url"), schema=store_prefix, dim=DIM)
+    store = PostgresStore(request.getfixturevalue("pgvector_url"), schema=store_prefix, dim=DIM,
+                          keyword_index="database")  # the SQL leg: these tests are about it
     assert store.keyword_candidates == KEYWORD_CANDIDATES == 2000
     store.open()
     n = 20_000

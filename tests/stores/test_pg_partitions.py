@@ -201,6 +201,7 @@ def test_a_database_from_before_the_partitioning_is_converted_with_its_data(pgve
         with store.engine.connect() as conn:
             new = conn.execute(text(f"SELECT min(id) FROM {s}.chunks WHERE doc_id IN ('d100', 'd101')")).scalar()
         assert new > max(ids.values())
+        assert store.counts()["a"] == (22, 22)  # migration 0004 filled the counts; the write kept them
         assert store.build_hnsw("a") and hnsw_of(store, "a")  # the converted leaves get HNSW like any other
     finally:
         store.close()

@@ -50,6 +50,8 @@ class BM25Index:
         self.doc_len: array = array("I")  # per slot; 0 = deleted or empty
         self.live = 0
         self.total_len = 0
+        self._norm: np.ndarray | None = None  # _length_norm's, for (slots, total length, live) = _norm_key
+        self._norm_key: tuple[int, int, int] = (0, 0, 0)
 
     def _term_counts(self, text: str) -> dict[int, int]:
         counts: dict[int, int] = {}
@@ -94,16 +96,47 @@ class BM25Index:
         for slot, text in items:
             self.add(slot, text)
 
-    def search(self, query: str, k: int, alive: np.ndarray, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Top ``k`` (slots, scores) with score > 0 among live (and allowed) slots."""
+    def _length_norm(self, doc_len: np.ndarray) -> np.ndarray:
+        """Per slot, BM25's ``k1 * (1 - b + b * length / average length)``: the same for every query until the
+        next write, so it is kept (a million slots: 4 MB) instead of computed per query and term."""
+        key = (len(doc_len), self.total_len, self.live)
+        if self._norm is None or self._norm_key != key:
+            avgdl = max(self.total_len / max(self.live, 1), 1.0)
+            self._norm = (self.k1 * (1.0 - self.b) + (self.k1 * self.b / avgdl) * doc_len).astype(np.float32)
+            self._norm_key = key
+        return self._norm
+
+    def _rarest(self, terms: set[int], max_terms: int | None, max_postings: int | None) -> set[int]:
+        kept: set[int] = set()
+        postings = 0
+        for tid in sorted(terms, key=lambda t: (self.df[t] == 0, self.df[t], t)):
+            size = len(self.postings[tid])
+            if kept and ((max_terms is not None and len(kept) >= max_terms)
+                         or (max_postings is not None and postings + size > max_postings)):
+                break
+            kept.add(tid)
+            postings += size
+        return kept
+
+    def search(self, query: str, k: int, alive: np.ndarray | None, allowed: np.ndarray | None = None,
+               max_terms: int | None = None, max_postings: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Top ``k`` (slots, scores) with score > 0 among live (and allowed) slots. ``alive`` None: the slots
+        not removed. ``max_terms`` / ``max_postings``: score at most that many of the query's terms, and
+        postings in all, taking the rarest terms first (the highest IDF, so the largest share of every
+        score; the rarest is always scored), so a query of thousands of words costs what a short one does."""
         n = len(self.doc_len)
         terms = {self.vocab[t] for t in tokenize(query) if t in self.vocab}
+        if max_terms is not None or max_postings is not None:
+            terms = self._rarest(terms, max_terms, max_postings)
         if not terms or self.live <= 0 or n == 0:
             return np.zeros(0, np.int64), np.zeros(0, np.float32)
         doc_len = np.frombuffer(self.doc_len, dtype=np.uint32)
-        avgdl = max(self.total_len / self.live, 1.0)
+        if alive is None:  # removed slots have no length; with none removed there is nothing to mask
+            alive = None if self.live == n else doc_len > 0
+        norm = self._length_norm(doc_len)
         scores = np.zeros(n, dtype=np.float32)
-        k1, b = self.k1, self.b
+        k1 = self.k1
+        shortest = np.zeros(0, np.uint32)  # the rarest scored term's slots
         for tid in terms:
             df = self.df[tid]
             if df == 0:
@@ -111,14 +144,27 @@ class BM25Index:
             idf = math.log(1.0 + (self.live - df + 0.5) / (df + 0.5))
             ids = np.frombuffer(self.postings[tid], dtype=np.uint32)
             tf = np.frombuffer(self.freqs[tid], dtype=np.uint16).astype(np.float32)
-            dl = doc_len[ids].astype(np.float32)
-            scores[ids] += idf * tf * (k1 + 1.0) / (tf + k1 * (1.0 - b + b * dl / avgdl))
+            scores[ids] += (idf * (k1 + 1.0)) * tf / (tf + norm[ids])
+            if not shortest.size or ids.size < shortest.size:
+                shortest = ids.copy()
             del ids, tf  # release the buffer views before any later append
         del doc_len
-        mask = alive[:n] if allowed is None else (alive[:n] & allowed[:n])
-        scores[~mask] = 0.0
-        hits = np.flatnonzero(scores > 0)
+        if alive is not None:
+            scores[~alive[:n]] = 0.0
+        if allowed is not None:
+            scores[~allowed[:n]] = 0.0
+        hits = np.flatnonzero(scores >= _floor(scores[shortest], k))
         if hits.size > k:
             hits = hits[np.argpartition(-scores[hits], k - 1)[:k]]
         hits = hits[np.argsort(-scores[hits], kind="stable")]
         return hits.astype(np.int64), scores[hits]
+
+
+def _floor(some: np.ndarray, k: int) -> float:
+    """A score the k best reach for sure: the k-th best of ``some`` of the scores (the rarest term's slots),
+    so only the slots scoring at least that are sorted, not every slot any common term matched; the
+    smallest positive score when ``some`` has fewer than k positive ones."""
+    positive = some[some > 0]
+    if positive.size < k:
+        return float(np.nextafter(np.float32(0), np.float32(1)))
+    return float(np.partition(positive, positive.size - k)[positive.size - k])

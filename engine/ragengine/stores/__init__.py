@@ -21,7 +21,8 @@ def build_adapter(settings: Any, dim: int) -> Any:
         return PostgresStore(settings.vector_store_url, schema=settings.vector_store_prefix, dim=dim,
                              hnsw_m=settings.hnsw_m, ef_construction=settings.hnsw_ef_construction,
                              ef_search=settings.hnsw_ef_search, hnsw_threshold=settings.store_hnsw_threshold,
-                             build_memory_mb=settings.store_build_memory_mb)
+                             build_memory_mb=settings.store_build_memory_mb,
+                             keyword_index=settings.store_keyword_index)
     if settings.vector_store == "milvus":
         from ragengine.stores.milvus import MilvusStore
 

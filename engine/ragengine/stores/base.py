@@ -11,7 +11,8 @@ chunking or embedding: it stores what it is given and answers searches. What it 
 - Scores: ``dense`` and ``keyword`` return the cosine similarity between the query vector and each
   hit's stored vector, computed by the store from the same unit vectors the FAISS backend holds, so a
   ``similarity_threshold`` means the same on every backend. ``keyword_score`` is the store's own
-  keyword rank (BM25 in FAISS, ``ts_rank_cd`` in PostgreSQL): comparable within one result list only.
+  keyword rank (BM25 in FAISS and in PostgreSQL's in-memory mirror, ``ts_rank_cd`` on its SQL leg): comparable
+  within one result list only.
 - A chunk's ``tokens`` (its LLM token counts by tokenizer identity, see ``index.chunk_tokens``) are
   stored with the chunk and come back on its hits and in ``chunk_vectors``; ``chunk_metadata`` /
   ``split_chunk_metadata`` keep them in the chunk row's metadata under a reserved key, never in the

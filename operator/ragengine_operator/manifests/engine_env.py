@@ -45,6 +45,7 @@ SPEC_TO_ENGINE = {
     "vectorStore.hnsw.efSearch": "hnsw_ef_search",
     "vectorStore.hnsw.threshold": "store_hnsw_threshold",
     "vectorStore.compression": "vector_compression",
+    "vectorStore.keywordIndex": "store_keyword_index",
     "retrieval.screenIndexes": "screen_indexes",
     "guardrails.enabled": "guardrails_policy",  # the mounted ConfigMap's file (manifests/guardrails.py)
     "guardrails.failOpen": "guardrails_fail_open",
@@ -145,6 +146,7 @@ def engine_values(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
         "hnsw_ef_search": vs.hnsw.ef_search,
         "store_hnsw_threshold": vs.hnsw.threshold,
         "vector_compression": vs.compression,
+        "store_keyword_index": vs.keyword_index,
         "llm_url": llm_url(owner, spec),
         "llm_model": served_model(spec),
         "context_window": inf.context_window if inf else None,

@@ -18,6 +18,11 @@ that the migrated database and these objects agree.
 - ``chunks_d<dim>``: the same as ``chunks`` for the indexes whose vectors have another dimension (a version
   built with another embedding model, docs/versions.md): one partitioned table per dimension, created
   when the first such index is (``dim_chunks``).
+- ``indexes`` also keeps each index's document and chunk counts (kept in the write's transaction, so
+  counting never scans a table) and ``change_seq``, the number of writes committed to it: a write takes the
+  row's lock to raise it, so one index's writes commit in that order; each chunk carries the write that
+  added it (``added_in``) and ``chunk_removals`` logs the chunks each write removed. Together they let a
+  replica's in-engine keyword index (``keyword_mirror``) catch up with what others wrote.
 - ``index_versions``: each index's version book (ragengine.versions.book) as JSON, and under the name ""
   the replicas' heartbeats (which embedding models each has loaded).
 """
@@ -46,7 +51,7 @@ from sqlalchemy import (
     Text,
     func,
 )
-from sqlalchemy.dialects.postgresql import JSONB, TSVECTOR
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TSVECTOR
 from sqlalchemy.engine import Connection
 
 TEXT_SEARCH_CONFIG = "english"  # stemming + stop words for the keyword side
@@ -59,6 +64,7 @@ class Tables:
     documents: Table
     chunks: Table
     versions: Table
+    removals: Table
     dim: int  # of ``chunks``
 
 
@@ -75,6 +81,7 @@ def chunks_table(md: MetaData, name: str, dim: int, documents: Table) -> Table:
         Column("search_text", Text, nullable=False),  # the keyword side's text (contextual chunks differ)
         Column("metadata", JSONB, nullable=False),
         Column("embedding", Vector(dim), nullable=False),
+        Column("added_in", BigInteger, nullable=False, server_default="0"),  # the index's change_seq of its write
         Column("tsv", TSVECTOR, Computed(f"to_tsvector('{TEXT_SEARCH_CONFIG}', search_text)", persisted=True)),
         PrimaryKeyConstraint("index_name", "id"),  # a partitioned table's keys hold its partition key
         ForeignKeyConstraint(["index_name", "doc_id"], [documents.c.index_name, documents.c.doc_id], ondelete="CASCADE"),
@@ -85,7 +92,7 @@ def chunks_table(md: MetaData, name: str, dim: int, documents: Table) -> Table:
 # The columns a write copies (binary COPY) into a leaf and into ``documents``, with their types; ``id``,
 # ``tsv`` and ``pos`` are the database's.
 CHUNK_COPY = {"index_name": "text", "doc_id": "text", "seq": "int4", "text": "text", "search_text": "text",
-              "metadata": "jsonb", "embedding": "vector"}
+              "metadata": "jsonb", "embedding": "vector", "added_in": "int8"}
 DOCUMENT_COPY = {"index_name": "text", "doc_id": "text", "text": "text", "metadata": "jsonb"}
 
 
@@ -96,6 +103,7 @@ def chunk_indexes(table: Table) -> list[Index]:
     return [
         Index(f"{prefix}_doc", table.c.index_name, table.c.doc_id),
         Index(f"{prefix}_tsv", table.c.tsv, postgresql_using="gin"),
+        Index(f"{prefix}_added", table.c.index_name, table.c.added_in),  # what a write added (keyword_mirror)
     ]
 
 
@@ -150,6 +158,10 @@ def tables(schema: str, dim: int) -> Tables:
         Column("config", JSONB, nullable=False),
         Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
         Column("dim", Integer, nullable=True),  # NULL: the dimension of ``chunks``
+        Column("doc_count", BigInteger, nullable=False, server_default="0"),
+        Column("chunk_count", BigInteger, nullable=False, server_default="0"),
+        Column("change_seq", BigInteger, nullable=False, server_default="0"),  # writes committed
+        Column("pruned_through", BigInteger, nullable=False, server_default="0"),  # removals logged after it
     )
     documents = Table(
         "documents", md,
@@ -160,10 +172,18 @@ def tables(schema: str, dim: int) -> Tables:
         Column("metadata", JSONB, nullable=False),
     )
     chunks = chunks_table(md, "chunks", dim, documents)
+    removals = Table(
+        "chunk_removals", md,
+        Column("index_name", Text, ForeignKey(indexes.c.name, ondelete="CASCADE"), primary_key=True),
+        Column("change_seq", BigInteger, primary_key=True),
+        Column("ids", ARRAY(BigInteger), nullable=False),
+        Column("search_texts", ARRAY(Text), nullable=False),  # so a replica can take them out of its counts
+        Column("removed_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    )
     versions = Table(
         "index_versions", md,
         Column("name", Text, primary_key=True),
         Column("book", JSONB, nullable=False),
         Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     )
-    return Tables(md, indexes, documents, chunks, versions, dim)
+    return Tables(md, indexes, documents, chunks, versions, removals, dim)
