@@ -265,3 +265,52 @@ def test_kill_9_in_the_middle_of_a_bulk_copy_leaves_nothing_half_written(pgvecto
         assert store.get_documents("kb", ["small", "d0", "d19999"]).keys() == {"small"}
     finally:
         store.close()
+
+
+def test_dropping_an_index_stops_its_running_hnsw_build(store):
+    """A build (CREATE INDEX CONCURRENTLY) holds the table while it waits for older transactions to end; a
+    drop of the index cancels it and goes through at once, instead of waiting for it or deadlocking with it
+    (seen in bench/bench_stores.py: a background build and a DROP, one of them ended by PostgreSQL)."""
+    import threading
+
+    from sqlalchemy.engine import Connection
+
+    from ragengine.stores.base import StoreUnavailable
+
+    store.write("kb", {}, [], docs(300), vectors(300), add_only=True)
+    leaf = leaf_name("chunks", "kb")
+    blocker: Connection = store.engine.connect().execution_options(isolation_level="REPEATABLE READ")
+    blocker.execute(text("SELECT 1"))  # an open snapshot: the build's last phase waits for it
+    built: list[object] = []
+
+    def build() -> None:
+        try:
+            built.append(store.build_hnsw("kb"))
+        except StoreUnavailable as exc:
+            built.append(exc)
+
+    builder = threading.Thread(target=build)
+    dropper = threading.Thread(target=lambda: built.append(("dropped", store.drop_index("kb"))))
+    try:
+        builder.start()
+        end = time.monotonic() + 20
+        def waiting() -> bool:  # a connection each time: pg_stat_activity is read once per transaction
+            with store.engine.connect() as conn:
+                return conn.execute(text("SELECT 1 FROM pg_stat_activity WHERE query ILIKE 'CREATE INDEX "
+                                         "CONCURRENTLY%' AND wait_event_type = 'Lock'")).first() is not None
+
+        while not waiting():
+            assert time.monotonic() < end, "the build never started waiting"
+            time.sleep(0.05)
+        dropper.start()
+        dropper.join(timeout=15)
+        assert not dropper.is_alive(), "the drop waited for the build"
+    finally:
+        blocker.close()
+        dropper.join(timeout=30) if dropper.is_alive() else None
+        builder.join(timeout=30)
+    assert ("dropped", True) in built
+    assert any(isinstance(b, StoreUnavailable) for b in built)  # the build was cancelled, not finished
+    with store.engine.connect() as conn:
+        assert conn.execute(text("SELECT to_regclass(:t)"), {"t": f'"{store.schema}"."{leaf}"'}).scalar() is None
+    assert store.indexes() == {}

@@ -18,11 +18,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
 import psycopg
 from psycopg import sql
 from sqlalchemy import func, literal, select, text
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 
 from ragengine.stores.postgres.connection import driver, store_errors
 from ragengine.stores.postgres.schema import hnsw_ddl, hnsw_name
@@ -39,6 +40,10 @@ PENDING = text(
     "WHERE n.nspname = :schema AND p.relkind = 'p' AND p.relname ~ '^chunks(_d[0-9]+)?$' AND NOT EXISTS ("
     "SELECT 1 FROM pg_index x JOIN pg_class ic ON ic.oid = x.indexrelid "
     "WHERE x.indrelid = c.oid AND x.indisvalid AND ic.relname = c.relname || '_hnsw')")
+# The backends building a given HNSW index (on any replica): a DROP of its table must not wait on them.
+BUILDS_OF = text(
+    "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE datname = current_database() "
+    "AND pid <> pg_backend_pid() AND query ILIKE 'CREATE INDEX CONCURRENTLY%' AND strpos(query, :index) > 0")
 INVALID = text(
     "SELECT 1 FROM pg_index x JOIN pg_class ic ON ic.oid = x.indexrelid JOIN pg_namespace n ON "
     "n.oid = ic.relnamespace WHERE n.nspname = :s AND ic.relname = :i AND NOT x.indisvalid")
@@ -80,13 +85,26 @@ class HnswUpkeep:
         self.analyzed(leaf)
         return False
 
+    def stop_builds(self, conn: Connection, leaf: str) -> int:
+        """Cancel every running build of ``leaf``'s HNSW index, this replica's or another's, in the transaction
+        that drops the table. A build waits for older transactions (the drop's) to end while the DROP waits
+        for the build's lock: PostgreSQL would end one of them, the drop as likely as not, as a deadlock."""
+        stopped = len(conn.execute(BUILDS_OF, {"index": f'"{hnsw_name(leaf)}"'}).all())
+        # Until the drop commits: wait for a cancelled build to let go, and let no new one start.
+        conn.execute(select(func.pg_advisory_xact_lock(self._key(leaf))))
+        return stopped
+
+    def _key(self, leaf: str) -> Any:
+        """The advisory lock of ``leaf``'s builds: one replica builds it at a time."""
+        return select(func.hashtext(literal(f"ragengine-hnsw:{self.schema}:{leaf}")).label("key")).scalar_subquery()
+
     def cancel(self) -> None:
         if self._building is not None:
             with store_errors(), self.engine().connect() as conn:
                 conn.execute(select(func.pg_cancel_backend(self._building)))
 
     def _build(self, leaf: str, rows: int) -> bool:
-        lock = select(func.hashtext(literal(f"ragengine-hnsw:{self.schema}:{leaf}")).label("key")).scalar_subquery()
+        lock = self._key(leaf)
         index = sql.Identifier(self.schema, hnsw_name(leaf))
         with store_errors(), self.engine().connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
             if not conn.execute(select(func.pg_try_advisory_lock(lock))).scalar():

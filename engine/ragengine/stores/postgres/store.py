@@ -361,8 +361,9 @@ class PostgresStore:
         if self.mirrors is not None:
             self.mirrors.forget(name)
         with store_errors(), self.engine.begin() as conn:
-            driver(conn).execute(sql.SQL("DROP TABLE IF EXISTS {}").format(
-                sql.Identifier(self.schema, leaf_name(self._chunks_of(conn, name).name, name))))
+            leaf = leaf_name(self._chunks_of(conn, name).name, name)
+            self.hnsw.stop_builds(conn, leaf)
+            driver(conn).execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(self.schema, leaf)))
             return conn.execute(delete(self.t.indexes).where(self.t.indexes.c.name == name)).rowcount > 0
 
     def _ensure_leaf(self, name: str, dim: int | None) -> None:
