@@ -39,7 +39,7 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import psycopg
@@ -115,7 +115,7 @@ class PostgresStore:
     def __init__(self, url: str, *, schema: str, dim: int, hnsw_m: int = 16, ef_construction: int = 64,
                  ef_search: int = 100, pool_size: int = 8, keyword_candidates: int = KEYWORD_CANDIDATES,
                  keyword_list_factor: int = 4, hnsw_threshold: int = HNSW_THRESHOLD,
-                 build_memory_mb: int = 1024, keyword_index: str = "memory") -> None:
+                 build_memory_mb: int = 1024, keyword_index: Literal["memory", "database"] = "memory") -> None:
         self.url = sqlalchemy_url(url)
         self.schema = schema
         self.dim = dim
