@@ -258,7 +258,8 @@ def fmt_row(r: dict) -> str:
                       else "in process" if leg != "keyword_sql" else "-" for leg in ("dense", "keyword", "keyword_sql"))
     build = f"{r['hnsw_build_s']:.0f} s" if r.get("hnsw_build_s") else "-"
     memory = f"{r['index_rss_mib']:,.0f}" if "index_rss_mib" in r else "-"  # rows measured before it was
-    return (f"| {r['store']} | {r['chunks']:,} | {r['load_chunks_per_s']:,.0f} | {build} | {legs} | "
+    store = f"{r['store']} (shared_buffers {r['shared_buffers']})" if r.get("shared_buffers") else r["store"]
+    return (f"| {store} | {r['chunks']:,} | {r['load_chunks_per_s']:,.0f} | {build} | {legs} | "
             f"{r['retrieve_p50_ms']:.2f} / {r['retrieve_p99_ms']:.2f} | {r['top300_p99_ms']:.0f} | "
             f"{r['recall_at_10']:.3f} | {memory} | {r['disk_mib']:,.0f} |")
 
@@ -297,6 +298,10 @@ def main() -> int:
     parser.add_argument("--milvus-max-chunks", type=int, default=10_000,
                         help="Milvus Lite above this size is skipped: its search took 1.4 s p50 at 10k chunks here, "
                              "so 100k would take hours (a Milvus cluster is what to measure at that size)")
+    parser.add_argument("--pg-shared-buffers", default="4GB",
+                        help="PostgreSQL's shared_buffers: its own cache, where the HNSW index should fit (pgvector's "
+                             "advice; PostgreSQL's is a quarter of RAM). The server's default, 128MB, is measured in "
+                             "docs/stores.md too")
     parser.add_argument("--report", action="store_true",
                         help="measure nothing: print the tables and draw the plot from bench/results/stores.json")
     parser.add_argument("--row", help=argparse.SUPPRESS)  # one row, in a child process (row_in_child)
@@ -316,7 +321,8 @@ def main() -> int:
         old = json.loads(out.read_text())
         results = {"stores": [r for r in old["stores"] if not (r["store"] in args.stores and r["chunks"] in sizes)],
                    "replicas": [] if not args.no_replicas else old.get("replicas", [])}
-    with postgres_server() as sa_url, tempfile.TemporaryDirectory() as tmp_name:
+    with postgres_server(settings={"shared_buffers": args.pg_shared_buffers}) as sa_url, \
+            tempfile.TemporaryDirectory() as tmp_name:
         url, tmp = sa_url.replace("postgresql+psycopg://", "postgresql://"), Path(tmp_name)
         for n in sizes:
             for kind in args.stores:
@@ -325,6 +331,8 @@ def main() -> int:
                     continue
                 started = time.monotonic()
                 row = row_in_child(kind, n, url, tmp)
+                if kind == "postgres":
+                    row["shared_buffers"] = args.pg_shared_buffers
                 results["stores"].append(row)
                 print(f"{kind:9} {n:>9,} chunks ({time.monotonic() - started:.0f} s): {fmt_row(row)}", flush=True)
         if not args.no_replicas:

@@ -155,6 +155,21 @@ def test_bad_input(make_server):
         assert r.status_code == 404
 
 
+def test_a_nul_character_is_stored_or_refused_as_bad_input_never_a_5xx(make_server, store_settings):
+    """PostgreSQL's text type cannot hold U+0000. Its refusal is the request's fault (a 422 that says so), not
+    an unavailable store (it was a 503, and a retrying client would retry forever); the engine stays ready."""
+    with make_server() as (base, _):
+        r = _index(base, docs=[{"doc_id": "nul", "text": "before\x00after"}])
+        if store_settings.get("vector_store") == "postgres":
+            assert r.status_code == 422 and "refused the data" in r.json()["detail"], r.text
+        else:  # FAISS and Milvus keep the text as it came
+            assert r.status_code == 200, r.text
+            docs = httpx.get(f"{base}/indexes/kb/documents").json()["documents"]
+            assert [d["text"] for d in docs] == ["before\x00after"]
+        assert httpx.get(f"{base}/ready").status_code == 200
+        assert _index(base, docs=[{"doc_id": "ok", "text": "after a refusal the store still serves"}]).status_code == 200
+
+
 def test_long_non_ascii_index_name_is_a_400_not_a_500(server):
     """200 characters are allowed, but 'é' x 200 is a 1200-byte folder name (issue 22: it gave a 500)."""
     r = _index(server, name="é" * 200, docs=[{"text": "x"}])

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from ragengine.retrieval.filters import matches, parse_filters
-from ragengine.stores.base import ChunkWrite, DocumentRace, DocWrite, StoreUnavailable
+from ragengine.stores.base import ChunkWrite, DocumentRace, DocWrite, NoSuchIndex, StoreRefused, StoreUnavailable
 
 DIM = 8
 
@@ -139,6 +139,36 @@ def test_long_document_text_round_trips(adapter):
 def test_drop_index(adapter):
     assert adapter.drop_index("idx") is True
     assert adapter.indexes() == {} and adapter.drop_index("idx") is False
+
+
+@pytest.mark.parametrize("flt", [None, {"type": "eq", "key": "year", "value": 2024}], ids=["unfiltered", "filtered"])
+def test_searching_a_missing_index_says_so(adapter, flt):
+    """The legs report a missing index themselves (the registry turns it into a 404 without asking first)."""
+    adapter.keyword("idx", "document", unit(1), 3, None)  # PostgreSQL: this replica's keyword mirror is loaded
+    adapter.drop_index("idx")
+    flt = parse_filters(flt) if flt else None
+    for search in (lambda: adapter.dense("idx", unit(1), 3, flt), lambda: adapter.keyword("idx", "document", unit(1), 3, flt)):
+        with pytest.raises(NoSuchIndex):
+            search()
+    with pytest.raises(NoSuchIndex):
+        adapter.dense("never-made", unit(1), 3, flt)
+
+
+def test_postgres_refuses_a_nul_in_text_as_the_request_s_fault_and_keeps_serving(request, store_prefix, tmp_path):
+    """PostgreSQL's text cannot hold U+0000: that is bad input (a 422 up the stack), not an unavailable store."""
+    store = make_adapter("postgres", request, store_prefix, tmp_path)
+    store.open()
+    try:
+        for doc in (DocWrite("nul", "before\x00after", {}, [ChunkWrite(0, "before")]),
+                    DocWrite("nul", "fine", {"k": "v\x00"}, [ChunkWrite(0, "fine")]),
+                    DocWrite("nul", "fine", {}, [ChunkWrite(0, "a\x00b")])):
+            with pytest.raises(StoreRefused):
+                store.write("idx", {}, [], [doc], unit(1)[None, :], add_only=True)
+        store.ping()
+        store.write("idx", {}, [], [DocWrite("ok", "fine", {}, [ChunkWrite(0, "fine")])], unit(1)[None, :], add_only=True)
+        assert "nul" not in store.get_documents("idx", ["nul", "ok"]) and store.counts()["idx"] == (1, 1)
+    finally:
+        store.close()
 
 
 def test_postgres_write_is_all_or_nothing(request, store_prefix, tmp_path):

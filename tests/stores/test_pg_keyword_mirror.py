@@ -12,7 +12,7 @@ from sqlalchemy import func, select, text
 
 from ragengine.retrieval.bm25 import BM25Index
 from ragengine.retrieval.filters import parse_filters
-from ragengine.stores.base import ChunkWrite, DocWrite
+from ragengine.stores.base import ChunkWrite, DocWrite, NoSuchIndex
 from ragengine.stores.postgres.store import PostgresStore
 
 pytestmark = pytest.mark.postgres
@@ -137,7 +137,8 @@ def test_an_index_dropped_and_made_again_is_never_answered_from_the_old_mirror(r
     assert a.drop_index("kb")
     b.maintain()  # the background upkeep forgets what was dropped elsewhere: no memory held for it
     assert b.mirrors.held() == {}
-    assert b.keyword("kb", "zeppelin", unit(1, 1)[0], 10, None) == []
+    with pytest.raises(NoSuchIndex):  # the registry's 404
+        b.keyword("kb", "zeppelin", unit(1, 1)[0], 10, None)
     write(a, [doc(50, "lighthouse")])
     assert keyword_ids(b, "zeppelin") == []
     assert set(keyword_ids(b, "lighthouse")) == {("d50", 0), ("d50", 1)}

@@ -79,9 +79,10 @@ def _run(cmd: list[str], what: str, timeout: float = 120) -> None:
 
 @contextlib.contextmanager
 def postgres_server(*, start_timeout_s: float = 60.0, listen: str = "127.0.0.1",
-                    trust_cidr: str | None = None) -> Iterator[str]:
+                    trust_cidr: str | None = None, settings: dict[str, str] | None = None) -> Iterator[str]:
     """A throwaway server; ``listen`` and ``trust_cidr`` (pg_hba ``trust`` for that network) let pods on the
-    local cluster's real node reach it at the machine's address."""
+    local cluster's real node reach it at the machine's address. ``settings``: more server settings
+    (``{"shared_buffers": "4GB"}``), as ``-c name=value``."""
     bin_dir = find_pg_bin()
     root = Path(tempfile.mkdtemp(prefix="ragengine-pg-"))
     data, sock = root / "data", root / "sock"
@@ -101,6 +102,7 @@ def postgres_server(*, start_timeout_s: float = 60.0, listen: str = "127.0.0.1",
             with bound_socket(listen) as probe:
                 port = probe.getsockname()[1]
             opts = f"-p {port} -k {sock} -c listen_addresses={listen} -c fsync=off -c full_page_writes=off"
+            opts += "".join(f" -c {name}={value}" for name, value in (settings or {}).items())
             log = root / f"server-{attempt}.log"
             try:
                 _run(_as_user([str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(log), "-o", opts, "-w",

@@ -36,6 +36,16 @@ class StoreUnavailable(Exception):
     """The store cannot serve (unreachable, wrong credentials, missing extension, schema mismatch)."""
 
 
+class StoreRefused(Exception):
+    """The store refused a request's data (PostgreSQL: a NUL character in text, which its text type cannot
+    hold): the caller's fault, not the store's, which still serves."""
+
+
+class NoSuchIndex(KeyError):
+    """A search named an index the store does not hold (never made, or dropped through another replica).
+    The legs report it themselves, so a search needs no separate existence check before it."""
+
+
 class DocumentRace(Exception):
     """Another writer added the same document id with other text between the check and the write."""
 

@@ -48,6 +48,7 @@ from ragengine.stores.base import (
     DocumentRace,
     DocWrite,
     Hit,
+    NoSuchIndex,
     StoredDoc,
     StoreUnavailable,
     chunk_metadata,
@@ -270,7 +271,7 @@ class MilvusStore:
     def _index(self, name: str) -> tuple[str, str]:
         found = self._collections(name)
         if found is None:
-            raise KeyError(name)
+            raise NoSuchIndex(name)
         self._load(found[0])
         self._load(found[1])
         return found

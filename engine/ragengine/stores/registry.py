@@ -29,7 +29,7 @@ import numpy as np
 
 from ragengine import metrics
 from ragengine.embedding.pool import EmbedderPool, ModelRef
-from ragengine.errors import BadRequest, Conflict, EngineError, NotFound
+from ragengine.errors import BadRequest, Conflict, EngineError, NotFound, Unprocessable
 from ragengine.index import disk
 from ragengine.index.chunk_tokens import ChunkTokenCounter, counts_to_store, per_document
 from ragengine.index.chunking import Chunker, index_texts, locate_spans, new_index_config
@@ -52,7 +52,17 @@ from ragengine.retrieval import filters as flt
 from ragengine.retrieval import long_query
 from ragengine.retrieval.grouping import OVERFETCH, cap_per_document
 from ragengine.retrieval.hybrid import FusionParams, candidate_pool, fuse
-from ragengine.stores.base import ChunkWrite, DocumentRace, DocWrite, Hit, StoreAdapter, StoreUnavailable, describe
+from ragengine.stores.base import (
+    ChunkWrite,
+    DocumentRace,
+    DocWrite,
+    Hit,
+    NoSuchIndex,
+    StoreAdapter,
+    StoreRefused,
+    StoreUnavailable,
+    describe,
+)
 
 log = logging.getLogger(__name__)
 REFRESH_S = 2.0
@@ -201,6 +211,10 @@ class StoreRegistry:
         except StoreUnavailable as exc:
             self._unavailable = str(exc)
             raise EngineError(f"The {self.kind} store is unavailable: {exc}", status_code=503) from exc
+        except NoSuchIndex as exc:
+            raise NotFound(f"No such index: '{exc.args[0]}' exists.") from None
+        except StoreRefused as exc:
+            raise Unprocessable(f"The {self.kind} store refused the data: {exc}") from exc
 
     async def _fused(self, index_name: str, query: str, qvec: np.ndarray, pool: int, n_out: int,
                      f: flt.Filter | None) -> list[RetrievedNode]:
@@ -408,7 +422,6 @@ class StoreRegistry:
                         query_embedding: np.ndarray | None, max_chunks_per_document: int | None,
                         long_query_windows: bool | None) -> list[RetrievedNode]:
         start = time.perf_counter()
-        await self._config(index_name)  # asks the store: an index dropped through another replica is a 404 here too
         reranking = self.reranker is not None
         n_out = max(top_k, self.settings.rerank_candidates) if reranking else top_k
         pool = candidate_pool(n_out, self.settings.fusion_candidates)  # the same pool as FAISS (docs/retrieval.md)

@@ -8,9 +8,9 @@ from collections.abc import Iterator
 
 import psycopg
 from sqlalchemy.engine import Connection
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import DataError, IntegrityError, SQLAlchemyError
 
-from ragengine.stores.base import DocumentRace, StoreUnavailable, describe
+from ragengine.stores.base import DocumentRace, NoSuchIndex, StoreRefused, StoreUnavailable, describe
 
 
 def driver(conn: Connection) -> psycopg.Connection:
@@ -22,12 +22,15 @@ def driver(conn: Connection) -> psycopg.Connection:
 
 @contextlib.contextmanager
 def store_errors() -> Iterator[None]:
-    """A database that cannot serve is StoreUnavailable (503); races and key conflicts pass through."""
+    """A database that cannot serve is StoreUnavailable (503); data it refuses is StoreRefused (the request's
+    fault: a 422, and the store still serves); races, key conflicts and missing indexes pass through."""
     try:
         yield
-    except (StoreUnavailable, DocumentRace):
+    except (StoreUnavailable, StoreRefused, DocumentRace, NoSuchIndex):
         raise
     except (IntegrityError, psycopg.errors.IntegrityError):
         raise
+    except (DataError, psycopg.DataError) as exc:  # SQLSTATE class 22: a NUL in text, a value out of range
+        raise StoreRefused(describe(exc)) from exc
     except (SQLAlchemyError, psycopg.Error) as exc:  # psycopg's own: COPY and DDL run on the driver
         raise StoreUnavailable(describe(exc)) from exc

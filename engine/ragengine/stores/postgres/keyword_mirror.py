@@ -36,10 +36,11 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 import numpy as np
 from sqlalchemy import Table, func, select, update
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Engine
 
 from ragengine.index.state import RWLock
 from ragengine.retrieval.bm25 import BM25Index
@@ -116,15 +117,10 @@ class KeywordMirrors:
         self._guard = threading.Lock()
         self._loader = ThreadPoolExecutor(1, thread_name_prefix="keyword-mirror")
 
-    def search(self, conn: Connection, name: str, chunks: Table, query: str, k: int) -> tuple[list[int], list[float]] | None:
+    def search(self, name: str, row: Any, chunks: Table, query: str, k: int) -> tuple[list[int], list[float]] | None:
         """(chunk ids, BM25 scores) of the ``k`` best chunks of index ``name``, or None when this replica's
-        mirror cannot answer yet (the caller uses the SQL leg; the loader is asked to load it)."""
-        i = self.tables().indexes
-        row = conn.execute(select(i.c.change_seq, i.c.pruned_through, i.c.created_at, i.c.chunk_count)
-                           .where(i.c.name == name)).first()
-        if row is None:
-            self._mirrors.pop(name, None)
-            return None
+        mirror cannot answer yet (the caller uses the SQL leg; the loader is asked to load it). ``row``: the
+        index's row as read just now (``change_seq``, ``pruned_through``, ``created_at``, ``chunk_count``)."""
         mirror = self._mirrors.get(name)
         if mirror is None or mirror.created != row.created_at or mirror.seq < row.pruned_through or mirror.seq > row.change_seq:
             if row.chunk_count > self.catch_up:

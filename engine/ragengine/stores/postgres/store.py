@@ -69,6 +69,7 @@ from ragengine.stores.base import (
     ChunkWrite,
     DocWrite,
     Hit,
+    NoSuchIndex,
     StoredDoc,
     StoreUnavailable,
     describe,
@@ -229,6 +230,13 @@ class PostgresStore:
     def _chunks_of(self, conn: Connection, name: str, *, create: bool = False) -> Table:
         return self._table(conn, self._dim(conn, name), create=create)
 
+    def _searched(self, conn: Connection, name: str) -> Table:
+        """The chunks table of an index being searched; NoSuchIndex when it does not exist."""
+        row = conn.execute(select(self.t.indexes.c.dim).where(self.t.indexes.c.name == name)).first()
+        if row is None:
+            raise NoSuchIndex(name)
+        return self._table(conn, row.dim)
+
     # -- reads -------------------------------------------------------------------------------------
     def indexes(self) -> dict[str, dict]:
         with store_errors(), self.engine.connect() as conn:
@@ -295,16 +303,21 @@ class PostgresStore:
             return [StoredDoc(r.doc_id, r.text, r.metadata) for r in rows], int(total)
 
     def dense(self, name: str, query: np.ndarray, k: int, flt: Filter | None) -> list[Hit]:
+        i = self.t.indexes
         with store_errors(), self.engine.begin() as conn:
-            c = self._chunks_of(conn, name)
+            # One round trip before the search: the index's dimension, and the HNSW settings for this transaction.
+            row = conn.execute(select(i.c.dim, func.set_config("hnsw.ef_search", str(max(self.ef_search, k)), True),
+                                      func.set_config("hnsw.iterative_scan", "relaxed_order", True))
+                               .where(i.c.name == name)).first()
+            if row is None:
+                raise NoSuchIndex(name)
+            c = self._table(conn, row.dim)
             distance = c.c.embedding.cosine_distance(np.asarray(query, dtype=np.float32))
             where = [c.c.index_name == name]
             if flt is not None:
                 where.append(to_sql(flt, c.c.metadata))
             stmt = (select(c.c.doc_id, c.c.seq, c.c.text, c.c.metadata, distance.label("distance"))
                     .where(*where).order_by(distance).limit(k))
-            conn.execute(select(func.set_config("hnsw.ef_search", str(max(self.ef_search, k)), True)))
-            conn.execute(select(func.set_config("hnsw.iterative_scan", "relaxed_order", True)))
             rows = conn.execute(stmt).all()
         hits = [_hit(r.doc_id, r.seq, r.text, r.metadata, 1.0 - float(r.distance)) for r in rows]
         hits.sort(key=lambda h: -h.cosine)  # relaxed_order may return a near-sorted list
@@ -321,7 +334,7 @@ class PostgresStore:
         bound = max(self.keyword_candidates, k)
         listed = bound * self.keyword_list_factor  # a scored word's matches, listed in full, at most
         with store_errors(), self.engine.connect() as conn:
-            found = keyword_leg.search(conn, self._chunks_of(conn, name), name, words, query_vector, k, flt,
+            found = keyword_leg.search(conn, self._searched(conn, name), name, words, query_vector, k, flt,
                                        bound=bound, listed=listed, stats=self.words)
         return [_hit(r.doc_id, r.seq, r.text, r.metadata, 1.0 - float(r.distance), float(r.rank)) for r in found]
 
@@ -329,9 +342,16 @@ class PostgresStore:
         """The keyword leg from this replica's BM25 index of ``name`` (``keyword_mirror``), caught up with every
         committed write first; None while it loads (the SQL leg answers)."""
         assert self.mirrors is not None
+        i = self.t.indexes
         with store_errors(), self.engine.connect() as conn:
-            c = self._chunks_of(conn, name)
-            found = self.mirrors.search(conn, name, c, query, k)
+            # One round trip before the search: the dimension and what the mirror needs to know it is current.
+            row = conn.execute(select(i.c.dim, i.c.change_seq, i.c.pruned_through, i.c.created_at, i.c.chunk_count)
+                               .where(i.c.name == name)).first()
+            if row is None:
+                self.mirrors.forget(name)
+                raise NoSuchIndex(name)
+            c = self._table(conn, row.dim)
+            found = self.mirrors.search(name, row, c, query, k)
             if found is None:
                 return None
             ids, scores = found
