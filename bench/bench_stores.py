@@ -201,6 +201,11 @@ def row_in_child(kind: str, n: int, url: str, tmp: Path) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
+def label(row: dict) -> str:
+    """The store, and PostgreSQL's cache size where the row says (it is measured at two)."""
+    return f"{row['store']} (shared_buffers {row['shared_buffers']})" if row.get("shared_buffers") else row["store"]
+
+
 def plot(rows: list[dict], path: Path) -> None:
     """Latency (fused p99, dense p99) and memory (RSS, disk) against chunks, one line per store."""
     import matplotlib
@@ -212,8 +217,8 @@ def plot(rows: list[dict], path: Path) -> None:
     panels = [("retrieve_p99_ms", "hybrid top-10 p99 (ms)"), ("load_chunks_per_s", "load (chunks/s)"),
               ("index_rss_mib", "index memory in the engine (MiB, solid) / on disk (MiB, dashed)")]
     for ax, (key, title) in zip(axes, panels, strict=True):
-        for store in dict.fromkeys(r["store"] for r in rows):
-            mine = sorted((r for r in rows if r["store"] == store and key in r), key=lambda r: r["chunks"])
+        for store in dict.fromkeys(label(r) for r in rows):
+            mine = sorted((r for r in rows if label(r) == store and key in r), key=lambda r: r["chunks"])
             line = ax.plot([r["chunks"] for r in mine], [r[key] for r in mine], marker="o", label=store)[0]
             if key == "index_rss_mib":
                 ax.plot([r["chunks"] for r in mine], [r["disk_mib"] for r in mine], marker="s", linestyle="--",
@@ -258,8 +263,7 @@ def fmt_row(r: dict) -> str:
                       else "in process" if leg != "keyword_sql" else "-" for leg in ("dense", "keyword", "keyword_sql"))
     build = f"{r['hnsw_build_s']:.0f} s" if r.get("hnsw_build_s") else "-"
     memory = f"{r['index_rss_mib']:,.0f}" if "index_rss_mib" in r else "-"  # rows measured before it was
-    store = f"{r['store']} (shared_buffers {r['shared_buffers']})" if r.get("shared_buffers") else r["store"]
-    return (f"| {store} | {r['chunks']:,} | {r['load_chunks_per_s']:,.0f} | {build} | {legs} | "
+    return (f"| {label(r)} | {r['chunks']:,} | {r['load_chunks_per_s']:,.0f} | {build} | {legs} | "
             f"{r['retrieve_p50_ms']:.2f} / {r['retrieve_p99_ms']:.2f} | {r['top300_p99_ms']:.0f} | "
             f"{r['recall_at_10']:.3f} | {memory} | {r['disk_mib']:,.0f} |")
 
@@ -277,7 +281,7 @@ def report(results: dict) -> None:
         print("\n| store | chunks | " + " | ".join(f"ef_search {ef}: recall / dense p99 (ms)" for ef in EF_CURVE) + " |")
         print("|---|---|" + "---|" * len(EF_CURVE))
         for r in curves:
-            print(f"| {r['store']} | {r['chunks']:,} | " + " | ".join(
+            print(f"| {label(r)} | {r['chunks']:,} | " + " | ".join(
                 f"{c['recall_at_10']:.3f} / {c['dense_p99_ms']:.1f}" for c in r["ef_curve"]) + " |")
     if results["replicas"]:
         print("\n| engine processes on one PostgreSQL | /retrieve req/s (concurrency 8) |\n|---|---|")
@@ -319,7 +323,8 @@ def main() -> int:
     results: dict = {"stores": [], "replicas": []}
     if args.keep and out.exists():
         old = json.loads(out.read_text())
-        results = {"stores": [r for r in old["stores"] if not (r["store"] in args.stores and r["chunks"] in sizes)],
+        measured = {(kind, n, args.pg_shared_buffers if kind == "postgres" else None) for kind in args.stores for n in sizes}
+        results = {"stores": [r for r in old["stores"] if (r["store"], r["chunks"], r.get("shared_buffers")) not in measured],
                    "replicas": [] if not args.no_replicas else old.get("replicas", [])}
     with postgres_server(settings={"shared_buffers": args.pg_shared_buffers}) as sa_url, \
             tempfile.TemporaryDirectory() as tmp_name:

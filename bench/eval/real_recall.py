@@ -148,6 +148,7 @@ def main() -> int:
     parser.add_argument("--chunks", type=int, default=1_000_000, help="passages to index (fewer if the machine has fewer)")
     parser.add_argument("--stores", nargs="*", default=["faiss", "postgres"])
     parser.add_argument("--pg-shared-buffers", default="4GB")
+    parser.add_argument("--keep", action="store_true", help="keep the rows of the results file this run does not measure")
     args = parser.parse_args()
 
     from ragengine.embedding import build_embedder
@@ -179,6 +180,8 @@ def main() -> int:
                 kw.update(vector_store_url=url, vector_store_prefix="real", store_build_memory_mb=3072)
             rows.append(asyncio.run(measure(kind, kw, texts, vectors, query_texts, queries, exact, embedder)))
     embedder.close()
+    if args.keep and OUT.exists():
+        rows = [r for r in json.loads(OUT.read_text())["rows"] if r["store"] not in args.stores] + rows
     OUT.write_text(json.dumps({"model": MODEL, "queries": QUERIES, "rows": rows}, indent=1) + "\n")
     print("\n| store | chunks | HNSW build | " + " | ".join(f"ef_search {ef}: recall@10 / dense p99 (ms)"
                                                          for ef in EF_CURVE) + " |")
