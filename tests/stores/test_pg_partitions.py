@@ -80,6 +80,26 @@ def test_small_indexes_get_no_hnsw_index_and_each_index_has_its_own(store):
     assert store.counts() == {"small": (50, 50), "big": (150, 150)}
 
 
+def all_visible(store: PostgresStore, name: str) -> tuple[int, int]:
+    """(pages, pages marked all-visible) of ``name``'s table, as its last VACUUM left them."""
+    with store.engine.connect() as conn:
+        return tuple(conn.execute(text("SELECT relpages, relallvisible FROM pg_class WHERE oid = to_regclass(:t)"),
+                                  {"t": f'"{store.schema}"."{leaf_name("chunks", name)}"'}).one())
+
+
+def test_a_finished_load_leaves_its_table_vacuumed_so_searches_and_autovacuum_do_not_do_it(store):
+    """A bulk load's rows carry no hint bits and no visibility map: the first searches that read each page
+    would set them (writing the page), and an autovacuum would start on the new rows while they search.
+    Finishing the load does both at once, over the threshold (with the HNSW build) and under it."""
+    store.write("big", {}, [], docs(3000), vectors(3000), add_only=True)
+    store.write("small", {}, [], docs(50), vectors(50, seed=3), add_only=True)
+    assert all_visible(store, "big")[1] == 0  # as the load left it
+    assert store.build_hnsw("big") and not store.build_hnsw("small")
+    for name in ("big", "small"):
+        pages, visible = all_visible(store, name)
+        assert pages > 0 and visible == pages, (name, pages, visible)
+
+
 def test_the_background_upkeep_builds_once_writes_pause(store):
     store.write("kb", {}, [], docs(300), vectors(300), add_only=True)
     deadline, built = time.monotonic() + 60, []

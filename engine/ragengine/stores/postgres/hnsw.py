@@ -9,8 +9,10 @@ Past that, ``HnswUpkeep`` builds its HNSW index (``CREATE INDEX CONCURRENTLY``: 
 
 One replica builds a table at a time (an advisory lock); the others skip it. A build cut off midway
 leaves an invalid index, which the next build drops first. ``cancel()`` stops a running build (the engine
-is shutting down; the next start builds again). Each build or finished load ends with ANALYZE, so the
-planner and the keyword leg have statistics; ``analyzed(leaf)`` is told.
+is shutting down; the next start builds again). Each build or finished load ends with VACUUM (ANALYZE): the
+statistics, for the planner and the keyword leg (``analyzed(leaf)`` is told), and the visibility map and hint
+bits of every row loaded, set once here rather than by the first searches that read each page and by an
+autovacuum that would start during them.
 """
 
 from __future__ import annotations
@@ -81,7 +83,7 @@ class HnswUpkeep:
         if rows > self.threshold:
             return self._build(leaf, rows)
         with store_errors(), self.engine().connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-            driver(conn).execute(sql.SQL("ANALYZE {}").format(sql.Identifier(self.schema, leaf)))
+            driver(conn).execute(self._vacuum(leaf))
         self.analyzed(leaf)
         return False
 
@@ -93,6 +95,9 @@ class HnswUpkeep:
         # Until the drop commits: wait for a cancelled build to let go, and let no new one start.
         conn.execute(select(func.pg_advisory_xact_lock(self._key(leaf))))
         return stopped
+
+    def _vacuum(self, leaf: str) -> sql.Composed:
+        return sql.SQL("VACUUM (ANALYZE) {}").format(sql.Identifier(self.schema, leaf))
 
     def _key(self, leaf: str) -> Any:
         """The advisory lock of ``leaf``'s builds: one replica builds it at a time."""
@@ -119,7 +124,7 @@ class HnswUpkeep:
                 start, self._building = time.monotonic(), raw.info.backend_pid
                 raw.execute(hnsw_ddl(self.schema, leaf, self.m, self.ef_construction))
                 log.info("built the HNSW index of %s.%s in %.1f s", self.schema, leaf, time.monotonic() - start)
-                raw.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(self.schema, leaf)))
+                raw.execute(self._vacuum(leaf))
                 self.analyzed(leaf)
                 return True
             except psycopg.errors.UndefinedTable:

@@ -467,8 +467,8 @@ class PostgresStore:
         return self.hnsw.maintain(quiet_s)
 
     def build_hnsw(self, name: str) -> bool:
-        """Finish a bulk load of index ``name`` now: its statistics (ANALYZE), and its HNSW index if it holds
-        over the threshold's chunks. True when the HNSW index was built (or already there)."""
+        """Finish a bulk load of index ``name`` now: its statistics and visibility map (VACUUM ANALYZE), and its
+        HNSW index if it holds over the threshold's chunks. True when the HNSW index was built (or already there)."""
         with store_errors(), self.engine.connect() as conn:
             c = self._chunks_of(conn, name)
             count = conn.execute(select(self.t.indexes.c.chunk_count).where(self.t.indexes.c.name == name)).scalar()
