@@ -124,6 +124,19 @@ async def timed(fn, *args, **kw) -> float:
     return (time.perf_counter() - t0) * 1000
 
 
+async def dense_recall(registry, name: str, texts: list[str], query_texts: list[str], queries: np.ndarray,
+                       exact: np.ndarray) -> tuple[float, list[float]]:
+    """Recall@10 of ``registry``'s search of ``name`` against ``exact`` (each query's true ten, as rows of
+    ``texts``), and each search's milliseconds."""
+    found, took = 0, []
+    for q, t, truth in zip(queries, query_texts, exact, strict=True):
+        t0 = time.perf_counter()
+        got = {node.text for node in await registry.retrieve(name, t, 10, query_embedding=q)}
+        took.append((time.perf_counter() - t0) * 1000)
+        found += sum(1 for j in truth if texts[j] in got)
+    return found / (10 * len(queries)), took
+
+
 async def measure(kind: str, settings_kw: dict, n: int) -> dict:
     """One row, in this process: load n chunks, build, query, measure."""
     import psutil
@@ -196,21 +209,12 @@ async def measure(kind: str, settings_kw: dict, n: int) -> dict:
     rss = process.memory_info().rss
     exact = np.argsort(-(vectors @ queries.T), axis=0)[:10].T
 
-    async def dense_recall() -> tuple[float, list[float]]:
-        found, took = 0, []
-        for q, t, truth in zip(queries, query_texts, exact, strict=True):
-            t0 = time.perf_counter()
-            got = {node.text for node in await registry.retrieve(name, t, 10, query_embedding=q)}
-            took.append((time.perf_counter() - t0) * 1000)
-            found += sum(1 for j in truth if texts[j] in got)
-        return found / (10 * QUERIES), took
-
-    recall, _ = await dense_recall()
+    recall, _ = await dense_recall(registry, name, texts, query_texts, queries, exact)
     curve = []
     if n >= 100_000 and kind != "milvus":  # HNSW: recall and latency against the search breadth
         for ef in EF_CURVE:
             set_ef(registry, adapter, physical, ef)
-            r, took = await dense_recall()
+            r, took = await dense_recall(registry, name, texts, query_texts, queries, exact)
             curve.append({"ef_search": ef, "recall_at_10": r, "dense_p99_ms": pct(took, 99)})
             say(f"ef_search {ef}: recall@10 {r:.3f}, dense p99 {pct(took, 99):.1f} ms")
     disk = disk_bytes(kind, settings_kw, adapter)

@@ -38,7 +38,7 @@ sys.path[:0] = [str(ROOT / "engine"), str(ROOT)]
 
 import numpy as np  # noqa: E402
 
-from bench.bench_stores import EF_CURVE, pct, registry_for, set_ef  # noqa: E402
+from bench.bench_stores import EF_CURVE, dense_recall, pct, registry_for, set_ef  # noqa: E402
 from tests.support.postgres import postgres_server  # noqa: E402
 
 MODEL = "wordllama:l2_supercat"
@@ -129,13 +129,8 @@ async def measure(kind: str, settings_kw: dict, texts: list[str], vectors: np.nd
     curve = []
     for ef in EF_CURVE:
         set_ef(registry, adapter, physical, ef)
-        found, took = 0, []
-        for text, q, truth in zip(query_texts, queries, exact, strict=True):
-            t0 = time.perf_counter()
-            got = {node.text for node in await registry.retrieve(name, text, 10, query_embedding=q)}
-            took.append((time.perf_counter() - t0) * 1000)
-            found += sum(1 for j in truth if texts[j] in got)
-        curve.append({"ef_search": ef, "recall_at_10": found / (10 * len(queries)), "dense_p50_ms": pct(took, 50),
+        recall, took = await dense_recall(registry, name, texts, query_texts, queries, exact)
+        curve.append({"ef_search": ef, "recall_at_10": recall, "dense_p50_ms": pct(took, 50),
                       "dense_p99_ms": pct(took, 99)})
         say(f"ef_search {ef}: recall@10 {curve[-1]['recall_at_10']:.3f}, dense p99 {pct(took, 99):.1f} ms")
     await registry.delete_index(name)
