@@ -44,13 +44,13 @@ import httpx  # noqa: E402
 import numpy as np  # noqa: E402
 
 from bench.engine.synth import clustered_unit_vectors, passages  # noqa: E402
+from bench.stores_report import EF_CURVE, fmt_row, report  # noqa: E402
 from tests.support.engine_process import engine_process  # noqa: E402
 from tests.support.postgres import postgres_server  # noqa: E402
 
 DIM = 384
 QUERIES = 100
 ROUNDS = 3  # latency is sampled over the queries this many times: a p99 of 300 searches, not of 100
-EF_CURVE = (64, 128, 256, 512)
 
 
 def pct(values: list[float], q: float) -> float:
@@ -92,6 +92,9 @@ def disk_bytes(kind: str, settings_kw: dict, adapter) -> int:
     return sum(p.stat().st_size for p in files)
 
 
+AUTOVACUUMS_RUNNING = "(SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'autovacuum worker')"
+
+
 def autovacuums(adapter) -> int:
     """PostgreSQL's autovacuum runs so far on the schema's tables, and those running now."""
     from sqlalchemy import text
@@ -99,8 +102,7 @@ def autovacuums(adapter) -> int:
     with adapter.engine.connect() as conn:
         return int(conn.execute(text(
             "SELECT coalesce((SELECT sum(autovacuum_count) FROM pg_stat_user_tables WHERE schemaname = :s), 0)"
-            " + (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'autovacuum worker')"),
-            {"s": adapter.schema}).scalar())
+            f" + {AUTOVACUUMS_RUNNING}"), {"s": adapter.schema}).scalar())
 
 
 def settle(adapter, limit_s: float = 600) -> float:
@@ -112,8 +114,7 @@ def settle(adapter, limit_s: float = 600) -> float:
     t0 = time.perf_counter()
     with adapter.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.execute(text("CHECKPOINT"))
-        while time.perf_counter() - t0 < limit_s and conn.execute(text(
-                "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'autovacuum worker'")).scalar():
+        while time.perf_counter() - t0 < limit_s and conn.execute(text(f"SELECT {AUTOVACUUMS_RUNNING}")).scalar():
             time.sleep(1)
     return time.perf_counter() - t0
 
@@ -243,40 +244,6 @@ def row_in_child(kind: str, n: int, url: str, tmp: Path) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
-def label(row: dict) -> str:
-    """The store, and PostgreSQL's cache size where the row says (it is measured at two)."""
-    return f"{row['store']} (shared_buffers {row['shared_buffers']})" if row.get("shared_buffers") else row["store"]
-
-
-def plot(rows: list[dict], path: Path) -> None:
-    """Latency (fused p99, dense p99) and memory (RSS, disk) against chunks, one line per store."""
-    import matplotlib
-
-    matplotlib.use("svg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 3, figsize=(13, 4))
-    panels = [("retrieve_p99_ms", "hybrid top-10 p99 (ms)"), ("load_chunks_per_s", "load (chunks/s)"),
-              ("index_rss_mib", "index memory in the engine (MiB, solid) / on disk (MiB, dashed)")]
-    for ax, (key, title) in zip(axes, panels, strict=True):
-        for store in dict.fromkeys(label(r) for r in rows):
-            mine = sorted((r for r in rows if label(r) == store and key in r), key=lambda r: r["chunks"])
-            line = ax.plot([r["chunks"] for r in mine], [r[key] for r in mine], marker="o", label=store)[0]
-            if key == "index_rss_mib":
-                ax.plot([r["chunks"] for r in mine], [r["disk_mib"] for r in mine], marker="s", linestyle="--",
-                        color=line.get_color())
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("chunks")
-        ax.set_title(title, fontsize=10)
-        ax.grid(True, which="both", alpha=0.3)
-    axes[0].legend()
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, metadata={"Date": None})
-    plt.close(fig)
-
-
 def throughput(bases: list[str], index: str, questions: list[str], seconds: float, concurrency: int = 8) -> float:
     done, stop = [0], threading.Event()
     lock = threading.Lock()
@@ -298,38 +265,6 @@ def throughput(bases: list[str], index: str, questions: list[str], seconds: floa
     for t in threads:
         t.join()
     return done[0] / seconds
-
-
-def fmt_row(r: dict) -> str:
-    legs = " | ".join(f"{r[f'{leg}_p50_ms']:.2f} / {r[f'{leg}_p99_ms']:.2f}" if f"{leg}_p50_ms" in r
-                      else "in process" if leg != "keyword_sql" else "-" for leg in ("dense", "keyword", "keyword_sql"))
-    build = f"{r['hnsw_build_s']:.0f} s" if r.get("hnsw_build_s") else "-"
-    memory = f"{r['index_rss_mib']:,.0f}" if "index_rss_mib" in r else "-"  # rows measured before it was
-    return (f"| {label(r)} | {r['chunks']:,} | {r['load_chunks_per_s']:,.0f} | {build} | {legs} | "
-            f"{r['retrieve_p50_ms']:.2f} / {r['retrieve_p99_ms']:.2f} | {r['top300_p99_ms']:.0f} | "
-            f"{r['recall_at_10']:.3f} | {memory} | {r['disk_mib']:,.0f} |")
-
-
-def report(results: dict) -> None:
-    """The scale table, the ef_search curve and the replicas' throughput; the plot in docs/images."""
-    print("\n| store | chunks | load chunks/s | HNSW build | dense p50 / p99 (ms) | keyword p50 / p99 (ms) "
-          "| SQL keyword leg p50 / p99 (ms) | hybrid top-10 p50 / p99 (ms) | top-300 p99 (ms) | dense recall@10 "
-          "| index memory (MiB) | disk (MiB) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for r in results["stores"]:
-        print(fmt_row(r))
-    curves = [r for r in results["stores"] if r.get("ef_curve")]
-    if curves:
-        print("\n| store | chunks | " + " | ".join(f"ef_search {ef}: recall / dense p99 (ms)" for ef in EF_CURVE) + " |")
-        print("|---|---|" + "---|" * len(EF_CURVE))
-        for r in curves:
-            print(f"| {label(r)} | {r['chunks']:,} | " + " | ".join(
-                f"{c['recall_at_10']:.3f} / {c['dense_p99_ms']:.1f}" for c in r["ef_curve"]) + " |")
-    if results["replicas"]:
-        print("\n| engine processes on one PostgreSQL | /retrieve req/s (concurrency 8) |\n|---|---|")
-        for r in results["replicas"]:
-            print(f"| {r['processes']} | {r['retrieve_req_per_s']:.1f} |")
-    plot(results["stores"], ROOT / "docs" / "images" / "stores-scale.svg")
 
 
 def main() -> int:
