@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from ragengine.conversations.models import FileRow, new_id
+from ragengine.conversations.records import FileInfo, _file
 from ragengine.protocol.sse import parse_sse
 from tests.conversations.scripted_llm import tool_call
 from tests.conversations.test_uploads import make_pdf
@@ -154,11 +157,25 @@ def test_fallback_chain_reports_who_answered(engine):
     assert gen[-1]["generation_method"] == "extractive_fallback" and events[-1]["type"] == "message_complete"
 
 
-def test_inline_text_until_ingestion_completes(engine):
+def being_ingested(engine, filename: str, text: str) -> FileInfo:
+    """A file that another replica's worker is ingesting: ``processing``, its text extracted, its lease held for
+    an hour, made in one transaction. (Made ``uploaded`` first, it was an open job on PostgreSQL's shared queue,
+    which this engine's worker could claim, and fail for want of bytes, before the test marked it.)"""
     store = engine.app.state.sessions  # loop-agnostic: usable from the test thread
-    info = asyncio.run(store.create_file(filename="late.txt", content_type="text/plain", size_bytes=30))
-    asyncio.run(store.update_file(info.id, status="processing", progress=0.5,
-                                  text="The vault combination is 4242. Nobody else knows it."))
+    held = datetime.now(UTC).replace(tzinfo=None) + timedelta(hours=1)  # the database's UTC clock
+
+    def make(s) -> FileInfo:
+        row = FileRow(id=new_id("file"), filename=filename, content_type="text/plain", size_bytes=len(text),
+                      status="processing", progress=0.5, text=text, doc_ids={}, lease_owner="another-replica/1",
+                      lease_expires_at=held, attempts=1)
+        s.add(row)
+        s.flush()
+        return _file(row)
+    return asyncio.run(store._run(make))
+
+
+def test_inline_text_until_ingestion_completes(engine):
+    info = being_ingested(engine, "late.txt", "The vault combination is 4242. Nobody else knows it.")
     sid = session(engine, file_ids=[info.id])
     out = say(engine, sid, "What is the vault combination?")
     meta = out["assistant_message"]["metadata"]

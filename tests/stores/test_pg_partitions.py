@@ -334,3 +334,51 @@ def test_dropping_an_index_stops_its_running_hnsw_build(store):
     with store.engine.connect() as conn:
         assert conn.execute(text("SELECT to_regclass(:t)"), {"t": f'"{store.schema}"."{leaf}"'}).scalar() is None
     assert store.indexes() == {}
+
+
+def test_a_write_and_a_new_index_s_table_made_at_the_same_time_never_deadlock(store):
+    """Making a new index's table locks ``chunks`` and then ``documents`` (the foreign key); a write to another
+    index locked ``documents`` (its COPY) and then ``chunks`` (its COPY into its own table checks the partition).
+    Met halfway, PostgreSQL ended one of them with "deadlock detected" (seen in CI: an upload to a new vector
+    store failed while a session file was indexed). Every write now takes ``chunks`` first. A third connection
+    holding ``chunks`` lines the two up in the order that deadlocked."""
+    import threading
+
+    store.write("old", {}, [], docs(5), vectors(5), add_only=True)
+    holder = store.engine.connect()
+    holder.execute(text(f'LOCK TABLE ONLY "{store.schema}".chunks IN ACCESS EXCLUSIVE MODE'))
+    results: dict[str, object] = {}
+
+    def write(name: str, seed: int) -> None:
+        try:
+            store.write(name, {}, [], docs(5, 100 * seed), vectors(5, seed=seed), add_only=True)
+            results[name] = "written"
+        except Exception as exc:  # the outcome is the assertion
+            results[name] = exc
+
+    def waiters() -> int:
+        with store.engine.connect() as conn:
+            return conn.execute(text("SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = "
+                                     "to_regclass(:t)"), {"t": f'"{store.schema}".chunks'}).scalar()
+
+    def wait_for(n: int) -> None:
+        end = time.monotonic() + 20
+        while waiters() < n:
+            assert time.monotonic() < end, f"never {n} waiting on chunks"
+            time.sleep(0.02)
+
+    maker = threading.Thread(target=write, args=("new", 1))  # its table is made first
+    writer = threading.Thread(target=write, args=("old", 2))
+    try:
+        maker.start()
+        wait_for(1)
+        writer.start()
+        wait_for(2)
+    finally:
+        holder.rollback()
+        holder.close()
+    for t in (maker, writer):
+        t.join(timeout=30)
+        assert not t.is_alive()
+    assert results == {"new": "written", "old": "written"}, results
+    assert store.counts() == {"old": (10, 10), "new": (5, 5)}

@@ -386,9 +386,10 @@ class PostgresStore:
             driver(conn).execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(self.schema, leaf)))
             return conn.execute(delete(self.t.indexes).where(self.t.indexes.c.name == name)).rowcount > 0
 
-    def _ensure_leaf(self, name: str, dim: int | None) -> None:
+    def _ensure_leaf(self, name: str, dim: int | None) -> Table:
         """Create index ``name``'s table before its write, in a transaction of its own: creating a partition
-        locks the parent table, and held for a whole write that would stall every other index's reads."""
+        locks the parent table, and held for a whole write that would stall every other index's reads.
+        Returns the parent."""
         with store_errors(), self.engine.begin() as conn:
             row = conn.execute(select(self.t.indexes.c.dim).where(self.t.indexes.c.name == name)).first()
             parent = self._table(conn, row.dim if row is not None else dim, create=True)
@@ -396,6 +397,7 @@ class PostgresStore:
             if conn.execute(select(func.to_regclass(literal(f'"{self.schema}"."{leaf}"')))).scalar() is None:
                 conn.execute(select(func.pg_advisory_xact_lock(func.hashtext(literal(f"ragengine:{self.schema}")))))
                 create_leaf(conn, parent, name)
+        return parent
 
     def write(self, name: str, config: dict, delete_ids: list[str], add: list[DocWrite], vectors: np.ndarray | None,
               *, add_only: bool, dim: int | None = None, source: str | None = None) -> None:
@@ -412,8 +414,13 @@ class PostgresStore:
                *, add_only: bool, dim: int | None = None, source: str | None = None) -> None:
         t = self.t
         own = None if dim is None or dim == self.base_dim else dim
-        self._ensure_leaf(name, own)
+        parent = self._ensure_leaf(name, own)
         with store_errors(), self.engine.begin() as conn:
+            # The parent table before anything else. Making or dropping an index's table locks the parent and
+            # then ``documents`` (the foreign key); a write that held ``documents`` when its COPY reached the
+            # parent (to check the partition) would deadlock with them. ONLY: not every index's table.
+            driver(conn).execute(sql.SQL("LOCK TABLE ONLY {} IN ACCESS SHARE MODE").format(
+                sql.Identifier(self.schema, parent.name)))
             conn.execute(pg_insert(t.indexes).values(name=name, config=config, dim=own).on_conflict_do_nothing())
             leaf = leaf_name(self._chunks_of(conn, name, create=True).name, name)
             # The index's table first, then its row: the order drop_index takes them in (no deadlock).
