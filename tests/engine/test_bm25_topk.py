@@ -52,3 +52,30 @@ def test_top_k_equals_the_k_best_of_the_full_ranking_through_writes_and_removals
     after = top_scores(bm25, queries[1], 10)
     assert after[0] > before[0]
     check()
+
+
+def test_kept_impacts_give_the_scores_of_a_fresh_index_through_writes_and_stay_within_their_budget():
+    """Each term's ``tf / (tf + norm)`` is kept between queries; a write changes the norm, so a kept factor
+    must never outlive it. Compared with an index that keeps nothing (budget 0), after every change."""
+    texts = corpus(2000, seed=3)
+    rng = np.random.default_rng(4)
+    queries = [" ".join(rng.choice(WORDS, int(rng.integers(1, 6)))) for _ in range(30)]
+    kept, fresh = BM25Index(impact_budget=4_000), BM25Index(impact_budget=0)  # room for a few terms only
+    for slot, t in enumerate(texts):
+        kept.add(slot, t)
+        fresh.add(slot, t)
+
+    def same() -> None:
+        for q in queries * 2:  # the second pass reads the kept factors
+            a, b = kept.search(q, 20, None), fresh.search(q, 20, None)
+            assert a[0].tolist() == b[0].tolist() and np.array_equal(a[1], b[1]), q
+        assert 0 < kept._impact_bytes <= 4_000 and not fresh._impacts
+
+    same()
+    kept.add(2000, "w0 w0 w0 w1")  # a new slot and a longer average: every factor changes
+    fresh.add(2000, "w0 w0 w0 w1")
+    same()
+    for slot in range(0, 2000, 7):
+        kept.remove(slot, texts[slot])
+        fresh.remove(slot, texts[slot])
+    same()
