@@ -21,7 +21,8 @@ from typing import Any
 
 from ragengine.guardrails.metrics import ANSWERS, SCAN_SECONDS, SCANNER_ACTIONS
 from ragengine.guardrails.runtime import Guardrails, GuardrailsUnavailable
-from ragengine.guardrails.scan import OutputGuard, OutputStream, Verdict
+from ragengine.guardrails.scan import OutputGuard, Verdict
+from ragengine.guardrails.stream import OutputStream
 from ragengine.observability import tracing
 from ragengine.protocol.sse import DONE, error_object, frame
 

@@ -130,6 +130,8 @@ class BM25Index:
         Searches run side by side (readers): the cache's bookkeeping is under its own lock."""
         with self._impact_lock:
             kept = self._impacts.get(tid)
+            # The size too: a removal and an add between two searches can leave the norm's key as it was
+            # while the term gained postings.
             if kept is not None and kept.size == ids.size:
                 self._impacts.move_to_end(tid)
                 return kept
