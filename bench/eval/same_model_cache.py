@@ -29,7 +29,7 @@ from bench.eval import run  # noqa: E402  (sets HF_HUB_OFFLINE before the embedd
 
 
 async def cache_set(data: ds.Dataset, embedder, out: Path) -> None:
-    from ragengine.index.chunking import index_texts
+    from ragengine.index.contextual import index_texts
 
     async with run.SetRun(data, embedder, contextual=False, reranker=None) as sr:
         st = sr.state

@@ -8,10 +8,10 @@ import re
 import httpx
 import pytest
 
-from ragengine.index.chunking import (
+from ragengine.index.chunking import Chunker
+from ragengine.index.contextual import (
     CONTEXT_MAX_CHARS,
     CONTEXT_TOKENS,
-    Chunker,
     atx_heading,
     contextual_text,
     headings,
@@ -96,7 +96,7 @@ def test_heading_scan_is_linear_on_hostile_lines():
     (hours with the old regex): both go through headings() and the contextual texts within a CPU-time
     limit that only a blow-up reaches (the kernel kills the child there)."""
     code = (
-        "from ragengine.index.chunking import headings, index_texts\n"
+        "from ragengine.index.contextual import headings, index_texts\n"
         "for n in (30_000, 1_000_000):\n"
         "    text = '# a' + ' ' * n + 'b\\n\\nbody text\\n'\n"
         "    assert [(lvl, t[:1], t[-1:]) for _, lvl, t in headings(text)] == [(1, 'a', 'b')]\n"

@@ -25,7 +25,8 @@ from ragengine.embedding.pool import EmbedderPool, ModelRef
 from ragengine.errors import BadRequest, Conflict, NotFound
 from ragengine.index import disk
 from ragengine.index.chunk_tokens import ChunkTokenCounter, counts_to_store, per_document
-from ragengine.index.chunking import Chunker, index_texts, new_index_config
+from ragengine.index.chunking import Chunker, new_index_config
+from ragengine.index.contextual import index_texts
 from ragengine.index.documents import (
     NewDoc,
     clean_documents,
@@ -173,7 +174,7 @@ class IndexRegistry:
         with tracing.stage("chunking", documents=len(docs)) as span:
             adds = await asyncio.to_thread(split)
             tracing.annotate(span, chunks=sum(len(a["spans"]) for a in adds))
-        # Contextual chunk text (title + section path) when the index asks for it; see chunking.index_texts.
+        # Contextual chunk text (title + section path) when the index asks for it; see contextual.index_texts.
         contextual = state.config.contextual
         texts = [t for a in adds for t in index_texts(a["text"], a["meta"], a["spans"], contextual=contextual)]
         chunks = [s if isinstance(s, str) else a["text"][s[0]:s[1]] for a in adds for s in a["spans"]]

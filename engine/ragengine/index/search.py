@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ragengine import metrics
-from ragengine.index.chunking import heading_path
+from ragengine.index.contextual import heading_path
 from ragengine.index.state import IndexState, node_id
 from ragengine.index.types import RetrievedNode, cosine_to_score
 from ragengine.observability import tracing

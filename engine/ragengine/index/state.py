@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ragengine.index.chunking import index_texts
+from ragengine.index.contextual import index_texts
 from ragengine.index.store import VectorStore
 from ragengine.index.types import ChunkingConfig, DocRecord, compact_spans
 from ragengine.retrieval import filters as flt

@@ -32,7 +32,8 @@ from ragengine.embedding.pool import EmbedderPool, ModelRef
 from ragengine.errors import BadRequest, Conflict, EngineError, NotFound, Unprocessable
 from ragengine.index import disk
 from ragengine.index.chunk_tokens import ChunkTokenCounter, counts_to_store, per_document
-from ragengine.index.chunking import Chunker, index_texts, locate_spans, new_index_config
+from ragengine.index.chunking import Chunker, locate_spans, new_index_config
+from ragengine.index.contextual import index_texts
 from ragengine.index.documents import (
     NewDoc,
     clean_documents,
