@@ -180,6 +180,9 @@ class EngineSettings(BaseSettings):
     snapshot_journal_bytes: int = Field(
         64 * 1024 * 1024, ge=0, description="Snapshot an index when its journal grows past this; 0 = only on shutdown."
     )
+    writer_lock_timeout_seconds: float = Field(
+        300.0, gt=0.0, description="At start, how long to wait for another engine process that holds the data "
+        "folder (a replaced pod still stopping) before giving up with an error; one process writes it at a time.")
 
     # --- vector store (issue: scale out) -------------------------------------------------------------
     vector_store: Literal["faiss", "postgres", "milvus"] = Field(

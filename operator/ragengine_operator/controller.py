@@ -280,7 +280,7 @@ class Controller:
                 return "NameConflict", f"Secret {name}", conflict
             self._apply(access_secret(owner, text))
         except AccessInputError as exc:
-            return "AccessInvalid", f"Secret {name}", f"{exc} (the engines keep the previous access rules)"
+            return ACCESS_INVALID, f"Secret {name}", f"{exc} (the engines keep the previous access rules)"
         except ApiException as exc:
             return "ApplyFailed", f"Secret {name}", api_message(exc)
         return None
@@ -417,7 +417,10 @@ def pending_error(body: dict[str, Any]) -> tuple[str, str] | None:
     return None
 
 
-_SPEC_ERRORS = ("ApplyFailed", "InvalidSpec", "NameConflict", "DeleteFailed", POLICY_VIOLATION)
+ACCESS_INVALID = "AccessInvalid"
+# Every reason a reconcile reports for a generation it could not bring about (reconcile(), _apply_children(),
+# _apply_access()): a child's event keeps it (sync_status) until a reconcile of that generation succeeds.
+_SPEC_ERRORS = ("ApplyFailed", "InvalidSpec", "NameConflict", "DeleteFailed", ACCESS_INVALID, POLICY_VIOLATION)
 
 
 def api_message(exc: ApiException) -> str:

@@ -8,8 +8,21 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.support.engine_process import engine_process
+
+
+def wait_until_healthy(base: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if httpx.get(f"{base}/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() < deadline, f"{base} not healthy after {timeout_s} s"
+        time.sleep(0.1)
 
 # Small snapshot threshold (20 kB) so snapshots + journal resets happen during the run too.
 SETTINGS = {"snapshot_journal_bytes": "20000"}
@@ -72,3 +85,38 @@ def test_kill_9_mid_ingestion_loses_no_acknowledged_write(tmp_path: Path):
             hits = httpx.post(f"{base}/retrieve", json={"index_name": "durable", "query": acked[doc_id],
                                                          "max_node_count": 5}).json()["results"]
             assert doc_id in [h["doc_id"] for h in hits], doc_id
+
+
+def _listed(base: str) -> set[str]:
+    return {d["doc_id"] for d in httpx.get(f"{base}/indexes/durable/documents", params={"limit": 100}).json()["documents"]}
+
+
+def test_a_replacement_process_waits_for_the_old_one_and_loses_no_write(tmp_path: Path):
+    """A deleted pod's replacement starts while the old process still stops, on the same volume. It must
+    wait: the old one's last snapshot puts a fresh journal in place, and writes the new one had appended
+    to the journal it opened before would be lost at its next restart (CI saw exactly that on the node)."""
+    with engine_process(tmp_path, settings=SETTINGS, llm=False) as old:
+        before = {"doc_id": "before", "text": "Written by the process that is about to be replaced."}
+        assert httpx.post(f"{old.base_url}/index", json={"index_name": "durable", "documents": [before]},
+                          timeout=30).status_code == 200
+        log = tmp_path / "engine.log"
+        offset = log.stat().st_size
+        with engine_process(tmp_path, settings=SETTINGS, llm=False, wait_ready=False) as new:
+            deadline = time.monotonic() + 60
+            while "waiting for the engine process that holds" not in log.read_bytes()[offset:].decode(errors="replace"):
+                assert time.monotonic() < deadline, f"the second process did not wait:\n{log.read_text()[-3000:]}"
+                assert new.process.poll() is None, log.read_text()[-3000:]
+                time.sleep(0.1)
+            with pytest.raises(httpx.ConnectError):  # not started: it serves nothing meanwhile
+                httpx.get(f"{new.base_url}/health", timeout=2)
+            old.process.send_signal(signal.SIGTERM)  # the old pod stops: its final snapshot, a fresh journal
+            assert old.process.wait(30) in (0, -signal.SIGTERM)  # uvicorn re-raises the signal after its shutdown
+            wait_until_healthy(new.base_url, 120)
+            after = {"doc_id": "after", "text": "Written by the replacement once it took the folder."}
+            assert httpx.post(f"{new.base_url}/index", json={"index_name": "durable", "documents": [after]},
+                              timeout=30).status_code == 200
+            assert _listed(new.base_url) == {"before", "after"}
+            new.process.send_signal(signal.SIGKILL)  # acknowledged, then killed: the journal must have it
+            new.process.wait(10)
+    with engine_process(tmp_path, settings=SETTINGS, llm=False) as third:
+        assert _listed(third.base_url) == {"before", "after"}

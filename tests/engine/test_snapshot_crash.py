@@ -51,6 +51,13 @@ async def _written(tmp_path, embedder) -> tuple[EngineSettings, IndexRegistry]:
     return settings, registry
 
 
+async def _snapshot_crashes(registry: IndexRegistry) -> None:
+    """The snapshot dies mid-way, and the process with it: the kernel drops its lock on the folder."""
+    with pytest.raises(Crash):
+        await registry.durability.snapshot(registry.get("kb"))
+    registry.durability.writer.release()
+
+
 async def _assert_everything_once(settings: EngineSettings, embedder) -> None:
     registry = await _restart(settings, embedder)
     state = registry.get("kb")
@@ -67,8 +74,7 @@ async def _assert_everything_once(settings: EngineSettings, embedder) -> None:
 async def test_crash_during_the_renames(tmp_path, embedder, monkeypatch, step, call):
     settings, registry = await _written(tmp_path, embedder)
     monkeypatch.setattr(snapshot_module.os, "replace", _fail_on_call(call, os.replace))
-    with pytest.raises(Crash):
-        await registry.durability.snapshot(registry.get("kb"))
+    await _snapshot_crashes(registry)
     monkeypatch.undo()
     index_dir = tmp_path / "data" / "indexes" / "kb"
     assert (index_dir / "snapshot.tmp").is_dir()  # the temporary folder was written before the crash
@@ -86,8 +92,7 @@ async def test_crash_after_the_rename_before_the_journal_is_truncated(tmp_path, 
         raise Crash("crash before the journal is truncated")
 
     monkeypatch.setattr(journal, "reset", crash)
-    with pytest.raises(Crash):
-        await registry.durability.snapshot(registry.get("kb"))
+    await _snapshot_crashes(registry)
     index_dir = tmp_path / "data" / "indexes" / "kb"
     assert (index_dir / "snapshot").is_dir() and journal.size > 0  # new snapshot and the full journal both
     await _assert_everything_once(settings, embedder)
@@ -96,8 +101,7 @@ async def test_crash_after_the_rename_before_the_journal_is_truncated(tmp_path, 
 async def test_a_snapshot_after_a_crash_cleans_up_and_succeeds(tmp_path, embedder, monkeypatch):
     settings, registry = await _written(tmp_path, embedder)
     monkeypatch.setattr(snapshot_module.os, "replace", _fail_on_call(1, os.replace))
-    with pytest.raises(Crash):
-        await registry.durability.snapshot(registry.get("kb"))
+    await _snapshot_crashes(registry)
     monkeypatch.undo()
     restarted = await _restart(settings, embedder)
     await restarted.durability.snapshot(restarted.get("kb"))

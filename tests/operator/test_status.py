@@ -1,5 +1,7 @@
 """Observed children -> conditions: Ready only when both are available; Degraded with the reason."""
 
+import pytest
+
 from ragengine_operator.manifests.labels import Owner
 from ragengine_operator.reconcile.status import Observed, compute_status, stamp, workload_state
 from ragengine_operator.spec import RAGEngineSpec
@@ -85,12 +87,16 @@ def test_transition_time_kept_while_status_unchanged():
 
 
 # --- a child's event never hides a refused apply -------------------------------------------------
-def test_pending_error_is_kept_until_that_generation_reconciles():
+@pytest.mark.parametrize("reason", ["ApplyFailed", "AccessInvalid", "NameConflict", "DeleteFailed", "InvalidSpec",
+                                    "PolicyViolation"])
+def test_pending_error_is_kept_until_that_generation_reconciles(reason):
+    """AccessInvalid was not kept: a child's event cleared Degraded while refused access rules stood, and CI's
+    test_access went on before the reconcile that wrote the Secret (it then found the rules a step behind)."""
     from ragengine_operator.controller import pending_error
 
-    degraded = {"type": "Degraded", "status": "True", "reason": "ApplyFailed", "message": "pvc is forbidden"}
+    degraded = {"type": "Degraded", "status": "True", "reason": reason, "message": "pvc is forbidden"}
     body = {"metadata": {"generation": 3}, "status": {"observedGeneration": 2, "conditions": [degraded]}}
-    assert pending_error(body) == ("ApplyFailed", "pvc is forbidden")
+    assert pending_error(body) == (reason, "pvc is forbidden")
     reconciled = {"metadata": {"generation": 3}, "status": {"observedGeneration": 3, "conditions": [degraded]}}
     assert pending_error(reconciled) is None
     child_trouble = dict(degraded, reason="InferenceUnavailable")

@@ -96,16 +96,20 @@ def _stop(proc: subprocess.Popen, inner: int | None = None) -> None:
 
 @contextlib.contextmanager
 def engine_process(work_dir: Path, *, settings: dict[str, str] | None = None, llm: bool = True,
-                   wrap: list[str] | None = None, start_timeout_s: float = START_TIMEOUT_S) -> Iterator[EngineProcess]:
+                   wrap: list[str] | None = None, start_timeout_s: float = START_TIMEOUT_S,
+                   wait_ready: bool = True) -> Iterator[EngineProcess]:
     """An engine process and its test LLM (none with ``llm=False``: a retrieval-only engine);
-    ``settings`` are extra ``--set KEY=VALUE`` engine settings."""
-    with engine_processes([work_dir], settings=settings, llm=llm, wrap=wrap, start_timeout_s=start_timeout_s) as (engine,):
+    ``settings`` are extra ``--set KEY=VALUE`` engine settings. ``wait_ready=False``: yielded once its port
+    is bound, before it has started (a test of what it does meanwhile)."""
+    with engine_processes([work_dir], settings=settings, llm=llm, wrap=wrap, start_timeout_s=start_timeout_s,
+                          wait_ready=wait_ready) as (engine,):
         yield engine
 
 
 @contextlib.contextmanager
 def engine_processes(work_dirs: list[Path], *, settings: dict[str, str] | None = None, llm: bool = True,
-                     wrap: list[str] | None = None, start_timeout_s: float = START_TIMEOUT_S) -> Iterator[list[EngineProcess]]:
+                     wrap: list[str] | None = None, start_timeout_s: float = START_TIMEOUT_S,
+                     wait_ready: bool = True) -> Iterator[list[EngineProcess]]:
     """One engine per work folder, all started before any is waited for (replicas start side by side),
     sharing one test LLM; each keeps its log and, for FAISS, its data under its own folder."""
     env = _env()
@@ -143,7 +147,8 @@ def engine_processes(work_dirs: list[Path], *, settings: dict[str, str] | None =
             log = work_dir / "engine.log"
             port = announced_port(log, proc, offset=offset, timeout_s=max(1.0, deadline - time.monotonic()))
             base = f"http://127.0.0.1:{port}"
-            _wait(f"{base}/health", proc, log, deadline)
+            if wait_ready:
+                _wait(f"{base}/health", proc, log, deadline)
             engines.append(EngineProcess(base_url=base, llm_url=llm_url, data_dir=work_dir / "data",
                                          pid=inner.get(proc.pid, proc.pid), process=proc))
         yield engines

@@ -20,6 +20,7 @@ from ragengine.index import disk
 from ragengine.index.journal import Journal
 from ragengine.index.snapshot import SnapshotError, read_manifest, read_snapshot, write_snapshot
 from ragengine.index.state import IndexState
+from ragengine.index.writer_lock import WriterLock
 
 log = logging.getLogger(__name__)
 
@@ -27,21 +28,27 @@ log = logging.getLogger(__name__)
 class Durability:
     """The on-disk side of the embedded indexes; every method that writes runs its I/O in a thread."""
 
-    def __init__(self, data_dir: Path, dim: int, store_kwargs: dict, snapshot_journal_bytes: int) -> None:
+    def __init__(self, data_dir: Path, dim: int, store_kwargs: dict, snapshot_journal_bytes: int,
+                 writer_lock_timeout_s: float = 300.0) -> None:
         self.data_dir = data_dir
         self.dim = dim
         self.store_kwargs = store_kwargs
         # Snapshot once the journal passes this many bytes (0: only at shutdown and migrations).
         self.snapshot_journal_bytes = snapshot_journal_bytes
+        # This process alone writes the folder from restore() to close() (index/writer_lock.py).
+        self.writer = WriterLock(disk.index_root(data_dir))
+        self.writer_lock_timeout_s = writer_lock_timeout_s
 
     def dir(self, name: str) -> Path:
         return disk.index_root(self.data_dir) / disk.dir_name(name)
 
     # -- start / stop ------------------------------------------------------------------------------
     async def restore(self) -> tuple[list[IndexState], dict[str, str]]:
-        """Every index folder: the indexes that loaded, and for the others (left untouched) why not."""
+        """Every index folder: the indexes that loaded, and for the others (left untouched) why not. Waits
+        first for any other engine process on the folder to stop."""
         root = disk.index_root(self.data_dir)
         root.mkdir(parents=True, exist_ok=True)
+        await self.writer.acquire(self.writer_lock_timeout_s)
         await asyncio.to_thread(disk.clean_trash, self.data_dir)
         states, corrupt = [], {}
         for path in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
@@ -57,16 +64,20 @@ class Durability:
         return states, corrupt
 
     async def close(self, states: list[IndexState]) -> None:
-        """Snapshot every index whose journal is not empty, so the next start replays nothing."""
-        for state in states:
-            async with state.lock:
-                try:
-                    if state.journal is not None and state.journal.size > 0:
-                        await self.snapshot(state)
-                except Exception:
-                    log.exception("snapshot of %r at shutdown failed; the journal will be replayed", state.name)
-                if state.journal is not None:
-                    state.journal.close()
+        """Snapshot every index whose journal is not empty, so the next start replays nothing; then give
+        the folder up to the next process."""
+        try:
+            for state in states:
+                async with state.lock:
+                    try:
+                        if state.journal is not None and state.journal.size > 0:
+                            await self.snapshot(state)
+                    except Exception:
+                        log.exception("snapshot of %r at shutdown failed; the journal will be replayed", state.name)
+                    if state.journal is not None:
+                        state.journal.close()
+        finally:
+            self.writer.release()
 
     # -- writes ------------------------------------------------------------------------------------
     async def create(self, state: IndexState) -> None:

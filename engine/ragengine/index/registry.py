@@ -70,7 +70,8 @@ class IndexRegistry:
         self.store_kwargs = {"hnsw_threshold": settings.hnsw_threshold, "hnsw_m": settings.hnsw_m,
                              "ef_search": settings.hnsw_ef_search, "ef_construction": settings.hnsw_ef_construction,
                              "compression": settings.vector_compression}
-        self.durability = Durability(self.data_dir, embedder.dim, self.store_kwargs, settings.snapshot_journal_bytes)
+        self.durability = Durability(self.data_dir, embedder.dim, self.store_kwargs, settings.snapshot_journal_bytes,
+                                     settings.writer_lock_timeout_seconds)
 
     # -- lookup ------------------------------------------------------------------------------------
     def exists(self, name: str) -> bool:

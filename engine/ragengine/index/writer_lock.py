@@ -1,0 +1,88 @@
+"""One engine process at a time writes a data folder's indexes.
+
+A deleted or evicted pod's replacement starts while the old process is still stopping (the preStop
+sleep, the drain, its final snapshot), and on one node both mount the same ReadWriteOnce volume. The
+old process's last snapshot puts a fresh, empty journal in place (write, then rename), so a new process
+that had already opened the journal would append its acknowledged writes to a file no longer on disk:
+lost at its next restart. So an engine takes an exclusive ``flock`` on ``<data_dir>/indexes/.writer.lock``
+before it reads anything there, and waits, saying who holds it, until the holder is gone. The kernel
+drops the lock of a process that exits in any way (kill -9 included), so a crash never leaves it held.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import logging
+import os
+import socket
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+FILE = ".writer.lock"
+
+
+class DataDirBusy(RuntimeError):
+    """Another engine process kept the data folder past the wait."""
+
+
+class WriterLock:
+    def __init__(self, root: Path) -> None:
+        self.path = Path(root) / FILE
+        self._fd: int | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def holder(self) -> str:
+        """What the holder wrote (its host, i.e. its pod's name, and pid), for the log and the error."""
+        try:
+            return self.path.read_text().strip() or "unknown"
+        except OSError:
+            return "unknown"
+
+    async def acquire(self, timeout_s: float, poll_s: float = 0.2, report_every_s: float = 10.0) -> None:
+        """Take the lock, polling (the event loop keeps running) until ``timeout_s``; a log line every
+        ``report_every_s`` while another process holds it."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o640)
+        start = time.monotonic()
+        next_report = start
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    waited = time.monotonic() - start
+                    if waited >= timeout_s:
+                        raise DataDirBusy(
+                            f"another engine process ({self.holder()}) still holds {self.path} after {waited:.0f} s: "
+                            "two engines must never write one data folder (a second replica on a FAISS volume, or "
+                            "a process that does not stop); stop it, or raise writer_lock_timeout_seconds") from None
+                    if time.monotonic() >= next_report:
+                        log.warning("waiting for the engine process that holds %s (%s) to stop: %.0f s so far",
+                                    self.path, self.holder(), waited)
+                        next_report += report_every_s
+                    await asyncio.sleep(poll_s)
+        except BaseException:
+            os.close(fd)
+            raise
+        since = datetime.now(UTC).isoformat(timespec="seconds")
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"host={socket.gethostname()} pid={os.getpid()} since={since}\n".encode(), 0)
+        self._fd = fd
+        if time.monotonic() - start >= poll_s:
+            log.info("took %s after %.1f s", self.path, time.monotonic() - start)
+
+    def release(self) -> None:
+        """Give the folder up (at shutdown, after the last snapshot); closing the descriptor unlocks it."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
