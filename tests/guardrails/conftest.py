@@ -7,6 +7,7 @@ answer and to the chunks on their way into the prompt, not about search.
 from __future__ import annotations
 
 import contextlib
+import itertools
 from pathlib import Path
 
 import httpx
@@ -62,6 +63,7 @@ class Engine:
 def guarded(llm_server, embedder, tmp_path):  # noqa: F811
     """``guarded(policy_text | None, **settings) -> Engine``: the policy written to a file the engine watches."""
     stack = contextlib.ExitStack()
+    numbers = itertools.count(1)
 
     def start(policy: str | None = POLICY, **values) -> Engine:
         path = tmp_path / "policy" / "guardrails.yaml"
@@ -69,7 +71,8 @@ def guarded(llm_server, embedder, tmp_path):  # noqa: F811
         if policy is not None:
             path.write_text(policy)
         emb = stack.enter_context(borrowed(embedder))
-        settings = EngineSettings(data_dir=tmp_path / "data", llm_url=llm_server[1] + "/v1", llm_retries=0,
+        # Each engine its own data folder: one engine at a time writes a folder (index/writer_lock.py).
+        settings = EngineSettings(data_dir=tmp_path / f"data-{next(numbers)}", llm_url=llm_server[1] + "/v1", llm_retries=0,
                                   similarity_threshold=0.0, guardrails_policy=path, **values)
         app = chat_app(settings, FakeRegistry({"ops": list(DOCS), "wiki": list(OPT_IN)}), emb)
         engine = Engine(stack.enter_context(serve_app(app)), app, path)
