@@ -10,19 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.engine_process import engine_process
-
-
-def wait_until_healthy(base: str, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        assert time.monotonic() < deadline, f"{base} not healthy after {timeout_s} s"
-        time.sleep(0.1)
+from tests.support.engine_process import engine_process, wait_healthy
 
 # Small snapshot threshold (20 kB) so snapshots + journal resets happen during the run too.
 SETTINGS = {"snapshot_journal_bytes": "20000"}
@@ -111,7 +99,7 @@ def test_a_replacement_process_waits_for_the_old_one_and_loses_no_write(tmp_path
                 httpx.get(f"{new.base_url}/health", timeout=2)
             old.process.send_signal(signal.SIGTERM)  # the old pod stops: its final snapshot, a fresh journal
             assert old.process.wait(30) in (0, -signal.SIGTERM)  # uvicorn re-raises the signal after its shutdown
-            wait_until_healthy(new.base_url, 120)
+            wait_healthy(new, 120)
             after = {"doc_id": "after", "text": "Written by the replacement once it took the folder."}
             assert httpx.post(f"{new.base_url}/index", json={"index_name": "durable", "documents": [after]},
                               timeout=30).status_code == 200

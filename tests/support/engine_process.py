@@ -94,6 +94,12 @@ def _stop(proc: subprocess.Popen, inner: int | None = None) -> None:
             proc.wait(timeout=10)
 
 
+def wait_healthy(engine: EngineProcess, timeout_s: float = START_TIMEOUT_S) -> None:
+    """Wait until an engine yielded with ``wait_ready=False`` answers ``/health`` (its log if it exits)."""
+    _wait(f"{engine.base_url}/health", engine.process, engine.data_dir.parent / "engine.log",
+          time.monotonic() + timeout_s)
+
+
 @contextlib.contextmanager
 def engine_process(work_dir: Path, *, settings: dict[str, str] | None = None, llm: bool = True,
                    wrap: list[str] | None = None, start_timeout_s: float = START_TIMEOUT_S,

@@ -29,7 +29,7 @@ class Durability:
     """The on-disk side of the embedded indexes; every method that writes runs its I/O in a thread."""
 
     def __init__(self, data_dir: Path, dim: int, store_kwargs: dict, snapshot_journal_bytes: int,
-                 writer_lock_timeout_s: float = 300.0) -> None:
+                 writer_lock_timeout_s: float) -> None:
         self.data_dir = data_dir
         self.dim = dim
         self.store_kwargs = store_kwargs
