@@ -76,6 +76,35 @@ def test_exit_statuses_become_reasons():
     assert not crash.over_limit and crash.reason == "the parser failed on this file (exit status -11)"
 
 
+# What a parser child printed in CI when RLIMIT_AS struck while an exception was being made (about
+# one run in twenty at this test's 200 MiB budget; at 164 and 168 MiB on a scan): the interpreter
+# aborts instead of raising MemoryError, and its dump ends with the extension modules.
+FATAL_OOM = b"""Fatal Python error: _PyErr_NormalizeException: Cannot recover from MemoryErrors while normalizing exceptions.
+Python runtime state: initialized
+
+Current thread 0x00007f44e9880b80 (most recent call first):
+  File "/app/engine/ragengine/parsing/worker.py", line 73 in <module>
+  File "<frozen runpy>", line 88 in _run_code
+  File "<frozen runpy>", line 198 in _run_module_as_main
+
+Extension modules: charset_normalizer.md, charset_normalizer.cd, _cffi_backend (total: 3)
+"""
+
+
+def test_an_interpreter_aborted_by_the_memory_limit_is_over_the_memory_budget():
+    limits = ParseLimits(memory_mb=200)
+    found = sandbox.outcome(-6, b"", FATAL_OOM, limits)
+    assert found.over_limit and found.reason == "parsing needs more than 200 MiB of memory (the limit)", found
+    not_memory = FATAL_OOM.replace(b"_PyErr_NormalizeException: Cannot recover from MemoryErrors while normalizing exceptions.",
+                                   b"GC object already tracked")
+    other = sandbox.outcome(-6, b"", not_memory, limits)
+    assert not other.over_limit, other
+    assert other.reason == "the parser failed on this file (Fatal Python error: GC object already tracked)"
+    bad_alloc = b"terminate called after throwing an instance of 'std::bad_alloc'\n  what():  std::bad_alloc\n"
+    cpp = sandbox.outcome(-6, b"", bad_alloc, limits)
+    assert cpp.over_limit, cpp
+
+
 def _in_flight(base: str) -> int:
     text = httpx.get(f"{base}/metrics", timeout=60).text
     return int(float(re.search(r"^ragengine_http_requests_in_flight (\S+)$", text, re.M).group(1)))

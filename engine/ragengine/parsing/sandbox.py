@@ -55,9 +55,14 @@ def outcome(returncode: int, stdout: bytes, stderr: bytes, limits: ParseLimits) 
         except (ValueError, KeyError, TypeError):
             pass
     lines = [x for x in stderr.decode("utf-8", "replace").splitlines() if x.strip()]
-    if any("MemoryError" in x for x in lines[-3:]):
+    # An interpreter that runs out of memory at a bad moment aborts (Py_FatalError, e.g. "Cannot
+    # recover from MemoryErrors while normalizing exceptions") instead of raising; its dump ends
+    # with the list of extension modules, so the reason is the fatal line, not the last one.
+    fatal = next((x.strip() for x in lines if x.startswith("Fatal Python error:")), None)
+    if (any("MemoryError" in x for x in lines[-3:]) or (fatal is not None and "memory" in fatal.lower())
+            or any("std::bad_alloc" in x for x in lines)):
         return Refused(f"parsing needs more than {limits.memory_mb} MiB of memory (the limit)", over_limit=True)
-    why = lines[-1].strip()[:300] if lines else f"exit status {returncode}"
+    why = (fatal or lines[-1].strip())[:300] if lines else f"exit status {returncode}"
     return Refused(f"the parser failed on this file ({why})")
 
 
