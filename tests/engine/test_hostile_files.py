@@ -76,9 +76,10 @@ def test_exit_statuses_become_reasons():
     assert not crash.over_limit and crash.reason == "the parser failed on this file (exit status -11)"
 
 
-# What a parser child printed in CI when RLIMIT_AS struck while an exception was being made (about
-# one run in twenty at this test's 200 MiB budget; at 164 and 168 MiB on a scan): the interpreter
-# aborts instead of raising MemoryError, and its dump ends with the extension modules.
+# What a parser child printed when RLIMIT_AS struck while an exception was being made (once in CI at
+# this file's 200 MiB budget; at 3 of 45 budgets from 120 to 208 MiB on a scan, and in none of 30
+# runs at 200 MiB here): the interpreter aborts instead of raising MemoryError, and its dump ends
+# with the extension modules.
 FATAL_OOM = b"""Fatal Python error: _PyErr_NormalizeException: Cannot recover from MemoryErrors while normalizing exceptions.
 Python runtime state: initialized
 
