@@ -103,7 +103,7 @@ def synchronous_normal() -> Iterator[None]:
     """SessionStores made meanwhile run SQLite with synchronous=NORMAL (set after the store's own pragmas)."""
     from sqlalchemy import event
 
-    from ragengine.conversations import store as store_module
+    from ragengine.conversations import database as store_module
 
     original = store_module.make_engine
 

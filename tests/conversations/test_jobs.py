@@ -9,9 +9,10 @@ import asyncio
 import pytest
 from sqlalchemy import text
 
+from ragengine.conversations.file_records import LeaseLost
 from ragengine.conversations.jobs import DatabaseJobs, LocalJobs, make_jobs
 from ragengine.conversations.models import Base
-from ragengine.conversations.store import LeaseLost, SessionStore
+from ragengine.conversations.store import SessionStore
 from ragengine.settings import EngineSettings
 
 pytestmark = pytest.mark.postgres

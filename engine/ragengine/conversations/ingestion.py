@@ -22,8 +22,9 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
 
+from ragengine.conversations.file_records import LeaseLost
 from ragengine.conversations.jobs import Claim, Jobs, make_jobs
-from ragengine.conversations.store import FileInfo, LeaseLost, SessionStore
+from ragengine.conversations.store import FileInfo, SessionStore
 from ragengine.conversations.uploads import (
     CANONICAL,
     ParseError,

@@ -32,7 +32,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Protocol
 
-from ragengine.conversations.store import ACTIVE_FILE_STATUSES, FileInfo, SessionStore
+from ragengine.conversations.file_records import ACTIVE_FILE_STATUSES
+from ragengine.conversations.store import FileInfo, SessionStore
 from ragengine.index.journal import fsync_dir
 
 log = logging.getLogger(__name__)
