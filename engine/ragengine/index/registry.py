@@ -6,7 +6,7 @@ validation and the add / update decisions are ``index.documents``, shared with t
 The names here are the store's own (an index version is "<name>/v<n>", see ``ragengine.versions``); each
 index is embedded with the model ``model_for(name)`` names, from ``embedders`` (several models at once).
 The version layer also uses ``digests``, ``fetch``, ``sync_documents``, ``export_batches`` and
-``import_batch`` (the same methods as ``stores.registry.StoreRegistry``)."""
+``import_batch`` (``version_ops.py``; the same methods as ``stores.registry.StoreRegistry``)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ import numpy as np
 
 from ragengine import metrics
 from ragengine.embedding.pool import EmbedderPool, ModelRef
-from ragengine.errors import BadRequest, Conflict, NotFound
+from ragengine.errors import Conflict, NotFound
 from ragengine.index import disk
 from ragengine.index.chunk_tokens import ChunkTokenCounter, counts_to_store, per_document
 from ragengine.index.chunking import Chunker, new_index_config
@@ -30,26 +30,25 @@ from ragengine.index.contextual import index_texts
 from ragengine.index.documents import (
     NewDoc,
     clean_documents,
-    content_digest,
     content_id,
     doc_out,
     listed,
     new_documents,
     plan_update,
     retrieval_request,
-    split_keys_changed,
 )
 from ragengine.index.durability import Durability
 from ragengine.index.search import search_index
 from ragengine.index.state import IndexState
 from ragengine.index.types import ChunkingConfig, RetrievedNode
+from ragengine.index.version_ops import VersionOps, held_documents
 from ragengine.observability import tracing
 from ragengine.retrieval import filters as flt
 
 log = logging.getLogger(__name__)
 
 
-class IndexRegistry:
+class IndexRegistry(VersionOps):
     """The embedded store: FAISS + BM25 in memory, a journal and snapshots on ``data_dir``."""
 
     kind = "faiss"
@@ -213,7 +212,7 @@ class IndexRegistry:
         state = await self._state_for_write(index_name, chunking)
         async with state.lock:
             try:
-                new = new_documents(index_name, docs, _held(state, docs))
+                new = new_documents(index_name, docs, held_documents(state, docs))
                 tracing.annotate(new=len(new))
                 if new:
                     adds, vectors = await self._prepare(state, new)
@@ -241,7 +240,7 @@ class IndexRegistry:
         state = self.get(index_name)
         docs = clean_documents(documents, max_chars=self.settings.max_document_chars, need_id=True)
         async with state.lock:
-            plan = plan_update(docs, _held(state, docs))
+            plan = plan_update(docs, held_documents(state, docs))
             if plan.writes:
                 adds, vectors = await self._prepare(state, plan.changed_text) if plan.changed_text else ([], None)
                 reused = []
@@ -336,121 +335,3 @@ class IndexRegistry:
         return await search_index(state, embedder, self.settings, req.query, req.top_k, req.filter,
                                   query_embedding, self.reranker, req.max_chunks_per_document,
                                   long_query_windows=long_query_windows)
-
-    # -- what the version layer uses (ragengine.versions; StoreRegistry has the same methods) ------------
-    async def ensure(self, name: str, chunking: dict | None) -> None:
-        """Create index ``name`` (its folder too) when it does not exist: a new version exists while empty."""
-        state = await self._state_for_write(name, chunking)
-        async with state.lock:
-            await self.durability.create(state)
-
-    async def dim_of(self, name: str) -> int | None:
-        state = self._indexes.get(name)
-        return state.dim if state is not None else None
-
-    async def config_of(self, name: str) -> dict:
-        return self.get(name).config.to_dict()
-
-    async def digests(self, name: str) -> dict[str, str]:
-        """doc_id -> digest of its text and metadata (what a version must hold the same of)."""
-        state = self._indexes.get(name)
-        if state is None:
-            return {}
-
-        def run() -> dict[str, str]:
-            with state.rw.read():
-                records = list(state.docs.values())
-            return {r.doc_id: content_digest(r.text, r.metadata) for r in records}
-
-        return await asyncio.to_thread(run)
-
-    async def fetch(self, name: str, doc_ids: list[str]) -> dict[str, NewDoc]:
-        state = self._indexes.get(name)
-        if state is None:
-            return {}
-        return {d: NewDoc(d, rec.text, rec.metadata) for d in doc_ids if (rec := state.docs.get(d)) is not None}
-
-    async def sync_documents(self, name: str, docs: list[NewDoc], *, chunking: dict | None = None,
-                             source: str | None = None) -> int:
-        """Make ``name`` hold ``docs`` as given (add the missing, re-embed a changed text, keep the vectors
-        of a metadata-only change); with ``source``, only the documents ``source`` still holds exactly so
-        (checked under both indexes' locks, so an older copy never overwrites a newer write). Embedding
-        runs before the locks. -> documents written."""
-        state = await self._state_for_write(name, chunking)
-        held = _held(state, docs)
-        changed = [d for d in docs if d.doc_id not in held or held[d.doc_id][0] != d.text
-                   or split_keys_changed(held[d.doc_id][1], d.metadata)]
-        adds, vectors = await self._prepare(state, changed) if changed else ([], None)
-        src = self._indexes.get(source) if source is not None else None
-        if source is not None and src is None:
-            return 0
-        locks = sorted({id(x): x for x in (state, src) if x is not None}.values(), key=lambda x: x.name)
-        async with contextlib.AsyncExitStack() as stack:
-            for x in locks:
-                await stack.enter_async_context(x.lock)
-            wanted = {d.doc_id: d for d in docs}
-            if src is not None:  # only what the source still holds exactly as given
-                wanted = {k: d for k, d in wanted.items()
-                          if (rec := src.docs.get(k)) is not None and rec.text == d.text and rec.metadata == d.metadata}
-            now = _held(state, list(wanted.values()))
-            ops: list[dict] = []
-            parts: list[np.ndarray] = []
-            pos = 0
-            for a in adds:
-                n = len(a["spans"])
-                if a["id"] in wanted and now.get(a["id"]) == held.get(a["id"]):  # the target did not move meanwhile
-                    ops.append(a)
-                    parts.append(vectors[pos:pos + n])  # type: ignore[index]
-                pos += n
-            embedded = {a["id"] for a in adds}
-            for doc_id, doc in wanted.items():
-                rec = state.docs.get(doc_id)
-                if doc_id in embedded or rec is None or rec.text != doc.text or rec.metadata == doc.metadata \
-                        or split_keys_changed(rec.metadata, doc.metadata):
-                    continue
-                ops.append({"id": doc_id, "text": doc.text, "meta": doc.metadata, "spans": rec.span_list(),
-                            **({"tokens": rec.tokens} if rec.tokens else {})})  # metadata only: same vectors
-                parts.append(state.doc_vectors(rec))
-            if ops:
-                op = {"delete": [a["id"] for a in ops if a["id"] in state.docs], "add": ops}
-                await self._commit(state, op, np.concatenate(parts))
-            return len(ops)
-
-    async def export_batches(self, name: str, batch: int = 256) -> AsyncIterator[list[dict]]:
-        """Every document with its spans, token counts and vectors, ``batch`` at a time (each batch read
-        under the read lock; a document replaced or deleted meanwhile is left out of that batch)."""
-        state = self.get(name)
-        ids = list(state.docs)
-        for i in range(0, len(ids), batch):
-            def read(part: list[str] = ids[i:i + batch]) -> list[dict]:
-                out = []
-                with state.rw.read():
-                    for doc_id in part:
-                        rec = state.docs.get(doc_id)
-                        if rec is not None:
-                            out.append({"id": rec.doc_id, "text": rec.text, "meta": rec.metadata,
-                                        "spans": rec.span_list(), "tokens": rec.tokens,
-                                        "vectors": state.doc_vectors(rec)})
-                return out
-
-            yield await asyncio.to_thread(read)
-
-    async def import_batch(self, name: str, config: dict, docs: list[dict]) -> None:
-        """Write exported documents as they are (spans, token counts, vectors): no chunking, no embedding."""
-        state = await self._state_for_write(name, config)
-        if not docs:
-            return
-        dims = {d["vectors"].shape[1] for d in docs if len(d["vectors"])}
-        if dims - {state.dim}:
-            raise BadRequest(f"vectors of dimension {sorted(dims)} do not fit index '{name}' ({state.dim})")
-        adds = [{"id": d["id"], "text": d["text"], "meta": d["meta"], "spans": d["spans"],
-                 **({"tokens": d["tokens"]} if d.get("tokens") else {})} for d in docs]
-        async with state.lock:
-            op = {"delete": [a["id"] for a in adds if a["id"] in state.docs], "add": adds}
-            await self._commit(state, op, np.concatenate([d["vectors"] for d in docs]))
-
-
-def _held(state: IndexState, docs: list[NewDoc]) -> dict[str, tuple[str, dict]]:
-    """What the index holds of these documents, as the shared document operations see it."""
-    return {d.doc_id: (rec.text, rec.metadata) for d in docs if (rec := state.docs.get(d.doc_id)) is not None}
-
