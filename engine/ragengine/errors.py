@@ -91,6 +91,12 @@ class UpstreamError(EngineError):
     status_code = 502
     error_type = "upstream_error"
 
+    def fallback_reason(self) -> str:
+        """Why an answer came without the LLM (a response's ``fallback_reason``): a refusal says so."""
+        if self.status_code < 500:
+            return f"The LLM refused the request (HTTP {self.status_code}): {self.message}"
+        return self.message
+
 
 class CorruptData(EngineError):
     """A file on disk failed its checksum or could not be parsed; it is never half-loaded."""

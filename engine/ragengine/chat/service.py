@@ -103,12 +103,6 @@ def parse_request(body: Any) -> ChatCompletionRequest:
     return req
 
 
-def fallback_reason(exc: LLMUnavailable) -> str:
-    if exc.status_code < 500:
-        return f"The LLM refused the request (HTTP {exc.status_code}): {exc.message}"
-    return exc.message
-
-
 def _ms(seconds: float) -> str:
     return f"{seconds * 1000:.2f}"
 
@@ -341,7 +335,7 @@ class ChatService:
             raise exc
         LLM_FALLBACKS.labels("extractive").inc()
         tracing.annotate(**{"llm.fallback": "extractive"})
-        return self._extractive(req, target, info, nodes, fallback_reason(exc), t0, query=query, disclaim=disclaim)
+        return self._extractive(req, target, info, nodes, exc.fallback_reason(), t0, query=query, disclaim=disclaim)
 
     def _extractive(self, req: ChatCompletionRequest, target: Target, info: RagInfo, nodes: list, reason: str, t0: float,
                     *, query: str | None = None, disclaim: bool = False):

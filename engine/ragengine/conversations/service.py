@@ -15,12 +15,12 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
-from dataclasses import dataclass, field
 from typing import Any
 
 from ragengine.access.acl import Acl
 from ragengine.conversations.budget import Budget
 from ragengine.conversations.events import event
+from ragengine.conversations.file_records import ACTIVE_FILE_STATUSES
 from ragengine.conversations.prompting import (
     DEFAULT_SYSTEM_PROMPT,
     TOOLS_SYSTEM_PROMPT,
@@ -29,10 +29,11 @@ from ragengine.conversations.prompting import (
     format_context,
     history_turns,
 )
-from ragengine.conversations.tools import Scope, run_tool_loop, scoped_search
+from ragengine.conversations.retrieval import session_search
+from ragengine.conversations.tools import Scope, run_tool_loop
+from ragengine.conversations.turn import Generation, Turn
 from ragengine.errors import BadRequest, UpstreamError
 from ragengine.guardrails.output import AnswerGuard
-from ragengine.guardrails.screening import screen_nodes
 from ragengine.index.types import RetrievedNode
 from ragengine.llm.availability import tool_calls_refused
 from ragengine.metrics import GROUNDEDNESS_SCORE, LLM_FALLBACKS, SESSION_MESSAGES, TOOL_CALLS, UNGROUNDED_ANSWERS
@@ -44,62 +45,8 @@ from ragengine.rag.no_context import DISCLAIMER, REFUSAL, REFUSAL_METHOD
 from ragengine.rag.reformulate import reformulate_query
 
 log = logging.getLogger(__name__)
-ACTIVE = ("uploaded", "processing")
 GENERATION_START = event("generation_start", message="Generating the answer...", generation_method="llm")
 _BACKGROUND: set[asyncio.Task] = set()  # replies stored after the client left (kept referenced until done)
-
-
-def _fallback_reason(exc: UpstreamError) -> str:
-    if exc.status_code < 500:
-        return f"The LLM refused the request (HTTP {exc.status_code}): {exc.message}"
-    return exc.message
-
-
-@dataclass
-class Turn:
-    """One message on its way through the steps; each step reads what the earlier ones set."""
-
-    session_id: str
-    req: MessageRequest
-    started: float
-    acl: Acl | None = None  # the caller's document ACL (access control)
-    files_of: str | None = None  # attachable files: this principal's (None: any, for admins)
-    session: Any = None
-    user: Any = None  # the stored user message
-    history: list[dict] = field(default_factory=list)
-    thread_id: str = MAIN_THREAD
-    query: str = ""  # what retrieval uses (reformulated or the user's words)
-    prompt: str = ""  # the user message the LLM gets (the standalone question when reformulated, by default)
-    mode: str = "rag"  # the mode that runs: "tools" falls back to "rag" when nothing is searchable yet
-    scope: Scope | None = None
-    budget: Budget | None = None
-    instructions: str = ""
-    inline: list[InlineDoc] = field(default_factory=list)
-    nodes: list = field(default_factory=list)
-    meta: dict[str, Any] = field(default_factory=dict)  # stored with the reply
-    context_sent: bool = False
-    replied: bool = False  # the assistant message is stored
-    out: AnswerGuard = field(default_factory=lambda: AnswerGuard(None))  # the answer's text as the client sees it
-
-
-@dataclass
-class Generation:
-    """What the answering steps produced; ``method`` None means no answer yet (the extractive step runs)."""
-
-    answer: str = ""
-    method: str | None = None
-    fallback_reason: str | None = None
-    details: dict[str, Any] = field(default_factory=dict)  # endpoint, model, usage, tool calls, truncation
-    error: UpstreamError | None = None  # why the LLM gave no answer
-
-    def to_meta(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        if self.fallback_reason is not None:
-            out["fallback_reason"] = self.fallback_reason
-        out.update(self.details)
-        if self.method is not None:
-            out["generation_method"] = self.method
-        return out
 
 
 def check_session_index(index_name: str | None, settings: Any) -> None:
@@ -200,7 +147,7 @@ class ConversationService:
         s, req = self.settings, t.req
         files = await self.store.session_files(t.session_id) if req.mode != "none" else []
         t.scope = Scope(s.conversation_index, tuple(f.id for f in files if f.status == "completed"), t.acl)
-        pending = [f for f in files if f.status in ACTIVE and f.text]
+        pending = [f for f in files if f.status in ACTIVE_FILE_STATUSES and f.text]
         t.meta["scope_file_ids"] = list(t.scope.file_ids)
         t.budget = await Budget.create(self.llm, s, req.max_tokens) if self.llm_ok else None
         t.mode = req.mode
@@ -230,7 +177,7 @@ class ConversationService:
         """Retrieval scoped to the session's files (and its knowledge index), fitted to the budget."""
         assert t.scope is not None, "the scope is set when the turn opens"
         t_r = time.perf_counter()
-        t.nodes = await self._retrieve(t.session, t.scope, t.query, self._top_k(t.req), t.meta)
+        t.nodes = await session_search(self.registry, self.settings, t.session, t.scope, t.query, self._top_k(t.req), t.meta)
         if t.budget is not None:
             with tracing.stage("context_selection", retrieved=len(t.nodes)) as span:
                 t.nodes = await t.budget.fit_nodes(t.nodes)
@@ -298,7 +245,7 @@ class ConversationService:
                 gen.method = "llm"
                 gen.details.update(truncated=True, error=exc.message)
             else:
-                gen.method, gen.fallback_reason = None, _fallback_reason(exc)
+                gen.method, gen.fallback_reason = None, exc.fallback_reason()
                 gen.details = {k: v for k, v in gen.details.items() if k in ("tool_calls", "tool_iterations")}
                 gen.error = exc
 
@@ -326,7 +273,7 @@ class ConversationService:
             tracing.annotate(**{"llm.fallback": "extractive"})
         if t.mode == "tools" and not t.nodes and self.llm_ok:  # the tool loop failed before searching
             assert t.scope is not None, "the scope is set when the turn opens"
-            t.nodes = await self._retrieve(t.session, t.scope, t.query, self._top_k(t.req))
+            t.nodes = await session_search(self.registry, self.settings, t.session, t.scope, t.query, self._top_k(t.req))
         if t.req.mode != "none" and not t.context_sent:
             yield self._context_found(t)
         yield event("generation_start", message=f"Answering from the documents: {reason}",
@@ -391,25 +338,6 @@ class ConversationService:
             self.store.add_message(t.session_id, t.thread_id, "assistant", t.out.shown, meta))
         _BACKGROUND.add(task)
         task.add_done_callback(_BACKGROUND.discard)
-
-    async def _retrieve(self, session: Any, scope: Scope, query: str, top_k: int, meta: dict | None = None) -> list:
-        """The session's files (scoped) plus its knowledge index (if any), best similarity first."""
-        found = list(await scoped_search(self.registry, scope, query, top_k))
-        knowledge = session.index_name
-        if knowledge == self.settings.conversation_index:  # a session stored before that was refused
-            knowledge = None
-        owner = {id(n): scope.index_name for n in found}
-        if knowledge and self.registry.exists(knowledge):
-            more = await self.registry.retrieve(knowledge, query, top_k, acl=scope.acl)
-            owner.update((id(n), knowledge) for n in more)
-            found += more
-        elif knowledge and meta is not None:
-            meta["index_missing"] = knowledge  # created later, or deleted: not an error
-        found, screening = screen_nodes(found, None, self.settings.screen_indexes, index_of=lambda n: owner[id(n)])
-        if screening is not None and meta is not None:
-            meta["screening"] = screening
-        found.sort(key=lambda n: n.score, reverse=True)  # the seed's order; two lists merge on one cosine scale
-        return found[:top_k]
 
     async def _stream(self, messages: list[dict], extra: dict, gen: Generation) -> AsyncGenerator[str, None]:
         # usage comes on a stream only when asked for (OpenAI's and vLLM's stream_options)
