@@ -31,11 +31,36 @@ def _parse_set(values: tuple[str, ...]) -> dict[str, Any]:
     return out
 
 
+def check_data_dir(path: Path) -> None:
+    """The data folder exists and this process can write it, or a message that says what to do. A volume that
+    the pod's user cannot write (a hostPath-style StorageClass makes root-owned 0750 directories, and fsGroup
+    does not apply to it) otherwise fails deep in the start with a bare 'Permission denied'."""
+    import os
+    import tempfile
+
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-check-"):
+            pass
+    except OSError as exc:
+        try:
+            st = path.stat()
+            owner = f"owned by uid {st.st_uid} gid {st.st_gid}, mode {st.st_mode & 0o7777:04o}"
+        except OSError:
+            owner = "its owner unknown"
+        raise click.ClickException(
+            f"the data folder {path} is not writable by this process (uid {os.getuid()}, groups "
+            f"{sorted(os.getgroups())}): {exc.strerror or exc}; the folder is {owner}. In Kubernetes the engine's "
+            "volume comes from its StorageClass, which must give the pod's fsGroup write access (a hostPath "
+            "provisioner does not): set spec.storage.volume.storageClassName to a class that does (on the "
+            "project's local cluster: ragengine-local), or fix the volume's ownership.") from exc
+
+
 @main.command()
 @click.option("--host", default=None, help="Bind address [env RAGENGINE_HOST; 127.0.0.1].")
 @click.option("--port", type=int, default=None,
               help="Port [env RAGENGINE_PORT; 8000]; 0 = a free port. 'listening on URL' is printed once bound.")
-@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+@click.option("--data-dir", type=click.Path(file_okay=False, readable=False, path_type=Path), default=None,
               help="Indexes, journals and sessions [env RAGENGINE_DATA_DIR; ./data].")
 @click.option("--embedding-model", default=None, help="package:<module>, a local path or a model name.")
 @click.option("--embedding-url", default=None, help="OpenAI-compatible embeddings base URL (…/v1).")
@@ -68,7 +93,7 @@ def serve(host, port, data_dir, embedding_model, embedding_url, llm_url, rerank_
     from ragengine.observability import logs
 
     logs.configure(settings.log_format, log_level)
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    check_data_dir(settings.data_dir)
     app = create_app(settings)
     # Bind before the model loads: a taken port fails at once, and the port is ours when this line is
     # printed (with --port 0, the kernel's choice: tests and scripts read it). Connections are refused
