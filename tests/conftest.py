@@ -35,6 +35,15 @@ def pgvector_url() -> Iterator[str]:
         yield url.replace("postgresql+psycopg://", "postgresql://")
 
 
+@pytest.fixture(scope="session")
+def crd_webhook():
+    """One conversion webhook (the operator's code, on loopback) for every test cluster fixture of the run."""
+    from tests.support.conversion import conversion_webhook
+
+    with conversion_webhook() as webhook:
+        yield webhook
+
+
 @pytest.fixture
 def store_prefix(request) -> str:
     """A schema / collection prefix of its own for each test, so tests never see each other's indexes."""

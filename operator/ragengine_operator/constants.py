@@ -1,7 +1,7 @@
 """Names shared by the CRD, the builders and the controller (one place, so they cannot drift)."""
 
 GROUP = "ragengine.io"
-VERSION = "v1alpha1"
+VERSION = "v1beta1"  # the hub and storage version; v1alpha1 is still served (conversion/)
 API_VERSION = f"{GROUP}/{VERSION}"
 KIND = "RAGEngine"
 PLURAL = "ragengines"

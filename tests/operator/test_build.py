@@ -18,7 +18,7 @@ FULL = {
         "resources": {"requests": {"memory": "64Gi"}}, "modelCache": {"size": "200Gi", "storageClassName": "fast"},
         "hfTokenSecretRef": {"name": "hf"},
     },
-    "storage": {"size": "50Gi"},
+    "storage": {"volume": {"size": "50Gi"}},
 }
 
 
@@ -136,7 +136,7 @@ def test_plan_modes():
     assert ("NetworkPolicy", "docs-inference") in {(r.kind, r.name) for r in url.delete}
 
 
-POSTGRES = {"vectorStore": {"type": "postgres", "connectionSecretRef": {"name": "db"}, "hnsw": {"m": 16}},
+POSTGRES = {"storage": {"vectorStore": {"type": "postgres", "connectionSecretRef": {"name": "db"}, "hnsw": {"m": 16}}},
             "engine": {"replicas": 3}}
 
 
@@ -349,10 +349,11 @@ def test_sessions_database_shared_by_replicas():
         return next((e.get("valueFrom") for e in env if e["name"] == EngineSettings.env_name("database_url")), None)
 
     assert database({}) is None  # faiss: SQLite on the engine's volume
-    pg = {"vectorStore": {"type": "postgres", "connectionSecretRef": {"name": "pg"}}, "engine": {"replicas": 3}}
+    pg = {"storage": {"vectorStore": {"type": "postgres", "connectionSecretRef": {"name": "pg"}}}, "engine": {"replicas": 3}}
     assert database(pg) == {"secretKeyRef": {"name": "pg", "key": "url"}}
-    milvus = {"vectorStore": {"type": "milvus", "connectionSecretRef": {"name": "mv"}}, "engine": {"replicas": 3},
-              "sessions": {"databaseSecretRef": {"name": "sessions-db", "key": "dsn"}}}
+    milvus = {"storage": {"vectorStore": {"type": "milvus", "connectionSecretRef": {"name": "mv"}},
+                          "sessions": {"databaseSecretRef": {"name": "sessions-db", "key": "dsn"}}},
+              "engine": {"replicas": 3}}
     assert database(milvus) == {"secretKeyRef": {"name": "sessions-db", "key": "dsn"}}
 
 
@@ -418,7 +419,7 @@ def test_an_embedding_change_reaches_the_engine_without_a_rollout():
     with FAISS: Ready went False) and the restarted engine could not load its indexes (dimension mismatch).
     Now it is a file of a ConfigMap the engine watches: the Deployment stays as it is (same config hash),
     the ConfigMap changes, and the engine re-indexes in the background."""
-    other = copy.deepcopy(FULL) | {"embedding": {"model": "wordllama:l2_supercat"}}
+    other = copy.deepcopy(FULL) | {"embedding": {"local": {"model": "wordllama:l2_supercat"}}}
     assert hashes(other)["docs-engine"] == hashes(FULL)["docs-engine"], "a new embedding model restarts the engine"
     from ragengine.embedding.pool import read_target
     from ragengine.settings import EngineSettings
@@ -446,10 +447,10 @@ def test_the_embedding_file_keeps_its_generation_until_the_model_changes():
     from ragengine_operator.manifests.engine import engine_embedding_configmap
     from ragengine_operator.manifests.engine_env import embedding_generation
 
-    spec = RAGEngineSpec.model_validate({"embedding": {"model": "a"}})
+    spec = RAGEngineSpec.model_validate({"embedding": {"local": {"model": "a"}}})
     current = engine_embedding_configmap(OWNER, spec, 3)
     assert embedding_generation(current, spec, 9) == 3  # another field changed: same model, same generation
-    other = RAGEngineSpec.model_validate({"embedding": {"model": "b"}})
+    other = RAGEngineSpec.model_validate({"embedding": {"local": {"model": "b"}}})
     assert embedding_generation(current, other, 9) == 9  # a new model: the RAGEngine's generation
     assert embedding_generation(None, spec, 9) == 9
 

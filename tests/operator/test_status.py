@@ -192,7 +192,7 @@ def _health(target: str, indexes: dict) -> dict:
 def test_reindexing_is_reported_and_never_takes_ready_away():
     from ragengine_operator.manifests.engine_env import target_digest
 
-    spec = RAGEngineSpec.model_validate({"embedding": {"model": "wordllama:l2_supercat"}})
+    spec = RAGEngineSpec.model_validate({"embedding": {"local": {"model": "wordllama:l2_supercat"}}})
     deployments = {"engine": dep()}
 
     def status_with(health=None, error=None, old=(), previous=None):

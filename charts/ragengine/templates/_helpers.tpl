@@ -110,3 +110,9 @@ spec.access.serviceAccounts (a ClusterRoleBinding per RAGEngine to system:auth-d
   verbs: [bind]
   resourceNames: [system:auth-delegator]
 {{- end -}}
+
+{{/* The operator's webhook Service (conversion), which the CRD's subchart names too: the chart name is spelt
+out, so the parent and the ragengine-crds subchart render the same name. */}}
+{{- define "ragengine.webhookService" -}}
+{{- if contains "ragengine" .Release.Name -}}{{ printf "%s-webhook" .Release.Name | trunc 63 | trimSuffix "-" }}{{- else -}}{{ printf "%s-ragengine-webhook" .Release.Name | trunc 63 | trimSuffix "-" }}{{- end -}}
+{{- end -}}

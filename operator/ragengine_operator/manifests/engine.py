@@ -60,7 +60,7 @@ def endpoint(owner: Owner) -> str:
 
 
 def engine_data_pvc(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
-    s = spec.storage
+    s = spec.storage.volume
     return pvc(owner, data_pvc_name(owner), c.COMPONENT_ENGINE, s.size, s.storage_class_name, "ReadWriteOnce",
                retain=s.reclaim_policy == "Retain")
 
@@ -92,7 +92,7 @@ def engine_deployment(owner: Owner, spec: RAGEngineSpec, secrets: dict[str, str]
     }
     volumes: list[dict[str, Any]] = [
         # External store: no index on the pod, /data is scratch (model cache, temp files).
-        {"name": "data", "emptyDir": {}} if spec.vector_store.external else
+        {"name": "data", "emptyDir": {}} if spec.storage.vector_store.external else
         {"name": "data", "persistentVolumeClaim": {"claimName": data_pvc_name(owner)}},
         {"name": "tmp", "emptyDir": {"sizeLimit": TMP_SIZE}},
         # a directory (no subPath): the kubelet updates it in place when spec.embedding changes
@@ -121,7 +121,7 @@ def engine_deployment(owner: Owner, spec: RAGEngineSpec, secrets: dict[str, str]
         # faiss: Recreate, the index volume is ReadWriteOnce and the engine its single writer.
         # External store: stateless replicas roll one new pod in before an old one goes.
         "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}
-        if spec.vector_store.external else {"type": "Recreate"},
+        if spec.storage.vector_store.external else {"type": "Recreate"},
         "revisionHistoryLimit": 3,
         "selector": {"matchLabels": selector(owner, c.COMPONENT_ENGINE)},
         "template": template,
@@ -168,8 +168,8 @@ def engine_network_policy(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
     peers.append(sync_pods_peer(owner))
     if spec.backup is not None:  # the backup CronJob's pods export every index through the API
         peers.append({"podSelector": {"matchLabels": selector(owner, c.COMPONENT_BACKUP)}})
-    if spec.monitoring is not None:  # Prometheus scrapes /metrics on the same port
-        peers += [peer.model_dump(by_alias=True, exclude_none=True) for peer in spec.monitoring.scrape_from]
+    if spec.observability.metrics is not None:  # Prometheus scrapes /metrics on the same port
+        peers += [peer.model_dump(by_alias=True, exclude_none=True) for peer in spec.observability.metrics.scrape_from]
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",

@@ -89,7 +89,7 @@ def plan(owner: Owner, spec: RAGEngineSpec, secrets: dict[str, str] | None = Non
         # RAGEngine) to spare a re-download when switching back.
         p.delete += [Ref("apps/v1", "Deployment", vllm), Ref("v1", "Service", vllm),
                      Ref("networking.k8s.io/v1", "NetworkPolicy", vllm), hpa_ref, scaled_ref]
-    external = spec.vector_store.external
+    external = spec.storage.vector_store.external
     # faiss: the index volume. External store: none (a faiss PVC left from before stays, owned, with
     # its data, until the RAGEngine goes: switching back finds it).
     if not external:
@@ -131,7 +131,7 @@ def plan(owner: Owner, spec: RAGEngineSpec, secrets: dict[str, str] | None = Non
         p.delete.append(Ref("networking.k8s.io/v1", "NetworkPolicy", engine))
     # Monitors: the wanted kind for each component with metrics; every other monitor this RAGEngine may
     # have made goes (the other kind, vLLM's after a switch to url mode, all of them with monitoring unset).
-    wanted = monitors(owner, spec) if spec.monitoring is not None else []
+    wanted = monitors(owner, spec) if spec.observability.metrics is not None else []
     p.apply += wanted
     keep = {(m["kind"], m["metadata"]["name"]) for m in wanted}
     names = [engine, vllm]

@@ -64,7 +64,7 @@ def test_access_secret_rendered_mounted_and_updated_without_a_roll(kube, namespa
     access = {"keys": [{"name": "app-a", "keySecretRef": {"name": "app-a"}, "indexes": ["team-a-*"], "role": "read",
                         "groups": ["ops"]}],
               "serviceAccounts": [{"namespace": ns, "name": "frontend", "indexes": ["catalog"], "role": "read"}]}
-    kube.create_rag(ns, n, {"storage": {"size": "1Gi"}, "access": access})
+    kube.create_rag(ns, n, {"storage": {"volume": {"size": "1Gi"}}, "access": access})
 
     rendered = wait_for(lambda: _access_file(kube, ns, n), 30, "the access Secret")
     assert rendered["keys"][0]["keySha256"] == hashlib.sha256(KEY.encode()).hexdigest()
@@ -123,7 +123,7 @@ def test_the_binding_of_a_deleted_ragengine_is_swept(kube, namespace, operator_i
 
     ns, n = namespace, "gone"
     access = {"serviceAccounts": [{"namespace": ns, "name": "frontend", "indexes": ["*"], "role": "read"}]}
-    kube.create_rag(ns, n, {"storage": {"size": "1Gi"}, "access": access})
+    kube.create_rag(ns, n, {"storage": {"volume": {"size": "1Gi"}}, "access": access})
     wait_for(lambda: _binding(kube, ns, n), 30, "the TokenReview binding")
     kube.delete_rag(ns, n)
     wait_for(lambda: not kube.custom.list_namespaced_custom_object(c.GROUP, c.VERSION, ns, c.PLURAL)["items"], 30,
