@@ -46,7 +46,21 @@ class WriterLock:
         except OSError:
             return "unknown"
 
-    async def acquire(self, timeout_s: float, poll_s: float = 0.2, report_every_s: float = 10.0) -> None:
+    def busy(self) -> bool:
+        """Whether another process holds the lock now; takes nothing and creates nothing (a stand-by asks)."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:  # no lock file: no engine ever wrote this folder, or it is not there yet
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)  # also drops the lock if this probe took it
+        return False
+
+    async def acquire(self, timeout_s: float, poll_s: float = 0.05, report_every_s: float = 10.0) -> None:
         """Take the lock, polling (the event loop keeps running) until ``timeout_s``; a log line every
         ``report_every_s`` while another process holds it."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
