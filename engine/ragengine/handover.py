@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import logging
 import os
 import tempfile
@@ -41,6 +42,9 @@ from ragengine.index.writer_lock import WriterLock
 from ragengine.settings import EngineSettings
 
 log = logging.getLogger(__name__)
+# Imported on first use, by the writer's start (the sessions' migrations) and by the first write (the text
+# splitters): seconds each on a busy machine. A stand-by imports them while it waits, not in the hand-over.
+WARM_IMPORTS = ("alembic.command", "llama_index.core.node_parser")
 POLL_S = 0.05  # how often a stand-by looks at the lock: the old process's last write to the take-over
 CHECK_S = 0.5  # how often a held request looks whether the process is stopping
 REPORT_S = 10.0  # a log line this often while the old process holds the folder
@@ -89,6 +93,11 @@ def own_usage(stack: AsyncExitStack) -> UsageCounter:
     return UsageCounter(engine, UsageRow.__table__)  # type: ignore[arg-type]
 
 
+def warm_imports() -> None:
+    for name in WARM_IMPORTS:
+        importlib.import_module(name)
+
+
 class Handover:
     """A stand-by's wait for its data folder, the take-over, and the requests held meanwhile."""
 
@@ -98,16 +107,22 @@ class Handover:
         self.lock = lock
         self.since = time.monotonic()
         self.failure: str | None = None
-        self.waiting = 0  # requests held now
         self.held = 0  # requests held so far
         self.longest_s = 0.0  # the longest any of them waited
         self._writer = asyncio.Event()
         self._task: asyncio.Task | None = None
+        self._warm: asyncio.Task | None = None
+        self._held_since: list[float] = []  # when each request held now came in
         self._stack = AsyncExitStack()  # the writer's services
 
     @property
     def writer(self) -> bool:
         return self._writer.is_set()
+
+    @property
+    def waiting(self) -> int:
+        """Requests held now."""
+        return len(self._held_since)
 
     def report(self) -> dict[str, Any] | None:
         """What ``/health`` shows while this process is a stand-by (None once it took over)."""
@@ -120,6 +135,7 @@ class Handover:
         self._task = asyncio.create_task(self._take_over(app), name="handover")
 
     async def _take_over(self, app: FastAPI) -> None:
+        self._warm = asyncio.create_task(asyncio.to_thread(warm_imports), name="warm-imports")
         try:
             await self._wait_for_folder()
             freed = time.monotonic()
@@ -139,9 +155,10 @@ class Handover:
         metrics.STANDBY.set(0)
         now = time.monotonic()
         metrics.HANDOVER_SECONDS.set(now - self.since)
+        longest = max([self.longest_s, *(now - t for t in self._held_since)])
         log.warning("took the data folder over %.1f s after starting as a stand-by (%.1f s after the other process "
                     "let go: loading it); %d requests were held, the longest %.1f s", now - self.since, now - freed,
-                    self.held, self.longest_s)
+                    self.held, longest)
 
     async def _wait_for_folder(self) -> None:
         """Until no other process holds the lock (the registry's start then takes it), within the lock's timeout."""
@@ -165,8 +182,8 @@ class Handover:
         start = time.monotonic()
         bound = self.settings.handover_wait_seconds
         outcome = "cancelled"  # the client gave up first
-        self.waiting += 1
         self.held += 1
+        self._held_since.append(start)
         try:
             while not self.writer:
                 if self.failure is not None or self.drain.active:
@@ -185,7 +202,7 @@ class Handover:
             outcome = "served"
         finally:
             waited = time.monotonic() - start
-            self.waiting -= 1
+            self._held_since.remove(start)
             self.longest_s = max(self.longest_s, waited)
             metrics.HANDOVER_HELD.labels(outcome).inc()
             metrics.HANDOVER_HELD_SECONDS.observe(waited)

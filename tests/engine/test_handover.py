@@ -6,16 +6,26 @@ over once the old process has stopped. Issue 48: a `helm upgrade` replaced the s
 from __future__ import annotations
 
 import contextlib
+import gc
 import hashlib
 import signal
-import threading
 import time
+import weakref
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 
+from ragengine.access.routes import ROUTES, served_by_standby
+from ragengine.index import disk
+from ragengine.index.durability import Durability, load_stable
+from ragengine.index.journal import Journal
+from ragengine.index.snapshot import write_snapshot
+from ragengine.index.state import IndexState
+from ragengine.index.types import ChunkingConfig
 from tests.support.engine_process import engine_process
+from tests.support.service_client import ServiceClient
 
 pytestmark = pytest.mark.stores("faiss")
 DOCS = [{"doc_id": f"d{i}", "text": f"Document {i} is about the {word} migration season."}
@@ -42,6 +52,18 @@ def wait_for_take_over(base: str, timeout_s: float = 120) -> None:
         time.sleep(0.05)
 
 
+def test_a_standby_serves_the_probes_and_what_only_reads_the_indexes():
+    """The rule (access.routes.served_by_standby) over the whole route table: what changes nothing and reads
+    only the index folders; every write, and everything in the sessions' database, waits for the take-over."""
+    served = {f"{m} {p}" for (m, p), rule in ROUTES.items() if served_by_standby(m, rule)}
+    assert served == {
+        "GET /health", "GET /ready", "GET /metrics",
+        "GET /indexes", "GET /indexes/{index_name}/documents", "POST /retrieve",
+        "GET /indexes/{index_name}/reindex", "GET /indexes/{index_name}/versions", "GET /indexes/{index_name}/export",
+        "POST /v1/chat/completions", "GET /v1/models", "POST /v1/chat/reformulate",
+    }
+
+
 def test_a_standby_serves_reads_changes_no_byte_and_holds_writes(make_server, tmp_path: Path):
     data = tmp_path / "data"
     with contextlib.ExitStack() as old_engine:
@@ -54,7 +76,7 @@ def test_a_standby_serves_reads_changes_no_byte_and_holds_writes(make_server, tm
             fh.write(b"RGJ1\x00")  # an append under way: a torn tail the stand-by must not truncate
         before = digest(data)
 
-        with make_server(handover_wait_seconds=1) as (standby, _app):
+        with make_server(handover_wait_seconds=1) as (standby, app):
             health = httpx.get(f"{standby}/health", timeout=10).json()
             assert health["handover"]["role"] == "standby", health
             assert httpx.get(f"{standby}/ready", timeout=10).json()["ready"] is True  # a rolling update goes on
@@ -81,69 +103,17 @@ def test_a_standby_serves_reads_changes_no_byte_and_holds_writes(make_server, tm
             assert digest(data) == before  # not a byte changed: no lock written, no tail cut, no trash, no db
             assert listed(old) == {"d0", "d1", "d2"}  # the refused write was never run
 
+            read_only_copy = weakref.ref(app.state.registry)
             old_engine.close()  # the old process stops: its final snapshot, the lock given up
             wait_for_take_over(standby)
+            gc.collect()
+            assert read_only_copy() is None  # the stand-by's indexes left memory with its last read
             assert listed(standby) == {"d0", "d1", "d2"}
             resp = httpx.post(f"{standby}/index", json={"index_name": "durable", "documents": [
                 {"doc_id": "after", "text": "Written by the new process once it took the folder over."}]}, timeout=60)
             assert resp.status_code == 200, resp.text
             assert listed(standby) == {"d0", "d1", "d2", "after"}
             assert not (data / "indexes" / "durable" / "journal.log").read_bytes().endswith(b"RGJ1\x00")
-
-
-class Client:
-    """Clients that query and write without pause, as through a Service: each request to the old engine or
-    the new one by turns, reads and writes by turns, and only to the new one once the old is told to stop
-    (the endpoints controller takes a stopping pod out of the Service first: the preStop sleep waits for it)."""
-
-    def __init__(self, old: str, new: str, workers: int = 3) -> None:
-        self.old, self.new = old, new
-        self.old_stopping = threading.Event()
-        self.stop = threading.Event()
-        self.acked: set[str] = set()
-        self.failures: list[str] = []
-        self.counts = {"read": 0, "write": 0}
-        self.longest_write_s = 0.0
-        self._lock = threading.Lock()
-        self._threads = [threading.Thread(target=self._run, args=(w,)) for w in range(workers)]
-
-    def __enter__(self) -> Client:
-        for t in self._threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        for t in self._threads:
-            t.join(180)
-
-    def _run(self, worker: int) -> None:
-        i = 0
-        with httpx.Client(timeout=180) as http:
-            while not self.stop.is_set():
-                base = self.new if self.old_stopping.is_set() or (i + worker) % 2 else self.old
-                doc_id = f"w{worker}-{i}"
-                start = time.monotonic()
-                try:
-                    if i % 2:
-                        resp = http.post(f"{base}/index", json={"index_name": "durable", "documents": [
-                            {"doc_id": doc_id, "text": f"Worker {worker} wrote document {i} about otters."}]})
-                    else:
-                        resp = http.post(f"{base}/retrieve", json={"index_name": "durable", "query": "otters",
-                                                                    "max_node_count": 3})
-                except httpx.HTTPError as exc:
-                    with self._lock:
-                        self.failures.append(f"{base} {type(exc).__name__}: {exc}")
-                    i += 1
-                    continue
-                with self._lock:
-                    if resp.status_code != 200:
-                        self.failures.append(f"{base} {resp.status_code}: {resp.text[:300]}")
-                    elif i % 2:
-                        self.acked.add(doc_id)
-                        self.longest_write_s = max(self.longest_write_s, time.monotonic() - start)
-                    self.counts["write" if i % 2 else "read"] += 1
-                i += 1
 
 
 def test_an_engine_replaced_under_load_fails_no_request_and_loses_no_write(make_server, tmp_path: Path):
@@ -155,7 +125,7 @@ def test_an_engine_replaced_under_load_fails_no_request_and_loses_no_write(make_
             health = httpx.get(f"{new.base_url}/health", timeout=10).json()
             assert health["handover"]["role"] == "standby", health
             assert listed(new.base_url) == {"d0", "d1", "d2"}  # reads at once, from the old one's data
-            with Client(old.base_url, new.base_url) as client:
+            with ServiceClient(old.base_url, new.base_url) as client:
                 while client.counts["write"] < 6 and not client.failures:  # writes on both; the new one's held
                     time.sleep(0.05)
                 client.old_stopping.set()
@@ -189,3 +159,40 @@ def listed_all(base: str) -> set[str]:
         offset += 100
         if offset >= page["total_items"]:
             return out
+
+
+STORE = {"hnsw_threshold": 10_000}
+
+
+def add(durability: Durability, state: IndexState, doc_id: str):
+    vector = np.random.default_rng(len(doc_id)).random((1, 4), dtype=np.float32)
+    return durability.write(state, {"add": [{"id": doc_id, "text": doc_id, "meta": {}, "spans": [[0, len(doc_id)]]}]},
+                            vector)
+
+
+async def test_a_standby_reads_an_index_again_when_its_writer_swaps_a_snapshot_in_meanwhile(tmp_path: Path, monkeypatch):
+    """The writer's snapshot puts a fresh journal in place: a stand-by that read the snapshot before it and the
+    journal after it would miss every write in between. It sees the snapshot's sequence number change, and
+    reads the index again."""
+    writer = Durability(tmp_path, 4, STORE, 0, 10)
+    state = IndexState("swapped", 4, ChunkingConfig(), STORE)
+    await add(writer, state, "one")
+    await writer.snapshot(state)
+    await add(writer, state, "two")  # in the journal only
+    folder = writer.dir("swapped")
+
+    read = Journal.read
+    swaps = []
+
+    def read_after_a_swap(journal, repair=True):
+        if not swaps:  # the writer snapshots (seq 2) and empties the journal between the two reads
+            write_snapshot(state, folder / "snapshot")
+            state.journal.reset()
+            swaps.append(disk.snapshot_seq(folder))
+        return read(Journal(journal.path, journal.dim), repair)  # the file as it is now: the new, empty journal
+
+    monkeypatch.setattr(Journal, "read", read_after_a_swap)
+    pauses = []
+    loaded = load_stable(folder, STORE, pause=pauses.append)
+    assert swaps == [2] and len(pauses) == 1  # read once more
+    assert set(loaded.docs) == {"one", "two"} and loaded.seq == 2
