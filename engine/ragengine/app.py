@@ -71,7 +71,9 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
     missing = uncovered((m, r.path) for r in api_routes(app.routes) for m in r.methods or ())
     if missing:
         raise RuntimeError(f"routes without an access rule in ragengine/access/routes.py: {', '.join(missing)}")
-    document_error_responses(app, auth=access.enabled, external_store=settings.vector_store != "faiss")
+    faiss = settings.vector_store == "faiss"
+    document_error_responses(app, auth=access.enabled, external_store=not faiss,
+                             standby=faiss and settings.handover_standby)
     return app
 
 

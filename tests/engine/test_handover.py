@@ -18,12 +18,14 @@ import numpy as np
 import pytest
 
 from ragengine.access.routes import ROUTES, served_by_standby
+from ragengine.app import create_app
 from ragengine.index import disk
 from ragengine.index.durability import Durability, load_stable
 from ragengine.index.journal import Journal
 from ragengine.index.snapshot import write_snapshot
 from ragengine.index.state import IndexState
 from ragengine.index.types import ChunkingConfig
+from ragengine.settings import EngineSettings
 from tests.support.engine_process import engine_process
 from tests.support.service_client import ServiceClient
 
@@ -52,7 +54,7 @@ def wait_for_take_over(base: str, timeout_s: float = 120) -> None:
         time.sleep(0.05)
 
 
-def test_a_standby_serves_the_probes_and_what_only_reads_the_indexes():
+def test_a_standby_serves_the_probes_and_what_only_reads_the_indexes(tmp_path: Path):
     """The rule (access.routes.served_by_standby) over the whole route table: what changes nothing and reads
     only the index folders; every write, and everything in the sessions' database, waits for the take-over."""
     served = {f"{m} {p}" for (m, p), rule in ROUTES.items() if served_by_standby(m, rule)}
@@ -62,6 +64,9 @@ def test_a_standby_serves_the_probes_and_what_only_reads_the_indexes():
         "GET /indexes/{index_name}/reindex", "GET /indexes/{index_name}/versions", "GET /indexes/{index_name}/export",
         "POST /v1/chat/completions", "GET /v1/models", "POST /v1/chat/reformulate",
     }
+    paths = create_app(EngineSettings(data_dir=tmp_path)).openapi()["paths"]  # what it holds may answer 503
+    assert "503" in paths["/index"]["post"]["responses"] and "503" in paths["/v1/sessions"]["get"]["responses"]
+    assert "503" not in paths["/retrieve"]["post"]["responses"]
 
 
 def test_a_standby_serves_reads_changes_no_byte_and_holds_writes(make_server, tmp_path: Path):
