@@ -5,8 +5,9 @@ sleep, the drain, its final snapshot), and on one node both mount the same ReadW
 old process's last snapshot puts a fresh, empty journal in place (write, then rename), so a new process
 that had already opened the journal would append its acknowledged writes to a file no longer on disk:
 lost at its next restart. So an engine takes an exclusive ``flock`` on ``<data_dir>/indexes/.writer.lock``
-before it reads anything there, and waits, saying who holds it, until the holder is gone. The kernel
-drops the lock of a process that exits in any way (kill -9 included), so a crash never leaves it held.
+before it writes anything there, and waits, saying who holds it, until the holder is gone; meanwhile it
+serves reads as a stand-by (``ragengine.handover``, which asks ``busy()``). The kernel drops the lock of
+a process that exits in any way (kill -9 included), so a crash never leaves it held.
 """
 
 from __future__ import annotations
