@@ -9,9 +9,8 @@ from typing import Any
 from fastapi import Depends, FastAPI
 from fastapi.routing import APIRoute
 
-from ragengine import __version__, shutdown
+from ragengine import __version__, handover, shutdown
 from ragengine.access.enforce import AuthenticationMiddleware, authorize
-from ragengine.access.limits import UsageCounter
 from ragengine.access.routes import uncovered
 from ragengine.access.source import AccessSource, KubernetesAPI
 from ragengine.api import chat as chat_api
@@ -22,7 +21,6 @@ from ragengine.api import responses as responses_api
 from ragengine.api import vector_stores as vector_stores_api
 from ragengine.api import versions as versions_api
 from ragengine.api.openapi import document_error_responses
-from ragengine.conversations.models import UsageRow
 from ragengine.errors import install_error_handlers
 from ragengine.metrics import install_middleware
 from ragengine.observability import requests as request_context
@@ -37,32 +35,23 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        # Each part registers its services on app.state and its clean-up on the stack, in
-        # dependency order: indexes (embedder, registry), then chat (LLM client), then conversations (the
-        # session store), then vector stores (on all of those).
         async with AsyncExitStack() as stack:
             stack.callback(tracing.shutdown)  # last: the spans of the shutdown itself are exported too
             stack.push_async_callback(access.close)
             await access.watch(stack)
-            await indexes_api.startup(app, settings, stack)
-            await chat_api.startup(app, settings, stack)
-            await conversations_api.startup(app, settings, stack)
-            await vector_stores_api.startup(app, settings, stack)
-            await responses_api.startup(app, settings, stack)
-            # Rate limits count in the sessions' database (shared by replicas on PostgreSQL).
-            app.state.usage = UsageCounter(app.state.sessions.engine, UsageRow.__table__)  # type: ignore[arg-type]  # a Table, typed FromClause
-            registry = getattr(app.state, "registry", None)
-            if registry is not None:
-                access.index_names = registry.names
-                access.check_patterns()  # warn about index patterns that match no index
+            # ragengine.services, or (FAISS, another process still holds the data folder) a stand-by that
+            # serves reads at once and takes the services over later (ragengine.handover)
+            await handover.start(app, settings, stack)
             yield
 
     # Traces when an OTLP endpoint is configured (OTEL_* variables; docs/observability.md); a bad value
     # (an unknown protocol) stops the start here, as does a bad access file.
     tracing = Tracing.from_env("ragengine", trace_content=settings.trace_content)
     access = AccessSource(settings.api_key, settings.access_file, kubernetes=KubernetesAPI.from_settings(settings))
-    # Every route's handler runs after `authorize`, which applies the route's rule (access/routes.py).
-    app = FastAPI(title="ragengine", version=__version__, lifespan=lifespan, dependencies=[Depends(authorize)])
+    # Every route's handler runs after `authorize`, which applies the route's rule (access/routes.py); in a
+    # stand-by, what it does not serve first waits for the take-over (`handover.hold`).
+    app = FastAPI(title="ragengine", version=__version__, lifespan=lifespan,
+                  dependencies=[Depends(handover.hold), Depends(authorize)])
     app.state.settings = settings
     app.state.tracing = tracing
     app.state.access = access
@@ -82,7 +71,9 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
     missing = uncovered((m, r.path) for r in api_routes(app.routes) for m in r.methods or ())
     if missing:
         raise RuntimeError(f"routes without an access rule in ragengine/access/routes.py: {', '.join(missing)}")
-    document_error_responses(app, auth=access.enabled, external_store=settings.vector_store != "faiss")
+    faiss = settings.vector_store == "faiss"
+    document_error_responses(app, auth=access.enabled, external_store=not faiss,
+                             standby=faiss and settings.handover_standby)
     return app
 
 

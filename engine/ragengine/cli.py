@@ -113,6 +113,9 @@ def serve(host, port, data_dir, embedding_model, embedding_url, llm_url, rerank_
     from ragengine.shutdown import DrainingServer
 
     DrainingServer(config, app.state.drain, settings.shutdown_drain_seconds).run(sockets=[sock])
+    handover = getattr(app.state, "handover", None)
+    if handover is not None and handover.failure is not None:  # a stand-by that could not take its folder over
+        raise click.ClickException(handover.failure)
 
 
 def _collect(folder: Path, pattern: str) -> tuple[list[Path], int]:

@@ -72,6 +72,15 @@ def forget_index(name: str) -> None:
         with contextlib.suppress(KeyError):
             gauge.remove(name)
 SNAPSHOT_SECONDS = Histogram("ragengine_snapshot_seconds", "Snapshot write time.", buckets=_SLOW, registry=REGISTRY)
+# A FAISS pod's replacement (ragengine.handover): a stand-by until the old process gives the data folder up.
+STANDBY = Gauge("ragengine_standby", "1 while this process is a stand-by: another engine process still holds its "
+                "data folder; reads are served, other requests held.", registry=REGISTRY)
+HANDOVER_SECONDS = Gauge("ragengine_handover_seconds", "The take-over: from this process's start as a stand-by until "
+                         "it served writes (0: it never was one).", registry=REGISTRY)
+HANDOVER_HELD = Counter("ragengine_handover_held_requests_total", "Requests a stand-by held for its take-over, by "
+                        "outcome (served, timeout, stopping, cancelled).", ["outcome"], registry=REGISTRY)
+HANDOVER_HELD_SECONDS = Histogram("ragengine_handover_held_seconds", "How long a held request waited for the "
+                                  "take-over.", buckets=_SLOW, registry=REGISTRY)
 
 # Time to first token: request received → first content token sent to the client (the whole answer
 # when not streaming), and LLM request sent → first chunk back; their difference is the engine's overhead.

@@ -183,6 +183,15 @@ class EngineSettings(BaseSettings):
     writer_lock_timeout_seconds: float = Field(
         300.0, gt=0.0, description="At start, how long to wait for another engine process that holds the data "
         "folder (a replaced pod still stopping) before giving up with an error; one process writes it at a time.")
+    handover_standby: bool = Field(
+        True, description="FAISS: while another engine process holds the data folder (the pod being replaced), "
+        "serve the routes that only read the indexes at once, from a read-only load of the folder, and hold every "
+        "other request until that process is gone and this one has taken the folder over (docs/engine.md, "
+        "Durability). false = serve nothing until then (one copy of the indexes in memory, not two).")
+    handover_wait_seconds: float = Field(
+        120.0, gt=0.0, le=3600.0, description="How long a stand-by holds a request it does not serve itself (a "
+        "write) for the take-over before answering 503 with Retry-After. The operator sets the pod's termination "
+        "grace period plus a minute: the old process is gone by then.")
 
     # --- vector store (issue: scale out) -------------------------------------------------------------
     vector_store: Literal["faiss", "postgres", "milvus"] = Field(

@@ -36,6 +36,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("ragengine.vectorstores",),  # OpenAI's vector stores: indexes + the uploads and catalog in the session store
     ("ragengine.responses",),  # OpenAI's Responses: vector store search + chat's budget + the LLM
     ("ragengine.api",),
+    ("ragengine.services",),  # the services in dependency order, onto an app's state
+    ("ragengine.handover",),  # a FAISS stand-by: reads at once, the services once the old process is gone
     ("ragengine.app",),
     ("ragengine.cli",),
 ]

@@ -66,7 +66,7 @@ def test_engine_children():
     spec = RAGEngineSpec.model_validate(FULL)
     d = engine_deployment(OWNER, spec)
     (ctr,) = d["spec"]["template"]["spec"]["containers"]
-    assert d["spec"]["strategy"] == {"type": "Recreate"} and d["spec"]["replicas"] == 1
+    assert d["spec"]["replicas"] == 1
     assert ctr["command"] == ["ragengine", "serve", "--host", "0.0.0.0", "--port", "8000", "--data-dir", "/data"]
     # readiness checks the dependencies (GET /ready); liveness stays shallow
     assert ctr["readinessProbe"]["httpGet"] == {"path": "/ready", "port": "http"}
@@ -85,6 +85,44 @@ def test_engine_children():
     assert svc["spec"]["ports"][0]["targetPort"] == "http"
     assert engine_data_pvc(OWNER, spec)["spec"]["resources"]["requests"]["storage"] == "50Gi"
     assert endpoint(OWNER) == "http://docs.team-a.svc.cluster.local"
+
+
+ENGINE_PODS = {"labelSelector": {"matchLabels": {c.SELECTOR_NAME: "docs", c.SELECTOR_COMPONENT: "engine"}},
+               "topologyKey": "kubernetes.io/hostname"}
+
+
+def test_a_faiss_engine_rolls_its_new_pod_in_beside_the_old_one():
+    """Issue 48: Recreate left no pod serving while the single FAISS engine pod was replaced (24 of 246
+    requests refused during a helm upgrade). The new pod now starts first, on the old one's node (the index
+    volume is ReadWriteOnce, the writer lock a flock), as a stand-by that holds writes until the old one is
+    gone: as long as the old pod's grace period, and a minute for its own start."""
+    d = engine_deployment(OWNER, RAGEngineSpec.model_validate(FULL))
+    assert d["spec"]["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}
+    pod = d["spec"]["template"]["spec"]
+    assert pod["affinity"] == {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [ENGINE_PODS]}}
+    # the term matches the pod's own labels (the first pod may go anywhere) and the pods of every revision
+    labels = d["spec"]["template"]["metadata"]["labels"]
+    assert ENGINE_PODS["labelSelector"]["matchLabels"].items() <= labels.items()
+    assert ENGINE_PODS["labelSelector"]["matchLabels"] == d["spec"]["selector"]["matchLabels"]
+    (ctr,) = pod["containers"]
+    env = {e["name"]: e.get("value") for e in ctr["env"]}
+    grace = pod["terminationGracePeriodSeconds"]
+    assert float(env["RAGENGINE_HANDOVER_WAIT_SECONDS"]) >= grace + 60
+    assert grace > ctr["lifecycle"]["preStop"]["sleep"]["seconds"] + float(env["RAGENGINE_SHUTDOWN_DRAIN_SECONDS"]) + 30
+    assert engine_data_pvc(OWNER, RAGEngineSpec.model_validate(FULL))["spec"]["accessModes"] == ["ReadWriteOnce"]
+
+    spec = copy.deepcopy(FULL) | {"engine": {"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "cache"}}, "topologyKey": "zone"}]}}}}
+    parsed = RAGEngineSpec.model_validate(spec)
+    terms = engine_deployment(OWNER, parsed)["spec"]["template"]["spec"]["affinity"]["podAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms == [{"labelSelector": {"matchLabels": {"app": "cache"}}, "topologyKey": "zone"}, ENGINE_PODS]
+    assert len(parsed.engine.affinity["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]) == 1  # spec untouched
+
+    external = engine_deployment(OWNER, RAGEngineSpec.model_validate(POSTGRES))
+    pod = external["spec"]["template"]["spec"]
+    assert "affinity" not in pod  # stateless replicas spread as they like
+    assert "RAGENGINE_HANDOVER_WAIT_SECONDS" not in {e["name"] for e in pod["containers"][0]["env"]}
 
 
 def hashes(spec):
@@ -256,7 +294,9 @@ def test_fleet_fields_reach_both_pods():
     for dep in (inference_deployment(OWNER, parsed), engine_deployment(OWNER, parsed)):
         tmpl = dep["spec"]["template"]
         pod, (ctr,) = tmpl["spec"], tmpl["spec"]["containers"]
-        assert pod["affinity"] == opts["affinity"] and pod["topologySpreadConstraints"] == opts["topologySpreadConstraints"]
+        # the engine's (faiss) adds its podAffinity to the node's pods (test_a_faiss_engine_rolls_...)
+        assert opts["affinity"].items() <= pod["affinity"].items()
+        assert pod["topologySpreadConstraints"] == opts["topologySpreadConstraints"]
         assert (pod["priorityClassName"], pod["runtimeClassName"], pod["serviceAccountName"]) == ("high", "nvidia", "rag-sa")
         assert pod["imagePullSecrets"] == [{"name": "reg"}] and pod["automountServiceAccountToken"] is False
         assert tmpl["metadata"]["labels"]["team"] == "a"

@@ -21,6 +21,9 @@ then 403 (nothing exists to hide), where on other routes it is 404, the same as 
 ``open`` routes (the kubelet's probes, Prometheus) need no credentials and must reveal no documents.
 ``llm`` marks routes that may call the LLM: a principal over its tokens-per-minute limit gets 429 there
 (requests per minute are counted on every route that needs credentials).
+``query`` marks the POST routes that change nothing (a search, a chat completion); ``database`` the routes
+on data kept in the sessions' database besides the ``owned`` ones (the vector stores' catalog). With the
+method they decide what a FAISS engine's stand-by serves (``served_by_standby``).
 """
 
 from __future__ import annotations
@@ -50,6 +53,8 @@ class Rule:
     owned: bool = False  # sessions / files: the store shows a caller only their own (admin: everyone's)
     creates: bool = False
     llm: bool = False  # may spend LLM tokens (tokens-per-minute limits apply)
+    query: bool = False  # a POST that changes nothing: a search, a chat completion
+    database: bool = False  # on data in the sessions' database (the vector stores' catalog); owned routes are too
 
     @property
     def open(self) -> bool:
@@ -74,7 +79,7 @@ ROUTES: dict[tuple[str, str], Rule] = {
     ("DELETE", "/indexes/{index_name}"): Rule(A, IndexFrom.path),
     ("POST", "/persist/{index_name}"): Rule(A, IndexFrom.path),
     ("POST", "/load/{index_name}"): Rule(A, IndexFrom.path, creates=True),
-    ("POST", "/retrieve"): Rule(R, IndexFrom.body),
+    ("POST", "/retrieve"): Rule(R, IndexFrom.body, query=True),
     # index versions (re-index, rollback) and export / import: an export holds every document whatever its ACL,
     # so only an admin (who sees every document) may take one
     ("POST", "/indexes/{index_name}/reindex"): Rule(W, IndexFrom.path),
@@ -85,10 +90,10 @@ ROUTES: dict[tuple[str, str], Rule] = {
     ("GET", "/indexes/{index_name}/export"): Rule(A, IndexFrom.path),
     ("POST", "/indexes/{index_name}/import"): Rule(W, IndexFrom.path, creates=True),
     # OpenAI-compatible
-    ("POST", "/v1/chat/completions"): Rule(R, IndexFrom.chat, llm=True),
+    ("POST", "/v1/chat/completions"): Rule(R, IndexFrom.chat, llm=True, query=True),
     ("GET", "/v1/models"): Rule(R, IndexFrom.list),
     # conversations
-    ("POST", "/v1/chat/reformulate"): Rule(R, llm=True),
+    ("POST", "/v1/chat/reformulate"): Rule(R, llm=True, query=True),
     ("POST", "/v1/files"): Rule(R, owned=True),
     ("GET", "/v1/files"): Rule(R, owned=True),
     ("GET", "/v1/files/{file_id}"): Rule(R, owned=True),
@@ -108,22 +113,23 @@ ROUTES: dict[tuple[str, str], Rule] = {
     # OpenAI vector stores: a vector store is an index (its id is the index's name), so these are index
     # routes with the roles of their KAITO counterparts (writing documents: write; deleting: admin).
     # ``index_name`` in the create body is the engine's extension that names the store's index.
-    ("GET", "/v1/vector_stores"): Rule(R, IndexFrom.list),
-    ("POST", "/v1/vector_stores"): Rule(W, IndexFrom.body, creates=True),
-    ("GET", "/v1/vector_stores/{vector_store_id}"): Rule(R, IndexFrom.store),
-    ("POST", "/v1/vector_stores/{vector_store_id}"): Rule(W, IndexFrom.store),
-    ("DELETE", "/v1/vector_stores/{vector_store_id}"): Rule(A, IndexFrom.store),
-    ("POST", "/v1/vector_stores/{vector_store_id}/search"): Rule(R, IndexFrom.store, llm=True),  # rewrite_query
-    ("GET", "/v1/vector_stores/{vector_store_id}/files"): Rule(R, IndexFrom.store),
-    ("POST", "/v1/vector_stores/{vector_store_id}/files"): Rule(W, IndexFrom.store),
-    ("GET", "/v1/vector_stores/{vector_store_id}/files/{file_id}"): Rule(R, IndexFrom.store),
-    ("POST", "/v1/vector_stores/{vector_store_id}/files/{file_id}"): Rule(W, IndexFrom.store),
-    ("DELETE", "/v1/vector_stores/{vector_store_id}/files/{file_id}"): Rule(W, IndexFrom.store),
-    ("GET", "/v1/vector_stores/{vector_store_id}/files/{file_id}/content"): Rule(R, IndexFrom.store),
-    ("POST", "/v1/vector_stores/{vector_store_id}/file_batches"): Rule(W, IndexFrom.store),
-    ("GET", "/v1/vector_stores/{vector_store_id}/file_batches/{batch_id}"): Rule(R, IndexFrom.store),
-    ("POST", "/v1/vector_stores/{vector_store_id}/file_batches/{batch_id}/cancel"): Rule(W, IndexFrom.store),
-    ("GET", "/v1/vector_stores/{vector_store_id}/file_batches/{batch_id}/files"): Rule(R, IndexFrom.store),
+    ("GET", "/v1/vector_stores"): Rule(R, IndexFrom.list, database=True),
+    ("POST", "/v1/vector_stores"): Rule(W, IndexFrom.body, creates=True, database=True),
+    ("GET", "/v1/vector_stores/{vector_store_id}"): Rule(R, IndexFrom.store, database=True),
+    ("POST", "/v1/vector_stores/{vector_store_id}"): Rule(W, IndexFrom.store, database=True),
+    ("DELETE", "/v1/vector_stores/{vector_store_id}"): Rule(A, IndexFrom.store, database=True),
+    # llm: rewrite_query
+    ("POST", "/v1/vector_stores/{vector_store_id}/search"): Rule(R, IndexFrom.store, llm=True, query=True, database=True),
+    ("GET", "/v1/vector_stores/{vector_store_id}/files"): Rule(R, IndexFrom.store, database=True),
+    ("POST", "/v1/vector_stores/{vector_store_id}/files"): Rule(W, IndexFrom.store, database=True),
+    ("GET", "/v1/vector_stores/{vector_store_id}/files/{file_id}"): Rule(R, IndexFrom.store, database=True),
+    ("POST", "/v1/vector_stores/{vector_store_id}/files/{file_id}"): Rule(W, IndexFrom.store, database=True),
+    ("DELETE", "/v1/vector_stores/{vector_store_id}/files/{file_id}"): Rule(W, IndexFrom.store, database=True),
+    ("GET", "/v1/vector_stores/{vector_store_id}/files/{file_id}/content"): Rule(R, IndexFrom.store, database=True),
+    ("POST", "/v1/vector_stores/{vector_store_id}/file_batches"): Rule(W, IndexFrom.store, database=True),
+    ("GET", "/v1/vector_stores/{vector_store_id}/file_batches/{batch_id}"): Rule(R, IndexFrom.store, database=True),
+    ("POST", "/v1/vector_stores/{vector_store_id}/file_batches/{batch_id}/cancel"): Rule(W, IndexFrom.store, database=True),
+    ("GET", "/v1/vector_stores/{vector_store_id}/file_batches/{batch_id}/files"): Rule(R, IndexFrom.store, database=True),
     # OpenAI responses: file_search reads the stores its tools name; a stored response is its creator's.
     ("POST", "/v1/responses"): Rule(R, IndexFrom.tools, owned=True, llm=True),
     ("GET", "/v1/responses/{response_id}"): Rule(R, owned=True),
@@ -132,6 +138,19 @@ ROUTES: dict[tuple[str, str], Rule] = {
 }
 
 OPEN_PATHS = frozenset(path for (_method, path), rule in ROUTES.items() if rule.open)
+
+
+def served_by_standby(method: str, rule: Rule) -> bool:
+    """Whether a stand-by engine answers a route at once (ragengine.handover: a FAISS pod's replacement while
+    the old process still holds the data folder) or holds it until the take-over. It answers what changes
+    nothing and reads only what it loaded, read-only, from the folder (the indexes and their version books):
+    the open routes, and GETs and ``query`` POSTs that touch no sessions' database. Every write waits, and so
+    does everything kept in the sessions' database (sessions, files, stored responses: ``owned``; vector
+    stores: ``database``), which the stand-by does not open: SQLite on the same volume, that the writer
+    migrates at its start."""
+    if rule.open:
+        return True
+    return (method == "GET" or rule.query) and not (rule.owned or rule.database)
 
 
 def rule_for(method: str, path: str) -> Rule:

@@ -160,8 +160,11 @@ async def retrieve(body: RetrieveRequest, request: Request, response: Response) 
     return {"query": body.query, "results": results, "count": len(results)}
 
 
-async def startup(app: FastAPI, settings: EngineSettings, stack: AsyncExitStack) -> None:
-    """Build the embedder, reranker and index registry (FAISS restored from disk, or an external store) onto app.state."""
+async def startup(app: FastAPI, settings: EngineSettings, stack: AsyncExitStack, *, read_only: bool = False) -> None:
+    """Build the embedder, reranker and index registry (FAISS restored from disk, or an external store) onto
+    app.state; an embedder or reranker already there is used. ``read_only``: a FAISS stand-by's registry
+    (ragengine.handover), loaded beside the process that writes the folder: no embedding-file watcher and
+    no sample index (both write)."""
     from ragengine.embedding import build_embedder
     from ragengine.embedding.pool import ModelRef, read_target, watch_target
     from ragengine.versions import build_registry
@@ -186,8 +189,10 @@ async def startup(app: FastAPI, settings: EngineSettings, stack: AsyncExitStack)
     registry = build_registry(settings, embedder, reranker, target)
     registry.generation = generation
     stack.callback(registry.embedders.close)  # after the registry's close (the stack unwinds in reverse)
-    await registry.start()
+    await registry.start(read_only=read_only)
     app.state.registry = registry
+    if read_only:
+        return
     stack.push_async_callback(registry.close)
     if settings.embedding_file is not None:
         async def retarget(ref: ModelRef, gen: int | None) -> None:

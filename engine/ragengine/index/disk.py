@@ -17,7 +17,7 @@ from urllib.parse import quote
 
 from ragengine.errors import BadRequest
 from ragengine.index.journal import Journal, JournalCorrupt, fsync_dir
-from ragengine.index.snapshot import SnapshotError, read_snapshot
+from ragengine.index.snapshot import SnapshotError, read_manifest, read_snapshot
 from ragengine.index.state import IndexState
 from ragengine.index.types import ChunkingConfig
 
@@ -121,9 +121,21 @@ def clean_trash(data_dir: Path) -> None:
                 shutil.rmtree(entry, ignore_errors=True)
 
 
-def load_index_dir(path: Path, dim: int | None, store_kwargs: dict) -> tuple[str, IndexState]:
+def snapshot_seq(path: Path) -> int | None:
+    """The sequence number of an index folder's snapshot (``snapshot.old`` between the two renames of a
+    swap); None when it has none or it cannot be read now."""
+    for name in ("snapshot", "snapshot.old"):
+        try:
+            return int(read_manifest(path / name)["seq"])
+        except (SnapshotError, KeyError, TypeError, ValueError):
+            continue
+    return None
+
+
+def load_index_dir(path: Path, dim: int | None, store_kwargs: dict, repair: bool = True) -> tuple[str, IndexState]:
     """Restore one index folder (runs in a worker thread at start-up); ``dim`` None: its own dimension
-    (index.json), as each index version has its model's."""
+    (index.json), as each index version has its model's. ``repair=False`` (a stand-by's read of a folder
+    another process writes): a torn journal tail is left as it is, nothing is written."""
     try:
         meta = json.loads((path / "index.json").read_text(encoding="utf-8"))
         name = meta["name"]
@@ -141,7 +153,7 @@ def load_index_dir(path: Path, dim: int | None, store_kwargs: dict) -> tuple[str
                 raise SnapshotError(f"{path}: index has dimension {meta.get('dim')}, the embedding model {dim}")
             state = IndexState(name, dim, ChunkingConfig.from_dict(meta.get("config")), store_kwargs)
         journal = Journal(path / "journal.log", dim)
-        for record in journal.read():
+        for record in journal.read(repair):
             if record.seq <= state.seq:
                 continue  # already in the snapshot (crash before the journal was reset)
             state.apply(record.op, record.vectors)

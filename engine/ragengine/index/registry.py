@@ -109,14 +109,17 @@ class IndexRegistry(VersionOps):
         }
 
     # -- start / stop ------------------------------------------------------------------------------
-    async def start(self) -> None:
-        states, corrupt = await self.durability.restore()
+    async def start(self, read_only: bool = False) -> None:
+        """Restore every index from ``data_dir``; ``read_only``: a stand-by's load, beside the process that
+        writes the folder (``Durability.restore_read_only``), which serves reads only."""
+        durability = self.durability
+        states, corrupt = await (durability.restore_read_only() if read_only else durability.restore())
         for key, why in corrupt.items():
             self.corrupt[key] = why
             metrics.INDEX_CORRUPT.labels(key).set(1)
         for state in states:
             self._attach(state, on_disk=True)
-            if state.store.should_migrate():
+            if not read_only and state.store.should_migrate():
                 await self.durability.migrate(state)
             log.info("restored index %r: %d documents, %d chunks", state.name, state.n_docs, state.n_chunks)
 

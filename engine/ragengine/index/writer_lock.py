@@ -5,8 +5,9 @@ sleep, the drain, its final snapshot), and on one node both mount the same ReadW
 old process's last snapshot puts a fresh, empty journal in place (write, then rename), so a new process
 that had already opened the journal would append its acknowledged writes to a file no longer on disk:
 lost at its next restart. So an engine takes an exclusive ``flock`` on ``<data_dir>/indexes/.writer.lock``
-before it reads anything there, and waits, saying who holds it, until the holder is gone. The kernel
-drops the lock of a process that exits in any way (kill -9 included), so a crash never leaves it held.
+before it writes anything there, and waits, saying who holds it, until the holder is gone; meanwhile it
+serves reads as a stand-by (``ragengine.handover``, which asks ``busy()``). The kernel drops the lock of
+a process that exits in any way (kill -9 included), so a crash never leaves it held.
 """
 
 from __future__ import annotations
@@ -46,7 +47,21 @@ class WriterLock:
         except OSError:
             return "unknown"
 
-    async def acquire(self, timeout_s: float, poll_s: float = 0.2, report_every_s: float = 10.0) -> None:
+    def busy(self) -> bool:
+        """Whether another process holds the lock now; takes nothing and creates nothing (a stand-by asks)."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:  # no lock file: no engine ever wrote this folder, or it is not there yet
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)  # also drops the lock if this probe took it
+        return False
+
+    async def acquire(self, timeout_s: float, poll_s: float = 0.05, report_every_s: float = 10.0) -> None:
         """Take the lock, polling (the event loop keeps running) until ``timeout_s``; a log line every
         ``report_every_s`` while another process holds it."""
         self.path.parent.mkdir(parents=True, exist_ok=True)

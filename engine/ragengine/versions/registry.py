@@ -188,7 +188,13 @@ class VersionedRegistry:
         return out
 
     # -- start / stop ------------------------------------------------------------------------------
-    async def start(self) -> None:
+    async def start(self, read_only: bool = False) -> None:
+        """``read_only`` (FAISS only): a stand-by's registry, the books as they are, no adoption, clean-up,
+        target or jobs (each writes), for reads only until the process takes the folder over."""
+        if read_only:
+            await self.inner.start(read_only=True)
+            await self._reload()
+            return
         await self.inner.start()
         try:
             await self._prepare()

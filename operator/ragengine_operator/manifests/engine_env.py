@@ -26,6 +26,11 @@ from .status_key import status_key_sha256
 # keep-alive timeout, so no connection is left that was never told (ragengine/shutdown.py). The pod's
 # grace period covers the preStop sleep, this and uvicorn's 30 s graceful shutdown.
 SHUTDOWN_DRAIN_S = 5
+# The engine pod's grace period: the preStop sleep, the drain, uvicorn's 30 s graceful shutdown and the final
+# snapshot. A FAISS pod's replacement holds its writes until the old process is gone (ragengine/handover.py):
+# at the latest the grace period after the old pod was deleted, then its own start; a minute covers that.
+TERMINATION_GRACE_S = 60
+HANDOVER_WAIT_S = TERMINATION_GRACE_S + 60
 
 # spec path -> EngineSettings field (values).
 SPEC_TO_ENGINE = {
@@ -162,6 +167,8 @@ def engine_values(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
         "guardrails_fail_open": spec.guardrails.fail_open if spec.guardrails.enabled else None,
         # kept-alive clients move to another replica before the engine closes (ragengine/shutdown.py)
         "shutdown_drain_seconds": SHUTDOWN_DRAIN_S,
+        # FAISS: the new pod's stand-by holds writes until the old pod let go of the index volume (RollingUpdate)
+        "handover_wait_seconds": None if vs.external else HANDOVER_WAIT_S,
         # the operator's read of GET /health, when the engine requires a key (manifests/status_key.py)
         "status_key_sha256": status_key_sha256(owner) if spec.auth.enabled else None,
     }

@@ -157,6 +157,16 @@ def inference_state(dep: dict[str, Any] | None, pods: list[dict[str, Any]],
                          "the engine answers with retrieval and extractive answers meanwhile")
 
 
+FAISS_ROLL_STALLED = ("a FAISS engine's new pod starts on the node of the pod it replaces (the index volume is "
+                      "ReadWriteOnce), and that node has no room for both: the old pod serves meanwhile; free room "
+                      "there and the roll goes on (docs/operator.md, Rolling updates)")
+
+
+def _serving(pods: list[dict[str, Any]]) -> bool:
+    return any({x.get("type"): x.get("status") for x in (p.get("status") or {}).get("conditions") or []}.get("Ready")
+               == "True" for p in pods)
+
+
 def _cond(ctype: str, ok: bool, reason: str, message: str) -> dict[str, Any]:
     return {"type": ctype, "status": "True" if ok else "False", "reason": reason, "message": message}
 
@@ -262,10 +272,12 @@ def conditions_for(owner: Owner, spec: RAGEngineSpec | None, observed: Observed,
     if spec.engine.replicas == 0 and spec.engine.autoscaling is None:
         engine = _cond(c.ENGINE_READY, False, "ScaledToZero", "spec.engine.replicas is 0")
     else:
+        engine_pods = observed.pods.get(c.COMPONENT_ENGINE, [])
         s = states[c.COMPONENT_ENGINE] = workload_state(
-            "engine", observed.deployments.get(c.COMPONENT_ENGINE), observed.pods.get(c.COMPONENT_ENGINE, []),
-            observed.pod_events,
+            "engine", observed.deployments.get(c.COMPONENT_ENGINE), engine_pods, observed.pod_events,
         )
+        if s.reason == "Unschedulable" and not spec.storage.vector_store.external and _serving(engine_pods):
+            s = states[c.COMPONENT_ENGINE] = WorkloadState(s.state, s.reason, f"{s.message}; {FAISS_ROLL_STALLED}")
         if s.state == PROGRESSING and observed.engine_not_ready and s.reason != "Restarting":
             # the pods run but fail readiness: say which dependency, in the engine's own words
             s = states[c.COMPONENT_ENGINE] = WorkloadState(PROGRESSING, "EngineNotReady",
