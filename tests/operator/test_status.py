@@ -75,7 +75,8 @@ def test_a_faiss_roll_stalled_on_a_full_node_says_why_and_that_the_old_pod_serve
     assert "starts on the node of the pod it replaces" in message and "the old pod serves meanwhile" in message
     c, _, _ = conds(RAGEngineSpec(), {"engine": dep(available=0)}, pods={"engine": [surge]})  # nothing serves: no roll
     assert "the old pod serves" not in c["EngineReady"]["message"]
-    postgres = RAGEngineSpec.model_validate({"vectorStore": {"type": "postgres", "connectionSecretRef": {"name": "db"}}})
+    postgres = RAGEngineSpec.model_validate(
+        {"storage": {"vectorStore": {"type": "postgres", "connectionSecretRef": {"name": "db"}}}})
     c, _, _ = conds(postgres, {"engine": rolling}, pods={"engine": [serving, surge]})
     assert "the old pod serves" not in c["EngineReady"]["message"]
 
