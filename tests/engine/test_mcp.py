@@ -63,9 +63,9 @@ def engine(embedder, tmp_path_factory):
 
 @contextlib.asynccontextmanager
 async def connect(base: str, key: str, mode: str = "auto", **transport) -> AsyncIterator[Client]:
-    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=120) as http:
-        async with Client(streamable_http_client(f"{base}/mcp", http_client=http, **transport), mode=mode) as client:
-            yield client
+    async with (httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=120) as http,
+                Client(streamable_http_client(f"{base}/mcp", http_client=http, **transport), mode=mode) as client):
+        yield client
 
 
 def payload(result) -> dict:
@@ -172,11 +172,11 @@ async def test_a_session_survives_reconnection_and_belongs_to_its_opener(engine)
             sessions.append(response.headers["mcp-session-id"])
 
     # The official client opens a session (handshake era), calls a tool, and goes away without ending it.
-    async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {OPS_A}"}, timeout=120,
-                                  event_hooks={"response": [seen]}) as http:
-        async with Client(streamable_http_client(f"{engine}/mcp", http_client=http, terminate_on_close=False),
-                          mode="legacy") as client:
-            assert await search_ids(client, index=KB)
+    async with (httpx2.AsyncClient(headers={"Authorization": f"Bearer {OPS_A}"}, timeout=120,
+                                   event_hooks={"response": [seen]}) as http,
+                Client(streamable_http_client(f"{engine}/mcp", http_client=http, terminate_on_close=False),
+                       mode="legacy") as client):
+        assert await search_ids(client, index=KB)
     session = sessions[0]
     # A new connection (another client, another TCP connection) goes on in the same session.
     headers = {"Authorization": f"Bearer {OPS_A}", "Mcp-Session-Id": session, "MCP-Protocol-Version": LEGACY,
