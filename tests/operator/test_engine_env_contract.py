@@ -107,7 +107,10 @@ def test_mcp_comes_from_the_spec_on_by_default(monkeypatch):
     for key in list(__import__("os").environ):
         if key.startswith("RAGENGINE_"):
             monkeypatch.delenv(key)
-    default = parse(engine_env(OWNER, RAGEngineSpec()), monkeypatch, {"rag-api-key/api-key": "K"})
+    env = engine_env(OWNER, RAGEngineSpec())
+    assert not {EngineSettings.env_name("mcp_enabled"), EngineSettings.env_name("mcp_descriptions")} & {
+        e["name"] for e in env}  # nothing rendered for the default: an upgrade does not roll the engine
+    default = parse(env, monkeypatch, {"rag-api-key/api-key": "K"})
     assert default.mcp_enabled is True and default.mcp_descriptions == {}
     spec = RAGEngineSpec.model_validate({"mcp": {"enabled": False, "descriptions": {"kb": "Runbooks: pumps, valves."}}})
     s = parse(engine_env(OWNER, spec), monkeypatch, {"rag-api-key/api-key": "K"})

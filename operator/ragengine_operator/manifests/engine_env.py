@@ -162,7 +162,7 @@ def engine_values(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
         "screen_indexes": r.screen_indexes,
         "guardrails_policy": POLICY_PATH if spec.guardrails.enabled else None,
         "guardrails_fail_open": spec.guardrails.fail_open if spec.guardrails.enabled else None,
-        "mcp_enabled": spec.mcp.enabled,
+        "mcp_enabled": None if spec.mcp.enabled else False,  # the engine's default is on: no env, no roll on upgrade
         "mcp_descriptions": spec.mcp.descriptions or None,
         # kept-alive clients move to another replica before the engine closes (ragengine/shutdown.py)
         "shutdown_drain_seconds": SHUTDOWN_DRAIN_S,
