@@ -177,6 +177,6 @@ def build_server() -> Server[Any]:
     from ragengine.mcp import resources
 
     return Server("ragengine", version=__version__, title="ragengine knowledge base", instructions=INSTRUCTIONS,
-                  on_list_tools=list_tools, on_call_tool=call_tool,
+                  get_tool_input_schema=shapes.input_schema, on_list_tools=list_tools, on_call_tool=call_tool,
                   on_list_resources=resources.list_resources, on_read_resource=resources.read_resource,
                   on_list_resource_templates=resources.list_templates)

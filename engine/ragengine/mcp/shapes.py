@@ -199,10 +199,23 @@ def _holds(indexes: list[IndexInfo]) -> str:
     return "The knowledge base holds these indexes:\n" + "\n".join(lines)
 
 
+# Built once: a tools/list copies and fills them in per caller.
+INPUT_SCHEMAS = {name: tool.args.model_json_schema() for name, tool in TOOLS.items()}
+OUTPUT_SCHEMAS = {name: tool.output.model_json_schema() for name, tool in TOOLS.items()}
+
+
+def input_schema(name: str) -> dict[str, Any] | None:
+    """A tool's argument schema whatever the caller (the SDK checks ``Mcp-Param-*`` headers with it: without
+    it, every 2026-07-28 call would run a whole tools/list first); None for an unknown tool."""
+    return INPUT_SCHEMAS.get(name)
+
+
 def tools(indexes: list[IndexInfo], max_top_k: int) -> list[types.Tool]:
     """The tools as the caller sees them: descriptions naming the indexes it may search (``indexes``)."""
+    import copy
+
     holds = _holds(indexes)
-    search_schema = SearchArgs.model_json_schema()
+    search_schema = copy.deepcopy(INPUT_SCHEMAS["search"])
     search_schema["properties"]["top_k"]["maximum"] = max_top_k
     if 0 < len(indexes) <= DESCRIBED_INDEXES:
         search_schema["properties"]["index"]["anyOf"][0]["enum"] = [i.name for i in indexes]
@@ -210,15 +223,15 @@ def tools(indexes: list[IndexInfo], max_top_k: int) -> list[types.Tool]:
                                       open_world_hint=False)
     return [
         types.Tool(name="search", title="Search the knowledge base", input_schema=search_schema,
-                   output_schema=SearchOutput.model_json_schema(), annotations=read_only,
+                   output_schema=OUTPUT_SCHEMAS["search"], annotations=read_only,
                    description="Search the knowledge base for passages relevant to a question. Each result is a "
                    "document's best passage with its id (pass it to fetch for the whole document), title, url, "
                    "text and score (0..1, higher is better), best first. " + holds),
-        types.Tool(name="fetch", title="Fetch a document", input_schema=FetchArgs.model_json_schema(),
-                   output_schema=FetchOutput.model_json_schema(), annotations=read_only,
+        types.Tool(name="fetch", title="Fetch a document", input_schema=INPUT_SCHEMAS["fetch"],
+                   output_schema=OUTPUT_SCHEMAS["fetch"], annotations=read_only,
                    description="Fetch one whole document by the id a search result gave ('<index>/<doc_id>'): its "
                    "full text, title, url and metadata."),
-        types.Tool(name="list_indexes", title="List the indexes", input_schema=ListIndexesArgs.model_json_schema(),
-                   output_schema=ListIndexesOutput.model_json_schema(), annotations=read_only,
+        types.Tool(name="list_indexes", title="List the indexes", input_schema=INPUT_SCHEMAS["list_indexes"],
+                   output_schema=OUTPUT_SCHEMAS["list_indexes"], annotations=read_only,
                    description="List the indexes you may search, with what each holds. " + holds),
     ]
