@@ -131,9 +131,13 @@ async def test_search_and_fetch_return_what_retrieve_and_the_documents_route_giv
         assert (ops["title"], ops["url"]) == ("Pump restart (ops)", f"ragengine://{KB}/pump-ops")
 
 
-async def test_a_key_scoped_to_one_index_cannot_reach_another(engine):
+async def test_a_key_scoped_to_one_index_cannot_reach_another(engine, caplog):
     async with connect(engine, READ_B) as client:
-        hidden = error_text(await client.call_tool("search", {"query": "pump", "index": KB}))
+        with caplog.at_level("WARNING", logger="ragengine.access"):
+            hidden = error_text(await client.call_tool("search", {"query": "pump", "index": KB}))
+        audited = [json.loads(r.getMessage()) for r in caplog.records if r.name == "ragengine.access"]
+        assert {"event": "access_denied", "principal": "key:reader-b", "method": "MCP", "route": "tools/call search",
+                "index": KB, "reason": "index_not_visible", "status": 404} in audited
         missing = error_text(await client.call_tool("search", {"query": "pump", "index": "team-b-none"}))
         assert hidden == HIDDEN_INDEX.format(KB) and missing == HIDDEN_INDEX.format("team-b-none")
         assert error_text(await client.call_tool("fetch", {"id": f"{KB}/pump-all"})) == HIDDEN_INDEX.format(KB)
