@@ -301,3 +301,43 @@ async def test_sessions_are_bounded_and_expire(embedder, tmp_path):
         for session in ids:
             expired = http.post("/mcp", json=ping, headers={"Mcp-Session-Id": session, "MCP-Protocol-Version": LEGACY})
             assert expired.status_code == 404, expired.text
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_each_tool_call_has_a_span_under_its_http_request(embedder, tmp_path, monkeypatch, mode):
+    """The engine's tracing (its own provider; spans kept in memory by the OpenTelemetry SDK's exporter here
+    instead of sent over OTLP): one span per tool call, a child of the POST /mcp server span that carried it,
+    also on a legacy session, whose calls run in the session's own task."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from ragengine.access.source import API_KEY_PRINCIPAL
+    from ragengine.app import create_app
+    from ragengine.observability.tracing import SCOPE, Tracing
+    from ragengine.settings import EngineSettings
+    from tests.support.embedding import serve_engine
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    monkeypatch.setattr(Tracing, "from_env", classmethod(lambda cls, *a, **k: cls(provider, provider.get_tracer(SCOPE))))
+    app = create_app(EngineSettings(api_key=ADMIN, data_dir=tmp_path / "data"))
+    with serve_engine(app, embedder) as base:
+        assert httpx.post(f"{base}/index", headers={"Authorization": f"Bearer {ADMIN}"}, timeout=120, json={
+            "index_name": KB, "documents": DOCS}).status_code == 200
+        async with connect(base, ADMIN, mode) as client:
+            await search_ids(client, index=KB)
+            await search_ids(client, index=KB)
+    spans = exporter.get_finished_spans()
+    calls = [s for s in spans if s.name == "mcp tools/call search"]
+    assert len(calls) == 2
+    servers = {s.context.span_id: s for s in spans if s.kind.name == "SERVER"}
+    for call in calls:
+        assert call.parent is not None and call.parent.span_id in servers, call.name
+        assert servers[call.parent.span_id].attributes.get("http.route", "/mcp") == "/mcp"
+        assert call.attributes["ragengine.tool"] == "search" and call.attributes["ragengine.outcome"] == "ok"
+        assert call.attributes["ragengine.principal"] == f"key:{API_KEY_PRINCIPAL}"
+        retrieval = [s for s in spans if s.name == "retrieval" and s.parent and s.parent.span_id == call.context.span_id]
+        assert retrieval, "the retrieval stage is a child of the tool call's span"
+    assert len({c.parent.span_id for c in calls}) == 2  # each call under its own request
