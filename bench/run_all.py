@@ -33,6 +33,7 @@ BENCHES = {
     "documents": "bench_documents.py",
     "tracing": "bench_tracing.py",
     "handover": "bench_handover.py",
+    "mcp": "bench_mcp.py",
 }
 
 

@@ -16,6 +16,7 @@ from ragengine.access.source import AccessSource, KubernetesAPI
 from ragengine.api import chat as chat_api
 from ragengine.api import conversations as conversations_api
 from ragengine.api import indexes as indexes_api
+from ragengine.api import mcp as mcp_api
 from ragengine.api import ops as ops_api
 from ragengine.api import responses as responses_api
 from ragengine.api import vector_stores as vector_stores_api
@@ -68,6 +69,8 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
     app.include_router(conversations_api.router)
     app.include_router(vector_stores_api.router)
     app.include_router(responses_api.router)
+    if settings.mcp_enabled:
+        app.include_router(mcp_api.router)
     missing = uncovered((m, r.path) for r in api_routes(app.routes) for m in r.methods or ())
     if missing:
         raise RuntimeError(f"routes without an access rule in ragengine/access/routes.py: {', '.join(missing)}")

@@ -1,6 +1,6 @@
 """The engine's services, started onto an app's state in dependency order: indexes (embedder, registry), then
 chat (LLM client), then conversations (the session store), then vector stores (on all of those), then
-responses; then the rate limits' counter and the access file's index names. Each part registers its clean-up
+responses and MCP; then the rate limits' counter and the access file's index names. Each part registers its clean-up
 on ``stack``. ``create_app``'s lifespan runs ``start`` on the app; a stand-by's take-over
 (``ragengine.handover``) on a state of its own, which then becomes the app's."""
 
@@ -14,6 +14,7 @@ from ragengine.access.limits import UsageCounter
 from ragengine.api import chat as chat_api
 from ragengine.api import conversations as conversations_api
 from ragengine.api import indexes as indexes_api
+from ragengine.api import mcp as mcp_api
 from ragengine.api import responses as responses_api
 from ragengine.api import vector_stores as vector_stores_api
 from ragengine.conversations.models import UsageRow
@@ -26,6 +27,7 @@ async def start(app: FastAPI, settings: EngineSettings, stack: AsyncExitStack) -
     await conversations_api.startup(app, settings, stack)
     await vector_stores_api.startup(app, settings, stack)
     await responses_api.startup(app, settings, stack)
+    await mcp_api.startup(app, settings, stack)  # the MCP session manager, on the registry and access
     # Rate limits count in the sessions' database (shared by replicas on PostgreSQL).
     app.state.usage = UsageCounter(app.state.sessions.engine, UsageRow.__table__)  # type: ignore[arg-type]  # a Table, typed FromClause
     registry = getattr(app.state, "registry", None)

@@ -286,6 +286,21 @@ class EngineSettings(BaseSettings):
         "metadata screen_retrieved: 'true' are screened in any index.",
     )
 
+    # --- MCP (docs/mcp.md) -----------------------------------------------------------------------------
+    mcp_enabled: bool = Field(
+        True, description="Serve the Model Context Protocol at /mcp (streamable HTTP): the tools search, fetch and "
+        "list_indexes and each index's documents as resources, behind the same keys, ServiceAccounts and document "
+        "ACLs as every other route.")
+    mcp_descriptions: dict[str, str] = Field(
+        default_factory=dict, description="Index name -> what it holds, in a sentence: shown to agents in the MCP "
+        "tools' descriptions and list_indexes (else a vector store's own description, if any).")
+    mcp_max_sessions: int = Field(
+        1000, ge=1, le=100_000, description="Open MCP sessions (clients of protocol revisions before 2026-07-28, "
+        "which keep one) at most; a client opening one more gets 503 until one ends or expires.")
+    mcp_session_idle_s: float = Field(
+        600.0, ge=1.0, le=86_400.0, description="An MCP session with no request in flight and no open stream for "
+        "this long is closed (its id then answers 404 and the client starts a new one).")
+
     # --- sessions ----------------------------------------------------------------------------------
     database_url: str | None = Field(
         None, description="SQLAlchemy URL for sessions; unset = an SQLite file in data_dir."

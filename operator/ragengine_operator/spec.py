@@ -537,6 +537,17 @@ class GuardrailsSpec(SpecModel):
         "them unscreened, saying so. A bad edit never matters while a good policy was loaded: it keeps serving.")
 
 
+class MCPSpec(SpecModel):
+    """The engine's Model Context Protocol server at /mcp (docs/mcp.md): agents take the indexes as tools."""
+
+    enabled: bool = Field(
+        True, description="Serve /mcp on the engine's Service port: the tools search, fetch and list_indexes and the "
+        "documents as resources, behind the same keys, ServiceAccounts and document ACLs as every other route.")
+    descriptions: dict[str, Annotated[str, Field(max_length=1024)]] | None = Field(
+        None, max_length=256, description="Index name -> what it holds, in a sentence: agents read it in the tools' "
+        "descriptions to pick an index (unset for an index: its vector store's description, if any).")
+
+
 class TracingSpec(SpecModel):
     """OpenTelemetry traces of answers, ingestion and source syncs (docs/observability.md)."""
 
@@ -605,6 +616,7 @@ class RAGEngineSpec(SpecModel):
         None, description="Export every index on a schedule to a volume (a CronJob running the engine image's "
         "`ragengine export --all`); unset: none.")
     guardrails: GuardrailsSpec = Field(default_factory=GuardrailsSpec, json_schema_extra={"default": {}})
+    mcp: MCPSpec = Field(default_factory=MCPSpec, json_schema_extra={"default": {}})
     sources: Annotated[list[Source], AfterValidator(unique_names)] = Field(
         default_factory=list, max_length=32,
         description="Documents the indexes hold, synced by the operator from ConfigMaps, git repositories or "

@@ -34,6 +34,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ragengine.guardrails",),  # the output policy and the screening the answers pass through
     ("ragengine.chat", "ragengine.conversations"),
     ("ragengine.vectorstores",),  # OpenAI's vector stores: indexes + the uploads and catalog in the session store
+    ("ragengine.mcp",),  # the MCP server's tools and resources: indexes, access, the vector stores' descriptions
     ("ragengine.responses",),  # OpenAI's Responses: vector store search + chat's budget + the LLM
     ("ragengine.api",),
     ("ragengine.services",),  # the services in dependency order, onto an app's state

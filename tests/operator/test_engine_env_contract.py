@@ -103,6 +103,20 @@ def test_auth_off_means_no_key(monkeypatch):
     assert parse(engine_env(OWNER, spec), monkeypatch, {}).api_key is None
 
 
+def test_mcp_comes_from_the_spec_on_by_default(monkeypatch):
+    for key in list(__import__("os").environ):
+        if key.startswith("RAGENGINE_"):
+            monkeypatch.delenv(key)
+    env = engine_env(OWNER, RAGEngineSpec())
+    assert not {EngineSettings.env_name("mcp_enabled"), EngineSettings.env_name("mcp_descriptions")} & {
+        e["name"] for e in env}  # nothing rendered for the default: an upgrade does not roll the engine
+    default = parse(env, monkeypatch, {"rag-api-key/api-key": "K"})
+    assert default.mcp_enabled is True and default.mcp_descriptions == {}
+    spec = RAGEngineSpec.model_validate({"mcp": {"enabled": False, "descriptions": {"kb": "Runbooks: pumps, valves."}}})
+    s = parse(engine_env(OWNER, spec), monkeypatch, {"rag-api-key/api-key": "K"})
+    assert s.mcp_enabled is False and s.mcp_descriptions == {"kb": "Runbooks: pumps, valves."}
+
+
 def test_embedding_model_and_retrieval_only(monkeypatch, tmp_path):
     spec = RAGEngineSpec.model_validate({"embedding": {"local": {"model": "BAAI/bge-small-en-v1.5"}}})
     env = engine_env(OWNER, spec)

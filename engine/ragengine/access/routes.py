@@ -14,16 +14,22 @@ The enforcement (``access.enforce``) reads only this table: no route checks acce
 - ``list``: the route lists indexes; the handler shows only those the caller sees;
 - ``store``: the ``{vector_store_id}`` path parameter: a vector store's id is its index's name;
 - ``tools``: every vector store the body's ``file_search`` tools name (``POST /v1/responses``); each is
-  checked, the first the caller may not see decides.
+  checked, the first the caller may not see decides;
+- ``argument``: an MCP tool call's or resource read's index (``MCP_CALLS``; the handler names it).
 
 ``creates`` marks routes that may create the index they name: a name outside the caller's patterns is
 then 403 (nothing exists to hide), where on other routes it is 404, the same as a missing index.
 ``open`` routes (the kubelet's probes, Prometheus) need no credentials and must reveal no documents.
 ``llm`` marks routes that may call the LLM: a principal over its tokens-per-minute limit gets 429 there
-(requests per minute are counted on every route that needs credentials).
+(requests per minute are counted on every route that needs credentials and is ``metered``).
 ``query`` marks the POST routes that change nothing (a search, a chat completion); ``database`` the routes
 on data kept in the sessions' database besides the ``owned`` ones (the vector stores' catalog). With the
 method they decide what a FAISS engine's stand-by serves (``served_by_standby``).
+
+``/mcp`` (the Model Context Protocol endpoint, docs/mcp.md) is one route for the transport: the principal
+must be authenticated and at least ``read``, and its HTTP requests are not counted. What is counted and
+checked per index is each MCP call that reads documents: ``MCP_CALLS`` holds their rules, applied by
+``access.enforce.authorize_call`` exactly as ``authorize`` applies ``ROUTES`` (decision, rate limit, audit).
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ class IndexFrom(enum.Enum):
     list = "list"
     store = "store"
     tools = "tools"
+    argument = "argument"
 
 
 @dataclass(frozen=True)
@@ -55,6 +62,7 @@ class Rule:
     llm: bool = False  # may spend LLM tokens (tokens-per-minute limits apply)
     query: bool = False  # a POST that changes nothing: a search, a chat completion
     database: bool = False  # on data in the sessions' database (the vector stores' catalog); owned routes are too
+    metered: bool = True  # counted against requests per minute (/mcp: its tool calls are, not its HTTP requests)
 
     @property
     def open(self) -> bool:
@@ -135,6 +143,21 @@ ROUTES: dict[tuple[str, str], Rule] = {
     ("GET", "/v1/responses/{response_id}"): Rule(R, owned=True),
     ("DELETE", "/v1/responses/{response_id}"): Rule(R, owned=True),
     ("GET", "/v1/responses/{response_id}/input_items"): Rule(R, owned=True),
+    # the MCP endpoint (streamable HTTP: POST messages, GET the server's stream, DELETE a session); its calls
+    # are checked one by one (MCP_CALLS)
+    ("POST", "/mcp"): Rule(R, metered=False),
+    ("GET", "/mcp"): Rule(R, metered=False),
+    ("DELETE", "/mcp"): Rule(R, metered=False),
+}
+
+# MCP calls that read documents, by MCP method (and tool): each counts as one request and is audited.
+# ``argument``: the index the call names (none on ``search``: every index the caller sees, each checked).
+MCP_CALLS: dict[str, Rule] = {
+    "tools/call search": Rule(R, IndexFrom.argument),
+    "tools/call fetch": Rule(R, IndexFrom.argument),
+    "tools/call list_indexes": Rule(R, IndexFrom.list),
+    "resources/list": Rule(R, IndexFrom.list),
+    "resources/read": Rule(R, IndexFrom.argument),
 }
 
 OPEN_PATHS = frozenset(path for (_method, path), rule in ROUTES.items() if rule.open)

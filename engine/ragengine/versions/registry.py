@@ -36,6 +36,7 @@ from ragengine.index import disk
 from ragengine.index.chunking import new_index_config
 from ragengine.index.documents import NewDoc, clean_documents, content_id
 from ragengine.index.types import RetrievedNode
+from ragengine.retrieval import filters as flt
 from ragengine.versions import archive
 from ragengine.versions import book as bk
 from ragengine.versions.book import Book
@@ -499,6 +500,13 @@ class VersionedRegistry:
             self._remember(index_name, await self.books.get(index_name))
             live = await self._live(index_name)
             return await self.inner.retrieve(live.physical, query, top_k, **kwargs)
+
+    async def get_document(self, index_name: str, doc_id: str, *, acl: Any = None) -> NewDoc | None:
+        """One whole document of the live version (None when there is none, or ``acl`` hides it: the
+        caller's document ACL, ``access.decide.document_acl``); a missing index is NotFound, as on reads."""
+        live = await self._live(index_name)
+        doc = (await self.inner.fetch(live.physical, [doc_id])).get(doc_id)
+        return doc if doc is not None and (acl is None or flt.matches(acl, doc.metadata)) else None
 
     # -- versions and jobs (the API) -----------------------------------------------------------------
     async def versions(self, name: str) -> dict:

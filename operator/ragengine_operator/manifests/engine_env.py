@@ -54,6 +54,8 @@ SPEC_TO_ENGINE = {
     "retrieval.screenIndexes": "screen_indexes",
     "guardrails.enabled": "guardrails_policy",  # the mounted ConfigMap's file (manifests/guardrails.py)
     "guardrails.failOpen": "guardrails_fail_open",
+    "mcp.enabled": "mcp_enabled",
+    "mcp.descriptions": "mcp_descriptions",
 }
 # spec path of a SecretKeyRef -> EngineSettings field (valueFrom.secretKeyRef).
 SECRET_TO_ENGINE = {
@@ -165,6 +167,8 @@ def engine_values(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
         "screen_indexes": r.screen_indexes,
         "guardrails_policy": POLICY_PATH if spec.guardrails.enabled else None,
         "guardrails_fail_open": spec.guardrails.fail_open if spec.guardrails.enabled else None,
+        "mcp_enabled": None if spec.mcp.enabled else False,  # the engine's default is on: no env, no roll on upgrade
+        "mcp_descriptions": spec.mcp.descriptions or None,
         # kept-alive clients move to another replica before the engine closes (ragengine/shutdown.py)
         "shutdown_drain_seconds": SHUTDOWN_DRAIN_S,
         # FAISS: the new pod's stand-by holds writes until the old pod let go of the index volume (RollingUpdate)
