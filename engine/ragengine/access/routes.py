@@ -63,6 +63,7 @@ class Rule:
     query: bool = False  # a POST that changes nothing: a search, a chat completion
     database: bool = False  # on data in the sessions' database (the vector stores' catalog); owned routes are too
     metered: bool = True  # counted against requests per minute (/mcp: its tool calls are, not its HTTP requests)
+    standby: bool = True  # False: only the writer's services answer it (/mcp's sessions start with them)
 
     @property
     def open(self) -> bool:
@@ -145,9 +146,9 @@ ROUTES: dict[tuple[str, str], Rule] = {
     ("GET", "/v1/responses/{response_id}/input_items"): Rule(R, owned=True),
     # the MCP endpoint (streamable HTTP: POST messages, GET the server's stream, DELETE a session); its calls
     # are checked one by one (MCP_CALLS)
-    ("POST", "/mcp"): Rule(R, metered=False),
-    ("GET", "/mcp"): Rule(R, metered=False),
-    ("DELETE", "/mcp"): Rule(R, metered=False),
+    ("POST", "/mcp"): Rule(R, metered=False, standby=False),
+    ("GET", "/mcp"): Rule(R, metered=False, standby=False),
+    ("DELETE", "/mcp"): Rule(R, metered=False, standby=False),
 }
 
 # MCP calls that read documents, by MCP method (and tool): each counts as one request and is audited.
@@ -170,10 +171,10 @@ def served_by_standby(method: str, rule: Rule) -> bool:
     the open routes, and GETs and ``query`` POSTs that touch no sessions' database. Every write waits, and so
     does everything kept in the sessions' database (sessions, files, stored responses: ``owned``; vector
     stores: ``database``), which the stand-by does not open: SQLite on the same volume, that the writer
-    migrates at its start."""
+    migrates at its start; and what only the writer's services answer (``standby=False``: MCP's sessions)."""
     if rule.open:
         return True
-    return (method == "GET" or rule.query) and not (rule.owned or rule.database)
+    return rule.standby and (method == "GET" or rule.query) and not (rule.owned or rule.database)
 
 
 def rule_for(method: str, path: str) -> Rule:
