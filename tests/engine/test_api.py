@@ -75,6 +75,35 @@ def test_list_documents_pagination_and_filter(server):
     assert missing.status_code == 404 and missing.json()["detail"] == "No such index: 'nope' exists."
 
 
+def test_list_documents_search_and_doc_id_on_every_store(server):
+    """The console's document search: a case-insensitive substring of the id or the text, applied before
+    paging (total_items counts matches) and ANDed with the metadata filter; doc_id picks one document.
+    LIKE's wildcards mean themselves."""
+    docs = [*DOCS, {"doc_id": "Runbook-7", "text": "Restart the pump: 100% of valves_closed first."}]
+    assert _index(server, docs=docs).status_code == 200
+
+    def listing(**params) -> dict:
+        resp = httpx.get(f"{server}/indexes/kb/documents", params=params)
+        assert resp.status_code == 200, resp.text
+        return resp.json()
+
+    found = listing(search="fsynceD")
+    assert found["total_items"] == 1 and "journal" in found["documents"][0]["text"]
+    assert [d["doc_id"] for d in listing(search="runbook")["documents"]] == ["Runbook-7"]  # the id matches
+    assert listing(search="100%")["total_items"] == 1 and listing(search="0%o")["total_items"] == 0
+    assert listing(search="s_c")["total_items"] == 1 and listing(search="s%c")["total_items"] == 0
+    paged = listing(search="e", limit=2, offset=1)  # every document holds an "e"
+    assert paged["total_items"] == 4 and paged["count"] == 2
+    assert listing(search="the", metadata_filter=json.dumps({"topic": "durability"}))["total_items"] == 1
+    assert listing(search="   ")["total_items"] == 4  # blank: no search
+    one = listing(doc_id="Runbook-7")
+    assert one["total_items"] == 1 and one["documents"][0]["doc_id"] == "Runbook-7"
+    assert listing(doc_id="runbook-7")["total_items"] == 0  # exact, unlike search
+    assert listing(doc_id="Runbook-7", search="journal")["total_items"] == 0
+    too_long = httpx.get(f"{server}/indexes/kb/documents", params={"search": "x" * 1001})
+    assert too_long.status_code == 422 and "search" in too_long.text
+
+
 def test_update_and_delete_documents(server):
     ids = [d["doc_id"] for d in _index(server).json()]
     resp = httpx.post(f"{server}/indexes/kb/documents", json={"documents": [

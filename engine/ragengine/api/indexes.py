@@ -12,6 +12,7 @@ from fastapi import APIRouter, FastAPI, File, Form, Query, Request, Response, Up
 from ragengine.access.decide import document_acl
 from ragengine.access.enforce import principal_of, visible_to
 from ragengine.errors import BadRequest, PayloadTooLarge, Unprocessable
+from ragengine.index.documents import MAX_DOC_ID, DocSearch
 from ragengine.metrics import EMBEDDING_BACKEND
 from ragengine.protocol.errors import error_responses
 from ragengine.protocol.indexes import (
@@ -31,6 +32,7 @@ from ragengine.settings import EngineSettings
 from ragengine.versions.registry import SERVED
 
 log = logging.getLogger(__name__)
+MAX_SEARCH = 1000  # characters of a documents search: a needle longer than this is a 422, not a slow scan
 router = APIRouter(tags=["indexes"])
 
 
@@ -100,10 +102,14 @@ async def list_documents(
     offset: int = Query(0, ge=0, le=MAX_OFFSET),
     max_text_length: int | None = Query(1000, ge=1, le=MAX_TEXT_LENGTH),
     metadata_filter: str | None = Query(None, description="JSON object; exact match on every key."),
+    search: str | None = Query(None, max_length=MAX_SEARCH, description="Documents whose id or text contains this "
+                               "(case-insensitive); total_items counts the matches."),
+    doc_id: str | None = Query(None, max_length=MAX_DOC_ID, description="Only the document with this id."),
 ) -> dict:
     return await _registry(request).list_documents(index_name, limit=limit, offset=offset,
                                                    max_text_length=max_text_length, metadata_filter=metadata_filter,
-                                                   acl=document_acl(principal_of(request)))
+                                                   acl=document_acl(principal_of(request)),
+                                                   search=DocSearch.of(search, doc_id))
 
 
 @router.post("/indexes/{index_name}/documents", response_model=UpdateDocumentsResponse,

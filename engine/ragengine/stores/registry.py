@@ -35,6 +35,7 @@ from ragengine.index.chunk_tokens import ChunkTokenCounter, counts_to_store, per
 from ragengine.index.chunking import Chunker, locate_spans, new_index_config
 from ragengine.index.contextual import index_texts
 from ragengine.index.documents import (
+    DocSearch,
     NewDoc,
     clean_documents,
     content_id,
@@ -395,10 +396,11 @@ class StoreRegistry:
 
     # -- reads -------------------------------------------------------------------------------------
     async def list_documents(self, index_name: str, *, limit: int = 10, offset: int = 0,
-                             max_text_length: int | None = 1000, metadata_filter: Any = None, acl: flt.Acl | None = None) -> dict:
+                             max_text_length: int | None = 1000, metadata_filter: Any = None, acl: flt.Acl | None = None,
+                             search: DocSearch | None = None) -> dict:
         f = flt.combine(flt.from_metadata_filter(metadata_filter), acl)  # acl: the caller's document ACL
         await self._config(index_name)
-        records, total = await self._call(self.adapter.list_documents, index_name, f, offset, limit)
+        records, total = await self._call(self.adapter.list_documents, index_name, f, offset, limit, search)
         docs = [listed(r.doc_id, r.text, r.metadata, max_text_length) for r in records]
         return {"documents": docs, "count": len(docs), "total_items": total}
 
