@@ -53,6 +53,30 @@ def test_index_list_retrieve_roundtrip(server):
     assert again["results"][0]["node_id"] == top["node_id"]
 
 
+def test_retrieve_explain_shows_both_legs_ranks_and_the_threshold_on_every_store(server):
+    """explain: each result's place in the dense and keyword lists, its fused score, and what they are
+    measured against; without it the answer keeps its KAITO shape (no new keys)."""
+    assert _index(server).status_code == 200
+    ask = {"index_name": "kb", "query": "BM25 keywords term frequency", "max_node_count": 3}
+    plain = httpx.post(f"{server}/retrieve", json=ask).json()
+    assert "explain" not in plain and all("dense_rank" not in r for r in plain["results"])
+    resp = httpx.post(f"{server}/retrieve", json={**ask, "explain": True})
+    assert resp.status_code == 200, resp.text
+    out = resp.json()
+    assert out["explain"] == {"hybrid": True, "fusion": "convex", "dense_weight": 0.85, "candidates": 50,
+                              "reranked": False, "similarity_threshold": 0.3}
+    top = out["results"][0]
+    assert "BM25" in top["text"] and top["sparse_rank"] == 1 and top["dense_rank"] == 1
+    # the fused scores order the results; ranks are places in each leg (3 documents: every one is a dense candidate)
+    fused = [r["fused_score"] for r in out["results"]]
+    assert fused == sorted(fused, reverse=True) and all(0 <= f <= 1 for f in fused)
+    assert sorted(r["dense_rank"] for r in out["results"]) == [1, 2, 3]
+    assert [r["doc_id"] for r in out["results"]] == [r["doc_id"] for r in plain["results"]]
+    # a result only one leg found has no rank in the other
+    only_dense = httpx.post(f"{server}/retrieve", json={**ask, "query": "zzqx", "explain": True}).json()
+    assert all(r["sparse_rank"] is None and r["dense_rank"] is not None for r in only_dense["results"])
+
+
 def test_client_doc_id_honoured_and_conflict(server):
     docs = [{"doc_id": "my-id", "text": "hello world", "metadata": {"a": 1}}]
     assert _index(server, docs=docs).json()[0]["doc_id"] == "my-id"

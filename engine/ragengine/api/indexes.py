@@ -148,7 +148,8 @@ async def load_index(index_name: str, request: Request, path: str | None = Query
     return {"message": f"Successfully loaded index {index_name} from {where}."}
 
 
-@router.post("/retrieve", response_model=RetrieveResponse, responses=error_responses(404, 409, 502, 504))
+@router.post("/retrieve", response_model=RetrieveResponse, response_model_exclude_unset=True,  # explain's fields
+             responses=error_responses(404, 409, 502, 504))
 async def retrieve(body: RetrieveRequest, request: Request, response: Response) -> dict:
     settings = request.app.state.settings
     if body.max_node_count > settings.max_top_k:
@@ -158,12 +159,17 @@ async def retrieve(body: RetrieveRequest, request: Request, response: Response) 
                                              max_chunks_per_document=body.max_chunks_per_document,
                                              long_query_windows=body.long_query_windows,
                                              acl=document_acl(principal_of(request)))
-    results = [n.to_result() for n in nodes]
+    results = [n.to_result(body.explain) for n in nodes]
     served = SERVED.get()
     if served is not None:  # which version of the index answered, with which model (docs/versions.md)
         response.headers["X-Index-Version"] = str(served[0])
         response.headers["X-Embedding-Model"] = served[1].encode("ascii", "replace").decode()
-    return {"query": body.query, "results": results, "count": len(results)}
+    out = {"query": body.query, "results": results, "count": len(results)}
+    if body.explain:
+        out["explain"] = {"hybrid": settings.hybrid, "fusion": settings.fusion, "dense_weight": settings.fusion_dense_weight,
+                          "candidates": settings.fusion_candidates, "reranked": _registry(request).reranker is not None,
+                          "similarity_threshold": settings.similarity_threshold}
+    return out
 
 
 async def startup(app: FastAPI, settings: EngineSettings, stack: AsyncExitStack) -> None:
