@@ -15,6 +15,7 @@ from ragengine.access.limits import UsageCounter
 from ragengine.access.routes import uncovered
 from ragengine.access.source import AccessSource, KubernetesAPI
 from ragengine.api import chat as chat_api
+from ragengine.api import console as console_api
 from ragengine.api import conversations as conversations_api
 from ragengine.api import indexes as indexes_api
 from ragengine.api import ops as ops_api
@@ -79,7 +80,12 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
     app.include_router(conversations_api.router)
     app.include_router(vector_stores_api.router)
     app.include_router(responses_api.router)
-    missing = uncovered((m, r.path) for r in api_routes(app.routes) for m in r.methods or ())
+    app.include_router(console_api.router)
+    if settings.console_enabled:
+        app.include_router(console_api.pages)
+    operations = [(m, r.path) for r in api_routes(app.routes) for m in r.methods or ()]
+    app.state.features = console_api.features(operations)
+    missing = uncovered(operations)
     if missing:
         raise RuntimeError(f"routes without an access rule in ragengine/access/routes.py: {', '.join(missing)}")
     document_error_responses(app, auth=access.enabled, external_store=settings.vector_store != "faiss")
