@@ -2,7 +2,7 @@
 FAISS), the vLLM-like test LLM for streamed answers, and Debian's Chromium driven by Playwright's Python
 package (its own driver, pointed at /usr/bin/chromium; never ``playwright install``).
 
-One browser and one engine per module (starting Chromium costs about a second, an engine a few); each test
+One browser and one engine for the package (starting Chromium costs about a second, an engine a few); each test
 gets a fresh browser context (its own sessionStorage, so its own sign-in) and a ``Watch`` of everything the
 page did: console messages, uncaught errors, and every request's URL.
 """
@@ -66,14 +66,14 @@ class Engine:
     access_file: Path
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def llm() -> Iterator[tuple[FakeLLM, str]]:
     fake = FakeLLM()
     with serve_app(create_llm_app(fake)) as base:
         yield fake, base
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def console_engine(embedder, llm, tmp_path_factory) -> Iterator[Engine]:
     """An engine with a key for an admin and one for a reader of ``handbook`` only; index ``secret`` is the
     admin's alone. No context is disclaimed, and the output policy redacts AWS key ids."""
@@ -105,7 +105,7 @@ def engine(console_engine: Engine) -> Engine:
     return console_engine
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def browser():
     from playwright.sync_api import sync_playwright
 

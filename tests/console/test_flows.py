@@ -3,12 +3,15 @@ answer, open a citation; upload files; what a reader may not see; a wrong or rev
 
 from __future__ import annotations
 
+import json
 import re
+import time
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from playwright.sync_api import expect
 
-from tests.console.conftest import ADMIN, released, sign_in
+from tests.console.conftest import ACCESS, ADMIN, READER, admin, released, sign_in
 
 
 def test_sign_in_search_ask_see_the_answer_stream_and_open_a_citation(engine, page):
@@ -57,3 +60,115 @@ def test_sign_in_search_ask_see_the_answer_stream_and_open_a_citation(engine, pa
     foreign = [u for u in page.watch.requests if urlsplit(u).netloc != urlsplit(engine.base).netloc
                and not u.startswith(("data:", "blob:"))]
     assert foreign == [], foreign
+
+
+def test_upload_files_into_an_index_and_a_vector_store_and_watch_each_complete(engine, page, tmp_path):
+    good = tmp_path / "valves.md"
+    good.write_text("# Valves\n\nValve V-9 stays shut while the pump runs.\n")
+    broken = tmp_path / "broken.pdf"
+    broken.write_bytes(b"%PDF-1.4\n1 0 obj << /Type /Catalog")
+    store = admin(engine.base, "POST", "/v1/vector_stores", json={"name": "manuals"}).json()["id"]
+    sign_in(page, engine.base, ADMIN)
+    page.click('[data-view="upload"]')
+    page.fill("#upload-index", "uploads")  # a new index: the upload creates it
+    page.set_input_files("#upload-files", [str(good), str(broken)])
+    page.click("#upload-form button[type=submit]")
+    rows = page.locator("#upload-rows tr")
+    expect(rows.nth(0).locator(".file-status")).to_have_text("indexed: 1 document(s) in uploads")
+    expect(rows.nth(1).locator(".file-status")).to_contain_text("failed: ")
+    assert "broken.pdf" in rows.nth(1).locator(".file-status").inner_text()  # the engine's reason names the file
+    assert rows.nth(0).locator("progress").evaluate("p => p.value") == 1
+    expect(page.locator("#index-select option[value=uploads]")).to_have_count(1)  # the new index is listed
+
+    page.check('input[name="upload-target"][value="store"]')
+    expect(page.locator("#upload-store option", has_text=store)).to_have_count(1)
+    page.select_option("#upload-store", store)
+    page.set_input_files("#upload-files", [str(good), str(broken)])
+    page.click("#upload-form button[type=submit]")
+    expect(rows.nth(2).locator(".file-status")).to_have_text(f"completed: in {store}")
+    expect(rows.nth(3).locator(".file-status")).to_contain_text("failed: ")
+    listed = admin(engine.base, "GET", f"/v1/vector_stores/{store}/files").json()["data"]
+    assert [f["status"] for f in listed] == ["completed"]
+    # the browser logs the one refusal it was sent (the broken PDF into the index), and nothing else
+    assert page.watch.console_errors() == ["Failed to load resource: the server responded with a status of 422 "
+                                           "(Unprocessable Entity)"], page.watch.console
+
+
+def test_a_reader_sees_no_admin_action_and_no_hidden_index(engine, page):
+    sign_in(page, engine.base, READER)
+    assert page.inner_text("#who") == "reader · read"
+    assert page.locator("#index-select option").all_inner_texts() == ["handbook"]  # not secret, not uploads
+    page.wait_for_selector("#doc-rows tr")
+    assert page.is_hidden("#versions") and page.is_hidden("#admin-actions")
+    assert page.is_hidden('[data-view="upload"]')
+    for label in ("Re-index", "Roll back", "Export", "Delete index", "Upload"):
+        assert page.get_by_role("button", name=label).count() == 0 or not page.get_by_role("button", name=label).is_visible()
+    page.click('[data-view="search"]')
+    page.fill("#search-query", "the admins' own notes")
+    page.click("#search-form button[type=submit]")
+    page.wait_for_selector("#search-rows tr")
+    assert "admins' own notes" not in page.inner_text("#search-rows")
+    assert page.watch.console_errors() == [], page.watch.console
+
+
+def test_admin_actions_each_ask_first_and_work(engine, page):
+    admin(engine.base, "POST", "/index", json={"index_name": "scratch", "documents": [
+        {"doc_id": "a", "text": "Scratch notes about the pump."}, {"doc_id": "b", "text": "More scratch notes."}]})
+    sign_in(page, engine.base, ADMIN)
+    page.select_option("#index-select", "scratch")
+    expect(page.locator("#version-rows tr")).to_have_count(1)
+
+    page.click("#act-delete")  # cancelled: nothing happens
+    expect(page.locator("#confirm")).to_be_visible()
+    assert page.is_disabled("#confirm-ok")  # deleting needs the index's name typed
+    page.click("#confirm-cancel")
+    assert "scratch" in admin(engine.base, "GET", "/indexes").json()
+
+    page.click("#act-reindex")
+    page.click("#confirm-ok")
+    expect(page.locator("#version-rows tr")).to_have_count(2)
+    expect(page.locator("#versions-summary")).to_contain_text("Live: version 2", timeout=60_000)
+    page.click("#act-rollback")
+    page.click("#confirm-ok")
+    expect(page.locator("#versions-summary")).to_contain_text("Live: version 1", timeout=60_000)
+
+    page.click("#act-export")
+    with page.expect_download() as download:
+        page.click("#confirm-ok")
+    assert download.value.suggested_filename == "scratch.ragx.gz"
+    assert Path(download.value.path()).read_bytes()[:2] == b"\x1f\x8b"  # gzip
+
+    page.click("#act-delete")
+    page.fill("#confirm-typed", "scratch")
+    page.click("#confirm-ok")
+    expect(page.locator("#index-select option[value=scratch]")).to_have_count(0)
+    assert "scratch" not in admin(engine.base, "GET", "/indexes").json()
+    assert page.watch.console_errors() == [], page.watch.console
+
+
+def test_a_wrong_or_revoked_key_gets_a_clear_sign_in_message(engine, page):
+    page.goto(f"{engine.base}/ui/")
+    expect(page.locator("#signin")).to_be_visible()  # auth on, no key: the form, without a request bound to fail
+    assert not [u for u in page.watch.requests if "/whoami" in u]
+    page.fill("#signin-key", "not-a-key-0123456789")
+    page.click("#signin-form button[type=submit]")
+    expect(page.locator("#signin-message")).to_have_text(
+        "Your key was refused: it is wrong, expired or revoked. Sign in again.")
+    assert page.evaluate("sessionStorage.length") == 0  # a refused key is not kept
+
+    sign_in(page, engine.base, READER)
+    original = engine.access_file.read_text()
+    try:
+        engine.access_file.write_text(json.dumps({"keys": [{**ACCESS["keys"][0], "key": "another-reader-key-0123456"}]}))
+        page.click('[data-view="search"]')
+        page.fill("#search-query", "pump")
+        deadline = time.monotonic() + 10  # the engine re-reads the file within a second
+        while page.is_hidden("#signin") and time.monotonic() < deadline:
+            page.click("#search-form button[type=submit]")
+            page.wait_for_timeout(300)
+        expect(page.locator("#signin-message")).to_have_text(
+            "Your key was refused: it is wrong, expired or revoked. Sign in again.")
+        assert page.is_hidden("#app")
+    finally:
+        engine.access_file.write_text(original)
+    assert all(READER not in u for u in page.watch.requests)  # the key never travels in a URL

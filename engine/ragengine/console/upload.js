@@ -85,6 +85,7 @@ async function intoVectorStore(file, store, r) {
   form.append("file", file, file.name);
   const uploaded = await upload("v1/files", form, r.progress);
   r.done();
+  if (uploaded.status === "error") return r.status(`failed: ${uploaded.status_details || "the engine cannot read it"}`, "error");
   r.status("ingesting…");
   const base = `v1/vector_stores/${encodeURIComponent(store)}/files`;
   let out = await api(base, { method: "POST", json: { file_id: uploaded.id } });
