@@ -501,6 +501,14 @@ class GuardrailsSpec(SpecModel):
         "them unscreened, saying so. A bad edit never matters while a good policy was loaded: it keeps serving.")
 
 
+class ConsoleSpec(SpecModel):
+    """The console: the engine's own web page at /ui/ (docs/console.md)."""
+
+    enabled: bool = Field(
+        True, description="Serve the console at /ui/ on the engine's port. Its files are open; everything it shows "
+        "comes from the API with the key the user signs in with, under the same access rules as any client.")
+
+
 class TracingSpec(SpecModel):
     """OpenTelemetry traces of answers, ingestion and source syncs (docs/observability.md)."""
 
@@ -571,6 +579,7 @@ class RAGEngineSpec(SpecModel):
         None, description="Export every index on a schedule to a volume (a CronJob running the engine image's "
         "`ragengine export --all`); unset: none.")
     guardrails: GuardrailsSpec = Field(default_factory=GuardrailsSpec, json_schema_extra={"default": {}})
+    console: ConsoleSpec = Field(default_factory=ConsoleSpec, json_schema_extra={"default": {}})
     sources: Annotated[list[Source], AfterValidator(unique_names)] = Field(
         default_factory=list, max_length=32,
         description="Documents the indexes hold, synced by the operator from ConfigMaps, git repositories or "

@@ -233,3 +233,14 @@ def test_the_evaluation_view_appears_only_where_the_api_answers(engine, page):
     assert page.locator("#eval-chart svg rect").count() == 4  # 2 versions x 2 metrics
     assert page.locator("#eval-chart svg rect title").all_text_contents()[0] == "version 1, mrr@10: 0.610"
     assert page.watch.console_errors() == [], page.watch.console
+
+
+def test_console_enabled_false_serves_no_page(tmp_path):
+    from ragengine.app import create_app
+    from ragengine.settings import EngineSettings
+    from tests.support.routes import operations
+
+    off = operations(create_app(EngineSettings(console_enabled=False, data_dir=tmp_path)))
+    on = operations(create_app(EngineSettings(data_dir=tmp_path)))
+    assert on - off == {("get", "/ui"), ("get", "/ui/"), ("get", "/ui/assets/{name}")}
+    assert ("get", "/whoami") in off  # an API route: clients other than the console use it too

@@ -49,6 +49,7 @@ SPEC_TO_ENGINE = {
     "retrieval.screenIndexes": "screen_indexes",
     "guardrails.enabled": "guardrails_policy",  # the mounted ConfigMap's file (manifests/guardrails.py)
     "guardrails.failOpen": "guardrails_fail_open",
+    "console.enabled": "console_enabled",
 }
 # spec path of a SecretKeyRef -> EngineSettings field (valueFrom.secretKeyRef).
 SECRET_TO_ENGINE = {
@@ -160,6 +161,7 @@ def engine_values(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
         "screen_indexes": r.screen_indexes,
         "guardrails_policy": POLICY_PATH if spec.guardrails.enabled else None,
         "guardrails_fail_open": spec.guardrails.fail_open if spec.guardrails.enabled else None,
+        "console_enabled": spec.console.enabled,
         # kept-alive clients move to another replica before the engine closes (ragengine/shutdown.py)
         "shutdown_drain_seconds": SHUTDOWN_DRAIN_S,
         # the operator's read of GET /health, when the engine requires a key (manifests/status_key.py)
