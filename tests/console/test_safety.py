@@ -246,3 +246,17 @@ def test_console_enabled_false_serves_no_page(tmp_path):
     on = operations(create_app(EngineSettings(data_dir=tmp_path)))
     assert on - off == {("get", "/ui"), ("get", "/ui/"), ("get", "/ui/assets/{name}")}
     assert ("get", "/whoami") in off  # an API route: clients other than the console use it too
+
+
+def test_every_console_file_ships_as_package_data():
+    """The engine image installs the package (not the source tree): each file of the console must match
+    pyproject's package-data, or the image would serve a page without its scripts."""
+    import fnmatch
+    import tomllib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    patterns = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["*"]
+    files = [p.name for p in console.HERE.iterdir() if p.suffix != ".py" and p.is_file()]
+    assert {"index.html", "app.js", "console.css"} <= set(files)
+    assert [f for f in files if not any(fnmatch.fnmatch(f, pat) for pat in patterns)] == []
