@@ -32,6 +32,7 @@ BENCHES = {
     "openai": "bench_openai.py",
     "documents": "bench_documents.py",
     "tracing": "bench_tracing.py",
+    "console": "bench_console.py",
 }
 
 

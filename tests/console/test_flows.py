@@ -171,4 +171,15 @@ def test_a_wrong_or_revoked_key_gets_a_clear_sign_in_message(engine, page):
         assert page.is_hidden("#app")
     finally:
         engine.access_file.write_text(original)
+    # signed in again in the same page (the key restored): one click, one request, not one per sign-in
+    page.wait_for_timeout(1500)  # the engine re-reads the restored file
+    page.fill("#signin-key", READER)
+    page.click("#signin-form button[type=submit]")
+    expect(page.locator("#app")).to_be_visible()
+    page.click('[data-view="search"]')
+    before = sum("/retrieve" in u for u in page.watch.requests)
+    page.click("#search-form button[type=submit]")
+    page.wait_for_selector("#search-rows tr")
+    page.wait_for_timeout(300)
+    assert sum("/retrieve" in u for u in page.watch.requests) == before + 1
     assert all(READER not in u for u in page.watch.requests)  # the key never travels in a URL

@@ -13,6 +13,7 @@ const ROLES = { read: 1, write: 2, admin: 3 };
 // What every section reads: the principal and the chosen index. Sections never keep their own copy.
 const state = { who: null, index: null, view: "indexes", can: () => false, refreshIndexes: null };
 
+let initialised = false;
 const authRequired = document.querySelector('meta[name="ragengine-auth"]')?.content === "required";
 
 function showSignIn(message = "") {
@@ -43,7 +44,10 @@ async function start() {
   document.querySelector('[data-view="upload"]').hidden = !state.can("write");
   document.querySelector('[data-view="evaluation"]').hidden = !who.features.evaluations;
   fillIndexes(who.indexes);
-  for (const view of Object.values(VIEWS)) view.init?.(state);
+  if (!initialised) {  // once per page: signing in again must not add a second listener to every form
+    for (const view of Object.values(VIEWS)) view.init?.(state);
+    initialised = true;
+  }
   show(state.view);
 }
 
