@@ -131,8 +131,11 @@ class Watch:
 def page(browser):
     """A fresh context (no stored key) and page; ``page.watch`` records what it does. Uncaught script errors
     and Content-Security-Policy violations fail every test."""
+    from playwright.sync_api import expect
+
     context = browser.new_context(accept_downloads=True)
-    context.set_default_timeout(15_000)
+    context.set_default_timeout(15_000)  # a loaded 2-core machine: waits are generous, never sleeps
+    expect.set_options(timeout=15_000)
     tab = context.new_page()
     watch = Watch()
     tab.on("console", lambda m: watch.console.append((m.type, m.text)))

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import httpx
 from playwright.sync_api import expect
 
 from tests.console.conftest import ACCESS, ADMIN, READER, admin, released, sign_in
@@ -172,7 +173,10 @@ def test_a_wrong_or_revoked_key_gets_a_clear_sign_in_message(engine, page):
     finally:
         engine.access_file.write_text(original)
     # signed in again in the same page (the key restored): one click, one request, not one per sign-in
-    page.wait_for_timeout(1500)  # the engine re-reads the restored file
+    deadline = time.monotonic() + 10  # the engine re-reads the restored file within a second or so
+    while httpx.get(f"{engine.base}/whoami", headers={"Authorization": f"Bearer {READER}"}).status_code == 401:
+        assert time.monotonic() < deadline, "the restored access file was not read again"
+        time.sleep(0.2)
     page.fill("#signin-key", READER)
     page.click("#signin-form button[type=submit]")
     expect(page.locator("#app")).to_be_visible()
