@@ -161,7 +161,8 @@ def engine_values(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
         "screen_indexes": r.screen_indexes,
         "guardrails_policy": POLICY_PATH if spec.guardrails.enabled else None,
         "guardrails_fail_open": spec.guardrails.fail_open if spec.guardrails.enabled else None,
-        "console_enabled": spec.console.enabled,
+        # nothing while on (the engine's default), so an operator upgrade does not roll every engine
+        "console_enabled": None if spec.console.enabled else False,
         # kept-alive clients move to another replica before the engine closes (ragengine/shutdown.py)
         "shutdown_drain_seconds": SHUTDOWN_DRAIN_S,
         # the operator's read of GET /health, when the engine requires a key (manifests/status_key.py)
