@@ -34,6 +34,7 @@ BENCHES = {
     "tracing": "bench_tracing.py",
     "handover": "bench_handover.py",
     "mcp": "bench_mcp.py",
+    "console": "bench_console.py",
 }
 
 

@@ -14,6 +14,7 @@ from ragengine.access.enforce import AuthenticationMiddleware, authorize
 from ragengine.access.routes import uncovered
 from ragengine.access.source import AccessSource, KubernetesAPI
 from ragengine.api import chat as chat_api
+from ragengine.api import console as console_api
 from ragengine.api import conversations as conversations_api
 from ragengine.api import indexes as indexes_api
 from ragengine.api import mcp as mcp_api
@@ -71,7 +72,12 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
     app.include_router(responses_api.router)
     if settings.mcp_enabled:
         app.include_router(mcp_api.router)
-    missing = uncovered((m, r.path) for r in api_routes(app.routes) for m in r.methods or ())
+    app.include_router(console_api.router)
+    if settings.console_enabled:
+        app.include_router(console_api.pages)
+    operations = [(m, r.path) for r in api_routes(app.routes) for m in r.methods or ()]
+    app.state.features = console_api.features(operations)
+    missing = uncovered(operations)
     if missing:
         raise RuntimeError(f"routes without an access rule in ragengine/access/routes.py: {', '.join(missing)}")
     faiss = settings.vector_store == "faiss"

@@ -72,6 +72,9 @@ class EngineSettings(BaseSettings):
         "limit of the other routes is max_body_bytes)."
     )
     load_sample_index: bool = Field(False, description="Create the bundled 'sample' index on start when absent.")
+    console_enabled: bool = Field(
+        True, description="Serve the console, the engine's web page, at /ui/ (docs/console.md). Its files are open; "
+        "everything it shows comes from the API with the key the user signs in with.")
 
     # --- observability (docs/observability.md) ----------------------------------------------------------
     # Traces are configured by the standard OTEL_* variables (an OTLP endpoint turns them on); these two

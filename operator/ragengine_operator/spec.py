@@ -548,6 +548,14 @@ class MCPSpec(SpecModel):
         "descriptions to pick an index (unset for an index: its vector store's description, if any).")
 
 
+class ConsoleSpec(SpecModel):
+    """The console: the engine's own web page at /ui/ (docs/console.md)."""
+
+    enabled: bool = Field(
+        True, description="Serve the console at /ui/ on the engine's port. Its files are open; everything it shows "
+        "comes from the API with the key the user signs in with, under the same access rules as any client.")
+
+
 class TracingSpec(SpecModel):
     """OpenTelemetry traces of answers, ingestion and source syncs (docs/observability.md)."""
 
@@ -617,6 +625,7 @@ class RAGEngineSpec(SpecModel):
         "`ragengine export --all`); unset: none.")
     guardrails: GuardrailsSpec = Field(default_factory=GuardrailsSpec, json_schema_extra={"default": {}})
     mcp: MCPSpec = Field(default_factory=MCPSpec, json_schema_extra={"default": {}})
+    console: ConsoleSpec = Field(default_factory=ConsoleSpec, json_schema_extra={"default": {}})
     sources: Annotated[list[Source], AfterValidator(unique_names)] = Field(
         default_factory=list, max_length=32,
         description="Documents the indexes hold, synced by the operator from ConfigMaps, git repositories or "

@@ -40,7 +40,7 @@ ACCESS = {"keys": [
     {"name": "reader-b", "key": READ_B, "indexes": ["team-b-*"], "role": "read"},
 ]}
 INDEX = "team-a-docs"
-OPEN_BY_DESIGN = {"/health", "/ready", "/metrics"}
+OPEN_BY_DESIGN = {"/health", "/ready", "/metrics", "/ui", "/ui/", "/ui/assets/{name}"}
 SPEC_ROUTES = {"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}
 NONE, READ, WRITE, ADMIN = None, 1, 2, 3
 # (method, path) -> (role needed, index from: "path" | "body" | "chat" | "store" | "tools" | "-", creates the index)
@@ -48,6 +48,10 @@ EXPECTED: dict[tuple[str, str], tuple[int | None, str, bool]] = {
     ("get", "/health"): (NONE, "-", False),
     ("get", "/ready"): (NONE, "-", False),
     ("get", "/metrics"): (NONE, "-", False),
+    ("get", "/ui"): (NONE, "-", False),
+    ("get", "/ui/"): (NONE, "-", False),
+    ("get", "/ui/assets/{name}"): (NONE, "-", False),
+    ("get", "/whoami"): (READ, "-", False),
     ("post", "/index"): (WRITE, "body", True),
     ("post", "/index/files"): (WRITE, "form", True),
     ("get", "/indexes"): (READ, "-", False),

@@ -22,6 +22,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ragengine.metrics",),
     ("ragengine.observability",),  # traces, request ids, log lines: every layer above opens spans
     ("ragengine.protocol",),
+    ("ragengine.console",),  # the console's static files (read by api/console.py)
     ("ragengine.parsing",),  # the bounded parser (child processes with budgets)
     ("ragengine.access",),  # who may do what; the stores and sessions take its principals
     ("ragengine.rag.text", "ragengine.filetypes"),  # text primitives; files to documents

@@ -561,3 +561,19 @@ def test_guardrails_mount_the_policy_configmap_as_a_directory():
     packaged = plan(OWNER, spec)
     text = next(o for o in packaged.apply if o["metadata"]["name"] == "docs-guardrails")["data"]["guardrails.yaml"]
     assert [s.type for s in parse_policy(text).scanners] == ["regex", "secrets", "sensitive"]
+
+
+def test_the_console_is_on_by_default_and_spec_console_enabled_turns_it_off():
+    from ragengine.settings import EngineSettings
+
+    def engine_env(spec: dict) -> dict[str, str | None]:
+        pod = next(o for o in plan(OWNER, RAGEngineSpec.model_validate(spec)).apply
+                   if o["kind"] == "Deployment")["spec"]["template"]["spec"]
+        return {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+
+    assert RAGEngineSpec().console.enabled is True
+    on, off = engine_env({}), engine_env({"console": {"enabled": False}})
+    # on is the engine's default: not rendered, so turning the field on (or upgrading) rolls no engine
+    assert "RAGENGINE_CONSOLE_ENABLED" not in on and off["RAGENGINE_CONSOLE_ENABLED"] == "false"
+    # the engine reads the variable the operator writes
+    assert EngineSettings.model_validate({"console_enabled": off["RAGENGINE_CONSOLE_ENABLED"]}).console_enabled is False

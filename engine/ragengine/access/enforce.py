@@ -1,7 +1,7 @@
 """Where access is enforced: authentication in one middleware, authorization in one app-wide dependency.
 
 - ``AuthenticationMiddleware`` (outside routing) turns the ``Authorization`` header into a principal for
-  every path but the open ones (probes, metrics), ``/openapi.json`` and ``/docs`` included, and answers 401
+  every path but the open ones (probes, metrics, the console's files), ``/openapi.json`` and ``/docs`` included, and answers 401
   itself (503 when a ServiceAccount token cannot be reviewed right now). The principal rides on
   ``request.state.principal``.
 - ``authorize`` runs before every route's handler (``FastAPI(dependencies=[...])``), looks up the route's
@@ -29,7 +29,7 @@ from fastapi import Request
 from ragengine.access import usage
 from ragengine.access.decide import ALLOW, Decision, decide, owns, session_visible, visible
 from ragengine.access.limits import retry_after
-from ragengine.access.routes import MCP_CALLS, OPEN_PATHS, IndexFrom, Rule, rule_for
+from ragengine.access.routes import MCP_CALLS, IndexFrom, Rule, is_open, rule_for
 from ragengine.access.rules import Principal, Role
 from ragengine.access.serviceaccounts import ReviewUnavailable
 from ragengine.access.source import AccessSource
@@ -67,7 +67,7 @@ class AuthenticationMiddleware:
         self.source = source
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
+        if scope["type"] != "http" or is_open(scope["path"]):
             await self.app(scope, receive, send)
             return
         header = dict(scope.get("headers") or ()).get(b"authorization", b"").decode("latin-1")

@@ -19,7 +19,8 @@ The enforcement (``access.enforce``) reads only this table: no route checks acce
 
 ``creates`` marks routes that may create the index they name: a name outside the caller's patterns is
 then 403 (nothing exists to hide), where on other routes it is 404, the same as a missing index.
-``open`` routes (the kubelet's probes, Prometheus) need no credentials and must reveal no documents.
+``open`` routes (the kubelet's probes, Prometheus, the console's page and files) need no credentials and must
+reveal no documents.
 ``llm`` marks routes that may call the LLM: a principal over its tokens-per-minute limit gets 429 there
 (requests per minute are counted on every route that needs credentials and is ``metered``).
 ``query`` marks the POST routes that change nothing (a search, a chat completion); ``database`` the routes
@@ -78,6 +79,11 @@ ROUTES: dict[tuple[str, str], Rule] = {
     ("GET", "/health"): OPEN,
     ("GET", "/ready"): OPEN,
     ("GET", "/metrics"): OPEN,
+    # the console (api/console.py): its page and files hold no data; /whoami tells it what its key may do
+    ("GET", "/ui"): OPEN,
+    ("GET", "/ui/"): OPEN,
+    ("GET", "/ui/assets/{name}"): OPEN,
+    ("GET", "/whoami"): Rule(R, IndexFrom.list),
     # KAITO-compatible index routes
     ("POST", "/index"): Rule(W, IndexFrom.body, creates=True),
     ("POST", "/index/files"): Rule(W, IndexFrom.form, creates=True),
@@ -162,6 +168,15 @@ MCP_CALLS: dict[str, Rule] = {
 }
 
 OPEN_PATHS = frozenset(path for (_method, path), rule in ROUTES.items() if rule.open)
+# An open template ending in one parameter ("/ui/assets/{name}") opens the paths below its prefix, one level deep.
+_OPEN_PREFIXES = tuple(path.partition("{")[0] for path in OPEN_PATHS if "{" in path)
+
+
+def is_open(path: str) -> bool:
+    """Whether a request path (or a route's template) needs no credentials."""
+    if path in OPEN_PATHS:
+        return True
+    return any(path.startswith(prefix) and "/" not in path[len(prefix):] for prefix in _OPEN_PREFIXES)
 
 
 def served_by_standby(method: str, rule: Rule) -> bool:

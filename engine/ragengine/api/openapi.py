@@ -14,7 +14,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from ragengine.access.routes import OPEN_PATHS, rule_for, served_by_standby
+from ragengine.access.routes import is_open, rule_for, served_by_standby
 from ragengine.protocol.errors import ERROR_DESCRIPTIONS, ErrorDetail, OpenAIErrorResponse
 
 METHODS = ("get", "put", "post", "delete", "patch")
@@ -37,11 +37,11 @@ def declared_statuses(path: str, operation: dict[str, Any], *, auth: bool, exter
         statuses |= {400, 413}  # malformed JSON; the body limit
     if has_body or operation.get("parameters"):
         statuses.add(400 if path.startswith("/v1/") else 422)
-    if auth and path not in OPEN_PATHS:
+    if auth and not is_open(path):
         # no or bad credentials; a role below the route's (access/routes.py); a rate limit; a ServiceAccount
         # token that cannot be reviewed now (access/enforce.py)
         statuses |= {401, 403, 429, 503}
-    if external_store and path not in OPS_PATHS:
+    if external_store and not is_open(path):  # the probes report the store's state; the console's files are files
         statuses.add(503)  # the PostgreSQL / Milvus store is unreachable (the body names the reason)
     if held:
         statuses.add(503)

@@ -28,6 +28,7 @@ from ragengine.index.chunk_tokens import ChunkTokenCounter, counts_to_store, per
 from ragengine.index.chunking import Chunker, new_index_config
 from ragengine.index.contextual import index_texts
 from ragengine.index.documents import (
+    DocSearch,
     NewDoc,
     clean_documents,
     content_id,
@@ -314,13 +315,14 @@ class IndexRegistry(VersionOps):
 
     # -- reads -------------------------------------------------------------------------------------
     async def list_documents(self, index_name: str, *, limit: int = 10, offset: int = 0, max_text_length: int | None = 1000,
-                             metadata_filter: Any = None, acl: flt.Acl | None = None) -> dict:
+                             metadata_filter: Any = None, acl: flt.Acl | None = None,
+                             search: DocSearch | None = None) -> dict:
         state = self.get(index_name)
         f = flt.combine(flt.from_metadata_filter(metadata_filter), acl)  # acl: the caller's document ACL
 
         def page() -> dict:  # a thread: filtering a big index must not hold up the event loop
             with state.rw.read():
-                records, total = state.list_documents(f, offset, limit)
+                records, total = state.list_documents(f, offset, limit, search)
                 docs = [listed(rec.doc_id, rec.text, rec.metadata, max_text_length) for rec in records]
             return {"documents": docs, "count": len(docs), "total_items": total}
 

@@ -29,6 +29,7 @@ from typing import Protocol
 
 import numpy as np
 
+from ragengine.index.documents import DocSearch
 from ragengine.retrieval.filters import Filter
 
 
@@ -160,7 +161,9 @@ class StoreAdapter(Protocol):
     def book_update(self, name: str, change: Callable[[dict | None], dict | None]) -> dict | None:
         """Read-modify-write one book, atomically across replicas where the store can."""
 
-    def list_documents(self, name: str, flt: Filter | None, offset: int, limit: int) -> tuple[list[StoredDoc], int]: ...
+    def list_documents(self, name: str, flt: Filter | None, offset: int, limit: int,
+                       search: DocSearch | None = None) -> tuple[list[StoredDoc], int]:
+        """A page of documents in insertion order, and how many match ``flt`` and ``search`` in all."""
 
     def dense(self, name: str, query: np.ndarray, k: int, flt: Filter | None) -> list[Hit]: ...
 

@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from ragengine.index.documents import content_digest
+from ragengine.index.documents import DocSearch, content_digest
 from ragengine.retrieval import filters as flt
 from ragengine.stores.base import (
     ChunkWrite,
@@ -347,10 +347,17 @@ class MilvusStore:
         found = _assemble(self._query_all(docs, ANY_ROW, ["doc_id", "part", "text", "metadata"]))
         return {d: content_digest(doc.text, doc.metadata) for d, doc in found.items()}
 
-    def list_documents(self, name: str, f: flt.Filter | None, offset: int, limit: int) -> tuple[list[StoredDoc], int]:
+    def list_documents(self, name: str, f: flt.Filter | None, offset: int, limit: int,
+                       search: DocSearch | None = None) -> tuple[list[StoredDoc], int]:
         _, docs = self._index(name)
         expr = "part == 0" + (f" and {to_expr(f)}" if f is not None else "")
+        if search is not None and search.doc_id is not None:
+            expr += f" and doc_id == {literal(search.doc_id)}"
         heads = [r for r in self._query_all(docs, expr, ["doc_id", "pos", "metadata"]) if flt.matches(f, r["metadata"])]
+        if search is not None and search.text is not None:
+            # Milvus' LIKE is case-sensitive and a text spans parts: match the whole texts here
+            texts = _assemble(self._query_all(docs, ANY_ROW, ["doc_id", "part", "text", "metadata"]))
+            heads = [r for r in heads if r["doc_id"] in texts and search.matches(r["doc_id"], texts[r["doc_id"]].text)]
         heads.sort(key=lambda r: r["pos"])
         page = [r["doc_id"] for r in heads[offset:offset + limit]]
         found = _assemble(self._doc_rows(docs, page, ["doc_id", "part", "text", "metadata"])) if page else {}

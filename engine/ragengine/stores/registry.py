@@ -35,6 +35,7 @@ from ragengine.index.chunk_tokens import ChunkTokenCounter, counts_to_store, per
 from ragengine.index.chunking import Chunker, locate_spans, new_index_config
 from ragengine.index.contextual import index_texts
 from ragengine.index.documents import (
+    DocSearch,
     NewDoc,
     clean_documents,
     content_id,
@@ -52,7 +53,7 @@ from ragengine.observability import tracing
 from ragengine.retrieval import filters as flt
 from ragengine.retrieval import long_query
 from ragengine.retrieval.grouping import OVERFETCH, cap_per_document
-from ragengine.retrieval.hybrid import FusionParams, candidate_pool, fuse
+from ragengine.retrieval.hybrid import FusionParams, candidate_pool, fuse, ranks
 from ragengine.stores.base import (
     ChunkWrite,
     DocumentRace,
@@ -395,10 +396,11 @@ class StoreRegistry:
 
     # -- reads -------------------------------------------------------------------------------------
     async def list_documents(self, index_name: str, *, limit: int = 10, offset: int = 0,
-                             max_text_length: int | None = 1000, metadata_filter: Any = None, acl: flt.Acl | None = None) -> dict:
+                             max_text_length: int | None = 1000, metadata_filter: Any = None, acl: flt.Acl | None = None,
+                             search: DocSearch | None = None) -> dict:
         f = flt.combine(flt.from_metadata_filter(metadata_filter), acl)  # acl: the caller's document ACL
         await self._config(index_name)
-        records, total = await self._call(self.adapter.list_documents, index_name, f, offset, limit)
+        records, total = await self._call(self.adapter.list_documents, index_name, f, offset, limit, search)
         docs = [listed(r.doc_id, r.text, r.metadata, max_text_length) for r in records]
         return {"documents": docs, "count": len(docs), "total_items": total}
 
@@ -561,18 +563,23 @@ def fuse_hits(dense: list[Hit], sparse: list[Hit], n_out: int, params: FusionPar
     by_key.update({key(h): h for h in dense})
     dense_keys = {key(h) for h in dense}
     sparse_scores = {key(h): h.keyword_score for h in sparse}
+    fused: dict[tuple[str, int], float] = {}
     if sparse:
-        ranked = fuse([(key(h), h.cosine) for h in dense], [(key(h), h.keyword_score or 0.0) for h in sparse], params=params)
-        order = [k for k, _ in ranked][:n_out]
+        fused = dict(fuse([(key(h), h.cosine) for h in dense], [(key(h), h.keyword_score or 0.0) for h in sparse],
+                          params=params))
+        order = list(fused)[:n_out]
     else:
         order = [key(h) for h in dense][:n_out]
+    dense_ranks, sparse_ranks = ranks([key(h) for h in dense]), ranks([key(h) for h in sparse])
     nodes = []
     for k in order:
         h = by_key[k]
         score = cosine_to_score(h.cosine)
         nodes.append(RetrievedNode(doc_id=h.doc_id, node_id=node_id(h.doc_id, h.seq, h.text), text=h.text, score=score,
                                    metadata=dict(h.metadata), dense_score=score if k in dense_keys else None,
-                                   sparse_score=sparse_scores.get(k), token_counts=h.tokens))
+                                   sparse_score=sparse_scores.get(k), token_counts=h.tokens,
+                                   dense_rank=dense_ranks.get(k), sparse_rank=sparse_ranks.get(k),
+                                   fused_score=fused.get(k)))
     return nodes
 
 

@@ -56,6 +56,7 @@ SPEC_TO_ENGINE = {
     "guardrails.failOpen": "guardrails_fail_open",
     "mcp.enabled": "mcp_enabled",
     "mcp.descriptions": "mcp_descriptions",
+    "console.enabled": "console_enabled",
 }
 # spec path of a SecretKeyRef -> EngineSettings field (valueFrom.secretKeyRef).
 SECRET_TO_ENGINE = {
@@ -169,6 +170,8 @@ def engine_values(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
         "guardrails_fail_open": spec.guardrails.fail_open if spec.guardrails.enabled else None,
         "mcp_enabled": None if spec.mcp.enabled else False,  # the engine's default is on: no env, no roll on upgrade
         "mcp_descriptions": spec.mcp.descriptions or None,
+        # nothing while on (the engine's default), so an operator upgrade does not roll every engine
+        "console_enabled": None if spec.console.enabled else False,
         # kept-alive clients move to another replica before the engine closes (ragengine/shutdown.py)
         "shutdown_drain_seconds": SHUTDOWN_DRAIN_S,
         # FAISS: the new pod's stand-by holds writes until the old pod let go of the index volume (RollingUpdate)

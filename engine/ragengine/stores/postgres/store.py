@@ -55,6 +55,7 @@ from sqlalchemy import (
     func,
     insert,
     literal,
+    or_,
     select,
     text,
     update,
@@ -64,6 +65,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
+from ragengine.index.documents import DocSearch
 from ragengine.retrieval.filters import Filter
 from ragengine.stores.base import (
     ChunkWrite,
@@ -291,11 +293,18 @@ class PostgresStore:
             return {r.doc_id: r.digest for r in conn.execute(
                 select(d.c.doc_id, digest.label("digest")).where(d.c.index_name == name))}
 
-    def list_documents(self, name: str, flt: Filter | None, offset: int, limit: int) -> tuple[list[StoredDoc], int]:
+    def list_documents(self, name: str, flt: Filter | None, offset: int, limit: int,
+                       search: DocSearch | None = None) -> tuple[list[StoredDoc], int]:
         d = self.t.documents
         where = [d.c.index_name == name]
         if flt is not None:
             where.append(to_sql(flt, d.c.metadata))
+        if search is not None and search.doc_id is not None:
+            where.append(d.c.doc_id == search.doc_id)
+        if search is not None and search.text is not None:
+            # strpos, not LIKE: the needle is a bound value, and its % and _ mean themselves
+            needle = search.needle
+            where.append(or_(func.strpos(func.lower(d.c.doc_id), needle) > 0, func.strpos(func.lower(d.c.text), needle) > 0))
         with store_errors(), self.engine.connect() as conn:
             total = conn.execute(select(func.count()).select_from(d).where(*where)).scalar_one()
             rows = conn.execute(select(d.c.doc_id, d.c.text, d.c.metadata).where(*where)
