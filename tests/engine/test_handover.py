@@ -63,6 +63,7 @@ def test_a_standby_serves_the_probes_and_what_only_reads_the_indexes(tmp_path: P
         "GET /indexes", "GET /indexes/{index_name}/documents", "POST /retrieve",
         "GET /indexes/{index_name}/reindex", "GET /indexes/{index_name}/versions", "GET /indexes/{index_name}/export",
         "POST /v1/chat/completions", "GET /v1/models", "POST /v1/chat/reformulate",
+        "GET /whoami", "GET /ui", "GET /ui/", "GET /ui/assets/{name}",  # the console: files, and who is signed in
     }
     paths = create_app(EngineSettings(data_dir=tmp_path)).openapi()["paths"]  # what it holds may answer 503
     assert "503" in paths["/index"]["post"]["responses"] and "503" in paths["/v1/sessions"]["get"]["responses"]
