@@ -9,7 +9,7 @@ from typing import Any
 from fastapi import Depends, FastAPI
 from fastapi.routing import APIRoute
 
-from ragengine import __version__, shutdown
+from ragengine import __version__, preflight, shutdown
 from ragengine.access.enforce import AuthenticationMiddleware, authorize
 from ragengine.access.limits import UsageCounter
 from ragengine.access.routes import uncovered
@@ -39,7 +39,9 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # Each part registers its services on app.state and its clean-up on the stack, in
         # dependency order: indexes (embedder, registry), then chat (LLM client), then conversations (the
-        # session store), then vector stores (on all of those).
+        # session store), then vector stores (on all of those). First of all: data a newer engine wrote
+        # stops the start here, before any part has written anything (ragengine.preflight).
+        await preflight.prepare(settings)
         async with AsyncExitStack() as stack:
             stack.callback(tracing.shutdown)  # last: the spans of the shutdown itself are exported too
             stack.push_async_callback(access.close)

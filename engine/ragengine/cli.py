@@ -68,6 +68,12 @@ def serve(host, port, data_dir, embedding_model, embedding_url, llm_url, rerank_
     from ragengine.observability import logs
 
     logs.configure(settings.log_format, log_level)
+    from ragengine import formats, preflight
+
+    try:  # before anything is loaded or written: data a newer engine wrote is refused (the app checks again)
+        preflight.check(settings)
+    except formats.FormatRefused as exc:
+        raise click.ClickException(f"refusing to start: {exc}") from exc
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     app = create_app(settings)
     # Bind before the model loads: a taken port fails at once, and the port is ours when this line is
@@ -187,6 +193,7 @@ def migrate(source: str, target: str, prefix: str, only: tuple[str, ...]) -> Non
     """Copy FAISS indexes into PostgreSQL or Milvus with their vectors (no re-embedding); resumable."""
     from tqdm import tqdm
 
+    from ragengine.formats import FormatRefused
     from ragengine.stores.base import StoreUnavailable
     from ragengine.versions import migrate as mig
 
@@ -195,7 +202,7 @@ def migrate(source: str, target: str, prefix: str, only: tuple[str, ...]) -> Non
     data_dir = Path(source.removeprefix("faiss:"))
     try:
         found = list(mig.faiss_indexes(data_dir))
-    except (FileNotFoundError, ValueError, KeyError) as exc:
+    except (FileNotFoundError, ValueError, KeyError, FormatRefused) as exc:
         raise click.ClickException(str(exc)) from exc
     if not found:
         raise click.ClickException(f"no indexes under {data_dir}")

@@ -31,10 +31,11 @@ from typing import Any
 
 import numpy as np
 
+from ragengine import formats
 from ragengine.errors import BadRequest
 
-FORMAT = "ragengine-index-export"
-VERSION = 1
+FORMAT = formats.EXPORT.name
+VERSION = formats.EXPORT.current
 MAX_LINE = 256 * 1024 * 1024  # one document's line (its text and vectors); beyond it the file is refused
 # gzip header: magic, deflate, FHCRC set, no mtime, no extra flags, OS unknown; then its CRC16.
 _HEADER = b"\x1f\x8b\x08\x02\x00\x00\x00\x00\x00\xff"
@@ -157,9 +158,10 @@ class ArchiveReader:
         if self.header is None:
             if obj.get("format") != FORMAT:
                 raise ArchiveError(f"Import refused: not a ragengine index export (format {obj.get('format')!r}).")
-            if obj.get("version") != VERSION:
-                raise ArchiveError(f"Import refused: export format version {obj.get('version')!r}; this engine reads "
-                                   f"version {VERSION}.")
+            try:  # every version up to this engine's is read; a newer one names both
+                formats.EXPORT.check(obj.get("version"), "the file")
+            except formats.FormatRefused as exc:
+                raise ArchiveError(f"Import refused: {exc}.") from None
             emb = obj.get("embedding")
             if not isinstance(emb, dict) or not isinstance(emb.get("dim"), int) or not isinstance(obj.get("chunking"), dict):
                 raise ArchiveError("Import refused: the export's header lacks its embedding model or chunking.")
