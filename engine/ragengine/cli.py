@@ -48,10 +48,8 @@ def _parse_set(values: tuple[str, ...]) -> dict[str, Any]:
 def serve(host, port, data_dir, embedding_model, embedding_url, llm_url, rerank_model, hnsw_threshold,
           load_sample_index, extra, log_level) -> None:
     """Run the engine's HTTP server. Flags override RAGENGINE_* environment variables."""
-    import uvicorn
     from pydantic import ValidationError
 
-    from ragengine.app import create_app
     from ragengine.settings import EngineSettings
 
     overrides = {k: v for k, v in {
@@ -70,10 +68,14 @@ def serve(host, port, data_dir, embedding_model, embedding_url, llm_url, rerank_
     logs.configure(settings.log_format, log_level)
     from ragengine import formats, preflight
 
-    try:  # before anything is loaded or written: data a newer engine wrote is refused (the app checks again)
+    try:  # before the app is even imported: data a newer engine wrote is refused (the app checks again at start)
         preflight.check(settings)
     except formats.FormatRefused as exc:
         raise click.ClickException(f"refusing to start: {exc}") from exc
+    import uvicorn
+
+    from ragengine.app import create_app
+
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     app = create_app(settings)
     # Bind before the model loads: a taken port fails at once, and the port is ours when this line is

@@ -40,7 +40,7 @@ class EngineProcess:
     known_ids: dict[str, list[str]] = field(default_factory=dict)  # what a test seeded, by parameter name
 
 
-def _env(source: Path = REPO) -> dict[str, str]:
+def engine_env(source: Path = REPO) -> dict[str, str]:
     """``source``'s engine first on the path (this checkout's, or another release's: tests/support/previous_release.py;
     never an installed copy), this checkout's operator and tests after it, everything offline."""
     env = dict(os.environ)
@@ -120,7 +120,7 @@ def engine_processes(work_dirs: list[Path], *, settings: dict[str, str] | None =
                      wait_ready: bool = True, source: Path = REPO) -> Iterator[list[EngineProcess]]:
     """One engine per work folder, all started before any is waited for (replicas start side by side),
     sharing one test LLM; each keeps its log and, for FAISS, its data under its own folder."""
-    env = _env(source)
+    env = engine_env(source)
     deadline = time.monotonic() + start_timeout_s
     procs: list[subprocess.Popen] = []
     inner: dict[int, int] = {}  # wrapper pid -> the engine's pid
