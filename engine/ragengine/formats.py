@@ -31,6 +31,7 @@ from typing import Any
 from ragengine import __version__
 
 ROLLBACK = "upgrade the engine, or restore a backup made before the upgrade (docs/formats.md)"
+NEWER_FILE = "import it into an engine at least as new as the one that made it (docs/formats.md)"
 
 
 class FormatRefused(Exception):
@@ -52,15 +53,16 @@ class Format:
     current: int  # the version this engine writes, and the newest it reads
     oldest: int = 1  # the first version there was: every version from it to ``current`` is read
 
-    def check(self, found: object, where: str, *, writer: object = None) -> int:
-        """``found`` as a version this engine reads (``oldest`` to ``current``), or why not."""
+    def check(self, found: object, where: str, *, writer: object = None, advice: str = ROLLBACK) -> int:
+        """``found`` as a version this engine reads (``oldest`` to ``current``), or why not (``advice``: what to do
+        about a newer one)."""
         if type(found) is not int or found < self.oldest:  # bool is an int subclass: excluded
             raise DamagedMarker(f"{where}: the {self.label} version {found!r} is not a version number (the marker is "
                                 "damaged); this engine will not guess which format it holds: restore it from a backup")
         if found > self.current:
             by = f" (written by ragengine {writer})" if isinstance(writer, str) and writer else ""
             raise NewerFormat(f"{where} holds {self.label} format version {found}{by}; this engine (ragengine "
-                              f"{__version__}) reads {self.label} formats up to version {self.current}: {ROLLBACK}")
+                              f"{__version__}) reads {self.label} formats up to version {self.current}: {advice}")
         return found
 
 
@@ -90,7 +92,7 @@ def read_data_version(data_dir: Path) -> int:
     try:
         data = json.loads(raw)
     except ValueError as exc:
-        raise DamagedMarker(f"{path} is damaged or cut short ({len(raw)} bytes, not a JSON object); this engine will not "
+        raise DamagedMarker(f"{path} is damaged or cut short ({len(raw)} bytes that are not JSON); this engine will not "
                             "guess which format the data folder holds: restore the file from a backup") from exc
     if not isinstance(data, dict) or data.get("format") != DATA.name:
         raise DamagedMarker(f"{path} is not a ragengine data folder marker (expected {{\"format\": {DATA.name!r}, "

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import hashlib
 import json
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from ragengine.index.journal import Journal, JournalCorrupt, encode
 from ragengine.index.writer_lock import WriterLock
 from ragengine.settings import EngineSettings
 from ragengine.versions import build_registry
+from tests.support.upgrade_data import folder_digest
 
 pytestmark = pytest.mark.stores("faiss")
 
@@ -39,15 +39,6 @@ DAMAGED = {
 }
 
 
-def _digest(root: Path) -> dict[str, tuple]:
-    out = {}
-    for path in [*sorted(root.rglob("*")), root]:
-        st = path.lstat()
-        content = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
-        out[str(path.relative_to(root))] = (st.st_mode, st.st_size, st.st_mtime_ns, content)
-    return out
-
-
 async def _written(data: Path, embedder) -> None:
     """A data folder as this engine leaves it: one index, snapshotted at a clean stop."""
     registry = build_registry(EngineSettings(data_dir=data), embedder)
@@ -62,13 +53,13 @@ async def test_a_damaged_marker_is_refused_naming_the_file_and_nothing_is_writte
     await _written(data, embedder)
     marker = formats.marker_path(data)
     marker.write_bytes(DAMAGED[damage])
-    before = _digest(data)
+    before = folder_digest(data)
     with pytest.raises(formats.DamagedMarker, match=rf"^{marker}.*will not guess"):
         preflight.check(EngineSettings(data_dir=data))
     registry = build_registry(EngineSettings(data_dir=data), embedder)  # the store's own check
     with pytest.raises(formats.DamagedMarker, match=str(marker)):
         await registry.start()
-    assert _digest(data) == before
+    assert folder_digest(data) == before
 
 
 def test_a_marker_that_is_a_folder_is_refused(tmp_path):
@@ -84,14 +75,14 @@ async def test_the_app_refuses_a_newer_folder_before_any_part_starts(tmp_path, e
     data = tmp_path / "data"
     await _written(data, embedder)
     formats.write_marker(data, NEWER)
-    before = _digest(data)
+    before = folder_digest(data)
     app = create_app(EngineSettings(data_dir=data))
     with borrowed(embedder) as own, pytest.raises(formats.NewerFormat, match=f"format version {NEWER}"):
         app.state.embedder = own
         async with app.router.lifespan_context(app):
             pass
     assert not hasattr(app.state, "registry")  # stopped before the indexes' part
-    assert _digest(data) == before
+    assert folder_digest(data) == before
 
 
 async def test_an_engine_waiting_for_the_lock_refuses_the_folder_a_newer_engine_upgraded_meanwhile(tmp_path, embedder):
@@ -106,11 +97,11 @@ async def test_an_engine_waiting_for_the_lock_refuses_the_folder_a_newer_engine_
     await asyncio.sleep(0.5)
     assert not waiting.done()  # past the marker's first check, waiting for the lock
     formats.write_marker(data, NEWER)
-    before = _digest(data)
+    before = folder_digest(data)
     newer.release()
     with pytest.raises(formats.NewerFormat, match=f"format version {NEWER}"):
         await asyncio.wait_for(waiting, 30)
-    assert _digest(data) == before  # the lock file still names the newer engine
+    assert folder_digest(data) == before  # the lock file still names the newer engine
     assert not registry.inner.durability.writer.held
 
 

@@ -18,14 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import hashlib
 import json
 import os
 import shutil
 import signal
 import sqlite3
-import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,9 +33,9 @@ import pytest
 
 from ragengine import formats
 from tests.support import previous_release
-from tests.support.engine_process import REPO, engine_env, engine_process
+from tests.support.engine_process import engine_process
 from tests.support.server import START_TIMEOUT_S
-from tests.support.upgrade_data import seed, view
+from tests.support.upgrade_data import refused_start, seed, view
 
 # Snapshots during the seeding (a journal past 3 kB), so the folder holds snapshots and journals both.
 OLD_SETTINGS = {"snapshot_journal_bytes": "3000"}
@@ -212,36 +209,13 @@ def test_a_crash_at_each_step_of_the_upgrade_loses_nothing(previous, embedder, t
     _served_as_before(copy.deepcopy(previous.before), after)
 
 
-def _digest(root: Path) -> dict[str, tuple]:
-    """Every file and folder under ``root``: its kind, bytes and modification time (a file made and removed again
-    changes its folder's)."""
-    out = {}
-    for path in [*sorted(root.rglob("*")), root]:
-        st = path.lstat()
-        content = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
-        out[str(path.relative_to(root))] = (st.st_mode, st.st_size, st.st_mtime_ns, content)
-    return out
-
-
-def _refused(data: Path) -> str:
-    """Start this engine on ``data``: it must stop, refusing, and leave the folder exactly as it was."""
-    before = _digest(data)
-    result = subprocess.run([sys.executable, "-m", "ragengine.cli", "serve", "--host", "127.0.0.1", "--port", "0",
-                             "--data-dir", str(data)], cwd=REPO, env=engine_env(), capture_output=True, text=True,
-                            timeout=120)
-    assert result.returncode == 1, result.stderr[-3000:]
-    assert "listening on" not in result.stderr  # refused before it bound its port or loaded a model
-    assert _digest(data) == before
-    return result.stderr
-
-
 def test_this_engine_refuses_a_folder_a_newer_engine_wrote_and_writes_nothing(upgraded, tmp_path):
     data = tmp_path / "data"
     shutil.copytree(upgraded.data, data)  # stopped cleanly by this engine: snapshots, sessions checkpointed
     marker = formats.marker_path(data)
     newer = {"format": formats.DATA.name, "version": formats.DATA.current + 1, "engine": "9.0.0"}
     marker.write_text(json.dumps(newer))
-    out = _refused(data)
+    out = refused_start(data)
     assert f"refusing to start: {marker} holds data folder format version {formats.DATA.current + 1} (written by " \
            f"ragengine 9.0.0); this engine (ragengine" in out
     assert f"reads data folder formats up to version {formats.DATA.current}" in out
@@ -250,7 +224,7 @@ def test_this_engine_refuses_a_folder_a_newer_engine_wrote_and_writes_nothing(up
     with sqlite3.connect(data / "sessions.db") as db:  # a migration this engine does not have
         db.execute("UPDATE alembic_version SET version_num = '0099'")
     db.close()
-    out = _refused(data)
+    out = refused_start(data)
     assert f"the session store's database {data / 'sessions.db'} is at schema revision '0099', which this engine" in out
     assert "it migrates up to revision '0004'" in out
 

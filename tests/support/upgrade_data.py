@@ -5,16 +5,22 @@ re-indexed into a second version (the first kept, retired), a session with messa
 store with a file, and writes after the re-index that only the journal holds until the next snapshot. ``view(base,
 seeded)`` reads all of it back as plain JSON (documents, versions, sessions, messages, files, vector stores, and the
 answers of retrieval and vector store search), so the view of the engine that wrote it and the view of the engine
-that upgraded it compare with ``==``.
+that upgraded it compare with ``==``. ``refused_start(data_dir)`` runs ``ragengine serve`` where it must refuse to start
+and checks that it left the data folder exactly as it was (``folder_digest``).
 """
 
 from __future__ import annotations
 
+import hashlib
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
 
+from tests.support.engine_process import REPO, engine_env
 from tests.support.versions import wait_job
 
 KB = [{"doc_id": f"kb-{i}", "text": f"Lighthouse log {i}: the keeper records the {w} at {i} o'clock, then trims the lamp.",
@@ -109,3 +115,28 @@ def view(base: str, seeded: dict[str, Any], skip: tuple[str, ...] = ()) -> dict[
         out["store files"] = _ok(client.get(f"/v1/vector_stores/{store}/files"))
         out["store search"] = _ok(client.post(f"/v1/vector_stores/{store}/search", json={"query": "bilge pump"}))
     return _still(out, frozenset(skip))
+
+
+def folder_digest(root: Path) -> dict[str, tuple]:
+    """Every file and folder under ``root``: its kind, size, bytes and modification time (a file made and removed
+    again changes its folder's)."""
+    out = {}
+    for path in [*sorted(root.rglob("*")), root]:
+        st = path.lstat()
+        content = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+        out[str(path.relative_to(root))] = (st.st_mode, st.st_size, st.st_mtime_ns, content)
+    return out
+
+
+def refused_start(data_dir: Path, settings: dict[str, str] | None = None) -> str:
+    """Start this checkout's ``ragengine serve`` on ``data_dir``: it must stop at once, refusing, before it binds its
+    port or loads a model, and leave the folder exactly as it was. Returns what it printed."""
+    before = folder_digest(data_dir)
+    cmd = [sys.executable, "-m", "ragengine.cli", "serve", "--host", "127.0.0.1", "--port", "0", "--data-dir", str(data_dir)]
+    for key, value in (settings or {}).items():
+        cmd += ["--set", f"{key}={value}"]
+    result = subprocess.run(cmd, cwd=REPO, env=engine_env(), capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "refusing to start: " in result.stderr and "listening on" not in result.stderr, result.stderr[-3000:]
+    assert folder_digest(data_dir) == before
+    return result.stderr

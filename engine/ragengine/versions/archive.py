@@ -14,9 +14,10 @@ lines:
 3. the trailer: ``{"end": true, "documents", "chunks", "sha256"}``, the SHA-256 of every line before it.
 
 ``ArchiveReader`` refuses, with ``ArchiveError`` (a 400), a file that is not gzip, damaged anywhere
-(a flipped byte), truncated (no end of stream, or no trailer), of another format or version, with data
-after the trailer, or whose counts or SHA-256 do not match. The importer writes into a hidden index and
-makes it visible only after ``finish()`` passed, so nothing is ever half imported.
+(a flipped byte), truncated (no end of stream, or no trailer), of another format or of a newer version (both
+versions named: ragengine.formats), with data after the trailer, or whose counts or SHA-256 do not match. The
+importer writes into a hidden index and makes it visible only after ``finish()`` passed, so nothing is ever half
+imported.
 """
 
 from __future__ import annotations
@@ -159,7 +160,7 @@ class ArchiveReader:
             if obj.get("format") != FORMAT:
                 raise ArchiveError(f"Import refused: not a ragengine index export (format {obj.get('format')!r}).")
             try:  # every version up to this engine's is read; a newer one names both
-                formats.EXPORT.check(obj.get("version"), "the file")
+                formats.EXPORT.check(obj.get("version"), "the file", advice=formats.NEWER_FILE)
             except formats.FormatRefused as exc:
                 raise ArchiveError(f"Import refused: {exc}.") from None
             emb = obj.get("embedding")
