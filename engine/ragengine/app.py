@@ -9,7 +9,7 @@ from typing import Any
 from fastapi import Depends, FastAPI
 from fastapi.routing import APIRoute
 
-from ragengine import __version__, handover, shutdown
+from ragengine import __version__, handover, preflight, shutdown
 from ragengine.access.enforce import AuthenticationMiddleware, authorize
 from ragengine.access.routes import uncovered
 from ragengine.access.source import AccessSource, KubernetesAPI
@@ -37,6 +37,9 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # First of all: data a newer engine wrote stops the start here, before any part has written anything
+        # (ragengine.preflight).
+        await preflight.prepare(settings)
         async with AsyncExitStack() as stack:
             stack.callback(tracing.shutdown)  # last: the spans of the shutdown itself are exported too
             stack.push_async_callback(access.close)

@@ -34,14 +34,14 @@ def _parse_set(values: tuple[str, ...]) -> dict[str, Any]:
 def check_data_dir(path: Path) -> None:
     """The data folder exists and this process can write it, or a message that says what to do. A volume that
     the pod's user cannot write (a hostPath-style StorageClass makes root-owned 0750 directories, and fsGroup
-    does not apply to it) otherwise fails deep in the start with a bare 'Permission denied'."""
+    does not apply to it) otherwise fails deep in the start with a bare 'Permission denied'. It writes nothing
+    into a folder that exists (a refused start leaves the folder as it was: docs/formats.md)."""
     import os
-    import tempfile
 
     try:
         path.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-check-"):
-            pass
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise PermissionError(13, "Permission denied")
     except OSError as exc:
         try:
             st = path.stat()
@@ -73,10 +73,8 @@ def check_data_dir(path: Path) -> None:
 def serve(host, port, data_dir, embedding_model, embedding_url, llm_url, rerank_model, hnsw_threshold,
           load_sample_index, extra, log_level) -> None:
     """Run the engine's HTTP server. Flags override RAGENGINE_* environment variables."""
-    import uvicorn
     from pydantic import ValidationError
 
-    from ragengine.app import create_app
     from ragengine.settings import EngineSettings
 
     overrides = {k: v for k, v in {
@@ -93,6 +91,16 @@ def serve(host, port, data_dir, embedding_model, embedding_url, llm_url, rerank_
     from ragengine.observability import logs
 
     logs.configure(settings.log_format, log_level)
+    from ragengine import formats, preflight
+
+    try:  # before the app is even imported: data a newer engine wrote is refused (the app checks again at start)
+        preflight.check(settings)
+    except formats.FormatRefused as exc:
+        raise click.ClickException(f"refusing to start: {exc}") from exc
+    import uvicorn
+
+    from ragengine.app import create_app
+
     check_data_dir(settings.data_dir)
     app = create_app(settings)
     # Bind before the model loads: a taken port fails at once, and the port is ours when this line is
@@ -215,6 +223,7 @@ def migrate(source: str, target: str, prefix: str, only: tuple[str, ...]) -> Non
     """Copy FAISS indexes into PostgreSQL or Milvus with their vectors (no re-embedding); resumable."""
     from tqdm import tqdm
 
+    from ragengine.formats import FormatRefused
     from ragengine.stores.base import StoreUnavailable
     from ragengine.versions import migrate as mig
 
@@ -223,7 +232,7 @@ def migrate(source: str, target: str, prefix: str, only: tuple[str, ...]) -> Non
     data_dir = Path(source.removeprefix("faiss:"))
     try:
         found = list(mig.faiss_indexes(data_dir))
-    except (FileNotFoundError, ValueError, KeyError) as exc:
+    except (FileNotFoundError, ValueError, KeyError, FormatRefused) as exc:
         raise click.ClickException(str(exc)) from exc
     if not found:
         raise click.ClickException(f"no indexes under {data_dir}")

@@ -19,6 +19,7 @@ PACKAGE = Path(ragengine.__file__).parent
 LAYERS: list[tuple[str, ...]] = [
     ("ragengine", "ragengine.settings", "ragengine.redact"),
     ("ragengine.errors",),
+    ("ragengine.formats",),  # every persistent format's version, and how a version on disk is judged
     ("ragengine.metrics",),
     ("ragengine.observability",),  # traces, request ids, log lines: every layer above opens spans
     ("ragengine.protocol",),
@@ -37,6 +38,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ragengine.vectorstores",),  # OpenAI's vector stores: indexes + the uploads and catalog in the session store
     ("ragengine.mcp",),  # the MCP server's tools and resources: indexes, access, the vector stores' descriptions
     ("ragengine.responses",),  # OpenAI's Responses: vector store search + chat's budget + the LLM
+    ("ragengine.preflight",),  # the formats' check before anything starts: over the session store and the stores
     ("ragengine.api",),
     ("ragengine.services",),  # the services in dependency order, onto an app's state
     ("ragengine.handover",),  # a FAISS stand-by: reads at once, the services once the old process is gone

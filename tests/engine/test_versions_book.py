@@ -108,7 +108,7 @@ def test_a_book_round_trips_through_json():
 
 
 # -- the export format -----------------------------------------------------------------------------
-def _export(docs: int = 3, version: int = archive.VERSION) -> bytes:
+def _export(docs: int = 3, version: int | str = archive.VERSION) -> bytes:
     head = archive.header("kb", CHUNKING, {"key": "m", "model": "m", "url": None, "dim": 4}, 1.0)
     head["version"] = version
     rng = np.random.default_rng(0)
@@ -174,8 +174,11 @@ def test_every_truncation_is_refused():
 
 
 def test_other_versions_formats_and_trailing_data_are_refused():
-    with pytest.raises(archive.ArchiveError, match="format version 2; this engine reads version 1"):
+    with pytest.raises(archive.ArchiveError, match=r"format version 2; this engine \(ragengine \S+\) reads index export "
+                                                   r"formats up to version 1: import it into an engine at least as new"):
         _read(_export(version=2))
+    with pytest.raises(archive.ArchiveError, match="version '1' is not a version number"):
+        _read(_export(version="1"))
     with pytest.raises(archive.ArchiveError, match="after the end"):
         _read(_export() + b"\x1f\x8b")
     foreign = zlib.compressobj(6, zlib.DEFLATED, 31)

@@ -365,9 +365,10 @@ def test_an_llm_outage_shows_in_inference_ready_within_a_minute_at_the_chart_def
         server.start()
     recovered = time.monotonic()
     wait_condition(kube, ns, "faiss-kb", "InferenceReady", "True", 90)
-    previous_release.figures.update({"outage seen s": round(seen_s, 1), "recovery seen s": round(time.monotonic() - recovered, 1)})
-    print(f"\nLLM outage: InferenceReady=False after {seen_s:.1f} s, True again {time.monotonic() - recovered:.1f} s after")
-    assert seen_s <= 60 and time.monotonic() - recovered <= 60
+    recovered_s = time.monotonic() - recovered
+    previous_release.figures.update({"outage seen s": round(seen_s, 1), "recovery seen s": round(recovered_s, 1)})
+    print(f"\nLLM outage: InferenceReady=False after {seen_s:.1f} s, True again {recovered_s:.1f} s after its return")
+    assert seen_s <= 60 and recovered_s <= 60
 
 
 def test_helm_uninstall_keeps_the_crd_and_every_ragengine(kube, bin_dir, previous_release: Installed):

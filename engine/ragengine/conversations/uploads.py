@@ -16,6 +16,7 @@ import json
 import logging
 from dataclasses import dataclass, field
 
+from ragengine import formats
 from ragengine.errors import Unprocessable, UnsupportedMediaType
 from ragengine.parsing.formats import decode_text  # one decoder for uploads and the bounded parser
 from ragengine.parsing.limits import Parsed, ParseLimits
@@ -132,7 +133,8 @@ def extract(data: bytes, kind: str, limits: ParseLimits | None = None) -> tuple[
 
 
 # -- the job's payload: the parse result, stored in the queue instead of the uploaded bytes -----------
-JOB_MAGIC = b"ragengine-parsed/1\n"
+JOB_PREFIX = formats.PARSED.name.encode() + b"/"
+JOB_MAGIC = JOB_PREFIX + b"%d\n" % formats.PARSED.current
 
 
 def encode_job(parts: list[Part] | None, error: str | None = None) -> bytes:
@@ -144,6 +146,13 @@ def decode_job(payload: bytes) -> list[Part] | None:
     """The parts of a queued job; raises ParseError with the reason recorded at upload. None: the
     payload is an upload's raw bytes (queued by an engine from before parse-once), to parse now."""
     if not payload.startswith(JOB_MAGIC):
+        head, newline, _ = payload[:32].partition(b"\n")
+        version = head[len(JOB_PREFIX):]
+        if head.startswith(JOB_PREFIX) and newline and version.isdigit():  # queued by a newer engine: refused, named
+            try:
+                formats.PARSED.check(int(version), "the queued upload")
+            except formats.FormatRefused as exc:
+                raise ParseError(str(exc)) from exc
         return None
     body = json.loads(payload[len(JOB_MAGIC):])
     if "error" in body:

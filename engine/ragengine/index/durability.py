@@ -18,7 +18,7 @@ from urllib.parse import unquote
 
 import numpy as np
 
-from ragengine import metrics
+from ragengine import formats, metrics
 from ragengine.errors import BadRequest, Conflict, EngineError, Unavailable
 from ragengine.index import disk
 from ragengine.index.journal import Journal
@@ -54,8 +54,18 @@ class Durability:
         """Every index folder: the indexes that loaded, and for the others (left untouched) why not. Waits
         first for any other engine process on the folder to stop."""
         root = disk.index_root(self.data_dir)
+        # A folder a newer engine wrote is refused at once (even while that engine still holds it), with nothing written.
+        await asyncio.to_thread(formats.read_data_version, self.data_dir)
         root.mkdir(parents=True, exist_ok=True)
-        await self.writer.acquire(self.writer_lock_timeout_s)
+        await self.writer.acquire(self.writer_lock_timeout_s, announce=False)
+        try:  # again under the lock: a newer engine may have upgraded the folder while this one waited
+            found = await asyncio.to_thread(formats.upgrade_data_dir, self.data_dir)
+        except BaseException:
+            self.writer.release()
+            raise
+        self.writer.announce()
+        if found < formats.DATA.current:
+            log.info("data folder %s upgraded in place from format %d to %d", self.data_dir, found, formats.DATA.current)
         await asyncio.to_thread(disk.clean_trash, self.data_dir)
         states, corrupt = [], {}
         for path in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):

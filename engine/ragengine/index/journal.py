@@ -24,9 +24,11 @@ from typing import Any
 
 import numpy as np
 
+from ragengine import formats
+
 log = logging.getLogger(__name__)
 
-MAGIC = b"RGJ1"
+MAGIC = b"RGJ%d" % formats.JOURNAL.current  # each record's magic carries the journal format's version
 HEADER = struct.Struct("<4sIIQ")
 MAX_RECORD = 1 << 31
 
@@ -65,6 +67,15 @@ def fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _refuse_newer(path: Path, magic: bytes, offset: int) -> None:
+    """A record of a later journal format (``RGJ<n>``, n above this engine's) is refused naming both versions."""
+    if magic[:3] == MAGIC[:3] and magic[3:].isdigit():
+        try:
+            formats.JOURNAL.check(int(magic[3:]), f"{path} (record at byte {offset})")
+        except formats.FormatRefused as exc:
+            raise JournalCorrupt(str(exc)) from exc
 
 
 class Journal:
@@ -135,6 +146,7 @@ class Journal:
                     if magic == b"\0\0\0\0" and not fh.read().strip(b"\0"):
                         self._torn(offset, "zero-filled tail", repair)
                         return
+                    _refuse_newer(self.path, magic, offset)
                     raise JournalCorrupt(f"{self.path}: bad record header at byte {offset}")
                 body = fh.read(length)
                 if len(body) < length:

@@ -8,6 +8,10 @@ lost at its next restart. So an engine takes an exclusive ``flock`` on ``<data_d
 before it writes anything there, and waits, saying who holds it, until the holder is gone; meanwhile it
 serves reads as a stand-by (``ragengine.handover``, which asks ``busy()``). The kernel drops the lock of
 a process that exits in any way (kill -9 included), so a crash never leaves it held.
+
+Taking the lock writes nothing into the file until ``announce()``: the engine first checks, under the lock, that the
+folder's format is one it reads (ragengine.formats), and an engine that refuses a newer folder leaves the lock file
+exactly as it found it.
 """
 
 from __future__ import annotations
@@ -61,9 +65,11 @@ class WriterLock:
             os.close(fd)  # also drops the lock if this probe took it
         return False
 
-    async def acquire(self, timeout_s: float, poll_s: float = 0.05, report_every_s: float = 10.0) -> None:
+    async def acquire(self, timeout_s: float, poll_s: float = 0.05, report_every_s: float = 10.0, *,
+                      announce: bool = True) -> None:
         """Take the lock, polling (the event loop keeps running) until ``timeout_s``; a log line every
-        ``report_every_s`` while another process holds it."""
+        ``report_every_s`` while another process holds it. ``announce=False``: the holder line is written by
+        ``announce()`` later (nothing is written before then)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o640)
         start = time.monotonic()
@@ -88,12 +94,18 @@ class WriterLock:
         except BaseException:
             os.close(fd)
             raise
-        since = datetime.now(UTC).isoformat(timespec="seconds")
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"host={socket.gethostname()} pid={os.getpid()} since={since}\n".encode(), 0)
         self._fd = fd
         if time.monotonic() - start >= poll_s:
             log.info("took %s after %.1f s", self.path, time.monotonic() - start)
+        if announce:
+            self.announce()
+
+    def announce(self) -> None:
+        """Write who holds the lock (read by a process waiting for it)."""
+        assert self._fd is not None
+        since = datetime.now(UTC).isoformat(timespec="seconds")
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, f"host={socket.gethostname()} pid={os.getpid()} since={since}\n".encode(), 0)
 
     def release(self) -> None:
         """Give the folder up (at shutdown, after the last snapshot); closing the descriptor unlocks it."""

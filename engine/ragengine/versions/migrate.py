@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ragengine import formats
 from ragengine.index import disk
 from ragengine.index.state import IndexState
 from ragengine.stores.base import ChunkWrite, DocumentRace, DocWrite, StoreAdapter
@@ -52,6 +53,7 @@ def faiss_indexes(data_dir: Path) -> Iterator[tuple[str, Path, int]]:
     root = disk.index_root(data_dir)
     if not root.is_dir():
         raise FileNotFoundError(f"{data_dir} has no indexes/ folder: is it an engine data directory?")
+    formats.read_data_version(data_dir)  # a folder a newer engine wrote is refused (FormatRefused), not guessed at
     live = {_live(b)["physical"]: name for name, b in _books(data_dir).items()}
     for path in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
         meta = json.loads((path / "index.json").read_text(encoding="utf-8"))

@@ -65,6 +65,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
+from ragengine.formats import NewerFormat, check_schema
 from ragengine.index.documents import DocSearch
 from ragengine.retrieval.filters import Filter
 from ragengine.stores.base import (
@@ -112,6 +113,10 @@ def sqlalchemy_url(url: str) -> str:
     return url
 
 
+def schema_label(schema: str) -> str:
+    return f"the PostgreSQL store's schema {schema!r}"
+
+
 class PostgresStore:
     kind = "postgres"
 
@@ -152,6 +157,8 @@ class PostgresStore:
         with store_errors(), self.engine.begin() as conn:
             # One replica migrates at a time; the others wait here, then find the schema current.
             conn.execute(select(func.pg_advisory_xact_lock(func.hashtext(literal(f"ragengine:{self.schema}")))))
+            if not self._schema_known(conn):
+                return
             self._ensure_extension(conn)
             conn.execute(text(f"CREATE SCHEMA IF NOT EXISTS {self._quoted_schema(conn)}"))
             self._migrate(conn)
@@ -185,6 +192,21 @@ class PostgresStore:
                 "the 'vector' extension (pgvector) is not installed in this database and could not be created "
                 f"({describe(exc)}); install pgvector on the server and run CREATE EXTENSION vector as an owner"
             ) from exc
+
+    def _schema_known(self, conn: Connection) -> bool:
+        """Whether these migrations know the schema's revision (its version marker; a new schema: yes). One they do
+        not know was migrated by a newer engine: refused (``FormatRefused``, nothing run) at the first open, so an
+        older engine does not start on it. At a re-open (after an outage) of a schema this process has served, a
+        newer replica migrated it meanwhile (a rolling upgrade): migrations are additive (docs/formats.md), so this
+        replica keeps serving on it, and leaves it as it is, until it is replaced."""
+        try:
+            check_schema(conn, schema_label(self.schema), MIGRATIONS, schema=self.schema)
+        except NewerFormat as exc:
+            if not self._ready:
+                raise
+            log.warning("%s; this replica keeps serving on it until it is replaced, and would refuse to start on it", exc)
+            return False
+        return True
 
     def _migrate(self, conn: Connection) -> None:
         from alembic import command
