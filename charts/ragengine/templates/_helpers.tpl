@@ -74,7 +74,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: [autoscaling]
   resources: [horizontalpodautoscalers]
   verbs: [get, create, patch, delete]
-# add-ons, used only when a RAGEngine asks (spec.monitoring, inference.autoscaling.keda): scrape
+# add-ons, used only when a RAGEngine asks (spec.observability.metrics, inference.autoscaling.keda): scrape
 # configuration for the Prometheus operator, and KEDA's ScaledObject on the vLLM Deployment
 - apiGroups: [monitoring.coreos.com]
   resources: [servicemonitors, podmonitors]

@@ -10,7 +10,7 @@ Index versions (docs/versions.md): each index's live version is copied under the
 version book naming the model that made it (so the target engine queries it with that model); earlier and
 half-built versions stay behind.
 
-This is the upgrade path from one engine pod to many: migrate, then set ``spec.vectorStore`` and raise
+This is the upgrade path from one engine pod to many: migrate, then set ``spec.storage.vectorStore`` and raise
 ``engine.replicas``.
 """
 

@@ -101,7 +101,8 @@ def operator_identity(kube, bin_dir) -> Path:
     """The chart's ServiceAccount, RBAC and Secret admission policy applied as the chart renders them; a
     kubeconfig for it. Every operator in the tests thus writes Secrets under the policy."""
     docs = helm_template(bin_dir, "--show-only", "templates/serviceaccount.yaml", "--show-only", "templates/rbac.yaml",
-                         "--show-only", "templates/admission-policy.yaml")
+                         "--show-only", "templates/admission-policy.yaml", "--show-only", "templates/webhook.yaml")
+    docs = [d for d in docs if d["kind"] != "Service"]  # the webhook's Service: no operator pod behind it here
     kube.kubectl("create", "namespace", OPERATOR_NAMESPACE, check=False)
     kube.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=yaml.safe_dump_all(docs))
     sa = next(d for d in docs if d["kind"] == "ServiceAccount")["metadata"]["name"]
