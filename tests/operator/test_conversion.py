@@ -31,7 +31,7 @@ from ragengine_operator.conversion.convert import (
 )
 from ragengine_operator.conversion.server import review_response
 from ragengine_operator.spec import RAGEngineSpec
-from tests.support.previous_release import PREVIOUS_RELEASE
+from tests.support.previous_release import commit
 from tests.support.schema_strategies import from_structural
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -119,8 +119,9 @@ def test_every_v1beta1_object_survives_a_trip_through_v1alpha1(spec):
     assert a["apiVersion"] == V1ALPHA1 and a["status"] == b["status"]
     # what v1alpha1 shows is a v1alpha1 object its schema admits (pruning would change nothing)
     validator("v1alpha1").validate(a["spec"])
-    assert to_v1beta1(a) == b
-    assert convert(convert(b, V1ALPHA1), V1BETA1) == b
+    back = to_v1beta1(a)
+    assert {**back, "spec": defaulted(back["spec"], spec_schema("v1beta1"))} == b  # as served, defaults applied
+    assert convert(convert(b, V1ALPHA1), V1BETA1) == back
 
 
 @SETTINGS
@@ -138,11 +139,11 @@ def test_every_v1alpha1_object_survives_a_trip_through_v1beta1(spec):
 
 def previous_release_objects() -> list[tuple[str, dict[str, Any]]]:
     """Every RAGEngine the previous release shipped as an example (read from git, as that release had them)."""
-    names = subprocess.run(["git", "-C", str(ROOT), "ls-tree", "--name-only", PREVIOUS_RELEASE, "examples/"],
+    names = subprocess.run(["git", "-C", str(ROOT), "ls-tree", "--name-only", commit(), "examples/"],
                            capture_output=True, text=True, check=True).stdout.split()
     found = []
     for name in names:
-        text = subprocess.run(["git", "-C", str(ROOT), "show", f"{PREVIOUS_RELEASE}:{name}"],
+        text = subprocess.run(["git", "-C", str(ROOT), "show", f"{commit()}:{name}"],
                               capture_output=True, text=True, check=True).stdout
         found += [(Path(name).name, d) for d in yaml.safe_load_all(text) if d and d.get("kind") == "RAGEngine"]
     assert len(found) >= 7, found

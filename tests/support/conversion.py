@@ -52,8 +52,9 @@ def install_crd(kube, webhook: Webhook) -> None:
     from tests.operator.integration.kube import wait_for
 
     kube.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
-    patch = {"spec": {"conversion": {"strategy": "Webhook", "webhook": {
-        "conversionReviewVersions": ["v1"], "clientConfig": client_config(url=webhook.url, ca_pem=webhook.ca_pem)}}}}
+    config = {**client_config(url=webhook.url, ca_pem=webhook.ca_pem), "service": None}  # a URL replaces the Service
+    patch = {"spec": {"conversion": {"strategy": "Webhook", "webhook": {"conversionReviewVersions": ["v1"],
+                                                                       "clientConfig": config}}}}
     kube.kubectl("patch", "crd", c.CRD_NAME, "--type=merge", "-p", json.dumps(patch))
     # Right after the CRD is created its status may have no conditions yet, and `kubectl wait` then fails
     # at once instead of waiting (seen on a fresh cluster): wait on the condition itself.

@@ -53,12 +53,12 @@ def _wait_file(client: httpx.Client, path: str, timeout_s: float = 120.0) -> dic
         time.sleep(0.1)
 
 
-def seed(base: str) -> dict[str, Any]:
-    """Write one of everything; returns the ids the view reads."""
-    with httpx.Client(base_url=base, timeout=300) as client:
+def seed(base: str, headers: dict[str, str] | None = None) -> dict[str, Any]:
+    """Write one of everything; returns the ids the view reads. ``headers``: an engine that requires its key."""
+    with httpx.Client(base_url=base, timeout=300, headers=headers) as client:
         _ok(client.post("/index", json={"index_name": "kb", "documents": KB}))
         _ok(client.post("/indexes/kb/reindex", json={"chunking": {"chunk_size": 48, "chunk_overlap": 8}}), 202)
-        assert wait_job(base, "kb")["job"]["state"] == "succeeded"
+        assert wait_job(base, "kb", headers=headers)["job"]["state"] == "succeeded"
         _ok(client.post("/index", json={"index_name": "kb", "documents": LATE}))  # into version 2's journal
         _ok(client.post("/index", json={"index_name": "notes", "documents": NOTES}))
         session = _ok(client.post("/v1/sessions", json={"title": "harbour", "index_name": "kb"}), 201)["id"]

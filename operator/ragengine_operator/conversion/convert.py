@@ -5,10 +5,11 @@ served. The conversion webhook (server.py) answers with these; nothing here does
 
 Contract:
 - ``to_v1beta1(obj)`` and ``to_v1alpha1(obj)`` return new objects and never change their argument.
-- Lossless both ways: ``to_v1alpha1(to_v1beta1(a)) == a`` for every v1alpha1 object, and
-  ``to_v1beta1(to_v1alpha1(b)) == b`` for every v1beta1 object. What v1alpha1 cannot hold (a field v1beta1
+- Lossless both ways, as the API server stores and serves objects (defaulted by their version's schema):
+  ``to_v1alpha1(to_v1beta1(a)) == a`` for every v1alpha1 object, and ``to_v1beta1(to_v1alpha1(b)) == b`` for
+  every v1beta1 object, up to the defaults the API server applies. What v1alpha1 cannot hold (a field v1beta1
   added, a source kind v1alpha1 lacks) travels in the annotation ``ragengine.io/v1beta1-fields``, which
-  ``to_v1beta1`` puts back and removes. Each kept field remembers what v1alpha1 showed at its place: a
+  ``to_v1beta1`` puts back and removes; a v1beta1-only field at its default does not (defaulting restores it). Each kept field remembers what v1alpha1 showed at its place: a
   client that edits that place through v1alpha1 wins, and the kept field is dropped (it would undo the
   edit); untouched places get their v1beta1 value back.
 - Only ``apiVersion``, ``spec`` and that annotation change; the rest of metadata and the status (the same
@@ -29,6 +30,7 @@ from typing import Any
 import yaml
 
 from .. import constants as c
+from ..spec_schema import spec_schema
 
 V1ALPHA1 = f"{c.GROUP}/v1alpha1"
 V1BETA1 = f"{c.GROUP}/v1beta1"
@@ -112,7 +114,7 @@ def to_v1alpha1(obj: dict[str, Any]) -> dict[str, Any]:
     down = _spec_down(spec)
     back = _spec_up(down)
     kept = [{"path": list(path), "value": value, "seen": _get(back, path, _ABSENT)}
-            for path, value in _differences(spec, back, ())]
+            for path, value in _differences(spec, back, ()) if not _comes_back(path, value, back)]
     out["spec"] = down
     if kept:
         metadata = out.setdefault("metadata", {})
@@ -183,6 +185,19 @@ def _differences(want: Any, have: Any, path: tuple[str, ...]) -> list[tuple[tupl
                 found += _differences(want[key], have[key], (*path, key))
         return found
     return [] if want == have else [(path, want)]
+
+
+def _comes_back(path: Path, value: Any, back: dict[str, Any]) -> bool:
+    """A v1beta1 field at its default where v1alpha1 shows nothing: the API server's defaulting puts it back
+    on every read at v1beta1, so keeping it would only put the annotation on every v1alpha1 object."""
+    if _get(back, path, _ABSENT) != _ABSENT:
+        return False
+    node: Any = spec_schema()
+    for part in path:
+        node = (node.get("properties") or {}).get(part) if isinstance(node, dict) else None
+        if node is None:
+            return False
+    return "default" in node and node["default"] == value
 
 
 def _read_kept(raw: str | None) -> list[dict[str, Any]]:

@@ -182,8 +182,8 @@ def test_objects_stored_at_v1alpha1_are_rewritten_at_v1beta1_and_stored_versions
 
 def test_with_the_webhook_down_v1alpha1_writes_name_it_and_v1beta1_keeps_working(kube, namespace, crd_webhook, dead_port):
     kube.create_rag(namespace, "steady", {"storage": {"volume": {"size": "1Gi"}}})
-    down = {"spec": {"conversion": {"webhook": {"clientConfig": client_config(
-        url=f"https://127.0.0.1:{dead_port}/convert", ca_pem=crd_webhook.ca_pem)}}}}
+    down = {"spec": {"conversion": {"webhook": {"clientConfig": {**client_config(
+        url=f"https://127.0.0.1:{dead_port}/convert", ca_pem=crd_webhook.ca_pem), "service": None}}}}}
     kube.kubectl("patch", "crd", c.CRD_NAME, "--type=merge", "-p", json.dumps(down))
     try:
         def refused() -> str | None:
