@@ -6,12 +6,13 @@ served. The conversion webhook (server.py) answers with these; nothing here does
 Contract:
 - ``to_v1beta1(obj)`` and ``to_v1alpha1(obj)`` return new objects and never change their argument.
 - Lossless both ways, as the API server stores and serves objects (defaulted by their version's schema):
-  ``to_v1alpha1(to_v1beta1(a)) == a`` for every v1alpha1 object, and ``to_v1beta1(to_v1alpha1(b)) == b`` for
-  every v1beta1 object, up to the defaults the API server applies. What v1alpha1 cannot hold (a field v1beta1
-  added, a source kind v1alpha1 lacks) travels in the annotation ``ragengine.io/v1beta1-fields``, which
-  ``to_v1beta1`` puts back and removes; a v1beta1-only field at its default does not (defaulting restores it). Each kept field remembers what v1alpha1 showed at its place: a
-  client that edits that place through v1alpha1 wins, and the kept field is dropped (it would undo the
-  edit); untouched places get their v1beta1 value back.
+  ``to_v1alpha1(to_v1beta1(a)) == a`` for every v1alpha1 object, and ``to_v1beta1(to_v1alpha1(b)) == b``
+  for every v1beta1 object, up to the defaults the API server applies. What v1alpha1 cannot hold (a field
+  v1beta1 added, a source kind v1alpha1 lacks) travels in the annotation ``ragengine.io/v1beta1-fields``,
+  which ``to_v1beta1`` puts back and removes; a v1beta1-only field at its default does not (defaulting
+  restores it). Each kept field remembers what v1alpha1 showed at its place: a client that edits that place
+  through v1alpha1 wins, and the kept field is dropped (it would undo the edit); untouched places get their
+  v1beta1 value back.
 - Only ``apiVersion``, ``spec`` and that annotation change; the rest of metadata and the status (the same
   in both versions) pass through.
 - ``ConversionError`` for what no object the schemas admit holds: a corrupt annotation, a spec that is not
