@@ -114,7 +114,7 @@ def wait_for_legacy_pods(settings: OperatorSettings, namespace: str, stop: threa
 
 def run(settings: OperatorSettings, namespaces: list[str]) -> int:
     state = ProcessState()
-    stop = threading.Event()  # SIGTERM, or the lease lost: kopf's stop flag too
+    stop = threading.Event()  # SIGTERM before kopf runs, or the lease lost
     server = SideServer(settings.webhook_port, settings.liveness_port, state.healthy)
     server.start()
     metrics.serve(settings.metrics_port)  # every replica: Prometheus scrapes them all
@@ -141,8 +141,10 @@ def run(settings: OperatorSettings, namespaces: list[str]) -> int:
                 return 1 if lost.is_set() else 0
         for sig, handler in previous.items():  # kopf handles SIGTERM itself from here (main thread)
             signal.signal(sig, handler)
+        # No stop_flag: kopf waits for a threading.Event in an executor thread that is never released when a
+        # signal stops it, and asyncio.run then waits for that thread forever. The lease watcher sends SIGTERM.
         kopf.run(standalone=True, clusterwide=not namespaces, namespaces=namespaces, liveness_endpoint=None,
-                 stop_flag=stop, memo=kopf.Memo(settings=settings, process=state))
+                 memo=kopf.Memo(settings=settings, process=state))
         return 1 if lost.is_set() else 0
     finally:
         stop.set()
@@ -153,9 +155,11 @@ def run(settings: OperatorSettings, namespaces: list[str]) -> int:
 
 
 def _stop_when_lost(lost: threading.Event, stop: threading.Event) -> None:
-    """Stop kopf when the lease is lost; if it has not stopped before anyone may take over, exit hard."""
+    """Stop kopf when the lease is lost (the SIGTERM it stops on); if it has not stopped before anyone may take
+    over, exit hard."""
     lost.wait()
     stop.set()
+    os.kill(os.getpid(), signal.SIGTERM)
     time.sleep(LOST_LEASE_GRACE_SECONDS)
     log.error("kopf did not stop within %.0f s of losing the lease: exiting", LOST_LEASE_GRACE_SECONDS)
     os._exit(1)
