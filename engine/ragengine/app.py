@@ -17,6 +17,7 @@ from ragengine.access.source import AccessSource, KubernetesAPI
 from ragengine.api import chat as chat_api
 from ragengine.api import conversations as conversations_api
 from ragengine.api import indexes as indexes_api
+from ragengine.api import names as names_api
 from ragengine.api import ops as ops_api
 from ragengine.api import responses as responses_api
 from ragengine.api import vector_stores as vector_stores_api
@@ -27,6 +28,7 @@ from ragengine.errors import install_error_handlers
 from ragengine.metrics import install_middleware
 from ragengine.observability import requests as request_context
 from ragengine.observability.tracing import Tracing
+from ragengine.protocol.names import unchecked
 from ragengine.redact import install_log_filter
 from ragengine.settings import EngineSettings
 
@@ -61,8 +63,10 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
     # (an unknown protocol) stops the start here, as does a bad access file.
     tracing = Tracing.from_env("ragengine", trace_content=settings.trace_content)
     access = AccessSource(settings.api_key, settings.access_file, kubernetes=KubernetesAPI.from_settings(settings))
-    # Every route's handler runs after `authorize`, which applies the route's rule (access/routes.py).
-    app = FastAPI(title="ragengine", version=__version__, lifespan=lifespan, dependencies=[Depends(authorize)])
+    # Every route's handler runs after `check_names` (its names and ids, api/names.py), then `authorize`,
+    # which applies the route's rule (access/routes.py).
+    app = FastAPI(title="ragengine", version=__version__, lifespan=lifespan,
+                  dependencies=[Depends(names_api.check_names), Depends(authorize)])
     app.state.settings = settings
     app.state.tracing = tracing
     app.state.access = access
@@ -82,6 +86,9 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
     missing = uncovered((m, r.path) for r in api_routes(app.routes) for m in r.methods or ())
     if missing:
         raise RuntimeError(f"routes without an access rule in ragengine/access/routes.py: {', '.join(missing)}")
+    unruled = unchecked([p for r in api_routes(app.routes) for p in r.param_convertors])
+    if unruled:
+        raise RuntimeError(f"path parameters without a rule in ragengine/protocol/names.py: {', '.join(unruled)}")
     document_error_responses(app, auth=access.enabled, external_store=settings.vector_store != "faiss")
     return app
 
