@@ -73,6 +73,9 @@ LOAD_POINTS = [
     ("load", {"at": "inner.load", "when": "after"}, "old"),  # the copy complete, hidden
     ("load", {"at": "books.update", "when": "after"}, "new"),  # swapped in, the old versions not dropped
     ("load", {"at": "inner.delete_index", "when": "after"}, "new"),  # one old version dropped of two
+    # /persist over an earlier copy, between its two renames (the copy moved aside, the new one not in place)
+    ("persist", {"at": "os.replace", "when": "before", "nth": 2}, "old"),
+    ("persist", {"at": "os.replace", "when": "after", "nth": 2}, "new"),
 ]
 POINTS = [
     ("import", {"at": "inner.import_batch", "when": "after", "nth": 2}, "old"),  # half imported, hidden
@@ -106,6 +109,10 @@ def _check(op: str, expect: str, state: dict, kind: str) -> None:
     if op == "load":
         assert (kb["documents"], kb["versions"]) == ((FULL, [1]) if expect == "new" else (CHANGED_FULL, [1, 2]))
         return
+    if op == "persist":  # the index as it was; the copy the one before or the new one, whole
+        assert kb["documents"] == CHANGED_FULL
+        assert indexes["from-copy"]["documents"] == (CHANGED_FULL if expect == "new" else FULL)
+        return
     assert kb["documents"] == FULL
     if op == "import":
         assert ("imported" in indexes) == (expect == "new"), indexes
@@ -123,14 +130,15 @@ def _crash_and_restart(forks: ForkServer, store: str, op: str, kill: dict, work:
                              pg_url=lambda: request.getfixturevalue("pgvector_url"))}
     done = forks.ask({"run": op, "settings": values, "kill": kill})
     assert done == {"signal": 9}, f"the process was not killed at {kill}: {done}"
-    restarted = forks.ask({"inspect": True, "settings": values, "answer_to": str(work / "state.json")})
+    restarted = forks.ask({"inspect": True, "settings": values, "answer_to": str(work / "state.json"),
+                           **({"copy": "copy"} if op == "persist" else {})})
     assert restarted.get("exit") == 0, restarted
     return restarted["state"]
 
 
 @pytest.mark.stores("faiss")
 @pytest.mark.parametrize(("op", "kill", "expect"), _params(LOAD_POINTS))
-def test_a_kill_inside_a_load_with_overwrite_leaves_the_old_index_or_the_copy(forks, vector_store, op, kill, expect,
+def test_a_kill_inside_a_load_or_a_persist_leaves_the_old_state_or_the_new_one(forks, vector_store, op, kill, expect,
                                                                               tmp_path: Path, request):
     _check(op, expect, _crash_and_restart(forks, vector_store, op, kill, tmp_path, request), vector_store)
 

@@ -10,9 +10,10 @@ stdin forks a child and answers one JSON line on stdout:
   ``finally``, no ``except`` clean-up, no close runs, open files and database connections are dropped by
   the kernel (PostgreSQL rolls back what was in flight), the FAISS writer lock is released. Answer:
   ``{"signal": 9}`` (killed at the point) or ``{"exit": n}`` (the point was never reached).
-- ``{"inspect": true, "settings": {...}}``: the child starts a registry on the same data (the restart),
-  waits for any job it resumes, and answers what it holds: the indexes, each one's live version and
-  documents, the versions, and the physical indexes of the store.
+- ``{"inspect": true, "settings": {...}, "copy": PATH?}``: the child starts a registry on the same data (the
+  restart), waits for any job it resumes, and answers what it holds: the indexes, each one's live version
+  and documents, the versions, and the physical indexes of the store (with ``copy``: after loading that
+  /persist copy as index ``from-copy``).
 
 Forking a process that loaded the model once keeps each crash point at a fraction of a second instead of
 a new interpreter's start; every child is still its own process, killed for real.
@@ -119,7 +120,7 @@ async def _scenario(name: str, values: dict, kill: dict, model: Any) -> None:
     await registry.add_documents("kb", DOCS)
     await registry.reindex("kb", {"chunk_size": 64}, None)
     await registry.wait_idle("kb", 120)
-    if name == "load":  # a copy holds DOCS, the index CHANGED: the load with overwrite puts DOCS back
+    if name in ("load", "persist"):  # a copy holds DOCS, the index CHANGED: a load puts DOCS back
         await registry.persist("kb", "copy")
         await registry.update_documents("kb", CHANGED)
         await registry.wait_idle("kb", 120)
@@ -127,6 +128,8 @@ async def _scenario(name: str, values: dict, kill: dict, model: Any) -> None:
     _arm(registry, kill, "imported" if name == "import" else "kb")
     if name == "load":
         await registry.load("kb", "copy", True)
+    elif name == "persist":  # the copy of DOCS replaced by one of CHANGED
+        await registry.persist("kb", "copy")
     elif name == "import":
         await registry.import_("imported", _chunks(export))
     elif name == "activate":
@@ -141,9 +144,12 @@ async def _scenario(name: str, values: dict, kill: dict, model: Any) -> None:
     await registry.close()
 
 
-async def _inspect(values: dict, model: Any) -> dict:
+async def _inspect(values: dict, model: Any, copy: str | None) -> dict:
+    """What a restart finds; with ``copy``, also what ``/load`` reads from that /persist copy."""
     registry = await _registry(values, model)
     out: dict[str, Any] = {"indexes": {}}
+    if copy is not None:
+        await registry.load("from-copy", copy, False)
     for name in await registry.list_names():
         book = await registry.wait_idle(name, 120)
         page = await registry.list_documents(name, limit=100, max_text_length=None)
@@ -160,7 +166,7 @@ async def _inspect(values: dict, model: Any) -> dict:
 def _child(request: dict, model: Any, answer_to: str) -> None:
     try:
         if request.get("inspect"):
-            result = asyncio.run(_inspect(request["settings"], model))
+            result = asyncio.run(_inspect(request["settings"], model, request.get("copy")))
             with open(answer_to, "w") as fh:
                 json.dump(result, fh)
         else:

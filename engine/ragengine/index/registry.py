@@ -298,6 +298,9 @@ class IndexRegistry(VersionOps):
         swaps it in with one book write: ``VersionedRegistry.load``)."""
         disk.validate_physical(name)
         source = self.durability.copy_path(name, path)
+        earlier = source.with_name(source.name + ".old")
+        if not source.exists() and earlier.is_dir():  # a /persist a crash cut between its two renames
+            source = earlier
         if not source.exists():
             raise NotFound(f"Path does not exist: {disk.PERSIST}/{source.name}")
         state = await self.durability.read_copy(source, name)
@@ -306,7 +309,7 @@ class IndexRegistry(VersionOps):
                 raise Conflict(f"Index '{name}' already exists. Use a different name or delete the existing index first.")
             await self.durability.install(state)
             self._attach(state, on_disk=True)
-        return f"{disk.PERSIST}/{source.name}"
+        return f"{disk.PERSIST}/{source.name.removesuffix('.old')}"
 
     # -- reads -------------------------------------------------------------------------------------
     async def list_documents(self, index_name: str, *, limit: int = 10, offset: int = 0, max_text_length: int | None = 1000,
