@@ -18,6 +18,7 @@ from ragengine.api import console as console_api
 from ragengine.api import conversations as conversations_api
 from ragengine.api import indexes as indexes_api
 from ragengine.api import mcp as mcp_api
+from ragengine.api import names as names_api
 from ragengine.api import ops as ops_api
 from ragengine.api import responses as responses_api
 from ragengine.api import vector_stores as vector_stores_api
@@ -27,6 +28,7 @@ from ragengine.errors import install_error_handlers
 from ragengine.metrics import install_middleware
 from ragengine.observability import requests as request_context
 from ragengine.observability.tracing import Tracing
+from ragengine.protocol.names import unchecked
 from ragengine.redact import install_log_filter
 from ragengine.settings import EngineSettings
 
@@ -53,10 +55,11 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
     # (an unknown protocol) stops the start here, as does a bad access file.
     tracing = Tracing.from_env("ragengine", trace_content=settings.trace_content)
     access = AccessSource(settings.api_key, settings.access_file, kubernetes=KubernetesAPI.from_settings(settings))
-    # Every route's handler runs after `authorize`, which applies the route's rule (access/routes.py); in a
-    # stand-by, what it does not serve first waits for the take-over (`handover.hold`).
+    # Every route's handler runs after `check_names` (its names and ids, api/names.py), then, in a stand-by,
+    # what it does not serve waits for the take-over (`handover.hold`), then `authorize`, which applies the
+    # route's rule (access/routes.py).
     app = FastAPI(title="ragengine", version=__version__, lifespan=lifespan,
-                  dependencies=[Depends(handover.hold), Depends(authorize)])
+                  dependencies=[Depends(names_api.check_names), Depends(handover.hold), Depends(authorize)])
     app.state.settings = settings
     app.state.tracing = tracing
     app.state.access = access
@@ -83,6 +86,9 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
     missing = uncovered(operations)
     if missing:
         raise RuntimeError(f"routes without an access rule in ragengine/access/routes.py: {', '.join(missing)}")
+    unruled = unchecked([p for r in api_routes(app.routes) for p in r.param_convertors])
+    if unruled:
+        raise RuntimeError(f"path parameters without a rule in ragengine/protocol/names.py: {', '.join(unruled)}")
     faiss = settings.vector_store == "faiss"
     document_error_responses(app, auth=access.enabled, external_store=not faiss,
                              standby=faiss and settings.handover_standby)

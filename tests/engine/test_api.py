@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+from urllib.parse import unquote
 
 import httpx
 import pytest
@@ -256,11 +257,13 @@ def test_persist_load_and_delete_removes_files(server, settings):
     r = httpx.post(f"{server}/load/zz", params={"path": "missing"})
     assert r.status_code == 404 and r.json()["detail"] == "Path does not exist: persist/missing"
 
-    index_dir = data_dir / "indexes" / "kb-copy"
-    assert index_dir.exists()
+    def folders(name: str) -> list[str]:  # a loaded copy is an index version: "<name>/load-<id>" (docs/engine.md)
+        return [p.name for p in (data_dir / "indexes").iterdir() if unquote(p.name).split("/")[0] == name]
+
+    assert len(folders("kb-copy")) == 1 and len(folders("kb")) == 1  # the overwritten kb's folder went
     r = httpx.delete(f"{server}/indexes/kb-copy")
     assert r.status_code == 200 and r.json() == {"message": "Successfully deleted index kb-copy."}
-    assert not index_dir.exists()
+    assert folders("kb-copy") == []
     assert httpx.get(f"{server}/indexes").json() == ["kb"]
 
 

@@ -37,6 +37,8 @@ def declared_statuses(path: str, operation: dict[str, Any], *, auth: bool, exter
         statuses |= {400, 413}  # malformed JSON; the body limit
     if has_body or operation.get("parameters"):
         statuses.add(400 if path.startswith("/v1/") else 422)
+    if "{" in path:
+        statuses.add(400)  # a name or id in the path that its rule refuses (api/names.py)
     if auth and not is_open(path):
         # no or bad credentials; a role below the route's (access/routes.py); a rate limit; a ServiceAccount
         # token that cannot be reviewed now (access/enforce.py)

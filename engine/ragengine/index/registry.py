@@ -296,22 +296,24 @@ class IndexRegistry(VersionOps):
             await self.durability.persist(state, target)
         return f"{disk.PERSIST}/{target.name}"
 
-    async def load(self, name: str, path: str | None, overwrite: bool) -> str:
+    async def load(self, name: str, path: str) -> str:
+        """A ``/persist`` copy (``<data_dir>/persist/<path>``) as the new index ``name``: checked and read whole
+        before anything is written; ``name`` must be free (the version layer loads into a hidden name, then
+        swaps it in with one book write: ``VersionedRegistry.load``)."""
         disk.validate_physical(name)
         source = self.durability.copy_path(name, path)
+        earlier = source.with_name(source.name + ".old")
+        if not source.exists() and earlier.is_dir():  # a /persist a crash cut between its two renames
+            source = earlier
         if not source.exists():
             raise NotFound(f"Path does not exist: {disk.PERSIST}/{source.name}")
-        if self.exists(name) and not overwrite:
-            raise Conflict(f"Index '{name}' already exists. Use a different name or delete the existing index first.")
         state = await self.durability.read_copy(source, name)
-        if self.exists(name) or name in self.corrupt:
-            await self.delete_index(name)
         async with self._registry_lock:
-            if self.exists(name):
+            if self.exists(name) or name in self.corrupt:
                 raise Conflict(f"Index '{name}' already exists. Use a different name or delete the existing index first.")
             await self.durability.install(state)
             self._attach(state, on_disk=True)
-        return f"{disk.PERSIST}/{source.name}"
+        return f"{disk.PERSIST}/{source.name.removesuffix('.old')}"
 
     # -- reads -------------------------------------------------------------------------------------
     async def list_documents(self, index_name: str, *, limit: int = 10, offset: int = 0, max_text_length: int | None = 1000,

@@ -386,7 +386,7 @@ class StoreRegistry:
         raise BadRequest(f"POST /persist is for the embedded FAISS store; with vector_store={self.kind} every "
                          f"write is already committed to the store.")
 
-    async def load(self, name: str, path: str | None, overwrite: bool) -> str:
+    async def load(self, name: str, path: str) -> str:
         raise BadRequest(f"POST /load is for the embedded FAISS store; move a FAISS index into {self.kind} with "
                          f"`ragengine migrate` instead.")
 

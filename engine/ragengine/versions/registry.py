@@ -205,6 +205,7 @@ class VersionedRegistry:
 
     async def _prepare(self) -> None:
         await self._reload()
+        await self._finish_deletes()
         await self._adopt()
         await self._collect()
         await self._follow_target()
@@ -239,21 +240,37 @@ class VersionedRegistry:
             await self._update(physical, _or(book))
 
     async def _collect(self) -> None:
-        """Drop physical indexes no book refers to: what a crash left of a dropped version or an import."""
+        """Drop physical indexes no book refers to: what a crash left of a dropped version, a replaced index, a
+        load or an import (on FAISS also those a crash left unreadable: a load cut short in its copy)."""
         used = {p for b in self._books.values() for p in b.physicals()}
         now = time.time()
-        for physical in await self._physicals():
+        leftovers = [p for p in self._corrupt() if bk.is_internal(p)]
+        for physical in await self._physicals() + leftovers:
             name = bk.logical_name(physical)
             if physical in used or name in self._deleting or (not bk.is_internal(physical) and name not in self._books):
                 continue
             rest = physical.split(bk.SEP, 1)[1] if bk.is_internal(physical) else ""
-            if rest.startswith("import-"):
+            if rest.startswith("import-") and self.shared:
                 started = float(rest.split("-")[1]) if rest.split("-")[1].isdigit() else 0.0
                 if now - started < IMPORT_STALE_S:
                     continue  # an import under way (perhaps on another replica)
             log.info("dropping index %r: no version of %r refers to it", physical, name)
             with contextlib.suppress(NotFound):
                 await self.inner.delete_index(physical)
+
+    async def _finish_deletes(self) -> None:
+        """Indexes whose delete a crash cut short (their book still says ``deleting``): finish it, so the name
+        does not stay taken by an index nobody sees."""
+        for name, data in (await self.books.all()).items():
+            if name == bk.REPLICAS or not data.get("deleting"):
+                continue
+            log.info("index %r: finishing its delete", name)
+            for v in Book.from_dict(data).versions:
+                with contextlib.suppress(NotFound):
+                    await self.inner.delete_index(v.physical)
+            await self.books.update(name, lambda cur: None if cur is not None and cur.get("deleting") else cur)
+            self._remember(name, None)
+            self._deleting.discard(name)
 
     # -- the target model ------------------------------------------------------------------------------
     async def set_target(self, ref: ModelRef, generation: int | None) -> None:
@@ -456,17 +473,45 @@ class VersionedRegistry:
         return await self.inner.persist(book.live_version.physical, path)
 
     async def load(self, name: str, path: str | None, overwrite: bool) -> str:
+        """Index ``name`` from a ``/persist`` copy, replacing the index with ``overwrite``. The copy is checked and
+        read into a hidden index first (a bad path, a missing folder or a damaged copy is refused there, with
+        nothing touched), then becomes the index in one book write; the old versions are dropped after it (a
+        crash between the two leaves them to ``_collect`` at the next start). Never a moment without the index."""
         disk.validate_name(name)
         if name in self._books and not overwrite:
             raise Conflict(f"Index '{name}' already exists. Use a different name or delete the existing index first.")
-        if name in self._books:
-            await self.delete_index(name)
-        where = await self.inner.load(name, path, overwrite)
-        dim = await self.inner.dim_of(name)
-        model = self.embedders.target.key if dim == self.embedders.default.dim else None
-        book = bk.follow_target(bk.new_book(name, model, int(dim or 0), await self.inner.config_of(name), time.time()),
-                                self.embedders.target.key, self.generation)
-        await self._update(name, lambda _cur: book)
+        hidden = f"{name}{bk.SEP}load-{int(time.time())}-{uuid.uuid4().hex[:8]}"
+        old: list[bk.Version] = []
+        try:
+            where = await self.inner.load(hidden, path if path is not None else disk.dir_name(name))
+            dim = await self.inner.dim_of(hidden)
+            model = self.embedders.target.key if dim == self.embedders.default.dim else None
+            fresh = bk.new_book(name, model, int(dim or 0), await self.inner.config_of(hidden), time.time())
+            fresh = bk.follow_target(fresh, self.embedders.target.key, self.generation)
+            fresh = dataclasses.replace(fresh, versions=(dataclasses.replace(fresh.versions[0], physical=hidden),))
+
+            def swap(cur: Book | None) -> Book:
+                if cur is not None:
+                    if not overwrite:
+                        raise Conflict(f"Index '{name}' was created while the copy was read: nothing was loaded.")
+                    old.extend(cur.versions)
+                return fresh
+
+            await self._update(name, swap)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                if self.inner.exists(hidden):
+                    await self.inner.delete_index(hidden)
+            raise
+        task = self._jobs.pop(name, None)  # a job of the replaced index has nothing left to build
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await self._drop(old)
+        if name in self._corrupt():  # an index made before versions that could not be loaded: replaced now
+            with contextlib.suppress(NotFound):
+                await self.inner.delete_index(name)
         return where
 
     # -- reads -------------------------------------------------------------------------------------
