@@ -16,6 +16,7 @@ from ragengine.access.routes import uncovered
 from ragengine.access.source import AccessSource, KubernetesAPI
 from ragengine.api import chat as chat_api
 from ragengine.api import conversations as conversations_api
+from ragengine.api import evaluations as evaluations_api
 from ragengine.api import indexes as indexes_api
 from ragengine.api import ops as ops_api
 from ragengine.api import responses as responses_api
@@ -49,6 +50,8 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
             await conversations_api.startup(app, settings, stack)
             await vector_stores_api.startup(app, settings, stack)
             await responses_api.startup(app, settings, stack)
+            if getattr(app.state, "registry", None) is not None:
+                await evaluations_api.startup(app, settings, stack)
             # Rate limits count in the sessions' database (shared by replicas on PostgreSQL).
             app.state.usage = UsageCounter(app.state.sessions.engine, UsageRow.__table__)  # type: ignore[arg-type]  # a Table, typed FromClause
             registry = getattr(app.state, "registry", None)
@@ -75,6 +78,7 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
     app.include_router(ops_api.router)
     app.include_router(indexes_api.router)
     app.include_router(versions_api.router)
+    app.include_router(evaluations_api.router)
     app.include_router(chat_api.router)
     app.include_router(conversations_api.router)
     app.include_router(vector_stores_api.router)

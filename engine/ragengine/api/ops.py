@@ -71,8 +71,10 @@ async def health(request: Request) -> dict:
         # (index names, versions and models need the key: the operator, which holds none, then reports the
         # indexes as unknown; docs/versions.md)
         return {"status": state, "detail": "; ".join(public) or None, **_llm_report(request)}
+    evaluations = getattr(request.app.state, "evaluations", None)  # each index's last run (status.evaluation)
     return {"status": state, "detail": "; ".join(problems) or None, **status,
-            **({"embedding": embedding} if embedding else {}), **_llm_report(request)}
+            **({"embedding": embedding} if embedding else {}), **_llm_report(request),
+            **({"evaluation": evaluations.health()} if evaluations is not None else {})}
 
 
 def _embedding_report(request: Request) -> dict[str, Any]:

@@ -1,0 +1,75 @@
+"""Scoring one index version on a golden set: every question through the code ``POST /retrieve`` runs
+(``registry.retrieve`` with the same arguments, the caller's document ACL included), against the one version
+the run names, whatever goes live meanwhile.
+
+Questions are asked one at a time: the embedding and the search run in worker threads, so serving requests
+interleave with a run instead of queueing behind a batch of 200 (docs/evaluation.md has the p99 during a
+run). ``min_score`` drops results below it, as the chat's ``similarity_threshold`` drops context.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from ragengine.access.acl import Acl, acl_allows
+from ragengine.evaluation import metrics as m
+from ragengine.evaluation.answers import AnswerScorer
+
+MAX_SHOWN_MISSING = 50
+
+
+async def retrieve(registry: Any, index: str, version: int, question: str, settings: dict,
+                   acl: list[str] | None) -> list[Any]:
+    """The nodes ``/retrieve`` returns for ``question`` on ``version``, in result order."""
+    nodes = await registry.retrieve(index, question, settings["top_k"], version=version,
+                                    filters=settings.get("filters"), metadata_filter=settings.get("metadata_filter"),
+                                    max_chunks_per_document=settings.get("max_chunks_per_document"),
+                                    long_query_windows=settings.get("long_query_windows"),
+                                    acl=None if acl is None else Acl(tuple(acl)))
+    floor = settings.get("min_score")
+    return [n for n in nodes if floor is None or n.score >= floor]
+
+
+async def score(registry: Any, index: str, version: int, questions: list[dict], settings: dict,
+                acl: list[str] | None, progress: Callable[[int], Awaitable[None]],
+                answers: AnswerScorer | None = None) -> tuple[dict, dict]:
+    """(metrics, results) of ``version`` on ``questions``; ``progress(done)`` after each question."""
+    k = settings["top_k"]
+    items, scores = [], []
+    for done, q in enumerate(questions, start=1):
+        nodes = await retrieve(registry, index, version, q["question"], settings, acl)
+        ranked = [n.doc_id for n in nodes]
+        one = m.score_question(ranked, q["relevant_doc_ids"], k)
+        scores.append(one)
+        item = {"id": q["id"], **{key: round(v, 6) if isinstance(v, float) else v for key, v in one.items()},
+                "retrieved_doc_ids": ranked}
+        if answers is not None:
+            item["answer"] = await answers.add(q, [(n.text, n.score) for n in nodes])
+        items.append(item)
+        await progress(done)
+        await asyncio.sleep(0)  # a run never holds the loop between two questions
+    missing = await missing_documents(registry, index, version, questions, acl)
+    results = {"items": items, "missing": missing}
+    if answers is not None:
+        results["answers"] = answers.summary()
+    return m.aggregate(scores, k), results
+
+
+async def missing_documents(registry: Any, index: str, version: int, questions: list[dict],
+                            acl: list[str] | None) -> dict:
+    """Relevant doc ids the version does not hold, and those it holds but the reader's ACL hides: counted,
+    so a set that names the wrong ids reads as such, not as a silent zero."""
+    wanted = sorted({d for q in questions for d in q["relevant_doc_ids"]})
+    held: dict[str, dict] = {}
+    for i in range(0, len(wanted), 500):
+        held.update(await registry.present(index, version, wanted[i:i + 500]))
+    absent = [d for d in wanted if d not in held]
+    hidden = [d for d in wanted if d in held and acl is not None and not acl_allows(held[d], tuple(acl))]
+    gone, unseen = set(absent), set(hidden)
+    return {"count": len(absent), "doc_ids": absent[:MAX_SHOWN_MISSING],
+            "questions_affected": sum(1 for q in questions if gone & set(q["relevant_doc_ids"])),
+            "questions_without_any": sum(1 for q in questions if set(q["relevant_doc_ids"]) <= gone | unseen),
+            "hidden_by_acl": len(hidden), "hidden_doc_ids": hidden[:MAX_SHOWN_MISSING],
+            "relevant_doc_ids": len(wanted)}
