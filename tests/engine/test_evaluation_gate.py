@@ -126,7 +126,7 @@ def test_the_evaluation_file_gates_every_reindex_and_runs_on_a_schedule(make_ser
     config = tmp_path / "evaluation.json"
     config.write_text(json.dumps({"index": "kb", "goldenSetFile": str(golden), "topK": 5, "schedule": "@every 1h",
                                   "gate": {"metric": "mrr@5", "minimum": 0.9}}))
-    with make_server(evaluation_file=config) as (base, app):
+    with make_server(evaluation_file=config) as (base, _app):
         assert _post(base, "/index", {"index_name": "kb", "documents": documents()}).status_code == 200
         deadline = time.monotonic() + 60
         while not (runs := httpx.get(f"{base}/indexes/kb/evaluations").json()["data"]) or runs[0]["status"] != "succeeded":

@@ -180,6 +180,7 @@ def test_a_run_scores_the_version_it_names_and_a_restart_marks_a_cut_off_run(mak
         assert live["version"] == 2
         mine, rankings = client_scores(base, QUESTIONS, 3)
         assert [r["retrieved_doc_ids"] for r in live["results"]] == rankings
+        assert live["metrics"] == {k: pytest.approx(v, abs=1e-6) for k, v in mine.items()}
         # A long run cut off by a shutdown (its task cancelled, its row left running).
         many = [{"id": f"m{i}", "question": f"question number {i} about solar panels", "relevant_doc_ids": ["solar"]}
                 for i in range(1000)]
@@ -188,3 +189,33 @@ def test_a_run_scores_the_version_it_names_and_a_restart_marks_a_cut_off_run(mak
         cut = httpx.get(f"{base}/indexes/kb/evaluations/{started['id']}").json()
         assert cut["status"] == "interrupted" and "restarted" in cut["error"], cut
         assert httpx.get(f"{base}/indexes/kb/evaluations/{v1['id']}").json()["metrics"] == v1["metrics"]
+
+
+def test_the_cli_prints_a_table_compares_and_fails_a_gate(make_server, tmp_path):
+    from click.testing import CliRunner
+
+    from ragengine.cli import main
+
+    golden = tmp_path / "golden.jsonl"
+    golden.write_text("\n".join(json.dumps(q) for q in QUESTIONS) + "\n")
+    with make_server() as (base, _app):
+        _index(base)
+        cli = CliRunner()
+        ok = cli.invoke(main, ["eval", "--index", "kb", "--golden", str(golden), "--url", base, "--top-k", "3",
+                               "--metric", "mrr@3", "--minimum", "0.7"])
+        assert ok.exit_code == 0, ok.output
+        assert "mrr@3       0.7500" in ok.output and "hit_rate@3  0.7500" in ok.output
+        assert "absent from the index: 1 of 5 (ghost)" in ok.output and "PASS: mrr@3 0.7500" in ok.output
+        failed = cli.invoke(main, ["eval", "--index", "kb", "--golden", str(golden), "--url", base, "--top-k", "3",
+                                   "--metric", "mrr@3", "--minimum", "0.8"])
+        assert failed.exit_code == 3 and "FAIL: mrr@3 0.7500 is below the minimum 0.8000" in failed.output
+        first, second = [r["id"] for r in httpx.get(f"{base}/indexes/kb/evaluations").json()["data"]][::-1]
+        cmp = cli.invoke(main, ["eval", "--index", "kb", "--compare", first, second, "--url", base,
+                                "--metric", "mrr@3", "--max-regression", "0"])
+        assert cmp.exit_code == 0 and "+0.0000" in cmp.output and "unchanged: 4" in cmp.output, cmp.output
+        golden.write_text('{"id": "a", "question": "q", "relevant_doc_ids": ["x"]}\n{"id": "a", "question": "r", '
+                          '"relevant_doc_ids": ["y"]}\n')
+        bad = cli.invoke(main, ["eval", "--index", "kb", "--golden", str(golden), "--url", base])
+        assert bad.exit_code == 1 and "'a' appear more than once" in bad.output
+        usage = cli.invoke(main, ["eval", "--index", "kb", "--url", base])
+        assert usage.exit_code == 2 and "exactly one of --golden" in usage.output
