@@ -219,3 +219,45 @@ def test_the_cli_prints_a_table_compares_and_fails_a_gate(make_server, tmp_path)
         assert bad.exit_code == 1 and "'a' appear more than once" in bad.output
         usage = cli.invoke(main, ["eval", "--index", "kb", "--url", base])
         assert usage.exit_code == 2 and "exactly one of --golden" in usage.output
+
+
+def test_answer_metrics_with_a_judge_and_without_an_llm(make_server):
+    from tests.llm_server import FakeLLM, create_llm_app
+    from tests.support.server import refused_port, serve_app
+
+    def reply(body: dict) -> str:
+        prompt = body["messages"][-1]["content"]
+        if prompt.startswith("You grade an answer"):  # the judge: relevance 5, agreement 3 (or none)
+            return '{"relevance": 5, "agreement": 3}' if "Reference answer:\n(none)" not in prompt else \
+                '{"relevance": 4, "agreement": null}'
+        context = body["messages"][0]["content"].split("--------------------\n")[1]
+        return context.split("\n\n")[0].strip()  # the answer: the best chunk, word for word (fully grounded)
+
+    llm = FakeLLM(model="judge-model", reply=reply, split=lambda text: [text])  # verbatim, not re-spaced
+    questions = [{**QUESTIONS[0], "reference_answer": "Panels make electricity that batteries store."}, QUESTIONS[1]]
+    with serve_app(create_llm_app(llm)) as llm_base, make_server(llm_url=f"{llm_base}/v1") as (base, _app):
+        _index(base)
+        run = _run(base, {"questions": questions, "top_k": 3, "answers": True})
+        answers = run["answer_metrics"]
+        assert answers["status"] == "ok" and answers["judge"] == {
+            "model": "judge-model", "prompt_version": "ragengine-judge/1", "groundedness": "rag.groundedness"}
+        assert answers["relevance"] == pytest.approx((1.0 + 0.75) / 2) and answers["agreement"] == 0.5
+        assert answers["scored"] == {"groundedness": 2, "relevance": 2, "agreement": 1}
+        assert answers["groundedness"] > 0.9
+        assert run["results"][0]["answer"]["answer"].startswith("Solar panels convert sunlight")
+        assert run["metrics"]["mrr@3"] == 1.0
+        asked = [b["messages"][-1]["content"] for b in llm.chat_requests()]
+        assert asked[0] == questions[0]["question"] and asked[1].startswith("You grade an answer")
+
+    with refused_port() as port, make_server(llm_url=f"http://127.0.0.1:{port}/v1", llm_retries=0) as (base, _app):
+        _index(base)
+        run = _run(base, {"questions": questions, "top_k": 3, "answers": True})
+        assert run["status"] == "succeeded" and run["metrics"]["mrr@3"] == 1.0
+        assert run["answer_metrics"]["status"] == "unavailable"
+        assert "the LLM failed" in run["answer_metrics"]["reason"] and "cannot connect" in run["answer_metrics"]["reason"]
+    with make_server() as (base, _app):
+        _index(base)
+        run = _run(base, {"questions": questions, "top_k": 3, "answers": True})
+        assert run["answer_metrics"] == {"status": "unavailable", "reason": "no LLM is configured (RAGENGINE_LLM_URL)",
+                                         "judge": {"model": None, "prompt_version": "ragengine-judge/1",
+                                                   "groundedness": "rag.groundedness"}, "answered": 0}
