@@ -9,6 +9,7 @@ from .. import constants as c
 from ..spec import RAGEngineSpec
 from .access import mount_access
 from .engine_env import embedding_file, engine_env, secret_refs
+from .evaluation import mount_evaluation
 from .guardrails import policy_mount, policy_volume
 from .labels import (
     Owner,
@@ -116,6 +117,7 @@ def engine_deployment(owner: Owner, spec: RAGEngineSpec, secrets: dict[str, str]
         pod["spec"]["tolerations"] = [t.model_dump(by_alias=True, exclude_none=True) for t in eng.tolerations]
     apply_pod_options(pod, container, eng)
     mount_access(pod, container, owner, spec)  # spec.access: the access file (and a ServiceAccount for TokenReview)
+    mount_evaluation(pod, container, owner, spec)  # spec.evaluation: the evaluation file and the golden set
     template = stamp_template(pod, pick(secrets, {ref.name for ref in secret_refs(spec, owner).values()}))
     dep_spec: dict[str, Any] = {
         # faiss: Recreate, the index volume is ReadWriteOnce and the engine its single writer.
