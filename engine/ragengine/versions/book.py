@@ -218,11 +218,13 @@ def progress(book: Book, job_id: str, owner: str, done: int, total: int, message
     return replace(book, job=replace(job, done=done, total=total, message=message, lease_until=now + lease_s))
 
 
-def _kept(versions: tuple[Version, ...], keep: int) -> tuple[tuple[Version, ...], list[Version]]:
-    """Retired and rejected versions beyond the newest ``keep`` go (returned for the caller to delete)."""
-    spare = sorted((v for v in versions if v.state in (RETIRED, REJECTED)),
-                   key=lambda v: -(v.activated_at or v.created_at))
-    dropped = spare[max(0, keep):]
+def _kept(versions: tuple[Version, ...], keep: int, keep_rejected: int) -> tuple[tuple[Version, ...], list[Version]]:
+    """Retired versions beyond the newest ``keep`` (the rollback targets, the most recently live first) and
+    rejected ones beyond the newest ``keep_rejected`` go (returned for the caller to delete)."""
+    def newest(state: str) -> list[Version]:
+        return sorted((v for v in versions if v.state == state), key=lambda v: -(v.activated_at or v.created_at))
+
+    dropped = newest(RETIRED)[max(0, keep):] + newest(REJECTED)[max(0, keep_rejected):]
     gone = {v.version for v in dropped}
     return tuple(v for v in versions if v.version not in gone), dropped
 
@@ -239,8 +241,9 @@ def swap(book: Book, job_id: str, owner: str, now: float, keep: int,
     target = book.version(job.version)
     versions = _with_version(book, replace(old, state=RETIRED))
     book = replace(book, live=target.version, versions=versions)
+    # a rejected version is kept until the next re-index ends (an admin may activate it meanwhile)
     versions, dropped = _kept(_with_version(book, replace(target, state=LIVE, activated_at=now,
-                                                          evaluation=evaluation or target.evaluation)), keep)
+                                                          evaluation=evaluation or target.evaluation)), keep, 0)
     message = f"version {target.version} is live" + (f"; {evaluation['message']}" if evaluation else "")
     done = replace(job, state=SUCCEEDED, finished_at=now, done=job.total, owner=None, lease_until=0.0,
                    message=message)
@@ -249,13 +252,13 @@ def swap(book: Book, job_id: str, owner: str, now: float, keep: int,
 
 def reject(book: Book, job_id: str, owner: str, now: float, keep: int,
            evaluation: dict) -> tuple[Book, list[Version]] | None:
-    """The gate failed: the job's target stays, ``rejected``, with the verdict; the live version keeps serving.
-    Retired and rejected versions beyond ``keep`` go. None: the job is not this owner's any more."""
+    """The gate failed: the job's target stays, ``rejected``, with the verdict (an earlier rejected version goes);
+    the live version keeps serving. None: the job is not this owner's any more."""
     job = book.running_job
     if job is None or job.id != job_id or job.owner != owner:
         return None
     target = book.version(job.version)
-    versions, dropped = _kept(_with_version(book, replace(target, state=REJECTED, evaluation=evaluation)), keep)
+    versions, dropped = _kept(_with_version(book, replace(target, state=REJECTED, evaluation=evaluation)), keep, 1)
     done = replace(job, state=JOB_REJECTED, finished_at=now, done=job.total, owner=None, lease_until=0.0,
                    message=evaluation["message"])
     return replace(book, versions=versions, job=done), dropped
