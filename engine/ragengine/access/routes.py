@@ -88,6 +88,8 @@ ROUTES: dict[tuple[str, str], Rule] = {
     # document ACL, and belongs to them: others get the 404 of a missing run (admins see every run).
     ("POST", "/indexes/{index_name}/evaluations"): Rule(W, IndexFrom.path),
     ("GET", "/indexes/{index_name}/evaluations"): Rule(W, IndexFrom.path),
+    ("PUT", "/indexes/{index_name}/evaluations/golden-set"): Rule(W, IndexFrom.path),  # from a source's sync
+    ("GET", "/indexes/{index_name}/evaluations/golden-set"): Rule(W, IndexFrom.path),
     ("GET", "/indexes/{index_name}/evaluations/{evaluation_id}"): Rule(W, IndexFrom.path, owned=True),
     ("GET", "/indexes/{index_name}/evaluations/{evaluation_id}/compare/{other_id}"): Rule(W, IndexFrom.path,
                                                                                       owned=True),

@@ -11,11 +11,20 @@ from fastapi import APIRouter, FastAPI, Query, Request
 from fastapi.responses import JSONResponse
 
 from ragengine.access.enforce import principal_of
+from ragengine.errors import NotFound
+from ragengine.evaluation import golden
 from ragengine.evaluation.config import watch_configured
 from ragengine.evaluation.service import EvaluationService
 from ragengine.evaluation.store import EvaluationStore
 from ragengine.protocol.errors import error_responses
-from ragengine.protocol.evaluations import ComparisonOut, EvaluationList, EvaluationOut, EvaluationRequest
+from ragengine.protocol.evaluations import (
+    ComparisonOut,
+    EvaluationList,
+    EvaluationOut,
+    EvaluationRequest,
+    GoldenSetStored,
+    GoldenSetUpload,
+)
 from ragengine.settings import EngineSettings
 
 router = APIRouter(tags=["evaluations"])
@@ -40,6 +49,29 @@ async def list_runs(index_name: str, request: Request, limit: int = Query(20, ge
     """The index's runs, newest first (a non-admin sees their own)."""
     runs = await _service(request).runs(index_name, principal_of(request), limit)
     return {"data": [r.summary() for r in runs]}
+
+
+@router.put("/indexes/{index_name}/evaluations/golden-set", response_model=GoldenSetStored,
+            responses=error_responses(400, 413))
+async def put_golden_set(index_name: str, body: GoldenSetUpload, request: Request) -> dict:
+    """The golden set of a source file (the operator's source sync hands it over; docs/evaluation.md): checked
+    as a golden set, then kept as the index's, for the engine's evaluation file that names this source."""
+    service = _service(request)
+    questions = golden.parse_jsonl(body.text, service.settings.evaluation_max_questions)
+    await service.store.put_golden_set(index_name, body.source, body.path, body.revision, questions)
+    return {"index": index_name, "source": body.source, "path": body.path, "revision": body.revision,
+            "questions": len(questions)}
+
+
+@router.get("/indexes/{index_name}/evaluations/golden-set", response_model=GoldenSetStored,
+            responses=error_responses(404))
+async def get_golden_set(index_name: str, request: Request) -> dict:
+    """The golden set a source's sync handed over for the index (its origin and size; the sync compares it)."""
+    found = await _service(request).store.golden_set(index_name)
+    if found is None:
+        raise NotFound(f"No golden set was handed over for index '{index_name}'.")
+    source, path, revision, questions, _at = found
+    return {"index": index_name, "source": source, "path": path, "revision": revision, "questions": len(questions)}
 
 
 @router.get("/indexes/{index_name}/evaluations/{evaluation_id}", response_model=EvaluationOut,

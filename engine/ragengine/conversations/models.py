@@ -221,3 +221,17 @@ class EvaluationRow(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(DateTime)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime)
+
+
+class GoldenSetRow(Base):
+    """A golden set handed to the engine by a source sync (``spec.evaluation.goldenSet.source``): the file's
+    questions at the source's revision, for the index it scores (``ragengine.evaluation.config``)."""
+
+    __tablename__ = "eval_golden_sets"
+
+    index_name: Mapped[str] = mapped_column(String(256), primary_key=True)
+    source: Mapped[str] = mapped_column(String(256))
+    path: Mapped[str] = mapped_column(String(1024))
+    revision: Mapped[str | None] = mapped_column(String(256))
+    questions: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)  # {"items": [...]}
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)

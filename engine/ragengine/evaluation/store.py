@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from sqlalchemy import delete, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from ragengine.conversations.models import EvaluationRow, utcnow
+from ragengine.conversations.models import EvaluationRow, GoldenSetRow, utcnow
 from ragengine.errors import NotFound
 
 T = TypeVar("T")
@@ -222,3 +222,22 @@ class EvaluationStore:
 
     async def forget_index(self, index: str) -> None:
         await self._do(lambda s: s.execute(delete(EvaluationRow).where(EvaluationRow.index_name == index)))
+
+    # -- golden sets handed over by source syncs --------------------------------------------------------
+    async def put_golden_set(self, index: str, source: str, path: str, revision: str | None,
+                             questions: list[dict]) -> datetime:
+        def fn(s: Session) -> datetime:
+            row = s.get(GoldenSetRow, index) or GoldenSetRow(index_name=index)
+            row.source, row.path, row.revision, row.questions = source, path, revision, {"items": questions}
+            row.updated_at = utcnow()
+            s.merge(row)
+            return row.updated_at
+        return await self._do(fn)
+
+    async def golden_set(self, index: str) -> tuple[str, str, str | None, list[dict], datetime] | None:
+        """(source, path, revision, questions, updated_at) of the set a sync handed over for ``index``."""
+        def fn(s: Session) -> tuple[str, str, str | None, list[dict], datetime] | None:
+            row = s.get(GoldenSetRow, index)
+            return None if row is None else (row.source, row.path, row.revision,
+                                             list((row.questions or {}).get("items", [])), row.updated_at)
+        return await self._do(fn)

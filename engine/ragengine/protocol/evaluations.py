@@ -101,3 +101,22 @@ class ComparisonOut(BaseModel):
     unchanged: int
     only_in_base: list[str]
     only_in_other: list[str]
+
+
+class GoldenSetUpload(BaseModel):
+    """A golden set file handed over by a source's sync (``spec.evaluation.goldenSet.source``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    source: str = Field(..., min_length=1, max_length=256, description="The spec.sources entry it comes from.")
+    path: str = Field(..., min_length=1, max_length=1024, description="The file's path in the source.")
+    revision: str | None = Field(None, max_length=256)
+    text: str = Field(..., max_length=16 * 1024 * 1024, description="The file: JSON Lines.")
+
+
+class GoldenSetStored(BaseModel):
+    index: str
+    source: str
+    path: str
+    revision: str | None = None
+    questions: int

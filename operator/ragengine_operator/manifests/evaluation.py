@@ -20,8 +20,12 @@ def evaluation_file(spec: RAGEngineSpec) -> dict[str, Any]:
     """What ``ragengine.evaluation.config.EvaluationFile`` reads."""
     ev = spec.evaluation
     assert ev is not None
-    out: dict[str, Any] = {"index": spec.evaluation_index, "topK": ev.top_k,
-                           "goldenSetFile": f"{c.ENGINE_GOLDEN_DIR}/{c.ENGINE_GOLDEN_FILE}"}
+    out: dict[str, Any] = {"index": spec.evaluation_index, "topK": ev.top_k}
+    source = ev.golden_set.source
+    if source is not None:  # the source's sync hands the file to the engine (sources/sync.py)
+        out["goldenSetSource"] = {"name": source.name, "path": source.path}
+    else:
+        out["goldenSetFile"] = f"{c.ENGINE_GOLDEN_DIR}/{c.ENGINE_GOLDEN_FILE}"
     if ev.schedule is not None:
         out["schedule"] = ev.schedule
     if ev.gate is not None:

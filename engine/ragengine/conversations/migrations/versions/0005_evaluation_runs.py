@@ -1,4 +1,5 @@
-"""Evaluation runs (``ragengine.evaluation``): one row per run of an index version on a golden set.
+"""Evaluation runs (``ragengine.evaluation``): one row per run of an index version on a golden set; and the
+golden sets source syncs hand to the engine (one per index).
 
 Revision ID: 0005
 Revises: 0004
@@ -41,7 +42,17 @@ def upgrade() -> None:
     op.create_index("ix_eval_runs_status", "eval_runs", ["status"])
     op.create_index("ix_eval_runs_owner", "eval_runs", ["owner"])
     op.create_index("ix_eval_runs_fingerprint", "eval_runs", ["fingerprint"])
+    op.create_table(
+        "eval_golden_sets",
+        sa.Column("index_name", sa.String(256), primary_key=True),
+        sa.Column("source", sa.String(256), nullable=False),
+        sa.Column("path", sa.String(1024), nullable=False),
+        sa.Column("revision", sa.String(256), nullable=True),
+        sa.Column("questions", sa.JSON(), nullable=False),
+        sa.Column("updated_at", sa.DateTime(), nullable=False),
+    )
 
 
 def downgrade() -> None:
+    op.drop_table("eval_golden_sets")
     op.drop_table("eval_runs")
