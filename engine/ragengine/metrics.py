@@ -202,6 +202,15 @@ def route_template(scope: dict) -> str:
     return "<unmatched>"
 
 
+_SERVING = [0]  # requests being served now, probes, scrapes and evaluation routes apart (serving_in_flight)
+_NOT_SERVING = ("/health", "/ready", "/metrics")
+
+
+def serving_in_flight() -> int:
+    """Client requests this process is serving now: an evaluation yields to them (ragengine.evaluation.runner)."""
+    return _SERVING[0]
+
+
 class MetricsMiddleware:
     """Counts every HTTP request by method, route template and status; times it to the first byte."""
 
@@ -221,10 +230,14 @@ class MetricsMiddleware:
                 HTTP_SECONDS.labels(scope["method"], route_template(scope)).observe(time.perf_counter() - start)
             await send(message)
 
+        path = scope.get("path") or ""
+        serving = 0 if path in _NOT_SERVING or "/evaluations" in path else 1
         HTTP_IN_FLIGHT.inc()
+        _SERVING[0] += serving
         try:
             await self.app(scope, receive, _send)
         finally:
+            _SERVING[0] -= serving
             HTTP_IN_FLIGHT.dec()
             HTTP_REQUESTS.labels(scope["method"], route_template(scope), str(status["code"])).inc()
 

@@ -99,3 +99,20 @@ def test_status_condition_and_events_from_health():
                          + " (mrr@5 0.6875, live version 1.0000, minimum 0.5, maxRegression 0.02)")]
     # Once reported, neither is reported again.
     assert events(spec, status, status, HEALTH, {"kb": 2}) == []
+
+
+def test_a_golden_set_from_a_source_is_named_in_the_evaluation_file_and_the_sync_request():
+    from ragengine_operator.sources.runner import Target
+
+    body = {"sources": [{"name": "docs", "index": "handbook", "git": {"url": "https://git.example.com/d.git"}},
+                        {"name": "faq", "index": "faq", "git": {"url": "https://git.example.com/f.git"}}],
+            "evaluation": {"goldenSet": {"source": {"name": "docs", "path": "eval/golden.jsonl"}}, "topK": 10}}
+    spec = RAGEngineSpec.model_validate(body)
+    parsed = EvaluationFile.model_validate(json.loads(engine_evaluation_configmap(OWNER, spec)["data"][
+        c.ENGINE_EVALUATION_FILE]))
+    assert parsed.index == "handbook" and parsed.golden_set_file is None
+    assert parsed.golden_set_source is not None and parsed.golden_set_source.path == "eval/golden.jsonl"
+    pod = engine_deployment(OWNER, spec)["spec"]["template"]["spec"]
+    assert "golden-set" not in {v["name"] for v in pod["volumes"]}  # nothing to mount: the sync hands it over
+    target = Target.from_body("team-a", "docs", "uid-1", body, {})
+    assert target is not None and target.golden_set == ("docs", "eval/golden.jsonl")

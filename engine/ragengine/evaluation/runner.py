@@ -2,22 +2,34 @@
 (``registry.retrieve`` with the same arguments, the caller's document ACL included), against the one version
 the run names, whatever goes live meanwhile.
 
-Questions are asked one at a time: the embedding and the search run in worker threads, so serving requests
-interleave with a run instead of queueing behind a batch of 200 (docs/evaluation.md has the p99 during a
-run). ``min_score`` drops results below it, as the chat's ``similarity_threshold`` drops context.
+Questions are asked one at a time, and each waits (``YIELD_MAX_S`` at most, so a run always ends) until no
+client request is being served: the embedding model uses every core for one text, so a run's question beside
+a serving query would slow it down; this way a run fills the gaps between requests (docs/evaluation.md has the
+p99 during a run). ``min_score`` drops results below it, as the chat's ``similarity_threshold`` drops context.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from ragengine import metrics as prom
 from ragengine.access.acl import Acl, acl_allows
 from ragengine.evaluation import metrics as m
 from ragengine.evaluation.answers import AnswerScorer
 
 MAX_SHOWN_MISSING = 50
+YIELD_MAX_S = 0.25  # the longest a question waits for a gap in serving traffic
+YIELD_POLL_S = 0.002
+
+
+async def yield_to_serving() -> None:
+    """Wait (bounded) until no client request is in flight."""
+    deadline = time.monotonic() + YIELD_MAX_S
+    while prom.serving_in_flight() and time.monotonic() < deadline:
+        await asyncio.sleep(YIELD_POLL_S)
 
 
 async def retrieve(registry: Any, index: str, version: int, question: str, settings: dict,
@@ -39,6 +51,7 @@ async def score(registry: Any, index: str, version: int, questions: list[dict], 
     k = settings["top_k"]
     items, scores = [], []
     for done, q in enumerate(questions, start=1):
+        await yield_to_serving()
         nodes = await retrieve(registry, index, version, q["question"], settings, acl)
         ranked = [n.doc_id for n in nodes]
         one = m.score_question(ranked, q["relevant_doc_ids"], k)
@@ -49,7 +62,6 @@ async def score(registry: Any, index: str, version: int, questions: list[dict], 
             item["answer"] = await answers.add(q, [(n.text, n.score) for n in nodes])
         items.append(item)
         await progress(done)
-        await asyncio.sleep(0)  # a run never holds the loop between two questions
     missing = await missing_documents(registry, index, version, questions, acl)
     results = {"items": items, "missing": missing}
     if answers is not None:
