@@ -202,13 +202,18 @@ def route_template(scope: dict) -> str:
     return "<unmatched>"
 
 
-_SERVING = [0]  # requests being served now, probes, scrapes and evaluation routes apart (serving_in_flight)
-_NOT_SERVING = ("/health", "/ready", "/metrics")
+_SERVING = [0]  # POSTs being served now (retrievals, answers, writes), evaluation routes apart (serving_in_flight)
+_SERVED_AT = [0.0]  # when the last of them ended (time.monotonic)
 
 
 def serving_in_flight() -> int:
     """Client requests this process is serving now: an evaluation yields to them (ragengine.evaluation.runner)."""
     return _SERVING[0]
+
+
+def serving_quiet_for() -> float:
+    """Seconds since the last client request ended (0 while one is in flight)."""
+    return 0.0 if _SERVING[0] else time.monotonic() - _SERVED_AT[0]
 
 
 class MetricsMiddleware:
@@ -231,13 +236,16 @@ class MetricsMiddleware:
             await send(message)
 
         path = scope.get("path") or ""
-        serving = 0 if path in _NOT_SERVING or "/evaluations" in path else 1
+        # The work an evaluation must not slow down: POSTs (reads of status and listings are cheap)
+        serving = 1 if scope["method"] == "POST" and "/evaluations" not in path else 0
         HTTP_IN_FLIGHT.inc()
         _SERVING[0] += serving
         try:
             await self.app(scope, receive, _send)
         finally:
             _SERVING[0] -= serving
+            if serving:
+                _SERVED_AT[0] = time.monotonic()
             HTTP_IN_FLIGHT.dec()
             HTTP_REQUESTS.labels(scope["method"], route_template(scope), str(status["code"])).inc()
 

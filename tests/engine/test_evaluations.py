@@ -127,6 +127,8 @@ def test_bad_sets_are_refused_and_store_nothing(make_server):
             ({"questions": QUESTIONS[:1], "version": 7}, 404, "no version 7"),
             ({"questions": QUESTIONS[:1], "top_k": 301}, 400, "top_k must be between 1 and 300"),
             ({"questions": [{"id": "x", "question": "q", "relevant_doc_ids": []}]}, 422, "relevant_doc_ids"),
+            ({"questions": [{"id": "x", "question": "  ", "relevant_doc_ids": ["a"]}]}, 400, "'x' is blank"),
+            ({"questions": QUESTIONS[:1], "filters": {"type": "near", "key": "a", "value": 1}}, 400, "near"),
         ]
         for body, status, words in cases:
             got = _run(base, body, status=status)

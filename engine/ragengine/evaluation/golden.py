@@ -28,6 +28,9 @@ def check(questions: list[GoldenQuestion], max_questions: int, param: str = "que
     if len(questions) > max_questions:
         raise PayloadTooLarge(f"The golden set has {len(questions)} questions; at most {max_questions} are "
                               "scored in one run (evaluation_max_questions): split it.")
+    blank = [q.id for q in questions if not q.question.strip()]
+    if blank:
+        raise BadRequest(f"Question {blank[0]!r} is blank: every question needs words.", param=param)
     repeated = sorted(i for i, n in Counter(q.id for q in questions).items() if n > 1)
     if repeated:
         shown = ", ".join(repr(i) for i in repeated[:5])

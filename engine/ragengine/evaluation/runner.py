@@ -2,10 +2,11 @@
 (``registry.retrieve`` with the same arguments, the caller's document ACL included), against the one version
 the run names, whatever goes live meanwhile.
 
-Questions are asked one at a time, and each waits (``YIELD_MAX_S`` at most, so a run always ends) until no
-client request is being served: the embedding model uses every core for one text, so a run's question beside
-a serving query would slow it down; this way a run fills the gaps between requests (docs/evaluation.md has the
-p99 during a run). ``min_score`` drops results below it, as the chat's ``similarity_threshold`` drops context.
+Questions are asked one at a time, at full speed while no client request came for ``QUIET_S``; under client
+traffic a run slows down to one question per ``BUSY_GAP_S``, each started between two requests (waiting
+``YIELD_MAX_S`` at most for a gap, so a run always ends): the embedding model uses every core for one text, so
+a run's question beside a serving query would delay it (docs/evaluation.md has /retrieve's latency during a
+run). ``min_score`` drops results below it, as the chat's ``similarity_threshold`` drops context.
 """
 
 from __future__ import annotations
@@ -21,12 +22,17 @@ from ragengine.evaluation import metrics as m
 from ragengine.evaluation.answers import AnswerScorer
 
 MAX_SHOWN_MISSING = 50
-YIELD_MAX_S = 0.25  # the longest a question waits for a gap in serving traffic
+QUIET_S = 0.2  # no client request for this long: the engine is idle, a run goes at full speed
+BUSY_GAP_S = 1.0  # under client traffic, at most one question per this long
+YIELD_MAX_S = 0.25  # the longest a question waits for a gap between two client requests
 YIELD_POLL_S = 0.002
 
 
-async def yield_to_serving() -> None:
-    """Wait (bounded) until no client request is in flight."""
+async def yield_to_serving(last_question_at: float) -> None:
+    """Full speed when the engine is idle; else wait for the next slot, then (bounded) for a gap in traffic."""
+    if prom.serving_quiet_for() >= QUIET_S:
+        return
+    await asyncio.sleep(max(0.0, last_question_at + BUSY_GAP_S - time.monotonic()))
     deadline = time.monotonic() + YIELD_MAX_S
     while prom.serving_in_flight() and time.monotonic() < deadline:
         await asyncio.sleep(YIELD_POLL_S)
@@ -50,8 +56,10 @@ async def score(registry: Any, index: str, version: int, questions: list[dict], 
     """(metrics, results) of ``version`` on ``questions``; ``progress(done)`` after each question."""
     k = settings["top_k"]
     items, scores = [], []
+    asked_at = 0.0
     for done, q in enumerate(questions, start=1):
-        await yield_to_serving()
+        await yield_to_serving(asked_at)
+        asked_at = time.monotonic()
         nodes = await retrieve(registry, index, version, q["question"], settings, acl)
         ranked = [n.doc_id for n in nodes]
         one = m.score_question(ranked, q["relevant_doc_ids"], k)

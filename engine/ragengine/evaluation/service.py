@@ -32,6 +32,7 @@ from ragengine.evaluation import golden, runner
 from ragengine.evaluation import metrics as m
 from ragengine.evaluation.answers import AnswerScorer
 from ragengine.evaluation.store import FAILED, SUCCEEDED, EvaluationStore, Run
+from ragengine.index.documents import retrieval_request
 from ragengine.protocol.evaluations import EvaluationRequest, GateRequest, RetrievalSettings
 
 log = logging.getLogger(__name__)
@@ -112,6 +113,9 @@ class EvaluationService:
     def _settings(self, body: RetrievalSettings) -> dict:
         if body.top_k > self.settings.max_top_k:
             raise BadRequest(f"top_k must be between 1 and {self.settings.max_top_k}.", param="top_k")
+        # /retrieve's own checks of the filters, now: a bad filter is a 400 here, not a failed run later
+        retrieval_request("check", body.top_k, filters=body.filters, metadata_filter=body.metadata_filter,
+                          max_chunks_per_document=body.max_chunks_per_document, max_top_k=self.settings.max_top_k)
         return golden.retrieval_settings(body)
 
     async def _submit(self, index: str, version: int | None, questions: list[dict], settings: dict,
@@ -264,6 +268,9 @@ class EvaluationService:
         """The verdict on the version ``job`` built (called by the versions layer before its swap)."""
         spec = job.gate
         if spec.get("configured"):
+            if self.configured is None:
+                raise RuntimeError("this re-index has the engine's configured gate, but the engine has no evaluation "
+                                   f"file in force now ({self.configured_error or 'none is set'})")
             questions, settings, owner, acl = self.configured.golden_set(index)
         else:
             ref = await self.store.get(spec["evaluation_id"], index)
