@@ -263,3 +263,16 @@ def test_answer_metrics_with_a_judge_and_without_an_llm(make_server):
         assert run["answer_metrics"] == {"status": "unavailable", "reason": "no LLM is configured (RAGENGINE_LLM_URL)",
                                          "judge": {"model": None, "prompt_version": "ragengine-judge/1",
                                                    "groundedness": "rag.groundedness"}, "answered": 0}
+
+
+def test_runs_in_a_postgresql_sessions_database(make_server, pgvector_url):
+    """The same runs with the sessions' database on PostgreSQL (what replicas share)."""
+    with make_server(database_url=pgvector_url) as (base, _app):
+        _index(base)
+        first = _run(base, {"questions": QUESTIONS, "top_k": 3})
+        second = _run(base, {"questions": QUESTIONS[:2], "top_k": 3})
+        assert first["metrics"]["mrr@3"] == 0.75 and second["metrics"]["mrr@3"] == 1.0
+        listed = httpx.get(f"{base}/indexes/kb/evaluations").json()["data"]
+        assert [r["id"] for r in listed][:2] == [second["id"], first["id"]]
+        cmp = httpx.get(f"{base}/indexes/kb/evaluations/{first['id']}/compare/{second['id']}").json()
+        assert cmp["only_in_base"] == ["q3", "q4"] and cmp["unchanged"] == 2
