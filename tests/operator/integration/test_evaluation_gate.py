@@ -5,8 +5,9 @@ containers; this test plays the kubelet, copying the rendered ConfigMaps into th
 The scheduled run's scores reach status.evaluation; editing spec.embedding to a worse model (wordllama, which
 the keyword-stuffed decoys of ``tests.support.golden`` fool more often) builds version 2, which the gate
 rejects: the live version keeps serving, Reindexing says Rejected with both scores, an Event names the metric,
-the scores and the threshold. Editing it back to the better model builds version 3, which passes and swaps.
-The engine's /metrics carries the scores.
+the scores and the threshold. An admin makes the rejected version live anyway (the API's activate); editing
+spec.embedding back to the better model then builds version 3, which passes the gate and swaps. The engine's
+/metrics carries the scores.
 """
 
 from __future__ import annotations
@@ -133,12 +134,20 @@ def test_spec_evaluation_scores_on_schedule_and_gates_reindexes_from_the_cr(kube
         hits = httpx.post(f"{base}/retrieve", json={"index_name": INDEX, "query": "honey", "max_node_count": 1})
         assert hits.headers["x-index-version"] == "1" and hits.headers["x-embedding-model"] == MINILM
 
+        # The admin's word goes: the rejected version made live by hand, as the spec asks.
+        assert httpx.post(f"{base}/indexes/{INDEX}/versions/2/activate", timeout=60).status_code == 202
+        wait_for(lambda: _status(kube, ns).get("indexes", [{}])[0].get("version") == 2, 120,
+                 "version 2 live in status.indexes")
         kube.patch_rag(ns, NAME, {"spec": {"embedding": {"model": MINILM}}})
         wait_for(lambda: _status(kube, ns).get("indexes", [{}])[0].get("version") == 3, 300,
                  "version 3 live in status.indexes")
         versions = httpx.get(f"{base}/indexes/{INDEX}/versions", timeout=30).json()
         live = {v["version"]: v for v in versions["versions"]}[3]
         assert live["evaluation"]["passed"] is True and live["evaluation"]["candidate"] == pytest.approx(good)
+        assert live["evaluation"]["baseline"] < good - 0.05  # the worse version 2 it replaced
+        wait_for(lambda: (x := kube.condition(ns, NAME, c.REINDEXING)) and x["reason"] == "Current", 60,
+                 "Reindexing=False, Current")
+        assert "rejectedVersion" not in _status(kube, ns)["indexes"][0]
         text = httpx.get(f"{base}/metrics", timeout=30).text
         assert f'ragengine_evaluation_score{{index="{INDEX}",metric="mrr@5",version="3"}}' in text
     finally:
