@@ -72,6 +72,17 @@ def _run(row: EvaluationRow) -> Run:
                row.metrics, row.results, row.error, row.created_at, row.started_at, row.finished_at)
 
 
+# The columns of a listing: everything but the set, the settings and the results (the large ones).
+_SMALL = (EvaluationRow.id, EvaluationRow.index_name, EvaluationRow.version, EvaluationRow.status,
+          EvaluationRow.trigger, EvaluationRow.owner, EvaluationRow.done, EvaluationRow.total, EvaluationRow.metrics,
+          EvaluationRow.error, EvaluationRow.created_at, EvaluationRow.started_at, EvaluationRow.finished_at)
+
+
+def _light(r: Any) -> Run:
+    return Run(r.id, r.index_name, r.version, r.status, r.trigger, r.owner, None, "", {}, [], r.done or 0,
+               r.total or 0, r.metrics, None, r.error, r.created_at, r.started_at, r.finished_at)
+
+
 def missing(run_id: str) -> NotFound:
     return NotFound(f"No such evaluation: '{run_id}'.", param="evaluation_id")
 
@@ -127,11 +138,12 @@ class EvaluationStore:
         return await self._do(fn)
 
     async def runs(self, index: str, owner: str | None, limit: int) -> list[Run]:
+        """The index's runs, newest first, without their questions and results (a listing)."""
         def fn(s: Session) -> list[Run]:
-            q = select(EvaluationRow).where(EvaluationRow.index_name == index)
+            q = select(*_SMALL).where(EvaluationRow.index_name == index)
             if owner is not None:
                 q = q.where(EvaluationRow.owner == owner)
-            return [_run(r) for r in s.scalars(q.order_by(EvaluationRow.created_at.desc()).limit(limit))]
+            return [_light(r) for r in s.execute(q.order_by(EvaluationRow.created_at.desc()).limit(limit))]
         return await self._do(fn)
 
     async def claim(self, run_id: str, runner: str) -> bool:
@@ -208,15 +220,16 @@ class EvaluationStore:
         return await self._do(fn)
 
     async def latest(self, limit_per_index: int = 2) -> dict[str, list[Run]]:
-        """Per index, its newest finished successful runs (newest first): /health and the gauges."""
+        """Per index, its newest finished successful runs (newest first), without their questions and results
+        (read every 30 s for /health and the gauges: the small columns only)."""
         def fn(s: Session) -> dict[str, list[Run]]:
-            rows = s.scalars(select(EvaluationRow).where(EvaluationRow.status == SUCCEEDED)
+            rows = s.execute(select(*_SMALL).where(EvaluationRow.status == SUCCEEDED)
                              .order_by(EvaluationRow.index_name, EvaluationRow.finished_at.desc())).all()
             out: dict[str, list[Run]] = {}
-            for row in rows:
-                runs = out.setdefault(row.index_name, [])
+            for r in rows:
+                runs = out.setdefault(r.index_name, [])
                 if len(runs) < limit_per_index:
-                    runs.append(_run(row))
+                    runs.append(_light(r))
             return out
         return await self._do(fn)
 
