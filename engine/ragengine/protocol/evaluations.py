@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-MAX_QUESTION_CHARS = 4000
+MAX_QUESTION_CHARS = 20_000  # long questions (role-play scenarios: banking-knowledge has 7,368 characters)
 MAX_RELEVANT = 100
 MAX_ID_CHARS = 256
 MAX_REFERENCE_CHARS = 8000
