@@ -27,6 +27,7 @@ BENCHES = {
     "failure_report": "bench_failure_report.py",
     "stores": "bench_stores.py",
     "versions": "bench_versions.py",
+    "evaluation": "bench_evaluation.py",
     "sources": "bench_sources.py",
     "responsiveness": "bench_responsiveness.py",
     "openai": "bench_openai.py",

@@ -16,6 +16,7 @@ from ragengine.access.source import AccessSource, KubernetesAPI
 from ragengine.api import chat as chat_api
 from ragengine.api import console as console_api
 from ragengine.api import conversations as conversations_api
+from ragengine.api import evaluations as evaluations_api
 from ragengine.api import indexes as indexes_api
 from ragengine.api import mcp as mcp_api
 from ragengine.api import names as names_api
@@ -72,6 +73,7 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
     app.include_router(ops_api.router)
     app.include_router(indexes_api.router)
     app.include_router(versions_api.router)
+    app.include_router(evaluations_api.router)
     app.include_router(chat_api.router)
     app.include_router(conversations_api.router)
     app.include_router(vector_stores_api.router)

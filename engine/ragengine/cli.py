@@ -1,6 +1,6 @@
 """The ``ragengine`` command: ``serve`` runs the engine, ``index`` sends a folder of files to one, ``migrate``
 moves FAISS indexes into an external store, ``export`` / ``import`` copy indexes as portable files (the
-backup CronJob runs ``ragengine export --all --dir``)."""
+backup CronJob runs ``ragengine export --all --dir``), ``eval`` scores an index on a golden set."""
 
 from __future__ import annotations
 
@@ -410,6 +410,14 @@ def import_cmd(file: Path, url: str, api_key: str | None, index_name: str | None
     out = resp.json()
     click.echo(f"{out['index']}: {out['documents']} documents, {out['chunks']} chunks imported (vectors {out['vectors']})")
 
+
+def _add_commands() -> None:
+    from ragengine.evaluation.cli import eval_command
+
+    main.add_command(eval_command)
+
+
+_add_commands()
 
 if __name__ == "__main__":
     main()

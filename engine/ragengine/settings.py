@@ -121,6 +121,19 @@ class EngineSettings(BaseSettings):
         "for every replica to have loaded the new model (so none embeds a query on a cold model); then it swaps "
         "anyway."
     )
+    evaluation_file: Path | None = Field(
+        None, description="The evaluation settings (JSON: index, golden set file, top_k, schedule, gate), re-read when "
+        "they change: the operator renders it from spec.evaluation. docs/evaluation.md."
+    )
+    evaluation_max_questions: int = Field(1000, ge=1, le=100_000, description="Questions one evaluation run scores.")
+    evaluation_concurrent_runs: int = Field(
+        2, ge=1, le=64, description="Evaluation runs one replica scores at once (the others wait, queued)."
+    )
+    evaluation_runs_kept: int = Field(200, ge=1, le=100_000, description="Evaluation runs kept per index (the newest).")
+    evaluation_reuse_s: float = Field(
+        3600.0, ge=0, description="A gate scores the live version again unless a run of it on the same set and "
+        "settings finished within this many seconds."
+    )
     embedding_cache_dir: Path | None = Field(None, description="Where hub models are cached (a volume in a cluster).")
     embedding_batch_size: int = Field(64, ge=1, le=4096, description="Texts per embedding forward pass / HTTP call.")
     device: str = Field("auto", description="'auto', 'cpu' or 'cuda' for embeddings and FAISS.")

@@ -49,6 +49,7 @@ from .manifests.engine_env import embedding_generation, generated_key_refs, targ
 from .manifests.guardrails import default_policy
 from .manifests.labels import Owner, secret_digest
 from .manifests.status_key import status_key
+from .reconcile.evaluation import events as evaluation_events
 from .reconcile.plan import OPTIONAL_APIS, generated_key_secret, name_conflict, plan, referenced_secrets
 from .reconcile.policy import POLICY_VIOLATION, Policy, refusals
 from .reconcile.schedule import next_due
@@ -60,7 +61,7 @@ log = logging.getLogger(__name__)
 CLUSTER_SCOPED = frozenset({"ClusterRoleBinding"})  # what the plan may delete outside the RAGEngine's namespace
 STATUS_KEYS = ("observedGeneration", "conditions", "endpoint", "inferenceUrl", "model", "inferenceReplicas",
                "inferenceSelector", "dataVolumeSize", "modelCacheVolumeSize", "apiKeySecretRef", "indexes",
-               "embeddingTarget")
+               "embeddingTarget", "evaluation")
 
 
 def spec_error(exc: ValidationError) -> str:
@@ -357,6 +358,7 @@ class Controller:
                            probe_engine=self.settings.probe_engine_readiness, egress=probe_egress(self.settings))
         observed.sources = current.get("sources")
         observed.previous_indexes, observed.previous_embedding = current.get("indexes"), current.get("embeddingTarget")
+        observed.previous_evaluation = current.get("evaluation")
         if spec is not None and self.settings.probe_engine_indexes and (advance or asks_engine(spec, current)):
             observed.engine_health, observed.engine_health_error = engine_health(self.engine_url(owner), status_key(owner))
         status, changes = compute_status(owner, spec, generation, observed, current.get("conditions") or [], now(), error)
@@ -369,6 +371,11 @@ class Controller:
                 return  # deleted since we read it: nothing to report on
             raise
         metrics.STATUS_WRITES.inc()
+        if self.settings.post_events and spec is not None:
+            rejected_before = {i.get("name"): i.get("rejectedVersion") for i in current.get("indexes") or []}
+            for kind, reason, message in evaluation_events(spec, current, status, observed.engine_health,
+                                                           rejected_before):
+                post(body, kind, reason, message)
         if self.settings.post_events:
             # Ready and Degraded carry the story (kubectl describe); the component conditions'
             # transitions are in status and would triple the Event writes at scale.
@@ -381,7 +388,8 @@ def asks_engine(spec: RAGEngineSpec, status: dict[str, Any]) -> bool:
     """Whether a status update from a child's event asks the engine how its indexes stand: while a change of
     model is pending or re-indexing (a reconcile, on a spec change or the resync period, always asks)."""
     cond = next((x for x in status.get("conditions") or [] if x.get("type") == c.REINDEXING), None)
-    return cond is None or cond.get("status") != "False" or status.get("embeddingTarget") != target_digest(spec)
+    return (cond is None or cond.get("status") != "False" or status.get("embeddingTarget") != target_digest(spec)
+            or spec.evaluation is not None)  # scheduled runs and gated re-indexes report through /health
 
 
 def post_event(body: dict, cond: dict[str, Any]) -> None:

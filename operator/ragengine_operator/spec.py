@@ -16,6 +16,7 @@ from pydantic import AfterValidator, Field, WithJsonSchema, model_validator
 from . import vllm_cli
 from .sources.spec import Source, unique_names
 from .spec_access import AccessSpec
+from .spec_evaluation import EvaluationSpec
 from .spec_network import EngineNetworkPolicySpec, NetworkPolicyPeer
 from .spec_types import LabelMap, Name, SpecModel, Url
 
@@ -626,6 +627,9 @@ class RAGEngineSpec(SpecModel):
     guardrails: GuardrailsSpec = Field(default_factory=GuardrailsSpec, json_schema_extra={"default": {}})
     mcp: MCPSpec = Field(default_factory=MCPSpec, json_schema_extra={"default": {}})
     console: ConsoleSpec = Field(default_factory=ConsoleSpec, json_schema_extra={"default": {}})
+    evaluation: EvaluationSpec | None = Field(
+        None, description="Score an index on a golden set on a schedule and before every re-index swaps "
+        "(docs/evaluation.md); unset: none.")
     sources: Annotated[list[Source], AfterValidator(unique_names)] = Field(
         default_factory=list, max_length=32,
         description="Documents the indexes hold, synced by the operator from ConfigMaps, git repositories or "
@@ -636,6 +640,29 @@ class RAGEngineSpec(SpecModel):
     @property
     def runs_vllm(self) -> bool:
         return self.inference is not None and self.inference.model is not None
+
+    @property
+    def evaluation_index(self) -> str | None:
+        """The index spec.evaluation scores (its own, else its golden set's source's)."""
+        ev = self.evaluation
+        if ev is None:
+            return None
+        if ev.index is not None:
+            return ev.index
+        source = next((s for s in self.sources if ev.golden_set.source and s.name == ev.golden_set.source.name), None)
+        return source.index_name if source is not None else None
+
+    @model_validator(mode="after")
+    def _evaluation_source(self) -> RAGEngineSpec:
+        ref = self.evaluation.golden_set.source if self.evaluation is not None else None
+        if ref is not None:
+            found = next((s for s in self.sources if s.name == ref.name), None)
+            if found is None:
+                raise ValueError(f"evaluation.goldenSet.source names {ref.name!r}, which is not a spec.sources entry")
+            if found.config_map is not None:
+                raise ValueError("evaluation.goldenSet.source must be a git or http source (for a ConfigMap, use "
+                                 "goldenSet.configMapRef)")
+        return self
 
     @model_validator(mode="after")
     def _single_writer(self) -> RAGEngineSpec:

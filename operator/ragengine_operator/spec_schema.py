@@ -12,6 +12,8 @@ import copy
 from functools import cache
 from typing import Any
 
+from pydantic import BaseModel
+
 DROP = {"title", "examples", "$defs"}
 
 
@@ -52,7 +54,7 @@ def structural(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def model_schema(model: type) -> dict[str, Any]:
+def model_schema(model: type[BaseModel]) -> dict[str, Any]:
     raw = model.model_json_schema(by_alias=True, mode="validation")
     return structural(raw, raw.get("$defs", {}))
 

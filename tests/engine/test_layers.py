@@ -35,6 +35,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ragengine.rag",),
     ("ragengine.guardrails",),  # the output policy and the screening the answers pass through
     ("ragengine.chat", "ragengine.conversations"),
+    ("ragengine.evaluation",),  # golden sets scored on index versions (the runs live in the sessions' database)
     ("ragengine.vectorstores",),  # OpenAI's vector stores: indexes + the uploads and catalog in the session store
     ("ragengine.mcp",),  # the MCP server's tools and resources: indexes, access, the vector stores' descriptions
     ("ragengine.responses",),  # OpenAI's Responses: vector store search + chat's budget + the LLM

@@ -162,6 +162,7 @@ def test_plan_modes():
     assert {(r.kind, r.name) for r in p.delete if not r.optional} == {
         ("PodDisruptionBudget", "docs-engine"), ("HorizontalPodAutoscaler", "docs-engine"),
         ("HorizontalPodAutoscaler", "docs-inference"), ("CronJob", "docs-backup"), ("ConfigMap", "docs-guardrails"),
+        ("ConfigMap", "docs-evaluation"),
         *NO_ACCESS}
     # add-ons' kinds (KEDA, the Prometheus operator): deleted where the cluster serves them
     assert {(r.kind, r.name) for r in p.delete if r.optional} == {("ScaledObject", "docs-inference")} | {
@@ -169,8 +170,8 @@ def test_plan_modes():
     url = plan(OWNER, RAGEngineSpec.model_validate({"inference": {"url": "http://x/v1"}}))
     assert url.names() == ["PersistentVolumeClaim/docs-data", "ConfigMap/docs-embedding", "Deployment/docs-engine",
                            "Service/docs", "NetworkPolicy/docs-engine"]
-    assert {r.name for r in url.delete} == {"docs-inference", "docs-engine", "docs-backup", "docs-guardrails"} | {
-        name for _, name in NO_ACCESS}
+    assert {r.name for r in url.delete} == {"docs-inference", "docs-engine", "docs-backup", "docs-guardrails",
+                                            "docs-evaluation"} | {name for _, name in NO_ACCESS}
     assert ("NetworkPolicy", "docs-inference") in {(r.kind, r.name) for r in url.delete}
 
 

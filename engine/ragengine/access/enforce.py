@@ -166,6 +166,11 @@ async def _owned(request: Request, principal: Principal) -> Decision | None:
         exists, owner = await store.file_owner(params["file_id"])
         if (not exists and not admin) or (exists and not owns(principal, owner)):
             return Decision(False, 404, "not_owner", f"No such file: '{params['file_id']}'.")
+    for key in ("evaluation_id", "other_id"):  # evaluation runs (ragengine.evaluation)
+        if key in params:
+            exists, owner = await request.app.state.evaluations.store.owner_of(params[key])
+            if (not exists and not admin) or (exists and not owns(principal, owner)):
+                return Decision(False, 404, "not_owner", f"No such evaluation: '{params[key]}'.")
     return None
 
 

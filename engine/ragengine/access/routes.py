@@ -104,6 +104,15 @@ ROUTES: dict[tuple[str, str], Rule] = {
     ("DELETE", "/indexes/{index_name}/versions/{version}"): Rule(A, IndexFrom.path),
     ("GET", "/indexes/{index_name}/export"): Rule(A, IndexFrom.path),
     ("POST", "/indexes/{index_name}/import"): Rule(W, IndexFrom.path, creates=True),
+    # evaluations: quality control of an index, like a re-index (write). A run runs as its creator, with their
+    # document ACL, and belongs to them: others get the 404 of a missing run (admins see every run).
+    ("POST", "/indexes/{index_name}/evaluations"): Rule(W, IndexFrom.path),
+    ("GET", "/indexes/{index_name}/evaluations"): Rule(W, IndexFrom.path, database=True),
+    ("PUT", "/indexes/{index_name}/evaluations/golden-set"): Rule(W, IndexFrom.path),  # from a source's sync
+    ("GET", "/indexes/{index_name}/evaluations/golden-set"): Rule(W, IndexFrom.path, database=True),
+    ("GET", "/indexes/{index_name}/evaluations/{evaluation_id}"): Rule(W, IndexFrom.path, owned=True),
+    ("GET", "/indexes/{index_name}/evaluations/{evaluation_id}/compare/{other_id}"): Rule(W, IndexFrom.path,
+                                                                                      owned=True),
     # OpenAI-compatible
     ("POST", "/v1/chat/completions"): Rule(R, IndexFrom.chat, llm=True, query=True),
     ("GET", "/v1/models"): Rule(R, IndexFrom.list),

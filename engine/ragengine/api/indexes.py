@@ -128,6 +128,9 @@ async def delete_documents(index_name: str, body: DeleteDocumentsRequest, reques
 @router.delete("/indexes/{index_name}", response_model=MessageResponse, responses=error_responses(400, 404, 500))
 async def delete_index(index_name: str, request: Request) -> dict:
     await _registry(request).delete_index(index_name)
+    evaluations = getattr(request.app.state, "evaluations", None)
+    if evaluations is not None:  # its runs go with it
+        await evaluations.forget_index(index_name)
     return {"message": f"Successfully deleted index {index_name}."}
 
 

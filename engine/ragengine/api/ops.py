@@ -74,9 +74,11 @@ async def health(request: Request) -> dict:
         # indexes as unknown; docs/versions.md)
         return {"status": state, "detail": "; ".join(public) or None, **_llm_report(request),
                 **({"handover": standby} if standby else {})}
+    evaluations = getattr(request.app.state, "evaluations", None)  # each index's last run (status.evaluation)
     return {"status": state, "detail": "; ".join(problems) or None, **status,
             **({"embedding": embedding} if embedding else {}), **_llm_report(request),
-            **({"handover": standby} if standby else {})}
+            **({"handover": standby} if standby else {}),
+            **({"evaluation": evaluations.health()} if evaluations is not None else {})}
 
 
 def _embedding_report(request: Request) -> dict[str, Any]:

@@ -73,6 +73,8 @@ PATH_PARAMETERS: dict[str, Callable[[object, str | None], str] | None] = {
     "file_id": object_id("file_id"),
     "batch_id": object_id("batch_id"),
     "response_id": object_id("response_id"),
+    "evaluation_id": object_id("evaluation_id"),
+    "other_id": object_id("other_id"),
     "version": None,
     "name": object_id("name"),  # the console's files (/ui/assets/{name}): a 404 past the few it has
 }

@@ -70,6 +70,10 @@ class VersionedRegistry:
         self._beat_at = 0.0
         self._books_ok = False
         self._wake = asyncio.Event()
+        # Set by the evaluation service (docs/evaluation.md): scores a gated re-index's version before its swap,
+        # and the gate every re-index that names none gets (the engine's evaluation file; None: none).
+        self.gate_check: Callable[..., Any] | None = None
+        self.default_gate: Callable[[str], dict | None] = lambda _name: None
         inner.model_for = self.model_for
 
     # -- what the rest of the engine reads ---------------------------------------------------------
@@ -180,6 +184,12 @@ class VersionedRegistry:
             if job is not None:
                 entry["reindex"] = {"kind": job.kind, "version": job.version, "documents_done": job.done,
                                     "documents_total": job.total}
+            last = book.job
+            if last is not None and last.state == bk.JOB_REJECTED:  # the operator's Reindexing condition says why
+                verdict = book.version(last.version).evaluation if last.version in _numbers(book) else None
+                entry["rejected"] = {"version": last.version, "message": last.message, "at": last.finished_at,
+                                     **{k: (verdict or {}).get(k) for k in ("metric", "candidate", "baseline",
+                                                                            "minimum", "max_regression")}}
             indexes[name] = entry
         out = {**inner, "indexes": indexes,
                "embedding": {"target": target_digest(self.embedders.target), "generation": self.generation,
@@ -309,7 +319,8 @@ class VersionedRegistry:
                 dropped.extend(gone)
             book = bk.follow_target(book, key, generation)
             if book.live_version.model != key and book.running_job is None:
-                book = bk.start_reindex(book, key, embedder.dim, config, uuid.uuid4().hex[:12], time.time())
+                book = bk.start_reindex(book, key, embedder.dim, config, uuid.uuid4().hex[:12], time.time(),
+                                        self.default_gate(name))
                 log.info("index %r: re-indexing to %r as version %d", name, key, book.running_job.version)  # type: ignore[union-attr]
             return book
 
@@ -534,7 +545,13 @@ class VersionedRegistry:
         live = await self._live(index_name)
         return await self.inner.list_documents(live.physical, **kwargs)
 
-    async def retrieve(self, index_name: str, query: str, top_k: int, **kwargs: Any) -> list[RetrievedNode]:
+    async def retrieve(self, index_name: str, query: str, top_k: int, *, version: int | None = None,
+                       **kwargs: Any) -> list[RetrievedNode]:
+        """The live version's answer; ``version``: that version's, whatever is live (evaluations)."""
+        if version is not None:
+            target = await self.servable(index_name, version)
+            SERVED.set((target.version, target.model))  # type: ignore[arg-type]  # servable: a known model
+            return await self.inner.retrieve(target.physical, query, top_k, **kwargs)
         live = await self._live(index_name)
         try:
             return await self.inner.retrieve(live.physical, query, top_k, **kwargs)
@@ -553,6 +570,23 @@ class VersionedRegistry:
         doc = (await self.inner.fetch(live.physical, [doc_id])).get(doc_id)
         return doc if doc is not None and (acl is None or flt.matches(acl, doc.metadata)) else None
 
+    async def servable(self, name: str, version: int) -> bk.Version:
+        """Version ``version`` of the index, when it can be searched (it has data and a known model)."""
+        book = await self._fresh(name) if self.shared else None
+        target = (book or await self.book(name)).version(version)
+        if target.model is None:
+            raise Conflict(f"Version {version} of index '{name}' was made with an unknown model: it cannot be searched.")
+        if not self.inner.exists(target.physical) and not self.shared:
+            raise Conflict(f"Version {version} of index '{name}' holds no data yet.")
+        await self.embedders.get(target.model)
+        return target
+
+    async def present(self, name: str, version: int, doc_ids: list[str]) -> dict[str, dict]:
+        """The metadata of those of ``doc_ids`` that version ``version`` holds (evaluations count the others)."""
+        target = await self.servable(name, version)
+        found = await self.inner.fetch(target.physical, doc_ids) if doc_ids else {}
+        return {d: dict(doc.metadata or {}) for d, doc in found.items()}
+
     # -- versions and jobs (the API) -----------------------------------------------------------------
     async def versions(self, name: str) -> dict:
         book = await self._fresh(name) if self.shared else None
@@ -565,9 +599,11 @@ class VersionedRegistry:
         return out
 
     async def reindex(self, name: str, chunking: dict | None, model: str | None,
-                      only_if_changed: bool = False) -> tuple[dict, bool]:
+                      only_if_changed: bool = False, gate: dict | None = None) -> tuple[dict, bool]:
         """Start building a new version; -> (the book's summary, whether a job started). ``only_if_changed``:
-        not when the live version (or the running job's target) already has this model and chunking."""
+        not when the live version (or the running job's target) already has this model and chunking.
+        ``gate``: score it before the swap (default: the engine's configured gate for this index, if any)."""
+        gate = gate or self.default_gate(name)
         await self.book(name)
         key = ModelRef.parse(model).key if model else self.embedders.target.key
         try:  # a model that cannot load is refused now, not in the background
@@ -588,7 +624,7 @@ class VersionedRegistry:
             if only_if_changed and any((v.model, v.chunking) == (key, config) for v in have):
                 return book
             started.append(True)
-            return bk.start_reindex(book, key, embedder.dim, config, uuid.uuid4().hex[:12], time.time())
+            return bk.start_reindex(book, key, embedder.dim, config, uuid.uuid4().hex[:12], time.time(), gate)
 
         new = await self._update(name, change)
         assert new is not None
@@ -765,6 +801,10 @@ class VersionedRegistry:
 
 def _or(book: Book) -> Callable[[Book | None], Book]:
     return lambda cur: cur or book
+
+
+def _numbers(book: Book) -> set[int]:
+    return {v.version for v in book.versions}
 
 
 def _exists(book: Book | None, name: str) -> Book:

@@ -10,6 +10,7 @@ from .. import constants as c
 from ..spec import RAGEngineSpec
 from .access import mount_access
 from .engine_env import TERMINATION_GRACE_S, embedding_file, engine_env, secret_refs
+from .evaluation import mount_evaluation
 from .guardrails import policy_mount, policy_volume
 from .labels import (
     Owner,
@@ -119,6 +120,7 @@ def engine_deployment(owner: Owner, spec: RAGEngineSpec, secrets: dict[str, str]
     if not spec.storage.vector_store.external:
         beside_the_volume(pod, owner)
     mount_access(pod, container, owner, spec)  # spec.access: the access file (and a ServiceAccount for TokenReview)
+    mount_evaluation(pod, container, owner, spec)  # spec.evaluation: the evaluation file and the golden set
     template = stamp_template(pod, pick(secrets, {ref.name for ref in secret_refs(spec, owner).values()}))
     dep_spec: dict[str, Any] = {
         # One new pod in before an old one goes. External store: stateless replicas. faiss: the new pod starts

@@ -89,6 +89,11 @@ OPERATOR_ONLY = {
     "auth.enabled",  # whether api_key is set at all, from spec.auth's Secret or the generated one
     "engine.networkPolicy.enabled",
     "guardrails.configMapRef.name",  # the policy volume (manifests/guardrails.py)
+    # the engine's evaluation file and the golden set's volume (manifests/evaluation.py), read by the engine
+    "evaluation.index", "evaluation.topK", "evaluation.schedule", "evaluation.gate.metric", "evaluation.gate.minimum",
+    "evaluation.gate.maxRegression", "evaluation.goldenSet.configMapRef.name", "evaluation.goldenSet.configMapRef.key",
+    "evaluation.goldenSet.source.name", "evaluation.goldenSet.source.path",
+    "evaluation.dropThreshold",  # the operator's Event on a score drop (reconcile/evaluation.py)
     # vLLM's command line and its autoscaler (manifests/inference.py)
     "inference.revision", "inference.toolCallParser", "inference.autoscaling.metric",
     "inference.autoscaling.targetRequestsWaiting", "inference.autoscaling.keda.serverAddress",
@@ -167,6 +172,8 @@ def engine_values(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
         "rerank_model": r.rerank_model,
         "screen_indexes": r.screen_indexes,
         "guardrails_policy": POLICY_PATH if spec.guardrails.enabled else None,
+        # spec.evaluation, watched (manifests/evaluation.py)
+        "evaluation_file": f"{c.ENGINE_EVALUATION_DIR}/{c.ENGINE_EVALUATION_FILE}" if spec.evaluation else None,
         "guardrails_fail_open": spec.guardrails.fail_open if spec.guardrails.enabled else None,
         "mcp_enabled": None if spec.mcp.enabled else False,  # the engine's default is on: no env, no roll on upgrade
         "mcp_descriptions": spec.mcp.descriptions or None,

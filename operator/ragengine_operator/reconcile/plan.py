@@ -26,6 +26,7 @@ from ..manifests.engine import (
     engine_service,
 )
 from ..manifests.engine_env import generated_key_refs, inference_api_key_ref, secret_refs
+from ..manifests.evaluation import engine_evaluation_configmap, evaluation_configmap_name
 from ..manifests.guardrails import default_configmap_name, default_policy_configmap, packaged_default_policy
 from ..manifests.inference import (
     inference_deployment,
@@ -102,6 +103,11 @@ def plan(owner: Owner, spec: RAGEngineSpec, secrets: dict[str, str] | None = Non
         p.apply.append(default_policy_configmap(owner, default_policy or packaged_default_policy()))
     else:
         p.delete.append(Ref("v1", "ConfigMap", default_configmap_name(owner)))
+    # spec.evaluation: the engine's evaluation file, watched like the embedding file
+    if spec.evaluation is not None:
+        p.apply.append(engine_evaluation_configmap(owner, spec))
+    else:
+        p.delete.append(Ref("v1", "ConfigMap", evaluation_configmap_name(owner)))
     p.apply += [engine_deployment(owner, spec, secrets), engine_service(owner)]
     engine = engine_deployment_name(owner)
     if external:

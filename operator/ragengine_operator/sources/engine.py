@@ -90,6 +90,29 @@ class EngineClient:
             if offset >= page["total_items"] or not page["documents"]:
                 return out
 
+    def put_golden_set(self, index: str, source: str, path: str, revision: str | None, text: str) -> int | str:
+        """Hand a golden set file to the engine (docs/evaluation.md): its question count, or the engine's
+        refusal (a bad file is the source's note, not a failed sync)."""
+        try:
+            resp = self._send("PUT", _index_path(index, "/evaluations/golden-set"),
+                              json={"source": source, "path": path, "revision": revision, "text": text})
+        except httpx.HTTPError as exc:
+            raise EngineUnavailable(f"engine unreachable: {exc}") from exc
+        if resp.status_code in (400, 413, 422):
+            try:
+                body = resp.json()
+                return str(body.get("detail") or (body.get("error") or {}).get("message") or resp.text)[:300]
+            except ValueError:
+                return resp.text[:300]
+        if resp.status_code >= 400:
+            raise EngineUnavailable(f"PUT golden set answered {resp.status_code}: {resp.text[:300]}")
+        return int(resp.json()["questions"])
+
+    def golden_set(self, index: str) -> dict | None:
+        """What the engine holds as the index's golden set from a source (source, path, revision), if any."""
+        resp = self._call("GET", _index_path(index, "/evaluations/golden-set"))
+        return None if resp.status_code == 404 else resp.json()
+
     def has_index(self, index: str) -> bool:
         return self._call("GET", _index_path(index, "/documents"), params={"limit": 1, "max_text_length": 1}).status_code != 404
 

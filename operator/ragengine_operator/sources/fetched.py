@@ -60,6 +60,9 @@ class Fetched:
     unchanged: bool = False  # the revision is the one already synced: nothing was read
     kept: list[str] = field(default_factory=list)  # paths not read because unchanged (HTTP 304): keep them
     validators: dict[str, dict] = field(default_factory=dict)  # http: url -> {etag, last_modified}
+    # Paths read as they are, never indexed (the golden set a spec.evaluation names: docs/evaluation.md).
+    raw_paths: frozenset[str] = frozenset()
+    raw: dict[str, bytes] = field(default_factory=dict)
 
 
 def extract(path: str, data: bytes, into: Fetched, url: str | None = None, typed_as: str | None = None,
@@ -68,6 +71,9 @@ def extract(path: str, data: bytes, into: Fetched, url: str | None = None, typed
     suffix tells the file type when ``path`` has none (a URL served as text/html)."""
     if len(data) > max_file_bytes:
         into.skipped[path] = too_large(len(data), max_file_bytes)
+        return
+    if path in into.raw_paths:
+        into.raw[path] = data
         return
     try:
         found = to_document(typed_as or path, data, max_chars=MAX_CHARS)

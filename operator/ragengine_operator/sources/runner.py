@@ -101,6 +101,7 @@ class Target:
     api_key_ref: tuple[str, str] | None  # (Secret, key) of the engine's API key; None when auth is off
     engine_ready_since: float = 0.0  # epoch of EngineReady's last transition to True
     tracing: TracingConfig | None = None  # spec.observability.tracing (sources/traced.py)
+    golden_set: tuple[str, str] | None = None  # spec.evaluation.goldenSet.source: (source, path) (docs/evaluation.md)
 
     @classmethod
     def from_body(cls, namespace: str, name: str, uid: str, spec: Mapping, status: Mapping) -> Target | None:
@@ -119,8 +120,10 @@ class Target:
         ready = cond.get("status") == "True"
         since = (epoch(cond.get("lastTransitionTime")) or 0.0) if ready else 0.0
         ref = engine_api_key_ref(Owner(namespace, name, uid), auth)
+        golden = ((spec.get("evaluation") or {}).get("goldenSet") or {}).get("source") or {}
         return cls(namespace, name, uid, sources, tuple(status.get("sources") or ()), ready,
-                   (ref.name, ref.key) if ref else None, since, config_of(observability.tracing))
+                   (ref.name, ref.key) if ref else None, since, config_of(observability.tracing),
+                   (golden["name"], golden["path"]) if golden.get("name") and golden.get("path") else None)
 
     @property
     def owner(self) -> Owner:
@@ -247,9 +250,11 @@ class SourceSyncer:
         """The request and references for a worker, from API reads that never return a credential; or the
         result without a worker (refused credentials, a missing ConfigMap, a ConfigMap at its revision)."""
         known = state.revision if state and state.synced else None
+        golden = target.golden_set[1] if target.golden_set and target.golden_set[0] == source.name else None
         request = SyncRequest("sync", source.name, source.index_name, self.engine_url(target),
                               source.model_dump(mode="json", by_alias=True, exclude_none=True), known,
-                              state.validators if state and known else None, fetch_policy=policy_settings(self.settings))
+                              state.validators if state and known else None, fetch_policy=policy_settings(self.settings),
+                              golden_set_path=golden)
         holder = source.git or source.http
         ref = holder.secret_ref if holder is not None else None
         if ref is not None:

@@ -242,11 +242,12 @@ def _refused_type(content_type: str) -> str:
 
 def fetch_http(urls: list[str], previous: dict[str, dict], token: str | None = None, *,
                policy: EgressPolicy | None = None, limits: FetchLimits | None = None,
-               last_revision: str | None = None) -> Fetched:
-    """Fetch each URL (conditionally); a URL answering 304 keeps its last content hash in the revision."""
+               last_revision: str | None = None, raw_paths: frozenset[str] = frozenset()) -> Fetched:
+    """Fetch each URL (conditionally); a URL answering 304 keeps its last content hash in the revision.
+    ``raw_paths``: URLs kept as they are in ``Fetched.raw``, not indexed (a golden set)."""
     policy, limits = policy or EgressPolicy(), limits or FetchLimits()
     deadline = Deadline(limits.deadline_s)
-    out = Fetched("")
+    out = Fetched("", raw_paths=raw_paths)
     all_unchanged = True
     total = 0
     for url in urls:
