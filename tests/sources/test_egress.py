@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from ragengine_operator.kube.observe import _probe_cache, probe_llm
-from ragengine_operator.sources.egress import EgressPolicy, refusal
+from ragengine_operator.net.egress import EgressPolicy, refusal
 from ragengine_operator.sources.engine import EngineClient
 from ragengine_operator.sources.fetch import FetchError, fetch_git
 from ragengine_operator.sources.git import GitCredentials

@@ -195,17 +195,18 @@ class Pinned:
     address: IPAddress  # the checked address to connect to
 
 
-def pin(host: str, port: int, policy: EgressPolicy,
-        resolver: Callable[[str, int], list[IPAddress]] = resolve) -> Pinned:
-    """The address to connect to for ``host``, or EgressDenied with the reason."""
+def pin(host: str, port: int, policy: EgressPolicy, resolver: Callable[[str, int], list[IPAddress]] | None = None,
+        timeout: float = RESOLVE_TIMEOUT_S) -> Pinned:
+    """The address to connect to for ``host``, or EgressDenied with the reason. ``timeout``: how long the
+    resolver may take (a call's deadline passes what is left of it)."""
     if not host:
         raise EgressDenied("the URL has no host")
     why = name_refusal(host, policy) if _literal(host) is None else None
     if why:
         raise EgressDenied(why)
-    addresses = resolver(host, port)
-    if not addresses and resolver is resolve and policy.host_allowed(host):
-        addresses = resolve(host, port, search=True)  # an allowlisted name may live in /etc/hosts
+    addresses = resolver(host, port) if resolver else resolve(host, port, timeout)
+    if not addresses and resolver is None and policy.host_allowed(host):
+        addresses = resolve(host, port, timeout, search=True)  # an allowlisted name may live in /etc/hosts
     why = refusal(host, addresses, policy)
     if why:
         raise EgressDenied(why)
