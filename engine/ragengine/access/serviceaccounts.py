@@ -182,7 +182,7 @@ class TokenReviewer:
             who = await self._review_now(token, audience, known is None, client)
         except (ReviewUnavailable, ReviewThrottled) as exc:
             if known is not None:  # accepted before: served while it cannot be asked again (its stale period)
-                log.warning("serving a cached ServiceAccount token (%s) past its cache period: %s", known.who, exc)
+                log.info("serving a cached ServiceAccount token (%s) past its cache period: %s", known.who, exc)
                 future.set_result(known.who)
                 return known.who
             future.set_exception(exc)
