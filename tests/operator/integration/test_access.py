@@ -146,6 +146,10 @@ def test_colliding_binding_names_are_apart_and_an_earlier_releases_binding_goes(
     binding of their own; the old-named binding an earlier release made (here for team-a/kb, bound to the
     tenant's own account) is deleted by its RAGEngine, and never by the other one."""
     from kubernetes import client as k8s
+    from kubernetes import config as k8s_config
+
+    from ragengine_operator.controller import Controller
+    from ragengine_operator.settings import OperatorSettings
 
     team, team_a = namespace, f"{namespace}-a"  # "team"/"a-kb" and "team-a"/"kb"
     kube.core.create_namespace({"metadata": {"name": team_a, "labels": RESTRICTED}})
@@ -166,6 +170,11 @@ def test_colliding_binding_names_are_apart_and_an_earlier_releases_binding_goes(
         theirs = wait_for(lambda: _binding(kube, team_a, "kb"), 30, "team-a/kb's binding")
         assert mine["subjects"] == [{"kind": "ServiceAccount", "name": "a-kb-engine", "namespace": team}]
         assert theirs["subjects"] == [{"kind": "ServiceAccount", "name": "kb-engine", "namespace": team_a}]
+        assert _binding(kube, team, "a-kb", legacy)["subjects"][0]["name"] == "default"  # still there
+        # The sweep, as the operator runs it once a minute (under the chart's ClusterRole): the old binding is
+        # team-a/kb's (its labels), replaced now, so it goes; team/a-kb never takes it for its own.
+        controller = Controller(k8s_config.new_client_from_config(config_file=str(operator_identity)), OperatorSettings())
+        assert controller.sweep_bindings() >= 1
         wait_for(lambda: _binding(kube, team, "a-kb", legacy) is None, 30, "the earlier release's binding gone")
         for ns, n in ((team, "a-kb"), (team_a, "kb")):
             wait_for(lambda ns=ns, n=n: (kube.condition(ns, n, c.DEGRADED) or {}).get("status") == "False", 30,
@@ -176,3 +185,16 @@ def test_colliding_binding_names_are_apart_and_an_earlier_releases_binding_goes(
         for name in (legacy, binding_name(Owner(team_a, "kb", ""))):
             with contextlib.suppress(ApiException):
                 rbac.delete_cluster_role_binding(name)
+
+
+def test_the_operator_reads_the_api_servers_own_audiences(operator_identity):
+    """What an access.audience may not be in this cluster (issue 41, finding 6): the operator's own token's
+    audiences and the issuer of OIDC discovery, read under the chart's RBAC (hack/cluster.sh sets
+    --service-account-issuer=https://kubernetes.default.svc.cluster.local)."""
+    from kubernetes import config as k8s_config
+    from kubernetes.dynamic import DynamicClient
+
+    from ragengine_operator.kube.client import api_audiences
+
+    found, complete = api_audiences(DynamicClient(k8s_config.new_client_from_config(config_file=str(operator_identity))))
+    assert complete and found == {"https://kubernetes.default.svc.cluster.local"}
