@@ -57,6 +57,16 @@ class EngineSettings(BaseSettings):
     token_review_cache_s: float = Field(
         30.0, ge=0.0, le=3600.0, description="How long a reviewed ServiceAccount token's answer is reused (never "
         "past the token's expiry): a deleted ServiceAccount's token may work this long after the deletion.")
+    token_review_stale_s: float = Field(
+        300.0, ge=0.0, le=3600.0, description="While the Kubernetes API cannot review tokens (unreachable, 5xx, 429) "
+        "a token accepted before is served this much longer past token_review_cache_s (never past its expiry); "
+        "unknown tokens get 503. 0 = none.")
+    token_reviews_per_client_per_minute: int = Field(
+        60, ge=1, le=100_000, description="Unknown ServiceAccount tokens reviewed per minute per client address "
+        "(a burst of a sixth at once); more get 429. Accepted tokens' refreshes do not count.")
+    token_reviews_per_minute: int = Field(
+        1200, ge=1, le=1_000_000, description="Unknown ServiceAccount tokens reviewed per minute in all, per replica "
+        "(a burst of a sixth at once); more get 429.")
     shutdown_drain_seconds: float = Field(
         0.0, ge=0.0, le=120.0, description="On SIGTERM, serve this long before shutting down, answering every "
         "request with 'Connection: close' and /ready with 503, so clients' kept-alive connections move to another "

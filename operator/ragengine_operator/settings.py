@@ -138,7 +138,7 @@ class OperatorSettings(BaseSettings):
         1024**3, ge=0, description="Size budget of the git cache: after each sync the least recently used clones "
         "are removed until it fits (the chart's /tmp is 2Gi).",
     )
-    # Egress rules of source fetches and of the inference URL probe (sources/egress.py, docs/sources.md).
+    # Egress rules of source fetches and of the inference URL probe (net/egress.py, docs/sources.md).
     sources_egress_allow: list[str] = Field(
         default_factory=list, description="CIDRs and host names (exact, or *.example.com) that source fetches and the "
         "LLM probe may reach although the egress rules refuse them by default (loopback, link-local, private, "

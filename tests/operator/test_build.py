@@ -3,6 +3,7 @@
 import copy
 
 from ragengine_operator import constants as c
+from ragengine_operator.manifests.access import binding_name
 from ragengine_operator.manifests.engine import endpoint, engine_data_pvc, engine_deployment, engine_service
 from ragengine_operator.manifests.inference import inference_deployment, inference_service, model_cache_pvc
 from ragengine_operator.manifests.labels import Owner
@@ -151,7 +152,7 @@ def test_config_hash_rolls_only_the_affected_deployment():
 
 
 # Without spec.access: the engine's ServiceAccount and its TokenReview binding are not wanted.
-NO_ACCESS = {("ServiceAccount", "docs-engine"), ("ClusterRoleBinding", "ragengine-tokenreview-team-a-docs")}
+NO_ACCESS = {("ServiceAccount", "docs-engine"), ("ClusterRoleBinding", binding_name(OWNER))}
 
 
 def test_plan_modes():

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ragengine_operator.sources.egress import EgressPolicy
+from ragengine_operator.net.egress import EgressPolicy
 from ragengine_operator.sources.engine import EngineClient
 from ragengine_operator.sources.spec import Source
 from ragengine_operator.sources.sync import FetchPolicy, fetch, sync_source

@@ -1,8 +1,9 @@
 """Where access is enforced: authentication in one middleware, authorization in one app-wide dependency.
 
 - ``AuthenticationMiddleware`` (outside routing) turns the ``Authorization`` header into a principal for
-  every path but the open ones (probes, metrics, the console's files), ``/openapi.json`` and ``/docs`` included, and answers 401
-  itself (503 when a ServiceAccount token cannot be reviewed right now). The principal rides on
+  every path but the open ones (probes, metrics, the console's files), ``/openapi.json`` and ``/docs`` included, and
+  answers 401 itself (503 when a ServiceAccount token cannot be reviewed right now, 429 when the caller's address
+  sent more unknown tokens than the review budget allows: access/serviceaccounts.py). The principal rides on
   ``request.state.principal``.
 - ``authorize`` runs before every route's handler (``FastAPI(dependencies=[...])``), looks up the route's
   rule in ``access.routes.ROUTES``, finds the index the request names and applies ``access.decide``. It
@@ -31,7 +32,7 @@ from ragengine.access.decide import ALLOW, Decision, decide, owns, session_visib
 from ragengine.access.limits import retry_after
 from ragengine.access.routes import MCP_CALLS, IndexFrom, Rule, is_open, rule_for
 from ragengine.access.rules import Principal, Role
-from ragengine.access.serviceaccounts import ReviewUnavailable
+from ragengine.access.serviceaccounts import ReviewThrottled, ReviewUnavailable
 from ragengine.access.source import AccessSource
 from ragengine.errors import EngineError, Forbidden, NotFound, RateLimited, error_body_for
 from ragengine.metrics import ACCESS_DECISIONS
@@ -71,12 +72,18 @@ class AuthenticationMiddleware:
             await self.app(scope, receive, send)
             return
         header = dict(scope.get("headers") or ()).get(b"authorization", b"").decode("latin-1")
+        client = (scope.get("client") or (None,))[0]
         try:
-            principal = await self.source.authenticate(header or None)
+            principal = await self.source.authenticate(header or None, client)
         except ReviewUnavailable as exc:
             log.error("cannot verify a ServiceAccount token: %s", exc)
             audit(Decision(False, 503, "review_unavailable"), None, scope["method"], scope["path"], None)
             await _answer(send, scope["path"], 503, REVIEW_MESSAGE, "service_unavailable", [(b"retry-after", b"5")])
+            return
+        except ReviewThrottled as exc:
+            audit(Decision(False, 429, "review_throttled"), None, scope["method"], scope["path"], None)
+            await _answer(send, scope["path"], 429, f"{exc}; retry later.", "rate_limit_exceeded",
+                          [(b"retry-after", retry_after(exc.wait_s).encode())])
             return
         if principal is not None:
             scope.setdefault("state", {})["principal"] = principal

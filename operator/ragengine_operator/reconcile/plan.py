@@ -121,15 +121,13 @@ def plan(owner: Owner, spec: RAGEngineSpec, secrets: dict[str, str] | None = Non
     # spec.access: the access Secret is the controller's to apply (it reads the keys); the rest is planned here.
     # Without spec.access the Secret stays, unmounted, until the RAGEngine goes (the operator may not delete
     # Secrets: least privilege), as the model cache stays in URL mode.
-    own_account = needs_token_review(spec) and spec.engine.service_account_name is None
-    if own_account:
+    if needs_token_review(spec):  # the engine's own account, whatever spec.engine.serviceAccountName says
         p.apply.insert(0, engine_service_account(owner))  # before the Deployment that runs as it
+        p.apply.append(tokenreview_binding(owner, access_account(owner)))
     else:
         p.delete.append(Ref("v1", "ServiceAccount", owner.child("engine")))
-    if needs_token_review(spec):
-        p.apply.append(tokenreview_binding(owner, access_account(owner, spec)))
-    else:
         p.delete.append(Ref("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", binding_name(owner)))
+    # (a binding under an earlier release's name is the sweep's: kube/bindings.py)
     # On unless opted out (SecureDefaults then says so): the namespace and the source syncs get in.
     if spec.engine.network_policy.enabled:
         p.apply.append(engine_network_policy(owner, spec))

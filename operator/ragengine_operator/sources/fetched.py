@@ -1,6 +1,6 @@
-"""What a source reader returns (``Fetched``), how it fails (``FetchError``), the bounds every read runs
-under (``FetchLimits``, ``Deadline``) and the one step every reader shares: a file's bytes to a
-document, or to a reason it is skipped.
+"""What a source reader returns (``Fetched``), how it fails (``FetchError``, net/http.py's: a source read
+fails as its calls do), the bounds every read runs under (``FetchLimits``, and net/http.py's ``Deadline``)
+and the one step every reader shares: a file's bytes to a document, or to a reason it is skipped.
 
 A reader never holds more than one file's bytes at a time (at most ``max_file_bytes``, counted after
 decoding), refuses a source whose files or total size exceed its caps before reading its files, and
@@ -10,18 +10,15 @@ that file with the reason; the other files still sync.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 from ragengine.filetypes import Extracted, to_document
+from ragengine_operator.net.http import Deadline, FetchError
 from ragengine_operator.sources.plan import SourceFile
 
 MAX_FILE_BYTES = 20 * 1024 * 1024
 MAX_CHARS = 5_000_000
-
-
-class FetchError(Exception):
-    """The source could not be read at all (unreachable, refused, over a cap, past the deadline)."""
+__all__ = ["MAX_FILE_BYTES", "Deadline", "FetchError", "FetchLimits", "Fetched", "extract", "too_large"]
 
 
 @dataclass(frozen=True)
@@ -33,23 +30,6 @@ class FetchLimits:
     max_bytes: int = 64 * 1024 * 1024
     deadline_s: float = 300.0
     max_redirects: int = 5
-
-
-class Deadline:
-    """The wall clock of one fetch: every step asks how long it may still take."""
-
-    def __init__(self, seconds: float, clock=time.monotonic) -> None:
-        self.seconds, self.clock = seconds, clock
-        self.at = clock() + seconds
-
-    def remaining(self) -> float:
-        left = self.at - self.clock()
-        if left <= 0:
-            raise self.error()
-        return left
-
-    def error(self, what: str = "the fetch") -> FetchError:
-        return FetchError(f"{what} did not finish within {self.seconds:g} s (the fetch deadline)")
 
 
 @dataclass

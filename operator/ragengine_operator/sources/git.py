@@ -38,7 +38,7 @@ from urllib.parse import urlsplit
 
 import pathspec
 
-from ragengine_operator.sources.egress import EgressDenied, EgressPolicy, Pinned, pin
+from ragengine_operator.net.egress import EgressDenied, EgressPolicy, Pinned, pin
 from ragengine_operator.sources.fetched import Deadline, Fetched, FetchError, FetchLimits, extract, too_large
 
 MAX_WILDCARDS = 16

@@ -22,8 +22,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from ragengine_operator.net.egress import EgressPolicy
 from ragengine_operator.sources import cache as clones
-from ragengine_operator.sources.egress import EgressPolicy
 from ragengine_operator.sources.engine import EngineClient, EngineUnavailable
 from ragengine_operator.sources.fetch import Fetched, FetchError, FetchLimits, GitCredentials, fetch_git, fetch_http
 from ragengine_operator.sources.plan import plan_sync
