@@ -106,8 +106,8 @@ def obj(api_version: str, spec: dict[str, Any], annotations: dict[str, str] | No
 
 
 # Shrinking a whole RAGEngine takes minutes: a failure prints the object as generated instead.
-SETTINGS = settings(max_examples=60, deadline=None, derandomize=True, print_blob=True,
-                    phases=[Phase.explicit, Phase.reuse, Phase.generate],
+SETTINGS = settings(max_examples=60, deadline=None, derandomize=True, print_blob=True, database=None,
+                    phases=[Phase.explicit, Phase.generate],
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
 
 
