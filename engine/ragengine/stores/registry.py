@@ -45,6 +45,7 @@ from ragengine.index.documents import (
     retrieval_request,
     split_keys_changed,
 )
+from ragengine.index.places import chunk_place, node_metadata
 from ragengine.index.search import MAX_WIDEN, retrieved_ids
 from ragengine.index.state import node_id
 from ragengine.index.types import ChunkingConfig, RetrievedNode, cosine_to_score
@@ -269,8 +270,8 @@ class StoreRegistry:
                 spans = chunker.split(d.text, d.metadata)
                 # Contextual chunks embed and keyword-index title + section path with the chunk, as in FAISS.
                 indexed = index_texts(d.text, d.metadata, spans, contextual=contextual)
-                chunks = [ChunkWrite(i, s if isinstance(s, str) else d.text[s[0]:s[1]], indexed[i])
-                          for i, s in enumerate(spans)]
+                chunks = [ChunkWrite(i, s if isinstance(s, str) else d.text[s[0]:s[1]], indexed[i],
+                                     place=chunk_place(d.text, d.metadata, s) or None) for i, s in enumerate(spans)]
                 out.append(DocWrite(d.doc_id, d.text, d.metadata, chunks))
                 embedded.extend(indexed)
             return out, embedded
@@ -543,7 +544,8 @@ class StoreRegistry:
             spans = d["spans"]
             indexed = index_texts(d["text"], d["meta"], spans, contextual=bool(config.get("contextual")))
             chunks = [ChunkWrite(i, s if isinstance(s, str) else d["text"][s[0]:s[1]], indexed[i],
-                                 {k: v[i] for k, v in (d.get("tokens") or {}).items()} or None)
+                                 {k: v[i] for k, v in (d.get("tokens") or {}).items()} or None,
+                                 chunk_place(d["text"], d["meta"], s) or None)
                       for i, s in enumerate(spans)]
             writes.append(DocWrite(d["id"], d["text"], d["meta"], chunks))
         vectors = np.concatenate([d["vectors"] for d in docs])
@@ -571,8 +573,9 @@ def fuse_hits(dense: list[Hit], sparse: list[Hit], n_out: int, params: FusionPar
         h = by_key[k]
         score = cosine_to_score(h.cosine)
         nodes.append(RetrievedNode(doc_id=h.doc_id, node_id=node_id(h.doc_id, h.seq, h.text), text=h.text, score=score,
-                                   metadata=dict(h.metadata), dense_score=score if k in dense_keys else None,
-                                   sparse_score=sparse_scores.get(k), token_counts=h.tokens))
+                                   metadata=node_metadata(h.metadata, h.place, h.doc_id),
+                                   dense_score=score if k in dense_keys else None, sparse_score=sparse_scores.get(k),
+                                   token_counts=h.tokens))
     return nodes
 
 
