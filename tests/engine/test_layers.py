@@ -37,6 +37,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ragengine.responses",),  # OpenAI's Responses: vector store search + chat's budget + the LLM
     ("ragengine.api",),
     ("ragengine.app",),
+    ("ragengine.indexer",),  # ``ragengine index``: a folder's changed files to an index
     ("ragengine.cli",),
 ]
 LAYER_OF = {unit: i for i, units in enumerate(LAYERS) for unit in units}
