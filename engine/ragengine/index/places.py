@@ -26,11 +26,12 @@ import bisect
 import logging
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
 from ragengine.index.contextual import document_title
-from ragengine.index.structure import has_content, parts
+from ragengine.index.structure import Part, compute_parts, has_content
 
 log = logging.getLogger(__name__)
 
@@ -48,12 +49,39 @@ def span_bounds(text: str, span: Any) -> tuple[int, int]:
     return (pos, pos + len(tail)) if pos >= 0 else (0, 0)
 
 
+@dataclass(frozen=True)
+class _Structure:
+    parts: tuple[Part, ...]
+    starts: list[int]
+
+    @classmethod
+    def of(cls, every: tuple[Part, ...]) -> _Structure:
+        return cls(every, [p.start for p in every])
+
+
+@lru_cache(maxsize=64)
+def _cached(text: str) -> _Structure:
+    """For retrieval: each hit asks again, and the text is the stored document's own object (no copy is kept)."""
+    return _Structure.of(compute_parts(text))
+
+
 def chunk_place(text: str, metadata: dict | None, span: Any) -> dict:
     """The place of the chunk ``span`` of a document (keys of ``PLACE_KEYS``; empty when it has none)."""
+    return _place(text, metadata, span, None)
+
+
+def chunk_places(text: str, metadata: dict | None, spans: Sequence[Any]) -> list[dict]:
+    """The place of each of a document's chunks, the structure read once and not cached (a write's
+    text is not kept once it is stored)."""
+    structure = None if (metadata or {}).get("split_type") == "code" else _Structure.of(compute_parts(text))
+    return [_place(text, metadata, span, structure) for span in spans]
+
+
+def _place(text: str, metadata: dict | None, span: Any, structure: _Structure | None) -> dict:
     start, end = span_bounds(text, span)
     if (metadata or {}).get("split_type") == "code":
         return _code_place(text, metadata or {}, start, end)
-    held = _held_parts(text, start, end)
+    held = _held_parts(text, start, end, structure or _cached(text))
     place: dict[str, Any] = {}
     paths = list(dict.fromkeys(p.path for p in held))
     path = _with_title(document_title(metadata), _common(paths))
@@ -76,13 +104,13 @@ def chunk_place(text: str, metadata: dict | None, span: Any) -> dict:
     return place
 
 
-def _held_parts(text: str, start: int, end: int) -> list[Any]:
+def _held_parts(text: str, start: int, end: int, structure: _Structure) -> list[Part]:
     """The parts whose text the chunk holds (a part the chunk only takes a heading line of does not
     count); the part it starts in when it holds no text at all."""
-    every = parts(text)
+    every = structure.parts
     if not every:
         return []
-    first = max(bisect.bisect_right(_starts(text), start) - 1, 0)
+    first = max(bisect.bisect_right(structure.starts, start) - 1, 0)
     held = []
     for p in every[first:]:
         if p.start >= max(end, start + 1):
@@ -90,11 +118,6 @@ def _held_parts(text: str, start: int, end: int) -> list[Any]:
         if has_content(text, max(start, p.body_start), min(end, p.end)):
             held.append(p)
     return held or [every[first]]
-
-
-@lru_cache(maxsize=256)
-def _starts(text: str) -> list[int]:
-    return [p.start for p in parts(text)]
 
 
 def _common(paths: Sequence[tuple[str, ...]]) -> tuple[str, ...]:

@@ -21,7 +21,6 @@ import itertools
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
 from ragengine.index.contextual import FENCE, atx_heading, headings
@@ -76,9 +75,8 @@ def has_content(text: str, start: int, end: int) -> bool:
     return False
 
 
-@lru_cache(maxsize=256)
-def parts(text: str) -> tuple[Part, ...]:
-    """The document's parts in order (cached by the text: retrieval asks again for each chunk)."""
+def compute_parts(text: str) -> tuple[Part, ...]:
+    """The document's parts in order."""
     heads = headings(text)
     labels = units(text)
     head_at = [h[0] for h in heads]
@@ -124,7 +122,7 @@ def stretches(text: str, count: Callable[[str], int], chunk_size: int) -> list[t
             return chunk_size + 1
         return count(text[start:end])
 
-    for part in parts(text):
+    for part in compute_parts(text):
         if not part.has_body:
             if waiting is not None and waiting.hard_unit != part.hard_unit:
                 _keep(out, waiting, tokens_of)

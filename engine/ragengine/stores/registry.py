@@ -45,7 +45,7 @@ from ragengine.index.documents import (
     retrieval_request,
     split_keys_changed,
 )
-from ragengine.index.places import chunk_place, node_metadata
+from ragengine.index.places import chunk_places, node_metadata
 from ragengine.index.search import MAX_WIDEN, retrieved_ids
 from ragengine.index.state import node_id
 from ragengine.index.types import ChunkingConfig, RetrievedNode, cosine_to_score
@@ -270,8 +270,9 @@ class StoreRegistry:
                 spans = chunker.split(d.text, d.metadata)
                 # Contextual chunks embed and keyword-index title + section path with the chunk, as in FAISS.
                 indexed = index_texts(d.text, d.metadata, spans, contextual=contextual)
+                places = chunk_places(d.text, d.metadata, spans)
                 chunks = [ChunkWrite(i, s if isinstance(s, str) else d.text[s[0]:s[1]], indexed[i],
-                                     place=chunk_place(d.text, d.metadata, s) or None) for i, s in enumerate(spans)]
+                                     place=places[i] or None) for i, s in enumerate(spans)]
                 out.append(DocWrite(d.doc_id, d.text, d.metadata, chunks))
                 embedded.extend(indexed)
             return out, embedded
@@ -543,9 +544,9 @@ class StoreRegistry:
         for d in docs:
             spans = d["spans"]
             indexed = index_texts(d["text"], d["meta"], spans, contextual=bool(config.get("contextual")))
+            places = chunk_places(d["text"], d["meta"], spans)
             chunks = [ChunkWrite(i, s if isinstance(s, str) else d["text"][s[0]:s[1]], indexed[i],
-                                 {k: v[i] for k, v in (d.get("tokens") or {}).items()} or None,
-                                 chunk_place(d["text"], d["meta"], s) or None)
+                                 {k: v[i] for k, v in (d.get("tokens") or {}).items()} or None, places[i] or None)
                       for i, s in enumerate(spans)]
             writes.append(DocWrite(d["id"], d["text"], d["meta"], chunks))
         vectors = np.concatenate([d["vectors"] for d in docs])

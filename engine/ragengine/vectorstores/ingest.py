@@ -29,7 +29,7 @@ from typing import Any
 from ragengine.conversations.store import SessionStore
 from ragengine.errors import EngineError, NotFound
 from ragengine.index.chunking import Chunker, new_index_config
-from ragengine.index.places import chunk_place
+from ragengine.index.places import chunk_places
 from ragengine.index.types import ChunkingConfig
 from ragengine.vectorstores.catalog import Catalog
 from ragengine.vectorstores.objects import StoreFileRecord, effective_chunking, static_strategy
@@ -177,5 +177,4 @@ def _split(chunker: Chunker, text: str, metadata: dict) -> tuple[list[str], list
     """The file's chunks, and each one's place in the file (its page, heading path, ...): a chunk is a
     document of its own here, so it keeps where it was in its metadata (``index/places.py``)."""
     spans = chunker.split(text, metadata)
-    return ([s if isinstance(s, str) else text[s[0]:s[1]] for s in spans],
-            [chunk_place(text, metadata, s) for s in spans])
+    return [s if isinstance(s, str) else text[s[0]:s[1]] for s in spans], chunk_places(text, metadata, spans)
