@@ -28,16 +28,18 @@ def test_labels_round_trip_and_only_whole_lines_count():
     assert [(k, v) for _, _, k, v in units(text)] == [("page", 1), ("page", 2), ("sheet", "Notes")]
 
 
-def test_sections_of_a_few_sentences_are_their_own_chunks_and_small_siblings_merge():
-    body = "This section holds a few sentences of real text. " * 3
+def test_sections_stay_apart_small_siblings_merge_and_tables_stand_alone():
+    body = "This section holds several sentences of real text about one topic. " * 5  # 55 words: not small
     text = (f"# Handbook\n\n## Leave\n\n### Sabbatical\n\n{body}\n\n### Parental leave\n\n{body}\n\n"
-            "## Contacts\n\n### Office\n\nRoom 4.\n\n### Phone\n\nExtension 12.\n")
+            "## Contacts\n\n### Office\n\nRoom 4.\n\n### Phone\n\nExtension 12.\n\n"
+            "### Rooms\n\n| Room | Floor |\n| --- | --- |\n| 4 | 1 |\n")
     assert spans_of(text, 100) == [
         f"# Handbook\n\n## Leave\n\n### Sabbatical\n\n{body.strip()}",  # the headings above go with it
         f"### Parental leave\n\n{body.strip()}",
         "## Contacts\n\n### Office\n\nRoom 4.\n\n### Phone\n\nExtension 12.",  # small siblings: one chunk
+        "### Rooms\n\n| Room | Floor |\n| --- | --- |\n| 4 | 1 |",  # a table is never merged
     ]
-    first, _, contacts = [(s, e) for s, e, _ in stretches(text, words, 100)]
+    first, _, contacts, _ = [(s, e) for s, e, _ in stretches(text, words, 100)]
     assert chunk_place(text, {}, first) == {"heading_path": ["Handbook", "Leave", "Sabbatical"]}
     assert chunk_place(text, {"title": "Handbook"}, contacts) == {
         "heading_path": ["Handbook", "Contacts"], "sections": ["Office", "Phone"]}

@@ -33,7 +33,10 @@ PUMP_PAGES = [  # a section a page, each longer than a small part (index/structu
                     "the last page of the warranty card."),
 ]
 PUMP_NOTICE = ("Keep this manual next to the pump. The warranty covers parts and labour for two years when the pump "
-               "is installed and serviced as described here; it does not cover damage from frost or dry running.")
+               "is installed and serviced as described here; it does not cover damage from frost or dry running. "
+               "Report a fault to the service desk with the serial number from the type plate on the housing, the "
+               "date of installation and a short description of what happened, so that a technician can bring "
+               "the right parts on the first visit.")
 PUMP_QUESTION = "How do I restart the pump after a power cut?"
 
 

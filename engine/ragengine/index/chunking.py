@@ -32,8 +32,8 @@ from functools import lru_cache
 from typing import Any
 
 from ragengine.errors import BadRequest
-from ragengine.index.contextual import CONTEXT_TOKENS, FENCE, atx_heading, headings
-from ragengine.index.structure import has_content, stretches
+from ragengine.index.contextual import CONTEXT_TOKENS, atx_heading, headings
+from ragengine.index.structure import has_content, is_row, stretches, table_blocks
 from ragengine.index.types import ChunkingConfig
 
 log = logging.getLogger(__name__)
@@ -269,48 +269,6 @@ def _shift(spans: list[Any], offset: int) -> list[Any]:
     return [s if isinstance(s, str) else (s[0] + offset, s[1] + offset) for s in spans]
 
 
-def _is_row(line: str) -> bool:
-    line = line.strip()
-    return len(line) >= 2 and line[0] == "|" and line[-1] == "|"
-
-
-def _is_separator(line: str) -> bool:
-    """A pipe table's second line: cells of '-' (at least three) with optional ':' for alignment."""
-    if not _is_row(line):
-        return False
-    cells = line.strip()[1:-1].split("|")
-    return all(c.strip().strip(":").count("-") >= 3 and not c.strip().strip(":").strip("-") for c in cells)
-
-
-def table_blocks(text: str) -> list[tuple[int, int]]:
-    """``(start, end)`` of every Markdown pipe table in ``text`` (a header row, a separator row, then
-    rows), in order, outside fenced code. One pass over the lines, string methods only."""
-    if "|" not in text:
-        return []
-    out: list[tuple[int, int]] = []
-    lines = text.splitlines(keepends=True)
-    offset, i, fenced = 0, 0, False
-    while i < len(lines):
-        line = lines[i]
-        if FENCE.match(line):
-            fenced = not fenced
-        elif not fenced and _is_row(line) and i + 1 < len(lines) and _is_separator(lines[i + 1]):
-            start, j = offset, i + 2
-            end = offset + len(line) + len(lines[i + 1])
-            last = lines[i + 1]
-            while j < len(lines) and _is_row(lines[j]):
-                end += len(lines[j])
-                last = lines[j]
-                j += 1
-            out.append((start, end - (len(last) - len(last.rstrip("\r\n")))))
-            offset = end
-            i = j
-            continue
-        offset += len(line)
-        i += 1
-    return out
-
-
 def table_context(text: str, start: int, heads: Sequence[tuple[int, int, str]]) -> list[str]:
     """The lines that say what the table at ``start`` is: the nearest heading above it (as written;
     ``heads`` from ``headings(text)``) and its caption, the last line of the paragraph right above
@@ -322,7 +280,7 @@ def table_context(text: str, start: int, heads: Sequence[tuple[int, int, str]]) 
         out.append(text[pos:start].split("\n", 1)[0].strip())
     before_end = len(text[:start].rstrip())
     last = text[max(0, text.rfind("\n", 0, before_end) + 1):before_end].strip()
-    if last and len(last) <= 200 and not _is_row(last) and (not out or last != out[-1]):
+    if last and len(last) <= 200 and not is_row(last) and (not out or last != out[-1]):
         out.append(last)
     return out
 
@@ -333,7 +291,7 @@ def caption_start(text: str, lo: int, start: int) -> int | None:
     before_end = len(text[:start].rstrip())
     line_start = text.rfind("\n", 0, before_end) + 1
     line = text[line_start:before_end].strip()
-    if (line_start < lo or not line or len(line) > 200 or _is_row(line) or atx_heading(line)
+    if (line_start < lo or not line or len(line) > 200 or is_row(line) or atx_heading(line)
             or text.count("\n", before_end, start) > 2):
         return None
     return line_start

@@ -6,12 +6,13 @@ page, slide or sheet label (``[page 3]``, ``parsing/units.py``). Each part knows
 (its own last), the page, slide or sheet it is on, and whether it holds text besides its heading.
 
 The chunker then splits each part on its own, so no chunk straddles a boundary, except where parts are
-merged (``stretches``): a heading with no text of its own goes with the part after it, and **small**
-neighbours (each under a quarter of the chunk size) are merged while they stay small, sit on the same
-slide or sheet, and share a parent section (siblings, or a section's opening text and its first
-subsection). A part of a few sentences is never merged, so its chunk's heading path ends with its own
-section. Such a chunk's place lists every part it holds (``index/places.py``). Pages are no hard
-boundary for merging: a chunk of two short pages covers ``pages: [3, 4]``.
+merged (``stretches``): a heading with no text of its own goes with the part after it, and a **small**
+part (under half the chunk size) joins its neighbour when the two fit one chunk, sit on the same slide
+or sheet, share a parent section (siblings, or a section's opening text and its first subsection), and
+neither holds a table (a table with its caption is a unit of its own). Such a chunk's place lists every
+part it holds (``index/places.py``). Pages are no hard boundary for merging: a chunk of two short pages
+covers ``pages: [3, 4]``. Why these rules, and what they cost in retrieval: docs/retrieval.md,
+"Structure-first chunks".
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 from ragengine.index.contextual import FENCE, atx_heading, headings
 from ragengine.parsing.units import units
 
-SMALL_SHARE = 4  # a part under chunk_size / SMALL_SHARE tokens is small
+SMALL_SHARE = 2  # a part under chunk_size / SMALL_SHARE tokens is small
 HARD_UNITS = ("slide", "sheet")  # never merged across (a page boundary is)
 _ADORNMENT = re.compile(r"^([!-/:-@\[-`{-~])\1{2,}[ \t]*$")
 
@@ -102,13 +103,55 @@ def related(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
     return a[:-1] == b[:-1] or a == b[:len(a)] or b == a[:len(b)]
 
 
+def is_row(line: str) -> bool:
+    line = line.strip()
+    return len(line) >= 2 and line[0] == "|" and line[-1] == "|"
+
+
+def _is_separator(line: str) -> bool:
+    """A pipe table's second line: cells of '-' (at least three) with optional ':' for alignment."""
+    if not is_row(line):
+        return False
+    cells = line.strip()[1:-1].split("|")
+    return all(c.strip().strip(":").count("-") >= 3 and not c.strip().strip(":").strip("-") for c in cells)
+
+
+def table_blocks(text: str) -> list[tuple[int, int]]:
+    """``(start, end)`` of every Markdown pipe table in ``text`` (a header row, a separator row, then
+    rows), in order, outside fenced code. One pass over the lines, string methods only."""
+    if "|" not in text:
+        return []
+    out: list[tuple[int, int]] = []
+    lines = text.splitlines(keepends=True)
+    offset, i, fenced = 0, 0, False
+    while i < len(lines):
+        line = lines[i]
+        if FENCE.match(line):
+            fenced = not fenced
+        elif not fenced and is_row(line) and i + 1 < len(lines) and _is_separator(lines[i + 1]):
+            start, j = offset, i + 2
+            end = offset + len(line) + len(lines[i + 1])
+            last = lines[i + 1]
+            while j < len(lines) and is_row(lines[j]):
+                end += len(lines[j])
+                last = lines[j]
+                j += 1
+            out.append((start, end - (len(last) - len(last.rstrip("\r\n")))))
+            offset = end
+            i = j
+            continue
+        offset += len(line)
+        i += 1
+    return out
+
+
 @dataclass
 class Stretch:
     start: int
     end: int
     tokens: int
     last: Part
-
+    tabular: bool  # holds a table: never merged with a neighbour
 
 def stretches(text: str, count: Callable[[str], int], chunk_size: int) -> list[tuple[int, int, int]]:
     """``(start, end, tokens)`` of each stretch the chunker splits on its own: one part, or small
@@ -137,10 +180,10 @@ def stretches(text: str, count: Callable[[str], int], chunk_size: int) -> list[t
             else:
                 _keep(out, waiting, tokens_of)
             waiting = None
-        here = Stretch(start, part.end, tokens_of(start, part.end), part)
+        here = Stretch(start, part.end, tokens_of(start, part.end), part, bool(table_blocks(text[start:part.end])))
         prev = out[-1] if out else None
         if (prev is not None and prev.last.has_body and prev.last.hard_unit == part.hard_unit
-                and prev.tokens < small and here.tokens < small
+                and not prev.tabular and not here.tabular and (prev.tokens < small or here.tokens < small)
                 and prev.tokens + here.tokens <= chunk_size and related(prev.last.path, part.path)):
             prev.end, prev.tokens, prev.last = part.end, tokens_of(prev.start, part.end), part
         else:
@@ -157,4 +200,4 @@ def _keep(out: list[Stretch], part: Part, tokens_of: Callable[[int, int], int]) 
     if prev is not None and prev.end == part.start and prev.last.hard_unit == part.hard_unit:
         prev.end, prev.tokens = part.end, tokens_of(prev.start, part.end)
     else:
-        out.append(Stretch(part.body_start, part.end, tokens_of(part.body_start, part.end), part))
+        out.append(Stretch(part.body_start, part.end, tokens_of(part.body_start, part.end), part, False))
