@@ -46,6 +46,7 @@ from ragengine.index.documents import (
     retrieval_request,
     split_keys_changed,
 )
+from ragengine.index.places import chunk_places, node_metadata
 from ragengine.index.search import MAX_WIDEN, retrieved_ids
 from ragengine.index.state import node_id
 from ragengine.index.types import ChunkingConfig, RetrievedNode, cosine_to_score
@@ -270,8 +271,9 @@ class StoreRegistry:
                 spans = chunker.split(d.text, d.metadata)
                 # Contextual chunks embed and keyword-index title + section path with the chunk, as in FAISS.
                 indexed = index_texts(d.text, d.metadata, spans, contextual=contextual)
-                chunks = [ChunkWrite(i, s if isinstance(s, str) else d.text[s[0]:s[1]], indexed[i])
-                          for i, s in enumerate(spans)]
+                places = chunk_places(d.text, d.metadata, spans)
+                chunks = [ChunkWrite(i, s if isinstance(s, str) else d.text[s[0]:s[1]], indexed[i],
+                                     place=places[i] or None) for i, s in enumerate(spans)]
                 out.append(DocWrite(d.doc_id, d.text, d.metadata, chunks))
                 embedded.extend(indexed)
             return out, embedded
@@ -544,8 +546,9 @@ class StoreRegistry:
         for d in docs:
             spans = d["spans"]
             indexed = index_texts(d["text"], d["meta"], spans, contextual=bool(config.get("contextual")))
+            places = chunk_places(d["text"], d["meta"], spans)
             chunks = [ChunkWrite(i, s if isinstance(s, str) else d["text"][s[0]:s[1]], indexed[i],
-                                 {k: v[i] for k, v in (d.get("tokens") or {}).items()} or None)
+                                 {k: v[i] for k, v in (d.get("tokens") or {}).items()} or None, places[i] or None)
                       for i, s in enumerate(spans)]
             writes.append(DocWrite(d["id"], d["text"], d["meta"], chunks))
         vectors = np.concatenate([d["vectors"] for d in docs])
@@ -576,10 +579,10 @@ def fuse_hits(dense: list[Hit], sparse: list[Hit], n_out: int, params: FusionPar
         h = by_key[k]
         score = cosine_to_score(h.cosine)
         nodes.append(RetrievedNode(doc_id=h.doc_id, node_id=node_id(h.doc_id, h.seq, h.text), text=h.text, score=score,
-                                   metadata=dict(h.metadata), dense_score=score if k in dense_keys else None,
-                                   sparse_score=sparse_scores.get(k), token_counts=h.tokens,
-                                   dense_rank=dense_ranks.get(k), sparse_rank=sparse_ranks.get(k),
-                                   fused_score=fused.get(k)))
+                                   metadata=node_metadata(h.metadata, h.place, h.doc_id),
+                                   dense_score=score if k in dense_keys else None, sparse_score=sparse_scores.get(k),
+                                   token_counts=h.tokens, dense_rank=dense_ranks.get(k),
+                                   sparse_rank=sparse_ranks.get(k), fused_score=fused.get(k)))
     return nodes
 
 

@@ -56,8 +56,12 @@ class FetchPolicy:
         return cls.from_settings(SimpleNamespace(**values)) if values else cls()
 
     def limits_for(self, source: Source) -> FetchLimits:
+        """The operator's limits, narrowed by the source's own, with how the source reads its files."""
+        ingestion = source.ingestion
         return replace(self.limits, max_files=min(source.max_files, self.limits.max_files),
-                       max_bytes=min(source.max_bytes, self.limits.max_bytes))
+                       max_bytes=min(source.max_bytes, self.limits.max_bytes),
+                       ocr_languages=ingestion.ocr_languages if ingestion else None,
+                       formats=frozenset(ingestion.formats) if ingestion and ingestion.formats else None)
 
 
 POLICY_SETTINGS = ("sources_egress_allow", "sources_cluster_cidrs", "cluster_domain", "sources_max_file_bytes",

@@ -86,7 +86,8 @@ def _run(request: SyncRequest, engine: EngineClient, credentials: dict[str, str]
                 if request.configmap_revision == known:
                     return Fetched(known, unchanged=True)
                 return from_configmap(configmap.get("data"), configmap.get("binaryData"), source.config_map.keys,
-                                      request.configmap_revision)
+                                      request.configmap_revision,
+                                      FetchPolicy.from_request(request.fetch_policy).limits_for(source))
             return fetch(source, cache=workdir / "git", secret=credentials or None, previous_revision=known,
                          previous_validators=validators, policy=FetchPolicy.from_request(request.fetch_policy),
                          golden_set_path=golden)
