@@ -64,6 +64,7 @@ class SideServer:
         self._stop: asyncio.Event | None = None
         self._thread: threading.Thread | None = None
         self.served = 0
+        self.serving = False  # the webhook's port is bound (readiness)
 
     # -- TLS ---------------------------------------------------------------------------------------------
     def reload(self, cert_pem: bytes, key_pem: bytes) -> None:
@@ -101,8 +102,8 @@ class SideServer:
         return web.Response(text="ok\n") if why is None else web.Response(text=why + "\n", status=500)
 
     async def _readyz(self, _: web.Request) -> web.Response:
-        if self.webhook_port and self.tls is None:
-            return web.Response(text="no webhook certificate yet\n", status=503)
+        if self.webhook_port and not self.serving:
+            return web.Response(text="the conversion webhook is not serving yet (no certificate)\n", status=503)
         return web.Response(text="ok\n")
 
     # -- life -----------------------------------------------------------------------------------------------
@@ -129,7 +130,8 @@ class SideServer:
             health.router.add_get("/healthz", self._healthz)
             health.router.add_get("/readyz", self._readyz)
             runners.append(await self._site(health, self.health_port, None))
-        self._started.set()
+        if not self.webhook_port or self.tls is None:
+            self._started.set()  # the probes answer; the webhook follows once its certificate is there
         if self.webhook_port:
             while self.tls is None and not self._stop.is_set():  # the first certificate (reload) comes from main
                 await asyncio.sleep(0.2)
@@ -137,7 +139,9 @@ class SideServer:
                 app = web.Application(client_max_size=MAX_REVIEW_BYTES)
                 app.router.add_post(PATH, self._convert)
                 runners.append(await self._site(app, self.webhook_port, self.tls))
+                self.serving = True
                 log.info("conversion webhook on https://%s:%d%s", self.host, self.webhook_port, PATH)
+            self._started.set()
         await self._stop.wait()
         for runner in runners:
             await runner.cleanup()
