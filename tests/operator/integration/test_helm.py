@@ -98,7 +98,8 @@ def test_helm_template_applies_server_side_dry_run(kube, bin_dir):
     # a glob: the namespaces are not known in advance, so a ClusterRole (and cluster scanning)
     docs = [d for d in yaml.safe_load_all(helm(bin_dir, "template", "rag", str(CHART), "-n", "ragengine-system",
                                                 "--set", "watchNamespaces={team-*}")) if d]
-    assert {"ClusterRole", "ClusterRoleBinding"} <= {d["kind"] for d in docs} and "Role" not in {d["kind"] for d in docs}
+    assert {"ClusterRole", "ClusterRoleBinding"} <= {d["kind"] for d in docs}
+    assert [d["metadata"]["name"] for d in docs if d["kind"] == "Role"] == ["rag-ragengine-self"]  # its own namespace
     # without the CRD subchart (CRD managed elsewhere): nor the CRD's conversion stanza, nor its migration
     rendered = helm(bin_dir, "template", "rag", str(CHART), "-n", "ragengine-system", "--set", "crds.install=false")
     assert "CustomResourceDefinition" not in rendered and "RAGENGINE_OPERATOR_WEBHOOK_SERVICE" not in rendered
