@@ -116,7 +116,7 @@ def decode_result(text: str, urls: list[str]) -> SyncResult | None:
 
 
 def failed(request: SyncRequest, message: str) -> SyncResult:
-    kind = next((k for k in ("configMap", "git", "http") if k in (request.source or {})), request.action)
+    kind = next((k for k in ("configMap", "git", "http", "s3") if k in (request.source or {})), request.action)
     return SyncResult(request.name, kind, ok=False, message=message)
 
 

@@ -56,7 +56,18 @@ from .in_job import JobRunner
 from .in_subprocess import SubprocessRunner
 from .protocol import Limits, Prepared, SyncRequest, failed
 from .spec import Source
-from .status import SourceState, after_sync, due, epoch, retry_delay, sync_event, syncing, visible, waiting
+from .status import (
+    SourceState,
+    after_sync,
+    due,
+    epoch,
+    retry_delay,
+    spec_digest,
+    sync_event,
+    syncing,
+    visible,
+    waiting,
+)
 from .sync import SyncResult, policy_settings
 from .traced import TracingConfig, config_of, operator_span, result_attributes
 
@@ -246,12 +257,13 @@ class SourceSyncer:
     def prepare(self, target: Target, source: Source, state: SourceState | None) -> Prepared | SyncResult:
         """The request and references for a worker, from API reads that never return a credential; or the
         result without a worker (refused credentials, a missing ConfigMap, a ConfigMap at its revision)."""
-        known = state.revision if state and state.synced else None
+        # An edited source is read whole again (its ACL, metadata or paths may differ for files whose content did
+        # not change: they are rewritten, metadata only), not answered "up to date" from the revision alone.
+        known = state.revision if state and state.synced and state.digest == spec_digest(source) else None
         request = SyncRequest("sync", source.name, source.index_name, self.engine_url(target),
                               source.model_dump(mode="json", by_alias=True, exclude_none=True), known,
                               state.validators if state and known else None, fetch_policy=policy_settings(self.settings))
-        holder = source.git or source.http
-        ref = holder.secret_ref if holder is not None else None
+        ref = source.secret_ref
         if ref is not None:
             kind = kube.secret_type(self.controller.dyn, target.namespace, ref.name)
             if kind is None:

@@ -28,7 +28,7 @@ from typing import Any
 from ragengine_operator.sources.spec import Source, duration_seconds
 
 SOURCES_SYNCED = "SourcesSynced"
-DEFAULT_PERIOD_S = {"configMap": 30.0, "git": 300.0, "http": 300.0}
+DEFAULT_PERIOD_S = {"configMap": 30.0, "git": 300.0, "http": 300.0, "s3": 300.0}
 RETRY_BASE_S = 5.0
 RETRY_MAX_S = 300.0
 WAITING_FOR_ENGINE = "waiting for the engine to be ready"

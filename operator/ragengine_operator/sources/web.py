@@ -98,6 +98,38 @@ class _PinnedBackend(httpcore.NetworkBackend):
         self.inner.sleep(seconds)
 
 
+class _Body(httpx.SyncByteStream):
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield from self.stream
+
+    def close(self) -> None:
+        self.stream.close()
+
+
+class PinnedTransport(httpx.BaseTransport):
+    """An httpx transport whose connections (kept and reused) all go to one checked address: for a client
+    of one host (an S3 endpoint), pinned as ``pinned_get`` pins, under the fetch's deadline. Transport
+    errors come out as httpcore's, as from ``pinned_get``."""
+
+    def __init__(self, address: str, deadline: Deadline, max_connections: int = 4) -> None:
+        self.pool = httpcore.ConnectionPool(ssl_context=httpx.create_ssl_context(), max_connections=max_connections,
+                                            retries=0, network_backend=_PinnedBackend(address, deadline))
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        assert isinstance(request.stream, httpx.SyncByteStream)
+        raw = self.pool.handle_request(httpcore.Request(
+            request.method, httpcore.URL(scheme=request.url.raw_scheme, host=request.url.raw_host,
+                                         port=request.url.port, target=request.url.raw_path),
+            headers=request.headers.raw, content=request.stream, extensions=request.extensions))
+        return httpx.Response(raw.status, headers=raw.headers, stream=_Body(raw.stream), extensions=raw.extensions)
+
+    def close(self) -> None:
+        self.pool.close()
+
+
 @dataclass
 class Response:
     status_code: int
