@@ -42,8 +42,10 @@ PAGE = 1000
 MAX_LISTING_BYTES = 16 * 1024 * 1024  # one page of the listing (1000 keys of 1 KiB each fit)
 MAX_ERROR_BYTES = 64 * 1024
 ETAG_KEY = "etag"
+# AWS's codes for a key, a signature or a token the server refuses (versitygw says XAdminUserNotFound for an
+# unknown key, with a 404)
 REFUSED_CREDENTIALS = ("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "InvalidToken",
-                       "ExpiredToken", "InvalidSecurity", "AllAccessDisabled", "AccountProblem")
+                       "ExpiredToken", "InvalidSecurity", "AllAccessDisabled", "AccountProblem", "XAdminUserNotFound")
 
 
 @dataclass(frozen=True)
