@@ -19,6 +19,7 @@ from . import constants as c
 from .controller import api_message
 from .kube.client import kopf_login
 from .manifests.sync_job import JOB_UID_LABEL
+from .receiver.start import start_receiver
 from .reconcile.status import container_failure
 from .resync import resync_loop
 from .sources import traced
@@ -36,11 +37,24 @@ def ragengines(namespace: str, name: str, **_: Any) -> dict[tuple[str, str], Non
 
 
 @kopf.index(*RAG)
-def sourced(namespace: str, name: str, uid: str, spec: kopf.Spec, status: kopf.Status,
+def sourced(namespace: str, name: str, uid: str, spec: kopf.Spec, status: kopf.Status, annotations: kopf.Annotations,
             **_: Any) -> dict[tuple[str, str], Target] | None:
     """RAGEngines with sources (or with status.sources left to prune): the source syncer's work list."""
-    target = Target.from_body(namespace, name, uid, spec, status)
+    target = Target.from_body(namespace, name, uid, spec, status, annotations)
     return {(namespace, name): target} if target else None
+
+
+def _sync_requested(annotations: kopf.Annotations, **_: Any) -> bool:
+    return any(k == c.SYNC_NOW_ANNOTATION or k.startswith(c.SOURCE_SYNC_ANNOTATION_PREFIX) for k in annotations)
+
+
+@kopf.on.event(*RAG, when=_sync_requested)
+def sync_requested(memo: kopf.Memo, **_: Any) -> None:
+    """A RAGEngine with a sync request (kubectl annotate, or a push through the receiver) changed: the source
+    syncer looks at once instead of at its next tick (its index already holds the request)."""
+    syncer = getattr(memo, "syncer", None)
+    if syncer is not None:
+        syncer.wake.set()
 
 
 @kopf.index("", "v1", "pods", labels={c.SELECTOR_COMPONENT: c.COMPONENT_SYNC, JOB_UID_LABEL: kopf.PRESENT})
@@ -55,13 +69,17 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logg
                   ragengines: kopf.Index, sourced: kopf.Index, sync_pods: kopf.Index, **_: Any) -> None:
     configure(settings, memo, logger)
     memo.resync = asyncio.create_task(resync_loop(memo.controller, ragengines, memo.settings.max_workers))
-    memo.sources = asyncio.create_task(SourceSyncer(memo.controller, sync_pods).loop(sourced))
+    memo.syncer = SourceSyncer(memo.controller, sync_pods)
+    memo.sources = asyncio.create_task(memo.syncer.loop(sourced))
+    memo.receiver = await start_receiver(memo.controller.dyn, memo.settings)
 
 
 @kopf.on.cleanup()
 async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     memo.resync.cancel()
     memo.sources.cancel()
+    if memo.receiver is not None:
+        await memo.receiver.cleanup()
     traced.flush()  # the source syncs' spans still buffered
 
 

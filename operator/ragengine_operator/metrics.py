@@ -24,6 +24,11 @@ STATUS_WRITES = Counter("ragengine_operator_status_writes_total", "Status patche
 SOURCE_SYNCS = Counter("ragengine_operator_source_syncs_total", "Source syncs and prunes run by a worker, by action and "
                        "outcome.", ["action", "outcome"])
 
+# The push receiver (receiver/server.py), by the webhook's type (github, gitlab, generic; unknown before the
+# source is known) and outcome: accepted, ignored, bad_signature, stale, replay, unknown, throttled, too_large.
+WEBHOOK_REQUESTS = Counter("ragengine_operator_webhook_requests_total", "Webhook requests to the push receiver, by "
+                           "type and outcome.", ["type", "outcome"])
+
 
 @contextmanager
 def track() -> Iterator[None]:

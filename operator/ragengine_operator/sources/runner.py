@@ -64,6 +64,7 @@ from .status import (
     retry_delay,
     spec_digest,
     sync_event,
+    sync_requests,
     syncing,
     visible,
     waiting,
@@ -112,9 +113,11 @@ class Target:
     api_key_ref: tuple[str, str] | None  # (Secret, key) of the engine's API key; None when auth is off
     engine_ready_since: float = 0.0  # epoch of EngineReady's last transition to True
     tracing: TracingConfig | None = None  # spec.observability.tracing (sources/traced.py)
+    requests: tuple[tuple[str, str], ...] = ()  # (source, request) of sync-now annotations (status.sync_requests)
 
     @classmethod
-    def from_body(cls, namespace: str, name: str, uid: str, spec: Mapping, status: Mapping) -> Target | None:
+    def from_body(cls, namespace: str, name: str, uid: str, spec: Mapping, status: Mapping,
+                  annotations: Mapping[str, str] | None = None) -> Target | None:
         """None when there is nothing to sync or prune (no sources, none reported)."""
         if not spec.get("sources") and not status.get("sources"):
             return None
@@ -130,8 +133,9 @@ class Target:
         ready = cond.get("status") == "True"
         since = (epoch(cond.get("lastTransitionTime")) or 0.0) if ready else 0.0
         ref = engine_api_key_ref(Owner(namespace, name, uid), auth)
+        requests = tuple(sorted(sync_requests(annotations, [s.name for s in sources]).items()))
         return cls(namespace, name, uid, sources, tuple(status.get("sources") or ()), ready,
-                   (ref.name, ref.key) if ref else None, since, config_of(observability.tracing))
+                   (ref.name, ref.key) if ref else None, since, config_of(observability.tracing), requests)
 
     @property
     def owner(self) -> Owner:
@@ -149,6 +153,7 @@ class SourceSyncer:
     verified: dict[tuple[str, str, str], float] = field(default_factory=dict)
     # (namespace, name, source) of a removed source -> (failed prunes, when to try again)
     prunes: dict[tuple[str, str, str], tuple[int, float]] = field(default_factory=dict)
+    wake: asyncio.Event = field(default_factory=asyncio.Event)  # set on a sync request: no wait for the tick
 
     @property
     def settings(self) -> Any:
@@ -164,7 +169,9 @@ class SourceSyncer:
         slots = FairSlots(self.settings.source_workers, self.settings.source_workers_per_namespace)
         tasks: set[asyncio.Task] = set()
         while True:
-            await asyncio.sleep(TICK_SECONDS)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), TICK_SECONDS)
+            self.wake.clear()
             targets = {key: next(iter(found)) for key, found in list(index.items()) if found}
             for gone in set(self.states) - set(targets):
                 self.states.pop(gone, None)
@@ -179,11 +186,13 @@ class SourceSyncer:
         now = time.time()
         started = []
         wanted = {s.name for s in target.sources}
+        requests = dict(target.requests)
         for source in target.sources:
-            if (*key, source.name) in self.running or not due(source, states.get(source.name), now):
+            requested = requests.get(source.name)
+            if (*key, source.name) in self.running or not due(source, states.get(source.name), now, requested):
                 continue
             self.running.add((*key, source.name))
-            started.append(asyncio.create_task(self._one(target, source, slots)))
+            started.append(asyncio.create_task(self._one(target, source, slots, requested)))
         for name in set(states) - wanted:  # removed from the spec: its documents go too
             if (*key, name) not in self.running and target.engine_ready and \
                     self.prunes.get((*key, name), (0, 0.0))[1] <= now:
@@ -191,7 +200,9 @@ class SourceSyncer:
                 started.append(asyncio.create_task(self._prune(target, name, slots)))
         return started
 
-    async def _one(self, target: Target, source: Source, slots: FairSlots) -> None:
+    async def _one(self, target: Target, source: Source, slots: FairSlots, requested: str | None = None) -> None:
+        """``requested``: the sync request this sync answers (it is handled once the sync ran, whatever its
+        outcome; one that came while it ran starts the next sync)."""
         key = (target.namespace, target.name)
         try:
             before = self.states.setdefault(key, {}).get(source.name)
@@ -199,8 +210,9 @@ class SourceSyncer:
             if not target.engine_ready:
                 after, result = waiting(source, before, time.time()), None
             else:
-                result = await self.sync(target, source, before, reporter, slots)
-                after = after_sync(source, before, result, time.time())
+                forced = requested is not None and requested != (before.handled_request if before else None)
+                result = await self.sync(target, source, before, reporter, slots, forced)
+                after = replace(after_sync(source, before, result, time.time()), handled_request=requested)
             self.states.setdefault(key, {})[source.name] = after  # (the RAGEngine may be gone meanwhile)
             if before is None or visible(before) != visible(after) or reporter.reported:
                 await asyncio.to_thread(self.write_status, target)
@@ -237,12 +249,12 @@ class SourceSyncer:
 
     # --- one sync -----------------------------------------------------------------------------------
     async def sync(self, target: Target, source: Source, state: SourceState | None,
-                   progress: Progress | None = None, slots: FairSlots | None = None) -> SyncResult:
+                   progress: Progress | None = None, slots: FairSlots | None = None, forced: bool = False) -> SyncResult:
         """One sync by a worker; never raises: every failure is a failed result (status, backoff, Event). Only the
         worker takes one of ``slots``: a refusal (a ServiceAccount token as credentials, a missing ConfigMap) or a
         ConfigMap at its revision is reported at once, not behind the namespace's running syncs."""
         try:
-            prepared = await asyncio.to_thread(self.prepare, target, source, state)
+            prepared = await asyncio.to_thread(self.prepare, target, source, state, forced)
             if isinstance(prepared, SyncResult):
                 return prepared
             async with slots.hold(target.namespace) if slots is not None else contextlib.nullcontext():
@@ -254,9 +266,11 @@ class SourceSyncer:
             self.verified[(target.namespace, target.name, source.name)] = time.time()
         return result
 
-    def prepare(self, target: Target, source: Source, state: SourceState | None) -> Prepared | SyncResult:
+    def prepare(self, target: Target, source: Source, state: SourceState | None,
+                forced: bool = False) -> Prepared | SyncResult:
         """The request and references for a worker, from API reads that never return a credential; or the
-        result without a worker (refused credentials, a missing ConfigMap, a ConfigMap at its revision)."""
+        result without a worker (refused credentials, a missing ConfigMap, a ConfigMap at its revision unless
+        ``forced``: a sync request always reaches a worker, which checks the index too)."""
         # An edited source is read whole again (its ACL, metadata or paths may differ for files whose content did
         # not change: they are rewritten, metadata only), not answered "up to date" from the revision alone.
         known = state.revision if state and state.synced and state.digest == spec_digest(source) else None
@@ -278,7 +292,7 @@ class SourceSyncer:
                 return failed(request, f"ConfigMap {configmap} not found in namespace {target.namespace}")
             version = found["metadata"]["resourceVersion"]
             checked = self.verified.get((target.namespace, target.name, source.name), 0.0)
-            if version == known and checked >= target.engine_ready_since:
+            if version == known and checked >= target.engine_ready_since and not forced:
                 return SyncResult(source.name, source.kind, ok=True, revision=version, message="up to date")
             request = replace(request, configmap_revision=version)
         return Prepared(request, ref.name if ref else None, configmap, target.api_key_ref)
