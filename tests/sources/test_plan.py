@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ragengine_operator.sources.plan import HASH_KEY, SourceFile, doc_id, documents, legacy_hash, plan_sync
+from ragengine_operator.sources.plan import SourceFile, doc_id, documents, legacy_hash, plan_sync
 
 
 def _indexed(source: str, revision: str, files: list[SourceFile], extra=None) -> dict[str, dict]:
