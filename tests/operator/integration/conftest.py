@@ -129,11 +129,22 @@ def source_engine(embedder, tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="session")
-def operator(kube, operator_identity, source_engine):
-    """The operator in this process (kopf's KopfRunner), serving namespaces t-*."""
+def receiver_url() -> str:
+    """The shared operator's push receiver (receiver/server.py), on a free loopback port."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{s.getsockname()[1]}"
+
+
+@pytest.fixture(scope="session")
+def operator(kube, operator_identity, source_engine, receiver_url):
+    """The operator in this process (kopf's KopfRunner), serving namespaces t-*, its push receiver on."""
     from kopf.testing import KopfRunner
 
-    env = {**OPERATOR_ENV, "RAGENGINE_OPERATOR_ENGINE_URL": source_engine}
+    env = {**OPERATOR_ENV, "RAGENGINE_OPERATOR_ENGINE_URL": source_engine,
+           "RAGENGINE_OPERATOR_RECEIVER_PORT": receiver_url.rsplit(":", 1)[1]}
     args = ["run", "--standalone", f"--namespace={OPERATOR_NAMESPACES}", "-m", "ragengine_operator.handlers"]
     with pytest.MonkeyPatch.context() as mp:
         for key, value in env.items():
