@@ -56,13 +56,15 @@ def test_objects_added_changed_and_deleted_reach_the_index_and_unchanged_ones_ar
     s3.put("team-docs", "kb/site/page.html", "<html><body><h1>Page</h1><p>Hello there.</p></body></html>")
     s3.put("team-docs", "kb/logo.png", b"\x89PNG\r\n\x1a\n\x00\x00binary")  # an image: OCR finds no text
     s3.put("team-docs", "kb/data.bin", b"\x00\x01")  # skipped by its name: never downloaded
+    s3.put("team-docs", "kb/notes/Ünïcode name+plus (1).md", "# Odd name\n\nKeys are signed as S3 encodes them.\n")
     s3.put("team-docs", "other/outside.md", "# Outside the prefix\n")
     source = _source(s3)
     first = sync(source, engine, s3.secret)
     assert first.ok, first.message
-    assert first.documents == 3 and first.skipped == 2 and first.revision.startswith("sha256:"), first.message
+    assert first.documents == 4 and first.skipped == 2 and first.revision.startswith("sha256:"), first.message
     docs = held(engine)
-    assert set(docs) == {"lake:guide.md", "lake:runbooks/pump.txt", "lake:site/page.html"}
+    assert set(docs) == {"lake:guide.md", "lake:runbooks/pump.txt", "lake:site/page.html",
+                         "lake:notes/Ünïcode name+plus (1).md"}
     meta = docs["lake:guide.md"]["metadata"]
     assert meta["source"] == "lake" and meta["path"] == "guide.md" and meta["etag"] and meta["revision"] == first.revision
     assert docs["lake:site/page.html"]["text"] == "Page\n\nHello there."
@@ -77,11 +79,11 @@ def test_objects_added_changed_and_deleted_reach_the_index_and_unchanged_ones_ar
     read_before = len(s3.gets)
     second = sync(source, engine, s3.secret, previous=first.revision)
     assert second.ok and second.revision != first.revision, second.message
-    assert "1 added, 1 updated, 1 deleted, 1 unchanged" in second.message, second.message
+    assert "1 added, 1 updated, 1 deleted, 2 unchanged" in second.message, second.message
     # page.html is kept by its ETag; logo.png, skipped last time (no text), has no document to compare with
     assert sorted(s3.gets[read_before:]) == ["team-docs/kb/guide.md", "team-docs/kb/logo.png", "team-docs/kb/new.md"]
     docs = held(engine)
-    assert set(docs) == {"lake:guide.md", "lake:new.md", "lake:site/page.html"}
+    assert set(docs) == {"lake:guide.md", "lake:new.md", "lake:site/page.html", "lake:notes/Ünïcode name+plus (1).md"}
     assert "and tickets" in docs["lake:guide.md"]["text"]
     assert embedded(engine) > before
 

@@ -212,7 +212,9 @@ class SourceSyncer:
             else:
                 forced = requested is not None and requested != (before.handled_request if before else None)
                 result = await self.sync(target, source, before, reporter, slots, forced)
-                after = replace(after_sync(source, before, result, time.time()), handled_request=requested)
+                after = after_sync(source, before, result, time.time())
+                if requested is not None:
+                    after = replace(after, handled_request=requested)
             self.states.setdefault(key, {})[source.name] = after  # (the RAGEngine may be gone meanwhile)
             if before is None or visible(before) != visible(after) or reporter.reported:
                 await asyncio.to_thread(self.write_status, target)

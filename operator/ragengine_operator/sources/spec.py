@@ -178,7 +178,8 @@ class S3Source(SpecModel):
             raise ValueError("s3.endpoint must be an http:// or https:// URL")
         _no_userinfo(url)
         if parts.path.strip("/") or parts.query or parts.fragment:
-            raise ValueError("s3.endpoint is scheme://host[:port] only: the bucket goes in s3.bucket, the folder in s3.prefix")
+            raise ValueError("s3.endpoint is http(s)://host[:port] only: no credentials (put them in a Secret), no path "
+                             "(the folder goes in s3.prefix)")
         return url.rstrip("/")
 
     @field_validator("prefix")

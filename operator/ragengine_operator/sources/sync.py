@@ -137,6 +137,9 @@ def sync_source(source: Source, engine: EngineClient, read: Callable[[], Fetched
     except FetchError as exc:
         result.message = str(exc)
         return result
+    except EngineUnavailable as exc:  # an S3 reader asks the index which ETags it holds
+        result.message = f"not synced: {exc}"
+        return result
     except Exception as exc:  # a reader's surprise: reported and backed off like any failure
         log.exception("reading source %s failed unexpectedly", source.name)
         result.message = unexpected(exc)
