@@ -45,6 +45,8 @@ OPERATOR_ENV = {
     "RAGENGINE_OPERATOR_ADDON_RECHECK_SECONDS": "1",
     # the tests' git, HTTP and LLM servers listen on loopback, which the egress rules refuse by default
     "RAGENGINE_OPERATOR_SOURCES_EGRESS_ALLOW": '["127.0.0.0/8"]',
+    # no push receiver, but in the shared operator (the ``operator`` fixture): two cannot bind one port
+    "RAGENGINE_OPERATOR_RECEIVER_PORT": "0",
 }
 
 

@@ -75,8 +75,9 @@ def test_s3_source_syncs_on_request_and_on_a_signed_push(kube, namespace, source
         unsigned = httpx.post(hook, content=body)
         assert unsigned.status_code == 401 and "webhook-signature" in unsigned.text, unsigned.text
         stamp = int(time.time())
+        other_key = sign_standard("whsec_b3RoZXI=", "evt-0", stamp, body)
         forged = httpx.post(hook, content=body, headers={"webhook-id": "evt-0", "webhook-timestamp": str(stamp),
-                                                         "webhook-signature": sign_standard("whsec_b3RoZXI=", "evt-0", stamp, body)})
+                                                         "webhook-signature": other_key})
         assert forged.status_code == 401, forged.text
         annotations = kube.get_rag(ns, n)["metadata"].get("annotations") or {}
         assert f"{c.SOURCE_SYNC_ANNOTATION_PREFIX}lake" not in annotations
