@@ -109,4 +109,7 @@ INVALID: list[tuple[str, dict[str, Any], str, bool]] = [
     ("source-s3-endpoint-path", {"sources": [{"name": "a", "s3": {"endpoint": "https://s3.example.com/bucket",
                                                                   "bucket": "bucket"}}]},
      "s3.endpoint is http(s)://host[:port] only", True),
+    ("source-s3-two-identities", {"sources": [{"name": "a", "s3": {"bucket": "bucket", "secretRef": {"name": "k"},
+                                                                   "serviceAccountName": "reader"}}]},
+     "set secretRef (keys in a Secret) or serviceAccountName (a workload identity), not both", True),
 ]

@@ -107,7 +107,7 @@ OPERATOR_ONLY = {
         "name", "index", "interval", "metadata", "acl", "screen", "chunking.chunkSize", "chunking.chunkOverlap", "configMap.name",
         "configMap.keys", "git.url", "git.ref", "git.paths", "git.secretRef.name", "http.urls", "http.secretRef.name",
         "maxFiles", "maxSize", "aclRules", "s3.endpoint", "s3.bucket", "s3.prefix", "s3.region", "s3.paths",
-        "s3.pathStyle", "s3.secretRef.name", "webhook.type", "webhook.secretRef.name")),
+        "s3.pathStyle", "s3.secretRef.name", "s3.serviceAccountName", "webhook.type", "webhook.secretRef.name")),
 }
 
 

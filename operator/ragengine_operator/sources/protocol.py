@@ -180,6 +180,7 @@ class Prepared:
     credentials: str | None = None  # the source's Secret
     configmap: str | None = None  # a configMap source's ConfigMap
     api_key: tuple[str, str] | None = None  # the engine's key (Secret, key); None when auth is off
+    service_account: str | None = None  # job mode: the sync pod's ServiceAccount (an S3 workload identity)
 
 
 @dataclass

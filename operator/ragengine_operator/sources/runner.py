@@ -287,6 +287,13 @@ class SourceSyncer:
             if kind in REFUSED_SECRET_TYPES:
                 return failed(request, f"Secret {ref.name} is of type {kind}: refused as source credentials (they "
                                        "would be sent to the source's URL); use an Opaque Secret")
+        account = source.s3.service_account_name if source.s3 else None
+        if account is not None and not self.settings.allow_service_account_name:
+            return failed(request, "s3.serviceAccountName is refused by the operator's policy (allowServiceAccountName "
+                                   "is false): use a Secret in s3.secretRef")
+        if account is not None and self.settings.sync_mode != "job":
+            return failed(request, "s3.serviceAccountName needs the operator's sync mode job (a subprocess sync has no "
+                                   "pod to run as a ServiceAccount): use a Secret in s3.secretRef")
         configmap = source.config_map.name if source.config_map else None
         if configmap is not None:
             found = kube.get_metadata(self.controller.dyn, "v1", "ConfigMap", target.namespace, configmap)
@@ -297,7 +304,7 @@ class SourceSyncer:
             if version == known and checked >= target.engine_ready_since and not forced:
                 return SyncResult(source.name, source.kind, ok=True, revision=version, message="up to date")
             request = replace(request, configmap_revision=version)
-        return Prepared(request, ref.name if ref else None, configmap, target.api_key_ref)
+        return Prepared(request, ref.name if ref else None, configmap, target.api_key_ref, account)
 
     async def dispatch(self, target: Target, prepared: Prepared, progress: Progress | None = None) -> SyncResult:
         """Run the worker where settings.sync_mode says (sources/in_job.py, sources/in_subprocess.py), in the

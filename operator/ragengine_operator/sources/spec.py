@@ -34,6 +34,7 @@ INDEX_MESSAGE = "index must be a name the engine accepts: printable, not blank, 
 BUCKET = r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$"
 REGION = r"^[a-z0-9][a-z0-9-]{0,31}$"  # us-east-1, eu-central-1, auto (GCS, R2)
 ACL_ENTRY = r"^(group|user):.+$"
+SERVICE_ACCOUNT = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
 SIZE = r"^([0-9]+)(Ki|Mi|Gi|k|M|G)?$"
 _SIZE = re.compile(SIZE)
 _SIZE_UNITS = {None: 1, "k": 10**3, "M": 10**6, "G": 10**9, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
@@ -165,8 +166,19 @@ class S3Source(SpecModel):
     secret_ref: LocalSecretRef | None = Field(
         None, description="A Secret with accessKeyId and secretAccessKey (and sessionToken); unset: the sync pod's "
         "web identity (IRSA), else unsigned requests.")
+    service_account_name: Annotated[str, Field(pattern=SERVICE_ACCOUNT, max_length=253)] | None = Field(
+        None, description="The sync Job runs as this ServiceAccount of the namespace (still without a Kubernetes "
+        "token): with IRSA its eks.amazonaws.com/role-arn annotation gives the sync the role's credentials "
+        "(AssumeRoleWithWebIdentity), no Secret needed. Not with secretRef; job mode only; subject to the operator's "
+        "policy allowServiceAccountName.")
 
     _paths = field_validator("paths")(classmethod(lambda cls, v: _globs(v, "s3.paths")))
+
+    @model_validator(mode="after")
+    def _one_identity(self) -> S3Source:
+        if self.secret_ref is not None and self.service_account_name is not None:
+            raise ValueError("s3: set secretRef (keys in a Secret) or serviceAccountName (a workload identity), not both")
+        return self
 
     @field_validator("endpoint")
     @classmethod

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -27,8 +28,10 @@ from ragengine_operator.sources.acl import NO_RULE, SourceMetadata
 from ragengine_operator.sources.egress import EgressPolicy
 from ragengine_operator.sources.engine import EngineClient, EngineUnavailable
 from ragengine_operator.sources.fetch import Fetched, FetchError, FetchLimits, GitCredentials, fetch_git, fetch_http
+from ragengine_operator.sources.fetched import Deadline
 from ragengine_operator.sources.plan import plan_sync
 from ragengine_operator.sources.s3 import S3Credentials, fetch_s3
+from ragengine_operator.sources.s3_identity import web_identity
 from ragengine_operator.sources.spec import Source
 
 log = logging.getLogger(__name__)
@@ -108,8 +111,10 @@ def fetch(source: Source, *, cache: Path, secret: dict[str, str] | None, previou
     policy = policy or FetchPolicy()
     limits = policy.limits_for(source)
     if source.s3 is not None:
-        return fetch_s3(source.s3, S3Credentials.from_secret(secret), held=held, known_revision=previous_revision,
-                        policy=policy.egress, limits=limits)
+        creds = S3Credentials.from_secret(secret) or web_identity(os.environ, source.s3.region, policy.egress,
+                                                                  Deadline(min(60.0, limits.deadline_s)))
+        return fetch_s3(source.s3, creds, held=held, known_revision=previous_revision, policy=policy.egress,
+                        limits=limits)
     if source.git is not None:
         creds = None
         if secret:
