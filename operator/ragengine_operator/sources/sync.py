@@ -111,9 +111,9 @@ def fetch(source: Source, *, cache: Path, secret: dict[str, str] | None, previou
     policy = policy or FetchPolicy()
     limits = policy.limits_for(source)
     if source.s3 is not None:
-        creds = S3Credentials.from_secret(secret) or web_identity(os.environ, source.s3.region, policy.egress,
-                                                                  Deadline(min(60.0, limits.deadline_s)))
-        return fetch_s3(source.s3, creds, held=held, known_revision=previous_revision, policy=policy.egress,
+        keys = S3Credentials.from_secret(secret) or web_identity(os.environ, source.s3.region, policy.egress,
+                                                                 Deadline(min(60.0, limits.deadline_s)))
+        return fetch_s3(source.s3, keys, held=held, known_revision=previous_revision, policy=policy.egress,
                         limits=limits)
     if source.git is not None:
         creds = None
