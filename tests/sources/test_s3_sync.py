@@ -67,7 +67,7 @@ def test_objects_added_changed_and_deleted_reach_the_index_and_unchanged_ones_ar
                          "lake:notes/Ünïcode name+plus (1).md"}
     meta = docs["lake:guide.md"]["metadata"]
     assert meta["source"] == "lake" and meta["path"] == "guide.md" and meta["etag"] and meta["revision"] == first.revision
-    assert docs["lake:site/page.html"]["text"] == "Page\n\nHello there."
+    assert docs["lake:site/page.html"]["text"] == "# Page\n\nHello there."  # the heading as Markdown
 
     before = embedded(engine)
     again = sync(source, engine, s3.secret, previous=first.revision)  # the listing did not move: nothing read

@@ -107,12 +107,12 @@ OWNER = Owner("ns", "rag", "uid-1")
 
 def test_retained_volumes_have_no_owner_and_are_adopted_by_name():
     def claims(policy: str) -> list[dict]:
-        spec = RAGEngineSpec.model_validate({"inference": {"model": "m"}, "storage": {"reclaimPolicy": policy}})
+        spec = RAGEngineSpec.model_validate({"inference": {"model": "m"}, "storage": {"volume": {"reclaimPolicy": policy}}})
         return [o for o in plan(OWNER, spec).apply if o["kind"] == "PersistentVolumeClaim"]
 
     assert len(claims("Retain")) == 2 and all("ownerReferences" not in o["metadata"] for o in claims("Retain"))
     assert all(o["metadata"]["ownerReferences"][0]["uid"] == "uid-1" for o in claims("Delete"))
-    assert RAGEngineSpec().storage.reclaim_policy == "Retain"
+    assert RAGEngineSpec().storage.volume.reclaim_policy == "Retain"
     left = {**claims("Retain")[0], "metadata": {**claims("Retain")[0]["metadata"], "uid": "pvc-uid"}}
     assert name_conflict(left, OWNER) is None  # a RAGEngine of the same name adopts it
     assert name_conflict(left, Owner("ns", "other", "uid-2")) is not None  # another name does not

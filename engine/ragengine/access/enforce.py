@@ -1,8 +1,9 @@
 """Where access is enforced: authentication in one middleware, authorization in one app-wide dependency.
 
 - ``AuthenticationMiddleware`` (outside routing) turns the ``Authorization`` header into a principal for
-  every path but the open ones (probes, metrics), ``/openapi.json`` and ``/docs`` included, and answers 401
-  itself (503 when a ServiceAccount token cannot be reviewed right now). The principal rides on
+  every path but the open ones (probes, metrics, the console's files), ``/openapi.json`` and ``/docs`` included, and
+  answers 401 itself (503 when a ServiceAccount token cannot be reviewed right now, 429 when the caller's address
+  sent more unknown tokens than the review budget allows: access/serviceaccounts.py). The principal rides on
   ``request.state.principal``.
 - ``authorize`` runs before every route's handler (``FastAPI(dependencies=[...])``), looks up the route's
   rule in ``access.routes.ROUTES``, finds the index the request names and applies ``access.decide``. It
@@ -27,11 +28,11 @@ from typing import Any
 from fastapi import Request
 
 from ragengine.access import usage
-from ragengine.access.decide import Decision, decide, owns, session_visible, visible
+from ragengine.access.decide import ALLOW, Decision, decide, owns, session_visible, visible
 from ragengine.access.limits import retry_after
-from ragengine.access.routes import OPEN_PATHS, IndexFrom, Rule, rule_for
+from ragengine.access.routes import MCP_CALLS, IndexFrom, Rule, is_open, rule_for
 from ragengine.access.rules import Principal, Role
-from ragengine.access.serviceaccounts import ReviewUnavailable
+from ragengine.access.serviceaccounts import ReviewThrottled, ReviewUnavailable
 from ragengine.access.source import AccessSource
 from ragengine.errors import EngineError, Forbidden, NotFound, RateLimited, error_body_for
 from ragengine.metrics import ACCESS_DECISIONS
@@ -40,6 +41,7 @@ from ragengine.protocol.responses import vector_store_ids
 
 log = logging.getLogger("ragengine.access")
 AUTH_MESSAGE = "Missing or invalid credentials: send 'Authorization: Bearer <key or ServiceAccount token>'."
+MCP_PATH = "/mcp"
 REVIEW_MESSAGE = "ServiceAccount tokens cannot be verified right now (the Kubernetes API did not answer); retry."
 
 
@@ -66,23 +68,42 @@ class AuthenticationMiddleware:
         self.source = source
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
+        if scope["type"] != "http" or is_open(scope["path"]):
             await self.app(scope, receive, send)
             return
         header = dict(scope.get("headers") or ()).get(b"authorization", b"").decode("latin-1")
+        client = (scope.get("client") or (None,))[0]
         try:
-            principal = await self.source.authenticate(header or None)
+            principal = await self.source.authenticate(header or None, client)
         except ReviewUnavailable as exc:
             log.error("cannot verify a ServiceAccount token: %s", exc)
             audit(Decision(False, 503, "review_unavailable"), None, scope["method"], scope["path"], None)
             await _answer(send, scope["path"], 503, REVIEW_MESSAGE, "service_unavailable", [(b"retry-after", b"5")])
+            return
+        except ReviewThrottled as exc:
+            audit(Decision(False, 429, "review_throttled"), None, scope["method"], scope["path"], None)
+            await _answer(send, scope["path"], 429, f"{exc}; retry later.", "rate_limit_exceeded",
+                          [(b"retry-after", retry_after(exc.wait_s).encode())])
             return
         if principal is not None:
             scope.setdefault("state", {})["principal"] = principal
             await self.app(scope, receive, send)
             return
         audit(Decision(False, 401, "unauthenticated"), None, scope["method"], scope["path"], None)
-        await _answer(send, scope["path"], 401, AUTH_MESSAGE, "authentication_error", [(b"www-authenticate", b"Bearer")])
+        await _answer(send, scope["path"], 401, AUTH_MESSAGE, "authentication_error",
+                      [(b"www-authenticate", challenge(scope["path"], bool(header)))])
+
+
+def challenge(path: str, sent: bool) -> bytes:
+    """The ``WWW-Authenticate`` of a 401. ``/mcp`` answers as RFC 6750 says (and MCP clients parse): a realm,
+    and ``error="invalid_token"`` when a credential was sent. It names no ``resource_metadata``: the engine
+    takes API keys and ServiceAccount tokens and runs no OAuth authorization server for a client to discover
+    (docs/mcp.md). Every other route keeps its plain ``Bearer``."""
+    if path != MCP_PATH:
+        return b"Bearer"
+    if not sent:
+        return b'Bearer realm="ragengine"'
+    return b'Bearer realm="ragengine", error="invalid_token", error_description="unknown or expired credentials"'
 
 
 def principal_of(request: Request) -> Principal:
@@ -152,12 +173,18 @@ async def _owned(request: Request, principal: Principal) -> Decision | None:
         exists, owner = await store.file_owner(params["file_id"])
         if (not exists and not admin) or (exists and not owns(principal, owner)):
             return Decision(False, 404, "not_owner", f"No such file: '{params['file_id']}'.")
+    for key in ("evaluation_id", "other_id"):  # evaluation runs (ragengine.evaluation)
+        if key in params:
+            exists, owner = await request.app.state.evaluations.store.owner_of(params[key])
+            if (not exists and not admin) or (exists and not owns(principal, owner)):
+                return Decision(False, 404, "not_owner", f"No such evaluation: '{params[key]}'.")
     return None
 
 
-async def _limited(request: Request, principal: Principal, rule: Rule) -> Decision | None:
-    """The 429 for a principal over its requests or (on LLM routes) tokens per minute; None when within."""
-    limits, counter = principal.limits, getattr(request.app.state, "usage", None)
+async def _limited(state: Any, principal: Principal, rule: Rule) -> Decision | None:
+    """The 429 for a principal over its requests or (on LLM routes) tokens per minute; None when within.
+    ``state``: the app's (``app.state``), which holds the usage counter."""
+    limits, counter = principal.limits, getattr(state, "usage", None)
     if limits is None or counter is None:
         return None
     if limits.tokens_per_minute is not None and rule.llm:
@@ -165,7 +192,7 @@ async def _limited(request: Request, principal: Principal, rule: Rule) -> Decisi
         if wait > 0:
             return Decision(False, 429, "rate_limited_tokens", f"'{principal.name}' used its {limits.tokens_per_minute} "
                             f"LLM tokens per minute; retry in {retry_after(wait)} s.", retry_after=retry_after(wait))
-    if limits.requests_per_minute is not None:
+    if limits.requests_per_minute is not None and rule.metered:
         wait = await counter.take_request(principal.id, limits.requests_per_minute)
         if wait > 0:
             return Decision(False, 429, "rate_limited", f"'{principal.name}' made its {limits.requests_per_minute} "
@@ -197,7 +224,24 @@ async def authorize(request: Request) -> None:
     if decision.allowed and rule.owned:
         decision = await _owned(request, principal) or decision
     if decision.allowed:
-        decision = await _limited(request, principal, rule) or decision
+        decision = await _limited(request.app.state, principal, rule) or decision
     audit(decision, principal, request.method, route, index)
     if not decision.allowed:
         raise _error(decision)
+
+
+async def authorize_call(state: Any, principal: Principal, call: str, indexes: list[str | None]) -> Decision:
+    """``authorize`` for a call that is not an HTTP route of its own: an MCP tool call or resource read
+    (``call`` is its key in ``access.routes.MCP_CALLS``). The same decision for each index it names (the
+    first denial decides), the same rate limits (one request), the same audit line and counter (``method``
+    MCP, ``route`` the call). Returns the decision; the caller answers a denial in its protocol."""
+    rule = MCP_CALLS[call]
+    decision, index = ALLOW, None
+    for index in indexes or [None]:
+        decision = decide(principal, rule, index, reserved=state.reserved_indexes)
+        if not decision.allowed:
+            break
+    if decision.allowed:
+        decision = await _limited(state, principal, rule) or decision
+    audit(decision, principal, "MCP", call, index)
+    return decision

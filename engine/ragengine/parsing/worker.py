@@ -2,7 +2,7 @@
 
 Reads one request from stdin (a JSON header line ``{"kind", "limits"}``, then the file's bytes),
 sets its own rlimits before touching the bytes, parses, and writes one JSON object to stdout:
-``{"parsed": {...}}`` or ``{"refused": reason, "over_limit": bool}``. The CPU-time limit is
+``{"parsed": {...}}`` or ``{"refused": reason, "over_limit": bool, "code": code}``. The CPU-time limit is
 enforced by the kernel (SIGXCPU, then SIGKILL a second later), so a parser stuck in C code stops too.
 """
 
@@ -12,7 +12,7 @@ import json
 import resource
 import sys
 
-from ragengine.parsing.limits import Parsed, ParseLimits, Refused
+from ragengine.parsing.limits import MEMORY, Parsed, ParseLimits, Refused
 
 MIB = 1024 * 1024
 
@@ -30,12 +30,14 @@ def run(kind: str, data: bytes, limits: ParseLimits) -> Parsed | Refused:
 
         return formats.parse(kind, data, limits)
     except MemoryError:
-        return Refused(f"parsing needs more than {limits.memory_mb} MiB of memory (the limit)", over_limit=True)
+        return Refused(f"parsing needs more than {limits.memory_mb} MiB of memory (the limit)", over_limit=True,
+                       code=MEMORY)
     except RecursionError:
         return Refused("could not be read: nested too deeply")
     except Exception as exc:  # hostile input raises anything; the reason names it
         if _caused_by(exc, MemoryError):  # libraries wrap it (pdfplumber's PdfminerException)
-            return Refused(f"parsing needs more than {limits.memory_mb} MiB of memory (the limit)", over_limit=True)
+            return Refused(f"parsing needs more than {limits.memory_mb} MiB of memory (the limit)", over_limit=True,
+                           code=MEMORY)
         return Refused(f"could not be read: {exc.__class__.__name__}: {str(exc)[:300]}")
 
 
@@ -64,7 +66,7 @@ def main() -> None:
     if isinstance(result, Parsed):
         out = {"parsed": result.to_dict()}
     else:
-        out = {"refused": result.reason, "over_limit": result.over_limit}
+        out = {"refused": result.reason, "over_limit": result.over_limit, "code": result.code}
     sys.stdout.write(json.dumps(out, ensure_ascii=False))
     sys.stdout.flush()
 

@@ -55,7 +55,7 @@ from ..spec import AuthSpec, ObservabilitySpec
 from .in_job import JobRunner
 from .in_subprocess import SubprocessRunner
 from .protocol import Limits, Prepared, SyncRequest, failed
-from .spec import Source
+from .spec import IndexSettings, Source, effective_sources
 from .status import (
     SourceState,
     after_sync,
@@ -100,6 +100,14 @@ class FairSlots:
             yield
 
 
+def known_revision(source: Source, state: SourceState | None) -> str | None:
+    """The revision a sync may take as read (an unchanged git commit is then not read at all): the one
+    synced last, while the spec is the one synced. An edited source (other paths, metadata, OCR languages,
+    formats) is read again in full, since what its files become changed; unchanged documents still write
+    nothing (the plan compares hashes)."""
+    return state.revision if state and state.synced and state.digest == spec_digest(source) else None
+
+
 @dataclass(frozen=True)
 class Target:
     """What the kopf index keeps of one RAGEngine with sources (see handlers.sourced)."""
@@ -114,6 +122,7 @@ class Target:
     engine_ready_since: float = 0.0  # epoch of EngineReady's last transition to True
     tracing: TracingConfig | None = None  # spec.observability.tracing (sources/traced.py)
     requests: tuple[tuple[str, str], ...] = ()  # (source, request) of sync-now annotations (status.sync_requests)
+    golden_set: tuple[str, str] | None = None  # spec.evaluation.goldenSet.source: (source, path) (docs/evaluation.md)
 
     @classmethod
     def from_body(cls, namespace: str, name: str, uid: str, spec: Mapping, status: Mapping,
@@ -122,7 +131,9 @@ class Target:
         if not spec.get("sources") and not status.get("sources"):
             return None
         try:
-            sources = tuple(Source.model_validate(s) for s in spec.get("sources") or [])
+            indexes = [IndexSettings.model_validate(i) for i in spec.get("indexes") or []]
+            # each source with its index's settings (spec.indexes[]) where it has none of its own
+            sources = tuple(effective_sources([Source.model_validate(s) for s in spec.get("sources") or []], indexes))
             auth = AuthSpec.model_validate(spec.get("auth") or {})
             observability = ObservabilitySpec.model_validate(spec.get("observability") or {})
         except ValueError as exc:  # the reconcile reports InvalidSpec for the whole object
@@ -133,9 +144,11 @@ class Target:
         ready = cond.get("status") == "True"
         since = (epoch(cond.get("lastTransitionTime")) or 0.0) if ready else 0.0
         ref = engine_api_key_ref(Owner(namespace, name, uid), auth)
+        golden = ((spec.get("evaluation") or {}).get("goldenSet") or {}).get("source") or {}
         requests = tuple(sorted(sync_requests(annotations, [s.name for s in sources]).items()))
         return cls(namespace, name, uid, sources, tuple(status.get("sources") or ()), ready,
-                   (ref.name, ref.key) if ref else None, since, config_of(observability.tracing), requests)
+                   (ref.name, ref.key) if ref else None, since, config_of(observability.tracing), requests,
+                   (golden["name"], golden["path"]) if golden.get("name") and golden.get("path") else None)
 
     @property
     def owner(self) -> Owner:
@@ -273,12 +286,12 @@ class SourceSyncer:
         """The request and references for a worker, from API reads that never return a credential; or the
         result without a worker (refused credentials, a missing ConfigMap, a ConfigMap at its revision unless
         ``forced``: a sync request always reaches a worker, which checks the index too)."""
-        # An edited source is read whole again (its ACL, metadata or paths may differ for files whose content did
-        # not change: they are rewritten, metadata only), not answered "up to date" from the revision alone.
-        known = state.revision if state and state.synced and state.digest == spec_digest(source) else None
+        known = known_revision(source, state)
+        golden = target.golden_set[1] if target.golden_set and target.golden_set[0] == source.name else None
         request = SyncRequest("sync", source.name, source.index_name, self.engine_url(target),
                               source.model_dump(mode="json", by_alias=True, exclude_none=True), known,
-                              state.validators if state and known else None, fetch_policy=policy_settings(self.settings))
+                              state.validators if state and known else None, fetch_policy=policy_settings(self.settings),
+                              golden_set_path=golden)
         ref = source.secret_ref
         if ref is not None:
             kind = kube.secret_type(self.controller.dyn, target.namespace, ref.name)

@@ -1,8 +1,11 @@
 """S3 sources: the objects of a bucket under a prefix, read under the egress policy, synced by ETag.
 
-- ``Bucket``: one httpx client of the bucket's endpoint, every connection to the address the egress
-  policy checked (``web.PinnedTransport``), no redirect followed, each request signed with SigV4
-  (httpx-auth's ``AWS4Auth``) when there are credentials, unsigned otherwise (a public bucket).
+- ``Bucket``: one httpx client of the bucket's endpoint over net/transport.py's ``BoundedTransport``, as
+  every call to a server a tenant names: each connection to the address the egress policy checked, one
+  deadline per call (and the fetch's over them all), each answer decoded and capped there (a listing page,
+  an object at the per-file limit), no redirect followed. Each request is signed with SigV4 (httpx-auth's
+  ``AWS4Auth``, an httpx auth flow that runs before the transport) when there are credentials, unsigned
+  otherwise (a public bucket).
 - ``Bucket.listing``: ListObjectsV2, paged (1000 keys a page, as the servers cap it), so a bucket of a
   million keys is read a page at a time; the matching objects are counted and sized from the listing,
   against the source's ``maxFiles`` / ``maxSize``, before any object is read.
@@ -26,21 +29,30 @@ from pathlib import PurePosixPath
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-import httpcore
 import httpx
 from defusedxml import ElementTree
 from httpx_auth import AWS4Auth
 
-from ragengine.filetypes import BOUNDED, CODE_LANGUAGES, HTML_SUFFIXES, TEXT_SUFFIXES
-from ragengine_operator.sources.egress import EgressDenied, EgressPolicy, pin
-from ragengine_operator.sources.fetched import Deadline, Fetched, FetchError, FetchLimits, extract, too_large
+from ragengine.filetypes import format_of
+from ragengine_operator.net.egress import EgressPolicy
+from ragengine_operator.net.http import TooLarge
+from ragengine_operator.net.transport import MAX_BYTES, BoundedTransport, EgressRefused, ResponseTooLarge
+from ragengine_operator.sources.fetched import (
+    Deadline,
+    Fetched,
+    FetchError,
+    FetchLimits,
+    extract,
+    refused_format,
+    too_large,
+)
 from ragengine_operator.sources.git import compile_paths
 from ragengine_operator.sources.spec import S3Source
-from ragengine_operator.sources.web import _TRANSPORT_ERRORS, READ_TIMEOUT_S, PinnedTransport, Response, TooLarge, read_body
 
 PAGE = 1000
 MAX_LISTING_BYTES = 16 * 1024 * 1024  # one page of the listing (1000 keys of 1 KiB each fit)
 MAX_ERROR_BYTES = 64 * 1024
+CALL_TIMEOUT_S = 120.0  # one call: a listing page, or an object at the per-file limit (20 MiB) at 200 KB/s
 ETAG_KEY = "etag"
 # AWS's codes for a key, a signature or a token the server refuses (versitygw says XAdminUserNotFound for an
 # unknown key, with a 404)
@@ -95,32 +107,26 @@ def _child(node: Any, name: str) -> str | None:
     return None
 
 
-def indexable(path: str) -> str | None:
+def indexable(path: str, limits: FetchLimits) -> str | None:
     """The reason a key is skipped by its name alone (nothing downloaded), or None when it may be a document."""
-    suffix = PurePosixPath(path).suffix.lower()
-    if suffix in BOUNDED or suffix in HTML_SUFFIXES or suffix in CODE_LANGUAGES or suffix in TEXT_SUFFIXES:
-        return None
-    return f"unsupported file type '{suffix}'"
+    kind = format_of(path)
+    if kind is None:
+        return f"unsupported file type '{PurePosixPath(path).suffix.lower()}'"
+    return refused_format(kind, limits)
 
 
 class Bucket:
     def __init__(self, spec: S3Source, credentials: S3Credentials | None, policy: EgressPolicy,
-                 deadline: Deadline) -> None:
+                 deadline: Deadline, max_bytes: int) -> None:
         self.spec, self.deadline = spec, deadline
         self.base = bucket_base(spec)
         self.where = f"bucket {spec.bucket} at {spec.endpoint or 'AWS S3 (' + spec.region + ')'}"
-        port = self.base.port or (443 if self.base.scheme == "https" else 80)
-        try:
-            target = pin(self.base.host, port, policy)
-        except EgressDenied as exc:
-            raise FetchError(f"{self.base}: refused by the egress policy: {exc}") from None
         auth = None
         if credentials is not None:
             auth = AWS4Auth(credentials.access_key_id, credentials.secret_access_key, spec.region, "s3",
                             security_token=credentials.session_token)
-        self.http = httpx.Client(transport=PinnedTransport(str(target.address), deadline), auth=auth,
-                                 timeout=READ_TIMEOUT_S, follow_redirects=False,
-                                 headers={"User-Agent": "ragengine-operator"})
+        transport = BoundedTransport(CALL_TIMEOUT_S, max(max_bytes, MAX_LISTING_BYTES), policy, deadline)
+        self.http = httpx.Client(transport=transport, auth=auth, follow_redirects=False, trust_env=False)
 
     def __enter__(self) -> Bucket:
         return self
@@ -128,23 +134,37 @@ class Bucket:
     def __exit__(self, *_: object) -> None:
         self.http.close()
 
-    def _get(self, url: httpx.URL, params: dict[str, str] | None = None) -> httpx.Response:
-        """The response, body unread (``close`` it); FetchError when the server cannot be reached."""
-        limit = min(READ_TIMEOUT_S, self.deadline.remaining())
+    def _fetch_error(self, exc: httpx.HTTPError) -> FetchError:
+        if isinstance(exc, EgressRefused):
+            return FetchError(str(exc))
+        if isinstance(exc, httpx.TimeoutException) and self.deadline.passed():
+            return self.deadline.error(f"reading {self.where}")
+        return FetchError(f"{self.where} unreachable ({exc})")
+
+    def _get(self, url: httpx.URL, limit: int, params: dict[str, str] | None = None) -> httpx.Response:
+        """The response, body unread (``close`` it), its body capped at ``limit``; FetchError when the server
+        cannot be reached (or the egress policy refuses it)."""
         try:
-            return self.http.send(self.http.build_request("GET", url, params=params, timeout=limit), stream=True)
-        except httpcore.TimeoutException as exc:
-            if self.deadline.at <= self.deadline.clock():
-                raise self.deadline.error(f"reading {self.where}") from None
-            raise FetchError(f"{self.where} unreachable (timed out: {exc or type(exc).__name__})") from None
-        except _TRANSPORT_ERRORS as exc:
-            raise FetchError(f"{self.where} unreachable ({type(exc).__name__}: {exc})") from None
+            return self.http.send(self.http.build_request("GET", url, params=params, extensions={MAX_BYTES: limit}),
+                                  stream=True)
+        except httpx.HTTPError as exc:
+            raise self._fetch_error(exc) from None
 
     def _body(self, resp: httpx.Response, limit: int) -> bytes:
+        """The (decoded) body; TooLarge past ``limit``, FetchError for a broken stream or the deadline."""
+        out = bytearray()
         try:
-            return read_body(Response(resp.status_code, resp.headers, resp.iter_raw()), limit, self.deadline)
+            for chunk in resp.iter_raw():  # decoded by the transport
+                out += chunk
+                if len(out) > limit:
+                    raise TooLarge(limit)
+        except ResponseTooLarge:
+            raise TooLarge(limit) from None
+        except httpx.HTTPError as exc:
+            raise self._fetch_error(exc) from None
         finally:
             resp.close()
+        return bytes(out)
 
     def _failure(self, resp: httpx.Response, what: str) -> FetchError:
         """The reason an S3 request failed, from its error document (Code, Message)."""
@@ -178,7 +198,8 @@ class Bucket:
             params = {"list-type": "2", "max-keys": str(PAGE), "prefix": prefix}
             if token:
                 params["continuation-token"] = token
-            resp = self._get(self.base.copy_with(path=(self.base.path.rstrip("/") or "") + "/"), params)
+            resp = self._get(self.base.copy_with(path=(self.base.path.rstrip("/") or "") + "/"), MAX_LISTING_BYTES,
+                             params)
             if resp.status_code != 200:
                 raise self._failure(resp, "listing")
             try:
@@ -200,7 +221,7 @@ class Bucket:
     def read(self, key: str, limit: int) -> tuple[bytes, str, str] | None:
         """(the object's bytes, its ETag, its Last-Modified), None when it is gone; TooLarge over ``limit``."""
         resp = self._get(self.base.copy_with(raw_path=(self.base.raw_path.rstrip(b"/") + b"/"
-                                                       + quote(key, safe="/~").encode("ascii"))))
+                                                       + quote(key, safe="/~").encode("ascii"))), limit)
         if resp.status_code == 404:
             resp.close()
             return None
@@ -217,21 +238,23 @@ def revision_of(objects: list[Listed]) -> str:
 
 def fetch_s3(spec: S3Source, credentials: S3Credentials | None = None, *,
              held: Callable[[], Mapping[str, Mapping[str, Any]]] | None = None, known_revision: str | None = None,
-             policy: EgressPolicy | None = None, limits: FetchLimits | None = None) -> Fetched:
+             policy: EgressPolicy | None = None, limits: FetchLimits | None = None,
+             raw_paths: frozenset[str] = frozenset()) -> Fetched:
     """``held``: the metadata of the documents the index holds for this source (asked only when the listing
-    moved): an object whose ETag is its document's is kept without being read."""
+    moved): an object whose ETag is its document's is kept without being read. ``raw_paths``: objects (paths
+    relative to the prefix) kept as they are in ``Fetched.raw``, not indexed (a golden set)."""
     policy, limits = policy or EgressPolicy(), limits or FetchLimits()
     deadline = Deadline(limits.deadline_s)
     globs = compile_paths(spec.paths)
     matched: list[Listed] = []
     skipped: dict[str, str] = {}
     total = 0
-    with Bucket(spec, credentials, policy, deadline) as bucket:
+    with Bucket(spec, credentials, policy, deadline, limits.max_file_bytes) as bucket:
         for obj in bucket.listing(spec.prefix):
             if not obj.path or obj.path.endswith("/") or not globs.match_file(obj.path):
                 continue  # the prefix itself, folder markers, keys outside s3.paths
-            why = indexable(obj.path) or (too_large(obj.size, limits.max_file_bytes)
-                                          if obj.size > limits.max_file_bytes else None)
+            why = (None if obj.path in raw_paths else indexable(obj.path, limits)) or (
+                too_large(obj.size, limits.max_file_bytes) if obj.size > limits.max_file_bytes else None)
             if why:
                 skipped[obj.path] = why
                 continue
@@ -248,7 +271,7 @@ def fetch_s3(spec: S3Source, credentials: S3Credentials | None = None, *,
         revision = revision_of(matched)
         if revision == known_revision:
             return Fetched(revision, unchanged=True)
-        out = Fetched(revision, skipped=skipped)
+        out = Fetched(revision, skipped=skipped, raw_paths=raw_paths)
         indexed = {str(m.get("path")): m for m in (held() if held is not None else {}).values()}
         for obj in matched:
             if (indexed.get(obj.path) or {}).get(ETAG_KEY) == obj.etag:
@@ -264,7 +287,7 @@ def fetch_s3(spec: S3Source, credentials: S3Credentials | None = None, *,
                 continue
             data, etag, modified = got
             before = len(out.files)
-            extract(obj.path, data, out, max_file_bytes=limits.max_file_bytes)
+            extract(obj.path, data, out, limits=limits)
             if len(out.files) > before:  # the object's version, so the next sync compares against what was read
                 f = out.files[-1]
                 out.files[-1] = replace(f, metadata={**f.metadata, ETAG_KEY: etag or obj.etag,

@@ -15,19 +15,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-import httpcore
 import httpx
 from defusedxml import ElementTree
 
-from ragengine_operator.sources.egress import EgressDenied, EgressPolicy, pin
+from ragengine_operator.net.egress import EgressPolicy
+from ragengine_operator.net.transport import BoundedTransport, EgressRefused
 from ragengine_operator.sources.fetched import Deadline, FetchError
 from ragengine_operator.sources.s3 import S3Credentials, _child, _local
-from ragengine_operator.sources.web import _TRANSPORT_ERRORS, PinnedTransport
 
 ROLE_ENV, TOKEN_ENV, ENDPOINT_ENV = "AWS_ROLE_ARN", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ENDPOINT_URL_STS"
 SESSION_NAME = "ragengine-source-sync"
 DURATION_S = 3600  # a sync's deadline is 30 minutes by default
 MAX_ANSWER = 64 * 1024
+CALL_TIMEOUT_S = 60.0
 
 
 def _find(node: object, name: str) -> object | None:
@@ -50,20 +50,18 @@ def web_identity(env: Mapping[str, str], region: str, policy: EgressPolicy, dead
     except OSError as exc:
         raise FetchError(f"the web identity token {token_file} cannot be read ({exc.strerror})") from None
     url = httpx.URL(env.get(ENDPOINT_ENV) or f"https://sts.{env.get('AWS_REGION') or region}.amazonaws.com")
-    try:
-        target = pin(url.host, url.port or (443 if url.scheme == "https" else 80), policy)
-    except EgressDenied as exc:
-        raise FetchError(f"STS at {url}: refused by the egress policy: {exc}") from None
     form = {"Action": "AssumeRoleWithWebIdentity", "Version": "2011-06-15", "RoleArn": role,
             "RoleSessionName": SESSION_NAME, "WebIdentityToken": token, "DurationSeconds": str(DURATION_S)}
     try:
-        with httpx.Client(transport=PinnedTransport(str(target.address), deadline), follow_redirects=False,
-                          timeout=min(60.0, deadline.remaining())) as http:
+        with httpx.Client(transport=BoundedTransport(CALL_TIMEOUT_S, MAX_ANSWER, policy, deadline),
+                          follow_redirects=False, trust_env=False) as http:
             resp = http.post(url.copy_with(path="/"), data=form)
-    except (httpcore.TimeoutException, *_TRANSPORT_ERRORS) as exc:
+    except EgressRefused as exc:
+        raise FetchError(f"STS {exc}") from None
+    except httpx.HTTPError as exc:
         raise FetchError(f"STS at {url} unreachable ({type(exc).__name__}: {exc})") from None
     try:
-        root = ElementTree.fromstring(resp.content[:MAX_ANSWER])
+        root = ElementTree.fromstring(resp.content)
     except (ElementTree.ParseError, ValueError):
         root = None
     if resp.status_code != 200 or root is None:
