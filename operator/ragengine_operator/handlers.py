@@ -23,7 +23,6 @@ from .conversion.storage import migrate
 from .kube.client import kopf_login, new_api_client
 from .kube.observe import probe_egress, probe_llm
 from .manifests.sync_job import JOB_UID_LABEL
-from .receiver.start import start_receiver
 from .reconcile.status import container_failure
 from .resync import resync_loop
 from .sources import traced
@@ -94,7 +93,6 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logg
         memo.tasks.append(asyncio.create_task(_heartbeat(memo.process)))
     if ours.webhook_service:  # the release that owns the CRD rewrites stored objects at the storage version
         memo.tasks.append(asyncio.create_task(_migrate_storage()))
-    memo.receiver = await start_receiver(memo.controller.dyn, ours)
 
 
 async def _heartbeat(process: Any) -> None:
@@ -121,8 +119,6 @@ async def _migrate_storage() -> None:
 async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     for task in memo.tasks:
         task.cancel()
-    if memo.receiver is not None:
-        await memo.receiver.cleanup()
     traced.flush()  # the source syncs' spans still buffered
 
 

@@ -1,19 +1,26 @@
 """The push receiver over real HTTP (aiohttp's test server on loopback): what it accepts, what it refuses and
 counts, and that one namespace's flood leaves another's pushes through. The sources and the sync request are
-plain functions here; tests/operator/integration/test_source_push.py runs it with the operator."""
+plain functions here; tests/operator/integration/test_s3_sources.py runs it as every replica does (runtime's
+side server) with the operator on the control plane. Here too: the side server that runtime.py starts in
+every replica, before and without any lease or kopf, serves it on its own port."""
 
 from __future__ import annotations
 
 import json
 import time
 
+import httpx
 import pytest
+import yaml
 from aiohttp.test_utils import TestClient, TestServer
 
+from ragengine_operator import runtime
 from ragengine_operator.metrics import WEBHOOK_REQUESTS
-from ragengine_operator.receiver.server import Hooked, Receiver, Throttle
+from ragengine_operator.receiver.server import Hooked, LookupUnavailable, Receiver, Throttle
 from ragengine_operator.receiver.verify import TOLERANCE_S, sign_github, sign_standard
+from ragengine_operator.settings import OperatorSettings
 from ragengine_operator.sources.spec import Source
+from tests.support.server import port_for_external_server, refused_port
 
 SECRET = "push-secret"
 PUSH = json.dumps({"ref": "refs/heads/main", "after": "0" * 40}).encode()
@@ -27,12 +34,18 @@ def _source(kind: str, **spec) -> Source:
 class Hooks:
     def __init__(self, sources: dict[tuple[str, str, str], Source]) -> None:
         self.sources, self.requested = sources, []
+        self.lookup_fails: Exception | None = None  # the API server, as the receiver's calls would see it
+        self.request_fails: Exception | None = None
 
     def lookup(self, ns: str, name: str, source: str) -> Hooked | None:
+        if self.lookup_fails:
+            raise self.lookup_fails
         found = self.sources.get((ns, name, source))
         return Hooked(found, SECRET) if found else None
 
     def request_sync(self, ns: str, name: str, source: str, token: str) -> None:
+        if self.request_fails:
+            raise self.request_fails
         self.requested.append((ns, name, source, token))
 
 
@@ -145,3 +158,48 @@ async def test_one_namespaces_flood_does_not_starve_another(receiver):
     resp = await client.post("/hook/team-b/rag/kb", data=PUSH, headers=github(delivery="b-1"))
     assert resp.status == 202, await resp.text()  # team-b's push goes through at once
     assert ("team-b", "rag", "kb", "b-1") in hooks.requested
+
+
+async def test_a_push_the_api_server_cannot_take_now_is_503_and_its_retry_is_welcome(receiver):
+    client, hooks = receiver
+    hooks.lookup_fails = LookupUnavailable("the API server did not answer (MaxRetryError)")
+    before = counted("unknown", "unavailable")
+    resp = await client.post("/hook/team-a/rag/kb", data=PUSH, headers=github(delivery="r-1"))
+    assert resp.status == 503 and "retry" in await resp.text() and counted("unknown", "unavailable") == before + 1
+    hooks.lookup_fails, hooks.request_fails = None, ConnectionRefusedError("the API server")
+    resp = await client.post("/hook/team-a/rag/kb", data=PUSH, headers=github(delivery="r-2"))
+    assert resp.status == 503 and hooks.requested == []
+    hooks.request_fails = None
+    again = await client.post("/hook/team-a/rag/kb", data=PUSH, headers=github(delivery="r-2"))  # GitHub's redelivery
+    assert again.status == 202, await again.text()  # not a replay: the first was never acted on
+    assert hooks.requested == [("team-a", "rag", "kb", "r-2")]
+
+
+def test_every_replica_serves_the_receiver_from_its_side_server_without_a_lease(tmp_path, monkeypatch):
+    """runtime.run starts this server before leader election, in every replica; kopf (and its startup handler,
+    where the receiver used to start) runs only in the leader. Nothing of kopf runs here: the receiver answers
+    on its own port over plain HTTP beside the probes, with its own Kubernetes client (an API server that
+    refuses connections here: a 503, never a 500), and stops with the side server."""
+    with refused_port() as api_port:
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "c",
+            "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{api_port}"}}],
+            "users": [{"name": "u", "user": {"token": "t"}}],
+            "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
+        monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+        monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+        settings = OperatorSettings(receiver_port=port_for_external_server(), liveness_port=port_for_external_server(),
+                                    webhook_port=0, leader_election=True)
+        server = runtime.side_server(settings, lambda: None)
+        server.start()
+        try:
+            hook = f"http://127.0.0.1:{settings.receiver_port}/hook/team-a/rag/kb"
+            resp = httpx.post(hook, content=PUSH, headers=github(delivery="s-1"), timeout=30)
+            assert resp.status_code == 503 and "could not be looked up" in resp.text, resp.text
+            assert httpx.get(f"http://127.0.0.1:{settings.liveness_port}/healthz").text == "ok\n"
+            assert httpx.get(f"http://127.0.0.1:{settings.receiver_port}/healthz").status_code == 404  # its own app
+        finally:
+            server.stop()
+        with pytest.raises(httpx.ConnectError):
+            httpx.post(hook, content=PUSH, headers=github(delivery="s-2"))

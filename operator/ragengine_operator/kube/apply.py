@@ -111,13 +111,6 @@ def patch_status(dyn: DynamicClient, namespace: str, name: str, status: dict[str
     return out.to_dict()
 
 
-def annotate_ragengine(dyn: DynamicClient, namespace: str, name: str, annotations: dict[str, str]) -> None:
-    """Set annotations on a RAGEngine (a merge patch: the others stay)."""
-    _resource(dyn, c.API_VERSION, c.KIND).patch(body={"metadata": {"annotations": annotations}}, name=name,
-                                                namespace=namespace, content_type="application/merge-patch+json",
-                                                _request_timeout=30)
-
-
 def list_ragengines(dyn: DynamicClient) -> list[dict]:
     """Every RAGEngine the operator can see (the periodic resync's work list)."""
     return _resource(dyn, c.API_VERSION, c.KIND).get(_request_timeout=30).to_dict().get("items") or []

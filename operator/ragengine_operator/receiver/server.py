@@ -1,4 +1,4 @@
-"""The push receiver's HTTP server (aiohttp, kopf's own HTTP stack): ``POST /hook/<namespace>/<name>/<source>``.
+"""The push receiver's HTTP app (aiohttp): ``POST /hook/<namespace>/<name>/<source>``.
 
 Each request, in this order (each refusal is counted in ``ragengine_operator_webhook_requests_total`` by
 its outcome, and changes nothing):
@@ -7,16 +7,19 @@ its outcome, and changes nothing):
    one tenant's flood costs that tenant, not the others, and bounds the API reads below;
 2. the body, at most ``max_body`` bytes (413);
 3. the source: the RAGEngine's ``spec.sources[]`` entry and the ``token`` of its ``webhook.secretRef``,
-   read through the API and kept for a few seconds (404 alike for a missing RAGEngine, source or webhook);
+   read through the API and kept for a few seconds (404 alike for a missing RAGEngine, source or webhook;
+   503 when the API server does not answer, so the sender retries);
 4. the signature (verify.py: 401), then the delivery id never seen before (409: a replay);
 5. what it asks (events.py): a push to another branch, a ping, an S3 event for other keys is answered 200
-   and syncs nothing; otherwise the source's sync is requested (202).
+   and syncs nothing; otherwise the source's sync is requested (202; 503 when the request could not be
+   written, and the delivery is forgotten, so the sender's retry of it is not a replay).
 
 A request is *requested*, not run, here: ``request_sync`` writes ``sync.ragengine.io/<source>: <delivery>``
-on the RAGEngine, and the source syncer of the replica that leads picks it up from its watch (within about
-a second; it wakes at once). So the receiver may run on every replica, the leader acts, and a push that
-arrives while the same source syncs starts exactly one more sync after it. The same annotation, or
-``ragengine.io/sync-now`` for every source, is how a person asks: ``kubectl annotate rag X ...``.
+on the RAGEngine, and the source syncer of the replica that leads picks it up from its watch (it wakes at
+once). So the receiver runs in every replica's side server (conversion/server.py, started by runtime.py
+before leader election), any replica may take a push, the leader acts, and a push that arrives while the
+same source syncs starts exactly one more sync after it. The same annotation, or ``ragengine.io/sync-now``
+for every source, is how a person asks: ``kubectl annotate rag X ...``.
 """
 
 from __future__ import annotations
@@ -37,6 +40,10 @@ from ragengine_operator.sources.spec import Source
 log = logging.getLogger(__name__)
 MAX_BODY = 10 * 1024 * 1024  # GitHub's push payloads are capped at 25 MB; 10 MiB holds any but the largest
 RATE, BURST = 5.0, 20  # requests per second and at once, per namespace
+
+
+class LookupUnavailable(Exception):
+    """The source could not be looked up now (the API server did not answer): the sender should retry."""
 
 
 @dataclass(frozen=True)
@@ -101,7 +108,11 @@ class Receiver:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:
             return self._answer("unknown", "too_large", 413, f"the body is over {self.max_body} bytes")
-        hooked = await asyncio.to_thread(self.lookup, ns, name, src)
+        try:
+            hooked = await asyncio.to_thread(self.lookup, ns, name, src)
+        except LookupUnavailable as exc:
+            return self._answer("unknown", "unavailable", 503, f"source {src} of RAGEngine {ns}/{name} could not be "
+                                f"looked up: {exc}; retry")
         if hooked is None or hooked.source.webhook is None:
             return self._answer("unknown", "unknown", 404, f"no source {src} with a webhook in RAGEngine {ns}/{name}")
         kind = hooked.source.webhook.type
@@ -115,14 +126,12 @@ class Receiver:
         wanted, why = wants_sync(hooked.source, kind, headers, body)
         if not wanted:
             return self._answer(kind, "ignored", 200, f"not synced: {why}")
-        await asyncio.to_thread(self.request_sync, ns, name, src, verdict.delivery[:128])
+        try:
+            await asyncio.to_thread(self.request_sync, ns, name, src, verdict.delivery[:128])
+        except Exception as exc:  # the API server: unreachable, or the RAGEngine gone meanwhile
+            self.replays.forget(f"{ns}/{name}/{src}", verdict.delivery)
+            log.warning("sync of source %s of %s/%s not requested: %s", src, ns, name, exc)
+            return self._answer(kind, "unavailable", 503, f"the sync could not be requested ({type(exc).__name__}); "
+                                "retry")
         log.info("sync of source %s of %s/%s requested by a %s webhook (%s)", src, ns, name, kind, why)
         return self._answer(kind, "accepted", 202, f"sync requested: {why}", synced=True)
-
-
-async def serve(receiver: Receiver, port: int, host: str = "0.0.0.0") -> web.AppRunner:
-    runner = web.AppRunner(receiver.app(), access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, host, port).start()
-    log.info("webhook receiver listening on %s:%s", host, port)
-    return runner

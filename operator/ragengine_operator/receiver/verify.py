@@ -106,3 +106,7 @@ class Replays:
         while len(self.seen) > self.size:
             self.seen.popitem(last=False)
         return True
+
+    def forget(self, source: str, delivery: str) -> None:
+        """The delivery was not acted on: the sender's retry of it is welcome."""
+        self.seen.pop((source, delivery), None)
