@@ -47,7 +47,7 @@ OPERATOR_ENV = {
     "RAGENGINE_OPERATOR_ADDON_RECHECK_SECONDS": "1",
     # the tests' git, HTTP and LLM servers listen on loopback, which the egress rules refuse by default
     "RAGENGINE_OPERATOR_SOURCES_EGRESS_ALLOW": '["127.0.0.0/8"]',
-    # no push receiver, but in the shared operator (the ``operator`` fixture): two cannot bind one port
+    # no push receiver in the operators the tests start (``receiver_url`` runs one as every replica does)
     "RAGENGINE_OPERATOR_RECEIVER_PORT": "0",
 }
 
@@ -129,22 +129,31 @@ def source_engine(embedder, tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="session")
-def receiver_url() -> str:
-    """The shared operator's push receiver (receiver/server.py), on a free loopback port."""
-    import socket
+def receiver_url(operator_identity) -> Iterator[str]:
+    """The push receiver as every operator replica runs it: runtime.py's side server (no lease, no kopf), its
+    own Kubernetes client with the chart's ServiceAccount, on a free loopback port. It stands for a replica
+    that does not lead: the shared operator (kopf, the leader here) acts on the annotations it writes."""
+    from ragengine_operator import runtime
+    from ragengine_operator.settings import OperatorSettings
+    from tests.support.server import port_for_external_server
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{s.getsockname()[1]}"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("KUBECONFIG", str(operator_identity))  # read once, when its client is made
+        settings = OperatorSettings(receiver_port=port_for_external_server(), liveness_port=0, webhook_port=0)
+        server = runtime.side_server(settings, lambda: None)
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{settings.receiver_port}"
+    finally:
+        server.stop()
 
 
 @pytest.fixture(scope="session")
-def operator(kube, operator_identity, source_engine, receiver_url):
-    """The operator in this process (kopf's KopfRunner), serving namespaces t-*, its push receiver on."""
+def operator(kube, operator_identity, source_engine):
+    """The operator in this process (kopf's KopfRunner), serving namespaces t-*."""
     from kopf.testing import KopfRunner
 
-    env = {**OPERATOR_ENV, "RAGENGINE_OPERATOR_ENGINE_URL": source_engine,
-           "RAGENGINE_OPERATOR_RECEIVER_PORT": receiver_url.rsplit(":", 1)[1]}
+    env = {**OPERATOR_ENV, "RAGENGINE_OPERATOR_ENGINE_URL": source_engine}
     args = ["run", "--standalone", f"--namespace={OPERATOR_NAMESPACES}", "-m", "ragengine_operator.handlers"]
     with pytest.MonkeyPatch.context() as mp:
         for key, value in env.items():

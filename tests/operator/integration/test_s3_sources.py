@@ -1,7 +1,9 @@
-"""S3 sources and push-triggered syncs on the real control plane: the shared operator (its push receiver on)
-syncs a real S3 server's bucket into a real engine; `kubectl annotate ... ragengine.io/sync-now` and a signed
-S3 event notification start a sync at once (the source's interval is 5 minutes), an unsigned push is refused
-and changes nothing; refused credentials are the source's status and a Warning Event."""
+"""S3 sources and push-triggered syncs on the real control plane: the shared operator syncs a real S3 server's
+bucket into a real engine; `kubectl annotate ... ragengine.io/sync-now` and a signed S3 event notification start
+a sync at once (the source's interval is 5 minutes), an unsigned push is refused and changes nothing; refused
+credentials are the source's status and a Warning Event. The push goes to the receiver as every operator
+replica serves it (``receiver_url``: runtime.py's side server, with no lease and no kopf of its own), and the
+shared operator, the leader here, runs the sync it asks for."""
 
 from __future__ import annotations
 
