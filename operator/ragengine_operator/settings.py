@@ -129,6 +129,14 @@ class OperatorSettings(BaseSettings):
         None, description="Base URL of an engine, '{name}' and '{namespace}' filled in; default: its Service "
         "(http://<name>.<namespace>.svc.<cluster_domain>). Set it when syncs run where Service names do not resolve.",
     )
+    receiver_port: int = Field(
+        0, ge=0, le=65535, description="Port of the push receiver (POST /hook/<namespace>/<name>/<source>: signed "
+        "GitHub, GitLab and generic webhooks start a source's sync; docs/sources.md); 0 = off.")
+    receiver_max_body_bytes: int = Field(10 * 1024 * 1024, ge=1024, description="Largest webhook body accepted.")
+    receiver_rate_per_namespace: float = Field(
+        5.0, gt=0, description="Webhook requests a second one namespace may send (a token bucket): a flood costs its "
+        "own tenant only.")
+    receiver_burst_per_namespace: int = Field(20, ge=1, description="Webhook requests one namespace may send at once.")
     source_workers: int = Field(4, ge=1, description="Source syncs running at once (Jobs or subprocesses).")
     source_workers_per_namespace: int = Field(
         2, ge=1, description="Source syncs of one namespace running at once, within source_workers: a tenant with "
