@@ -112,7 +112,9 @@ class OperatorSettings(BaseSettings):
         "environment, for an operator run outside the cluster against engines it reaches (engine_url).",
     )
     sync_image: str = Field(
-        "ghcr.io/ragengine/ragengine-operator:0.1.0", description="Image of the sync Jobs (the chart passes the operator's own)."
+        "ghcr.io/ragengine/ragengine-sync:0.1.0", min_length=1,
+        description="Image of the sync Jobs: the sync worker with git and the document parsers (images/sync.Dockerfile), "
+        "which the operator's own image does not carry.",
     )
     sync_cpu: str = Field("1", description="CPU limit of a sync Job's container.")
     sync_memory: str = Field(

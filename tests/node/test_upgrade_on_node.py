@@ -34,7 +34,7 @@ from kubernetes.client.rest import ApiException
 
 from ragengine_operator import constants as c
 from ragengine_operator.conversion.convert import KEPT_ANNOTATION, V1ALPHA1, V1BETA1, to_v1alpha1
-from tests.node.conftest import ON_NODE, ROOT, crictl, restricted_namespace, service_base, wait_condition
+from tests.node.conftest import ON_NODE, ROOT, SYNC_IMAGE, crictl, restricted_namespace, service_base, wait_condition
 from tests.operator.integration.kube import Kube, wait_for
 from tests.support.conversion import install_crd
 from tests.support.postgres import postgres_server
@@ -60,11 +60,13 @@ def helm(bin_dir: Path, *args: str, check: bool = True, timeout: float = 600) ->
 
 
 def chart_values(tag: str, host_ip: str) -> dict:
-    """The same values for both releases (the previous chart's schema refuses keys it does not know)."""
+    """The same values for both releases (the previous chart's schema refuses keys it does not know), but the sync
+    image: the previous release has none (its chart's empty default runs its Jobs on its operator image)."""
+    sync_image = SYNC_IMAGE if tag == "dev" else ""
     return {"image": {"repository": "localhost/ragengine-operator", "tag": tag, "pullPolicy": "Never"},
             "defaults": {"engineImage": f"localhost/ragengine-engine:{tag}"},
             "watchNamespaces": ["up-*"],
-            "sync": {"mode": "job", **ON_NODE, "egressAllow": [f"{host_ip}/32"]},
+            "sync": {"mode": "job", "image": sync_image, **ON_NODE, "egressAllow": [f"{host_ip}/32"]},
             **ON_NODE}
 
 

@@ -30,7 +30,7 @@ from ..spec import SecretKeyRef
 from .labels import Owner, labels, metadata
 from .security import container_security_context, pod_security_context
 
-UID = 1000  # images/operator.Dockerfile's user
+UID = 1000  # images/sync.Dockerfile's user
 TTL_SECONDS = 600  # a finished Job the operator did not delete (it was down) goes after this
 SOURCE_LABEL = f"{c.GROUP}/source"
 REQUEST_ANNOTATION = f"{c.GROUP}/sync-request"
