@@ -340,7 +340,8 @@ def test_helm_rollback_to_the_previous_release_refuses_and_changes_nothing(kube,
     rollback = helm(bin_dir, "rollback", RELEASE, "1", "-n", SYSTEM, "--wait", "--timeout", "120s", check=False)
     print(f"\nhelm rollback: exit {rollback.returncode}: {(rollback.stdout + rollback.stderr).strip()[-600:]}")
     assert rollback.returncode != 0
-    assert "storedVersions" in rollback.stderr and "v1beta1" in rollback.stderr, rollback.stderr
+    assert "storedVersions" in rollback.stderr and "v1beta1" in rollback.stderr, rollback.stderr  # the API server
+    assert "a rollback (or a downgrade) to such a release is refused" in rollback.stderr, rollback.stderr  # the chart
     assert {p.metadata.name for p in operator_pods(kube)} == pods  # the operator was not rolled back
     for name, base in previous_release.bases.items():
         wait_condition(kube, ns, name, "Ready", "True", 60)
