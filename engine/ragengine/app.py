@@ -10,7 +10,7 @@ from fastapi import Depends, FastAPI
 from fastapi.routing import APIRoute
 
 from ragengine import __version__, shutdown
-from ragengine.access.enforce import AuthenticationMiddleware, authorize
+from ragengine.access.enforce import AccessGate, AuthenticationMiddleware, authorize
 from ragengine.access.limits import UsageCounter
 from ragengine.access.routes import uncovered
 from ragengine.access.source import AccessSource, KubernetesAPI
@@ -61,13 +61,15 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
     # (an unknown protocol) stops the start here, as does a bad access file.
     tracing = Tracing.from_env("ragengine", trace_content=settings.trace_content)
     access = AccessSource(settings.api_key, settings.access_file, kubernetes=KubernetesAPI.from_settings(settings))
-    # Every route's handler runs after `authorize`, which applies the route's rule (access/routes.py).
+    # Every request passes `AccessGate` before its body is read and `authorize` after (the route's rule,
+    # access/routes.py).
     app = FastAPI(title="ragengine", version=__version__, lifespan=lifespan, dependencies=[Depends(authorize)])
     app.state.settings = settings
     app.state.tracing = tracing
     app.state.access = access
     app.state.reserved_indexes = frozenset({settings.conversation_index})
     install_error_handlers(app, settings)
+    app.add_middleware(AccessGate)  # inside authentication: the principal is known, the body not yet read
     app.add_middleware(AuthenticationMiddleware, source=access)
     install_middleware(app, settings)  # body limit and request metrics, so they see 401s too
     request_context.install(app, tracing)  # request ids, access log, server spans

@@ -1,21 +1,27 @@
-"""Where access is enforced: authentication in one middleware, authorization in one app-wide dependency.
+"""Where access is enforced: authentication and authorization in two middlewares, before any body is read,
+and one app-wide dependency for the index a body names.
 
 - ``AuthenticationMiddleware`` (outside routing) turns the ``Authorization`` header into a principal for
   every path but the open ones (probes, metrics), ``/openapi.json`` and ``/docs`` included, and answers 401
   itself (503 when a ServiceAccount token cannot be reviewed right now). The principal rides on
   ``request.state.principal``.
-- ``authorize`` runs before every route's handler (``FastAPI(dependencies=[...])``), looks up the route's
-  rule in ``access.routes.ROUTES``, finds the index the request names and applies ``access.decide``. It
-  runs before body validation, so a caller who may not see an index learns nothing from a 422 either.
-  On ``owned`` routes it also checks that the session or upload the path names is the caller's (and that
-  the session's index is one they see): 404 otherwise, as for a missing one. Then the caller's rate
-  limits (429 with ``Retry-After``), and the LLM tokens the request spends are billed to them
-  (``access.usage``).
+- ``AccessGate`` (inside it, still outside routing) resolves the route the request will reach, looks up
+  its rule in ``access.routes.ROUTES`` and decides everything that needs no body: the index of the path (or
+  vector store), the role (a role below the route's is 403 whatever index a body would name), the
+  ownership of the session or upload the path names (404 otherwise, as for a missing one) and the caller's
+  rate limits (429 with ``Retry-After``). A refusal is answered there, before a byte of the body is read,
+  with ``Connection: close`` so the server does not read the rest either: a read-only key cannot make the
+  engine read (and FastAPI parse) a large body only to refuse it (issue 41).
+- ``authorize`` runs before every route's handler (``FastAPI(dependencies=[...])``), which FastAPI calls
+  once it has read the body: for the routes whose index a body names (``index_name``, the chat model
+  alias, a response's ``file_search`` tools, a form field) it applies ``access.decide`` to that index.
+  It runs before body validation, so a caller who may not see an index learns nothing from a 422 either.
+  Then the LLM tokens the request spends are billed to the caller (``access.usage``).
 - Handlers that list indexes call ``visible_to(request, name)``; lists of sessions and uploads use
   ``owner_filter``; retrieval takes ``document_acl(principal_of(request))``.
 
 Every denial is one structured log line (principal, method, route, index, reason) on the
-``ragengine.access`` logger, and every decision is counted by principal, kind and outcome.
+``ragengine.access`` logger, and every decision is counted by principal, kind and outcome (once per request).
 """
 
 from __future__ import annotations
@@ -29,12 +35,12 @@ from fastapi import Request
 from ragengine.access import usage
 from ragengine.access.decide import Decision, decide, owns, session_visible, visible
 from ragengine.access.limits import retry_after
-from ragengine.access.routes import OPEN_PATHS, IndexFrom, Rule, rule_for
+from ragengine.access.routes import OPEN_PATHS, ROUTES, IndexFrom, Rule, rule_for
 from ragengine.access.rules import Principal, Role
 from ragengine.access.serviceaccounts import ReviewUnavailable
 from ragengine.access.source import AccessSource
 from ragengine.errors import EngineError, Forbidden, NotFound, RateLimited, error_body_for
-from ragengine.metrics import ACCESS_DECISIONS
+from ragengine.metrics import ACCESS_DECISIONS, matched_route
 from ragengine.protocol.openai import requested_index
 from ragengine.protocol.responses import vector_store_ids
 
@@ -52,10 +58,14 @@ def audit(decision: Decision, principal: Principal | None, method: str, route: s
                                 "status": decision.status}))
 
 
-async def _answer(send: Any, path: str, status: int, message: str, error_type: str, extra: list) -> None:
-    payload = json.dumps(error_body_for(path, status, message, error_type)).encode()
+async def _answer(send: Any, path: str, status: int, message: str, error_type: str, extra: list,
+                  param: str | None = None) -> None:
+    """An error answered by a middleware, before the body was read: ``Connection: close``, so the server
+    does not read (and discard) the rest of a body nobody will use."""
+    payload = json.dumps(error_body_for(path, status, message, error_type, param)).encode()
     await send({"type": "http.response.start", "status": status, "headers": [
         (b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()), *extra,
+        (b"connection", b"close"),
     ]})
     await send({"type": "http.response.body", "body": payload})
 
@@ -137,16 +147,16 @@ async def check_session(request: Request, principal: Principal, session_id: str)
         raise NotFound(f"No such session: '{session_id}'.")
 
 
-async def _owned(request: Request, principal: Principal) -> Decision | None:
+async def _owned(state: Any, params: dict[str, Any], principal: Principal) -> Decision | None:
     """The denial for a session or upload in the path that is not the principal's; None when it is (or none).
     A missing one is denied here too (before the body is validated, so a 400 cannot tell missing from
     another's), except to admins, who see every one: their requests go on to the handler as before."""
-    params, store = request.path_params, request.app.state.sessions
+    store = state.sessions
     admin = principal.role >= Role.admin
     if "session_id" in params:
         found = await store.session_access(params["session_id"])
         if (found is None and not admin) or (found is not None and not session_visible(
-                principal, found[0], found[1], request.app.state.reserved_indexes)):
+                principal, found[0], found[1], state.reserved_indexes)):
             return Decision(False, 404, "not_owner", f"No such session: '{params['session_id']}'.")
     elif "file_id" in params:
         exists, owner = await store.file_owner(params["file_id"])
@@ -155,9 +165,9 @@ async def _owned(request: Request, principal: Principal) -> Decision | None:
     return None
 
 
-async def _limited(request: Request, principal: Principal, rule: Rule) -> Decision | None:
+async def _limited(state: Any, principal: Principal, rule: Rule) -> Decision | None:
     """The 429 for a principal over its requests or (on LLM routes) tokens per minute; None when within."""
-    limits, counter = principal.limits, getattr(request.app.state, "usage", None)
+    limits, counter = principal.limits, getattr(state, "usage", None)
     if limits is None or counter is None:
         return None
     if limits.tokens_per_minute is not None and rule.llm:
@@ -170,8 +180,6 @@ async def _limited(request: Request, principal: Principal, rule: Rule) -> Decisi
         if wait > 0:
             return Decision(False, 429, "rate_limited", f"'{principal.name}' made its {limits.requests_per_minute} "
                             f"requests per minute; retry in {retry_after(wait)} s.", retry_after=retry_after(wait))
-    if limits.tokens_per_minute is not None:
-        usage.bill_to(usage.Meter(principal.id, counter))
     return None
 
 
@@ -183,21 +191,85 @@ def _error(decision: Decision) -> EngineError:
     return Forbidden(decision.message)
 
 
+# Where a body names the index: decided by ``authorize`` once the body is read; the rest before it.
+NAMED_IN_BODY = frozenset({IndexFrom.body, IndexFrom.form, IndexFrom.chat, IndexFrom.tools})
+
+
+def route_rule(method: str, template: str | None) -> Rule | None:
+    """The rule of a matched route (HEAD is GET's); None for routes outside the table (/openapi.json, /docs)."""
+    if template is None:
+        return None
+    return ROUTES.get(("GET" if method.upper() == "HEAD" else method.upper(), template))
+
+
+async def decide_before_body(state: Any, principal: Principal, rule: Rule, params: dict[str, Any]
+                             ) -> tuple[Decision, str | None]:
+    """Everything about a request that needs no body: the path's index (or vector store), the role, the
+    session or upload in the path, the rate limits. Returns the decision and the index it judged."""
+    index = None
+    if rule.index is IndexFrom.path:
+        index = params.get("index_name")
+    elif rule.index is IndexFrom.store:
+        index = params.get("vector_store_id")
+    decision = decide(principal, rule, index, reserved=state.reserved_indexes)
+    if decision.allowed and rule.owned:
+        decision = await _owned(state, params, principal) or decision
+    if decision.allowed:
+        decision = await _limited(state, principal, rule) or decision
+    return decision, index
+
+
+class AccessGate:
+    """Authorization before the body is read (see the module's docstring). Inside ``AuthenticationMiddleware``."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        principal = (scope.get("state") or {}).get("principal") if scope["type"] == "http" else None
+        if principal is None:  # not HTTP, or an open path (no credentials asked)
+            await self.app(scope, receive, send)
+            return
+        route, params = matched_route(scope)
+        rule = route_rule(scope["method"], getattr(route, "path", None))
+        if rule is None or rule.open:  # no route (the router answers 404/405), or the spec and docs pages
+            await self.app(scope, receive, send)
+            return
+        app_state = scope["app"].state
+        try:
+            decision, index = await decide_before_body(app_state, principal, rule, params)
+        except EngineError as exc:  # the session store unreachable: its own status, as the handlers answer it
+            await _answer(send, scope["path"], exc.status_code, exc.message, exc.error_type,
+                          [(k.lower().encode(), v.encode()) for k, v in (exc.headers or {}).items()])
+            return
+        if not decision.allowed or rule.index not in NAMED_IN_BODY:
+            audit(decision, principal, scope["method"], route.path, index)
+        if not decision.allowed:
+            error = _error(decision)
+            await _answer(send, scope["path"], error.status_code, error.message, error.error_type,
+                          [(k.lower().encode(), v.encode()) for k, v in (error.headers or {}).items()], error.param)
+            return
+        await self.app(scope, receive, send)
+
+
 async def authorize(request: Request) -> None:
+    """After the body is read: the index it names, for the routes that take it from there (``AccessGate``
+    decided the rest before the body); then the caller's LLM tokens are metered."""
     route = request.scope["route"].path
     rule = rule_for("GET" if request.method == "HEAD" else request.method, route)
     if rule.open:
         return
     principal = principal_of(request)
-    index: str | None = None
-    for index in await indexes_named(request, rule.index):  # the first denial decides
-        decision = decide(principal, rule, index, reserved=request.app.state.reserved_indexes)
+    if rule.index in NAMED_IN_BODY:
+        index: str | None = None
+        decision = Decision(True)
+        for index in await indexes_named(request, rule.index):  # the first denial decides
+            decision = decide(principal, rule, index, reserved=request.app.state.reserved_indexes)
+            if not decision.allowed:
+                break
+        audit(decision, principal, request.method, route, index)
         if not decision.allowed:
-            break
-    if decision.allowed and rule.owned:
-        decision = await _owned(request, principal) or decision
-    if decision.allowed:
-        decision = await _limited(request, principal, rule) or decision
-    audit(decision, principal, request.method, route, index)
-    if not decision.allowed:
-        raise _error(decision)
+            raise _error(decision)
+    limits, counter = principal.limits, getattr(request.app.state, "usage", None)
+    if limits is not None and limits.tokens_per_minute is not None and counter is not None:
+        usage.bill_to(usage.Meter(principal.id, counter, limits.tokens_per_minute))
