@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import re
+import subprocess
 import zlib
 from pathlib import Path
 
@@ -28,6 +30,8 @@ MiB = 1024 * 1024
 ADMIN = "admin-hostile-0123456789"
 READER = "reader-hostile-0123456789"
 WRITER = "writer-hostile-0123456789"
+NO_CAPABILITIES = ["setpriv", "--bounding-set=-all", "--inh-caps=-all", "--ambient-caps=-all", "--"] \
+    if os.geteuid() == 0 else []
 ACCESS = {"keys": [{"name": "reader", "key": READER, "indexes": ["*"], "role": "read"},
                    {"name": "writer", "key": WRITER, "indexes": ["*"], "role": "write"}]}
 
@@ -36,7 +40,10 @@ ACCESS = {"keys": [{"name": "reader", "key": READER, "indexes": ["*"], "role": "
 def engine(tmp_path_factory) -> EngineProcess:
     work = tmp_path_factory.mktemp("hostile")
     (work / "access.yaml").write_text(json.dumps(ACCESS))
-    with engine_process(work, settings={"api_key": ADMIN, "access_file": str(work / "access.yaml")}) as proc:
+    # The admin key in the environment, as a pod gets it from its Secret (what a parser child went after), and
+    # no capabilities, as the chart runs it (a root test runner's would let any reader in).
+    with engine_process(work, settings={"access_file": str(work / "access.yaml")}, env={"RAGENGINE_API_KEY": ADMIN},
+                        exec_prefix=NO_CAPABILITIES) as proc:
         created = httpx.post(f"{proc.base_url}/v1/vector_stores", json={"name": "kb", "index_name": "kb"},
                              headers=auth(ADMIN), timeout=120)
         assert created.status_code == 200, created.text
@@ -169,3 +176,27 @@ def test_a_gzip_bomb_is_refused_in_bounded_memory(engine):
     print(f"gzip bomb: {len(bomb) / 1024:.0f} KB inflating to 250 MiB: {r.status_code}, peak RSS +{grown:.0f} MiB")
     assert r.status_code == 400 and "longer than" in r.json()["detail"], r.text
     assert grown < 120  # at most one line's worth (4 x 5M characters + the 32 MiB body limit), not 250 MiB
+
+
+# --- the engine's environment is closed to processes of its uid ---------------------------------------------
+def _read_environ_without_capabilities(pid: int) -> subprocess.CompletedProcess:
+    """``cat /proc/<pid>/environ`` as this uid with no capabilities (a root test runner drops them first, so the
+    reader is what a parser child of the engine is: the same uid, no CAP_SYS_PTRACE)."""
+    return subprocess.run([*NO_CAPABILITIES, "cat", f"/proc/{pid}/environ"], capture_output=True, timeout=30)
+
+
+def test_no_process_of_the_engines_uid_can_read_its_environment(engine):
+    """Issue 41: a parser child could read ``/proc/<ppid>/environ`` (the admin key, the database URL). The
+    engine is not dumpable: the kernel refuses that file to its uid without CAP_SYS_PTRACE."""
+    with subprocess.Popen([*NO_CAPABILITIES, "sleep", "60"]) as control:  # dumpable, the same uid: readable
+        try:
+            readable = _read_environ_without_capabilities(control.pid)
+        finally:
+            control.kill()
+    assert readable.returncode == 0 and b"PATH=" in readable.stdout, readable.stderr
+    refused = _read_environ_without_capabilities(engine.pid)
+    print(f"engine environ: exit {refused.returncode}, {len(refused.stdout)} bytes, {refused.stderr.decode().strip()}")
+    assert refused.returncode != 0 and b"Permission denied" in refused.stderr
+    assert ADMIN.encode() not in refused.stdout
+    status = Path(f"/proc/{engine.pid}/status").read_text()  # the kubelet's and ps's view is unchanged
+    assert "VmRSS" in status
