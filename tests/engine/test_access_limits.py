@@ -245,3 +245,24 @@ def test_concurrent_chat_requests_spend_no_more_than_the_token_limit(tmp_path, e
     assert spent <= 1000, results
     assert any(status == 200 and tokens > 0 for status, tokens in results), results
     assert all(status in (200, 429) for status, _ in results), results
+
+
+def test_uploads_past_a_principals_files_quota_are_413_and_store_nothing(tmp_path, embedder):
+    """Issue 41: /v1/files had no storage quota per principal: one key could fill the sessions' database."""
+    with engine(tmp_path, embedder, files_quota_bytes=2000) as base:
+        def upload(key: str, size: int) -> httpx.Response:
+            return httpx.post(f"{base}/v1/files", headers={"Authorization": f"Bearer {key}"}, timeout=120,
+                              files={"file": ("notes.txt", b"pump valve " * (size // 11), "text/plain")})
+
+        first = upload(FREE, 1500)
+        assert first.status_code == 202, first.text
+        refused = upload(FREE, 1000)
+        assert refused.status_code == 413, refused.text
+        assert "quota of 2000 bytes" in refused.json()["error"]["message"]
+        listed = httpx.get(f"{base}/v1/files", headers={"Authorization": f"Bearer {FREE}"}, timeout=60).json()
+        assert [f["id"] for f in listed["data"]] == [first.json()["id"]]  # the refused one left nothing
+        assert upload(TALKER, 1500).status_code == 202  # another principal's own quota
+        deleted = httpx.delete(f"{base}/v1/files/{first.json()['id']}", headers={"Authorization": f"Bearer {FREE}"},
+                               timeout=60)
+        assert deleted.status_code == 200
+        assert upload(FREE, 1000).status_code == 202  # room again
