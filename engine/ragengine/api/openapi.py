@@ -1,4 +1,4 @@
-"""``/openapi.json`` that says what the engine really answers, errors included.
+"""``/openapi.json`` that says what the engine really answers, errors included, and how its operations link.
 
 FastAPI documents a route's success response and, for routes with parameters, a 422 with its own
 ``HTTPValidationError`` body. The engine answers differently (see ``errors.py``): ``{"detail": str}``
@@ -6,15 +6,21 @@ on the KAITO routes, OpenAI's ``{"error": {...}}`` under ``/v1/`` (where validat
 a 413 from the body limit and a 401 (or 503) from access control, both answered by middleware, a 403
 when a principal's role is below the route's and a 429 over a principal's rate limit. Clients generated
 from the spec, and the Schemathesis contract test, rely on every status and body being declared.
+
+OpenAPI links (``add_links``) say which operations act on what a ``POST`` created: the resource routes under
+its path take the created ``id`` (``POST /v1/sessions`` → ``GET /v1/sessions/{session_id}``, ...), and every
+route of an index takes the name a creating route was given (``POST /index``'s ``index_name``). Derived from
+the paths and the access table, so a route added tomorrow is linked too; the fuzzer's stateful phase walks them.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from fastapi import FastAPI
 
-from ragengine.access.routes import OPEN_PATHS
+from ragengine.access.routes import OPEN_PATHS, ROUTES, IndexFrom
 from ragengine.protocol.errors import ERROR_DESCRIPTIONS, ErrorDetail, OpenAIErrorResponse
 
 METHODS = ("get", "put", "post", "delete", "patch")
@@ -78,13 +84,51 @@ def add_error_responses(spec: dict[str, Any], *, auth: bool, external_store: boo
     return spec
 
 
+def _params(path: str) -> list[str]:
+    return re.findall(r"{([^}]+)}", path)
+
+
+def _link(spec: dict[str, Any], method: str, path: str, name: str, target: dict[str, Any], exprs: dict[str, str]) -> None:
+    responses = spec["paths"][path][method]["responses"]
+    ok = next((s for s in sorted(responses) if s.startswith("2")), None)
+    if ok is None or not target.get("operationId"):
+        return
+    links = responses[ok].setdefault("links", {})
+    links[re.sub(r"[^A-Za-z0-9._-]", "_", name)] = {"operationId": target["operationId"], "parameters": exprs}
+
+
+def add_links(spec: dict[str, Any]) -> dict[str, Any]:
+    """Rewrite ``spec`` in place: each creating ``POST`` links to the operations on what it created."""
+    ops = [(m, p, op) for p, item in spec.get("paths", {}).items() for m, op in item.items() if m in METHODS]
+    for method, path, _op in ops:
+        if method != "post":
+            continue
+        own = _params(path)
+        rule = ROUTES.get(("POST", path))
+        named = None
+        if rule is not None and rule.creates:  # the index it creates, by the name the request gave (JSON or path)
+            named = {IndexFrom.body: "$request.body#/index_name", IndexFrom.path: "$request.path.index_name"}.get(
+                rule.index)
+        for m2, p2, op2 in ops:
+            if (m2, p2) == (method, path):
+                continue
+            theirs = _params(p2)
+            if p2.startswith(path + "/{") and theirs[: len(own)] == own and len(theirs) > len(own):
+                exprs = {p: f"$request.path.{p}" for p in own}
+                exprs[theirs[len(own)]] = "$response.body#/id"  # the created resource's id
+                _link(spec, method, path, f"{m2}_{op2.get('operationId', p2)}", op2, exprs)
+            elif named is not None and "index_name" in theirs and not p2.startswith(path + "/{"):
+                _link(spec, method, path, f"{m2}_{op2.get('operationId', p2)}", op2, {"index_name": named})
+    return spec
+
+
 def document_error_responses(app: FastAPI, *, auth: bool, external_store: bool = False) -> None:
     """Make ``app.openapi()`` (and so ``/openapi.json``) publish the engine's real error responses."""
     generate = app.openapi
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            app.openapi_schema = add_error_responses(generate(), auth=auth, external_store=external_store)
+            app.openapi_schema = add_links(add_error_responses(generate(), auth=auth, external_store=external_store))
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
