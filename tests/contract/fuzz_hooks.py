@@ -9,7 +9,8 @@
   principal created is tried by the others. An admin may use anyone's upload: attaching one principal's
   file to another's session or vector store shares it, by design, so a request that names file ids in its
   body never goes with an admin's key (the others' are refused there unless the file is theirs); nor does
-  deleting a seeded index or vector store (the markers would be gone for the rest of the run).
+  replacing a seeded index (``POST /load/{name}`` may load a copy of another one, an admin's power) or
+  deleting one, or a seeded vector store (the markers would be gone for the rest of the run).
 - ``no_foreign_data``: a response to a principal that is not an admin never holds another principal's
   marker, and never answers 2xx on another principal's session, upload or stored response (seeded, or
   created during the run: ids of what a ``POST`` created are recorded with their creator).
@@ -52,8 +53,9 @@ def before_call(context, case, kwargs) -> None:
     key = _draw.choice(_CHOICES)
     body = case.body if isinstance(case.body, dict) else {}
     params = case.path_parameters or {}
-    deletes_seeded = case.method.upper() == "DELETE" and len(params) == 1 and set(params.values()) & PROTECTED
-    if KEYS.get(key) in ADMINS and ("file_id" in body or "file_ids" in body or deletes_seeded):
+    replaces = (case.method.upper() == "DELETE" and len(params) == 1) or case.operation.path == "/load/{index_name}"
+    seeded = replaces and bool(set(map(str, params.values())) & PROTECTED)
+    if KEYS.get(key) in ADMINS and ("file_id" in body or "file_ids" in body or seeded):
         key = _draw.choice([k for k in KEYS if KEYS[k] not in ADMINS])
     headers = {k: v for k, v in (case.headers or {}).items() if k.lower() != "authorization"}
     if key:
