@@ -366,12 +366,7 @@ class ConversationService:
 
         async def on_call(record: dict) -> None:
             TOOL_CALLS.inc()
-            # The model wrote the query, the argument names, the tool's name: through the policy, in place, so the
-            # event, the reply's metadata and the stored history all hold the screened record.
-            scrubbed = t.out.scrub(record)
-            if scrubbed is not record:
-                record.clear()
-                record.update(scrubbed)
+            t.out.scrub_in_place(record)  # the model wrote it: the event, metadata and history hold it screened
             await queue.put(record)
 
         select = t.budget.fit_nodes if t.budget is not None else None

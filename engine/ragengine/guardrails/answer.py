@@ -80,6 +80,13 @@ class AnswerGuard:
             return [self.scrub(v) for v in value]
         return value
 
+    def scrub_in_place(self, record: dict) -> None:
+        """``scrub`` a record that is shared (a tool call's: its event, the reply's metadata, the history)."""
+        scrubbed = self.scrub(record)
+        if scrubbed is not record:
+            record.clear()
+            record.update(scrubbed)
+
     def close(self) -> str:
         if self.stream is None:  # no policy, or a scan failed (fail-open): the report says which
             span, self.span = self.span, None
