@@ -60,8 +60,10 @@ lint: install
 cluster-up:
 	bash hack/cluster.sh up
 
+# The current images, and the previous release's (the helm upgrade test installs it, then upgrades to these).
 images:
 	bash hack/images.sh build
+	bash hack/images.sh build-previous
 
 push:
 	bash hack/images.sh push

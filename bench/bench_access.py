@@ -98,6 +98,7 @@ async def review_cost(rounds: int) -> dict:
 
     import yaml
 
+    from ragengine.access.review_budget import ReviewBudget
     from ragengine.access.serviceaccounts import TokenReviewer
     from tests.support.kubernetes import local_cluster
 
@@ -110,16 +111,18 @@ async def review_cost(rounds: int) -> dict:
             own = Path(tmp) / "token"
             # the admin's own token (system:masters) stands in for the engine's: the call is the same
             own.write_text(yaml.safe_load(cluster.kubeconfig.read_text())["users"][0]["user"]["token"])
-            reviewer = TokenReviewer(cluster.api_url, own, cluster.ca_file, cache_s=3600)
+            # the review itself is timed: no budget in the way
+            reviewer = TokenReviewer(cluster.api_url, own, cluster.ca_file, cache_s=3600,
+                                     budget=ReviewBudget(1_000_000, 1_000_000))
             tokens = [cluster.create_token(ns, "app", "bench") for _ in range(min(rounds, 20))]
             miss, hit = [], []
             for token in tokens:
                 t = time.perf_counter()
-                assert await reviewer.review(token, "bench") == f"{ns}/app"
+                assert await reviewer.review(token, "bench", {f"{ns}/app"}) == f"{ns}/app"
                 miss.append(time.perf_counter() - t)
             for _ in range(rounds):
                 t = time.perf_counter()
-                await reviewer.review(tokens[0], "bench")
+                await reviewer.review(tokens[0], "bench", {f"{ns}/app"})
                 hit.append(time.perf_counter() - t)
             await reviewer.aclose()
     finally:

@@ -208,7 +208,7 @@ def measure(args, op, port, core, custom, hostile_ns, benign_ns, web, git) -> di
     def rag(ns: str, name: str, sources: list[dict]) -> None:
         custom.create_namespaced_custom_object(group, version, ns, plural, {
             "apiVersion": f"{group}/{version}", "kind": "RAGEngine", "metadata": {"name": name},
-            "spec": {"storage": {"size": "1Gi"}, "sources": sources}})
+            "spec": {"storage": {"volume": {"size": "1Gi"}}, "sources": sources}})
 
     started = time.monotonic()
     chosen = args.sources.split(",")

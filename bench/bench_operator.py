@@ -42,10 +42,10 @@ from kubernetes import config as k8s_config  # noqa: E402
 from kubernetes.client.rest import ApiException  # noqa: E402
 
 G, V, P = "ragengine.io", "v1alpha1", "ragengines"
-SPEC = {"inference": {"model": "Qwen/Qwen2.5-0.5B-Instruct"}, "storage": {"size": "1Gi"}}
+SPEC = {"inference": {"model": "Qwen/Qwen2.5-0.5B-Instruct"}, "storage": {"volume": {"size": "1Gi"}}}
 # The scale run: retrieval-only RAGEngines (engine, PVC, Service), so hundreds fit the fake nodes'
 # GPUs (64 in all). Operators run with their own default resync period.
-SCALE_SPEC = {"storage": {"size": "1Gi"}}
+SCALE_SPEC = {"storage": {"volume": {"size": "1Gi"}}}
 
 
 def children(n: str) -> list[tuple[str, str]]:

@@ -27,11 +27,15 @@ BENCHES = {
     "failure_report": "bench_failure_report.py",
     "stores": "bench_stores.py",
     "versions": "bench_versions.py",
+    "evaluation": "bench_evaluation.py",
     "sources": "bench_sources.py",
     "responsiveness": "bench_responsiveness.py",
     "openai": "bench_openai.py",
     "documents": "bench_documents.py",
     "tracing": "bench_tracing.py",
+    "handover": "bench_handover.py",
+    "mcp": "bench_mcp.py",
+    "console": "bench_console.py",
 }
 
 

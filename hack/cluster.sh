@@ -195,7 +195,18 @@ up() {
 
 node_up() {
   [[ ${RAGENGINE_REAL_NODE:-1} == 0 ]] && { log "RAGENGINE_REAL_NODE=0: no real node"; return; }
-  API_PORT=$API_PORT "$ROOT/hack/node.sh" up || log "going on without the real node (see above)"
+  if API_PORT=$API_PORT "$ROOT/hack/node.sh" up; then
+    # With the real node the working class is the default: `local` volumes get the pod's fsGroup, the
+    # hostpath provisioner's root-owned 0750 directories do not (a RAGEngine with default storage would
+    # crash-loop on an unwritable /data). hack/node/local_pv.py provisions them for any node.
+    local kc=$STATE/kubeconfig
+    KUBECONFIG=$kc "$BIN/kubectl" annotate storageclass standard --overwrite \
+      storageclass.kubernetes.io/is-default-class=false > /dev/null
+    KUBECONFIG=$kc "$BIN/kubectl" annotate storageclass ragengine-local --overwrite \
+      storageclass.kubernetes.io/is-default-class=true > /dev/null
+  else
+    log "going on without the real node (see above)"
+  fi
 }
 
 down() {

@@ -4,6 +4,9 @@
 #   hack/images.sh build [engine|operator]...   build (default: both), print each image's size
 #   hack/images.sh push  [engine|operator]...   push to $IMAGE_REGISTRY (after build)
 #   hack/images.sh names                        print the image references, one per line
+#   hack/images.sh build-previous               build the previous release's images (hack/previous-release.env)
+#                                               from its own Dockerfiles, in a git worktree of that commit, tagged
+#                                               previous-<commit>: what the helm upgrade test starts from
 #
 # IMAGE_REGISTRY (default localhost) and IMAGE_TAG (default dev) name the images:
 # $IMAGE_REGISTRY/ragengine-engine:$IMAGE_TAG and $IMAGE_REGISTRY/ragengine-operator:$IMAGE_TAG.
@@ -67,5 +70,16 @@ case $cmd in
     podman image prune -f > /dev/null ;;
   push) for w in "${what[@]}"; do podman push "$(name "$w")"; done ;;
   names) for w in "${what[@]}"; do name "$w"; done ;;
-  *) echo "usage: $0 build|push|names [engine|operator]..." >&2; exit 2 ;;
+  build-previous)
+    . "$ROOT/hack/previous-release.env"
+    git -C "$ROOT" cat-file -e "$PREVIOUS_RELEASE^{commit}" 2>/dev/null \
+      || { log "commit $PREVIOUS_RELEASE (hack/previous-release.env) is not in this clone: git fetch --unshallow"; exit 1; }
+    tree=$ROOT/.cache/previous-release/${PREVIOUS_RELEASE:0:12}
+    if [[ $(git -C "$tree" rev-parse HEAD 2>/dev/null) != "$PREVIOUS_RELEASE" ]]; then
+      rm -rf "$tree"; git -C "$ROOT" worktree prune
+      git -C "$ROOT" worktree add --detach "$tree" "$PREVIOUS_RELEASE" > /dev/null
+    fi
+    log "the previous release ${PREVIOUS_RELEASE:0:12}: its own images.sh and Dockerfiles"
+    IMAGE_TAG=previous-${PREVIOUS_RELEASE:0:12} bash "$tree/hack/images.sh" build "${what[@]}" ;;
+  *) echo "usage: $0 build|push|names|build-previous [engine|operator]..." >&2; exit 2 ;;
 esac

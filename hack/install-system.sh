@@ -4,7 +4,9 @@
 # (tests/engine/test_fsync.py watches the engine's fsync calls); podman, runc and
 # debootstrap for the images (make images); containerd, the CNI plugins, iptables, ipset and conntrack for
 # the local cluster's real node (hack/node.sh); Tesseract with its English data, the OCR of scanned pages
-# and images (issue 29; docs/documents.md).
+# and images (issue 29; docs/documents.md); Chromium, the real browser the console's tests drive through
+# Playwright's Python package (tests/console; never `playwright install`, which downloads a browser build), and
+# fonts-dejavu-core so its pages render text (screenshots in docs/console.md).
 set -euo pipefail
 missing=()
 command -v git >/dev/null || missing+=(git)
@@ -14,6 +16,8 @@ command -v ssh-keygen >/dev/null || missing+=(openssh-client)
 command -v strace >/dev/null || missing+=(strace)
 command -v tesseract >/dev/null || missing+=(tesseract-ocr)
 ls /usr/share/tesseract-ocr/*/tessdata/eng.traineddata >/dev/null 2>&1 || missing+=(tesseract-ocr-eng)
+command -v chromium >/dev/null || missing+=(chromium)
+[ -d /usr/share/fonts/truetype/dejavu ] || missing+=(fonts-dejavu-core)
 for cmd in podman runc debootstrap containerd iptables ipset conntrack gcc; do
   command -v $cmd >/dev/null || missing+=($cmd)
 done

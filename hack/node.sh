@@ -28,7 +28,10 @@ SOCK=$NODE/containerd.sock
 PAUSE_IMAGE=localhost/ragengine-pause:1.0
 LOCK=/run/ragengine-node.owner  # machine-wide: which checkout runs the real node
 COMPONENTS=(containerd kubelet kube-proxy coredns kube-router local-pv)
-IMAGES=(localhost/ragengine-engine:dev localhost/ragengine-operator:dev)
+. "$ROOT/hack/previous-release.env"
+PREVIOUS_TAG=previous-${PREVIOUS_RELEASE:0:12}  # hack/images.sh build-previous: the helm upgrade test's start
+IMAGES=(localhost/ragengine-engine:dev localhost/ragengine-operator:dev
+        "localhost/ragengine-engine:$PREVIOUS_TAG" "localhost/ragengine-operator:$PREVIOUS_TAG")
 
 log() { echo "[node] $*" >&2; }
 die() { log "ERROR: $*"; exit 1; }

@@ -15,13 +15,15 @@ FROM ${BASE_IMAGE} AS build
 ARG UV_VERSION
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 UV_LINK_MODE=copy UV_PYTHON_DOWNLOADS=never \
     UV_PROJECT_ENVIRONMENT=/nonexistent
-COPY pyproject.toml uv.lock README.md /src/
+COPY pyproject.toml uv.lock /src/
 RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/uv \
     if [ -s /run/secrets/ca ]; then export PIP_CERT=/run/secrets/ca SSL_CERT_FILE=/run/secrets/ca; fi; \
     python3 -m venv /opt/uv && /opt/uv/bin/pip install -q "uv==${UV_VERSION}" \
  && cd /src && python3 -m venv --without-pip /opt/venv \
  && /opt/uv/bin/uv export -q --frozen --no-emit-project --extra operator -o /tmp/operator.txt \
  && /opt/uv/bin/uv pip install -q --python /opt/venv/bin/python -r /tmp/operator.txt
+# the README (the package's long description) only now: an edit of it rebuilds no dependency layer
+COPY README.md /src/
 COPY engine /src/engine
 COPY operator /src/operator
 RUN --mount=type=secret,id=ca \

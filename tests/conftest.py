@@ -35,6 +35,15 @@ def pgvector_url() -> Iterator[str]:
         yield url.replace("postgresql+psycopg://", "postgresql://")
 
 
+@pytest.fixture(scope="session")
+def crd_webhook():
+    """One conversion webhook (the operator's code, on loopback) for every test cluster fixture of the run."""
+    from tests.support.conversion import conversion_webhook
+
+    with conversion_webhook() as webhook:
+        yield webhook
+
+
 @pytest.fixture
 def store_prefix(request) -> str:
     """A schema / collection prefix of its own for each test, so tests never see each other's indexes."""
@@ -50,6 +59,7 @@ _saved_env: dict[str, str | None] = {}
 def pytest_configure(config):
     config.addinivalue_line("markers", "stores(*kinds): run only on these vector stores (default: every store)")
     config.addinivalue_line("markers", "milvus: runs on Milvus Lite (set on every milvus parametrisation)")
+    config.addinivalue_line("markers", "upgrade: the helm upgrade from the previous release (runs first)")
     for key, value in OFFLINE.items():
         _saved_env[key] = os.environ.get(key)
         os.environ.setdefault(key, value)
@@ -68,6 +78,13 @@ STORE_PARAMS = ("vector_store", "store", "adapter", "url")
 
 
 def pytest_collection_modifyitems(items):
+    # The helm upgrade tests first: they install the previous release's CRD, which a CRD that already stores
+    # v1beta1 objects cannot go back to (tests/node/test_upgrade_on_node.py), and give the CRD back after.
+    items.sort(key=lambda item: item.get_closest_marker("upgrade") is None)
+    _mark_stores(items)
+
+
+def _mark_stores(items):
     """``postgres`` on every test that starts or uses the run's PostgreSQL (its fixtures, or a store parameter
     set to postgres), ``milvus`` on every Milvus Lite one: ``-m "not postgres"`` then really starts none."""
     for item in items:

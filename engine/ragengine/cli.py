@@ -1,6 +1,6 @@
 """The ``ragengine`` command: ``serve`` runs the engine, ``index`` sends a folder of files to one, ``migrate``
 moves FAISS indexes into an external store, ``export`` / ``import`` copy indexes as portable files (the
-backup CronJob runs ``ragengine export --all --dir``)."""
+backup CronJob runs ``ragengine export --all --dir``), ``eval`` scores an index on a golden set."""
 
 from __future__ import annotations
 
@@ -31,11 +31,36 @@ def _parse_set(values: tuple[str, ...]) -> dict[str, Any]:
     return out
 
 
+def check_data_dir(path: Path) -> None:
+    """The data folder exists and this process can write it, or a message that says what to do. A volume that
+    the pod's user cannot write (a hostPath-style StorageClass makes root-owned 0750 directories, and fsGroup
+    does not apply to it) otherwise fails deep in the start with a bare 'Permission denied'. It writes nothing
+    into a folder that exists (a refused start leaves the folder as it was: docs/formats.md)."""
+    import os
+
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise PermissionError(13, "Permission denied")
+    except OSError as exc:
+        try:
+            st = path.stat()
+            owner = f"owned by uid {st.st_uid} gid {st.st_gid}, mode {st.st_mode & 0o7777:04o}"
+        except OSError:
+            owner = "its owner unknown"
+        raise click.ClickException(
+            f"the data folder {path} is not writable by this process (uid {os.getuid()}, groups "
+            f"{sorted(os.getgroups())}): {exc.strerror or exc}; the folder is {owner}. In Kubernetes the engine's "
+            "volume comes from its StorageClass, which must give the pod's fsGroup write access (a hostPath "
+            "provisioner does not): set spec.storage.volume.storageClassName to a class that does (on the "
+            "project's local cluster: ragengine-local), or fix the volume's ownership.") from exc
+
+
 @main.command()
 @click.option("--host", default=None, help="Bind address [env RAGENGINE_HOST; 127.0.0.1].")
 @click.option("--port", type=int, default=None,
               help="Port [env RAGENGINE_PORT; 8000]; 0 = a free port. 'listening on URL' is printed once bound.")
-@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+@click.option("--data-dir", type=click.Path(file_okay=False, readable=False, path_type=Path), default=None,
               help="Indexes, journals and sessions [env RAGENGINE_DATA_DIR; ./data].")
 @click.option("--embedding-model", default=None, help="package:<module>, a local path or a model name.")
 @click.option("--embedding-url", default=None, help="OpenAI-compatible embeddings base URL (…/v1).")
@@ -48,10 +73,8 @@ def _parse_set(values: tuple[str, ...]) -> dict[str, Any]:
 def serve(host, port, data_dir, embedding_model, embedding_url, llm_url, rerank_model, hnsw_threshold,
           load_sample_index, extra, log_level) -> None:
     """Run the engine's HTTP server. Flags override RAGENGINE_* environment variables."""
-    import uvicorn
     from pydantic import ValidationError
 
-    from ragengine.app import create_app
     from ragengine.settings import EngineSettings
 
     overrides = {k: v for k, v in {
@@ -73,7 +96,17 @@ def serve(host, port, data_dir, embedding_model, embedding_url, llm_url, rerank_
 
         if not undumpable():
             click.echo("warning: could not make the engine process non-dumpable", err=True)
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    from ragengine import formats, preflight
+
+    try:  # before the app is even imported: data a newer engine wrote is refused (the app checks again at start)
+        preflight.check(settings)
+    except formats.FormatRefused as exc:
+        raise click.ClickException(f"refusing to start: {exc}") from exc
+    import uvicorn
+
+    from ragengine.app import create_app
+
+    check_data_dir(settings.data_dir)
     app = create_app(settings)
     # Bind before the model loads: a taken port fails at once, and the port is ours when this line is
     # printed (with --port 0, the kernel's choice: tests and scripts read it). Connections are refused
@@ -93,6 +126,9 @@ def serve(host, port, data_dir, embedding_model, embedding_url, llm_url, rerank_
     from ragengine.shutdown import DrainingServer
 
     DrainingServer(config, app.state.drain, settings.shutdown_drain_seconds).run(sockets=[sock])
+    handover = getattr(app.state, "handover", None)
+    if handover is not None and handover.failure is not None:  # a stand-by that could not take its folder over
+        raise click.ClickException(handover.failure)
 
 
 def _collect(folder: Path, pattern: str) -> tuple[list[Path], int]:
@@ -114,17 +150,21 @@ def _collect(folder: Path, pattern: str) -> tuple[list[Path], int]:
     return sorted(files), outside
 
 
-def _document(path: Path, folder: Path, code_aware: bool) -> dict | None:
-    from ragengine.filetypes import Extracted, to_document
+API_KEY_FLAG_WARNING = ("warning: --api-key is visible to other users of this machine (ps, /proc); "
+                        "set RAGENGINE_API_KEY instead")
 
-    try:
-        found = to_document(path.name, path.resolve().read_bytes(), code_aware=code_aware)
-    except OSError:
-        return None
-    if not isinstance(found, Extracted):
-        return None
-    metadata: dict[str, Any] = {"source": str(path.relative_to(folder)), "file_name": path.name, **found.metadata}
-    return {"text": found.text, "metadata": metadata}
+
+def _api_key(flag: str | None) -> str | None:
+    """The key from RAGENGINE_API_KEY; the --api-key flag still works, with a warning."""
+    import os
+
+    if flag:
+        click.echo(API_KEY_FLAG_WARNING, err=True)
+        return flag
+    return os.environ.get("RAGENGINE_API_KEY") or None
+
+
+API_KEY_HELP = "Bearer token; prefer the RAGENGINE_API_KEY environment variable (a flag shows in ps)."
 
 
 @main.command("index")
@@ -132,40 +172,54 @@ def _document(path: Path, folder: Path, code_aware: bool) -> dict | None:
 @click.option("--index", "index_name", required=True, help="Index to add the files to (created when new).")
 @click.option("--url", default="http://127.0.0.1:8000", show_default=True, help="The engine's base URL.")
 @click.option("--glob", "pattern", default="**/*", show_default=True, help="Which files, relative to FOLDER.")
-@click.option("--batch-size", type=int, default=16, show_default=True, help="Files per /index request.")
+@click.option("--source", "source", default=None,
+              help="Name of this set of files in the index: documents get ids '<source>:<path>' and metadata "
+                   "source=<source> [default: FOLDER's name].")
+@click.option("--batch-size", type=int, default=16, show_default=True, help="Files per request.")
 @click.option("--code-aware/--no-code-aware", default=True, show_default=True,
               help="Mark source files split_type=code with their language.")
-@click.option("--api-key", envvar="RAGENGINE_API_KEY", default=None, help="Bearer token, when the engine needs one.")
+@click.option("--ocr-languages", default=None, help="Tesseract languages for scanned pages, e.g. eng+deu [eng].")
+@click.option("--force", is_flag=True, help="Send every file, even those the index holds unchanged.")
+@click.option("--prune", is_flag=True, help="Delete this source's documents whose file is no longer in FOLDER.")
+@click.option("--strict", is_flag=True, help="Exit with status 1 when any file is skipped (the others are sent).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout (no progress bar).")
+@click.option("--api-key", default=None, help=API_KEY_HELP)
 @click.option("--timeout", type=float, default=600.0, show_default=True, help="Seconds per request.")
-def index_folder(folder: Path, index_name: str, url: str, pattern: str, batch_size: int, code_aware: bool,
+def index_folder(folder: Path, index_name: str, url: str, pattern: str, source: str | None, batch_size: int,
+                 code_aware: bool, ocr_languages: str | None, force: bool, prune: bool, strict: bool, as_json: bool,
                  api_key: str | None, timeout: float) -> None:
-    """Send every text file under FOLDER to the engine's POST /index, in batches, with a progress bar."""
+    """Send the files under FOLDER that changed since the last run to the engine (an unchanged folder sends
+    nothing: the index keeps each file's hash), and name every file skipped, with its reason."""
+    import re
+
     import httpx
     from tqdm import tqdm
 
+    from ragengine import indexer
+
+    if ocr_languages is not None and not re.match(r"^[A-Za-z_]{3,16}(\+[A-Za-z_]{3,16})*$", ocr_languages):
+        raise click.BadParameter("Tesseract language codes joined by '+', e.g. eng+deu", param_hint="--ocr-languages")
     files, outside = _collect(folder, pattern)
     if outside:
         click.echo(f"skipping {outside} symbolic link(s) that lead out of {folder}", err=True)
     if not files:
         raise click.ClickException(f"no files match {pattern!r} under {folder}")
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    sent = skipped = 0
-    with httpx.Client(base_url=url.rstrip("/"), timeout=timeout, headers=headers) as client, \
-            tqdm(total=len(files), unit="file", desc=f"indexing into {index_name}", file=sys.stderr) as bar:
-        for start in range(0, len(files), max(1, batch_size)):
-            batch = files[start : start + batch_size]
-            docs = [d for d in (_document(p, folder, code_aware) for p in batch) if d is not None]
-            skipped += len(batch) - len(docs)
-            if docs:
-                try:
-                    resp = client.post("/index", json={"index_name": index_name, "documents": docs})
-                except httpx.HTTPError as exc:
-                    raise click.ClickException(f"cannot reach {url}: {exc}") from exc
-                if resp.status_code != 200:
-                    raise click.ClickException(f"POST /index answered {resp.status_code}: {resp.text[:500]}")
-                sent += len(docs)
-            bar.update(len(batch))
-    click.echo(f"indexed {sent} files into '{index_name}' ({skipped} skipped: empty, binary or unreadable)")
+    options = indexer.Options(source=source or folder.resolve().name, code_aware=code_aware,
+                              ocr_languages=ocr_languages, force=force, prune=prune, batch_size=max(1, batch_size))
+    with _client(url, _api_key(api_key), timeout) as client, \
+            tqdm(total=len(files), unit="file", desc=f"indexing into {index_name}", file=sys.stderr,
+                 disable=as_json or None) as bar:
+        try:
+            report = indexer.index_folder(indexer.EngineIndex(client, index_name), folder, files, options, bar.update)
+        except httpx.HTTPError as exc:
+            raise click.ClickException(f"cannot reach {url}: {exc}") from exc
+        except indexer.IndexingError as exc:
+            raise click.ClickException(str(exc)) from exc
+    report.outside = outside
+    click.echo(report.to_json() if as_json else "\n".join(report.lines()))
+    if strict and report.skipped:
+        click.echo(f"error: {len(report.skipped)} file(s) skipped (--strict)", err=True)
+        sys.exit(1)
 
 
 def _target(url: str, prefix: str, dim: int):
@@ -192,6 +246,7 @@ def migrate(source: str, target: str, prefix: str, only: tuple[str, ...]) -> Non
     """Copy FAISS indexes into PostgreSQL or Milvus with their vectors (no re-embedding); resumable."""
     from tqdm import tqdm
 
+    from ragengine.formats import FormatRefused
     from ragengine.stores.base import StoreUnavailable
     from ragengine.versions import migrate as mig
 
@@ -200,7 +255,7 @@ def migrate(source: str, target: str, prefix: str, only: tuple[str, ...]) -> Non
     data_dir = Path(source.removeprefix("faiss:"))
     try:
         found = list(mig.faiss_indexes(data_dir))
-    except (FileNotFoundError, ValueError, KeyError) as exc:
+    except (FileNotFoundError, ValueError, KeyError, FormatRefused) as exc:
         raise click.ClickException(str(exc)) from exc
     if not found:
         raise click.ClickException(f"no indexes under {data_dir}")
@@ -279,8 +334,9 @@ EXPORT_SUFFIX = ".ragx.gz"
 
 @main.command("export")
 @click.option("--url", default="http://127.0.0.1:8000", show_default=True, help="The engine's base URL.")
-@click.option("--api-key", envvar="RAGENGINE_API_KEY", default=None,
-              help="Bearer token (admin role: an export holds every document whatever its ACL).")
+@click.option("--api-key", default=None,
+              help="Bearer token (admin role: an export holds every document whatever its ACL); prefer the "
+                   "RAGENGINE_API_KEY environment variable (a flag shows in ps).")
 @click.option("--index", "indexes", multiple=True, help="Index to export (repeatable).")
 @click.option("--all", "every", is_flag=True, help="Every index the key sees (GET /indexes).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
@@ -300,7 +356,7 @@ def export_cmd(url: str, api_key: str | None, indexes: tuple[str, ...], every: b
         raise click.UsageError("name --index (one or more) or --all")
     if output is not None and (folder is not None or every or len(indexes) != 1):
         raise click.UsageError("--output takes exactly one --index (use --dir for several)")
-    with _client(url, api_key, timeout) as client:
+    with _client(url, _api_key(api_key), timeout) as client:
         names = list(indexes)
         if every:
             resp = client.get("/indexes")
@@ -344,7 +400,7 @@ def _prune(folder: Path, prefix: str, keep: int) -> None:
 @main.command("import")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--url", default="http://127.0.0.1:8000", show_default=True, help="The engine's base URL.")
-@click.option("--api-key", envvar="RAGENGINE_API_KEY", default=None, help="Bearer token (write or admin role).")
+@click.option("--api-key", default=None, help="Bearer token (write or admin role); prefer RAGENGINE_API_KEY.")
 @click.option("--index", "index_name", default=None, help="Name of the new index (default: the exported index's).")
 @click.option("--timeout", type=float, default=3600.0, show_default=True, help="Seconds for the import.")
 def import_cmd(file: Path, url: str, api_key: str | None, index_name: str | None, timeout: float) -> None:
@@ -367,7 +423,7 @@ def import_cmd(file: Path, url: str, api_key: str | None, index_name: str | None
             while block := fh.read(1 << 20):
                 yield block
 
-    with _client(url, api_key, timeout) as client:
+    with _client(url, _api_key(api_key), timeout) as client:
         try:
             resp = client.post(f"/indexes/{quote(str(index_name), safe='')}/import", content=chunks(),
                                headers={"Content-Type": "application/gzip"})
@@ -378,6 +434,14 @@ def import_cmd(file: Path, url: str, api_key: str | None, index_name: str | None
     out = resp.json()
     click.echo(f"{out['index']}: {out['documents']} documents, {out['chunks']} chunks imported (vectors {out['vectors']})")
 
+
+def _add_commands() -> None:
+    from ragengine.evaluation.cli import eval_command
+
+    main.add_command(eval_command)
+
+
+_add_commands()
 
 if __name__ == "__main__":
     main()

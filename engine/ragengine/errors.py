@@ -98,6 +98,14 @@ class UpstreamError(EngineError):
         return self.message
 
 
+class Unavailable(EngineError):
+    """The engine cannot serve this request now (a stand-by that has not taken its data folder over yet);
+    ``Retry-After`` says when to try again."""
+
+    status_code = 503
+    error_type = "service_unavailable"
+
+
 class CorruptData(EngineError):
     """A file on disk failed its checksum or could not be parsed; it is never half-loaded."""
 

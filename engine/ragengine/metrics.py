@@ -71,7 +71,45 @@ def forget_index(name: str) -> None:
     for gauge in _PER_INDEX:
         with contextlib.suppress(KeyError):
             gauge.remove(name)
+# Evaluations (docs/evaluation.md). Scores: one series per index, version and metric, for the versions of
+# each index's last two runs only (the live one and the one compared with it): a bounded label set.
+EVALUATION_SCORE = Gauge("ragengine_evaluation_score", "Score of an index version on its golden set, last run.",
+                         ["index", "version", "metric"], registry=REGISTRY)
+EVALUATION_LAST_RUN = Gauge("ragengine_evaluation_last_run_timestamp_seconds",
+                            "When the index's last evaluation run finished (Unix time).", ["index"], registry=REGISTRY)
+EVALUATION_RUNS = Counter("ragengine_evaluation_runs_total", "Evaluation runs finished, by trigger and status.",
+                          ["trigger", "status"], registry=REGISTRY)
+EVALUATION_RUNNING = Gauge("ragengine_evaluation_runs_running", "Evaluation runs this replica scores now.",
+                           registry=REGISTRY)
+EVALUATION_SECONDS = Histogram("ragengine_evaluation_seconds", "Time to score one run.", buckets=_SLOW,
+                               registry=REGISTRY)
+EVALUATION_GATES = Counter("ragengine_evaluation_gates_total", "Gated re-indexes decided, by outcome.", ["outcome"],
+                           registry=REGISTRY)
+
+
+def set_evaluation_scores(latest: dict[str, list[tuple[int | None, dict, float | None]]]) -> None:
+    """Every index's newest runs (newest first: version, metrics, finished at) as the gauges, replacing the last
+    set, so a version that no run names any more leaves no series behind."""
+    EVALUATION_SCORE.clear()
+    EVALUATION_LAST_RUN.clear()
+    for index, runs in latest.items():
+        for version, scores, _at in reversed(runs):  # the newest run wins a version both name
+            for metric, value in scores.items():
+                EVALUATION_SCORE.labels(index, str(version), metric).set(value)
+        if runs and runs[0][2] is not None:
+            EVALUATION_LAST_RUN.labels(index).set(runs[0][2])
+
+
 SNAPSHOT_SECONDS = Histogram("ragengine_snapshot_seconds", "Snapshot write time.", buckets=_SLOW, registry=REGISTRY)
+# A FAISS pod's replacement (ragengine.handover): a stand-by until the old process gives the data folder up.
+STANDBY = Gauge("ragengine_standby", "1 while this process is a stand-by: another engine process still holds its "
+                "data folder; reads are served, other requests held.", registry=REGISTRY)
+HANDOVER_SECONDS = Gauge("ragengine_handover_seconds", "The take-over: from this process's start as a stand-by until "
+                         "it served writes (0: it never was one).", registry=REGISTRY)
+HANDOVER_HELD = Counter("ragengine_handover_held_requests_total", "Requests a stand-by held for its take-over, by "
+                        "outcome (served, timeout, stopping, cancelled).", ["outcome"], registry=REGISTRY)
+HANDOVER_HELD_SECONDS = Histogram("ragengine_handover_held_seconds", "How long a held request waited for the "
+                                  "take-over.", buckets=_SLOW, registry=REGISTRY)
 
 # Time to first token: request received → first content token sent to the client (the whole answer
 # when not streaming), and LLM request sent → first chunk back; their difference is the engine's overhead.
@@ -192,6 +230,20 @@ def route_template(scope: dict) -> str:
     return route.path if route is not None else "<unmatched>"
 
 
+_SERVING = [0]  # POSTs being served now (retrievals, answers, writes), evaluation routes apart (serving_in_flight)
+_SERVED_AT = [0.0]  # when the last of them ended (time.monotonic)
+
+
+def serving_in_flight() -> int:
+    """Client requests this process is serving now: an evaluation yields to them (ragengine.evaluation.runner)."""
+    return _SERVING[0]
+
+
+def serving_quiet_for() -> float:
+    """Seconds since the last client request ended (0 while one is in flight)."""
+    return 0.0 if _SERVING[0] else time.monotonic() - _SERVED_AT[0]
+
+
 class MetricsMiddleware:
     """Counts every HTTP request by method, route template and status; times it to the first byte."""
 
@@ -211,10 +263,17 @@ class MetricsMiddleware:
                 HTTP_SECONDS.labels(scope["method"], route_template(scope)).observe(time.perf_counter() - start)
             await send(message)
 
+        path = scope.get("path") or ""
+        # The work an evaluation must not slow down: POSTs (reads of status and listings are cheap)
+        serving = 1 if scope["method"] == "POST" and "/evaluations" not in path else 0
         HTTP_IN_FLIGHT.inc()
+        _SERVING[0] += serving
         try:
             await self.app(scope, receive, _send)
         finally:
+            _SERVING[0] -= serving
+            if serving:
+                _SERVED_AT[0] = time.monotonic()
             HTTP_IN_FLIGHT.dec()
             HTTP_REQUESTS.labels(scope["method"], route_template(scope), str(status["code"])).inc()
 

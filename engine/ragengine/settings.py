@@ -57,6 +57,16 @@ class EngineSettings(BaseSettings):
     token_review_cache_s: float = Field(
         30.0, ge=0.0, le=3600.0, description="How long a reviewed ServiceAccount token's answer is reused (never "
         "past the token's expiry): a deleted ServiceAccount's token may work this long after the deletion.")
+    token_review_stale_s: float = Field(
+        300.0, ge=0.0, le=3600.0, description="While the Kubernetes API cannot review tokens (unreachable, 5xx, 429) "
+        "a token accepted before is served this much longer past token_review_cache_s (never past its expiry); "
+        "unknown tokens get 503. 0 = none.")
+    token_reviews_per_client_per_minute: int = Field(
+        60, ge=1, le=100_000, description="Unknown ServiceAccount tokens reviewed per minute per client address "
+        "(a burst of a sixth at once); more get 429. Accepted tokens' refreshes do not count.")
+    token_reviews_per_minute: int = Field(
+        1200, ge=1, le=1_000_000, description="Unknown ServiceAccount tokens reviewed per minute in all, per replica "
+        "(a burst of a sixth at once); more get 429.")
     shutdown_drain_seconds: float = Field(
         0.0, ge=0.0, le=120.0, description="On SIGTERM, serve this long before shutting down, answering every "
         "request with 'Connection: close' and /ready with 503, so clients' kept-alive connections move to another "
@@ -72,6 +82,9 @@ class EngineSettings(BaseSettings):
         "limit of the other routes is max_body_bytes)."
     )
     load_sample_index: bool = Field(False, description="Create the bundled 'sample' index on start when absent.")
+    console_enabled: bool = Field(
+        True, description="Serve the console, the engine's web page, at /ui/ (docs/console.md). Its files are open; "
+        "everything it shows comes from the API with the key the user signs in with.")
 
     # --- observability (docs/observability.md) ----------------------------------------------------------
     # Traces are configured by the standard OTEL_* variables (an OTLP endpoint turns them on); these two
@@ -117,6 +130,19 @@ class EngineSettings(BaseSettings):
         120.0, ge=0, le=3600, description="External stores: how long a finished re-index waits, before it swaps, "
         "for every replica to have loaded the new model (so none embeds a query on a cold model); then it swaps "
         "anyway."
+    )
+    evaluation_file: Path | None = Field(
+        None, description="The evaluation settings (JSON: index, golden set file, top_k, schedule, gate), re-read when "
+        "they change: the operator renders it from spec.evaluation. docs/evaluation.md."
+    )
+    evaluation_max_questions: int = Field(1000, ge=1, le=100_000, description="Questions one evaluation run scores.")
+    evaluation_concurrent_runs: int = Field(
+        2, ge=1, le=64, description="Evaluation runs one replica scores at once (the others wait, queued)."
+    )
+    evaluation_runs_kept: int = Field(200, ge=1, le=100_000, description="Evaluation runs kept per index (the newest).")
+    evaluation_reuse_s: float = Field(
+        3600.0, ge=0, description="A gate scores the live version again unless a run of it on the same set and "
+        "settings finished within this many seconds."
     )
     embedding_cache_dir: Path | None = Field(None, description="Where hub models are cached (a volume in a cluster).")
     embedding_batch_size: int = Field(64, ge=1, le=4096, description="Texts per embedding forward pass / HTTP call.")
@@ -183,6 +209,15 @@ class EngineSettings(BaseSettings):
     writer_lock_timeout_seconds: float = Field(
         300.0, gt=0.0, description="At start, how long to wait for another engine process that holds the data "
         "folder (a replaced pod still stopping) before giving up with an error; one process writes it at a time.")
+    handover_standby: bool = Field(
+        True, description="FAISS: while another engine process holds the data folder (the pod being replaced), "
+        "serve the routes that only read the indexes at once, from a read-only load of the folder, and hold every "
+        "other request until that process is gone and this one has taken the folder over (docs/engine.md, "
+        "Durability). false = serve nothing until then (one copy of the indexes in memory, not two).")
+    handover_wait_seconds: float = Field(
+        120.0, gt=0.0, le=3600.0, description="How long a stand-by holds a request it does not serve itself (a "
+        "write) for the take-over before answering 503 with Retry-After. The operator sets the pod's termination "
+        "grace period plus a minute: the old process is gone by then.")
 
     # --- vector store (issue: scale out) -------------------------------------------------------------
     vector_store: Literal["faiss", "postgres", "milvus"] = Field(
@@ -276,6 +311,21 @@ class EngineSettings(BaseSettings):
         "before the prompt: hidden characters stripped, prompt-injection phrasing kept out. Documents with the "
         "metadata screen_retrieved: 'true' are screened in any index.",
     )
+
+    # --- MCP (docs/mcp.md) -----------------------------------------------------------------------------
+    mcp_enabled: bool = Field(
+        True, description="Serve the Model Context Protocol at /mcp (streamable HTTP): the tools search, fetch and "
+        "list_indexes and each index's documents as resources, behind the same keys, ServiceAccounts and document "
+        "ACLs as every other route.")
+    mcp_descriptions: dict[str, str] = Field(
+        default_factory=dict, description="Index name -> what it holds, in a sentence: shown to agents in the MCP "
+        "tools' descriptions and list_indexes (else a vector store's own description, if any).")
+    mcp_max_sessions: int = Field(
+        1000, ge=1, le=100_000, description="Open MCP sessions (clients of protocol revisions before 2026-07-28, "
+        "which keep one) at most; a client opening one more gets 503 until one ends or expires.")
+    mcp_session_idle_s: float = Field(
+        600.0, ge=1.0, le=86_400.0, description="An MCP session with no request in flight and no open stream for "
+        "this long is closed (its id then answers 404 and the client starts a new one).")
 
     # --- sessions ----------------------------------------------------------------------------------
     database_url: str | None = Field(

@@ -1,4 +1,4 @@
-"""A small provisioner of `local` PersistentVolumes for the local cluster's real node.
+"""A small provisioner of `local` PersistentVolumes for the local cluster (its default StorageClass with the real node).
 
 kube-controller-manager's hostpath provisioner makes root-owned 0750 directories, and fsGroup does not
 apply to hostPath volumes, so a pod running as uid 1000 cannot write its claim. `local` volumes do get
@@ -47,17 +47,20 @@ def pv_for(claim: client.V1PersistentVolumeClaim, node: str, path: Path) -> dict
     }
 
 
-def provision(core: client.CoreV1Api, node: str, root: Path) -> None:
+def provision(core: client.CoreV1Api, root: Path) -> None:
     for claim in core.list_persistent_volume_claim_for_all_namespaces().items:
         ann = claim.metadata.annotations or {}
         if claim.spec.storage_class_name != CLASS or claim.status.phase != "Pending" or claim.spec.volume_name:
             continue
-        if ann.get(SELECTED_NODE) != node:
-            continue  # not scheduled yet, or meant for another node: nothing to do here
+        selected = ann.get(SELECTED_NODE)
+        if not selected:
+            continue  # not scheduled yet: WaitForFirstConsumer binds once the pod has a node
+        # The class is the cluster's default with the real node: claims of pods on kwok's fake nodes get a
+        # volume too (bound to that node; its directory here is never used, as their containers never run).
         path = root / claim.metadata.uid
         path.mkdir(parents=True, exist_ok=True)
         try:
-            core.create_persistent_volume(pv_for(claim, node, path))
+            core.create_persistent_volume(pv_for(claim, selected, path))
             log.info("provisioned %s/%s at %s", claim.metadata.namespace, claim.metadata.name, path)
         except ApiException as exc:
             if exc.status != 409:
@@ -91,7 +94,7 @@ def main() -> None:
     args.dir.mkdir(parents=True, exist_ok=True)
     while True:
         try:
-            provision(core, args.node, args.dir)
+            provision(core, args.dir)
             reclaim(core, args.dir)
         except Exception as exc:  # the API server restarting, say: log and go on
             log.warning("pass failed: %s", exc)

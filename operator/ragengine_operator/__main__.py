@@ -29,6 +29,7 @@ def main(argv: list[str] | None = None) -> int:
         return sync_source(argv[1:])
     import kopf
 
+    from .runtime import run
     from .settings import OperatorSettings
 
     args = parse_args(argv)
@@ -38,15 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("kubernetes").setLevel(logging.WARNING)
     from . import handlers  # noqa: F401  (registers the handlers)
 
-    liveness = f"http://0.0.0.0:{settings.liveness_port}/healthz" if settings.liveness_port else None
-    kopf.run(
-        standalone=True,
-        clusterwide=not args.namespace,
-        namespaces=args.namespace,
-        liveness_endpoint=liveness,
-        memo=kopf.Memo(settings=settings),
-    )
-    return 0
+    return run(settings, args.namespace)
 
 
 if __name__ == "__main__":

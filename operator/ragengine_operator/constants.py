@@ -1,7 +1,7 @@
 """Names shared by the CRD, the builders and the controller (one place, so they cannot drift)."""
 
 GROUP = "ragengine.io"
-VERSION = "v1alpha1"
+VERSION = "v1beta1"  # the hub and storage version; v1alpha1 is still served (conversion/)
 API_VERSION = f"{GROUP}/{VERSION}"
 KIND = "RAGEngine"
 PLURAL = "ragengines"
@@ -53,6 +53,11 @@ ENGINE_MODEL_CACHE_DIR = "/data/models"
 # a new model is re-indexed to without restarting the pods (docs/versions.md).
 ENGINE_EMBEDDING_DIR = "/etc/ragengine/embedding"
 ENGINE_EMBEDDING_FILE = "embedding.json"
+# spec.evaluation the same way: the engine's evaluation file, and the golden set's ConfigMap key (docs/evaluation.md).
+ENGINE_EVALUATION_DIR = "/etc/ragengine/evaluation"
+ENGINE_EVALUATION_FILE = "evaluation.json"
+ENGINE_GOLDEN_DIR = "/etc/ragengine/golden"
+ENGINE_GOLDEN_FILE = "golden.jsonl"
 VLLM_PORT = 8000
 VLLM_CACHE_DIR = "/models"  # HF_HOME: the model-cache volume (weights at its root, as before)
 VLLM_SCRATCH_DIR = "/cache"  # XDG/vLLM/torch compile caches: an emptyDir (restricted pods run as non-root)

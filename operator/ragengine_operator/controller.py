@@ -35,13 +35,14 @@ from pydantic import ValidationError
 from . import constants as c
 from . import metrics
 from .kube import apply as kube
+from .kube.bindings import sweep_bindings
+from .kube.client import api_audiences
 from .kube.observe import engine_health, observe, probe_egress
 from .manifests.access import (
-    COMPONENT_TOKENREVIEW,
-    LABEL_OWNER_NAMESPACE,
     AccessInputError,
     access_secret,
     access_secret_name,
+    audience_refusal,
     render_access,
 )
 from .manifests.engine import embedding_configmap_name, endpoint
@@ -49,6 +50,7 @@ from .manifests.engine_env import embedding_generation, generated_key_refs, targ
 from .manifests.guardrails import default_policy
 from .manifests.labels import Owner, secret_digest
 from .manifests.status_key import status_key
+from .reconcile.evaluation import events as evaluation_events
 from .reconcile.plan import OPTIONAL_APIS, generated_key_secret, name_conflict, plan, referenced_secrets
 from .reconcile.policy import POLICY_VIOLATION, Policy, refusals
 from .reconcile.schedule import next_due
@@ -60,7 +62,7 @@ log = logging.getLogger(__name__)
 CLUSTER_SCOPED = frozenset({"ClusterRoleBinding"})  # what the plan may delete outside the RAGEngine's namespace
 STATUS_KEYS = ("observedGeneration", "conditions", "endpoint", "inferenceUrl", "model", "inferenceReplicas",
                "inferenceSelector", "dataVolumeSize", "modelCacheVolumeSize", "apiKeySecretRef", "indexes",
-               "embeddingTarget")
+               "embeddingTarget", "evaluation")
 
 
 def spec_error(exc: ValidationError) -> str:
@@ -94,6 +96,7 @@ class Controller:
         # its handlers: the resync loop runs its reconciles in a copy of a handler's context.
         self.kopf_context: contextvars.Context | None = None
         self._served: dict[str, tuple[float, frozenset[str]]] = {}  # add-on group version -> (when, kinds)
+        self._api_audiences: frozenset[str] | None = None
 
     def remember_context(self) -> None:
         """Called from a kopf handler: keep its context for reconciles started outside handlers."""
@@ -273,6 +276,9 @@ class Controller:
             for ns in sorted({a.namespace for a in access.service_accounts}):
                 if kube.get(self.dyn, "v1", "Namespace", None, ns) is None:
                     raise AccessInputError(f"access.serviceAccounts: namespace {ns!r} does not exist")
+            refused = audience_refusal(owner, access, self.api_audiences()) if access.service_accounts else None
+            if refused:
+                raise AccessInputError(refused)
             text = render_access(owner, access, keys)
             existing = kube.get(self.dyn, "v1", "Secret", owner.namespace, name)
             conflict = name_conflict(existing, owner)
@@ -285,32 +291,18 @@ class Controller:
             return "ApplyFailed", f"Secret {name}", api_message(exc)
         return None
 
+    def api_audiences(self) -> frozenset[str]:
+        """The API server's own audiences (kube/client.py), kept once the issuer was read."""
+        if self._api_audiences is None:
+            found, complete = api_audiences(self.dyn)
+            if not complete:
+                return found
+            self._api_audiences = found
+        return self._api_audiences
+
     def sweep_bindings(self) -> int:
-        """Delete the TokenReview ClusterRoleBindings of RAGEngines that are gone (a cluster-scoped object
-        cannot have a namespaced owner, so the garbage collector never takes them). Each is checked against
-        the API server, not a cache: one is deleted only when no RAGEngine of its namespace and name exists
-        (the uid precondition keeps a binding re-applied meanwhile)."""
-        selector = f"{c.LABEL_MANAGED_BY}={c.FIELD_MANAGER},{c.SELECTOR_COMPONENT}={COMPONENT_TOKENREVIEW}"
-        deleted = 0
-        try:
-            bindings = kube.list_objects(self.dyn, "rbac.authorization.k8s.io/v1", "ClusterRoleBinding", None, selector)
-        except ApiException as exc:
-            if exc.status == 403:  # no cluster-wide rights (rbac.tokenReview: false): it made none either
-                return 0
-            raise
-        for binding in bindings:
-            meta = binding["metadata"]
-            labels = meta.get("labels") or {}
-            ns, name = labels.get(LABEL_OWNER_NAMESPACE), labels.get(c.SELECTOR_NAME)
-            if not ns or not name:
-                continue
-            if kube.get(self.dyn, c.API_VERSION, c.KIND, ns, name) is not None:
-                continue  # alive (or re-created under the name: its reconcile adopts or deletes the binding)
-            if kube.delete(self.dyn, "rbac.authorization.k8s.io/v1", "ClusterRoleBinding", None, meta["name"],
-                           uid=meta["uid"]):
-                deleted += 1
-                log.info("deleted TokenReview binding %s of the deleted RAGEngine %s/%s", meta["name"], ns, name)
-        return deleted
+        """The TokenReview bindings of deleted RAGEngines, and those under an earlier release's name (kube/bindings.py)."""
+        return sweep_bindings(self.dyn)
 
     def sync_status(self, namespace: str, name: str) -> None:
         """Recompute status from the children only (a child changed); never applies."""
@@ -357,6 +349,7 @@ class Controller:
                            probe_engine=self.settings.probe_engine_readiness, egress=probe_egress(self.settings))
         observed.sources = current.get("sources")
         observed.previous_indexes, observed.previous_embedding = current.get("indexes"), current.get("embeddingTarget")
+        observed.previous_evaluation = current.get("evaluation")
         if spec is not None and self.settings.probe_engine_indexes and (advance or asks_engine(spec, current)):
             observed.engine_health, observed.engine_health_error = engine_health(self.engine_url(owner), status_key(owner))
         status, changes = compute_status(owner, spec, generation, observed, current.get("conditions") or [], now(), error)
@@ -369,6 +362,11 @@ class Controller:
                 return  # deleted since we read it: nothing to report on
             raise
         metrics.STATUS_WRITES.inc()
+        if self.settings.post_events and spec is not None:
+            rejected_before = {i.get("name"): i.get("rejectedVersion") for i in current.get("indexes") or []}
+            for kind, reason, message in evaluation_events(spec, current, status, observed.engine_health,
+                                                           rejected_before):
+                post(body, kind, reason, message)
         if self.settings.post_events:
             # Ready and Degraded carry the story (kubectl describe); the component conditions'
             # transitions are in status and would triple the Event writes at scale.
@@ -381,7 +379,8 @@ def asks_engine(spec: RAGEngineSpec, status: dict[str, Any]) -> bool:
     """Whether a status update from a child's event asks the engine how its indexes stand: while a change of
     model is pending or re-indexing (a reconcile, on a spec change or the resync period, always asks)."""
     cond = next((x for x in status.get("conditions") or [] if x.get("type") == c.REINDEXING), None)
-    return cond is None or cond.get("status") != "False" or status.get("embeddingTarget") != target_digest(spec)
+    return (cond is None or cond.get("status") != "False" or status.get("embeddingTarget") != target_digest(spec)
+            or spec.evaluation is not None)  # scheduled runs and gated re-indexes report through /health
 
 
 def post_event(body: dict, cond: dict[str, Any]) -> None:

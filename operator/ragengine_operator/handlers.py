@@ -10,14 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 import kopf
 from kubernetes.client.rest import ApiException
 
 from . import constants as c
+from . import reachability
 from .controller import api_message
-from .kube.client import kopf_login
+from .conversion.storage import migrate
+from .kube.client import kopf_login, new_api_client
+from .kube.observe import probe_egress, probe_llm
 from .manifests.sync_job import JOB_UID_LABEL
 from .reconcile.status import container_failure
 from .resync import resync_loop
@@ -43,6 +47,13 @@ def sourced(namespace: str, name: str, uid: str, spec: kopf.Spec, status: kopf.S
     return {(namespace, name): target} if target else None
 
 
+@kopf.index(*RAG)
+def external_inference(namespace: str, name: str, spec: kopf.Spec, **_: Any) -> dict[tuple[str, str], tuple] | None:
+    """url-mode RAGEngines, their LLM endpoint and model: the reachability loop's work list."""
+    target = reachability.target(spec)
+    return {(namespace, name): target} if target else None
+
+
 @kopf.index("", "v1", "pods", labels={c.SELECTOR_COMPONENT: c.COMPONENT_SYNC, JOB_UID_LABEL: kopf.PRESENT})
 def sync_pods(namespace: str, labels: kopf.Labels, status: kopf.Status, **_: Any) -> dict[tuple[str, str], dict]:
     """Source-sync pods by their Job's uid: a sync Job's result is read here (its termination message),
@@ -52,16 +63,48 @@ def sync_pods(namespace: str, labels: kopf.Labels, status: kopf.Status, **_: Any
 
 @kopf.on.startup()
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.Logger,
-                  ragengines: kopf.Index, sourced: kopf.Index, sync_pods: kopf.Index, **_: Any) -> None:
+                  ragengines: kopf.Index, sourced: kopf.Index, sync_pods: kopf.Index, external_inference: kopf.Index,
+                  **_: Any) -> None:
     configure(settings, memo, logger)
-    memo.resync = asyncio.create_task(resync_loop(memo.controller, ragengines, memo.settings.max_workers))
-    memo.sources = asyncio.create_task(SourceSyncer(memo.controller, sync_pods).loop(sourced))
+    ours = memo.settings
+    egress = probe_egress(ours)
+    memo.tasks = [
+        asyncio.create_task(resync_loop(memo.controller, ragengines, ours.max_workers)),
+        asyncio.create_task(SourceSyncer(memo.controller, sync_pods).loop(sourced)),
+        asyncio.create_task(reachability.reachability_loop(
+            memo.controller, external_inference, lambda url, model: probe_llm(url, model, egress),
+            ours.reachability_seconds)),
+    ]
+    if getattr(memo, "process", None) is not None:  # runtime.py: /healthz watches this loop tick
+        memo.tasks.append(asyncio.create_task(_heartbeat(memo.process)))
+    if ours.webhook_service:  # the release that owns the CRD rewrites stored objects at the storage version
+        memo.tasks.append(asyncio.create_task(_migrate_storage()))
+
+
+async def _heartbeat(process: Any) -> None:
+    while True:
+        process.kopf_beat = time.monotonic()
+        await asyncio.sleep(5)
+
+
+async def _migrate_storage() -> None:
+    """Until it succeeds: the webhook may not answer yet right after an upgrade (its CA reaches the CRD first)."""
+    delay = 2.0
+    while True:
+        try:
+            await asyncio.to_thread(migrate, new_api_client(pool_size=2))
+            return
+        except Exception as exc:
+            log.warning("storage version migration not done yet (retry in %.0f s): %s", delay, api_message(exc)
+                        if isinstance(exc, ApiException) else exc)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 300.0)
 
 
 @kopf.on.cleanup()
 async def cleanup(memo: kopf.Memo, **_: Any) -> None:
-    memo.resync.cancel()
-    memo.sources.cancel()
+    for task in memo.tasks:
+        task.cancel()
     traced.flush()  # the source syncs' spans still buffered
 
 

@@ -6,7 +6,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from prometheus_client import Counter, Histogram, start_http_server
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
 RECONCILE_TOTAL = Counter(
     "ragengine_operator_reconcile_total", "Reconciles of RAGEngines, by result.", ["result"]
@@ -21,6 +21,9 @@ RECONCILE_TIME = Histogram(
 STATUS_WRITES = Counter("ragengine_operator_status_writes_total", "Status patches written.")
 # One per sync or prune a worker ran (not the ones skipped as up to date), by outcome (ok, failed); the
 # Grafana dashboard's source sync panel (charts/ragengine/dashboards).
+# Leader election and the conversion webhook (runtime.py, conversion/): every replica serves /metrics.
+LEADER = Gauge("ragengine_operator_leader", "1 while this replica holds the Lease and runs the reconciles.")
+CONVERSIONS = Counter("ragengine_operator_conversion_reviews_total", "ConversionReviews answered, by result.", ["result"])
 SOURCE_SYNCS = Counter("ragengine_operator_source_syncs_total", "Source syncs and prunes run by a worker, by action and "
                        "outcome.", ["action", "outcome"])
 

@@ -44,7 +44,36 @@ class OperatorSettings(BaseSettings):
         "stays empty). The chart sets it from a Secret in its namespace (statusKey.*).",
     )
     metrics_port: int = Field(8080, ge=0, le=65535, description="Prometheus /metrics port; 0 = off.")
-    liveness_port: int = Field(8081, ge=0, le=65535, description="kopf liveness endpoint /healthz; 0 = off.")
+    liveness_port: int = Field(
+        8081, ge=0, le=65535, description="Plain HTTP /healthz (liveness) and /readyz (serving conversions), on every "
+        "replica; 0 = off.")
+    # The CRD's conversion webhook (conversion/, docs/upgrades.md): every replica serves it.
+    webhook_port: int = Field(0, ge=0, le=65535, description="HTTPS port of POST /convert; 0 = no webhook.")
+    webhook_secret: str | None = Field(
+        None, description="The Secret (in pod_namespace) with the webhook's certificates: tls.crt, tls.key, ca.crt.")
+    webhook_service: str | None = Field(
+        None, description="The webhook's Service (in pod_namespace). Set: this operator owns the CRD's conversion "
+        "stanza (points it at this Service with the CA) and rewrites stored RAGEngines at the storage version. "
+        "Exactly one operator per cluster should (the chart's release that installs the CRD).")
+    webhook_cert_manager: bool = Field(
+        False, description="cert-manager writes webhook_secret; the operator only reads it (and its ca.crt).")
+    webhook_cert_check_seconds: float = Field(
+        3600.0, gt=0, description="How often each replica re-reads the certificates (renewal, rotation).")
+    pod_namespace: str | None = Field(
+        None, description="This pod's namespace (downward API); default: the ServiceAccount's namespace file.")
+    pod_name: str | None = Field(None, description="This pod's name (downward API); default: the host name.")
+    # Leader election (leader.py): only the leader runs kopf; the others serve the webhook and wait.
+    leader_election: bool = Field(False, description="Run kopf only while holding the Lease (the chart: on).")
+    lease_name: str = Field("ragengine-operator", description="The Lease (in pod_namespace).")
+    lease_duration_seconds: float = Field(10.0, gt=1, description="A silent leader's lease is taken over after this.")
+    lease_renew_deadline_seconds: float = Field(7.0, gt=1, description="A leader that cannot renew for this stops.")
+    lease_retry_period_seconds: float = Field(1.0, gt=0, description="Renew / try period.")
+    legacy_pod_selector: str | None = Field(
+        None, description="Label selector (in pod_namespace) of operator pods that predate leader election: a new "
+        "leader waits until none runs (an upgrade from a release without it), so two never reconcile at once.")
+    reachability_seconds: float = Field(
+        30.0, gt=0, description="How often an external inference URL is probed between resyncs: an outage or a "
+        "recovery reaches InferenceReady within this plus the probe's cache and timeout (< 60 s at the defaults).")
     max_workers: int = Field(16, ge=1, description="Threads running sync handlers (reconciles in parallel).")
     addon_recheck_seconds: float = Field(
         120.0, gt=0, description="How long the answer 'does the cluster serve this add-on kind' (the Prometheus "
@@ -109,7 +138,7 @@ class OperatorSettings(BaseSettings):
         1024**3, ge=0, description="Size budget of the git cache: after each sync the least recently used clones "
         "are removed until it fits (the chart's /tmp is 2Gi).",
     )
-    # Egress rules of source fetches and of the inference URL probe (sources/egress.py, docs/sources.md).
+    # Egress rules of source fetches and of the inference URL probe (net/egress.py, docs/sources.md).
     sources_egress_allow: list[str] = Field(
         default_factory=list, description="CIDRs and host names (exact, or *.example.com) that source fetches and the "
         "LLM probe may reach although the egress rules refuse them by default (loopback, link-local, private, "

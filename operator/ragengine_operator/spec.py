@@ -14,8 +14,9 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, WithJsonSchema, model_validator
 
 from . import vllm_cli
-from .sources.spec import Source, unique_names
+from .sources.spec import IndexSettings, Source, effective_sources, unique_indexes, unique_names
 from .spec_access import AccessSpec
+from .spec_evaluation import EvaluationSpec
 from .spec_network import EngineNetworkPolicySpec, NetworkPolicyPeer
 from .spec_types import LabelMap, Name, SpecModel, Url
 
@@ -150,7 +151,7 @@ class KedaSpec(SpecModel):
     """Scale vLLM with KEDA's Prometheus scaler (a ScaledObject; KEDA then owns the HPA)."""
 
     server_address: Url = Field(
-        description="Prometheus that scrapes vLLM (see spec.monitoring), e.g. http://prometheus-operated.monitoring:9090."
+        description="Prometheus that scrapes vLLM (see spec.observability.metrics), e.g. http://prometheus-operated.monitoring:9090."
     )
 
 
@@ -298,26 +299,53 @@ OVERRIDING_ARGS = ("inference.args must not set --config or --uds: a config file
                    "operator's flags")
 
 
-class EmbeddingSpec(SpecModel):
-    """The embedding model run inside the engine, or a remote OpenAI-compatible embeddings endpoint. A change
-    re-indexes every index to the new model in the background, without restarting the engine: the old
-    versions serve until the new ones are built (status.indexes, the Reindexing condition; docs/versions.md)."""
+class LocalEmbeddingSpec(SpecModel):
+    """An embedding model the engine runs itself (on its CPU, or its GPU with the torch image)."""
 
-    model: Annotated[str, Field(max_length=512)] | None = Field(
-        None, description="'package:<module>', 'wordllama:<config>', a path, or a sentence-transformers model name."
-    )
-    url: Url | None = Field(None, description="OpenAI-compatible embeddings base URL ending in /v1.")
+    model: Annotated[str, Field(min_length=1, max_length=512)] = Field(
+        description="'package:<module>', 'wordllama:<config>', a path, or a sentence-transformers model name.")
+
+
+class RemoteEmbeddingSpec(SpecModel):
+    """An OpenAI-compatible embeddings endpoint the engine calls."""
+
+    url: Url = Field(description="OpenAI-compatible embeddings base URL ending in /v1.")
     api_key_secret_ref: SecretKeyRef | None = Field(None, description="Bearer token for url.")
 
     @model_validator(mode="after")
-    def _at_most_one(self) -> EmbeddingSpec:
-        if self.model is not None and self.url is not None:
-            raise ValueError("at most one of embedding.model or embedding.url may be set")
-        if self.url is not None and not _is_http(self.url):
-            raise ValueError("embedding.url must be an http:// or https:// URL")
-        if self.api_key_secret_ref is not None and self.url is None:
-            raise ValueError("embedding.apiKeySecretRef needs embedding.url")
+    def _http(self) -> RemoteEmbeddingSpec:
+        if not _is_http(self.url):
+            raise ValueError("embedding.remote.url must be an http:// or https:// URL")
         return self
+
+
+class EmbeddingSpec(SpecModel):
+    """The embedding model: run inside the engine (local) or called over HTTP (remote), as KAITO's v1beta1 spells
+    it; neither = the engine's packaged default model. A change re-indexes every index to the new model in the
+    background, without restarting the engine: the old versions serve until the new ones are built
+    (status.indexes, the Reindexing condition; docs/versions.md)."""
+
+    local: LocalEmbeddingSpec | None = Field(None, description="A model the engine runs. At most one of local/remote.")
+    remote: RemoteEmbeddingSpec | None = Field(
+        None, description="An OpenAI-compatible embeddings endpoint. At most one of local/remote.")
+
+    @model_validator(mode="after")
+    def _at_most_one(self) -> EmbeddingSpec:
+        if self.local is not None and self.remote is not None:
+            raise ValueError("at most one of embedding.local or embedding.remote may be set")
+        return self
+
+    @property
+    def model(self) -> str | None:
+        return self.local.model if self.local is not None else None
+
+    @property
+    def url(self) -> str | None:
+        return self.remote.url if self.remote is not None else None
+
+    @property
+    def api_key_secret_ref(self) -> SecretKeyRef | None:
+        return self.remote.api_key_secret_ref if self.remote is not None else None
 
 
 class RetrievalSpec(SpecModel):
@@ -342,7 +370,7 @@ class EngineSpec(PodOptions):
     )
     replicas: int = Field(
         1, ge=0, le=100,
-        description="Engine pods. At most 1 with vectorStore.type faiss (one ReadWriteOnce index volume, single "
+        description="Engine pods. At most 1 with storage.vectorStore.type faiss (one ReadWriteOnce index volume, single "
         "writer); any number with postgres or milvus. Ignored while autoscaling is set.",
     )
     autoscaling: AutoscalingSpec | None = Field(
@@ -408,15 +436,15 @@ class VectorStoreSpec(SpecModel):
     @model_validator(mode="after")
     def _connection(self) -> VectorStoreSpec:
         if self.external and self.connection_secret_ref is None:
-            raise ValueError("vectorStore.connectionSecretRef is required for postgres and milvus")
+            raise ValueError("storage.vectorStore.connectionSecretRef is required for postgres and milvus")
         if not self.external and self.connection_secret_ref is not None:
-            raise ValueError("vectorStore.connectionSecretRef applies to postgres and milvus only")
+            raise ValueError("storage.vectorStore.connectionSecretRef applies to postgres and milvus only")
         if self.external and self.compression not in (None, "none"):
-            raise ValueError("vectorStore.compression applies to faiss only")
+            raise ValueError("storage.vectorStore.compression applies to faiss only")
         if self.type != "postgres" and self.hnsw.threshold is not None:
-            raise ValueError("vectorStore.hnsw.threshold applies to postgres only")
+            raise ValueError("storage.vectorStore.hnsw.threshold applies to postgres only")
         if self.type != "postgres" and self.keyword_index is not None:
-            raise ValueError("vectorStore.keywordIndex applies to postgres only")
+            raise ValueError("storage.vectorStore.keywordIndex applies to postgres only")
         return self
 
 
@@ -425,13 +453,13 @@ class SessionsSpec(SpecModel):
 
     database_secret_ref: ConnectionSecretRef | None = Field(
         None, description="A Secret key with a PostgreSQL DSN. Default: the postgres vector store's DSN, else "
-        "SQLite on the engine's volume. Required with vectorStore.type milvus and more than one engine replica: "
+        "SQLite on the engine's volume. Required with storage.vectorStore.type milvus and more than one engine replica: "
         "replicas must share sessions and the upload queue.",
     )
 
 
-class StorageSpec(VolumeSpec):
-    """The PVC for the engine's indexes, journals and embedding model cache."""
+class DataVolumeSpec(VolumeSpec):
+    """The engine's PVC: FAISS indexes and journals, SQLite sessions and uploads, the embedding model cache."""
 
     reclaim_policy: Literal["Retain", "Delete"] = Field(
         "Retain",
@@ -439,6 +467,15 @@ class StorageSpec(VolumeSpec):
         "Retain (default, as a StatefulSet's claims): the PVCs stay, and a RAGEngine created again with the same "
         "name adopts them, indexes and downloaded weights included. Delete: they go with the RAGEngine.",
     )
+
+
+class StorageSpec(SpecModel):
+    """Where the RAGEngine's data lives (KAITO's storage: its volume and its vector database): the engine's
+    volume, the vector store that holds the indexes, and the database of sessions and uploads."""
+
+    volume: DataVolumeSpec = Field(default_factory=DataVolumeSpec, json_schema_extra={"default": {}})
+    vector_store: VectorStoreSpec = Field(default_factory=VectorStoreSpec, json_schema_extra={"default": {}})
+    sessions: SessionsSpec = Field(default_factory=SessionsSpec, json_schema_extra={"default": {}})
 
 
 PROMETHEUS_PEER: dict[str, Any] = {
@@ -501,6 +538,25 @@ class GuardrailsSpec(SpecModel):
         "them unscreened, saying so. A bad edit never matters while a good policy was loaded: it keeps serving.")
 
 
+class MCPSpec(SpecModel):
+    """The engine's Model Context Protocol server at /mcp (docs/mcp.md): agents take the indexes as tools."""
+
+    enabled: bool = Field(
+        True, description="Serve /mcp on the engine's Service port: the tools search, fetch and list_indexes and the "
+        "documents as resources, behind the same keys, ServiceAccounts and document ACLs as every other route.")
+    descriptions: dict[str, Annotated[str, Field(max_length=1024)]] | None = Field(
+        None, max_length=256, description="Index name -> what it holds, in a sentence: agents read it in the tools' "
+        "descriptions to pick an index (unset for an index: its vector store's description, if any).")
+
+
+class ConsoleSpec(SpecModel):
+    """The console: the engine's own web page at /ui/ (docs/console.md)."""
+
+    enabled: bool = Field(
+        True, description="Serve the console at /ui/ on the engine's port. Its files are open; everything it shows "
+        "comes from the API with the key the user signs in with, under the same access rules as any client.")
+
+
 class TracingSpec(SpecModel):
     """OpenTelemetry traces of answers, ingestion and source syncs (docs/observability.md)."""
 
@@ -516,8 +572,11 @@ class TracingSpec(SpecModel):
 
 
 class ObservabilitySpec(SpecModel):
-    """Where the RAGEngine's traces go; metrics are spec.monitoring's."""
+    """What the RAGEngine tells about itself: Prometheus scraping (metrics) and OpenTelemetry traces (tracing)."""
 
+    metrics: MonitoringSpec | None = Field(
+        None, description="Render a ServiceMonitor or PodMonitor for vLLM and the engine; unset: none."
+    )
     tracing: TracingSpec | None = Field(None, description="OpenTelemetry traces; unset: none are exported.")
 
 
@@ -556,47 +615,82 @@ class RAGEngineSpec(SpecModel):
     embedding: EmbeddingSpec = Field(default_factory=EmbeddingSpec, json_schema_extra={"default": {}})
     retrieval: RetrievalSpec = Field(default_factory=RetrievalSpec, json_schema_extra={"default": {}})
     engine: EngineSpec = Field(default_factory=EngineSpec, json_schema_extra={"default": {}})
-    vector_store: VectorStoreSpec = Field(default_factory=VectorStoreSpec, json_schema_extra={"default": {}})
     storage: StorageSpec = Field(default_factory=StorageSpec, json_schema_extra={"default": {}})
     auth: AuthSpec = Field(default_factory=AuthSpec, json_schema_extra={"default": {}})
-    monitoring: MonitoringSpec | None = Field(
-        None, description="Render a ServiceMonitor or PodMonitor for vLLM and the engine; unset: none."
-    )
     observability: ObservabilitySpec = Field(default_factory=ObservabilitySpec, json_schema_extra={"default": {}})
     access: AccessSpec | None = Field(
         None, description="Principals (keys, ServiceAccounts), roles, index patterns, groups and rate limits; rendered "
         "into the engine's access file (docs/access.md).")
-    sessions: SessionsSpec = Field(default_factory=SessionsSpec, json_schema_extra={"default": {}})
     backup: BackupSpec | None = Field(
         None, description="Export every index on a schedule to a volume (a CronJob running the engine image's "
         "`ragengine export --all`); unset: none.")
     guardrails: GuardrailsSpec = Field(default_factory=GuardrailsSpec, json_schema_extra={"default": {}})
+    mcp: MCPSpec = Field(default_factory=MCPSpec, json_schema_extra={"default": {}})
+    console: ConsoleSpec = Field(default_factory=ConsoleSpec, json_schema_extra={"default": {}})
+    evaluation: EvaluationSpec | None = Field(
+        None, description="Score an index on a golden set on a schedule and before every re-index swaps "
+        "(docs/evaluation.md); unset: none.")
     sources: Annotated[list[Source], AfterValidator(unique_names)] = Field(
         default_factory=list, max_length=32,
         description="Documents the indexes hold, synced by the operator from ConfigMaps, git repositories or "
         "HTTP URLs (docs/sources.md). Each index then holds exactly its sources' documents (plus any added by API).",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
+    indexes: Annotated[list[IndexSettings], AfterValidator(unique_indexes)] = Field(
+        default_factory=list, max_length=64,
+        description="Settings of the indexes that sources fill, shared by all their sources: chunking and how files "
+        "are read (OCR languages, formats); a source's own settings win (docs/sources.md).",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+
+    @model_validator(mode="after")
+    def _index_settings(self) -> RAGEngineSpec:
+        effective_sources(self.sources, self.indexes)  # raises on two chunkings for one index
+        return self
 
     @property
     def runs_vllm(self) -> bool:
         return self.inference is not None and self.inference.model is not None
 
+    @property
+    def evaluation_index(self) -> str | None:
+        """The index spec.evaluation scores (its own, else its golden set's source's)."""
+        ev = self.evaluation
+        if ev is None:
+            return None
+        if ev.index is not None:
+            return ev.index
+        source = next((s for s in self.sources if ev.golden_set.source and s.name == ev.golden_set.source.name), None)
+        return source.index_name if source is not None else None
+
+    @model_validator(mode="after")
+    def _evaluation_source(self) -> RAGEngineSpec:
+        ref = self.evaluation.golden_set.source if self.evaluation is not None else None
+        if ref is not None:
+            found = next((s for s in self.sources if s.name == ref.name), None)
+            if found is None:
+                raise ValueError(f"evaluation.goldenSet.source names {ref.name!r}, which is not a spec.sources entry")
+            if found.config_map is not None:
+                raise ValueError("evaluation.goldenSet.source must be a git or http source (for a ConfigMap, use "
+                                 "goldenSet.configMapRef)")
+        return self
+
     @model_validator(mode="after")
     def _single_writer(self) -> RAGEngineSpec:
         several = self.engine.replicas > 1 or self.engine.autoscaling is not None
-        if not self.vector_store.external and several:
+        store = self.storage.vector_store
+        if not store.external and several:
             raise ValueError(FAISS_ONE_REPLICA)
-        if self.vector_store.type == "milvus" and several and self.sessions.database_secret_ref is None:
+        if store.type == "milvus" and several and self.storage.sessions.database_secret_ref is None:
             raise ValueError(MILVUS_SHARED_SESSIONS)
         return self
 
 
 MILVUS_SHARED_SESSIONS = (
-    "engine.replicas above 1 and engine.autoscaling with vectorStore.type milvus need sessions.databaseSecretRef "
+    "engine.replicas above 1 and engine.autoscaling with storage.vectorStore.type milvus need storage.sessions.databaseSecretRef "
     "(a PostgreSQL DSN): replicas must share sessions, threads and the upload queue"
 )
 FAISS_ONE_REPLICA = (
-    "engine.replicas above 1 and engine.autoscaling need vectorStore.type postgres or milvus: the faiss index "
+    "engine.replicas above 1 and engine.autoscaling need storage.vectorStore.type postgres or milvus: the faiss index "
     "lives on one ReadWriteOnce volume with a single writer"
 )

@@ -6,9 +6,10 @@ written in the spec, and reach that Secret only as their SHA-256.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
 from .sources.spec import DNS_LABEL
 from .spec_types import Name, SpecModel
@@ -16,6 +17,20 @@ from .spec_types import Name, SpecModel
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,62}$"  # as the engine's key names (access/rules.py)
 _SA_NAME = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
 _GROUP = r"^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,126}$"
+# The Kubernetes API server's own audience in every cluster (its in-cluster URL, which the default issuer and
+# --api-audiences are, under any cluster domain); the cluster's actual ones are checked by the controller
+# (kube/client.py api_audiences) and by the engine at start (its own token's). Same pattern in the CRD's CEL.
+API_AUDIENCE = re.compile(r"(?i)^(https?://)?kubernetes[.]default([.]svc([.][a-z0-9.-]+)?)?[.]?(:443)?/?$")
+API_AUDIENCE_MESSAGE = ("access.audience must not be the Kubernetes API server's own audience (such as "
+                        "https://kubernetes.default.svc): callers would hand the engine tokens that open the API")
+
+
+def _not_the_api_servers(audience: str) -> str:
+    if API_AUDIENCE.match(audience.strip()):
+        raise ValueError(API_AUDIENCE_MESSAGE)
+    return audience
+
+
 IndexPattern = Annotated[str, Field(min_length=1, max_length=256)]
 Group = Annotated[str, Field(pattern=_GROUP, max_length=127)]
 
@@ -65,10 +80,12 @@ class AccessSpec(SpecModel):
     keys: list[AccessKey] = Field(default_factory=list, max_length=256)
     service_accounts: list[AccessServiceAccount] = Field(
         default_factory=list, max_length=256,
-        description="Apps authenticating with their ServiceAccount token: the engine then runs as a ServiceAccount "
-        "allowed to create TokenReviews (system:auth-delegator).")
-    audience: Annotated[str, Field(min_length=1, max_length=253)] | None = Field(
-        None, description="The audience tokens must be issued for; default ragengine.io/<namespace>/<name>.")
+        description="Apps authenticating with their ServiceAccount token: the engine then runs as <name>-engine, a "
+        "ServiceAccount the operator makes and allows to create TokenReviews (system:auth-delegator); "
+        "engine.serviceAccountName cannot be set with them.")
+    audience: Annotated[str, Field(min_length=1, max_length=253), AfterValidator(_not_the_api_servers)] | None = Field(
+        None, description="The audience tokens must be issued for; default ragengine.io/<namespace>/<name>. Never the "
+        "API server's own (https://kubernetes.default.svc, the cluster's issuer).")
     default_limits: AccessLimits | None = None
 
     @model_validator(mode="after")

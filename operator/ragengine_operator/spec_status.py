@@ -36,6 +36,21 @@ class IndexStatus(SpecModel):
     reindex_version: int | None = Field(None, description="The version a running re-index builds.")
     documents_done: int | None = Field(None, description="A running re-index: documents built so far.")
     documents_total: int | None = Field(None, description="A running re-index: documents to build.")
+    rejected_version: int | None = Field(
+        None, description="The version the last re-index built and its gate rejected (spec.evaluation.gate).")
+
+
+class EvaluationStatus(SpecModel):
+    """An index's last evaluation run on its golden set, as the engine last reported it (docs/evaluation.md)."""
+
+    index: str
+    run: str | None = None
+    version: int | None = Field(None, description="The version scored.")
+    trigger: str | None = Field(None, description="schedule, gate or api.")
+    finished_at: str | None = None
+    metrics: dict[str, float] = Field(default_factory=dict, description="mrr@k, recall@k, ndcg@k, hit_rate@k.")
+    previous_run: str | None = None
+    previous_metrics: dict[str, float] | None = None
 
 
 class RAGEngineStatus(SpecModel):
@@ -52,6 +67,8 @@ class RAGEngineStatus(SpecModel):
     indexes: list[IndexStatus] | None = Field(
         None, description="Each index's live version and re-index progress, as the engine last reported them "
         "(at most 100; the Reindexing condition sums them up).")
+    evaluation: list[EvaluationStatus] | None = Field(
+        None, description="Each index's last evaluation run (at most 100), as the engine last reported it.")
     embedding_target: str | None = Field(
         None, description="Digest of the embedding model the engine last reported as its target (it equals the "
         "spec's once the engine has picked up spec.embedding).")

@@ -8,7 +8,6 @@ import socket
 import kopf
 
 from . import constants as c
-from . import metrics
 from .controller import Controller
 from .kube.client import new_api_client
 from .settings import OperatorSettings
@@ -17,7 +16,7 @@ from .settings import OperatorSettings
 def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.Logger) -> None:
     ours: OperatorSettings = getattr(memo, "settings", None) or OperatorSettings()
     memo.settings = ours
-    # One operator instance (Deployment with 1 replica, Recreate): no peering objects or freezes.
+    # One kopf at a time: the Lease decides which replica runs it (leader.py), not kopf's peering.
     settings.peering.standalone = True
     # kopf's bookkeeping under our group, in annotations: status stays strictly typed (the CRD
     # does not preserve unknown status fields) and no clash with other kopf operators. No handler
@@ -50,5 +49,4 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.
     settings.posting.reporting_component = c.FIELD_MANAGER  # the "From" column of kubectl describe
     settings.posting.reporting_instance = socket.gethostname()
     memo.controller = Controller(new_api_client(pool_size=ours.max_workers * 2), ours)
-    metrics.serve(ours.metrics_port)
     logger.info("ragengine-operator configured: resync=%ss metrics=:%s", ours.resync_seconds, ours.metrics_port)

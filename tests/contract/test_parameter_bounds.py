@@ -19,6 +19,7 @@ PAGING_PARAMETERS = [
     ("GET", "/indexes/seeded/documents", "offset"),
     ("GET", "/indexes/seeded/documents", "limit"),
     ("GET", "/indexes/seeded/documents", "max_text_length"),
+    ("GET", "/indexes/seeded/evaluations", "limit"),
     ("GET", "/v1/sessions/any/messages", "last"),
     ("GET", "/v1/vector_stores", "limit"),
     ("GET", "/v1/vector_stores/seeded-store/files", "limit"),

@@ -65,3 +65,38 @@ async def test_database_from_create_all_is_adopted_with_its_data(url):
     assert schema.current_revision(store.engine) == head()
     assert (await store.get_session("s_old")).id == "s_old"
     store.close()
+
+
+def _tables(engine) -> list[str]:
+    from sqlalchemy import inspect
+
+    with engine.connect() as conn:
+        return sorted(inspect(conn).get_table_names())
+
+
+def test_a_database_a_newer_engine_migrated_is_refused_and_left_as_it_is(url):
+    """The revision is the schema's version marker: one these migrations do not know is refused, both revisions
+    named, before any migration runs (by the start's read-only check and by the migration itself)."""
+    from ragengine.formats import DamagedMarker, NewerFormat
+
+    store = SessionStore(url)
+    store.create_tables()
+    with store.engine.begin() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = '0099'"))
+    tables = _tables(store.engine)
+    message = rf"is at schema revision '0099', which this engine .* migrates up to revision '{head()}'"
+    with pytest.raises(NewerFormat, match=message):
+        schema.check(url)
+    with pytest.raises(NewerFormat, match=message):
+        store.create_tables()
+    assert schema.current_revision(store.engine) == "0099" and _tables(store.engine) == tables
+    with store.engine.begin() as conn:  # two revisions, then none: damaged, not guessed at
+        conn.execute(text(f"UPDATE alembic_version SET version_num = '{head()}'"))
+        conn.execute(text("INSERT INTO alembic_version (version_num) VALUES ('0002')"))
+    with pytest.raises(DamagedMarker, match="holds 2 revisions"):
+        store.create_tables()
+    with store.engine.begin() as conn:
+        conn.execute(text("DELETE FROM alembic_version"))
+    with pytest.raises(DamagedMarker, match="holds 0 revisions"):
+        schema.check(url)
+    store.close()

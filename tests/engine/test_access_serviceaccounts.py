@@ -177,6 +177,8 @@ def test_an_unreachable_api_server_is_503_and_keys_keep_working(world, embedder,
     ({"kubernetes_api_url": ""}, "serviceAccounts need the Kubernetes API"),
     ({"kubernetes_token_file": "missing"}, "need the engine's own ServiceAccount token"),
     ({"namespace": "Not_A_Namespace"}, "namespace"),
+    # the engine's own token is issued for the API server: its audience is the API server's own (issue 41)
+    ({"audience": "https://kubernetes.default.svc.cluster.local"}, "is the Kubernetes API server's own"),
 ])
 def test_serviceaccount_rules_the_engine_cannot_use_stop_the_start(world, tmp_path, cluster, change, fragment,
                                                                   monkeypatch):
@@ -187,7 +189,9 @@ def test_serviceaccount_rules_the_engine_cannot_use_stop_the_start(world, tmp_pa
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     rules = access_rules(world)
     if "audience" in change:
-        del rules["audience"]
+        rules["audience"] = change["audience"]
+        if change["audience"] is None:
+            del rules["audience"]
     if "namespace" in change:
         rules["serviceAccounts"][0]["namespace"] = change["namespace"]
     (tmp_path / "access.yaml").write_text(json.dumps(rules))

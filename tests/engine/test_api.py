@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+from urllib.parse import unquote
 
 import httpx
 import pytest
@@ -53,6 +54,30 @@ def test_index_list_retrieve_roundtrip(server):
     assert again["results"][0]["node_id"] == top["node_id"]
 
 
+def test_retrieve_explain_shows_both_legs_ranks_and_the_threshold_on_every_store(server):
+    """explain: each result's place in the dense and keyword lists, its fused score, and what they are
+    measured against; without it the answer keeps its KAITO shape (no new keys)."""
+    assert _index(server).status_code == 200
+    ask = {"index_name": "kb", "query": "BM25 keywords term frequency", "max_node_count": 3}
+    plain = httpx.post(f"{server}/retrieve", json=ask).json()
+    assert "explain" not in plain and all("dense_rank" not in r for r in plain["results"])
+    resp = httpx.post(f"{server}/retrieve", json={**ask, "explain": True})
+    assert resp.status_code == 200, resp.text
+    out = resp.json()
+    assert out["explain"] == {"hybrid": True, "fusion": "convex", "dense_weight": 0.85, "candidates": 50,
+                              "reranked": False, "similarity_threshold": 0.3}
+    top = out["results"][0]
+    assert "BM25" in top["text"] and top["sparse_rank"] == 1 and top["dense_rank"] == 1
+    # the fused scores order the results; ranks are places in each leg (3 documents: every one is a dense candidate)
+    fused = [r["fused_score"] for r in out["results"]]
+    assert fused == sorted(fused, reverse=True) and all(0 <= f <= 1 for f in fused)
+    assert sorted(r["dense_rank"] for r in out["results"]) == [1, 2, 3]
+    assert [r["doc_id"] for r in out["results"]] == [r["doc_id"] for r in plain["results"]]
+    # a result only one leg found has no rank in the other
+    only_dense = httpx.post(f"{server}/retrieve", json={**ask, "query": "zzqx", "explain": True}).json()
+    assert all(r["sparse_rank"] is None and r["dense_rank"] is not None for r in only_dense["results"])
+
+
 def test_client_doc_id_honoured_and_conflict(server):
     docs = [{"doc_id": "my-id", "text": "hello world", "metadata": {"a": 1}}]
     assert _index(server, docs=docs).json()[0]["doc_id"] == "my-id"
@@ -73,6 +98,35 @@ def test_list_documents_pagination_and_filter(server):
     assert httpx.get(f"{server}/indexes/kb/documents", params={"limit": 101}).status_code == 422
     missing = httpx.get(f"{server}/indexes/nope/documents")
     assert missing.status_code == 404 and missing.json()["detail"] == "No such index: 'nope' exists."
+
+
+def test_list_documents_search_and_doc_id_on_every_store(server):
+    """The console's document search: a case-insensitive substring of the id or the text, applied before
+    paging (total_items counts matches) and ANDed with the metadata filter; doc_id picks one document.
+    LIKE's wildcards mean themselves."""
+    docs = [*DOCS, {"doc_id": "Runbook-7", "text": "Restart the pump: 100% of valves_closed first."}]
+    assert _index(server, docs=docs).status_code == 200
+
+    def listing(**params) -> dict:
+        resp = httpx.get(f"{server}/indexes/kb/documents", params=params)
+        assert resp.status_code == 200, resp.text
+        return resp.json()
+
+    found = listing(search="fsynceD")
+    assert found["total_items"] == 1 and "journal" in found["documents"][0]["text"]
+    assert [d["doc_id"] for d in listing(search="runbook")["documents"]] == ["Runbook-7"]  # the id matches
+    assert listing(search="100%")["total_items"] == 1 and listing(search="0%o")["total_items"] == 0
+    assert listing(search="s_c")["total_items"] == 1 and listing(search="s%c")["total_items"] == 0
+    paged = listing(search="e", limit=2, offset=1)  # every document holds an "e"
+    assert paged["total_items"] == 4 and paged["count"] == 2
+    assert listing(search="the", metadata_filter=json.dumps({"topic": "durability"}))["total_items"] == 1
+    assert listing(search="   ")["total_items"] == 4  # blank: no search
+    one = listing(doc_id="Runbook-7")
+    assert one["total_items"] == 1 and one["documents"][0]["doc_id"] == "Runbook-7"
+    assert listing(doc_id="runbook-7")["total_items"] == 0  # exact, unlike search
+    assert listing(doc_id="Runbook-7", search="journal")["total_items"] == 0
+    too_long = httpx.get(f"{server}/indexes/kb/documents", params={"search": "x" * 1001})
+    assert too_long.status_code == 422 and "search" in too_long.text
 
 
 def test_update_and_delete_documents(server):
@@ -203,11 +257,13 @@ def test_persist_load_and_delete_removes_files(server, settings):
     r = httpx.post(f"{server}/load/zz", params={"path": "missing"})
     assert r.status_code == 404 and r.json()["detail"] == "Path does not exist: persist/missing"
 
-    index_dir = data_dir / "indexes" / "kb-copy"
-    assert index_dir.exists()
+    def folders(name: str) -> list[str]:  # a loaded copy is an index version: "<name>/load-<id>" (docs/engine.md)
+        return [p.name for p in (data_dir / "indexes").iterdir() if unquote(p.name).split("/")[0] == name]
+
+    assert len(folders("kb-copy")) == 1 and len(folders("kb")) == 1  # the overwritten kb's folder went
     r = httpx.delete(f"{server}/indexes/kb-copy")
     assert r.status_code == 200 and r.json() == {"message": "Successfully deleted index kb-copy."}
-    assert not index_dir.exists()
+    assert folders("kb-copy") == []
     assert httpx.get(f"{server}/indexes").json() == ["kb"]
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
-import pytest
 
-from tests.support.engine_process import engine_process, wait_healthy
+from tests.support.engine_process import engine_process
 
 # Small snapshot threshold (20 kB) so snapshots + journal resets happen during the run too.
 SETTINGS = {"snapshot_journal_bytes": "20000"}
@@ -81,30 +81,30 @@ def _listed(base: str) -> set[str]:
 
 def test_a_replacement_process_waits_for_the_old_one_and_loses_no_write(tmp_path: Path):
     """A deleted pod's replacement starts while the old process still stops, on the same volume. It must
-    wait: the old one's last snapshot puts a fresh journal in place, and writes the new one had appended
-    to the journal it opened before would be lost at its next restart (CI saw exactly that on the node)."""
+    not write until the old one is gone: the old one's last snapshot puts a fresh journal in place, and writes
+    the new one had appended to the journal it opened before would be lost at its next restart (CI saw
+    exactly that on the node). It serves reads meanwhile, as a stand-by, and holds its writes (issue 48)."""
     with engine_process(tmp_path, settings=SETTINGS, llm=False) as old:
         before = {"doc_id": "before", "text": "Written by the process that is about to be replaced."}
         assert httpx.post(f"{old.base_url}/index", json={"index_name": "durable", "documents": [before]},
                           timeout=30).status_code == 200
-        log = tmp_path / "engine.log"
-        offset = log.stat().st_size
-        with engine_process(tmp_path, settings=SETTINGS, llm=False, wait_ready=False) as new:
-            deadline = time.monotonic() + 60
-            while "waiting for the engine process that holds" not in log.read_bytes()[offset:].decode(errors="replace"):
-                assert time.monotonic() < deadline, f"the second process did not wait:\n{log.read_text()[-3000:]}"
-                assert new.process.poll() is None, log.read_text()[-3000:]
-                time.sleep(0.1)
-            with pytest.raises(httpx.ConnectError):  # not started: it serves nothing meanwhile
-                httpx.get(f"{new.base_url}/health", timeout=2)
-            old.process.send_signal(signal.SIGTERM)  # the old pod stops: its final snapshot, a fresh journal
-            assert old.process.wait(30) in (0, -signal.SIGTERM)  # uvicorn re-raises the signal after its shutdown
-            wait_healthy(new, 120)
+        with engine_process(tmp_path, settings=SETTINGS, llm=False) as new:
+            assert httpx.get(f"{new.base_url}/health", timeout=10).json()["handover"]["role"] == "standby"
+            assert _listed(new.base_url) == {"before"}  # reads at once, from the folder as the old one left it
+            held = {"doc_id": "held", "text": "Sent to the replacement while the old process still writes."}
+            with ThreadPoolExecutor(1) as pool:
+                write = pool.submit(httpx.post, f"{new.base_url}/index",
+                                    json={"index_name": "durable", "documents": [held]}, timeout=120)
+                time.sleep(1.0)
+                assert not write.done(), write.result().text  # held: the old process still holds the folder
+                old.process.send_signal(signal.SIGTERM)  # the old pod stops: its final snapshot, a fresh journal
+                assert old.process.wait(30) in (0, -signal.SIGTERM)  # uvicorn re-raises the signal after its shutdown
+                assert write.result().status_code == 200  # then it goes through, to the new writer
             after = {"doc_id": "after", "text": "Written by the replacement once it took the folder."}
             assert httpx.post(f"{new.base_url}/index", json={"index_name": "durable", "documents": [after]},
                               timeout=30).status_code == 200
-            assert _listed(new.base_url) == {"before", "after"}
-            new.process.send_signal(signal.SIGKILL)  # acknowledged, then killed: the journal must have it
+            assert _listed(new.base_url) == {"before", "held", "after"}
+            new.process.send_signal(signal.SIGKILL)  # acknowledged, then killed: the journal must have them
             new.process.wait(10)
     with engine_process(tmp_path, settings=SETTINGS, llm=False) as third:
-        assert _listed(third.base_url) == {"before", "after"}
+        assert _listed(third.base_url) == {"before", "held", "after"}

@@ -48,9 +48,9 @@ def test_max_chars_stops_the_parse():
 def test_a_good_pdf_is_parsed_with_its_pages():
     found = to_document("a.pdf", make_pdf(["Alpha page text", "Beta page text"]))
     assert isinstance(found, Extracted), found
-    assert found.text == "Alpha page text\n\nBeta page text"
-    assert found.metadata == {"format": "pdf", "pages": 2}
-    assert found.sections == [(0, {"page": 1}), (17, {"page": 2})]
+    assert found.text == "[page 1]\n\nAlpha page text\n\n[page 2]\n\nBeta page text"
+    assert found.metadata == {"format": "pdf", "page_count": 2}
+    assert found.sections == [(0, {"page": 1}), (27, {"page": 2})]
 
 
 def test_broken_and_encrypted_pdfs_are_unreadable_not_over_budget():

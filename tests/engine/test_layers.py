@@ -19,9 +19,11 @@ PACKAGE = Path(ragengine.__file__).parent
 LAYERS: list[tuple[str, ...]] = [
     ("ragengine", "ragengine.settings", "ragengine.redact"),
     ("ragengine.errors",),
+    ("ragengine.formats",),  # every persistent format's version, and how a version on disk is judged
     ("ragengine.metrics",),
     ("ragengine.observability",),  # traces, request ids, log lines: every layer above opens spans
     ("ragengine.protocol",),
+    ("ragengine.console",),  # the console's static files (read by api/console.py)
     ("ragengine.parsing",),  # the bounded parser (child processes with budgets)
     ("ragengine.access",),  # who may do what; the stores and sessions take its principals
     ("ragengine.rag.text", "ragengine.filetypes"),  # text primitives; files to documents
@@ -33,10 +35,16 @@ LAYERS: list[tuple[str, ...]] = [
     ("ragengine.rag",),
     ("ragengine.guardrails",),  # the output policy and the screening the answers pass through
     ("ragengine.chat", "ragengine.conversations"),
+    ("ragengine.evaluation",),  # golden sets scored on index versions (the runs live in the sessions' database)
     ("ragengine.vectorstores",),  # OpenAI's vector stores: indexes + the uploads and catalog in the session store
+    ("ragengine.mcp",),  # the MCP server's tools and resources: indexes, access, the vector stores' descriptions
     ("ragengine.responses",),  # OpenAI's Responses: vector store search + chat's budget + the LLM
+    ("ragengine.preflight",),  # the formats' check before anything starts: over the session store and the stores
     ("ragengine.api",),
+    ("ragengine.services",),  # the services in dependency order, onto an app's state
+    ("ragengine.handover",),  # a FAISS stand-by: reads at once, the services once the old process is gone
     ("ragengine.app",),
+    ("ragengine.indexer",),  # ``ragengine index``: a folder's changed files to an index
     ("ragengine.cli",),
 ]
 LAYER_OF = {unit: i for i, units in enumerate(LAYERS) for unit in units}

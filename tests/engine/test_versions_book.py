@@ -108,7 +108,7 @@ def test_a_book_round_trips_through_json():
 
 
 # -- the export format -----------------------------------------------------------------------------
-def _export(docs: int = 3, version: int = archive.VERSION) -> bytes:
+def _export(docs: int = 3, version: int | str = archive.VERSION) -> bytes:
     head = archive.header("kb", CHUNKING, {"key": "m", "model": "m", "url": None, "dim": 4}, 1.0)
     head["version"] = version
     rng = np.random.default_rng(0)
@@ -174,8 +174,11 @@ def test_every_truncation_is_refused():
 
 
 def test_other_versions_formats_and_trailing_data_are_refused():
-    with pytest.raises(archive.ArchiveError, match="format version 2; this engine reads version 1"):
+    with pytest.raises(archive.ArchiveError, match=r"format version 2; this engine \(ragengine \S+\) reads index export "
+                                                   r"formats up to version 1: import it into an engine at least as new"):
         _read(_export(version=2))
+    with pytest.raises(archive.ArchiveError, match="version '1' is not a version number"):
+        _read(_export(version="1"))
     with pytest.raises(archive.ArchiveError, match="after the end"):
         _read(_export() + b"\x1f\x8b")
     foreign = zlib.compressobj(6, zlib.DEFLATED, 31)
@@ -183,3 +186,26 @@ def test_other_versions_formats_and_trailing_data_are_refused():
         _read(foreign.compress(b'{"hello": "world"}\n') + foreign.flush())
     with pytest.raises(archive.ArchiveError, match="damaged or not a ragengine export"):
         _read(b"PK\x03\x04 a zip file")
+
+
+def test_a_gated_build_is_rejected_kept_activatable_and_dropped_before_rollback_targets():
+    verdict = {"passed": False, "message": "version 3 rejected: mrr@10 0.4000 is below the minimum 0.5000"}
+    book = _built()  # 2 live, 1 retired
+    book = bk.start_reindex(book, "c", 8, CHUNKING, "j2", 5.0, gate={"metric": "mrr@10", "minimum": 0.5})
+    assert book.job is not None and book.job.gate == {"metric": "mrr@10", "minimum": 0.5}
+    assert bk.reject(book, "j2", "someone-else", 6.0, 1, verdict) is None  # not this owner's job
+    claimed = bk.claim(book, "j2", "me", 6.0, 30.0)
+    assert claimed is not None
+    rejected, dropped = bk.reject(claimed, "j2", "me", 7.0, 1, verdict)  # type: ignore[misc]
+    assert rejected.live == 2 and rejected.version(3).state == bk.REJECTED and dropped == []
+    assert rejected.version(3).evaluation == verdict and rejected.job.state == bk.JOB_REJECTED  # type: ignore[union-attr]
+    assert rejected.job.message == verdict["message"]  # type: ignore[union-attr]
+    assert [v.version for v in rejected.write_targets()] == [2]  # a rejected version takes no writes
+    # the next swap keeps the rollback target (2, just retired; keep=1) and drops the rejected version
+    again = bk.claim(bk.start_reindex(rejected, "d", 8, CHUNKING, "j3", 8.0), "j3", "me", 8.0, 30.0)
+    swapped, gone = bk.swap(again, "j3", "me", 9.0, 1)  # type: ignore[arg-type, misc]
+    assert swapped.live == 4 and sorted(v.version for v in gone) == [1, 3]
+    assert {v.version: v.state for v in swapped.versions} == {2: bk.RETIRED, 4: bk.LIVE}
+    # an admin may activate a rejected version
+    activated = bk.start_activate(rejected, 3, "j4", 10.0)
+    assert activated.job is not None and activated.job.kind == bk.ACTIVATE and activated.job.version == 3

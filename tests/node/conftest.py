@@ -29,6 +29,7 @@ from kubernetes import config as k8s_config
 
 from tests.llm_server import FakeLLM, create_llm_app
 from tests.operator.integration.kube import Kube, wait_for
+from tests.support.conversion import install_crd
 from tests.support.server import port_for_external_server
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,7 +65,7 @@ def bin_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
-def kube(bin_dir) -> Kube:
+def kube(bin_dir, crd_webhook) -> Kube:
     """The admin's client, after checking that the real node is there, Ready, with the images."""
     if not KUBECONFIG.exists():
         pytest.fail("the local cluster is not up: run `hack/cluster.sh up` (make test does)", pytrace=False)
@@ -85,9 +86,7 @@ def kube(bin_dir) -> Kube:
         except subprocess.CalledProcessError:
             pytest.fail(f"{ref} is not on the real node: run `make images` then `hack/cluster.sh load-images`",
                         pytrace=False)
-    kube.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds" / "ragengine.io_ragengines.yaml"))
-    wait_for(lambda: kube.kubectl("wait", "--for=condition=Established", "crd/ragengines.ragengine.io",
-                                  "--timeout=5s", check=False).returncode == 0, 30, "the CRD to be Established")
+    install_crd(kube, crd_webhook)  # both versions served, converted by the operator's webhook code
     return kube
 
 

@@ -51,7 +51,7 @@ def rag(kube: Kube, chart_operator, namespace, llm) -> str:
     kube.create_rag(namespace, NAME, {
         "inference": {"url": f"{server.base}/v1", "servedModelName": "fake-llm"},
         "engine": {**ON_NODE, "networkPolicy": {"allowFrom": [{"podSelector": {}}]}},  # its own namespace
-        "storage": {"storageClassName": "ragengine-local", "size": "1Gi"},
+        "storage": {"volume": {"storageClassName": "ragengine-local", "size": "1Gi"}},
         "auth": {"apiKeySecretRef": {"name": "engine-key", "key": "key"}},
     })
     wait_condition(kube, namespace, NAME, "Ready", "True", 180)
@@ -289,7 +289,7 @@ def test_indexing_the_sample_corpus_stays_within_the_default_memory_limit(kube, 
 
 def test_a_missing_image_is_reported_within_a_minute(kube, rag):
     kube.create_rag(rag, "broken", {"engine": {**ON_NODE, "image": "localhost/ragengine-engine:does-not-exist"},
-                                    "storage": {"storageClassName": "ragengine-local", "size": "1Gi"}})
+                                    "storage": {"volume": {"storageClassName": "ragengine-local", "size": "1Gi"}}})
     try:
         cond = wait_for(lambda: (c := kube.condition(rag, "broken", "EngineReady")) and c["reason"] in (
             "ErrImagePull", "ImagePullBackOff") and c, 60, "EngineReady to report the image pull failure")

@@ -37,7 +37,7 @@ def guarded(kube: Kube, chart_operator, namespace, llm) -> str:
     kube.create_rag(namespace, NAME, {
         "inference": {"url": f"{server.base}/v1", "servedModelName": "fake-llm"},
         "engine": {**ON_NODE, "networkPolicy": {"allowFrom": [{"podSelector": {}}]}},
-        "storage": {"storageClassName": "ragengine-local", "size": "1Gi"},
+        "storage": {"volume": {"storageClassName": "ragengine-local", "size": "1Gi"}},
         "auth": {"apiKeySecretRef": {"name": "guarded-key", "key": "key"}},
         "guardrails": {"enabled": True, "configMapRef": {"name": "door-policy"}},
     })

@@ -28,7 +28,8 @@ PROMETHEUS = {"app.kubernetes.io/name": "prometheus"}
 def stand_in(kube: Kube, namespace) -> tuple[str, str, Owner]:
     owner = Owner(namespace, "gpu-rag", str(uuid.uuid4()))
     spec = RAGEngineSpec.model_validate({"inference": {"model": "Qwen/Qwen2.5-0.5B-Instruct"},
-                                         "monitoring": {"scrapeFrom": [{"podSelector": {"matchLabels": PROMETHEUS}}]}})
+                                         "observability": {"metrics": {"scrapeFrom": [
+                                             {"podSelector": {"matchLabels": PROMETHEUS}}]}}})
     policy = inference_network_policy(owner, spec)
     del policy["metadata"]["ownerReferences"]  # its owner does not exist here: the GC would delete it at once
     kube.kubectl("apply", "--server-side", "-n", namespace, "-f", "-", input=yaml.safe_dump(policy))

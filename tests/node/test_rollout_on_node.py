@@ -36,8 +36,8 @@ def replicated(kube: Kube, chart_operator, namespace, database) -> str:
                                                    "stringData": {"key": KEY, "url": database}})
     kube.create_rag(namespace, NAME, {
         "engine": {**ON_NODE, "replicas": 2},
-        "vectorStore": {"type": "postgres", "connectionSecretRef": {"name": "rollout", "key": "url"}},
-        "sessions": {"databaseSecretRef": {"name": "rollout", "key": "url"}},
+        "storage": {"vectorStore": {"type": "postgres", "connectionSecretRef": {"name": "rollout", "key": "url"}},
+                    "sessions": {"databaseSecretRef": {"name": "rollout", "key": "url"}}},
         "auth": {"apiKeySecretRef": {"name": "rollout", "key": "key"}},
     })
     wait_condition(kube, namespace, NAME, "Ready", "True", 240)

@@ -14,10 +14,14 @@ from pydantic import ValidationError
 from ragengine.access.rules import AccessRules
 from ragengine.settings import EngineSettings
 from ragengine_operator import constants as c
+from ragengine_operator.kube.bindings import why_delete
 from ragengine_operator.manifests.access import (
     AccessInputError,
     access_secret,
+    audience_refusal,
+    binding_name,
     default_audience,
+    legacy_binding_name,
     render_access,
     tokenreview_binding,
 )
@@ -84,23 +88,76 @@ def test_an_access_edit_does_not_roll_the_engine():
     assert a["metadata"]["annotations"][c.CONFIG_HASH_ANNOTATION] == b["metadata"]["annotations"][c.CONFIG_HASH_ANNOTATION]
 
 
+def _refs(p) -> set[tuple[str, str]]:
+    return {(r.kind, r.name) for r in p.delete}
+
+
 def test_plan_adds_the_account_and_binding_only_for_serviceaccount_rules():
     with_sa = plan(OWNER, spec())
     kinds = {(o["kind"], o["metadata"]["name"]) for o in with_sa.apply}
-    assert {("ServiceAccount", "docs-engine"), ("ClusterRoleBinding", "ragengine-tokenreview-team-a-docs")} <= kinds
+    assert {("ServiceAccount", "docs-engine"), ("ClusterRoleBinding", binding_name(OWNER))} <= kinds
     assert with_sa.names().index("ServiceAccount/docs-engine") < with_sa.names().index("Deployment/docs-engine")
     binding = next(o for o in with_sa.apply if o["kind"] == "ClusterRoleBinding")
     assert binding["roleRef"]["name"] == "system:auth-delegator"
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "docs-engine", "namespace": "team-a"}]
     assert name_conflict(binding, OWNER) is None  # labelled as ours: adopted, deletable
     assert name_conflict(binding, Owner("team-b", "docs", "uid-2")) is not None
-    own = plan(OWNER, spec(engine={"serviceAccountName": "mine"}))
-    assert ("ServiceAccount", "docs-engine") in {(r.kind, r.name) for r in own.delete}
-    assert next(o for o in own.apply if o["kind"] == "ClusterRoleBinding")["subjects"][0]["name"] == "mine"
     keys_only = plan(OWNER, spec({"keys": ACCESS["keys"]}))
-    assert ("ClusterRoleBinding", "ragengine-tokenreview-team-a-docs") in {(r.kind, r.name) for r in keys_only.delete}
+    assert ("ClusterRoleBinding", binding_name(OWNER)) in _refs(keys_only)
 
 
-def test_binding_names_stay_within_the_limit():
+def test_the_engine_reviews_tokens_as_the_operators_account_never_one_the_tenant_names():
+    """Issue 41, finding 6: spec.engine.serviceAccountName bound system:auth-delegator to any account of the
+    namespace the tenant picked (the default one, say, which every other pod runs as)."""
+    own = plan(OWNER, spec(engine={"serviceAccountName": "default"}))
+    binding = next(o for o in own.apply if o["kind"] == "ClusterRoleBinding")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "docs-engine", "namespace": "team-a"}]
+    assert ("ServiceAccount", "docs-engine") in {(o["kind"], o["metadata"]["name"]) for o in own.apply}
+    assert _pod(spec(engine={"serviceAccountName": "default"}))["spec"]["serviceAccountName"] == "docs-engine"
+    # without ServiceAccount rules the tenant's account is used as before (no token mounted, no binding)
+    keys_only = _pod(spec({"keys": ACCESS["keys"]}, engine={"serviceAccountName": "default"}))["spec"]
+    assert keys_only["serviceAccountName"] == "default" and keys_only["automountServiceAccountToken"] is False
+
+
+def test_binding_names_are_hashed_so_namespaces_and_names_cannot_collide():
+    """Issue 41, finding 6: ragengine-tokenreview-<namespace>-<name> is the same for team/a-kb and team-a/kb,
+    so one tenant could hold the binding another's engine needs."""
+    a, b = Owner("team", "a-kb", "uid-a"), Owner("team-a", "kb", "uid-b")
+    assert legacy_binding_name(a) == legacy_binding_name(b) == "ragengine-tokenreview-team-a-kb"
+    assert binding_name(a) != binding_name(b)
+    assert tokenreview_binding(a, "a-kb-engine")["metadata"]["name"] == binding_name(a)
     long = Owner("n" * 63, "x" * 253, "uid")
     assert len(tokenreview_binding(long, "a")["metadata"]["name"]) <= 253
+
+
+def test_the_sweep_deletes_an_earlier_releases_binding_once_replaced_or_unneeded():
+    old = tokenreview_binding(OWNER, "default")  # as an earlier release made it: the tenant's account
+    old["metadata"]["name"] = legacy_binding_name(OWNER)
+    with_sa, without = {"spec": {"access": ACCESS}}, {"spec": {"access": {"keys": ACCESS["keys"]}}}
+    new = tokenreview_binding(OWNER, "docs-engine")
+    both = {old["metadata"]["name"], new["metadata"]["name"]}
+    assert "now ragengine-tokenreview-" in why_delete(old, with_sa, both)  # replaced: it goes
+    assert why_delete(old, with_sa, {old["metadata"]["name"]}) is None  # not replaced yet: kept, no gap
+    assert "no ServiceAccount rules" in why_delete(old, without, {old["metadata"]["name"]})
+    assert "is gone" in why_delete(old, None, both)
+    assert why_delete(new, with_sa, both) is None and "is gone" in why_delete(new, None, both)
+
+
+@pytest.mark.parametrize("audience", [
+    "https://kubernetes.default.svc", "https://kubernetes.default.svc.cluster.local", "kubernetes.default.svc",
+    "HTTPS://Kubernetes.Default.Svc/", "https://kubernetes.default.svc:443", "https://kubernetes.default",
+    " https://kubernetes.default.svc.cluster.local. "])
+def test_the_api_servers_own_audience_is_refused(audience):
+    """Issue 41, finding 6: the engine would collect callers' tokens that the API server accepts."""
+    with pytest.raises(ValidationError, match="must not be the Kubernetes API server's own audience"):
+        spec({**ACCESS, "audience": audience})
+
+
+def test_the_clusters_own_audiences_are_refused_by_the_controller():
+    issuer = "https://oidc.example/id/1234"
+    assert audience_refusal(OWNER, spec({**ACCESS, "audience": issuer}).access, frozenset({issuer}))
+    assert audience_refusal(OWNER, spec(ACCESS).access, frozenset({issuer})) is None  # the default
+    assert audience_refusal(OWNER, spec({"keys": ACCESS["keys"], "audience": issuer}).access,
+                            frozenset({issuer})) is None  # no ServiceAccount rules: no tokens collected
+    for fine in ("ragengine.io/team-a/docs", "https://kubernetes.default.svc.evil.example/x", "kubernetes"):
+        assert spec({**ACCESS, "audience": fine}).access.audience == fine

@@ -3,6 +3,7 @@
 import copy
 
 from ragengine_operator import constants as c
+from ragengine_operator.manifests.access import binding_name
 from ragengine_operator.manifests.engine import endpoint, engine_data_pvc, engine_deployment, engine_service
 from ragengine_operator.manifests.inference import inference_deployment, inference_service, model_cache_pvc
 from ragengine_operator.manifests.labels import Owner
@@ -18,7 +19,7 @@ FULL = {
         "resources": {"requests": {"memory": "64Gi"}}, "modelCache": {"size": "200Gi", "storageClassName": "fast"},
         "hfTokenSecretRef": {"name": "hf"},
     },
-    "storage": {"size": "50Gi"},
+    "storage": {"volume": {"size": "50Gi"}},
 }
 
 
@@ -66,7 +67,7 @@ def test_engine_children():
     spec = RAGEngineSpec.model_validate(FULL)
     d = engine_deployment(OWNER, spec)
     (ctr,) = d["spec"]["template"]["spec"]["containers"]
-    assert d["spec"]["strategy"] == {"type": "Recreate"} and d["spec"]["replicas"] == 1
+    assert d["spec"]["replicas"] == 1
     assert ctr["command"] == ["ragengine", "serve", "--host", "0.0.0.0", "--port", "8000", "--data-dir", "/data"]
     # readiness checks the dependencies (GET /ready); liveness stays shallow
     assert ctr["readinessProbe"]["httpGet"] == {"path": "/ready", "port": "http"}
@@ -85,6 +86,44 @@ def test_engine_children():
     assert svc["spec"]["ports"][0]["targetPort"] == "http"
     assert engine_data_pvc(OWNER, spec)["spec"]["resources"]["requests"]["storage"] == "50Gi"
     assert endpoint(OWNER) == "http://docs.team-a.svc.cluster.local"
+
+
+ENGINE_PODS = {"labelSelector": {"matchLabels": {c.SELECTOR_NAME: "docs", c.SELECTOR_COMPONENT: "engine"}},
+               "topologyKey": "kubernetes.io/hostname"}
+
+
+def test_a_faiss_engine_rolls_its_new_pod_in_beside_the_old_one():
+    """Issue 48: Recreate left no pod serving while the single FAISS engine pod was replaced (24 of 246
+    requests refused during a helm upgrade). The new pod now starts first, on the old one's node (the index
+    volume is ReadWriteOnce, the writer lock a flock), as a stand-by that holds writes until the old one is
+    gone: as long as the old pod's grace period, and a minute for its own start."""
+    d = engine_deployment(OWNER, RAGEngineSpec.model_validate(FULL))
+    assert d["spec"]["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}
+    pod = d["spec"]["template"]["spec"]
+    assert pod["affinity"] == {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [ENGINE_PODS]}}
+    # the term matches the pod's own labels (the first pod may go anywhere) and the pods of every revision
+    labels = d["spec"]["template"]["metadata"]["labels"]
+    assert ENGINE_PODS["labelSelector"]["matchLabels"].items() <= labels.items()
+    assert ENGINE_PODS["labelSelector"]["matchLabels"] == d["spec"]["selector"]["matchLabels"]
+    (ctr,) = pod["containers"]
+    env = {e["name"]: e.get("value") for e in ctr["env"]}
+    grace = pod["terminationGracePeriodSeconds"]
+    assert float(env["RAGENGINE_HANDOVER_WAIT_SECONDS"]) >= grace + 60
+    assert grace > ctr["lifecycle"]["preStop"]["sleep"]["seconds"] + float(env["RAGENGINE_SHUTDOWN_DRAIN_SECONDS"]) + 30
+    assert engine_data_pvc(OWNER, RAGEngineSpec.model_validate(FULL))["spec"]["accessModes"] == ["ReadWriteOnce"]
+
+    spec = copy.deepcopy(FULL) | {"engine": {"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "cache"}}, "topologyKey": "zone"}]}}}}
+    parsed = RAGEngineSpec.model_validate(spec)
+    terms = engine_deployment(OWNER, parsed)["spec"]["template"]["spec"]["affinity"]["podAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms == [{"labelSelector": {"matchLabels": {"app": "cache"}}, "topologyKey": "zone"}, ENGINE_PODS]
+    assert len(parsed.engine.affinity["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]) == 1  # spec untouched
+
+    external = engine_deployment(OWNER, RAGEngineSpec.model_validate(POSTGRES))
+    pod = external["spec"]["template"]["spec"]
+    assert "affinity" not in pod  # stateless replicas spread as they like
+    assert "RAGENGINE_HANDOVER_WAIT_SECONDS" not in {e["name"] for e in pod["containers"][0]["env"]}
 
 
 def hashes(spec):
@@ -113,7 +152,7 @@ def test_config_hash_rolls_only_the_affected_deployment():
 
 
 # Without spec.access: the engine's ServiceAccount and its TokenReview binding are not wanted.
-NO_ACCESS = {("ServiceAccount", "docs-engine"), ("ClusterRoleBinding", "ragengine-tokenreview-team-a-docs")}
+NO_ACCESS = {("ServiceAccount", "docs-engine"), ("ClusterRoleBinding", binding_name(OWNER))}
 
 
 def test_plan_modes():
@@ -124,6 +163,7 @@ def test_plan_modes():
     assert {(r.kind, r.name) for r in p.delete if not r.optional} == {
         ("PodDisruptionBudget", "docs-engine"), ("HorizontalPodAutoscaler", "docs-engine"),
         ("HorizontalPodAutoscaler", "docs-inference"), ("CronJob", "docs-backup"), ("ConfigMap", "docs-guardrails"),
+        ("ConfigMap", "docs-evaluation"),
         *NO_ACCESS}
     # add-ons' kinds (KEDA, the Prometheus operator): deleted where the cluster serves them
     assert {(r.kind, r.name) for r in p.delete if r.optional} == {("ScaledObject", "docs-inference")} | {
@@ -131,12 +171,12 @@ def test_plan_modes():
     url = plan(OWNER, RAGEngineSpec.model_validate({"inference": {"url": "http://x/v1"}}))
     assert url.names() == ["PersistentVolumeClaim/docs-data", "ConfigMap/docs-embedding", "Deployment/docs-engine",
                            "Service/docs", "NetworkPolicy/docs-engine"]
-    assert {r.name for r in url.delete} == {"docs-inference", "docs-engine", "docs-backup", "docs-guardrails"} | {
-        name for _, name in NO_ACCESS}
+    assert {r.name for r in url.delete} == {"docs-inference", "docs-engine", "docs-backup", "docs-guardrails",
+                                            "docs-evaluation"} | {name for _, name in NO_ACCESS}
     assert ("NetworkPolicy", "docs-inference") in {(r.kind, r.name) for r in url.delete}
 
 
-POSTGRES = {"vectorStore": {"type": "postgres", "connectionSecretRef": {"name": "db"}, "hnsw": {"m": 16}},
+POSTGRES = {"storage": {"vectorStore": {"type": "postgres", "connectionSecretRef": {"name": "db"}, "hnsw": {"m": 16}}},
             "engine": {"replicas": 3}}
 
 
@@ -256,7 +296,9 @@ def test_fleet_fields_reach_both_pods():
     for dep in (inference_deployment(OWNER, parsed), engine_deployment(OWNER, parsed)):
         tmpl = dep["spec"]["template"]
         pod, (ctr,) = tmpl["spec"], tmpl["spec"]["containers"]
-        assert pod["affinity"] == opts["affinity"] and pod["topologySpreadConstraints"] == opts["topologySpreadConstraints"]
+        # the engine's (faiss) adds its podAffinity to the node's pods (test_a_faiss_engine_rolls_...)
+        assert opts["affinity"].items() <= pod["affinity"].items()
+        assert pod["topologySpreadConstraints"] == opts["topologySpreadConstraints"]
         assert (pod["priorityClassName"], pod["runtimeClassName"], pod["serviceAccountName"]) == ("high", "nvidia", "rag-sa")
         assert pod["imagePullSecrets"] == [{"name": "reg"}] and pod["automountServiceAccountToken"] is False
         assert tmpl["metadata"]["labels"]["team"] == "a"
@@ -349,10 +391,11 @@ def test_sessions_database_shared_by_replicas():
         return next((e.get("valueFrom") for e in env if e["name"] == EngineSettings.env_name("database_url")), None)
 
     assert database({}) is None  # faiss: SQLite on the engine's volume
-    pg = {"vectorStore": {"type": "postgres", "connectionSecretRef": {"name": "pg"}}, "engine": {"replicas": 3}}
+    pg = {"storage": {"vectorStore": {"type": "postgres", "connectionSecretRef": {"name": "pg"}}}, "engine": {"replicas": 3}}
     assert database(pg) == {"secretKeyRef": {"name": "pg", "key": "url"}}
-    milvus = {"vectorStore": {"type": "milvus", "connectionSecretRef": {"name": "mv"}}, "engine": {"replicas": 3},
-              "sessions": {"databaseSecretRef": {"name": "sessions-db", "key": "dsn"}}}
+    milvus = {"storage": {"vectorStore": {"type": "milvus", "connectionSecretRef": {"name": "mv"}},
+                          "sessions": {"databaseSecretRef": {"name": "sessions-db", "key": "dsn"}}},
+              "engine": {"replicas": 3}}
     assert database(milvus) == {"secretKeyRef": {"name": "sessions-db", "key": "dsn"}}
 
 
@@ -418,7 +461,7 @@ def test_an_embedding_change_reaches_the_engine_without_a_rollout():
     with FAISS: Ready went False) and the restarted engine could not load its indexes (dimension mismatch).
     Now it is a file of a ConfigMap the engine watches: the Deployment stays as it is (same config hash),
     the ConfigMap changes, and the engine re-indexes in the background."""
-    other = copy.deepcopy(FULL) | {"embedding": {"model": "wordllama:l2_supercat"}}
+    other = copy.deepcopy(FULL) | {"embedding": {"local": {"model": "wordllama:l2_supercat"}}}
     assert hashes(other)["docs-engine"] == hashes(FULL)["docs-engine"], "a new embedding model restarts the engine"
     from ragengine.embedding.pool import read_target
     from ragengine.settings import EngineSettings
@@ -446,10 +489,10 @@ def test_the_embedding_file_keeps_its_generation_until_the_model_changes():
     from ragengine_operator.manifests.engine import engine_embedding_configmap
     from ragengine_operator.manifests.engine_env import embedding_generation
 
-    spec = RAGEngineSpec.model_validate({"embedding": {"model": "a"}})
+    spec = RAGEngineSpec.model_validate({"embedding": {"local": {"model": "a"}}})
     current = engine_embedding_configmap(OWNER, spec, 3)
     assert embedding_generation(current, spec, 9) == 3  # another field changed: same model, same generation
-    other = RAGEngineSpec.model_validate({"embedding": {"model": "b"}})
+    other = RAGEngineSpec.model_validate({"embedding": {"local": {"model": "b"}}})
     assert embedding_generation(current, other, 9) == 9  # a new model: the RAGEngine's generation
     assert embedding_generation(None, spec, 9) == 9
 
@@ -520,3 +563,19 @@ def test_guardrails_mount_the_policy_configmap_as_a_directory():
     packaged = plan(OWNER, spec)
     text = next(o for o in packaged.apply if o["metadata"]["name"] == "docs-guardrails")["data"]["guardrails.yaml"]
     assert [s.type for s in parse_policy(text).scanners] == ["regex", "secrets", "sensitive"]
+
+
+def test_the_console_is_on_by_default_and_spec_console_enabled_turns_it_off():
+    from ragengine.settings import EngineSettings
+
+    def engine_env(spec: dict) -> dict[str, str | None]:
+        pod = next(o for o in plan(OWNER, RAGEngineSpec.model_validate(spec)).apply
+                   if o["kind"] == "Deployment")["spec"]["template"]["spec"]
+        return {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+
+    assert RAGEngineSpec().console.enabled is True
+    on, off = engine_env({}), engine_env({"console": {"enabled": False}})
+    # on is the engine's default: not rendered, so turning the field on (or upgrading) rolls no engine
+    assert "RAGENGINE_CONSOLE_ENABLED" not in on and off["RAGENGINE_CONSOLE_ENABLED"] == "false"
+    # the engine reads the variable the operator writes
+    assert EngineSettings.model_validate({"console_enabled": off["RAGENGINE_CONSOLE_ENABLED"]}).console_enabled is False

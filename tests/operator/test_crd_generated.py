@@ -24,11 +24,18 @@ def walk(node, path="root"):
 
 def test_crd_is_structural_and_complete():
     crd = yaml.safe_load((ROOT / "crds" / "ragengine.io_ragengines.yaml").read_text())
-    version = crd["spec"]["versions"][0]
-    assert crd["spec"]["names"]["shortNames"] == ["rag"] and version["subresources"]["status"] == {}
-    assert version["subresources"]["scale"]["specReplicasPath"] == ".spec.inference.replicas"
-    assert [col["name"] for col in version["additionalPrinterColumns"]][:3] == ["Ready", "Model", "Endpoint"]
-    schema = version["schema"]["openAPIV3Schema"]
+    beta, alpha = crd["spec"]["versions"]
+    assert (beta["name"], beta["served"], beta["storage"]) == ("v1beta1", True, True)
+    assert (alpha["name"], alpha["served"], alpha["storage"], alpha["deprecated"]) == ("v1alpha1", True, False, True)
+    assert "use ragengine.io/v1beta1" in alpha["deprecationWarning"]
+    assert crd["spec"]["conversion"]["strategy"] == "Webhook"
+    assert crd["spec"]["conversion"]["webhook"]["clientConfig"]["service"]["path"] == "/convert"
+    for version in (beta, alpha):
+        assert version["subresources"]["status"] == {}
+        assert version["subresources"]["scale"]["specReplicasPath"] == ".spec.inference.replicas"
+        assert [col["name"] for col in version["additionalPrinterColumns"]][:3] == ["Ready", "Model", "Endpoint"]
+    assert crd["spec"]["names"]["shortNames"] == ["rag"]
+    schema = beta["schema"]["openAPIV3Schema"]
     for path, node in walk(schema):
         assert "anyOf" not in node and "$ref" not in node and "title" not in node, path
         assert "type" in node or node.get("x-kubernetes-int-or-string"), f"{path} has no type"
@@ -38,6 +45,25 @@ def test_crd_is_structural_and_complete():
     assert conditions["x-kubernetes-list-map-keys"] == ["type"]
     rules = {r["message"] for _, n in walk(schema) for r in n.get("x-kubernetes-validations", [])}
     assert "exactly one of inference.model or inference.url must be set" in rules
-    chart = yaml.safe_load(next(ROOT.glob("charts/ragengine/charts/ragengine-crds/templates/*.yaml")).read_text())
+    # the status is the operator's, the same in both versions: v1alpha1's frozen one is part of v1beta1's
+    assert within(alpha["schema"]["openAPIV3Schema"]["properties"]["status"], schema["properties"]["status"])
+
+
+def within(small, large) -> bool:
+    """Every key and value of ``small`` in ``large`` (which may have more)."""
+    if isinstance(small, dict) and isinstance(large, dict):
+        return all(k in large and within(v, large[k]) for k, v in small.items())
+    return bool(small == large)
+
+
+def test_the_chart_copy_names_its_release_s_webhook_service():
+    text = next(ROOT.glob("charts/ragengine/charts/ragengine-crds/templates/*.yaml")).read_text()
+    assert "namespace: {{ .Release.Namespace }}" in text and 'name: {{ include "ragengine.webhookService" . }}' in text
+    chart = yaml.safe_load(text.replace("{{ .Release.Namespace }}", "rel-ns")
+                           .replace('{{ include "ragengine.webhookService" . }}', "rel-webhook"))
+    crd = yaml.safe_load((ROOT / "crds" / "ragengine.io_ragengines.yaml").read_text())
     assert chart["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    assert chart["spec"]["conversion"]["webhook"]["clientConfig"]["service"] == {
+        "namespace": "rel-ns", "name": "rel-webhook", "path": "/convert", "port": 443}
+    chart["spec"]["conversion"] = crd["spec"]["conversion"]
     assert chart["spec"] == crd["spec"]

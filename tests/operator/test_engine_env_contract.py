@@ -72,7 +72,7 @@ def test_rendered_env_parses_back(monkeypatch, mode, tmp_path):
     )
     spec = RAGEngineSpec.model_validate({
         "inference": inference,
-        "embedding": {"url": "http://emb.example/v1", "apiKeySecretRef": {"name": "emb"}},
+        "embedding": {"remote": {"url": "http://emb.example/v1", "apiKeySecretRef": {"name": "emb"}}},
         "retrieval": {"contextTokenRatio": 0.3, "similarityThreshold": 0.42, "hybrid": False, "rerankModel": "bge-rr",
                       "noContext": "disclaim"},
         "auth": {"apiKeySecretRef": {"name": "auth", "key": "key"}},
@@ -103,8 +103,22 @@ def test_auth_off_means_no_key(monkeypatch):
     assert parse(engine_env(OWNER, spec), monkeypatch, {}).api_key is None
 
 
+def test_mcp_comes_from_the_spec_on_by_default(monkeypatch):
+    for key in list(__import__("os").environ):
+        if key.startswith("RAGENGINE_"):
+            monkeypatch.delenv(key)
+    env = engine_env(OWNER, RAGEngineSpec())
+    assert not {EngineSettings.env_name("mcp_enabled"), EngineSettings.env_name("mcp_descriptions")} & {
+        e["name"] for e in env}  # nothing rendered for the default: an upgrade does not roll the engine
+    default = parse(env, monkeypatch, {"rag-api-key/api-key": "K"})
+    assert default.mcp_enabled is True and default.mcp_descriptions == {}
+    spec = RAGEngineSpec.model_validate({"mcp": {"enabled": False, "descriptions": {"kb": "Runbooks: pumps, valves."}}})
+    s = parse(engine_env(OWNER, spec), monkeypatch, {"rag-api-key/api-key": "K"})
+    assert s.mcp_enabled is False and s.mcp_descriptions == {"kb": "Runbooks: pumps, valves."}
+
+
 def test_embedding_model_and_retrieval_only(monkeypatch, tmp_path):
-    spec = RAGEngineSpec.model_validate({"embedding": {"model": "BAAI/bge-small-en-v1.5"}})
+    spec = RAGEngineSpec.model_validate({"embedding": {"local": {"model": "BAAI/bge-small-en-v1.5"}}})
     env = engine_env(OWNER, spec)
     names = {e["name"] for e in env}
     assert EngineSettings.env_name("llm_url") not in names  # retrieval-only: extractive answers
@@ -118,16 +132,16 @@ def test_faiss_compression_comes_from_the_spec(monkeypatch):
     for key in list(__import__("os").environ):
         if key.startswith("RAGENGINE_"):
             monkeypatch.delenv(key)
-    spec = RAGEngineSpec.model_validate({"vectorStore": {"compression": "sq8"}})
+    spec = RAGEngineSpec.model_validate({"storage": {"vectorStore": {"compression": "sq8"}}})
     s = parse(engine_env(OWNER, spec), monkeypatch, {"rag-api-key/api-key": "K"})
     assert s.vector_compression == "sq8" and s.vector_store == "faiss"
     assert EngineSettings.env_name("vector_compression") not in {e["name"] for e in engine_env(OWNER, RAGEngineSpec())}
 
 
 def test_external_store_settings_come_from_the_spec_and_the_secret(monkeypatch):
-    spec = RAGEngineSpec.model_validate({"vectorStore": {
+    spec = RAGEngineSpec.model_validate({"storage": {"vectorStore": {
         "type": "postgres", "connectionSecretRef": {"name": "db", "key": "dsn"},
-        "hnsw": {"m": 16, "efConstruction": 200, "efSearch": 64, "threshold": 5000}, "keywordIndex": "database"},
+        "hnsw": {"m": 16, "efConstruction": 200, "efSearch": 64, "threshold": 5000}, "keywordIndex": "database"}},
         "engine": {"replicas": 3}})
     for key in list(__import__("os").environ):
         if key.startswith("RAGENGINE_"):

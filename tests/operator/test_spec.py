@@ -9,7 +9,8 @@ from .cases import GOOD_MODEL, GOOD_URL, INVALID
 
 # Where the CRD's one CEL rule words a case differently from pydantic: it words both directions of the
 # secret rule together, and lists every managed vLLM flag where pydantic names the one it found.
-PYDANTIC_WORDING = {"faiss-with-secret": "spec.vectorStore: Value error, vectorStore.connectionSecretRef applies to "
+PYDANTIC_WORDING = {"faiss-with-secret": "spec.storage.vectorStore: Value error, "
+                                         "storage.vectorStore.connectionSecretRef applies to "
                                          "postgres and milvus only",
                     "vllm-underscore-flag": "spec.inference: Value error, inference.args must not set --max-model-len"}
 
@@ -36,7 +37,7 @@ def test_defaults():
     spec = RAGEngineSpec.model_validate(GOOD_MODEL)
     assert spec.runs_vllm and spec.inference.gpus == 1 and spec.inference.replicas == 1
     assert spec.retrieval.context_token_ratio == 0.5 and spec.retrieval.hybrid is True
-    assert spec.storage.size == "20Gi" and spec.inference.model_cache.size == "100Gi"
+    assert spec.storage.volume.size == "20Gi" and spec.inference.model_cache.size == "100Gi"
     assert not RAGEngineSpec.model_validate(GOOD_URL).runs_vllm
     assert RAGEngineSpec.model_validate({}).inference is None  # retrieval-only
 

@@ -62,6 +62,25 @@ def test_degraded_on_deadline_and_unschedulable():
     assert c["Ready"]["status"] == "False" and c["Ready"]["reason"] == "Unschedulable"
 
 
+def test_a_faiss_roll_stalled_on_a_full_node_says_why_and_that_the_old_pod_serves():
+    """Issue 48: a FAISS engine's new pod must start on its old pod's node; with no room there the roll waits."""
+    serving = {"metadata": {"name": "old"}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    surge = {"metadata": {"name": "new"}, "status": {"conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+         "message": "0/3 nodes are available: 1 Insufficient memory, 2 node(s) didn't match pod affinity rules"}]}}
+    rolling = dep(updated=0, total=2)
+    c, _, _ = conds(RAGEngineSpec(), {"engine": rolling}, pods={"engine": [serving, surge]})
+    message = c["EngineReady"]["message"]
+    assert c["EngineReady"]["reason"] == "Unschedulable" and "Insufficient memory" in message
+    assert "starts on the node of the pod it replaces" in message and "the old pod serves meanwhile" in message
+    c, _, _ = conds(RAGEngineSpec(), {"engine": dep(available=0)}, pods={"engine": [surge]})  # nothing serves: no roll
+    assert "the old pod serves" not in c["EngineReady"]["message"]
+    postgres = RAGEngineSpec.model_validate(
+        {"storage": {"vectorStore": {"type": "postgres", "connectionSecretRef": {"name": "db"}}}})
+    c, _, _ = conds(postgres, {"engine": rolling}, pods={"engine": [serving, surge]})
+    assert "the old pod serves" not in c["EngineReady"]["message"]
+
+
 def test_url_and_retrieval_only_need_no_vllm():
     url = RAGEngineSpec.model_validate({"inference": {"url": "http://x/v1"}})
     c, _, _ = conds(url, {"engine": dep()})
@@ -192,7 +211,7 @@ def _health(target: str, indexes: dict) -> dict:
 def test_reindexing_is_reported_and_never_takes_ready_away():
     from ragengine_operator.manifests.engine_env import target_digest
 
-    spec = RAGEngineSpec.model_validate({"embedding": {"model": "wordllama:l2_supercat"}})
+    spec = RAGEngineSpec.model_validate({"embedding": {"local": {"model": "wordllama:l2_supercat"}}})
     deployments = {"engine": dep()}
 
     def status_with(health=None, error=None, old=(), previous=None):

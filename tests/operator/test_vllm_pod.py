@@ -160,17 +160,18 @@ def test_vllm_network_policy_rendered_not_enforced_admits_the_engine_and_prometh
     bare = inference_network_policy(OWNER, spec_of(QWEN["inference"]))["spec"]["ingress"]
     engine_peer = {"podSelector": {"matchLabels": {c.SELECTOR_NAME: "docs", c.SELECTOR_COMPONENT: "engine"}}}
     assert bare == [{"from": [engine_peer], "ports": [{"port": c.VLLM_PORT, "protocol": "TCP"}]}]
-    scraped = inference_network_policy(OWNER, spec_of(QWEN["inference"], monitoring={}))["spec"]["ingress"]
+    scraped = inference_network_policy(OWNER, spec_of(QWEN["inference"], observability={"metrics": {}}))["spec"]["ingress"]
     assert scraped[0]["from"] == [engine_peer, PROMETHEUS]
     # the engine's own (opt-in) policy admits the scrapers too
-    both = spec_of(QWEN["inference"], monitoring={}, engine={"networkPolicy": {"allowFrom": []}})
+    both = spec_of(QWEN["inference"], observability={"metrics": {}}, engine={"networkPolicy": {"allowFrom": []}})
     assert PROMETHEUS in engine_network_policy(OWNER, both)["spec"]["ingress"][0]["from"]
     # the policy is part of every model-mode plan: on by default
     assert "NetworkPolicy/docs-inference" in plan(OWNER, spec_of(QWEN["inference"])).names()
 
 
 def test_service_monitors_or_pod_monitors_for_both_components():
-    spec = spec_of(QWEN["inference"], monitoring={"labels": {"release": "kube-prometheus-stack"}, "interval": "15s"})
+    spec = spec_of(QWEN["inference"],
+                   observability={"metrics": {"labels": {"release": "kube-prometheus-stack"}, "interval": "15s"}})
     monitors = [o for o in plan(OWNER, spec).apply if o["apiVersion"] == "monitoring.coreos.com/v1"]
     assert [(m["kind"], m["metadata"]["name"]) for m in monitors] == [("ServiceMonitor", "docs-engine"),
                                                                       ("ServiceMonitor", "docs-inference")]
@@ -179,13 +180,13 @@ def test_service_monitors_or_pod_monitors_for_both_components():
     assert vllm["spec"]["selector"]["matchLabels"] == {c.SELECTOR_NAME: "docs", c.SELECTOR_COMPONENT: "inference"}
     assert vllm["spec"]["namespaceSelector"] == {"matchNames": ["team-a"]}
     assert vllm["metadata"]["labels"]["release"] == "kube-prometheus-stack"
-    pods = spec_of(QWEN["inference"], monitoring={"kind": "PodMonitor"})
+    pods = spec_of(QWEN["inference"], observability={"metrics": {"kind": "PodMonitor"}})
     p = plan(OWNER, pods)
     (monitor,) = [o for o in p.apply if o["kind"] == "PodMonitor" and o["metadata"]["name"] == "docs-inference"]
     assert monitor["spec"]["podMetricsEndpoints"][0]["port"] == "http"
     # the other kind is cleaned up
     assert ("ServiceMonitor", "docs-inference") in {(r.kind, r.name) for r in p.delete}
-    url = RAGEngineSpec.model_validate({"inference": {"url": "http://llm/v1"}, "monitoring": {}})
+    url = RAGEngineSpec.model_validate({"inference": {"url": "http://llm/v1"}, "observability": {"metrics": {}}})
     assert [o["metadata"]["name"] for o in plan(OWNER, url).apply if o["kind"] == "ServiceMonitor"] == ["docs-engine"]
 
 

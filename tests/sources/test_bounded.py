@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import gzip
-import re
 import socket
 import subprocess
 import sys
@@ -24,6 +23,8 @@ from ragengine_operator.sources.fetch import FetchError, FetchLimits, fetch_git,
 from ragengine_operator.sources.spec import Source
 from ragengine_operator.sources.sync import FetchPolicy, fetch
 from tests.sources.test_git_sync import LOOPBACK
+from tests.support.bounded import peak_kib, reset_peak
+from tests.support.bounded import within as bounded_within
 from tests.support.git_server import Repo, git_http_server
 from tests.support.web import web_server
 
@@ -31,33 +32,8 @@ MiB = 1024 * 1024
 HANG = 120.0  # seconds: only a fetch that ignores its deadline gets near this
 
 
-def peak_kib() -> int:
-    return int(re.search(r"VmHWM:\s+(\d+)", Path("/proc/self/status").read_text()).group(1))
-
-
-def reset_peak() -> int:
-    Path("/proc/self/clear_refs").write_text("5")  # the peak becomes the current resident set
-    return peak_kib()
-
-
 def within(seconds: float, work):
-    """Run ``work`` in a thread; fail (not hang) if it has not returned after ``seconds``."""
-    box: dict = {}
-
-    def run() -> None:
-        try:
-            box["value"] = work()
-        except BaseException as exc:  # handed to the test
-            box["error"] = exc
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(seconds)
-    if thread.is_alive():
-        pytest.fail(f"still running after {seconds:g} s: the fetch has no deadline", pytrace=False)
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
+    return bounded_within(seconds, work, "the fetch has no deadline")
 
 
 def test_a_gzip_bomb_is_cut_at_the_decoded_limit_in_bounded_memory():

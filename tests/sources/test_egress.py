@@ -14,7 +14,8 @@ import httpx
 import pytest
 
 from ragengine_operator.kube.observe import _probe_cache, probe_llm
-from ragengine_operator.sources.egress import EgressPolicy, refusal
+from ragengine_operator.net.egress import EgressPolicy, refusal
+from ragengine_operator.net.http import Refused, request
 from ragengine_operator.sources.engine import EngineClient
 from ragengine_operator.sources.fetch import FetchError, fetch_git
 from ragengine_operator.sources.git import GitCredentials
@@ -62,6 +63,26 @@ def test_default_rules(host, addresses, why):
         answer = []  # a name that does not resolve
     found = refusal(host, answer, EgressPolicy())
     assert (found is None) if why is None else (why in (found or "")), found
+
+
+@pytest.mark.parametrize("host, why", [
+    ("::127.0.0.1", "IPv4-compatible"),  # ::/96: loopback carried the deprecated way
+    ("::a9fe:a9fe", "IPv4-compatible"),  # ... and cloud metadata
+    ("::ffff:0:7f00:1", "IPv4-translated"),  # ::ffff:0:0:0/96 (SIIT), not ::ffff:0:0/96 (mapped)
+    ("::ffff:0:a9fe:a9fe", "IPv4-translated"),
+    ("64:ff9b:1::7f00:1", "local-use NAT64"),  # 64:ff9b:1::/48: the IPv4 address where the gateway's prefix puts it
+    ("64:ff9b:1:7f00:1::", "local-use NAT64"),
+    ("64:ff9b:1::a9fe:a9fe", "local-use NAT64"),
+    ("fec0::1", "site-local"),  # fec0::/10, deprecated but still routed by some networks
+    ("4000::1", "not a public address"),  # anything else outside global unicast (2000::/3)
+])
+def test_ipv6_forms_that_carry_ipv4_or_are_not_global_unicast_are_refused(host, why):
+    """Issue 41, finding 6: Python's is_global calls each of these public; each is refused by name, as a literal
+    and as what a name resolves to, and never contacted."""
+    assert why in (refusal(host, ips(host), EgressPolicy()) or ""), host
+    assert why in (refusal("rebinding.example", ips("93.184.216.34", host), EgressPolicy()) or ""), host
+    with pytest.raises(Refused, match=f"refused by the egress policy: .*{why}"):
+        request("GET", f"http://[{host}]:8080/latest/meta-data/", timeout_s=5, max_bytes=1024, policy=EgressPolicy())
 
 
 def test_the_allowlist_opens_ranges_and_names_but_not_the_cluster_ranges():

@@ -106,7 +106,7 @@ OWNER = Owner("ns", "rag", "uid-1")
 
 def test_retained_volumes_have_no_owner_and_are_adopted_by_name():
     def claims(policy: str) -> list[dict]:
-        spec = RAGEngineSpec.model_validate({"inference": {"model": "m"}, "storage": {"reclaimPolicy": policy}})
+        spec = RAGEngineSpec.model_validate({"inference": {"model": "m"}, "storage": {"volume": {"reclaimPolicy": policy}}})
         return [o for o in plan(OWNER, spec).apply if o["kind"] == "PersistentVolumeClaim"]
 
     assert len(claims("Retain")) == 2 and all("ownerReferences" not in o["metadata"] for o in claims("Retain"))

@@ -40,10 +40,11 @@ class EngineProcess:
     known_ids: dict[str, list[str]] = field(default_factory=dict)  # what a test seeded, by parameter name
 
 
-def _env() -> dict[str, str]:
-    """This checkout's packages first on the path (never an installed copy), everything offline."""
+def engine_env(source: Path = REPO) -> dict[str, str]:
+    """``source``'s engine first on the path (this checkout's, or another release's: tests/support/previous_release.py;
+    never an installed copy), this checkout's operator and tests after it, everything offline."""
     env = dict(os.environ)
-    paths = [str(REPO / "engine"), str(REPO / "operator"), str(REPO)]
+    paths = [str(source / "engine"), str(REPO / "operator"), str(REPO)]
     env["PYTHONPATH"] = os.pathsep.join(paths + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     return env
@@ -103,27 +104,28 @@ def wait_healthy(engine: EngineProcess, timeout_s: float = START_TIMEOUT_S) -> N
 @contextlib.contextmanager
 def engine_process(work_dir: Path, *, settings: dict[str, str] | None = None, llm: bool = True,
                    wrap: list[str] | None = None, start_timeout_s: float = START_TIMEOUT_S,
-                   wait_ready: bool = True, env: dict[str, str] | None = None,
+                   wait_ready: bool = True, source: Path = REPO, env: dict[str, str] | None = None,
                    exec_prefix: list[str] | None = None) -> Iterator[EngineProcess]:
     """An engine process and its test LLM (none with ``llm=False``: a retrieval-only engine);
     ``settings`` are extra ``--set KEY=VALUE`` engine settings, ``env`` extra environment variables (the
     ``RAGENGINE_*`` settings as a pod passes them), ``exec_prefix`` a command that execs the engine in its
     own process (``setpriv``: the pid stays the engine's). ``wait_ready=False``: yielded once its port is
-    bound, before it has started (a test of what it does meanwhile)."""
+    bound, before it has started (a test of what it does meanwhile). ``source``: the checkout whose engine
+    runs (another release's, with this venv's Python)."""
     with engine_processes([work_dir], settings=settings, llm=llm, wrap=wrap, start_timeout_s=start_timeout_s,
-                          wait_ready=wait_ready, env=env, exec_prefix=exec_prefix) as (engine,):
+                          wait_ready=wait_ready, source=source, env=env, exec_prefix=exec_prefix) as (engine,):
         yield engine
 
 
 @contextlib.contextmanager
 def engine_processes(work_dirs: list[Path], *, settings: dict[str, str] | None = None, llm: bool = True,
                      wrap: list[str] | None = None, start_timeout_s: float = START_TIMEOUT_S,
-                     wait_ready: bool = True, env: dict[str, str] | None = None,
+                     wait_ready: bool = True, source: Path = REPO, env: dict[str, str] | None = None,
                      exec_prefix: list[str] | None = None) -> Iterator[list[EngineProcess]]:
     """One engine per work folder, all started before any is waited for (replicas start side by side),
     sharing one test LLM; each keeps its log and, for FAISS, its data under its own folder."""
     extra_env = env or {}
-    env = _env()
+    env = engine_env(source)
     deadline = time.monotonic() + start_timeout_s
     procs: list[subprocess.Popen] = []
     inner: dict[int, int] = {}  # wrapper pid -> the engine's pid

@@ -74,7 +74,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: [autoscaling]
   resources: [horizontalpodautoscalers]
   verbs: [get, create, patch, delete]
-# add-ons, used only when a RAGEngine asks (spec.monitoring, inference.autoscaling.keda): scrape
+# add-ons, used only when a RAGEngine asks (spec.observability.metrics, inference.autoscaling.keda): scrape
 # configuration for the Prometheus operator, and KEDA's ScaledObject on the vLLM Deployment
 - apiGroups: [monitoring.coreos.com]
   resources: [servicemonitors, podmonitors]
@@ -109,4 +109,10 @@ spec.access.serviceAccounts (a ClusterRoleBinding per RAGEngine to system:auth-d
   resources: [clusterroles]
   verbs: [bind]
   resourceNames: [system:auth-delegator]
+{{- end -}}
+
+{{/* The operator's webhook Service (conversion), which the CRD's subchart names too: the chart name is spelt
+out, so the parent and the ragengine-crds subchart render the same name. */}}
+{{- define "ragengine.webhookService" -}}
+{{- if contains "ragengine" .Release.Name -}}{{ printf "%s-webhook" .Release.Name | trunc 63 | trimSuffix "-" }}{{- else -}}{{ printf "%s-ragengine-webhook" .Release.Name | trunc 63 | trimSuffix "-" }}{{- end -}}
 {{- end -}}

@@ -55,7 +55,8 @@ def missing_store_message(store_id: str) -> str:
 _SCOPED = {IndexFrom.path: (missing_index_message, "index_name"), IndexFrom.body: (missing_index_message, "index_name"),
            IndexFrom.chat: (missing_index_message, "index_name"),
            IndexFrom.store: (missing_store_message, "vector_store_id"),
-           IndexFrom.tools: (missing_store_message, "tools.vector_store_ids")}
+           IndexFrom.tools: (missing_store_message, "tools.vector_store_ids"),
+           IndexFrom.argument: (missing_index_message, "index")}
 
 
 def visible(principal: Principal, index: str, reserved: frozenset[str] = frozenset()) -> bool:

@@ -2,21 +2,30 @@
 and one app-wide dependency for the index a body names.
 
 - ``AuthenticationMiddleware`` (outside routing) turns the ``Authorization`` header into a principal for
-  every path but the open ones (probes, metrics), ``/openapi.json`` and ``/docs`` included, and answers 401
-  itself (503 when a ServiceAccount token cannot be reviewed right now). The principal rides on
+  every path but the open ones (probes, metrics, the console's files), ``/openapi.json`` and ``/docs`` included, and
+  answers 401 itself (503 when a ServiceAccount token cannot be reviewed right now, 429 when the caller's address
+  sent more unknown tokens than the review budget allows: access/serviceaccounts.py). The principal rides on
   ``request.state.principal``.
-- ``AccessGate`` (inside it, still outside routing) resolves the route the request will reach, looks up
-  its rule in ``access.routes.ROUTES`` and decides everything that needs no body: the index of the path (or
-  vector store), the role (a role below the route's is 403 whatever index a body would name), the
-  ownership of the session or upload the path names (404 otherwise, as for a missing one) and the caller's
-  rate limits (429 with ``Retry-After``). A refusal is answered there, before a byte of the body is read,
-  with ``Connection: close`` so the server does not read the rest either: a read-only key cannot make the
-  engine read (and FastAPI parse) a large body only to refuse it (issue 41).
-- ``authorize`` runs before every route's handler (``FastAPI(dependencies=[...])``), which FastAPI calls
-  once it has read the body: for the routes whose index a body names (``index_name``, the chat model
-  alias, a response's ``file_search`` tools, a form field) it applies ``access.decide`` to that index.
-  It runs before body validation, so a caller who may not see an index learns nothing from a 422 either.
-  Then the LLM tokens the request spends are billed to the caller (``access.usage``).
+- ``AccessGate`` (inside it, still outside routing) resolves the route the request will reach and decides
+  everything that needs no body: first the names and ids in its path, by their rules (``protocol.names``: a
+  400, as ``api.names.check_names`` answers it, before anything is looked up), then, by the route's rule in
+  ``access.routes.ROUTES``, the index of the path (or vector store), the role (a role below the route's is
+  403 whatever index a body would name), the ownership of the session, upload or evaluation run the path
+  names (404 otherwise, as for a missing one) and the caller's rate limits (429 with ``Retry-After``). A
+  refusal is answered there, before a byte of the body is read, with ``Connection: close`` so the server
+  does not read the rest either: a read-only key cannot make the engine read (and FastAPI parse) a large
+  body only to refuse it (issue 41). In a FAISS stand-by (``ragengine.handover``), on a route it holds
+  until the take-over, the gate decides the role and the index only: ownership and rate limits need the
+  writer's services (the sessions' store, the shared rate counter), so ``authorize`` decides them after
+  the wait.
+- ``authorize`` runs before every route's handler (``FastAPI(dependencies=[...])``, after ``check_names``
+  and ``handover.hold``), which FastAPI calls once it has read the body: for the routes whose index a body
+  names (``index_name``, the chat model alias, a response's ``file_search`` tools, a form field) it applies
+  ``access.decide`` to that index, and it decides what the gate left to it. It runs before body validation,
+  so a caller who may not see an index learns nothing from a 422 either. Then the LLM tokens the request
+  spends are billed to the caller (``access.usage``).
+- ``authorize_call`` applies ``access.routes.MCP_CALLS`` to each MCP tool call and resource read, as
+  ``authorize`` applies ``ROUTES`` (the ``/mcp`` route itself is gated like any other).
 - Handlers that list indexes call ``visible_to(request, name)``; lists of sessions and uploads use
   ``owner_filter``; retrieval takes ``document_acl(principal_of(request))``.
 
@@ -33,19 +42,21 @@ from typing import Any
 from fastapi import Request
 
 from ragengine.access import usage
-from ragengine.access.decide import Decision, decide, owns, session_visible, visible
+from ragengine.access.decide import ALLOW, Decision, decide, owns, session_visible, visible
 from ragengine.access.limits import retry_after
-from ragengine.access.routes import OPEN_PATHS, ROUTES, IndexFrom, Rule, rule_for
+from ragengine.access.routes import MCP_CALLS, ROUTES, IndexFrom, Rule, is_open, rule_for
 from ragengine.access.rules import Principal, Role
-from ragengine.access.serviceaccounts import ReviewUnavailable
+from ragengine.access.serviceaccounts import ReviewThrottled, ReviewUnavailable
 from ragengine.access.source import AccessSource
 from ragengine.errors import EngineError, Forbidden, NotFound, RateLimited, error_body_for
 from ragengine.metrics import ACCESS_DECISIONS, matched_route
+from ragengine.protocol import names
 from ragengine.protocol.openai import requested_index
 from ragengine.protocol.responses import vector_store_ids
 
 log = logging.getLogger("ragengine.access")
 AUTH_MESSAGE = "Missing or invalid credentials: send 'Authorization: Bearer <key or ServiceAccount token>'."
+MCP_PATH = "/mcp"
 REVIEW_MESSAGE = "ServiceAccount tokens cannot be verified right now (the Kubernetes API did not answer); retry."
 
 
@@ -59,10 +70,10 @@ def audit(decision: Decision, principal: Principal | None, method: str, route: s
 
 
 async def _answer(send: Any, path: str, status: int, message: str, error_type: str, extra: list,
-                  param: str | None = None) -> None:
+                  param: str | None = None, code: str | None = None) -> None:
     """An error answered by a middleware, before the body was read: ``Connection: close``, so the server
     does not read (and discard) the rest of a body nobody will use."""
-    payload = json.dumps(error_body_for(path, status, message, error_type, param)).encode()
+    payload = json.dumps(error_body_for(path, status, message, error_type, param, code)).encode()
     await send({"type": "http.response.start", "status": status, "headers": [
         (b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()), *extra,
         (b"connection", b"close"),
@@ -76,23 +87,42 @@ class AuthenticationMiddleware:
         self.source = source
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
+        if scope["type"] != "http" or is_open(scope["path"]):
             await self.app(scope, receive, send)
             return
         header = dict(scope.get("headers") or ()).get(b"authorization", b"").decode("latin-1")
+        client = (scope.get("client") or (None,))[0]
         try:
-            principal = await self.source.authenticate(header or None)
+            principal = await self.source.authenticate(header or None, client)
         except ReviewUnavailable as exc:
             log.error("cannot verify a ServiceAccount token: %s", exc)
             audit(Decision(False, 503, "review_unavailable"), None, scope["method"], scope["path"], None)
             await _answer(send, scope["path"], 503, REVIEW_MESSAGE, "service_unavailable", [(b"retry-after", b"5")])
+            return
+        except ReviewThrottled as exc:
+            audit(Decision(False, 429, "review_throttled"), None, scope["method"], scope["path"], None)
+            await _answer(send, scope["path"], 429, f"{exc}; retry later.", "rate_limit_exceeded",
+                          [(b"retry-after", retry_after(exc.wait_s).encode())])
             return
         if principal is not None:
             scope.setdefault("state", {})["principal"] = principal
             await self.app(scope, receive, send)
             return
         audit(Decision(False, 401, "unauthenticated"), None, scope["method"], scope["path"], None)
-        await _answer(send, scope["path"], 401, AUTH_MESSAGE, "authentication_error", [(b"www-authenticate", b"Bearer")])
+        await _answer(send, scope["path"], 401, AUTH_MESSAGE, "authentication_error",
+                      [(b"www-authenticate", challenge(scope["path"], bool(header)))])
+
+
+def challenge(path: str, sent: bool) -> bytes:
+    """The ``WWW-Authenticate`` of a 401. ``/mcp`` answers as RFC 6750 says (and MCP clients parse): a realm,
+    and ``error="invalid_token"`` when a credential was sent. It names no ``resource_metadata``: the engine
+    takes API keys and ServiceAccount tokens and runs no OAuth authorization server for a client to discover
+    (docs/mcp.md). Every other route keeps its plain ``Bearer``."""
+    if path != MCP_PATH:
+        return b"Bearer"
+    if not sent:
+        return b'Bearer realm="ragengine"'
+    return b'Bearer realm="ragengine", error="invalid_token", error_description="unknown or expired credentials"'
 
 
 def principal_of(request: Request) -> Principal:
@@ -162,11 +192,17 @@ async def _owned(state: Any, params: dict[str, Any], principal: Principal) -> De
         exists, owner = await store.file_owner(params["file_id"])
         if (not exists and not admin) or (exists and not owns(principal, owner)):
             return Decision(False, 404, "not_owner", f"No such file: '{params['file_id']}'.")
+    for key in ("evaluation_id", "other_id"):  # evaluation runs (ragengine.evaluation)
+        if key in params:
+            exists, owner = await state.evaluations.store.owner_of(params[key])
+            if (not exists and not admin) or (exists and not owns(principal, owner)):
+                return Decision(False, 404, "not_owner", f"No such evaluation: '{params[key]}'.")
     return None
 
 
 async def _limited(state: Any, principal: Principal, rule: Rule) -> Decision | None:
-    """The 429 for a principal over its requests or (on LLM routes) tokens per minute; None when within."""
+    """The 429 for a principal over its requests or (on LLM routes) tokens per minute; None when within.
+    ``state``: the app's (``app.state``), which holds the usage counter."""
     limits, counter = principal.limits, getattr(state, "usage", None)
     if limits is None or counter is None:
         return None
@@ -175,7 +211,7 @@ async def _limited(state: Any, principal: Principal, rule: Rule) -> Decision | N
         if wait > 0:
             return Decision(False, 429, "rate_limited_tokens", f"'{principal.name}' used its {limits.tokens_per_minute} "
                             f"LLM tokens per minute; retry in {retry_after(wait)} s.", retry_after=retry_after(wait))
-    if limits.requests_per_minute is not None:
+    if limits.requests_per_minute is not None and rule.metered:
         wait = await counter.take_request(principal.id, limits.requests_per_minute)
         if wait > 0:
             return Decision(False, 429, "rate_limited", f"'{principal.name}' made its {limits.requests_per_minute} "
@@ -193,6 +229,7 @@ def _error(decision: Decision) -> EngineError:
 
 # Where a body names the index: decided by ``authorize`` once the body is read; the rest before it.
 NAMED_IN_BODY = frozenset({IndexFrom.body, IndexFrom.form, IndexFrom.chat, IndexFrom.tools})
+GATED = "ragengine.gated"  # in the request's state: the gate decided all but a body's index
 
 
 def route_rule(method: str, template: str | None) -> Rule | None:
@@ -202,25 +239,45 @@ def route_rule(method: str, template: str | None) -> Rule | None:
     return ROUTES.get(("GET" if method.upper() == "HEAD" else method.upper(), template))
 
 
-async def decide_before_body(state: Any, principal: Principal, rule: Rule, params: dict[str, Any]
-                             ) -> tuple[Decision, str | None]:
-    """Everything about a request that needs no body: the path's index (or vector store), the role, the
-    session or upload in the path, the rate limits. Returns the decision and the index it judged."""
-    index = None
+def path_index(rule: Rule, params: dict[str, Any]) -> str | None:
+    """The index the path names (or the vector store, whose id is its index's name); None on other routes."""
     if rule.index is IndexFrom.path:
-        index = params.get("index_name")
-    elif rule.index is IndexFrom.store:
-        index = params.get("vector_store_id")
-    decision = decide(principal, rule, index, reserved=state.reserved_indexes)
-    if decision.allowed and rule.owned:
-        decision = await _owned(state, params, principal) or decision
-    if decision.allowed:
-        decision = await _limited(state, principal, rule) or decision
-    return decision, index
+        return params.get("index_name")
+    if rule.index is IndexFrom.store:
+        return params.get("vector_store_id")
+    return None
+
+
+async def _checked(state: Any, principal: Principal, rule: Rule, params: dict[str, Any]) -> Decision | None:
+    """What needs the writer's services: the session, upload or run the path names, then the rate limits
+    (after ownership, so a refused request is not counted). The denial, or None."""
+    if rule.owned:
+        denied = await _owned(state, params, principal)
+        if denied is not None:
+            return denied
+    return await _limited(state, principal, rule)
+
+
+def _meter(state: Any, principal: Principal) -> None:
+    """Bill the LLM tokens the rest of this request (or MCP call) spends to ``principal`` (access.usage)."""
+    limits, counter = principal.limits, getattr(state, "usage", None)
+    if limits is not None and limits.tokens_per_minute is not None and counter is not None:
+        usage.bill_to(usage.Meter(principal.id, counter, limits.tokens_per_minute))
+
+
+async def _refuse(send: Any, path: str, error: EngineError) -> None:
+    await _answer(send, path, error.status_code, error.message, error.error_type,
+                  [(k.lower().encode(), v.encode()) for k, v in (error.headers or {}).items()], error.param, error.code)
 
 
 class AccessGate:
-    """Authorization before the body is read (see the module's docstring). Inside ``AuthenticationMiddleware``."""
+    """Authorization before the body is read (see the module's docstring). Inside ``AuthenticationMiddleware``.
+
+    First the path's names and ids, by their rules (``protocol.names``: a 400 before anything is looked up,
+    as ``api.names.check_names`` answers it); then the route's rule. In a FAISS stand-by, a route it holds
+    until it takes its folder over (``ragengine.handover``) gets its role and index decided here and the rest
+    (ownership, rate limits) after the wait, by ``authorize``: the sessions' store and the writer's rate
+    counter are not there before it."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
@@ -235,41 +292,69 @@ class AccessGate:
         if rule is None or rule.open:  # no route (the router answers 404/405), or the spec and docs pages
             await self.app(scope, receive, send)
             return
-        app_state = scope["app"].state
+        state, method = scope["app"].state, "GET" if scope["method"] == "HEAD" else scope["method"]
+        handover = getattr(state, "handover", None)
+        ready = handover is None or not handover.holds(method, rule)
+        index = path_index(rule, params)
         try:
-            decision, index = await decide_before_body(app_state, principal, rule, params)
-        except EngineError as exc:  # the session store unreachable: its own status, as the handlers answer it
-            await _answer(send, scope["path"], exc.status_code, exc.message, exc.error_type,
-                          [(k.lower().encode(), v.encode()) for k, v in (exc.headers or {}).items()])
+            names.check_path(params)
+            decision = decide(principal, rule, index, reserved=state.reserved_indexes)
+            if decision.allowed and ready:
+                decision = await _checked(state, principal, rule, params) or decision
+        except EngineError as exc:  # a bad name (400); the session store unreachable: as the handlers answer it
+            await _refuse(send, scope["path"], exc)
             return
-        if not decision.allowed or rule.index not in NAMED_IN_BODY:
+        if not decision.allowed or (ready and rule.index not in NAMED_IN_BODY):
             audit(decision, principal, scope["method"], route.path, index)
         if not decision.allowed:
-            error = _error(decision)
-            await _answer(send, scope["path"], error.status_code, error.message, error.error_type,
-                          [(k.lower().encode(), v.encode()) for k, v in (error.headers or {}).items()], error.param)
+            await _refuse(send, scope["path"], _error(decision))
             return
+        if ready:
+            scope["state"][GATED] = True
         await self.app(scope, receive, send)
 
 
 async def authorize(request: Request) -> None:
-    """After the body is read: the index it names, for the routes that take it from there (``AccessGate``
-    decided the rest before the body); then the caller's LLM tokens are metered."""
+    """After the body is read (and, in a stand-by, the wait for the take-over: ``handover.hold``): the index a
+    body names, for the routes that take it from there, and what ``AccessGate`` left to the writer's
+    services; then the caller's LLM tokens are metered."""
     route = request.scope["route"].path
     rule = rule_for("GET" if request.method == "HEAD" else request.method, route)
     if rule.open:
         return
-    principal = principal_of(request)
+    principal, state = principal_of(request), request.app.state
+    gated = bool(request.scope.get("state", {}).get(GATED))
+    decision, index = ALLOW, path_index(rule, request.path_params)
     if rule.index in NAMED_IN_BODY:
-        index: str | None = None
-        decision = Decision(True)
         for index in await indexes_named(request, rule.index):  # the first denial decides
-            decision = decide(principal, rule, index, reserved=request.app.state.reserved_indexes)
+            decision = decide(principal, rule, index, reserved=state.reserved_indexes)
             if not decision.allowed:
                 break
+    elif not gated:
+        decision = decide(principal, rule, index, reserved=state.reserved_indexes)
+    if decision.allowed and not gated:
+        decision = await _checked(state, principal, rule, request.path_params) or decision
+    if rule.index in NAMED_IN_BODY or not gated:
         audit(decision, principal, request.method, route, index)
+    if not decision.allowed:
+        raise _error(decision)
+    _meter(state, principal)
+
+
+async def authorize_call(state: Any, principal: Principal, call: str, indexes: list[str | None]) -> Decision:
+    """``authorize`` for a call that is not an HTTP route of its own: an MCP tool call or resource read
+    (``call`` is its key in ``access.routes.MCP_CALLS``). The same decision for each index it names (the
+    first denial decides), the same rate limits (one request), the same audit line and counter (``method``
+    MCP, ``route`` the call). Returns the decision; the caller answers a denial in its protocol."""
+    rule = MCP_CALLS[call]
+    decision, index = ALLOW, None
+    for index in indexes or [None]:
+        decision = decide(principal, rule, index, reserved=state.reserved_indexes)
         if not decision.allowed:
-            raise _error(decision)
-    limits, counter = principal.limits, getattr(request.app.state, "usage", None)
-    if limits is not None and limits.tokens_per_minute is not None and counter is not None:
-        usage.bill_to(usage.Meter(principal.id, counter, limits.tokens_per_minute))
+            break
+    if decision.allowed:
+        decision = await _limited(state, principal, rule) or decision
+    audit(decision, principal, "MCP", call, index)
+    if decision.allowed:
+        _meter(state, principal)
+    return decision

@@ -8,11 +8,23 @@ nothing to configure here. The price is one API call per new token per cache per
 ``create tokenreviews`` (the ``system:auth-delegator`` ClusterRole) and its own token; the operator gives
 it both when ``spec.access.serviceAccounts`` is set (docs/access.md).
 
-The cache (key: SHA-256 of audience and token, never the token) is bounded (``MAX_ENTRIES``, least
-recently used out first). An accepted token stays accepted for at most ``cache_s`` and never past its own
-``exp``; a refused one is refused for ``cache_s`` (a token never becomes valid later). The token's ``exp``
-is read without verifying the signature, only ever to refuse sooner, never to accept. A review that fails
-(API server unreachable, 5xx, our own token refused) is not cached: the caller answers 503.
+Anyone can send a JWT-shaped bearer, so a review is the last resort, and bounded (issue 41: 300
+unauthenticated requests made 300 TokenReviews):
+
+- Refused without asking: a token whose (unverified) claims cannot be accepted anyway: expired, not issued
+  for the engine's audience (``aud``), or naming (``sub``) a ServiceAccount without a rule. The claims are
+  only ever read to refuse, never to accept.
+- The rest of the unknown tokens are reviewed within a budget per client address and in total
+  (review_budget.py); past it the caller gets 429 (``ReviewThrottled``).
+- Two bounded caches (key: SHA-256 of audience and token, never the token), least recently used out first:
+  accepted tokens, and refusals apart, so refusals can never push an accepted token out. An accepted token
+  is fresh for ``cache_s`` (never past its own ``exp``); a refusal is kept for ``cache_s`` (a token never
+  becomes valid later).
+- When the API server cannot answer (unreachable, 5xx, 429: it then asked the engine to back off, which it
+  does for ``Retry-After``, at most ``MAX_PAUSE_S``) or the budget is spent, an accepted token whose fresh
+  period lapsed is still served for ``stale_s`` more (never past its ``exp``); only an unknown token gets 503
+  (``ReviewUnavailable``). So a deleted ServiceAccount's token works at most ``cache_s`` after its deletion
+  while the API server answers, and ``cache_s + stale_s`` while it does not.
 """
 
 from __future__ import annotations
@@ -26,17 +38,23 @@ import logging
 import os
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Container
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 from cachetools import TLRUCache
 
+from ragengine.access.review_budget import ReviewBudget, ReviewThrottled
+
 log = logging.getLogger("ragengine.access")
-MAX_ENTRIES = 10_000
+MAX_ENTRIES = 10_000  # accepted tokens cached
+MAX_REFUSALS = 10_000  # refused tokens cached, apart
+MAX_PAUSE_S = 30.0  # the longest the engine waits when the API server says 429 / 5xx
 USER_PREFIX = "system:serviceaccount:"
 REVIEW_PATH = "/apis/authentication.k8s.io/v1/tokenreviews"
+__all__ = ["ReviewThrottled", "ReviewUnavailable", "TokenReviewer", "accepted_account", "jwt_claims", "worth_asking"]
 
 
 class ReviewUnavailable(Exception):
@@ -62,6 +80,35 @@ def jwt_claims(token: str) -> dict[str, Any] | None:
     return claims
 
 
+def _audiences(claims: dict[str, Any]) -> list[str]:
+    aud = claims.get("aud")
+    return [aud] if isinstance(aud, str) else [a for a in aud if isinstance(a, str)] if isinstance(aud, list) else []
+
+
+def worth_asking(claims: dict[str, Any], audience: str, accounts: Container[str], now: float) -> bool:
+    """Whether a token with these (unverified) claims could be accepted at all: not expired, issued for
+    ``audience``, of a ServiceAccount with a rule (``sub`` = system:serviceaccount:<namespace>:<name>, as the
+    API server issues them). False: refuse without asking; True proves nothing."""
+    exp = claims.get("exp")
+    if isinstance(exp, (int, float)) and not isinstance(exp, bool) and exp <= now:
+        return False
+    sub = claims.get("sub")
+    if audience not in _audiences(claims) or not isinstance(sub, str) or not sub.startswith(USER_PREFIX):
+        return False
+    namespace, _, name = sub[len(USER_PREFIX):].partition(":")
+    return f"{namespace}/{name}" in accounts
+
+
+def own_audiences(token_file: Path) -> list[str]:
+    """The audiences of the engine's own token (the API server's own: what a token for the API carries);
+    empty when it cannot be read or is not a JWT."""
+    try:
+        claims = jwt_claims(token_file.read_text().strip())
+    except OSError:
+        return []
+    return _audiences(claims) if claims else []
+
+
 def in_cluster_api_url() -> str | None:
     host, port = os.environ.get("KUBERNETES_SERVICE_HOST"), os.environ.get("KUBERNETES_SERVICE_PORT")
     if not host or not port:
@@ -69,21 +116,39 @@ def in_cluster_api_url() -> str | None:
     return f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
 
 
+@dataclass(frozen=True)
+class _Accepted:
+    who: str
+    fresh_until: float
+    stale_until: float
+
+
+def _retry_after(resp: httpx.Response) -> float:
+    try:
+        return min(max(float(resp.headers.get("retry-after", "1")), 1.0), MAX_PAUSE_S)
+    except ValueError:
+        return 1.0
+
+
 class TokenReviewer:
-    """``review(token, audience)`` → ``"<namespace>/<name>"`` of the ServiceAccount, or None (refused)."""
+    """``review(token, audience, accounts, client)`` → ``"<namespace>/<name>"`` of the ServiceAccount, or None."""
 
     def __init__(self, api_url: str, token_file: Path, ca_file: Path | None, cache_s: float, *,
+                 stale_s: float = 300.0, budget: ReviewBudget | None = None,
                  clock: Callable[[], float] = time.time, timeout_s: float = 5.0) -> None:
         self.api_url = api_url.rstrip("/")
         self.token_file = token_file
-        self.cache_s = cache_s
+        self.cache_s, self.stale_s = cache_s, stale_s
         self.clock = clock
+        self.budget = budget or ReviewBudget(60, 1200)
         verify: ssl.SSLContext | bool = ssl.create_default_context(cafile=str(ca_file)) if ca_file else True
         self._http = httpx.AsyncClient(verify=verify, timeout=timeout_s)
         # TLRU: each entry's own time-to-use (its expiry), least recently used out first when full.
-        self._cache: TLRUCache = TLRUCache(maxsize=MAX_ENTRIES, ttu=lambda _k, v, now: v[1], timer=clock)
+        self._accepted: TLRUCache = TLRUCache(maxsize=MAX_ENTRIES, ttu=lambda _k, v, now: v.stale_until, timer=clock)
+        self._refused: TLRUCache = TLRUCache(maxsize=MAX_REFUSALS, ttu=lambda _k, v, now: v, timer=clock)
         self._pending: dict[str, asyncio.Future] = {}
-        self.reviews = 0  # calls to the API server (tests read it to see the cache work)
+        self._paused_until = 0.0  # the API server asked the engine to back off until then
+        self.reviews = 0  # calls to the API server (tests read it to see the caches and the budget work)
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -94,38 +159,58 @@ class TokenReviewer:
         except OSError as exc:
             raise ReviewUnavailable(f"the engine's own token {self.token_file} cannot be read: {exc.strerror}") from None
 
-    async def review(self, token: str, audience: str) -> str | None:
+    async def review(self, token: str, audience: str, accounts: Container[str], client: str | None = None) -> str | None:
+        """The account, None when refused; ReviewUnavailable (503) or ReviewThrottled (429) when it cannot
+        be told now. ``accounts``: the ``namespace/name`` of every ServiceAccount with a rule; ``client``: the
+        caller's address, for the budget."""
         claims = jwt_claims(token)
-        if claims is None:
-            return None
         now = self.clock()
-        exp = claims.get("exp")
-        if isinstance(exp, (int, float)) and not isinstance(exp, bool) and exp <= now:
-            return None  # expired: refusing needs no trust in the unverified claim
+        if claims is None or not worth_asking(claims, audience, accounts, now):
+            return None
         key = hashlib.sha256(f"{audience}\0{token}".encode()).hexdigest()
-        cached = self._cache.get(key)
-        if cached is not None:
-            return cached[0]
+        known: _Accepted | None = self._accepted.get(key)
+        if known is not None and now < known.fresh_until:
+            return known.who
+        if key in self._refused:
+            return None
         pending = self._pending.get(key)
         if pending is not None:  # the same new token in concurrent requests: one review
             return await asyncio.shield(pending)
         future: asyncio.Future = asyncio.get_running_loop().create_future()
         self._pending[key] = future
         try:
-            who = await self._ask(token, audience)
-        except BaseException as exc:
+            who = await self._review_now(token, audience, known is None, client)
+        except (ReviewUnavailable, ReviewThrottled) as exc:
+            if known is not None:  # accepted before: served while it cannot be asked again (its stale period)
+                log.info("serving a cached ServiceAccount token (%s) past its cache period: %s", known.who, exc)
+                future.set_result(known.who)
+                return known.who
             future.set_exception(exc)
             future.exception()  # retrieved: no "never retrieved" warning when nobody else waited
             raise
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()
+            raise
         else:
             future.set_result(who)
-            until = now + self.cache_s
-            if who is not None and isinstance(exp, (int, float)) and not isinstance(exp, bool):
-                until = min(until, float(exp))
-            self._cache[key] = (who, until)
+            exp = claims.get("exp")
+            limit = float(exp) if isinstance(exp, (int, float)) and not isinstance(exp, bool) else float("inf")
+            if who is None:
+                self._refused[key] = now + self.cache_s
+            else:
+                self._accepted[key] = _Accepted(who, min(now + self.cache_s, limit),
+                                                min(now + self.cache_s + self.stale_s, limit))
             return who
         finally:
             self._pending.pop(key, None)
+
+    async def _review_now(self, token: str, audience: str, unknown: bool, client: str | None) -> str | None:
+        if self.clock() < self._paused_until:
+            raise ReviewUnavailable(f"TokenReview at {self.api_url} paused: the API server asked the engine to wait")
+        if unknown:
+            self.budget.take(client)  # ReviewThrottled: nobody is asked
+        return await self._ask(token, audience)
 
     async def _ask(self, token: str, audience: str) -> str | None:
         body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
@@ -136,6 +221,8 @@ class TokenReviewer:
                                          headers={"Authorization": f"Bearer {self._own_token()}"})
         except httpx.HTTPError as exc:
             raise ReviewUnavailable(f"TokenReview at {self.api_url} failed: {exc.__class__.__name__}") from None
+        if resp.status_code == 429 or resp.status_code >= 500:
+            self._paused_until = self.clock() + _retry_after(resp)
         if resp.status_code != 201 and resp.status_code != 200:
             raise ReviewUnavailable(f"TokenReview at {self.api_url} answered HTTP {resp.status_code}"
                                     + (" (does the engine's ServiceAccount have system:auth-delegator?)"

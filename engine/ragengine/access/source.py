@@ -29,8 +29,9 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from ragengine.access.review_budget import ReviewBudget
 from ragengine.access.rules import ANONYMOUS, AccessRules, Principal, Role, key_digest
-from ragengine.access.serviceaccounts import TokenReviewer, in_cluster_api_url, jwt_claims
+from ragengine.access.serviceaccounts import TokenReviewer, in_cluster_api_url, jwt_claims, own_audiences
 from ragengine.filestamp import file_stamp
 from ragengine.metrics import ACCESS_RELOADS
 
@@ -120,11 +121,15 @@ class KubernetesAPI:
     token_file: Path
     ca_file: Path | None
     cache_s: float = 30.0
+    stale_s: float = 300.0
+    per_client_per_minute: int = 60
+    per_minute: int = 1200
 
     @classmethod
     def from_settings(cls, settings: Any) -> KubernetesAPI:
         return cls(settings.kubernetes_api_url or in_cluster_api_url(), settings.kubernetes_token_file,
-                   settings.kubernetes_ca_file, settings.token_review_cache_s)
+                   settings.kubernetes_ca_file, settings.token_review_cache_s, settings.token_review_stale_s,
+                   settings.token_reviews_per_client_per_minute, settings.token_reviews_per_minute)
 
 
 class AccessSource:
@@ -157,12 +162,14 @@ class AccessSource:
             rules = parse_rules(text, f"access file {self.path}")
         keyring = build_keyring(self.api_key, rules)
         if keyring.accounts:
-            self._need_kubernetes()
+            self._need_kubernetes(keyring.audience)
         return keyring
 
-    def _need_kubernetes(self) -> None:
+    def _need_kubernetes(self, audience: str | None) -> None:
         """ServiceAccount rules are refused (start-up error, or the previous rules kept) when the engine
-        cannot ask the API server about tokens: accepting the file would make every such rule dead."""
+        cannot ask the API server about tokens: accepting the file would make every such rule dead; and when
+        their audience is the API server's own (read from the engine's own token, which is issued for it):
+        callers would hand the engine tokens that open the API."""
         kube = self.kubernetes
         where = f"access file {self.path}"
         if kube is None or not kube.url:
@@ -172,8 +179,13 @@ class AccessSource:
             raise AccessConfigError(f"{where}: serviceAccounts need the engine's own ServiceAccount token at "
                                     f"{kube.token_file} (automountServiceAccountToken, and system:auth-delegator "
                                     "for TokenReview; the operator sets both up from spec.access)")
+        if audience is not None and audience in own_audiences(kube.token_file):
+            raise AccessConfigError(f"{where}: audience {audience!r} is the Kubernetes API server's own (the "
+                                    "engine's token carries it): the engine would collect tokens that open the API; "
+                                    "choose another, such as ragengine.io/<namespace>/<name>")
         if self.reviewer is None:
-            self.reviewer = TokenReviewer(kube.url, kube.token_file, kube.ca_file, kube.cache_s)
+            self.reviewer = TokenReviewer(kube.url, kube.token_file, kube.ca_file, kube.cache_s, stale_s=kube.stale_s,
+                                          budget=ReviewBudget(kube.per_client_per_minute, kube.per_minute))
 
     def check_patterns(self) -> list[str]:
         """Warn (log, ``warnings``) about index patterns matching no index; called after the indexes load
@@ -228,8 +240,9 @@ class AccessSource:
         if self.reviewer is not None:
             await self.reviewer.aclose()
 
-    async def authenticate(self, authorization: str | None) -> Principal | None:
-        """The principal an ``Authorization`` header value names; None when it names none."""
+    async def authenticate(self, authorization: str | None, client: str | None = None) -> Principal | None:
+        """The principal an ``Authorization`` header value names; None when it names none. ``client``: the
+        caller's address (the review budget's key)."""
         keyring = self.keyring()
         if not keyring.enabled:
             return ANONYMOUS
@@ -241,5 +254,6 @@ class AccessSource:
             return principal
         assert keyring.audience is not None, "AccessRules requires an audience with serviceAccounts"
         # The rules in force decide who the account is: a rule removed since the review no longer admits it.
-        account = await self.reviewer.review(token, keyring.audience)  # ReviewUnavailable: the caller's 503
+        # ReviewUnavailable: the caller's 503; ReviewThrottled: 429
+        account = await self.reviewer.review(token, keyring.audience, keyring.accounts, client)
         return keyring.accounts.get(account) if account is not None else None

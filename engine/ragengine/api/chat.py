@@ -25,17 +25,23 @@ router = APIRouter(tags=["openai"])
 
 
 async def startup(app: FastAPI, settings: EngineSettings, stack: AsyncExitStack) -> None:
-    llm = LLMClient(settings)
-    instrument(llm.http, app.state.tracing)  # traceparent to the LLM: vLLM's spans join the request's trace
-    stack.push_async_callback(llm.aclose)
-    app.state.llm = llm
+    """The LLM client, the output policy and the chat service onto app.state; an LLM client or policy already
+    there (a stand-by's, ragengine.handover) is used, with the registry there now."""
+    llm: LLMClient | None = getattr(app.state, "llm", None)
+    if llm is None:
+        llm = LLMClient(settings)
+        instrument(llm.http, app.state.tracing)  # traceparent to the LLM: vLLM's spans join the request's trace
+        stack.push_async_callback(llm.aclose)
+        app.state.llm = llm
     registry = getattr(app.state, "registry", None)
     if registry is not None:
         registry.chunk_tokens = llm.tokens  # chunks get the LLM's token counts at ingestion (index.chunk_tokens)
     # The output policy (RAGENGINE_GUARDRAILS_POLICY), watched for edits; the session service uses it too.
-    guardrails = Guardrails(settings.guardrails_policy, fail_open=settings.guardrails_fail_open)
-    await guardrails.watch(stack)
-    app.state.guardrails = guardrails
+    guardrails: Guardrails | None = getattr(app.state, "guardrails", None)
+    if guardrails is None:
+        guardrails = Guardrails(settings.guardrails_policy, fail_open=settings.guardrails_fail_open)
+        await guardrails.watch(stack)
+        app.state.guardrails = guardrails
     app.state.chat = ChatService(settings, llm, registry, guardrails)
 
 

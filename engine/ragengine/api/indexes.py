@@ -12,6 +12,7 @@ from fastapi import APIRouter, FastAPI, File, Form, Query, Request, Response, Up
 from ragengine.access.decide import document_acl
 from ragengine.access.enforce import principal_of, visible_to
 from ragengine.errors import BadRequest, PayloadTooLarge, Unprocessable
+from ragengine.index.documents import MAX_DOC_ID, DocSearch
 from ragengine.metrics import EMBEDDING_BACKEND
 from ragengine.protocol.errors import error_responses
 from ragengine.protocol.indexes import (
@@ -31,6 +32,7 @@ from ragengine.settings import EngineSettings
 from ragengine.versions.registry import SERVED
 
 log = logging.getLogger(__name__)
+MAX_SEARCH = 1000  # characters of a documents search: a needle longer than this is a 422, not a slow scan
 router = APIRouter(tags=["indexes"])
 
 
@@ -100,10 +102,14 @@ async def list_documents(
     offset: int = Query(0, ge=0, le=MAX_OFFSET),
     max_text_length: int | None = Query(1000, ge=1, le=MAX_TEXT_LENGTH),
     metadata_filter: str | None = Query(None, description="JSON object; exact match on every key."),
+    search: str | None = Query(None, max_length=MAX_SEARCH, description="Documents whose id or text contains this "
+                               "(case-insensitive); total_items counts the matches."),
+    doc_id: str | None = Query(None, max_length=MAX_DOC_ID, description="Only the document with this id."),
 ) -> dict:
     return await _registry(request).list_documents(index_name, limit=limit, offset=offset,
                                                    max_text_length=max_text_length, metadata_filter=metadata_filter,
-                                                   acl=document_acl(principal_of(request)))
+                                                   acl=document_acl(principal_of(request)),
+                                                   search=DocSearch.of(search, doc_id))
 
 
 @router.post("/indexes/{index_name}/documents", response_model=UpdateDocumentsResponse,
@@ -122,6 +128,9 @@ async def delete_documents(index_name: str, body: DeleteDocumentsRequest, reques
 @router.delete("/indexes/{index_name}", response_model=MessageResponse, responses=error_responses(400, 404, 500))
 async def delete_index(index_name: str, request: Request) -> dict:
     await _registry(request).delete_index(index_name)
+    evaluations = getattr(request.app.state, "evaluations", None)
+    if evaluations is not None:  # its runs go with it
+        await evaluations.forget_index(index_name)
     return {"message": f"Successfully deleted index {index_name}."}
 
 
@@ -142,7 +151,8 @@ async def load_index(index_name: str, request: Request, path: str | None = Query
     return {"message": f"Successfully loaded index {index_name} from {where}."}
 
 
-@router.post("/retrieve", response_model=RetrieveResponse, responses=error_responses(404, 409, 502, 504))
+@router.post("/retrieve", response_model=RetrieveResponse, response_model_exclude_unset=True,  # explain's fields
+             responses=error_responses(404, 409, 502, 504))
 async def retrieve(body: RetrieveRequest, request: Request, response: Response) -> dict:
     settings = request.app.state.settings
     if body.max_node_count > settings.max_top_k:
@@ -152,16 +162,24 @@ async def retrieve(body: RetrieveRequest, request: Request, response: Response) 
                                              max_chunks_per_document=body.max_chunks_per_document,
                                              long_query_windows=body.long_query_windows,
                                              acl=document_acl(principal_of(request)))
-    results = [n.to_result() for n in nodes]
+    results = [n.to_result(body.explain) for n in nodes]
     served = SERVED.get()
     if served is not None:  # which version of the index answered, with which model (docs/versions.md)
         response.headers["X-Index-Version"] = str(served[0])
         response.headers["X-Embedding-Model"] = served[1].encode("ascii", "replace").decode()
-    return {"query": body.query, "results": results, "count": len(results)}
+    out = {"query": body.query, "results": results, "count": len(results)}
+    if body.explain:
+        out["explain"] = {"hybrid": settings.hybrid, "fusion": settings.fusion, "dense_weight": settings.fusion_dense_weight,
+                          "candidates": settings.fusion_candidates, "reranked": _registry(request).reranker is not None,
+                          "similarity_threshold": settings.similarity_threshold}
+    return out
 
 
-async def startup(app: FastAPI, settings: EngineSettings, stack: AsyncExitStack) -> None:
-    """Build the embedder, reranker and index registry (FAISS restored from disk, or an external store) onto app.state."""
+async def startup(app: FastAPI, settings: EngineSettings, stack: AsyncExitStack, *, read_only: bool = False) -> None:
+    """Build the embedder, reranker and index registry (FAISS restored from disk, or an external store) onto
+    app.state; an embedder or reranker already there is used. ``read_only``: a FAISS stand-by's registry
+    (ragengine.handover), loaded beside the process that writes the folder: no embedding-file watcher and
+    no sample index (both write)."""
     from ragengine.embedding import build_embedder
     from ragengine.embedding.pool import ModelRef, read_target, watch_target
     from ragengine.versions import build_registry
@@ -186,8 +204,10 @@ async def startup(app: FastAPI, settings: EngineSettings, stack: AsyncExitStack)
     registry = build_registry(settings, embedder, reranker, target)
     registry.generation = generation
     stack.callback(registry.embedders.close)  # after the registry's close (the stack unwinds in reverse)
-    await registry.start()
+    await registry.start(read_only=read_only)
     app.state.registry = registry
+    if read_only:
+        return
     stack.push_async_callback(registry.close)
     if settings.embedding_file is not None:
         async def retarget(ref: ModelRef, gen: int | None) -> None:

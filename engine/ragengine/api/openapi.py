@@ -20,7 +20,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from ragengine.access.routes import OPEN_PATHS, ROUTES, IndexFrom
+from ragengine.access.routes import ROUTES, IndexFrom, is_open, rule_for, served_by_standby
 from ragengine.protocol.errors import ERROR_DESCRIPTIONS, ErrorDetail, OpenAIErrorResponse
 
 METHODS = ("get", "put", "post", "delete", "patch")
@@ -29,8 +29,11 @@ METHODS = ("get", "put", "post", "delete", "patch")
 OPS_PATHS = ("/health", "/ready", "/metrics")
 
 
-def declared_statuses(path: str, operation: dict[str, Any], *, auth: bool, external_store: bool = False) -> set[int]:
-    """Error statuses an operation can answer: its own (``responses=``) plus what its request shape implies."""
+def declared_statuses(path: str, operation: dict[str, Any], *, auth: bool, external_store: bool = False,
+                      held: bool = False) -> set[int]:
+    """Error statuses an operation can answer: its own (``responses=``) plus what its request shape implies.
+    ``held``: a FAISS stand-by holds it until it takes its data folder over (ragengine.handover), 503 past
+    ``handover_wait_seconds``."""
     responses = operation.get("responses", {})
     statuses = {int(s) for s in responses if str(s).isdigit() and int(s) >= 400}
     if _is_fastapi_validation_error(responses.get("422")):
@@ -40,12 +43,16 @@ def declared_statuses(path: str, operation: dict[str, Any], *, auth: bool, exter
         statuses |= {400, 413}  # malformed JSON; the body limit
     if has_body or operation.get("parameters"):
         statuses.add(400 if path.startswith("/v1/") else 422)
-    if auth and path not in OPEN_PATHS:
+    if "{" in path:
+        statuses.add(400)  # a name or id in the path that its rule refuses (api/names.py)
+    if auth and not is_open(path):
         # no or bad credentials; a role below the route's (access/routes.py); a rate limit; a ServiceAccount
         # token that cannot be reviewed now (access/enforce.py)
         statuses |= {401, 403, 429, 503}
-    if external_store and path not in OPS_PATHS:
+    if external_store and not is_open(path):  # the probes report the store's state; the console's files are files
         statuses.add(503)  # the PostgreSQL / Milvus store is unreachable (the body names the reason)
+    if held:
+        statuses.add(503)
     return statuses
 
 
@@ -58,7 +65,8 @@ def error_schema_for(path: str) -> str:
     return "OpenAIErrorResponse" if path.startswith("/v1/") else "ErrorDetail"
 
 
-def add_error_responses(spec: dict[str, Any], *, auth: bool, external_store: bool = False) -> dict[str, Any]:
+def add_error_responses(spec: dict[str, Any], *, auth: bool, external_store: bool = False,
+                        standby: bool = False) -> dict[str, Any]:
     """Rewrite ``spec`` in place: every operation declares each error status it answers, with its body."""
     schemas = spec.setdefault("components", {}).setdefault("schemas", {})
     for model in (ErrorDetail, OpenAIErrorResponse):
@@ -70,7 +78,8 @@ def add_error_responses(spec: dict[str, Any], *, auth: bool, external_store: boo
             operation = item.get(method)
             if operation is None:
                 continue
-            statuses = declared_statuses(path, operation, auth=auth, external_store=external_store)
+            held = standby and not served_by_standby(method.upper(), rule_for(method, path))
+            statuses = declared_statuses(path, operation, auth=auth, external_store=external_store, held=held)
             responses = operation.setdefault("responses", {})
             if _is_fastapi_validation_error(responses.get("422")):
                 del responses["422"]
@@ -122,13 +131,14 @@ def add_links(spec: dict[str, Any]) -> dict[str, Any]:
     return spec
 
 
-def document_error_responses(app: FastAPI, *, auth: bool, external_store: bool = False) -> None:
+def document_error_responses(app: FastAPI, *, auth: bool, external_store: bool = False, standby: bool = False) -> None:
     """Make ``app.openapi()`` (and so ``/openapi.json``) publish the engine's real error responses."""
     generate = app.openapi
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            app.openapi_schema = add_links(add_error_responses(generate(), auth=auth, external_store=external_store))
+            app.openapi_schema = add_links(add_error_responses(generate(), auth=auth, external_store=external_store,
+                                                               standby=standby))
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]

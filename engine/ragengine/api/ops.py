@@ -56,6 +56,8 @@ async def health(request: Request) -> dict:
     registry = getattr(request.app.state, "registry", None)
     if registry is None:
         return {"status": "Starting", "detail": "the index registry is not ready yet"}
+    handover = getattr(request.app.state, "handover", None)
+    standby = handover.report() if handover is not None else None  # a FAISS stand-by (ragengine.handover)
     status = registry.status()
     corrupt = status["corrupt"]
     problems = [f"index '{n}' not loaded: {why}" for n, why in corrupt.items()]
@@ -70,9 +72,13 @@ async def health(request: Request) -> dict:
         public += ["vector store unavailable"] if status.get("store_error") else []
         # (index names, versions and models need the key: the operator, which holds none, then reports the
         # indexes as unknown; docs/versions.md)
-        return {"status": state, "detail": "; ".join(public) or None, **_llm_report(request)}
+        return {"status": state, "detail": "; ".join(public) or None, **_llm_report(request),
+                **({"handover": standby} if standby else {})}
+    evaluations = getattr(request.app.state, "evaluations", None)  # each index's last run (status.evaluation)
     return {"status": state, "detail": "; ".join(problems) or None, **status,
-            **({"embedding": embedding} if embedding else {}), **_llm_report(request)}
+            **({"embedding": embedding} if embedding else {}), **_llm_report(request),
+            **({"handover": standby} if standby else {}),
+            **({"evaluation": evaluations.health()} if evaluations is not None else {})}
 
 
 def _embedding_report(request: Request) -> dict[str, Any]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Path, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from ragengine.access.enforce import principal_of
 from ragengine.protocol.errors import error_responses
 from ragengine.protocol.versions import ImportResponse, ReindexRequest, VersionsResponse
 
@@ -19,12 +20,21 @@ def _registry(request: Request):
 
 @router.post("/indexes/{index_name}/reindex", status_code=202, response_model=VersionsResponse,
              responses={200: {"description": "only_if_changed: the index has this model and chunking already.",
-                              "model": VersionsResponse}, **error_responses(404, 409, 503)})
+                              "model": VersionsResponse}, **error_responses(400, 404, 409, 413, 503)})
 async def reindex(index_name: str, body: ReindexRequest, request: Request) -> JSONResponse:
     """Build a new version of the index from its stored text (another embedding model, or chunking) in the
-    background; the live version serves until the new one is complete, then they swap. 202 with the job."""
+    background; the live version serves until the new one is complete, then they swap. 202 with the job.
+    With a ``gate`` (or the engine's configured one) the new version is scored first and swaps only when it
+    passes; else it stays ``rejected`` with its scores (docs/evaluation.md)."""
     chunking = body.chunking.model_dump(exclude_none=True) if body.chunking else None
-    out, started = await _registry(request).reindex(index_name, chunking, body.embedding_model, body.only_if_changed)
+    gate, after = None, None
+    if body.gate is not None:  # checked before anything starts; docs/evaluation.md
+        await _registry(request).book(index_name)
+        gate, after = await request.app.state.evaluations.prepare_gate(index_name, body.gate, principal_of(request))
+    out, started = await _registry(request).reindex(index_name, chunking, body.embedding_model, body.only_if_changed,
+                                                    gate)
+    if started and after is not None:
+        await after()
     return JSONResponse(VersionsResponse.model_validate(out).model_dump(), status_code=202 if started else 200)
 
 

@@ -191,3 +191,47 @@ class ResponseRow(Base):
     body: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     input_items: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class EvaluationRow(Base):
+    """One evaluation run of an index version on a golden set (``ragengine.evaluation``): the set and the
+    settings it ran with, who ran it (its document ACL applies), its progress and, once done, its scores and
+    per-question results. In this database so replicas share runs and a restart loses none."""
+
+    __tablename__ = "eval_runs"
+    __table_args__ = (Index("ix_eval_runs_index_created", "index_name", "created_at"),)
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    index_name: Mapped[str] = mapped_column(String(256))
+    version: Mapped[int | None] = mapped_column(Integer)  # None until a queued run of the live version starts
+    status: Mapped[str] = mapped_column(String(16), index=True)  # queued, running, succeeded, failed, interrupted
+    trigger: Mapped[str] = mapped_column(String(16))  # api, gate, schedule
+    owner: Mapped[str | None] = mapped_column(String(400), index=True)  # as SessionRow.owner; None: the engine
+    acl: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # {"tokens": [...]}; None: every document
+    fingerprint: Mapped[str] = mapped_column(String(64), index=True)  # questions + settings + ACL
+    settings: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    questions: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)  # {"items": [...]}
+    done: Mapped[int] = mapped_column(Integer, default=0)
+    total: Mapped[int] = mapped_column(Integer, default=0)
+    metrics: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    results: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # {"items": [...], "missing": ..., "answers": ...}
+    error: Mapped[str | None] = mapped_column(Text)
+    runner: Mapped[str | None] = mapped_column(String(64))  # the replica running it
+    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime)
+
+
+class GoldenSetRow(Base):
+    """A golden set handed to the engine by a source sync (``spec.evaluation.goldenSet.source``): the file's
+    questions at the source's revision, for the index it scores (``ragengine.evaluation.config``)."""
+
+    __tablename__ = "eval_golden_sets"
+
+    index_name: Mapped[str] = mapped_column(String(256), primary_key=True)
+    source: Mapped[str] = mapped_column(String(256))
+    path: Mapped[str] = mapped_column(String(1024))
+    revision: Mapped[str | None] = mapped_column(String(256))
+    questions: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)  # {"items": [...]}
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)

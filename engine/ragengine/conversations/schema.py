@@ -5,14 +5,22 @@ database made by an earlier release. ``upgrade(engine)`` brings any database to 
 an empty one is created by the migrations; one made by ``create_all`` before migrations existed (its
 tables are there, alembic's version table is not) is stamped at the baseline revision ``0001`` and
 upgraded from there. On PostgreSQL an advisory lock makes replicas that start together migrate once.
+
+The revision in ``alembic_version`` is the schema's version marker (ragengine.formats): a revision these migrations
+do not know was made by a newer engine, and is refused (``FormatRefused``, both revisions named) before anything runs:
+by ``check(url)``, which only reads, before the engine starts anything, and again by ``upgrade`` under its lock.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import quote
 
-from sqlalchemy import func, inspect, literal, select
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy import create_engine, func, inspect, literal, select
+from sqlalchemy.engine import URL, Connection, Engine, make_url
+from sqlalchemy.exc import DBAPIError
+
+from ragengine import formats
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 BASELINE = "0001"
@@ -33,10 +41,43 @@ def upgrade(engine: Engine) -> None:
     with engine.begin() as conn:
         if conn.dialect.name == "postgresql":
             conn.execute(select(func.pg_advisory_xact_lock(func.hashtext(literal("ragengine:sessions")))))
+        formats.check_schema(conn, where(engine.url), MIGRATIONS)
         tables = set(inspect(conn).get_table_names())
         if "conv_sessions" in tables and "alembic_version" not in tables:
             command.stamp(_config(conn), BASELINE)
         command.upgrade(_config(conn), "head")
+
+
+def where(url: URL) -> str:
+    """The database as messages name it: its file, or its URL without the password."""
+    name = url.database if url.get_backend_name() == "sqlite" else url.render_as_string(hide_password=True)
+    return f"the session store's database {name}"
+
+
+def check(url: str) -> None:
+    """Refuse (``FormatRefused``) a session store this engine's migrations do not know; reads only, and writes
+    nothing: SQLite is opened read-only. A database not made yet, or one that cannot be reached now, is left to
+    ``upgrade`` (which checks again, and reports an unreachable server as it always has)."""
+    from ragengine.conversations.database import make_engine
+
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        path = Path(parsed.database or ":memory:")
+        if not path.is_file():
+            return
+        # Stopped cleanly, the database is its file alone (the WAL checkpointed and removed): read as immutable, which
+        # creates no -wal or -shm beside it. A WAL left by a crash is read too (read-only), as any start reads it.
+        wal = Path(f"{path}-wal").exists()
+        engine = create_engine(f"sqlite:///file:{quote(str(path.resolve()))}?{'mode=ro' if wal else 'immutable=1'}&uri=true")
+    else:
+        engine = make_engine(url)
+    try:
+        with engine.connect() as conn:
+            formats.check_schema(conn, where(parsed), MIGRATIONS)
+    except DBAPIError:
+        return
+    finally:
+        engine.dispose()
 
 
 def current_revision(engine: Engine) -> str | None:

@@ -105,23 +105,20 @@ class ConversationService:
             raise
 
     async def _open(self, t: Turn) -> AsyncIterator[dict]:
-        """Check the session and thread (404s), branch a new thread when asked, attach files, read the
-        history, store the user message."""
+        """Check the session and thread (404s), branch a new thread when asked and attach files (one
+        transaction: ``SessionStore.open_turn``), read the history, store the user message."""
         s, req = self.settings, t.req
         if req.session_id is not None and req.session_id != t.session_id:
             raise BadRequest(f"session_id '{req.session_id}' in the body is not the session of the URL.",
                              param="session_id")
         t.session = await self.store.get_session(t.session_id)
-        if req.parent_message_id is not None:
-            if "thread_id" in req.model_fields_set and req.thread_id == MAIN_THREAD:
-                raise BadRequest("parent_message_id starts a new thread; it cannot be used with thread_id 'main'.",
-                                 param="parent_message_id")
-            new_id = req.thread_id if "thread_id" in req.model_fields_set else None
-            t.thread_id = (await self.store.create_thread(t.session_id, req.parent_message_id, thread_id=new_id)).id
-        else:
-            await self.store.get_thread(t.session_id, t.thread_id)
-        if req.file_ids:
-            await self.store.attach_files(t.session_id, req.file_ids, owned_by=t.files_of)
+        if req.parent_message_id is not None and "thread_id" in req.model_fields_set and req.thread_id == MAIN_THREAD:
+            raise BadRequest("parent_message_id starts a new thread; it cannot be used with thread_id 'main'.",
+                             param="parent_message_id")
+        new_id = req.thread_id if req.parent_message_id is not None and "thread_id" in req.model_fields_set else None
+        # The branch and the files in one transaction: a missing file after a new branch leaves no branch.
+        t.thread_id = await self.store.open_turn(t.session_id, t.thread_id, parent_message_id=req.parent_message_id,
+                                                 new_thread_id=new_id, file_ids=req.file_ids, owned_by=t.files_of)
         n_history = s.session_history_messages
         if n_history:
             stored = await self.store.history(t.session_id, t.thread_id, last=n_history)

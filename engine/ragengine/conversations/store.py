@@ -144,16 +144,44 @@ class SessionStore(FileRecords):
         """A thread branching after ``parent_message_id``; ``thread_id`` names it (409 if taken), else generated."""
         def fn(s: Session) -> ThreadInfo:
             self._get_session(s, session_id)
-            parent = s.scalar(select(MessageRow).where(MessageRow.id == parent_message_id))
-            if parent is None or parent.session_id != session_id:
-                raise NotFound(f"No such message: '{parent_message_id}' in session '{session_id}'.")
-            if thread_id is not None and s.get(ThreadRow, (session_id, thread_id)) is not None:
-                raise Conflict(f"Thread '{thread_id}' already exists in session '{session_id}'.", param="thread_id")
-            row = ThreadRow(session_id=session_id, id=thread_id or new_id("thr"), parent_thread_id=parent.thread_id,
-                            parent_message_id=parent.id, title=title)
-            s.add(row)
-            s.flush()
-            return _thread(row)
+            return _thread(self._branch(s, session_id, parent_message_id, title, thread_id))
+        return await self._run(fn)
+
+    def _branch(self, s: Session, session_id: str, parent_message_id: str, title: str | None,
+                thread_id: str | None) -> ThreadRow:
+        parent = s.scalar(select(MessageRow).where(MessageRow.id == parent_message_id))
+        if parent is None or parent.session_id != session_id:
+            raise NotFound(f"No such message: '{parent_message_id}' in session '{session_id}'.")
+        if thread_id is not None and s.get(ThreadRow, (session_id, thread_id)) is not None:
+            raise Conflict(f"Thread '{thread_id}' already exists in session '{session_id}'.", param="thread_id")
+        depth, above = 0, s.get(ThreadRow, (session_id, parent.thread_id))
+        while above is not None and above.parent_thread_id:
+            depth, above = depth + 1, s.get(ThreadRow, (session_id, above.parent_thread_id))
+        if depth >= MAX_THREAD_DEPTH:  # its history could not be read
+            raise BadRequest(f"Thread '{parent.thread_id}' is nested {depth} branches deep; a branch of it would be "
+                             f"deeper than {MAX_THREAD_DEPTH}.", param="parent_message_id")
+        row = ThreadRow(session_id=session_id, id=thread_id or new_id("thr"), parent_thread_id=parent.thread_id,
+                        parent_message_id=parent.id, title=title)
+        s.add(row)
+        s.flush()
+        return row
+
+    async def open_turn(self, session_id: str, thread_id: str, *, parent_message_id: str | None = None,
+                        new_thread_id: str | None = None, file_ids: list[str] | None = None,
+                        owned_by: str | None = None) -> str:
+        """What a message writes before its answer, in one transaction, so a refusal (a missing thread, parent
+        or file) leaves nothing behind: a branch from ``parent_message_id`` (named ``new_thread_id``, else
+        generated) or the check that ``thread_id`` exists, then ``file_ids`` attached. -> the thread's id."""
+        def fn(s: Session) -> str:
+            self._get_session(s, session_id)
+            if parent_message_id is not None:
+                thread_id_ = self._branch(s, session_id, parent_message_id, None, new_thread_id).id
+            elif s.get(ThreadRow, (session_id, thread_id)) is None:
+                raise NotFound(f"No such thread: '{thread_id}' in session '{session_id}'.")
+            else:
+                thread_id_ = thread_id
+            self._attach(s, session_id, file_ids or [], owned_by)
+            return thread_id_
         return await self._run(fn)
 
     async def list_threads(self, session_id: str) -> list[ThreadInfo]:
@@ -213,14 +241,17 @@ class SessionStore(FileRecords):
         """Attach uploads to a session; with ``owned_by``, only that principal's (another's is "no such file")."""
         def fn(s: Session) -> None:
             self._get_session(s, session_id)
-            have = set(s.scalars(select(SessionFileRow.file_id).where(SessionFileRow.session_id == session_id)))
-            for fid in dict.fromkeys(file_ids):
-                row = s.get(FileRow, fid)
-                if row is None or (owned_by is not None and row.owner != owned_by):
-                    raise NotFound(f"No such file: '{fid}'.")
-                if fid not in have:
-                    s.add(SessionFileRow(session_id=session_id, file_id=fid))
+            self._attach(s, session_id, file_ids, owned_by)
         await self._run(fn)
+
+    def _attach(self, s: Session, session_id: str, file_ids: list[str], owned_by: str | None) -> None:
+        have = set(s.scalars(select(SessionFileRow.file_id).where(SessionFileRow.session_id == session_id)))
+        for fid in dict.fromkeys(file_ids):
+            row = s.get(FileRow, fid)
+            if row is None or (owned_by is not None and row.owner != owned_by):
+                raise NotFound(f"No such file: '{fid}'.")
+            if fid not in have:
+                s.add(SessionFileRow(session_id=session_id, file_id=fid))
 
     async def detach_file(self, session_id: str, file_id: str) -> None:
         def fn(s: Session) -> None:

@@ -16,6 +16,7 @@ import json
 import logging
 from dataclasses import dataclass, field
 
+from ragengine import formats
 from ragengine.errors import Unprocessable, UnsupportedMediaType
 from ragengine.parsing.formats import decode_text  # one decoder for uploads and the bounded parser
 from ragengine.parsing.limits import Parsed, ParseLimits
@@ -34,7 +35,6 @@ EXTENSIONS = {".txt": "text", ".text": "text", ".log": "text", ".md": "markdown"
               ".png": "image", ".jpg": "image", ".jpeg": "image", ".tif": "image", ".tiff": "image"}
 BOUNDED = frozenset({"pdf", "docx", "pptx", "xlsx", "csv", "image"})  # read by ragengine.parsing
 _IMAGE_MAGIC = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"II*\x00", b"MM\x00*")
-LABELS = {"page": "page", "slide": "slide", "sheet": "sheet"}
 PART_CHARS = 8000  # text is ingested in parts of about this size, so progress moves on long files
 
 
@@ -93,8 +93,9 @@ def split_parts(text: str, *, size: int = PART_CHARS) -> list[str]:
 
 
 def bounded_parts(data: bytes, kind: str, limits: ParseLimits) -> tuple[str, list[Part]]:
-    """The bounded parser's text (each page, slide or sheet labelled, for inline use) and one part
-    per section (or the whole text); raises ParseError (unreadable) or Unprocessable (over a budget)."""
+    """The bounded parser's text (each page, slide or sheet opened by its label line, ``[page 3]``, which
+    the chunker and the citations read: ``parsing/units.py``) and one part per section (or the whole
+    text); raises ParseError (unreadable) or Unprocessable (over a budget)."""
     from ragengine.parsing import sandbox
 
     what = "image" if kind == "image" else kind.upper()
@@ -103,18 +104,14 @@ def bounded_parts(data: bytes, kind: str, limits: ParseLimits) -> tuple[str, lis
         if found.over_limit:
             raise Unprocessable(f"The {what} was not parsed: {found.reason}.")
         raise ParseError(found.reason if found.reason.startswith("the ") else f"the {what} {found.reason}")
-    if kind == "pdf" and not found.metadata.get("pages"):
+    if kind == "pdf" and not found.metadata.get("page_count"):
         raise ParseError("the PDF has no pages")
     shared = {k: v for k, v in found.metadata.items() if k in ("title", "format")}
     parts = [Part(text, {**shared, **meta}) for text, meta in found.parts()]
     if not parts:
         raise ParseError(f"the {what} has no extractable text" + (
             " (no text layer, and no scanned image to OCR)" if kind == "pdf" else ""))
-    labelled = []
-    for p in parts:
-        label = next((f"[{LABELS[k]} {p.metadata[k]}]" for k in LABELS if k in p.metadata), None)
-        labelled.append(f"{label}\n{p.text.strip()}" if label else p.text.strip())
-    return "\n\n".join(labelled), parts
+    return found.text, parts
 
 
 def extract(data: bytes, kind: str, limits: ParseLimits | None = None) -> tuple[str, list[Part]]:
@@ -132,7 +129,8 @@ def extract(data: bytes, kind: str, limits: ParseLimits | None = None) -> tuple[
 
 
 # -- the job's payload: the parse result, stored in the queue instead of the uploaded bytes -----------
-JOB_MAGIC = b"ragengine-parsed/1\n"
+JOB_PREFIX = formats.PARSED.name.encode() + b"/"
+JOB_MAGIC = JOB_PREFIX + b"%d\n" % formats.PARSED.current
 
 
 def encode_job(parts: list[Part] | None, error: str | None = None) -> bytes:
@@ -144,6 +142,13 @@ def decode_job(payload: bytes) -> list[Part] | None:
     """The parts of a queued job; raises ParseError with the reason recorded at upload. None: the
     payload is an upload's raw bytes (queued by an engine from before parse-once), to parse now."""
     if not payload.startswith(JOB_MAGIC):
+        head, newline, _ = payload[:32].partition(b"\n")
+        version = head[len(JOB_PREFIX):]
+        if head.startswith(JOB_PREFIX) and newline and version.isdigit():  # queued by a newer engine: refused, named
+            try:
+                formats.PARSED.check(int(version), "the queued upload")
+            except formats.FormatRefused as exc:
+                raise ParseError(str(exc)) from exc
         return None
     body = json.loads(payload[len(JOB_MAGIC):])
     if "error" in body:

@@ -13,20 +13,17 @@ import os
 import shutil
 import uuid
 from pathlib import Path
-from urllib.parse import quote
 
 from ragengine.errors import BadRequest
 from ragengine.index.journal import Journal, JournalCorrupt, fsync_dir
-from ragengine.index.snapshot import SnapshotError, read_snapshot
+from ragengine.index.snapshot import SnapshotError, read_manifest, read_snapshot
 from ragengine.index.state import IndexState
 from ragengine.index.types import ChunkingConfig
+from ragengine.protocol import names
 
 INDEXES = "indexes"
 PERSIST = "persist"  # /persist and /load copies
-MAX_NAME = 200
-# An index is a folder named after its quoted name; file systems allow 255 bytes a name, and
-# snapshots add ".tmp" / ".old" beside it. Non-ASCII characters quote to 6 to 12 bytes each.
-MAX_QUOTED_NAME = 240
+MAX_QUOTED_NAME = names.MAX_QUOTED_INDEX_NAME
 
 
 class IndexLoadError(Exception):
@@ -46,22 +43,12 @@ def validate_physical(name: str) -> str:
 
 
 def validate_name(name: str) -> str:
-    if not isinstance(name, str) or not name.strip():
-        raise BadRequest("Index name cannot be empty.")
-    if len(name) > MAX_NAME or any(ord(c) < 32 or c == "\x7f" for c in name):
-        raise BadRequest(f"Invalid index name: at most {MAX_NAME} printable characters.")
-    if "/" in name or name in (".", ".."):
-        # Every index must stay addressable as /indexes/{index_name}.
-        raise BadRequest(f"Invalid index name {name!r}: '/', '.' and '..' are not allowed.")
-    if len(dir_name(name)) > MAX_QUOTED_NAME:
-        raise BadRequest(f"Invalid index name: {len(dir_name(name))} bytes once URL-quoted (the folder name), at most "
-                         f"{MAX_QUOTED_NAME}; a non-ASCII character counts 6 to 12 bytes.")
-    return name
+    """An index's name (the rules are ``protocol.names.index_name``, which every request passes first)."""
+    return names.index_name(name)
 
 
 def dir_name(name: str) -> str:
-    quoted = quote(name, safe="-_.")
-    return "%2E" + quoted[1:] if quoted.startswith(".") else quoted
+    return names.folder_name(name)
 
 
 def index_root(data_dir: Path) -> Path:
@@ -121,9 +108,21 @@ def clean_trash(data_dir: Path) -> None:
                 shutil.rmtree(entry, ignore_errors=True)
 
 
-def load_index_dir(path: Path, dim: int | None, store_kwargs: dict) -> tuple[str, IndexState]:
+def snapshot_seq(path: Path) -> int | None:
+    """The sequence number of an index folder's snapshot (``snapshot.old`` between the two renames of a
+    swap); None when it has none or it cannot be read now."""
+    for name in ("snapshot", "snapshot.old"):
+        try:
+            return int(read_manifest(path / name)["seq"])
+        except (SnapshotError, KeyError, TypeError, ValueError):
+            continue
+    return None
+
+
+def load_index_dir(path: Path, dim: int | None, store_kwargs: dict, repair: bool = True) -> tuple[str, IndexState]:
     """Restore one index folder (runs in a worker thread at start-up); ``dim`` None: its own dimension
-    (index.json), as each index version has its model's."""
+    (index.json), as each index version has its model's. ``repair=False`` (a stand-by's read of a folder
+    another process writes): a torn journal tail is left as it is, nothing is written."""
     try:
         meta = json.loads((path / "index.json").read_text(encoding="utf-8"))
         name = meta["name"]
@@ -141,7 +140,7 @@ def load_index_dir(path: Path, dim: int | None, store_kwargs: dict) -> tuple[str
                 raise SnapshotError(f"{path}: index has dimension {meta.get('dim')}, the embedding model {dim}")
             state = IndexState(name, dim, ChunkingConfig.from_dict(meta.get("config")), store_kwargs)
         journal = Journal(path / "journal.log", dim)
-        for record in journal.read():
+        for record in journal.read(repair):
             if record.seq <= state.seq:
                 continue  # already in the snapshot (crash before the journal was reset)
             state.apply(record.op, record.vectors)

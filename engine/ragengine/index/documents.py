@@ -123,6 +123,30 @@ def doc_out(doc_id: str, text: str, metadata: dict) -> dict:
     return {"doc_id": doc_id, "text": text, "metadata": metadata, "hash_value": None, "is_truncated": False}
 
 
+@dataclass(frozen=True)
+class DocSearch:
+    """What ``GET /indexes/{name}/documents`` narrows the listing to, beside the metadata filter: ``text``, a
+    case-insensitive substring of the document's id or text (the console's search box); ``doc_id``, exactly
+    that document (a citation's). Every store applies it before paging, so ``total_items`` counts matches."""
+
+    text: str | None = None
+    doc_id: str | None = None
+
+    @classmethod
+    def of(cls, text: str | None, doc_id: str | None) -> DocSearch | None:
+        text = text if text and text.strip() else None
+        return cls(text, doc_id) if text is not None or doc_id is not None else None
+
+    @property
+    def needle(self) -> str:
+        return (self.text or "").lower()
+
+    def matches(self, doc_id: str, text: str) -> bool:
+        if self.doc_id is not None and doc_id != self.doc_id:
+            return False
+        return self.text is None or self.needle in doc_id.lower() or self.needle in text.lower()
+
+
 def listed(doc_id: str, text: str, metadata: dict, max_text_length: int | None) -> dict:
     """A document as ``GET /indexes/{name}/documents`` shows it (text cut at ``max_text_length``)."""
     truncated = max_text_length is not None and len(text) > max_text_length

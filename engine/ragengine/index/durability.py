@@ -1,6 +1,9 @@
 """How the embedded FAISS indexes survive a restart: one folder per index under ``data_dir``, a journal
 written (fsync) before a change is applied, snapshots that empty the journal, flat → HNSW migration, and
 the ``/persist`` / ``/load`` copies. The registry decides what changes; this module makes it durable.
+
+A stand-by (``ragengine.handover``: a replacement process while the old one still holds the folder) loads
+it with ``restore_read_only`` and then refuses every write here, whatever reached it.
 """
 
 from __future__ import annotations
@@ -8,14 +11,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
 import numpy as np
 
-from ragengine import metrics
-from ragengine.errors import BadRequest, Conflict, EngineError
+from ragengine import formats, metrics
+from ragengine.errors import BadRequest, Conflict, EngineError, Unavailable
 from ragengine.index import disk
 from ragengine.index.journal import Journal
 from ragengine.index.snapshot import SnapshotError, read_manifest, read_snapshot, write_snapshot
@@ -23,6 +27,8 @@ from ragengine.index.state import IndexState
 from ragengine.index.writer_lock import WriterLock
 
 log = logging.getLogger(__name__)
+# A stand-by reads an index folder again when the writer swapped a snapshot in meanwhile (up to this often).
+STABLE_READS = 20
 
 
 class Durability:
@@ -38,6 +44,7 @@ class Durability:
         # This process alone writes the folder from restore() to close() (index/writer_lock.py).
         self.writer = WriterLock(disk.index_root(data_dir))
         self.writer_lock_timeout_s = writer_lock_timeout_s
+        self.read_only = False  # restore_read_only: another process writes the folder
 
     def dir(self, name: str) -> Path:
         return disk.index_root(self.data_dir) / disk.dir_name(name)
@@ -47,8 +54,18 @@ class Durability:
         """Every index folder: the indexes that loaded, and for the others (left untouched) why not. Waits
         first for any other engine process on the folder to stop."""
         root = disk.index_root(self.data_dir)
+        # A folder a newer engine wrote is refused at once (even while that engine still holds it), with nothing written.
+        await asyncio.to_thread(formats.read_data_version, self.data_dir)
         root.mkdir(parents=True, exist_ok=True)
-        await self.writer.acquire(self.writer_lock_timeout_s)
+        await self.writer.acquire(self.writer_lock_timeout_s, announce=False)
+        try:  # again under the lock: a newer engine may have upgraded the folder while this one waited
+            found = await asyncio.to_thread(formats.upgrade_data_dir, self.data_dir)
+        except BaseException:
+            self.writer.release()
+            raise
+        self.writer.announce()
+        if found < formats.DATA.current:
+            log.info("data folder %s upgraded in place from format %d to %d", self.data_dir, found, formats.DATA.current)
         await asyncio.to_thread(disk.clean_trash, self.data_dir)
         states, corrupt = [], {}
         for path in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
@@ -63,9 +80,38 @@ class Durability:
             states.append(state)
         return states, corrupt
 
+    async def restore_read_only(self) -> tuple[list[IndexState], dict[str, str]]:
+        """What ``restore`` loads, as it stands now, while another process holds the folder and writes it:
+        no lock taken, no torn journal tail truncated (it may be the append under way), no trash cleaned,
+        no journal opened; every write is refused from now on (``_writable``)."""
+        self.read_only = True
+        root = disk.index_root(self.data_dir)
+        states: list[IndexState] = []
+        corrupt: dict[str, str] = {}
+        if not root.is_dir():
+            return states, corrupt
+        for path in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
+            try:
+                state = await asyncio.to_thread(load_stable, path, self.store_kwargs)
+            except disk.IndexLoadError as exc:
+                corrupt[unquote(path.name)] = str(exc)
+                log.error("index %r NOT loaded by the stand-by: %s", unquote(path.name), exc)
+                continue
+            state.journal = None  # never appended to: the writer's file
+            states.append(state)
+        return states, corrupt
+
+    def _writable(self) -> None:
+        if self.read_only:
+            raise Unavailable("This engine is a stand-by: another engine process still writes its data folder. "
+                              "Retry shortly; the write goes through once this one has taken the folder over.",
+                              headers={"Retry-After": "1"})
+
     async def close(self, states: list[IndexState]) -> None:
         """Snapshot every index whose journal is not empty, so the next start replays nothing; then give
-        the folder up to the next process."""
+        the folder up to the next process. A stand-by's read-only load has nothing to write or give up."""
+        if self.read_only:
+            return
         try:
             for state in states:
                 async with state.lock:
@@ -82,6 +128,7 @@ class Durability:
     # -- writes ------------------------------------------------------------------------------------
     async def create(self, state: IndexState) -> None:
         """The index's folder and an empty journal now (an index version exists before its first document)."""
+        self._writable()
         if not state.on_disk:
             path = await asyncio.to_thread(disk.create_index_dir, self.data_dir, state)
             state.journal = Journal(path / "journal.log", state.dim)
@@ -90,6 +137,7 @@ class Durability:
 
     async def write(self, state: IndexState, op: dict, vectors: np.ndarray | None) -> None:
         """Journal (fsync) then apply; the caller holds ``state.lock``. A new index gets its folder first."""
+        self._writable()
         if not state.on_disk:
             path = await asyncio.to_thread(disk.create_index_dir, self.data_dir, state)
             state.journal = Journal(path / "journal.log", state.dim)
@@ -120,6 +168,7 @@ class Durability:
 
     async def migrate(self, state: IndexState) -> None:
         """Flat → HNSW once the index outgrows hnsw_threshold; searches keep using flat meanwhile."""
+        self._writable()
         def build() -> tuple[Any, np.ndarray]:
             with state.rw.read():
                 vectors = np.array(state.store.vectors())
@@ -139,6 +188,7 @@ class Durability:
 
     async def snapshot(self, state: IndexState) -> None:
         """Compact when a fifth of the slots are tombstones, write the snapshot, empty the journal."""
+        self._writable()
         assert state.journal is not None
         start = time.perf_counter()
         if state.tombstones() > max(1000, state.store.ntotal // 5):
@@ -152,6 +202,7 @@ class Durability:
         metrics.SNAPSHOT_SECONDS.observe(time.perf_counter() - start)
 
     async def remove(self, name: str) -> None:
+        self._writable()
         await asyncio.to_thread(disk.remove_dir, self.dir(name))
 
     # -- /persist and /load ------------------------------------------------------------------------
@@ -161,6 +212,7 @@ class Durability:
         return disk.persist_path(self.data_dir, path or disk.dir_name(name))
 
     async def persist(self, state: IndexState, target: Path) -> None:
+        self._writable()
         def write() -> None:
             if target.exists() or target.is_symlink():  # only an earlier copy may be replaced
                 try:
@@ -183,7 +235,26 @@ class Durability:
 
     async def install(self, state: IndexState) -> None:
         """A loaded copy becomes a live index: its folder, a snapshot of it and an empty journal."""
+        self._writable()
         path = await asyncio.to_thread(disk.create_index_dir, self.data_dir, state)
         await asyncio.to_thread(write_snapshot, state, path / "snapshot")
         state.journal = Journal(path / "journal.log", state.dim)
         await asyncio.to_thread(state.journal.reset)
+
+
+def load_stable(path: Path, store_kwargs: dict, pause: Callable[[float], None] = time.sleep) -> IndexState:
+    """One index folder as another process leaves it between two of its writes: loaded again while that
+    process swapped a snapshot in meanwhile (the snapshot's sequence number changed, or a file went away
+    under the read), so snapshot and journal always belong together. Runs in a worker thread."""
+    error: Exception | None = None
+    for _ in range(STABLE_READS):
+        before = disk.snapshot_seq(path)
+        try:
+            _name, state = disk.load_index_dir(path, None, store_kwargs, repair=False)
+        except (disk.IndexLoadError, OSError) as exc:
+            error = exc
+        else:
+            if disk.snapshot_seq(path) == before:
+                return state
+        pause(0.05)
+    raise disk.IndexLoadError(f"{path}: not readable while its writer works on it ({error or 'snapshots kept changing'})")

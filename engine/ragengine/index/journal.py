@@ -4,7 +4,9 @@ Record = header ``<4s I I Q>`` (magic ``RGJ1``, payload length, CRC32 of seq+pay
 then the payload: ``u32`` JSON length, the JSON (op description), then raw float32 vectors. Every
 append is fsync'ed before the write is acknowledged. Reading stops cleanly at a torn tail (a crash
 mid-append: short header, short payload, or a bad checksum on the very last record), which is
-truncated away; a bad record followed by more data is corruption and raises ``JournalCorrupt``.
+truncated away; a bad record followed by more data is corruption and raises ``JournalCorrupt``. A
+stand-by reads another live process's journal with ``repair=False``: a torn tail there may be the
+append under way, so it is left as it is.
 Only JSON and raw floats are ever decoded: no pickle, no eval.
 """
 
@@ -22,9 +24,11 @@ from typing import Any
 
 import numpy as np
 
+from ragengine import formats
+
 log = logging.getLogger(__name__)
 
-MAGIC = b"RGJ1"
+MAGIC = b"RGJ%d" % formats.JOURNAL.current  # each record's magic carries the journal format's version
 HEADER = struct.Struct("<4sIIQ")
 MAX_RECORD = 1 << 31
 
@@ -63,6 +67,15 @@ def fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _refuse_newer(path: Path, magic: bytes, offset: int) -> None:
+    """A record of a later journal format (``RGJ<n>``, n above this engine's) is refused naming both versions."""
+    if magic[:3] == MAGIC[:3] and magic[3:].isdigit():
+        try:
+            formats.JOURNAL.check(int(magic[3:]), f"{path} (record at byte {offset})")
+        except formats.FormatRefused as exc:
+            raise JournalCorrupt(str(exc)) from exc
 
 
 class Journal:
@@ -114,32 +127,34 @@ class Journal:
         fsync_dir(self.path.parent)
         self.open()
 
-    def read(self) -> Iterator[Record]:
-        """Yield every complete record; truncate a torn tail; raise JournalCorrupt on damage."""
+    def read(self, repair: bool = True) -> Iterator[Record]:
+        """Yield every complete record; truncate a torn tail (``repair=False``: stop there, write nothing);
+        raise JournalCorrupt on damage."""
         if not self.path.exists():
             return
-        size = self.path.stat().st_size
         with open(self.path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size  # this file's: another process may rename a new journal in
             offset = 0
             while offset < size:
                 header = fh.read(HEADER.size)
                 if len(header) < HEADER.size:
-                    self._torn(offset, "short header")
+                    self._torn(offset, "short header", repair)
                     return
                 magic, length, crc, seq = HEADER.unpack(header)
                 end = offset + HEADER.size + length
                 if magic != MAGIC or length > MAX_RECORD:
                     if magic == b"\0\0\0\0" and not fh.read().strip(b"\0"):
-                        self._torn(offset, "zero-filled tail")
+                        self._torn(offset, "zero-filled tail", repair)
                         return
+                    _refuse_newer(self.path, magic, offset)
                     raise JournalCorrupt(f"{self.path}: bad record header at byte {offset}")
                 body = fh.read(length)
                 if len(body) < length:
-                    self._torn(offset, "short record")
+                    self._torn(offset, "short record", repair)
                     return
                 if zlib.crc32(struct.pack("<Q", seq) + body) != crc:
                     if end >= size:
-                        self._torn(offset, "checksum mismatch in the last record")
+                        self._torn(offset, "checksum mismatch in the last record", repair)
                         return
                     raise JournalCorrupt(f"{self.path}: checksum mismatch in record {seq} at byte {offset}")
                 (meta_len,) = struct.unpack_from("<I", body)
@@ -154,7 +169,9 @@ class Journal:
                 yield Record(seq, op, vectors)
                 offset = end
 
-    def _torn(self, offset: int, why: str) -> None:
+    def _torn(self, offset: int, why: str, repair: bool) -> None:
+        if not repair:
+            return
         log.warning("%s: dropping a torn record at byte %d (%s): the write was never acknowledged",
                     self.path, offset, why)
         with open(self.path, "r+b") as fh:

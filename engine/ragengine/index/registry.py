@@ -28,6 +28,7 @@ from ragengine.index.chunk_tokens import ChunkTokenCounter, counts_to_store, per
 from ragengine.index.chunking import Chunker, new_index_config
 from ragengine.index.contextual import index_texts
 from ragengine.index.documents import (
+    DocSearch,
     NewDoc,
     clean_documents,
     content_id,
@@ -109,14 +110,17 @@ class IndexRegistry(VersionOps):
         }
 
     # -- start / stop ------------------------------------------------------------------------------
-    async def start(self) -> None:
-        states, corrupt = await self.durability.restore()
+    async def start(self, read_only: bool = False) -> None:
+        """Restore every index from ``data_dir``; ``read_only``: a stand-by's load, beside the process that
+        writes the folder (``Durability.restore_read_only``), which serves reads only."""
+        durability = self.durability
+        states, corrupt = await (durability.restore_read_only() if read_only else durability.restore())
         for key, why in corrupt.items():
             self.corrupt[key] = why
             metrics.INDEX_CORRUPT.labels(key).set(1)
         for state in states:
             self._attach(state, on_disk=True)
-            if state.store.should_migrate():
+            if not read_only and state.store.should_migrate():
                 await self.durability.migrate(state)
             log.info("restored index %r: %d documents, %d chunks", state.name, state.n_docs, state.n_chunks)
 
@@ -292,32 +296,35 @@ class IndexRegistry(VersionOps):
             await self.durability.persist(state, target)
         return f"{disk.PERSIST}/{target.name}"
 
-    async def load(self, name: str, path: str | None, overwrite: bool) -> str:
+    async def load(self, name: str, path: str) -> str:
+        """A ``/persist`` copy (``<data_dir>/persist/<path>``) as the new index ``name``: checked and read whole
+        before anything is written; ``name`` must be free (the version layer loads into a hidden name, then
+        swaps it in with one book write: ``VersionedRegistry.load``)."""
         disk.validate_physical(name)
         source = self.durability.copy_path(name, path)
+        earlier = source.with_name(source.name + ".old")
+        if not source.exists() and earlier.is_dir():  # a /persist a crash cut between its two renames
+            source = earlier
         if not source.exists():
             raise NotFound(f"Path does not exist: {disk.PERSIST}/{source.name}")
-        if self.exists(name) and not overwrite:
-            raise Conflict(f"Index '{name}' already exists. Use a different name or delete the existing index first.")
         state = await self.durability.read_copy(source, name)
-        if self.exists(name) or name in self.corrupt:
-            await self.delete_index(name)
         async with self._registry_lock:
-            if self.exists(name):
+            if self.exists(name) or name in self.corrupt:
                 raise Conflict(f"Index '{name}' already exists. Use a different name or delete the existing index first.")
             await self.durability.install(state)
             self._attach(state, on_disk=True)
-        return f"{disk.PERSIST}/{source.name}"
+        return f"{disk.PERSIST}/{source.name.removesuffix('.old')}"
 
     # -- reads -------------------------------------------------------------------------------------
     async def list_documents(self, index_name: str, *, limit: int = 10, offset: int = 0, max_text_length: int | None = 1000,
-                             metadata_filter: Any = None, acl: flt.Acl | None = None) -> dict:
+                             metadata_filter: Any = None, acl: flt.Acl | None = None,
+                             search: DocSearch | None = None) -> dict:
         state = self.get(index_name)
         f = flt.combine(flt.from_metadata_filter(metadata_filter), acl)  # acl: the caller's document ACL
 
         def page() -> dict:  # a thread: filtering a big index must not hold up the event loop
             with state.rw.read():
-                records, total = state.list_documents(f, offset, limit)
+                records, total = state.list_documents(f, offset, limit, search)
                 docs = [listed(rec.doc_id, rec.text, rec.metadata, max_text_length) for rec in records]
             return {"documents": docs, "count": len(docs), "total_items": total}
 

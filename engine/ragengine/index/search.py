@@ -15,13 +15,13 @@ from typing import Any
 import numpy as np
 
 from ragengine import metrics
-from ragengine.index.contextual import heading_path
+from ragengine.index.places import chunk_place, node_metadata
 from ragengine.index.state import IndexState, node_id
 from ragengine.index.types import RetrievedNode, cosine_to_score
 from ragengine.observability import tracing
 from ragengine.retrieval import long_query
 from ragengine.retrieval.grouping import OVERFETCH, cap_per_document
-from ragengine.retrieval.hybrid import FUSION_CANDIDATES, FusionParams, candidate_pool, fuse
+from ragengine.retrieval.hybrid import FUSION_CANDIDATES, FusionParams, candidate_pool, fuse, ranks
 
 
 def _one_openmp_thread() -> None:
@@ -85,14 +85,16 @@ def _fuse(state: IndexState, qvec: np.ndarray, d_slots: np.ndarray, d_cos: np.nd
           s_scores: np.ndarray | None, n_out: int, settings: Any) -> list[RetrievedNode]:
     """The fused order (retrieval.hybrid.fuse; dense only without BM25 lists) as result nodes."""
     dense = {int(s): float(c) for s, c in zip(d_slots, d_cos, strict=True)}
+    fused: dict[int, float] = {}
     if s_slots is not None and s_scores is not None:
         sparse_map = {int(s): float(v) for s, v in zip(s_slots, s_scores, strict=True)}
         # Fusion call site: the pure retrieval.hybrid.fuse, shared by every store backend.
-        order = [slot for slot, _ in fuse(list(dense.items()), list(sparse_map.items()),
-                                          params=FusionParams.from_settings(settings))][:n_out]
+        fused = dict(fuse(list(dense.items()), list(sparse_map.items()), params=FusionParams.from_settings(settings)))
+        order = list(fused)[:n_out]
     else:
         sparse_map = {}
         order = list(dense)[:n_out]
+    dense_ranks, sparse_ranks = ranks(list(dense)), ranks(list(sparse_map))
     missing = [s for s in order if s not in dense]
     extra = dict(zip(missing, state.store.cosines(qvec, np.asarray(missing)).tolist(), strict=True)) if missing else {}
     nodes = []
@@ -100,14 +102,14 @@ def _fuse(state: IndexState, qvec: np.ndarray, d_slots: np.ndarray, d_cos: np.nd
         rec, i, text = state.chunk(slot)
         cos = dense.get(slot, extra.get(slot, 0.0))
         score = cosine_to_score(cos)
-        metadata = dict(rec.metadata)
         span = (0, len(rec.text)) if rec.spans is None else rec.spans[i]
-        if rec.metadata.get("split_type") != "code" and (path := heading_path(rec.text, rec.metadata, span)):
-            metadata["heading_path"] = path  # title > section > subsection, for citations
+        # where the chunk is (heading path, page, slide, ...) and its citation text: index/places.py
+        metadata = node_metadata(rec.metadata, chunk_place(rec.text, rec.metadata, span), rec.doc_id)
         nodes.append(RetrievedNode(
             doc_id=rec.doc_id, node_id=node_id(rec.doc_id, i, text), text=text, score=score,
             metadata=metadata, dense_score=score if slot in dense else None,
             sparse_score=sparse_map.get(slot), token_counts=rec.chunk_tokens(i),
+            dense_rank=dense_ranks.get(slot), sparse_rank=sparse_ranks.get(slot), fused_score=fused.get(slot),
         ))
     return nodes
 

@@ -18,12 +18,13 @@ from typing import Any
 
 import numpy as np
 
+from ragengine import formats
 from ragengine.index.journal import fsync_dir
 from ragengine.index.state import IndexState
 from ragengine.index.types import ChunkingConfig, DocRecord, compact_spans
 
-FORMAT = "ragengine-index-snapshot"
-VERSION = 1
+FORMAT = formats.SNAPSHOT.name
+VERSION = formats.SNAPSHOT.current
 
 
 class SnapshotError(Exception):
@@ -94,8 +95,13 @@ def read_manifest(path: Path) -> dict:
         raise SnapshotError(f"{path}: manifest.json unreadable ({exc.strerror or exc})") from exc
     except ValueError as exc:
         raise SnapshotError(f"{path}: manifest.json is not valid JSON") from exc
-    if manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
-        raise SnapshotError(f"{path}: unknown snapshot format {manifest.get('format')!r} v{manifest.get('version')}")
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        found = manifest.get("format") if isinstance(manifest, dict) else None
+        raise SnapshotError(f"{path}: manifest.json is not an index snapshot's (format {found!r})")
+    try:
+        formats.SNAPSHOT.check(manifest.get("version"), f"{path}/manifest.json")
+    except formats.FormatRefused as exc:
+        raise SnapshotError(str(exc)) from exc
     return manifest
 
 

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from ragengine.index.contextual import index_texts
+from ragengine.index.documents import DocSearch
 from ragengine.index.store import VectorStore
 from ragengine.index.types import ChunkingConfig, DocRecord, compact_spans
 from ragengine.retrieval import filters as flt
@@ -231,6 +232,15 @@ class IndexState:
         i = self.slot_seq[slot]
         return rec, i, rec.chunk_text(i)
 
-    def list_documents(self, f: flt.Filter | None, offset: int, limit: int) -> tuple[list[DocRecord], int]:
-        matching = [r for r in self.docs.values() if flt.matches(f, r.metadata)] if f else list(self.docs.values())
-        return matching[offset : offset + limit], len(matching)
+    def list_documents(self, f: flt.Filter | None, offset: int, limit: int,
+                       search: DocSearch | None = None) -> tuple[list[DocRecord], int]:
+        if search is not None and search.doc_id is not None:  # one document: a dict lookup, not a scan
+            one = self.docs.get(search.doc_id)
+            records = [one] if one is not None else []
+        else:
+            records = list(self.docs.values())
+        if f:
+            records = [r for r in records if flt.matches(f, r.metadata)]
+        if search is not None:
+            records = [r for r in records if search.matches(r.doc_id, r.text)]
+        return records[offset : offset + limit], len(records)

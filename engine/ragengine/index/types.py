@@ -30,13 +30,21 @@ class RetrievedNode:
     # The chunk's token counts stored at ingestion, by tokenizer identity (``TokenCounter.identity``);
     # for the chat budget only, never shown to clients.
     token_counts: dict[str, int] | None = None
+    # Why it came back (``/retrieve`` with ``explain``): its place in the dense and keyword candidate
+    # lists (1 = best; None = not in that list) and its fused score (None without hybrid search).
+    dense_rank: int | None = None
+    sparse_rank: int | None = None
+    fused_score: float | None = None
 
     def to_source_node(self) -> dict:
         return {"doc_id": self.doc_id, "node_id": self.node_id, "text": self.text, "score": self.score,
                 "metadata": self.metadata}
 
-    def to_result(self) -> dict:
-        return {**self.to_source_node(), "dense_score": self.dense_score, "sparse_score": self.sparse_score}
+    def to_result(self, explain: bool = False) -> dict:
+        out = {**self.to_source_node(), "dense_score": self.dense_score, "sparse_score": self.sparse_score}
+        if explain:
+            out.update(dense_rank=self.dense_rank, sparse_rank=self.sparse_rank, fused_score=self.fused_score)
+        return out
 
 
 def cosine_to_score(cos: float) -> float:

@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 
 import ragengine
-from ragengine.parsing.limits import Parsed, ParseLimits, Refused
+from ragengine.parsing.limits import MEMORY, OVER_BUDGET, UNREADABLE, Parsed, ParseLimits, Refused
 
 ENV_KEEP = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "TESSDATA_PREFIX", "VIRTUAL_ENV", "PYTHONHOME")
 # One thread per native library: the budget is one core's worth, and thread pools cost address space.
@@ -55,13 +55,14 @@ def request(kind: str, data: bytes, limits: ParseLimits) -> bytes:
 def outcome(returncode: int, stdout: bytes, stderr: bytes, limits: ParseLimits) -> Parsed | Refused:
     """What the child's exit means (pure: tests feed it exit codes)."""
     if returncode in (-signal.SIGXCPU, -signal.SIGKILL):
-        return Refused(f"parsing needs more than {limits.cpu_s} s of CPU time (the limit)", over_limit=True)
+        return Refused(f"parsing needs more than {limits.cpu_s} s of CPU time (the limit)", over_limit=True,
+                       code=OVER_BUDGET)
     if returncode == 0:
         try:
             answer = json.loads(stdout)
             if "parsed" in answer:
                 return Parsed.from_dict(answer["parsed"])
-            return Refused(str(answer["refused"]), bool(answer.get("over_limit")))
+            return Refused(str(answer["refused"]), bool(answer.get("over_limit")), str(answer.get("code") or UNREADABLE))
         except (ValueError, KeyError, TypeError):
             pass
     lines = [x for x in stderr.decode("utf-8", "replace").splitlines() if x.strip()]
@@ -71,7 +72,8 @@ def outcome(returncode: int, stdout: bytes, stderr: bytes, limits: ParseLimits) 
     fatal = next((x.strip() for x in lines if x.startswith("Fatal Python error:")), None)
     if (any("MemoryError" in x for x in lines[-3:]) or (fatal is not None and "memory" in fatal.lower())
             or any("std::bad_alloc" in x for x in lines)):
-        return Refused(f"parsing needs more than {limits.memory_mb} MiB of memory (the limit)", over_limit=True)
+        return Refused(f"parsing needs more than {limits.memory_mb} MiB of memory (the limit)", over_limit=True,
+                       code=MEMORY)
     why = (fatal or lines[-1].strip())[:300] if lines else f"exit status {returncode}"
     return Refused(f"the parser failed on this file ({why})")
 
@@ -101,7 +103,8 @@ def parse(kind: str, data: bytes, limits: ParseLimits) -> Parsed | Refused:
     try:
         proc = run_child(WORKER, request(kind, data, limits), limits.deadline_s)
     except subprocess.TimeoutExpired:  # run() has killed the child
-        return Refused(f"parsing took longer than {limits.deadline_s:g} s (the limit)", over_limit=True)
+        return Refused(f"parsing took longer than {limits.deadline_s:g} s (the limit)", over_limit=True,
+                       code=OVER_BUDGET)
     if proc.returncode == 0:
         with contextlib.suppress(ValueError, AttributeError):
             _note(json.loads(proc.stdout).get("confined"))

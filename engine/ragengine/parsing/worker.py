@@ -3,9 +3,9 @@
 Reads one request from stdin (a JSON header line ``{"kind", "limits"}``, then the file's bytes),
 confines itself (``confine.py``: no capabilities, Landlock, seccomp: no network, no file of the engine's
 but its own temporary folder, ``$TMPDIR``) and sets its rlimits before touching the bytes, parses, and
-writes one JSON object to stdout: ``{"parsed": {...}}`` or ``{"refused": reason, "over_limit": bool}``,
-with ``"confined"``: what the kernel allowed. The CPU-time limit is enforced by the kernel (SIGXCPU,
-then SIGKILL a second later), so a parser stuck in C code stops too.
+writes one JSON object to stdout: ``{"parsed": {...}}`` or ``{"refused": reason, "over_limit": bool,
+"code": code}``, with ``"confined"``: what the kernel allowed. The CPU-time limit is enforced by the kernel
+(SIGXCPU, then SIGKILL a second later), so a parser stuck in C code stops too.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import sys
 from typing import Any
 
 from ragengine.parsing.confine import confine
-from ragengine.parsing.limits import Parsed, ParseLimits, Refused
+from ragengine.parsing.limits import MEMORY, Parsed, ParseLimits, Refused
 
 MIB = 1024 * 1024
 
@@ -35,12 +35,14 @@ def run(kind: str, data: bytes, limits: ParseLimits) -> Parsed | Refused:
 
         return formats.parse(kind, data, limits)
     except MemoryError:
-        return Refused(f"parsing needs more than {limits.memory_mb} MiB of memory (the limit)", over_limit=True)
+        return Refused(f"parsing needs more than {limits.memory_mb} MiB of memory (the limit)", over_limit=True,
+                       code=MEMORY)
     except RecursionError:
         return Refused("could not be read: nested too deeply")
     except Exception as exc:  # hostile input raises anything; the reason names it
         if _caused_by(exc, MemoryError):  # libraries wrap it (pdfplumber's PdfminerException)
-            return Refused(f"parsing needs more than {limits.memory_mb} MiB of memory (the limit)", over_limit=True)
+            return Refused(f"parsing needs more than {limits.memory_mb} MiB of memory (the limit)", over_limit=True,
+                           code=MEMORY)
         return Refused(f"could not be read: {exc.__class__.__name__}: {str(exc)[:300]}")
 
 
@@ -77,7 +79,7 @@ def main() -> None:
     if isinstance(result, Parsed):
         out = {"parsed": result.to_dict()}
     else:
-        out = {"refused": result.reason, "over_limit": result.over_limit}
+        out = {"refused": result.reason, "over_limit": result.over_limit, "code": result.code}
     out["confined"] = confined
     sys.stdout.write(json.dumps(out, ensure_ascii=False))
     sys.stdout.flush()

@@ -48,7 +48,8 @@ ERROR_DESCRIPTIONS = {
     500: "The engine could not write to its data volume (journal or snapshot); nothing was acknowledged.",
     502: "The LLM or the remote embedding service failed or is unreachable.",
     503: "Unavailable: no LLM is configured for a request that needs one, the external vector store is "
-         "unreachable, or a ServiceAccount token cannot be verified now (the body says which).",
+         "unreachable, a ServiceAccount token cannot be verified now, or a FAISS engine that replaces another "
+         "has not taken its data folder over in time (the body says which; Retry-After when it is worth a retry).",
     504: "The LLM or the remote embedding service timed out.",
 }
 

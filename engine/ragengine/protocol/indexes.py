@@ -88,6 +88,10 @@ class RetrieveRequest(_Tolerant):
         None, description="Embed a query longer than the embedding model's window window by window (unset = the "
         "engine's long_query_windows setting, off by default); false cuts it at the window."
     )
+    explain: bool = Field(
+        False, description="Say why each result came back: its rank in the dense and keyword candidate lists and its "
+        "fused score, and the engine's fusion settings and chat similarity threshold ('explain' in the answer)."
+    )
 
 
 class RetrieveResult(BaseModel):
@@ -98,12 +102,32 @@ class RetrieveResult(BaseModel):
     dense_score: float | None = None
     sparse_score: float | None = Field(None, description="Raw BM25 score when BM25 matched the chunk.")
     metadata: dict[str, Any] | None = None
+    # explain only (absent otherwise)
+    dense_rank: int | None = Field(None, description="explain: place in the dense candidate list (1 = best; null: "
+                                   "not among the dense candidates).")
+    sparse_rank: int | None = Field(None, description="explain: place in the keyword (BM25) candidate list (1 = best; "
+                                    "null: not among the keyword candidates).")
+    fused_score: float | None = Field(None, description="explain: the fused score that ordered the results (null "
+                                      "without hybrid search).")
+
+
+class RetrieveExplain(BaseModel):
+    """How the engine searched: what a result's ranks and scores are measured against."""
+
+    hybrid: bool = Field(..., description="Dense and keyword lists fused; false: dense only.")
+    fusion: str = Field(..., description="'convex' or 'rrf' (settings.fusion).")
+    dense_weight: float = Field(..., description="Share of the dense list in the fusion.")
+    candidates: int = Field(..., description="Candidates each list brings to the fusion (at least).")
+    reranked: bool = Field(..., description="A cross-encoder reordered the fused results.")
+    similarity_threshold: float = Field(..., description="A chunk enters a chat answer's context only with a score "
+                                        "at least this (settings.similarity_threshold).")
 
 
 class RetrieveResponse(BaseModel):
     query: str
     results: list[RetrieveResult]
     count: int
+    explain: RetrieveExplain | None = Field(None, description="With explain: true only.")
 
 
 class MessageResponse(BaseModel):

@@ -6,6 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ragengine.protocol.evaluations import GateRequest
 from ragengine.protocol.indexes import ChunkingOptions
 
 
@@ -25,16 +26,22 @@ class ReindexRequest(BaseModel):
         False, description="Start nothing (200) when the live version, or the one being built, already has this "
         "model and chunking (the operator's source syncs send this when a source's chunking is set)."
     )
+    gate: GateRequest | None = Field(
+        None, description="Swap only when the new version scores at least as well on a golden set (docs/evaluation.md);"
+        " unset: the engine's configured gate, if any (its evaluation file), else swap when built."
+    )
 
 
 class VersionOut(BaseModel):
     version: int
-    state: str = Field(description="live, building (a running re-index), retired (kept for rollback) or failed.")
+    state: str = Field(description="live, building (a running re-index), retired (kept for rollback), rejected (built, "
+                       "but its gate failed: an admin may still activate it) or failed.")
     embedding_model: str | None = Field(description="The model that embedded it (None: unknown, from before versions).")
     dim: int
     chunking: dict[str, Any]
     created_at: float
     activated_at: float | None = None
+    evaluation: dict[str, Any] | None = Field(None, description="A gated build: the gate's verdict and both scores.")
     documents: int | None = None
     chunks: int | None = None
 
@@ -43,7 +50,8 @@ class JobOut(BaseModel):
     id: str
     kind: str = Field(description="reindex (build a new version) or activate (bring a retired one up to date, swap).")
     version: int = Field(description="The version the job builds or activates.")
-    state: str = Field(description="running, succeeded or failed.")
+    state: str = Field(description="running, succeeded, failed or rejected (built, not swapped: the gate failed).")
+    gate: dict[str, Any] | None = Field(None, description="The gate this job applies before its swap.")
     documents_done: int
     documents_total: int
     message: str

@@ -76,6 +76,11 @@ def fuse(dense: Sequence[tuple[K, float]], sparse: Sequence[tuple[K, float]], *,
     return sorted(fused.items(), key=lambda kv: -kv[1])  # stable: ties keep first appearance
 
 
+def ranks(keys: Sequence[K]) -> dict[K, int]:
+    """Each key's place in a candidate list, best first, from 1: what ``/retrieve``'s explain shows per leg."""
+    return {key: rank for rank, key in enumerate(keys, start=1)}
+
+
 def candidate_pool(wanted: int, minimum: int = FUSION_CANDIDATES) -> int:
     """Candidates to fetch from each side (dense and BM25) for ``wanted`` fused results: twice as many,
     and never fewer than ``minimum`` (settings ``fusion_candidates``)."""

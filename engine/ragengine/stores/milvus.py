@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from ragengine.index.documents import content_digest
+from ragengine.index.documents import DocSearch, content_digest
 from ragengine.retrieval import filters as flt
 from ragengine.stores.base import (
     ChunkWrite,
@@ -334,7 +334,7 @@ class MilvusStore:
         for doc_id, rs in by_doc.items():
             rs.sort(key=lambda r: r["seq"])
             vectors = np.array([r["vec"] for r in rs], dtype=np.float32).reshape(len(rs), dim)
-            out[doc_id] = ([ChunkWrite(int(r["seq"]), r["text"], r["search_text"], split_chunk_metadata(r["metadata"])[1])
+            out[doc_id] = ([ChunkWrite(int(r["seq"]), r["text"], r["search_text"], *split_chunk_metadata(r["metadata"])[1:])
                             for r in rs], vectors)
         return out
 
@@ -347,10 +347,17 @@ class MilvusStore:
         found = _assemble(self._query_all(docs, ANY_ROW, ["doc_id", "part", "text", "metadata"]))
         return {d: content_digest(doc.text, doc.metadata) for d, doc in found.items()}
 
-    def list_documents(self, name: str, f: flt.Filter | None, offset: int, limit: int) -> tuple[list[StoredDoc], int]:
+    def list_documents(self, name: str, f: flt.Filter | None, offset: int, limit: int,
+                       search: DocSearch | None = None) -> tuple[list[StoredDoc], int]:
         _, docs = self._index(name)
         expr = "part == 0" + (f" and {to_expr(f)}" if f is not None else "")
+        if search is not None and search.doc_id is not None:
+            expr += f" and doc_id == {literal(search.doc_id)}"
         heads = [r for r in self._query_all(docs, expr, ["doc_id", "pos", "metadata"]) if flt.matches(f, r["metadata"])]
+        if search is not None and search.text is not None:
+            # Milvus' LIKE is case-sensitive and a text spans parts: match the whole texts here
+            texts = _assemble(self._query_all(docs, ANY_ROW, ["doc_id", "part", "text", "metadata"]))
+            heads = [r for r in heads if r["doc_id"] in texts and search.matches(r["doc_id"], texts[r["doc_id"]].text)]
         heads.sort(key=lambda r: r["pos"])
         page = [r["doc_id"] for r in heads[offset:offset + limit]]
         found = _assemble(self._doc_rows(docs, page, ["doc_id", "part", "text", "metadata"])) if page else {}
@@ -437,7 +444,7 @@ class MilvusStore:
                         chunk_rows.append({"pk": f"{doc.doc_id}#{chunk.seq}", "doc_id": doc.doc_id, "seq": chunk.seq,
                                            "text": chunk.text[:MAX_TEXT // 4],
                                            "search_text": chunk.indexed_text[:MAX_TEXT // 4],
-                                           "metadata": chunk_metadata(doc.metadata, chunk.tokens),
+                                           "metadata": chunk_metadata(doc.metadata, chunk.tokens, chunk.place),
                                            "vec": np.asarray(vectors[pos + i], dtype=np.float32).tolist()})
                     parts = [doc.text[i:i + PART_CHARS] for i in range(0, len(doc.text), PART_CHARS)] or [""]
                     for p, part in enumerate(parts):
@@ -488,6 +495,6 @@ def _hit(h: dict, q: np.ndarray, *, keyword: bool = False) -> Hit:
     cosine = float(np.dot(np.asarray(e["vec"], dtype=np.float32), q))
     # BM25 "distance": a Milvus server reports the score, Milvus Lite its negative; both list best first.
     score = abs(float(h["distance"])) if keyword else None
-    metadata, tokens = split_chunk_metadata(e["metadata"])
-    return Hit(e["doc_id"], int(e["seq"]), e["text"], metadata, cosine, score, tokens)
+    metadata, tokens, place = split_chunk_metadata(e["metadata"])
+    return Hit(e["doc_id"], int(e["seq"]), e["text"], metadata, cosine, score, tokens, place)
 

@@ -35,6 +35,7 @@ from ragengine.index.chunk_tokens import ChunkTokenCounter, counts_to_store, per
 from ragengine.index.chunking import Chunker, locate_spans, new_index_config
 from ragengine.index.contextual import index_texts
 from ragengine.index.documents import (
+    DocSearch,
     NewDoc,
     clean_documents,
     content_id,
@@ -45,6 +46,7 @@ from ragengine.index.documents import (
     retrieval_request,
     split_keys_changed,
 )
+from ragengine.index.places import chunk_places, node_metadata
 from ragengine.index.search import MAX_WIDEN, retrieved_ids
 from ragengine.index.state import node_id
 from ragengine.index.types import ChunkingConfig, RetrievedNode, cosine_to_score
@@ -52,7 +54,7 @@ from ragengine.observability import tracing
 from ragengine.retrieval import filters as flt
 from ragengine.retrieval import long_query
 from ragengine.retrieval.grouping import OVERFETCH, cap_per_document
-from ragengine.retrieval.hybrid import FusionParams, candidate_pool, fuse
+from ragengine.retrieval.hybrid import FusionParams, candidate_pool, fuse, ranks
 from ragengine.stores.base import (
     ChunkWrite,
     DocumentRace,
@@ -269,8 +271,9 @@ class StoreRegistry:
                 spans = chunker.split(d.text, d.metadata)
                 # Contextual chunks embed and keyword-index title + section path with the chunk, as in FAISS.
                 indexed = index_texts(d.text, d.metadata, spans, contextual=contextual)
-                chunks = [ChunkWrite(i, s if isinstance(s, str) else d.text[s[0]:s[1]], indexed[i])
-                          for i, s in enumerate(spans)]
+                places = chunk_places(d.text, d.metadata, spans)
+                chunks = [ChunkWrite(i, s if isinstance(s, str) else d.text[s[0]:s[1]], indexed[i],
+                                     place=places[i] or None) for i, s in enumerate(spans)]
                 out.append(DocWrite(d.doc_id, d.text, d.metadata, chunks))
                 embedded.extend(indexed)
             return out, embedded
@@ -385,7 +388,7 @@ class StoreRegistry:
         raise BadRequest(f"POST /persist is for the embedded FAISS store; with vector_store={self.kind} every "
                          f"write is already committed to the store.")
 
-    async def load(self, name: str, path: str | None, overwrite: bool) -> str:
+    async def load(self, name: str, path: str) -> str:
         raise BadRequest(f"POST /load is for the embedded FAISS store; move a FAISS index into {self.kind} with "
                          f"`ragengine migrate` instead.")
 
@@ -395,10 +398,11 @@ class StoreRegistry:
 
     # -- reads -------------------------------------------------------------------------------------
     async def list_documents(self, index_name: str, *, limit: int = 10, offset: int = 0,
-                             max_text_length: int | None = 1000, metadata_filter: Any = None, acl: flt.Acl | None = None) -> dict:
+                             max_text_length: int | None = 1000, metadata_filter: Any = None, acl: flt.Acl | None = None,
+                             search: DocSearch | None = None) -> dict:
         f = flt.combine(flt.from_metadata_filter(metadata_filter), acl)  # acl: the caller's document ACL
         await self._config(index_name)
-        records, total = await self._call(self.adapter.list_documents, index_name, f, offset, limit)
+        records, total = await self._call(self.adapter.list_documents, index_name, f, offset, limit, search)
         docs = [listed(r.doc_id, r.text, r.metadata, max_text_length) for r in records]
         return {"documents": docs, "count": len(docs), "total_items": total}
 
@@ -542,8 +546,9 @@ class StoreRegistry:
         for d in docs:
             spans = d["spans"]
             indexed = index_texts(d["text"], d["meta"], spans, contextual=bool(config.get("contextual")))
+            places = chunk_places(d["text"], d["meta"], spans)
             chunks = [ChunkWrite(i, s if isinstance(s, str) else d["text"][s[0]:s[1]], indexed[i],
-                                 {k: v[i] for k, v in (d.get("tokens") or {}).items()} or None)
+                                 {k: v[i] for k, v in (d.get("tokens") or {}).items()} or None, places[i] or None)
                       for i, s in enumerate(spans)]
             writes.append(DocWrite(d["id"], d["text"], d["meta"], chunks))
         vectors = np.concatenate([d["vectors"] for d in docs])
@@ -561,18 +566,23 @@ def fuse_hits(dense: list[Hit], sparse: list[Hit], n_out: int, params: FusionPar
     by_key.update({key(h): h for h in dense})
     dense_keys = {key(h) for h in dense}
     sparse_scores = {key(h): h.keyword_score for h in sparse}
+    fused: dict[tuple[str, int], float] = {}
     if sparse:
-        ranked = fuse([(key(h), h.cosine) for h in dense], [(key(h), h.keyword_score or 0.0) for h in sparse], params=params)
-        order = [k for k, _ in ranked][:n_out]
+        fused = dict(fuse([(key(h), h.cosine) for h in dense], [(key(h), h.keyword_score or 0.0) for h in sparse],
+                          params=params))
+        order = list(fused)[:n_out]
     else:
         order = [key(h) for h in dense][:n_out]
+    dense_ranks, sparse_ranks = ranks([key(h) for h in dense]), ranks([key(h) for h in sparse])
     nodes = []
     for k in order:
         h = by_key[k]
         score = cosine_to_score(h.cosine)
         nodes.append(RetrievedNode(doc_id=h.doc_id, node_id=node_id(h.doc_id, h.seq, h.text), text=h.text, score=score,
-                                   metadata=dict(h.metadata), dense_score=score if k in dense_keys else None,
-                                   sparse_score=sparse_scores.get(k), token_counts=h.tokens))
+                                   metadata=node_metadata(h.metadata, h.place, h.doc_id),
+                                   dense_score=score if k in dense_keys else None, sparse_score=sparse_scores.get(k),
+                                   token_counts=h.tokens, dense_rank=dense_ranks.get(k),
+                                   sparse_rank=sparse_ranks.get(k), fused_score=fused.get(k)))
     return nodes
 
 

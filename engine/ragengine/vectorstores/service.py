@@ -74,28 +74,37 @@ class VectorStores:
         self._touched: dict[str, float] = {}
 
     # --- which stores exist ----------------------------------------------------------------------------
-    async def find(self, store_id: str) -> StoreRecord | None:
-        """The store's record; an index the API has not seen yet gets one now."""
+    async def find(self, store_id: str, *, record: bool = True) -> StoreRecord | None:
+        """The store's record; an index the API has not seen yet gets one now. ``record=False`` (a request
+        that may still be refused): a stand-in instead, and the record is written by the request's first write
+        (``_recorded``), so a refused request records nothing."""
         if store_id in self.reserved:
             return None
-        record = await self.catalog.get_store(store_id)
-        if record is None and await self.registry.chunking(store_id) is not None:
-            record = await self.catalog.create_store(store_id, exist_ok=True)
-        return record
+        found = await self.catalog.get_store(store_id)
+        if found is None and await self.registry.chunking(store_id) is not None:
+            if not record:
+                now = utcnow()
+                return StoreRecord(store_id, None, None, {}, None, now, now)
+            found = await self.catalog.create_store(store_id, exist_ok=True)
+        return found
 
-    async def require(self, store_id: str) -> StoreRecord:
-        record = await self.find(store_id)
-        if record is None:
+    async def require(self, store_id: str, *, record: bool = True) -> StoreRecord:
+        found = await self.find(store_id, record=record)
+        if found is None:
             raise NotFound(missing_store_message(store_id), param="vector_store_id")
-        return record
+        return found
 
-    async def usable(self, store_id: str) -> StoreRecord:
+    async def _recorded(self, store_id: str) -> None:
+        """The store's record, before a write that needs it (its files and batches refer to it)."""
+        await self.catalog.create_store(store_id, exist_ok=True)
+
+    async def usable(self, store_id: str, *, record: bool = True) -> StoreRecord:
         """A store a search may use: present and not expired."""
-        record = await self.require(store_id)
-        if record.expired(utcnow()):
+        found = await self.require(store_id, record=record)
+        if found.expired(utcnow()):
             raise BadRequest(f"Vector store '{store_id}' has expired (expires_after); update it to use it again.",
                              param="vector_store_id")
-        return record
+        return found
 
     async def _object(self, record: StoreRecord) -> dict:
         stats = (await self.catalog.stats()).get(record.id, StoreStats())
@@ -114,7 +123,7 @@ class VectorStores:
             raise Forbidden("Your key may only use indexes matching its patterns; name the store's index with "
                             "'index_name' (extra_body={'index_name': ...} in the SDK).")
         uploads = [await self._upload(file_id, "file_ids", files_of) for file_id in body.file_ids]
-        if await self.find(store_id) is not None:
+        if await self.find(store_id, record=False) is not None:
             raise BadRequest(f"A vector store (index) named '{store_id}' already exists; use it by its id.",
                              param="index_name")
         record = await self.catalog.create_store(
@@ -181,9 +190,10 @@ class VectorStores:
         return record
 
     async def attach(self, store_id: str, body: CreateVectorStoreFileRequest, *, files_of: str | None = None) -> dict:
-        await self.usable(store_id)
+        await self.usable(store_id, record=False)
         info = await self._upload(body.file_id, "file_id", files_of)
         strategy = body.chunking_strategy.model_dump() if body.chunking_strategy else None
+        await self._recorded(store_id)
         return vector_store_file_object(await self._attach(store_id, info, body.attributes or {}, strategy))
 
     async def list_files(self, store_id: str, *, limit: int, order: str, after: str | None, before: str | None,
@@ -202,7 +212,7 @@ class VectorStores:
 
     async def update_file(self, store_id: str, file_id: str, attributes: dict | None) -> dict:
         """New attributes: the chunks' metadata is rewritten in place (their vectors are kept)."""
-        await self.require(store_id)
+        await self.require(store_id, record=False)  # a store with a file has its record
         record = await self.catalog.get_file(store_id, file_id)
         attributes = attributes or {}
         if record.status == "completed" and record.doc_ids:
@@ -232,7 +242,7 @@ class VectorStores:
                 "has_more": False, "next_page": None}
 
     async def detach(self, store_id: str, file_id: str) -> dict:
-        await self.require(store_id)
+        await self.require(store_id, record=False)
         record = await self.catalog.detach(store_id, file_id)
         await self._drop_chunks(store_id, record)
         return {"id": file_id, "object": "vector_store.file.deleted", "deleted": True}
@@ -252,7 +262,7 @@ class VectorStores:
 
     # --- batches ----------------------------------------------------------------------------------------
     async def create_batch(self, store_id: str, body: CreateFileBatchRequest, *, files_of: str | None = None) -> dict:
-        await self.usable(store_id)
+        await self.usable(store_id, record=False)
         default = body.chunking_strategy.model_dump() if body.chunking_strategy else None
         if body.files is not None:
             entries = [(f.file_id, f.attributes if f.attributes is not None else (body.attributes or {}),
@@ -261,6 +271,7 @@ class VectorStores:
             entries = [(f, body.attributes or {}, default) for f in body.file_ids or []]
         entries = list({e[0]: e for e in entries}.values())  # a file named twice is attached once
         uploads = [await self._upload(file_id, "file_ids", files_of) for file_id, _attrs, _chunking in entries]
+        await self._recorded(store_id)
         batch = await self.catalog.create_batch(store_id, [e[0] for e in entries])
         for info, (_file_id, attributes, chunking) in zip(uploads, entries, strict=True):
             await self._attach(store_id, info, attributes, chunking, batch_id=batch.id)
@@ -273,14 +284,14 @@ class VectorStores:
         return batch_object(batch, [f.status for f in files])
 
     async def cancel_batch(self, store_id: str, batch_id: str) -> dict:
-        await self.require(store_id)
+        await self.require(store_id, record=False)  # a store with a batch has its record
         await self.catalog.cancel_batch(store_id, batch_id)
         return await self.get_batch(store_id, batch_id)
 
     # --- search -----------------------------------------------------------------------------------------
     async def search(self, store_id: str, body: SearchRequest, *, acl: Acl | None = None) -> dict:
         """``acl``: the caller's document ACL (``access.decide.document_acl``; None sees every document)."""
-        await self.usable(store_id)
+        await self.usable(store_id, record=False)  # a search writes no record (a refused one least of all)
         queries = [body.query] if isinstance(body.query, str) else list(body.query)
         shown = queries
         if body.rewrite_query:
@@ -304,7 +315,7 @@ class VectorStores:
                 raise BadRequest(exc.message, param="filters") from None
         best: dict[tuple[str, str], Any] = {}
         for store_id in store_ids:
-            await self.usable(store_id)
+            await self.usable(store_id, record=False)
             if await self.registry.chunking(store_id) is None:
                 continue  # no file ingested yet: nothing to find
             for query in queries:

@@ -14,9 +14,10 @@ lines:
 3. the trailer: ``{"end": true, "documents", "chunks", "sha256"}``, the SHA-256 of every line before it.
 
 ``ArchiveReader`` refuses, with ``ArchiveError`` (a 400), a file that is not gzip, damaged anywhere
-(a flipped byte), truncated (no end of stream, or no trailer), of another format or version, with data
-after the trailer, or whose counts or SHA-256 do not match. The importer writes into a hidden index and
-makes it visible only after ``finish()`` passed, so nothing is ever half imported.
+(a flipped byte), truncated (no end of stream, or no trailer), of another format or of a newer version (both
+versions named: ragengine.formats), with data after the trailer, or whose counts or SHA-256 do not match. The
+importer writes into a hidden index and makes it visible only after ``finish()`` passed, so nothing is ever half
+imported.
 
 The SHA-256 proves the file whole, not who made it: an import is a write like ``POST /index``, and each
 document line is checked as ``/index`` checks a document (issue 41): a non-empty id of at most 512
@@ -39,11 +40,12 @@ from typing import Any
 
 import numpy as np
 
+from ragengine import formats
 from ragengine.errors import BadRequest, PayloadTooLarge
 from ragengine.index.documents import MAX_DOC_ID
 
-FORMAT = "ragengine-index-export"
-VERSION = 1
+FORMAT = formats.EXPORT.name
+VERSION = formats.EXPORT.current
 MAX_LINE = 256 * 1024 * 1024  # one document's line (its text and vectors); beyond it the file is refused
 STEP = 1024 * 1024  # decompressed bytes per step: what one step of a gzip bomb can cost
 # gzip header: magic, deflate, FHCRC set, no mtime, no extra flags, OS unknown; then its CRC16.
@@ -197,9 +199,10 @@ class ArchiveReader:
         if self.header is None:
             if obj.get("format") != FORMAT:
                 raise ArchiveError(f"Import refused: not a ragengine index export (format {obj.get('format')!r}).")
-            if obj.get("version") != VERSION:
-                raise ArchiveError(f"Import refused: export format version {obj.get('version')!r}; this engine reads "
-                                   f"version {VERSION}.")
+            try:  # every version up to this engine's is read; a newer one names both
+                formats.EXPORT.check(obj.get("version"), "the file", advice=formats.NEWER_FILE)
+            except formats.FormatRefused as exc:
+                raise ArchiveError(f"Import refused: {exc}.") from None
             emb = obj.get("embedding")
             if not isinstance(emb, dict) or not isinstance(emb.get("dim"), int) or not isinstance(obj.get("chunking"), dict):
                 raise ArchiveError("Import refused: the export's header lacks its embedding model or chunking.")

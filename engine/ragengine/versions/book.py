@@ -12,10 +12,14 @@ Contract:
   index made before versions with a model of another dimension than the engine's (it cannot be queried
   until a re-index, which reads only the stored text, replaces it).
 - Version states: ``live`` (exactly one), ``building`` (the target of a running re-index), ``retired``
-  (an earlier live version, kept for rollback), ``failed`` (a build that failed; dropped at once).
+  (an earlier live version, kept for rollback), ``rejected`` (built, but the job's gate failed: it never
+  went live; kept, with its scores, so an admin may still activate it), ``failed`` (a build that failed;
+  dropped at once).
 - Writes go to every version in ``write_targets``: the live one and, while a job runs, its target, so a
   version being built misses nothing (the build itself copies what was there before, and a final
   comparison catches a write a crash cut in half).
+- A re-index may carry a ``gate`` (docs/evaluation.md): before the swap the new version is scored on a golden
+  set, and ``reject`` ends the job instead of ``swap`` when it fails.
 - A job (``reindex`` builds a new version; ``activate`` brings a retired one up to date) holds a lease
   (``owner``, ``lease_until``): one replica runs it, another takes it over when the lease runs out.
 - ``swap``: the job's target becomes live in one step (one book write), the old live version is retired,
@@ -31,8 +35,8 @@ from typing import Any
 from ragengine.errors import BadRequest, Conflict, NotFound
 
 SEP = "/"
-LIVE, BUILDING, RETIRED, FAILED = "live", "building", "retired", "failed"
-RUNNING, SUCCEEDED, JOB_FAILED = "running", "succeeded", "failed"
+LIVE, BUILDING, RETIRED, FAILED, REJECTED = "live", "building", "retired", "failed", "rejected"
+RUNNING, SUCCEEDED, JOB_FAILED, JOB_REJECTED = "running", "succeeded", "failed", "rejected"
 REINDEX, ACTIVATE = "reindex", "activate"
 REPLICAS = "/replicas"  # the heartbeats' entry in the books' table (no index name holds a '/')
 
@@ -59,10 +63,12 @@ class Version:
     state: str
     created_at: float
     activated_at: float | None = None
+    evaluation: dict | None = None  # a gated build: the gate's verdict (metric, both scores, thresholds, runs)
 
     def summary(self) -> dict[str, Any]:
         return {"version": self.version, "state": self.state, "embedding_model": self.model, "dim": self.dim,
-                "chunking": self.chunking, "created_at": self.created_at, "activated_at": self.activated_at}
+                "chunking": self.chunking, "created_at": self.created_at, "activated_at": self.activated_at,
+                "evaluation": self.evaluation}
 
 
 @dataclass(frozen=True)
@@ -78,6 +84,7 @@ class Job:
     message: str = ""
     owner: str | None = None
     lease_until: float = 0.0
+    gate: dict | None = None  # {"metric", "minimum", "max_regression", "evaluation_id" | "configured"}
 
     @property
     def running(self) -> bool:
@@ -86,7 +93,7 @@ class Job:
     def summary(self) -> dict[str, Any]:
         return {"id": self.id, "kind": self.kind, "version": self.version, "state": self.state,
                 "documents_done": self.done, "documents_total": self.total, "message": self.message,
-                "started_at": self.started_at, "finished_at": self.finished_at}
+                "started_at": self.started_at, "finished_at": self.finished_at, "gate": self.gate}
 
 
 @dataclass(frozen=True)
@@ -147,15 +154,17 @@ def _with_version(book: Book, version: Version) -> tuple[Version, ...]:
     return tuple(version if v.version == version.version else v for v in book.versions)
 
 
-def start_reindex(book: Book, model: str, dim: int, chunking: dict, job_id: str, now: float) -> Book:
-    """A new version (the next number) for ``model`` and ``chunking``, and the job that builds it."""
+def start_reindex(book: Book, model: str, dim: int, chunking: dict, job_id: str, now: float,
+                  gate: dict | None = None) -> Book:
+    """A new version (the next number) for ``model`` and ``chunking``, and the job that builds it (and, with
+    a ``gate``, scores it before the swap)."""
     running = book.running_job
     if running is not None:
         raise Conflict(f"Index '{book.name}' already has a {running.kind} of version {running.version} running "
                        f"({running.done} of {running.total} documents): wait for it, or cancel it.")
     number = max(v.version for v in book.versions) + 1
     version = Version(number, physical_name(book.name, number), model, dim, chunking, BUILDING, now)
-    job = Job(job_id, REINDEX, number, RUNNING, now)
+    job = Job(job_id, REINDEX, number, RUNNING, now, gate=gate)
     return replace(book, versions=(*book.versions, version), job=job)
 
 
@@ -165,9 +174,9 @@ def start_activate(book: Book, number: int, job_id: str, now: float) -> Book:
     target = book.version(number)
     if number == book.live:
         raise BadRequest(f"Version {number} of index '{book.name}' is already live.")
-    if target.state != RETIRED:
-        raise Conflict(f"Version {number} of index '{book.name}' is {target.state}: only a retired version can be "
-                       "activated.")
+    if target.state not in (RETIRED, REJECTED):
+        raise Conflict(f"Version {number} of index '{book.name}' is {target.state}: only a retired or rejected "
+                       "version can be activated.")
     if target.model is None:
         raise Conflict(f"Version {number} of index '{book.name}' was made with an unknown model: it cannot serve.")
     running = book.running_job
@@ -209,9 +218,22 @@ def progress(book: Book, job_id: str, owner: str, done: int, total: int, message
     return replace(book, job=replace(job, done=done, total=total, message=message, lease_until=now + lease_s))
 
 
-def swap(book: Book, job_id: str, owner: str, now: float, keep: int) -> tuple[Book, list[Version]] | None:
+def _kept(versions: tuple[Version, ...], keep: int, keep_rejected: int) -> tuple[tuple[Version, ...], list[Version]]:
+    """Retired versions beyond the newest ``keep`` (the rollback targets, the most recently live first) and
+    rejected ones beyond the newest ``keep_rejected`` go (returned for the caller to delete)."""
+    def newest(state: str) -> list[Version]:
+        return sorted((v for v in versions if v.state == state), key=lambda v: -(v.activated_at or v.created_at))
+
+    dropped = newest(RETIRED)[max(0, keep):] + newest(REJECTED)[max(0, keep_rejected):]
+    gone = {v.version for v in dropped}
+    return tuple(v for v in versions if v.version not in gone), dropped
+
+
+def swap(book: Book, job_id: str, owner: str, now: float, keep: int,
+         evaluation: dict | None = None) -> tuple[Book, list[Version]] | None:
     """The job's target becomes live in one step; the old live version is retired; retired versions beyond
-    the newest ``keep`` go (returned for the caller to delete). None: the job is not this owner's any more."""
+    the newest ``keep`` go (returned for the caller to delete). None: the job is not this owner's any more.
+    ``evaluation``: the gate's verdict, kept with the version."""
     job = book.running_job
     if job is None or job.id != job_id or job.owner != owner:
         return None
@@ -219,13 +241,27 @@ def swap(book: Book, job_id: str, owner: str, now: float, keep: int) -> tuple[Bo
     target = book.version(job.version)
     versions = _with_version(book, replace(old, state=RETIRED))
     book = replace(book, live=target.version, versions=versions)
-    versions = _with_version(book, replace(target, state=LIVE, activated_at=now))
-    retired = sorted((v for v in versions if v.state == RETIRED), key=lambda v: -(v.activated_at or v.created_at))
-    dropped = retired[max(0, keep):]
-    gone = {v.version for v in dropped}
+    # a rejected version is kept until the next re-index ends (an admin may activate it meanwhile)
+    versions, dropped = _kept(_with_version(book, replace(target, state=LIVE, activated_at=now,
+                                                          evaluation=evaluation or target.evaluation)), keep, 0)
+    message = f"version {target.version} is live" + (f"; {evaluation['message']}" if evaluation else "")
     done = replace(job, state=SUCCEEDED, finished_at=now, done=job.total, owner=None, lease_until=0.0,
-                   message=f"version {target.version} is live")
-    return replace(book, versions=tuple(v for v in versions if v.version not in gone), job=done), dropped
+                   message=message)
+    return replace(book, versions=versions, job=done), dropped
+
+
+def reject(book: Book, job_id: str, owner: str, now: float, keep: int,
+           evaluation: dict) -> tuple[Book, list[Version]] | None:
+    """The gate failed: the job's target stays, ``rejected``, with the verdict (an earlier rejected version goes);
+    the live version keeps serving. None: the job is not this owner's any more."""
+    job = book.running_job
+    if job is None or job.id != job_id or job.owner != owner:
+        return None
+    target = book.version(job.version)
+    versions, dropped = _kept(_with_version(book, replace(target, state=REJECTED, evaluation=evaluation)), keep, 1)
+    done = replace(job, state=JOB_REJECTED, finished_at=now, done=job.total, owner=None, lease_until=0.0,
+                   message=evaluation["message"])
+    return replace(book, versions=versions, job=done), dropped
 
 
 def fail(book: Book, job_id: str, message: str, now: float) -> tuple[Book, list[Version]]:

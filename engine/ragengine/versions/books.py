@@ -15,7 +15,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ragengine.errors import BadRequest
 from ragengine.index import disk
 from ragengine.index.journal import fsync_dir
 
@@ -45,10 +44,6 @@ class FileBooks:
         return await asyncio.to_thread(self._read_all)
 
     async def get(self, name: str) -> dict | None:
-        try:
-            disk.validate_name(name)
-        except BadRequest:  # no index has that name (and the file system may refuse it: ENAMETOOLONG was a 500)
-            return None
         path = self._path(name)
         return await asyncio.to_thread(lambda: json.loads(path.read_text(encoding="utf-8")) if path.exists() else None)
 

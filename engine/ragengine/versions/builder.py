@@ -16,7 +16,10 @@ resumes with a pass that finds only what is left. Progress (documents done of to
 the live version's documents the target holds the same, written to the book at most every second.
 
 Then, on an external store, the swap waits (``reindex_swap_wait_s`` at most) until every replica seen
-lately has loaded the target's model, and swaps in one book write. Queries read the live version and its
+lately has loaded the target's model. A re-index with a ``gate`` is scored first (``reg.gate_check``, which
+the evaluation service sets: the versions layer knows nothing of golden sets): it swaps in one book write
+when the gate passes, and otherwise ends ``rejected``, the target kept with its scores and the live version
+left serving. Queries read the live version and its
 model together from the book, so whatever replica answers, a version is searched with its own model.
 """
 
@@ -140,7 +143,8 @@ async def _run(reg: Any, name: str, job_id: str) -> None:
     if finish is not None:
         await report(total, total, f"{total} of {total} documents; building the vector index", force=True)
         await finish(target.physical)
-    if reg.shared:
+    verdict = await _gate(reg, name, job, report, total)
+    if reg.shared and (verdict is None or verdict["passed"]):
         await _wait_for_replicas(reg, target.model, report, total)
     dropped: list[bk.Version] = []
     swapped: list[bk.Book] = []
@@ -148,7 +152,9 @@ async def _run(reg: Any, name: str, job_id: str) -> None:
     def change(book: bk.Book | None) -> bk.Book | None:
         if book is None:
             return None
-        result = bk.swap(book, job_id, reg.replica, time.time(), reg.settings.index_versions_kept)
+        now, keep = time.time(), reg.settings.index_versions_kept
+        result = (bk.swap(book, job_id, reg.replica, now, keep, verdict) if verdict is None or verdict["passed"]
+                  else bk.reject(book, job_id, reg.replica, now, keep, verdict))
         if result is None:
             return book
         swapped.append(result[0])
@@ -158,9 +164,28 @@ async def _run(reg: Any, name: str, job_id: str) -> None:
     await reg._update(name, change)
     if not swapped:
         raise LostJob(job_id)
-    log.info("index %r: version %d is live (model %r); %d old version(s) dropped", name, target.version, target.model,
-             len(dropped))
+    if verdict is not None and not verdict["passed"]:
+        log.warning("index %r: %s; version %d keeps serving", name, verdict["message"], swapped[0].live)
+    else:
+        log.info("index %r: version %d is live (model %r); %d old version(s) dropped", name, target.version,
+                 target.model, len(dropped))
     await reg._drop(dropped)
+
+
+async def _gate(reg: Any, name: str, job: bk.Job, report: _Progress, total: int) -> dict | None:
+    """The gate's verdict on the built version (None: no gate). Scoring renews the job's lease as it goes."""
+    if job.kind != bk.REINDEX or not job.gate:
+        return None
+    check = getattr(reg, "gate_check", None)
+    if check is None:
+        raise RuntimeError("this re-index has a gate, but the engine runs no evaluation service to apply it")
+
+    async def scoring(message: str) -> None:
+        await report(total, total, f"built; {message}")
+
+    await report(total, total, "built; scoring it on the gate's golden set", force=True)
+    verdict = await check(name, job, scoring)
+    return verdict
 
 
 async def _wait_for_replicas(reg: Any, model: str, report: _Progress, total: int) -> None:

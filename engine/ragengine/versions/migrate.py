@@ -10,7 +10,7 @@ Index versions (docs/versions.md): each index's live version is copied under the
 version book naming the model that made it (so the target engine queries it with that model); earlier and
 half-built versions stay behind.
 
-This is the upgrade path from one engine pod to many: migrate, then set ``spec.vectorStore`` and raise
+This is the upgrade path from one engine pod to many: migrate, then set ``spec.storage.vectorStore`` and raise
 ``engine.replicas``.
 """
 
@@ -24,7 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
+from ragengine import formats
 from ragengine.index import disk
+from ragengine.index.places import chunk_places
 from ragengine.index.state import IndexState
 from ragengine.stores.base import ChunkWrite, DocumentRace, DocWrite, StoreAdapter
 
@@ -52,6 +54,7 @@ def faiss_indexes(data_dir: Path) -> Iterator[tuple[str, Path, int]]:
     root = disk.index_root(data_dir)
     if not root.is_dir():
         raise FileNotFoundError(f"{data_dir} has no indexes/ folder: is it an engine data directory?")
+    formats.read_data_version(data_dir)  # a folder a newer engine wrote is refused (FormatRefused), not guessed at
     live = {_live(b)["physical"]: name for name, b in _books(data_dir).items()}
     for path in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
         meta = json.loads((path / "index.json").read_text(encoding="utf-8"))
@@ -83,7 +86,9 @@ def doc_batches(state: IndexState) -> Iterator[tuple[list[DocWrite], np.ndarray]
     batch: list[DocWrite] = []
     slots: list[int] = []
     for rec in state.docs.values():
-        chunks = [ChunkWrite(i, rec.chunk_text(i), tokens=rec.chunk_tokens(i)) for i in range(len(rec.slots))]
+        places = chunk_places(rec.text, rec.metadata, rec.spans if rec.spans is not None else [(0, len(rec.text))])
+        chunks = [ChunkWrite(i, rec.chunk_text(i), tokens=rec.chunk_tokens(i), place=places[i] or None)
+                  for i in range(len(rec.slots))]
         batch.append(DocWrite(rec.doc_id, rec.text, rec.metadata, chunks))
         slots.extend(rec.slots)
         if len(batch) >= BATCH_DOCS:

@@ -36,6 +36,7 @@ from ragengine.index import disk
 from ragengine.index.chunking import new_index_config
 from ragengine.index.documents import NewDoc, clean_documents, content_id
 from ragengine.index.types import RetrievedNode
+from ragengine.retrieval import filters as flt
 from ragengine.versions import archive
 from ragengine.versions import book as bk
 from ragengine.versions.book import Book
@@ -69,6 +70,10 @@ class VersionedRegistry:
         self._beat_at = 0.0
         self._books_ok = False
         self._wake = asyncio.Event()
+        # Set by the evaluation service (docs/evaluation.md): scores a gated re-index's version before its swap,
+        # and the gate every re-index that names none gets (the engine's evaluation file; None: none).
+        self.gate_check: Callable[..., Any] | None = None
+        self.default_gate: Callable[[str], dict | None] = lambda _name: None
         inner.model_for = self.model_for
 
     # -- what the rest of the engine reads ---------------------------------------------------------
@@ -179,6 +184,12 @@ class VersionedRegistry:
             if job is not None:
                 entry["reindex"] = {"kind": job.kind, "version": job.version, "documents_done": job.done,
                                     "documents_total": job.total}
+            last = book.job
+            if last is not None and last.state == bk.JOB_REJECTED:  # the operator's Reindexing condition says why
+                verdict = book.version(last.version).evaluation if last.version in _numbers(book) else None
+                entry["rejected"] = {"version": last.version, "message": last.message, "at": last.finished_at,
+                                     **{k: (verdict or {}).get(k) for k in ("metric", "candidate", "baseline",
+                                                                            "minimum", "max_regression")}}
             indexes[name] = entry
         out = {**inner, "indexes": indexes,
                "embedding": {"target": target_digest(self.embedders.target), "generation": self.generation,
@@ -188,7 +199,13 @@ class VersionedRegistry:
         return out
 
     # -- start / stop ------------------------------------------------------------------------------
-    async def start(self) -> None:
+    async def start(self, read_only: bool = False) -> None:
+        """``read_only`` (FAISS only): a stand-by's registry, the books as they are, no adoption, clean-up,
+        target or jobs (each writes), for reads only until the process takes the folder over."""
+        if read_only:
+            await self.inner.start(read_only=True)
+            await self._reload()
+            return
         await self.inner.start()
         try:
             await self._prepare()
@@ -198,6 +215,7 @@ class VersionedRegistry:
 
     async def _prepare(self) -> None:
         await self._reload()
+        await self._finish_deletes()
         await self._adopt()
         await self._collect()
         await self._follow_target()
@@ -232,21 +250,37 @@ class VersionedRegistry:
             await self._update(physical, _or(book))
 
     async def _collect(self) -> None:
-        """Drop physical indexes no book refers to: what a crash left of a dropped version or an import."""
+        """Drop physical indexes no book refers to: what a crash left of a dropped version, a replaced index, a
+        load or an import (on FAISS also those a crash left unreadable: a load cut short in its copy)."""
         used = {p for b in self._books.values() for p in b.physicals()}
         now = time.time()
-        for physical in await self._physicals():
+        leftovers = [p for p in self._corrupt() if bk.is_internal(p)]
+        for physical in await self._physicals() + leftovers:
             name = bk.logical_name(physical)
             if physical in used or name in self._deleting or (not bk.is_internal(physical) and name not in self._books):
                 continue
             rest = physical.split(bk.SEP, 1)[1] if bk.is_internal(physical) else ""
-            if rest.startswith("import-"):
+            if rest.startswith("import-") and self.shared:
                 started = float(rest.split("-")[1]) if rest.split("-")[1].isdigit() else 0.0
                 if now - started < IMPORT_STALE_S:
                     continue  # an import under way (perhaps on another replica)
             log.info("dropping index %r: no version of %r refers to it", physical, name)
             with contextlib.suppress(NotFound):
                 await self.inner.delete_index(physical)
+
+    async def _finish_deletes(self) -> None:
+        """Indexes whose delete a crash cut short (their book still says ``deleting``): finish it, so the name
+        does not stay taken by an index nobody sees."""
+        for name, data in (await self.books.all()).items():
+            if name == bk.REPLICAS or not data.get("deleting"):
+                continue
+            log.info("index %r: finishing its delete", name)
+            for v in Book.from_dict(data).versions:
+                with contextlib.suppress(NotFound):
+                    await self.inner.delete_index(v.physical)
+            await self.books.update(name, lambda cur: None if cur is not None and cur.get("deleting") else cur)
+            self._remember(name, None)
+            self._deleting.discard(name)
 
     # -- the target model ------------------------------------------------------------------------------
     async def set_target(self, ref: ModelRef, generation: int | None) -> None:
@@ -285,7 +319,8 @@ class VersionedRegistry:
                 dropped.extend(gone)
             book = bk.follow_target(book, key, generation)
             if book.live_version.model != key and book.running_job is None:
-                book = bk.start_reindex(book, key, embedder.dim, config, uuid.uuid4().hex[:12], time.time())
+                book = bk.start_reindex(book, key, embedder.dim, config, uuid.uuid4().hex[:12], time.time(),
+                                        self.default_gate(name))
                 log.info("index %r: re-indexing to %r as version %d", name, key, book.running_job.version)  # type: ignore[union-attr]
             return book
 
@@ -449,17 +484,45 @@ class VersionedRegistry:
         return await self.inner.persist(book.live_version.physical, path)
 
     async def load(self, name: str, path: str | None, overwrite: bool) -> str:
+        """Index ``name`` from a ``/persist`` copy, replacing the index with ``overwrite``. The copy is checked and
+        read into a hidden index first (a bad path, a missing folder or a damaged copy is refused there, with
+        nothing touched), then becomes the index in one book write; the old versions are dropped after it (a
+        crash between the two leaves them to ``_collect`` at the next start). Never a moment without the index."""
         disk.validate_name(name)
         if name in self._books and not overwrite:
             raise Conflict(f"Index '{name}' already exists. Use a different name or delete the existing index first.")
-        if name in self._books:
-            await self.delete_index(name)
-        where = await self.inner.load(name, path, overwrite)
-        dim = await self.inner.dim_of(name)
-        model = self.embedders.target.key if dim == self.embedders.default.dim else None
-        book = bk.follow_target(bk.new_book(name, model, int(dim or 0), await self.inner.config_of(name), time.time()),
-                                self.embedders.target.key, self.generation)
-        await self._update(name, lambda _cur: book)
+        hidden = f"{name}{bk.SEP}load-{int(time.time())}-{uuid.uuid4().hex[:8]}"
+        old: list[bk.Version] = []
+        try:
+            where = await self.inner.load(hidden, path if path is not None else disk.dir_name(name))
+            dim = await self.inner.dim_of(hidden)
+            model = self.embedders.target.key if dim == self.embedders.default.dim else None
+            fresh = bk.new_book(name, model, int(dim or 0), await self.inner.config_of(hidden), time.time())
+            fresh = bk.follow_target(fresh, self.embedders.target.key, self.generation)
+            fresh = dataclasses.replace(fresh, versions=(dataclasses.replace(fresh.versions[0], physical=hidden),))
+
+            def swap(cur: Book | None) -> Book:
+                if cur is not None:
+                    if not overwrite:
+                        raise Conflict(f"Index '{name}' was created while the copy was read: nothing was loaded.")
+                    old.extend(cur.versions)
+                return fresh
+
+            await self._update(name, swap)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                if self.inner.exists(hidden):
+                    await self.inner.delete_index(hidden)
+            raise
+        task = self._jobs.pop(name, None)  # a job of the replaced index has nothing left to build
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await self._drop(old)
+        if name in self._corrupt():  # an index made before versions that could not be loaded: replaced now
+            with contextlib.suppress(NotFound):
+                await self.inner.delete_index(name)
         return where
 
     # -- reads -------------------------------------------------------------------------------------
@@ -482,7 +545,13 @@ class VersionedRegistry:
         live = await self._live(index_name)
         return await self.inner.list_documents(live.physical, **kwargs)
 
-    async def retrieve(self, index_name: str, query: str, top_k: int, **kwargs: Any) -> list[RetrievedNode]:
+    async def retrieve(self, index_name: str, query: str, top_k: int, *, version: int | None = None,
+                       **kwargs: Any) -> list[RetrievedNode]:
+        """The live version's answer; ``version``: that version's, whatever is live (evaluations)."""
+        if version is not None:
+            target = await self.servable(index_name, version)
+            SERVED.set((target.version, target.model))  # type: ignore[arg-type]  # servable: a known model
+            return await self.inner.retrieve(target.physical, query, top_k, **kwargs)
         live = await self._live(index_name)
         try:
             return await self.inner.retrieve(live.physical, query, top_k, **kwargs)
@@ -493,6 +562,30 @@ class VersionedRegistry:
             self._remember(index_name, await self.books.get(index_name))
             live = await self._live(index_name)
             return await self.inner.retrieve(live.physical, query, top_k, **kwargs)
+
+    async def get_document(self, index_name: str, doc_id: str, *, acl: Any = None) -> NewDoc | None:
+        """One whole document of the live version (None when there is none, or ``acl`` hides it: the
+        caller's document ACL, ``access.decide.document_acl``); a missing index is NotFound, as on reads."""
+        live = await self._live(index_name)
+        doc = (await self.inner.fetch(live.physical, [doc_id])).get(doc_id)
+        return doc if doc is not None and (acl is None or flt.matches(acl, doc.metadata)) else None
+
+    async def servable(self, name: str, version: int) -> bk.Version:
+        """Version ``version`` of the index, when it can be searched (it has data and a known model)."""
+        book = await self._fresh(name) if self.shared else None
+        target = (book or await self.book(name)).version(version)
+        if target.model is None:
+            raise Conflict(f"Version {version} of index '{name}' was made with an unknown model: it cannot be searched.")
+        if not self.inner.exists(target.physical) and not self.shared:
+            raise Conflict(f"Version {version} of index '{name}' holds no data yet.")
+        await self.embedders.get(target.model)
+        return target
+
+    async def present(self, name: str, version: int, doc_ids: list[str]) -> dict[str, dict]:
+        """The metadata of those of ``doc_ids`` that version ``version`` holds (evaluations count the others)."""
+        target = await self.servable(name, version)
+        found = await self.inner.fetch(target.physical, doc_ids) if doc_ids else {}
+        return {d: dict(doc.metadata or {}) for d, doc in found.items()}
 
     # -- versions and jobs (the API) -----------------------------------------------------------------
     async def versions(self, name: str) -> dict:
@@ -506,9 +599,11 @@ class VersionedRegistry:
         return out
 
     async def reindex(self, name: str, chunking: dict | None, model: str | None,
-                      only_if_changed: bool = False) -> tuple[dict, bool]:
+                      only_if_changed: bool = False, gate: dict | None = None) -> tuple[dict, bool]:
         """Start building a new version; -> (the book's summary, whether a job started). ``only_if_changed``:
-        not when the live version (or the running job's target) already has this model and chunking."""
+        not when the live version (or the running job's target) already has this model and chunking.
+        ``gate``: score it before the swap (default: the engine's configured gate for this index, if any)."""
+        gate = gate or self.default_gate(name)
         await self.book(name)
         key = ModelRef.parse(model).key if model else self.embedders.target.key
         try:  # a model that cannot load is refused now, not in the background
@@ -529,7 +624,7 @@ class VersionedRegistry:
             if only_if_changed and any((v.model, v.chunking) == (key, config) for v in have):
                 return book
             started.append(True)
-            return bk.start_reindex(book, key, embedder.dim, config, uuid.uuid4().hex[:12], time.time())
+            return bk.start_reindex(book, key, embedder.dim, config, uuid.uuid4().hex[:12], time.time(), gate)
 
         new = await self._update(name, change)
         assert new is not None
@@ -715,6 +810,10 @@ class VersionedRegistry:
 
 def _or(book: Book) -> Callable[[Book | None], Book]:
     return lambda cur: cur or book
+
+
+def _numbers(book: Book) -> set[int]:
+    return {v.version for v in book.versions}
 
 
 def _exists(book: Book | None, name: str) -> Book:

@@ -1,5 +1,13 @@
 """Read what status is computed from: the child Deployments, their pods when something is wrong,
-the kubelet's mount-failure Events of stuck pods, and (url mode) whether the external LLM answers."""
+the kubelet's mount-failure Events of stuck pods, (url mode) whether the external LLM answers, and what the
+engine says of itself (``/health``: its indexes; ``/ready`` of an unready pod: why).
+
+The engine's image is the tenant's to choose, so the engine is as untrusted as the LLM's URL: every call to
+it runs under one total deadline and a byte cap (net/http.py). A body larger than the cap is refused after
+the cap, not read whole (one engine answering 1.6 GB took the operator from 60 to 1,660 MiB), and one that
+trickles a byte a second is cut at the deadline (it held a reconcile, and the worker thread running it, for
+as long as it kept trickling: 16 such engines stalled every tenant's reconciles).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +15,6 @@ import json
 import time
 from typing import Any
 
-import httpx
 from kubernetes.dynamic import DynamicClient
 
 from .. import constants as c
@@ -16,10 +23,9 @@ from ..manifests.engine_env import served_model
 from ..manifests.guardrails import POLICY_KEY, policy_configmap_name
 from ..manifests.inference import inference_name, model_cache_pvc_name
 from ..manifests.labels import Owner
+from ..net.egress import EgressPolicy
+from ..net.http import Deadline, FetchError, TooLarge, pinned_get, read_body, request
 from ..reconcile.status import Observed, container_failure
-from ..sources.egress import EgressPolicy
-from ..sources.fetched import Deadline, FetchError
-from ..sources.web import TooLarge, pinned_get, read_body
 from ..spec import RAGEngineSpec
 from .apply import get, list_objects
 
@@ -27,7 +33,9 @@ MOUNT_FAILURES = ("FailedMount", "FailedAttachVolume")  # incl. Multi-Attach err
 PROBE_TIMEOUT_SECONDS = 3.0
 PROBE_CACHE_SECONDS = 10.0
 PROBE_MAX_BYTES = 1024 * 1024
-ENGINE_PROBE_TIMEOUT_SECONDS = 1.0
+ENGINE_PROBE_TIMEOUT_SECONDS = 1.0  # GET /ready of one pod, the whole call
+READY_MAX_BYTES = 64 * 1024  # {"status": ..., "reason": ...}
+PODS_ASKED = 3  # unready pods asked why, at most, per status
 _probe_cache: dict[tuple[str, str | None], tuple[float, str | None]] = {}
 
 
@@ -71,40 +79,51 @@ def _running_unready(pod: dict[str, Any]) -> bool:
     return st.get("phase") == "Running" and ready == "False" and bool(st.get("podIP"))
 
 
+def _pod_url(pod: dict[str, Any], path: str) -> str:
+    ip = pod["status"]["podIP"]
+    return f"http://{f'[{ip}]' if ':' in ip else ip}:{c.ENGINE_PORT}{path}"
+
+
 def engine_readiness_reason(pods: list[dict[str, Any]]) -> str | None:
     """The `reason` of GET /ready of a running, unready engine pod (what its readiness probe sees).
 
-    The kubelet's probe result carries no body, so the operator asks one pod itself (best effort,
-    1 s): e.g. "the index store did not answer" or "LLM at ... is unreachable".
+    The kubelet's probe result carries no body, so the operator asks the pod itself (best effort, at most
+    ``PODS_ASKED`` pods, each call 1 s in all and 64 KiB): e.g. "the index store did not answer" or "LLM at
+    ... is unreachable".
     """
+    asked = 0
     for pod in pods:
-        if not _running_unready(pod) or container_failure([pod]):
+        if asked >= PODS_ASKED or not _running_unready(pod) or container_failure([pod]):
             continue
+        asked += 1
         try:
-            resp = httpx.get(f"http://{pod['status']['podIP']}:{c.ENGINE_PORT}/ready", timeout=ENGINE_PROBE_TIMEOUT_SECONDS)
-            if resp.status_code == 503:
-                return str(resp.json().get("reason") or "GET /ready answered 503")
-        except (httpx.HTTPError, ValueError, AttributeError):
+            reply = request("GET", _pod_url(pod, "/ready"), timeout_s=ENGINE_PROBE_TIMEOUT_SECONDS,
+                            max_bytes=READY_MAX_BYTES)
+            if reply.status_code == 503:
+                return str(reply.json().get("reason") or "GET /ready answered 503")[:1024]
+        except (FetchError, TooLarge, ValueError, AttributeError):
             continue
     return None
 
 
-HEALTH_TIMEOUT_SECONDS = 2.0
+HEALTH_TIMEOUT_SECONDS = 2.0  # the whole call: resolving, connecting, the answer
+HEALTH_MAX_BYTES = 1024 * 1024  # about 3,000 indexes' entries; status.indexes lists 100
 
 
 def engine_health(url: str, key: str | None = None) -> tuple[dict[str, Any] | None, str | None]:
     """(the engine's GET /health, None) or (None, why not): how its indexes stand (versions, re-indexes, its
     target model's digest). ``key``: that engine's status key (manifests/status_key.py), without which an
     engine that requires its key names no index. Where the engine's NetworkPolicy does not admit the
-    operator's namespace it times out (docs/versions.md)."""
+    operator's namespace it times out (docs/versions.md). One deadline and one byte cap for the whole call."""
     headers = {"Authorization": f"Bearer {key}"} if key else {}
+    target = url.rstrip("/") + "/health"
     try:
-        resp = httpx.get(url.rstrip("/") + "/health", headers=headers, timeout=HEALTH_TIMEOUT_SECONDS)
-        body = resp.json()
-    except (httpx.HTTPError, ValueError) as exc:
-        return None, f"GET {url}/health failed: {type(exc).__name__}: {exc}"[:512]
-    if resp.status_code != 200 or not isinstance(body, dict) or "indexes" not in body:
-        return None, f"GET {url}/health answered HTTP {resp.status_code} without the indexes"
+        reply = request("GET", target, timeout_s=HEALTH_TIMEOUT_SECONDS, max_bytes=HEALTH_MAX_BYTES, headers=headers)
+        body = reply.json()
+    except (FetchError, TooLarge, ValueError) as exc:
+        return None, f"GET {target} failed: {type(exc).__name__}: {exc}"[:512]
+    if reply.status_code != 200 or not isinstance(body, dict) or "indexes" not in body:
+        return None, f"GET {target} answered HTTP {reply.status_code} without the indexes"
     return body, None
 
 

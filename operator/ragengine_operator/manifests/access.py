@@ -8,11 +8,18 @@ ServiceAccount principals, the engine's own ServiceAccount and its ``system:auth
 - The Secret is mounted as a directory (a ``subPath`` mount never sees updates); the engine re-reads the file
   when the kubelet swaps it, so an edit reaches running engines without a restart. Nothing about the file
   enters the pod template's config hash: an access change never rolls the engine.
-- ServiceAccount rules need TokenReview: the engine runs as ``<name>-engine`` (or
-  ``spec.engine.serviceAccountName``) with its token mounted, and a ClusterRoleBinding grants it
-  ``system:auth-delegator``. The binding is cluster-scoped, so it cannot have the RAGEngine as owner: it is
-  labelled with the RAGEngine's namespace, name and uid, and the controller deletes it when the rules no
-  longer need it or the RAGEngine is gone (``Controller.sweep_bindings``).
+- ServiceAccount rules need TokenReview: the engine runs as ``<name>-engine``, an account the operator makes
+  for it alone, with its token mounted, and a ClusterRoleBinding grants that account ``system:auth-delegator``.
+  Never an account the tenant names (``spec.engine.serviceAccountName`` then does not apply, and the CRD
+  refuses setting both): the cluster-wide role would reach every pod running as it. The binding is
+  cluster-scoped, so it cannot have the RAGEngine as owner: it is labelled with the RAGEngine's namespace,
+  name and uid, and the controller deletes it when the rules no longer need it or the RAGEngine is gone
+  (``Controller.sweep_bindings``). Its name is a hash of namespace and name (``binding_name``): the readable
+  ``ragengine-tokenreview-<namespace>-<name>`` of earlier releases collides (``team/a-kb`` and
+  ``team-a/kb``), so one tenant could hold the name another's binding needs; those are deleted once the
+  hashed one is applied (``legacy_binding_name``).
+- ``spec.access.audience`` may not be the API server's own (``API_AUDIENCES``, and what the controller learns
+  from the cluster: ``api_audience_refusal``): the engine would collect callers' tokens that open the API.
 """
 
 from __future__ import annotations
@@ -56,9 +63,18 @@ def needs_token_review(spec: RAGEngineSpec) -> bool:
     return spec.access is not None and bool(spec.access.service_accounts)
 
 
-def engine_account(owner: Owner, spec: RAGEngineSpec) -> str:
-    """The engine's ServiceAccount when it reviews tokens: the spec's own, else one the operator makes."""
-    return spec.engine.service_account_name or owner.child("engine")
+def engine_account(owner: Owner) -> str:
+    """The engine's ServiceAccount when it reviews tokens: one the operator makes for it alone."""
+    return owner.child("engine")
+
+
+def audience_refusal(owner: Owner, access: AccessSpec, api_audiences: frozenset[str]) -> str | None:
+    """Why the rules' audience may not be used in this cluster (it is one the API server accepts), or None."""
+    audience = access.audience or default_audience(owner)
+    if access.service_accounts and audience in api_audiences:
+        return (f"access.audience {audience!r} is this cluster's API server audience: callers would hand the engine "
+                "tokens that open the API; choose another, such as the default ragengine.io/<namespace>/<name>")
+    return None
 
 
 def render_access(owner: Owner, access: AccessSpec, keys: dict[tuple[str, str], str]) -> str:
@@ -108,10 +124,14 @@ def engine_service_account(owner: Owner) -> dict[str, Any]:
 
 
 def binding_name(owner: Owner) -> str:
-    name = f"ragengine-tokenreview-{owner.namespace}-{owner.name}"
-    if len(name) <= 253:
-        return name
+    """A hash of namespace and name ('/' cannot be in either): no two RAGEngines share it."""
     return f"ragengine-tokenreview-{hashlib.sha256(f'{owner.namespace}/{owner.name}'.encode()).hexdigest()[:32]}"
+
+
+def legacy_binding_name(owner: Owner) -> str:
+    """The name earlier releases gave the binding (readable, and ambiguous): deleted when it is this RAGEngine's."""
+    name = f"ragengine-tokenreview-{owner.namespace}-{owner.name}"
+    return name if len(name) <= 253 else binding_name(owner)
 
 
 def tokenreview_binding(owner: Owner, account: str) -> dict[str, Any]:
@@ -137,5 +157,5 @@ def mount_access(pod: dict[str, Any], container: dict[str, Any], owner: Owner, s
     container.setdefault("env", []).append(
         {"name": EngineSettings.env_name("access_file"), "value": f"{ACCESS_DIR}/{ACCESS_FILE}"})
     if needs_token_review(spec):
-        pod["spec"]["serviceAccountName"] = engine_account(owner, spec)
+        pod["spec"]["serviceAccountName"] = engine_account(owner)  # over spec.engine.serviceAccountName
         pod["spec"]["automountServiceAccountToken"] = True  # its own token, for TokenReview only

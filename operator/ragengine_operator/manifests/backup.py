@@ -39,7 +39,7 @@ def backup_pvc(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
     assert spec.backup is not None
     volume = spec.backup.volume
     return pvc(owner, backup_name(owner), c.COMPONENT_BACKUP, volume.size, volume.storage_class_name, "ReadWriteOnce",
-               retain=spec.storage.reclaim_policy == "Retain")
+               retain=spec.storage.volume.reclaim_policy == "Retain")
 
 
 def backup_command(owner: Owner, spec: RAGEngineSpec) -> list[str]:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
 from .. import constants as c
 from ..spec import RAGEngineSpec
 from .access import mount_access
-from .engine_env import embedding_file, engine_env, secret_refs
+from .engine_env import TERMINATION_GRACE_S, embedding_file, engine_env, secret_refs
+from .evaluation import mount_evaluation
 from .guardrails import policy_mount, policy_volume
 from .labels import (
     Owner,
@@ -60,7 +62,7 @@ def endpoint(owner: Owner) -> str:
 
 
 def engine_data_pvc(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
-    s = spec.storage
+    s = spec.storage.volume
     return pvc(owner, data_pvc_name(owner), c.COMPONENT_ENGINE, s.size, s.storage_class_name, "ReadWriteOnce",
                retain=s.reclaim_policy == "Retain")
 
@@ -92,7 +94,7 @@ def engine_deployment(owner: Owner, spec: RAGEngineSpec, secrets: dict[str, str]
     }
     volumes: list[dict[str, Any]] = [
         # External store: no index on the pod, /data is scratch (model cache, temp files).
-        {"name": "data", "emptyDir": {}} if spec.vector_store.external else
+        {"name": "data", "emptyDir": {}} if spec.storage.vector_store.external else
         {"name": "data", "persistentVolumeClaim": {"claimName": data_pvc_name(owner)}},
         {"name": "tmp", "emptyDir": {"sizeLimit": TMP_SIZE}},
         # a directory (no subPath): the kubelet updates it in place when spec.embedding changes
@@ -105,7 +107,7 @@ def engine_deployment(owner: Owner, spec: RAGEngineSpec, secrets: dict[str, str]
         "spec": {
             "containers": [container],
             "volumes": volumes,
-            "terminationGracePeriodSeconds": 60,  # lets the engine flush its journal
+            "terminationGracePeriodSeconds": TERMINATION_GRACE_S,  # preStop, drain, final snapshot
             **locked_down_pod(UID),
         },
     }
@@ -115,13 +117,16 @@ def engine_deployment(owner: Owner, spec: RAGEngineSpec, secrets: dict[str, str]
     if eng.tolerations:
         pod["spec"]["tolerations"] = [t.model_dump(by_alias=True, exclude_none=True) for t in eng.tolerations]
     apply_pod_options(pod, container, eng)
+    if not spec.storage.vector_store.external:
+        beside_the_volume(pod, owner)
     mount_access(pod, container, owner, spec)  # spec.access: the access file (and a ServiceAccount for TokenReview)
+    mount_evaluation(pod, container, owner, spec)  # spec.evaluation: the evaluation file and the golden set
     template = stamp_template(pod, pick(secrets, {ref.name for ref in secret_refs(spec, owner).values()}))
     dep_spec: dict[str, Any] = {
-        # faiss: Recreate, the index volume is ReadWriteOnce and the engine its single writer.
-        # External store: stateless replicas roll one new pod in before an old one goes.
-        "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}
-        if spec.vector_store.external else {"type": "Recreate"},
+        # One new pod in before an old one goes. External store: stateless replicas. faiss: the new pod starts
+        # beside the old one on its node (beside_the_volume) as a stand-by that serves reads, and takes the
+        # index volume over once the old one has stopped (ragengine/handover.py): no gap (issue 48).
+        "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
         "revisionHistoryLimit": 3,
         "selector": {"matchLabels": selector(owner, c.COMPONENT_ENGINE)},
         "template": template,
@@ -135,6 +140,22 @@ def engine_deployment(owner: Owner, spec: RAGEngineSpec, secrets: dict[str, str]
         "metadata": metadata(owner, engine_deployment_name(owner), c.COMPONENT_ENGINE),
         "spec": dep_spec,
     }
+
+
+def beside_the_volume(pod: dict[str, Any], owner: Owner) -> None:
+    """faiss: a new engine pod must land on the node of the pod it replaces. The index volume is ReadWriteOnce
+    (mounted on one node at a time; ReadWriteOncePod would admit one pod, and the surge pod would wait for the
+    old one forever), and the engines' writer lock is a flock, which holds within one node's kernel. So a
+    required podAffinity to this RAGEngine's own engine pods, per node (added to spec.engine.affinity). The
+    first pod has none to join: "If the current Pod being scheduled is the first in a series that have
+    affinity to themselves, it is allowed to be scheduled if it passes all other affinity checks" (Kubernetes,
+    Assigning Pods to Nodes: https://kubernetes.io/docs/concepts/scheduling-eviction/assign-pod-node/
+    #scheduling-a-group-of-pods-with-inter-pod-affinity-to-themselves), as after a node failure, once the lost
+    pod is deleted. A node with no room for the surge pod stalls the roll; the old pod serves meanwhile."""
+    affinity = pod["spec"]["affinity"] = copy.deepcopy(pod["spec"].get("affinity") or {})
+    terms = affinity.setdefault("podAffinity", {}).setdefault("requiredDuringSchedulingIgnoredDuringExecution", [])
+    terms.append({"labelSelector": {"matchLabels": selector(owner, c.COMPONENT_ENGINE)},
+                  "topologyKey": "kubernetes.io/hostname"})
 
 
 def engine_pdb(owner: Owner) -> dict[str, Any]:
@@ -168,8 +189,8 @@ def engine_network_policy(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
     peers.append(sync_pods_peer(owner))
     if spec.backup is not None:  # the backup CronJob's pods export every index through the API
         peers.append({"podSelector": {"matchLabels": selector(owner, c.COMPONENT_BACKUP)}})
-    if spec.monitoring is not None:  # Prometheus scrapes /metrics on the same port
-        peers += [peer.model_dump(by_alias=True, exclude_none=True) for peer in spec.monitoring.scrape_from]
+    if spec.observability.metrics is not None:  # Prometheus scrapes /metrics on the same port
+        peers += [peer.model_dump(by_alias=True, exclude_none=True) for peer in spec.observability.metrics.scrape_from]
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",

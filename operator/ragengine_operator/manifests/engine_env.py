@@ -26,6 +26,11 @@ from .status_key import status_key_sha256
 # keep-alive timeout, so no connection is left that was never told (ragengine/shutdown.py). The pod's
 # grace period covers the preStop sleep, this and uvicorn's 30 s graceful shutdown.
 SHUTDOWN_DRAIN_S = 5
+# The engine pod's grace period: the preStop sleep, the drain, uvicorn's 30 s graceful shutdown and the final
+# snapshot. A FAISS pod's replacement holds its writes until the old process is gone (ragengine/handover.py):
+# at the latest the grace period after the old pod was deleted, then its own start; a minute covers that.
+TERMINATION_GRACE_S = 60
+HANDOVER_WAIT_S = TERMINATION_GRACE_S + 60
 
 # spec path -> EngineSettings field (values).
 SPEC_TO_ENGINE = {
@@ -38,38 +43,41 @@ SPEC_TO_ENGINE = {
     "retrieval.noContext": "no_context",
     "retrieval.hybrid": "hybrid",
     "retrieval.rerankModel": "rerank_model",
-    "vectorStore.type": "vector_store",
-    "vectorStore.prefix": "vector_store_prefix",
-    "vectorStore.hnsw.m": "hnsw_m",
-    "vectorStore.hnsw.efConstruction": "hnsw_ef_construction",
-    "vectorStore.hnsw.efSearch": "hnsw_ef_search",
-    "vectorStore.hnsw.threshold": "store_hnsw_threshold",
-    "vectorStore.compression": "vector_compression",
-    "vectorStore.keywordIndex": "store_keyword_index",
+    "storage.vectorStore.type": "vector_store",
+    "storage.vectorStore.prefix": "vector_store_prefix",
+    "storage.vectorStore.hnsw.m": "hnsw_m",
+    "storage.vectorStore.hnsw.efConstruction": "hnsw_ef_construction",
+    "storage.vectorStore.hnsw.efSearch": "hnsw_ef_search",
+    "storage.vectorStore.hnsw.threshold": "store_hnsw_threshold",
+    "storage.vectorStore.compression": "vector_compression",
+    "storage.vectorStore.keywordIndex": "store_keyword_index",
     "retrieval.screenIndexes": "screen_indexes",
     "guardrails.enabled": "guardrails_policy",  # the mounted ConfigMap's file (manifests/guardrails.py)
     "guardrails.failOpen": "guardrails_fail_open",
+    "mcp.enabled": "mcp_enabled",
+    "mcp.descriptions": "mcp_descriptions",
+    "console.enabled": "console_enabled",
 }
 # spec path of a SecretKeyRef -> EngineSettings field (valueFrom.secretKeyRef).
 SECRET_TO_ENGINE = {
     "inference.apiKeySecretRef": "llm_api_key",
-    "embedding.apiKeySecretRef": "embedding_api_key",
+    "embedding.remote.apiKeySecretRef": "embedding_api_key",
     "auth.apiKeySecretRef": "api_key",
-    "vectorStore.connectionSecretRef": "vector_store_url",  # postgres: also database_url (sessions shared)
-    "sessions.databaseSecretRef": "database_url",
+    "storage.vectorStore.connectionSecretRef": "vector_store_url",  # postgres: also database_url (sessions shared)
+    "storage.sessions.databaseSecretRef": "database_url",
 }
 # spec paths that shape other objects (vLLM, volumes, the engine Deployment), not engine settings.
 OPERATOR_ONLY = {
     # the engine's embedding file (a ConfigMap it watches: embedding_file), so a new model re-indexes without
     # a restart; tests/operator/test_engine_env_contract.py parses it back with the engine's own reader
-    "embedding.model", "embedding.url",
+    "embedding.local.model", "embedding.remote.url",
     # the backup CronJob and its volume (manifests/backup.py)
     "backup.schedule", "backup.retention", "backup.volume.claimName", "backup.volume.size",
     "backup.volume.storageClassName",
     "inference.image", "inference.gpus", "inference.replicas", "inference.args", "inference.nodeSelector",
     "inference.tolerations", "inference.resources", "inference.modelCache.size",
     "inference.modelCache.storageClassName", "inference.modelCache.accessMode", "inference.hfTokenSecretRef",
-    "engine.image", "engine.replicas", "engine.resources", "storage.size", "storage.storageClassName",
+    "engine.image", "engine.replicas", "engine.resources", "storage.volume.size", "storage.volume.storageClassName",
     "inference.autoscaling.minReplicas", "inference.autoscaling.maxReplicas",
     "inference.autoscaling.targetCPUUtilizationPercentage", "inference.startupTimeout",
     *(f"{component}.{field}" for component in ("inference", "engine") for field in (
@@ -77,16 +85,21 @@ OPERATOR_ONLY = {
         "runtimeClassName", "serviceAccountName", "topologySpreadConstraints")),
     "engine.nodeSelector", "engine.tolerations", "inference.gpuResourceName",
     "engine.autoscaling.minReplicas", "engine.autoscaling.maxReplicas", "engine.autoscaling.targetCPUUtilizationPercentage",
-    "storage.reclaimPolicy",  # the PVCs' owner references
+    "storage.volume.reclaimPolicy",  # the PVCs' owner references
     "auth.enabled",  # whether api_key is set at all, from spec.auth's Secret or the generated one
     "engine.networkPolicy.enabled",
     "guardrails.configMapRef.name",  # the policy volume (manifests/guardrails.py)
+    # the engine's evaluation file and the golden set's volume (manifests/evaluation.py), read by the engine
+    "evaluation.index", "evaluation.topK", "evaluation.schedule", "evaluation.gate.metric", "evaluation.gate.minimum",
+    "evaluation.gate.maxRegression", "evaluation.goldenSet.configMapRef.name", "evaluation.goldenSet.configMapRef.key",
+    "evaluation.goldenSet.source.name", "evaluation.goldenSet.source.path",
+    "evaluation.dropThreshold",  # the operator's Event on a score drop (reconcile/evaluation.py)
     # vLLM's command line and its autoscaler (manifests/inference.py)
     "inference.revision", "inference.toolCallParser", "inference.autoscaling.metric",
     "inference.autoscaling.targetRequestsWaiting", "inference.autoscaling.keda.serverAddress",
     # the ServiceMonitors / PodMonitors and the NetworkPolicies' scrape peers (manifests/monitoring.py)
-    "monitoring.kind", "monitoring.interval", "monitoring.labels",
-    *(f"monitoring.scrapeFrom.{field}" for field in (
+    "observability.metrics.kind", "observability.metrics.interval", "observability.metrics.labels",
+    *(f"observability.metrics.scrapeFrom.{field}" for field in (
         "ipBlock.cidr", "ipBlock.except", "namespaceSelector.matchExpressions", "namespaceSelector.matchLabels",
         "podSelector.matchExpressions", "podSelector.matchLabels")),
     # OTEL_* variables for the engine, vLLM and the sync workers, not engine settings (otel_env below)
@@ -106,7 +119,11 @@ OPERATOR_ONLY = {
     *(f"sources.{field}" for field in (
         "name", "index", "interval", "metadata", "acl", "screen", "chunking.chunkSize", "chunking.chunkOverlap", "configMap.name",
         "configMap.keys", "git.url", "git.ref", "git.paths", "git.secretRef.name", "http.urls", "http.secretRef.name",
-        "maxFiles", "maxSize")),
+        "maxFiles", "maxSize", "chunking.contextual", "ingestion.ocrLanguages", "ingestion.formats")),
+    # each source of an index with its index's settings (sources/spec.py effective_sources)
+    *(f"indexes.{field}" for field in (
+        "name", "chunking.chunkSize", "chunking.chunkOverlap", "chunking.contextual", "ingestion.ocrLanguages",
+        "ingestion.formats")),
 }
 
 
@@ -126,17 +143,17 @@ def served_model(spec: RAGEngineSpec) -> str | None:
 
 
 def store_prefix(owner: Owner, spec: RAGEngineSpec) -> str:
-    """The schema / collection prefix: spec.vectorStore.prefix, else one unique to this RAGEngine
+    """The schema / collection prefix: spec.storage.vectorStore.prefix, else one unique to this RAGEngine
     (namespace and name hashed in), so RAGEngines sharing one database never share tables."""
-    if spec.vector_store.prefix:
-        return spec.vector_store.prefix
+    if spec.storage.vector_store.prefix:
+        return spec.storage.vector_store.prefix
     digest = hashlib.sha256(f"{owner.namespace}/{owner.name}".encode()).hexdigest()[:8]
     return f"rag_{owner.name[:24].replace('-', '_')}_{digest}"
 
 
 def engine_values(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
     """EngineSettings field -> value for everything the spec decides (None = engine default)."""
-    inf, r, vs = spec.inference, spec.retrieval, spec.vector_store
+    inf, r, vs = spec.inference, spec.retrieval, spec.storage.vector_store
     return {
         "vector_store": vs.type,
         "vector_store_prefix": store_prefix(owner, spec) if vs.external else None,
@@ -159,9 +176,17 @@ def engine_values(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
         "rerank_model": r.rerank_model,
         "screen_indexes": r.screen_indexes,
         "guardrails_policy": POLICY_PATH if spec.guardrails.enabled else None,
+        # spec.evaluation, watched (manifests/evaluation.py)
+        "evaluation_file": f"{c.ENGINE_EVALUATION_DIR}/{c.ENGINE_EVALUATION_FILE}" if spec.evaluation else None,
         "guardrails_fail_open": spec.guardrails.fail_open if spec.guardrails.enabled else None,
+        "mcp_enabled": None if spec.mcp.enabled else False,  # the engine's default is on: no env, no roll on upgrade
+        "mcp_descriptions": spec.mcp.descriptions or None,
+        # nothing while on (the engine's default), so an operator upgrade does not roll every engine
+        "console_enabled": None if spec.console.enabled else False,
         # kept-alive clients move to another replica before the engine closes (ragengine/shutdown.py)
         "shutdown_drain_seconds": SHUTDOWN_DRAIN_S,
+        # FAISS: the new pod's stand-by holds writes until the old pod let go of the index volume (RollingUpdate)
+        "handover_wait_seconds": None if vs.external else HANDOVER_WAIT_S,
         # the operator's read of GET /health, when the engine requires a key (manifests/status_key.py)
         "status_key_sha256": status_key_sha256(owner) if spec.auth.enabled else None,
     }
@@ -232,10 +257,10 @@ def secret_refs(spec: RAGEngineSpec, owner: Owner | None = None) -> dict[str, An
         "llm_api_key": llm_key,
         "embedding_api_key": spec.embedding.api_key_secret_ref,
         "api_key": api_key,
-        "vector_store_url": spec.vector_store.connection_secret_ref,
+        "vector_store_url": spec.storage.vector_store.connection_secret_ref,
         # sessions, threads and uploads in PostgreSQL (their own, else the store's), so every replica sees them
-        "database_url": spec.sessions.database_secret_ref or (
-            spec.vector_store.connection_secret_ref if spec.vector_store.type == "postgres" else None),
+        "database_url": spec.storage.sessions.database_secret_ref or (
+            spec.storage.vector_store.connection_secret_ref if spec.storage.vector_store.type == "postgres" else None),
     }
     return {k: v for k, v in refs.items() if v is not None}
 

@@ -82,13 +82,13 @@ def inference_name(owner: Owner) -> str:
 
 
 def inference_network_policy(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
-    """Only the engine's pods (and Prometheus, with spec.monitoring) may reach vLLM, on its port; nothing
+    """Only the engine's pods (and Prometheus, with spec.observability.metrics) may reach vLLM, on its port; nothing
     else in or outside the namespace. vLLM's API key guards only /v1, /v2, /inference and /cohere: its
     /metrics, /tokenize, /score, /rerank, /pooling, /classify and /invocations (generation) are open, so
     this policy is the real lock."""
     peers: list[dict[str, Any]] = [{"podSelector": {"matchLabels": selector(owner, c.COMPONENT_ENGINE)}}]
-    if spec.monitoring is not None:
-        peers += [p.model_dump(by_alias=True, exclude_none=True) for p in spec.monitoring.scrape_from]
+    if spec.observability.metrics is not None:
+        peers += [p.model_dump(by_alias=True, exclude_none=True) for p in spec.observability.metrics.scrape_from]
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -138,7 +138,7 @@ def vllm_args(spec: RAGEngineSpec) -> list[str]:
 def model_cache_pvc(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
     mc = spec.inference.model_cache  # type: ignore[union-attr]
     return pvc(owner, model_cache_pvc_name(owner), c.COMPONENT_INFERENCE, mc.size, mc.storage_class_name, mc.access_mode,
-               retain=spec.storage.reclaim_policy == "Retain")
+               retain=spec.storage.volume.reclaim_policy == "Retain")
 
 
 def inference_deployment(owner: Owner, spec: RAGEngineSpec, secrets: dict[str, str] | None = None) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""spec.monitoring -> one ServiceMonitor or PodMonitor per component (the Prometheus operator's CRDs).
+"""spec.observability.metrics -> one ServiceMonitor or PodMonitor per component (the Prometheus operator's CRDs).
 
 Both scrape `/metrics` on the port named `http`: the engine's (open without its API key, engine/ragengine/
 auth.py) and vLLM's (outside the /v1 paths its key guards). The NetworkPolicies admit
@@ -28,7 +28,7 @@ def monitored(owner: Owner, spec: RAGEngineSpec) -> list[tuple[str, str]]:
 
 
 def monitor(owner: Owner, spec: RAGEngineSpec, name: str, component: str) -> dict[str, Any]:
-    m = spec.monitoring
+    m = spec.observability.metrics
     assert m is not None
     meta = metadata(owner, name, component)
     meta["labels"] = {**(m.labels or {}), **meta["labels"]}  # ours win, as on the pods

@@ -26,6 +26,7 @@ from ..manifests.engine import (
     engine_service,
 )
 from ..manifests.engine_env import generated_key_refs, inference_api_key_ref, secret_refs
+from ..manifests.evaluation import engine_evaluation_configmap, evaluation_configmap_name
 from ..manifests.guardrails import default_configmap_name, default_policy_configmap, packaged_default_policy
 from ..manifests.inference import (
     inference_deployment,
@@ -89,7 +90,7 @@ def plan(owner: Owner, spec: RAGEngineSpec, secrets: dict[str, str] | None = Non
         # RAGEngine) to spare a re-download when switching back.
         p.delete += [Ref("apps/v1", "Deployment", vllm), Ref("v1", "Service", vllm),
                      Ref("networking.k8s.io/v1", "NetworkPolicy", vllm), hpa_ref, scaled_ref]
-    external = spec.vector_store.external
+    external = spec.storage.vector_store.external
     # faiss: the index volume. External store: none (a faiss PVC left from before stays, owned, with
     # its data, until the RAGEngine goes: switching back finds it).
     if not external:
@@ -102,6 +103,11 @@ def plan(owner: Owner, spec: RAGEngineSpec, secrets: dict[str, str] | None = Non
         p.apply.append(default_policy_configmap(owner, default_policy or packaged_default_policy()))
     else:
         p.delete.append(Ref("v1", "ConfigMap", default_configmap_name(owner)))
+    # spec.evaluation: the engine's evaluation file, watched like the embedding file
+    if spec.evaluation is not None:
+        p.apply.append(engine_evaluation_configmap(owner, spec))
+    else:
+        p.delete.append(Ref("v1", "ConfigMap", evaluation_configmap_name(owner)))
     p.apply += [engine_deployment(owner, spec, secrets), engine_service(owner)]
     engine = engine_deployment_name(owner)
     if external:
@@ -115,15 +121,13 @@ def plan(owner: Owner, spec: RAGEngineSpec, secrets: dict[str, str] | None = Non
     # spec.access: the access Secret is the controller's to apply (it reads the keys); the rest is planned here.
     # Without spec.access the Secret stays, unmounted, until the RAGEngine goes (the operator may not delete
     # Secrets: least privilege), as the model cache stays in URL mode.
-    own_account = needs_token_review(spec) and spec.engine.service_account_name is None
-    if own_account:
+    if needs_token_review(spec):  # the engine's own account, whatever spec.engine.serviceAccountName says
         p.apply.insert(0, engine_service_account(owner))  # before the Deployment that runs as it
+        p.apply.append(tokenreview_binding(owner, access_account(owner)))
     else:
         p.delete.append(Ref("v1", "ServiceAccount", owner.child("engine")))
-    if needs_token_review(spec):
-        p.apply.append(tokenreview_binding(owner, access_account(owner, spec)))
-    else:
         p.delete.append(Ref("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", binding_name(owner)))
+    # (a binding under an earlier release's name is the sweep's: kube/bindings.py)
     # On unless opted out (SecureDefaults then says so): the namespace and the source syncs get in.
     if spec.engine.network_policy.enabled:
         p.apply.append(engine_network_policy(owner, spec))
@@ -131,7 +135,7 @@ def plan(owner: Owner, spec: RAGEngineSpec, secrets: dict[str, str] | None = Non
         p.delete.append(Ref("networking.k8s.io/v1", "NetworkPolicy", engine))
     # Monitors: the wanted kind for each component with metrics; every other monitor this RAGEngine may
     # have made goes (the other kind, vLLM's after a switch to url mode, all of them with monitoring unset).
-    wanted = monitors(owner, spec) if spec.monitoring is not None else []
+    wanted = monitors(owner, spec) if spec.observability.metrics is not None else []
     p.apply += wanted
     keep = {(m["kind"], m["metadata"]["name"]) for m in wanted}
     names = [engine, vllm]

@@ -12,6 +12,7 @@ from ..manifests.guardrails import policy_configmap_name
 from ..manifests.labels import Owner
 from ..sources.status import sources_condition
 from ..spec import RAGEngineSpec
+from .evaluation import evaluation_status, rejected_reason
 from .guardrails import guardrails_condition
 
 AVAILABLE, PROGRESSING, FAILED = "Available", "Progressing", "Failed"
@@ -40,6 +41,7 @@ class Observed:
     engine_health_error: str | None = None
     # What status said last time: kept when the engine was not asked.
     previous_indexes: list[dict[str, Any]] | None = None
+    previous_evaluation: list[dict[str, Any]] | None = None
     previous_embedding: str | None = None
     # spec.guardrails.enabled: the policy ConfigMap's guardrails.yaml (None: no such ConfigMap or key)
     guardrails_policy: str | None = None
@@ -157,6 +159,16 @@ def inference_state(dep: dict[str, Any] | None, pods: list[dict[str, Any]],
                          "the engine answers with retrieval and extractive answers meanwhile")
 
 
+FAISS_ROLL_STALLED = ("a FAISS engine's new pod starts on the node of the pod it replaces (the index volume is "
+                      "ReadWriteOnce), and that node has no room for both: the old pod serves meanwhile; free room "
+                      "there and the roll goes on (docs/operator.md, Rolling updates)")
+
+
+def _serving(pods: list[dict[str, Any]]) -> bool:
+    return any({x.get("type"): x.get("status") for x in (p.get("status") or {}).get("conditions") or []}.get("Ready")
+               == "True" for p in pods)
+
+
 def _cond(ctype: str, ok: bool, reason: str, message: str) -> dict[str, Any]:
     return {"type": ctype, "status": "True" if ok else "False", "reason": reason, "message": message}
 
@@ -193,6 +205,8 @@ def indexes_status(health: dict[str, Any]) -> list[dict[str, Any]]:
         if job:
             item.update(reindexVersion=job.get("version"), documentsDone=job.get("documents_done"),
                         documentsTotal=job.get("documents_total"))
+        if entry.get("rejected"):
+            item["rejectedVersion"] = entry["rejected"].get("version")
         out.append(item)
     return out
 
@@ -220,6 +234,9 @@ def reindexing(spec: RAGEngineSpec, observed: Observed) -> dict[str, Any] | None
     if running:
         return _cond(c.REINDEXING, True, "Reindexing", f"re-indexing to {model}, the old versions serve meanwhile: "
                      + "; ".join(running))
+    rejected = rejected_reason(health)
+    if rejected:  # a gated re-index whose new version scored worse: the live version serves on
+        return _cond(c.REINDEXING, False, "Rejected", rejected)
     stale = sorted(n for n, e in indexes.items() if e.get("current") is False)
     if stale:
         return _cond(c.REINDEXING, False, "NotCurrent", f"index(es) {', '.join(stale)} serve with another embedding "
@@ -262,10 +279,12 @@ def conditions_for(owner: Owner, spec: RAGEngineSpec | None, observed: Observed,
     if spec.engine.replicas == 0 and spec.engine.autoscaling is None:
         engine = _cond(c.ENGINE_READY, False, "ScaledToZero", "spec.engine.replicas is 0")
     else:
+        engine_pods = observed.pods.get(c.COMPONENT_ENGINE, [])
         s = states[c.COMPONENT_ENGINE] = workload_state(
-            "engine", observed.deployments.get(c.COMPONENT_ENGINE), observed.pods.get(c.COMPONENT_ENGINE, []),
-            observed.pod_events,
+            "engine", observed.deployments.get(c.COMPONENT_ENGINE), engine_pods, observed.pod_events,
         )
+        if s.reason == "Unschedulable" and not spec.storage.vector_store.external and _serving(engine_pods):
+            s = states[c.COMPONENT_ENGINE] = WorkloadState(s.state, s.reason, f"{s.message}; {FAISS_ROLL_STALLED}")
         if s.state == PROGRESSING and observed.engine_not_ready and s.reason != "Restarting":
             # the pods run but fail readiness: say which dependency, in the engine's own words
             s = states[c.COMPONENT_ENGINE] = WorkloadState(PROGRESSING, "EngineNotReady",
@@ -367,8 +386,10 @@ def compute_status(
         if observed.engine_health is not None:
             status["indexes"] = indexes_status(observed.engine_health)
             status["embeddingTarget"] = (observed.engine_health.get("embedding") or {}).get("target")
+            status["evaluation"] = evaluation_status(observed.engine_health) or None
         else:
             status["indexes"], status["embeddingTarget"] = observed.previous_indexes, observed.previous_embedding
+            status["evaluation"] = observed.previous_evaluation
         key = engine_api_key_ref(owner, spec.auth)
         status["apiKeySecretRef"] = {"name": key.name, "key": key.key} if key else None
         # the scale subresource reads these; None removes them (merge patch) when vLLM goes away

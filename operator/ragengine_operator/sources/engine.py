@@ -3,6 +3,10 @@
 Writes go through the same routes clients use (``POST /index``, ``POST /indexes/{name}/documents``,
 ``POST /indexes/{name}/documents/delete``), with the engine's API key when auth is on, so a sync
 behaves the same on FAISS and on an external store and needs no access to the engine's storage.
+
+The engine's image is the tenant's, so each call is bounded as every call to a tenant's server is
+(net/transport.py): one deadline over the whole call (``timeout``; a write embeds its batch within it) and
+a byte cap on the answer (``max_bytes``), whatever the engine sends.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from urllib.parse import quote
 
 import httpx
 
+from ragengine_operator.net.transport import BoundedTransport, ResponseTooLarge
 from ragengine_operator.sources.plan import HASH_KEY, SOURCE_KEY, SyncPlan
 
 PAGE = 100
@@ -24,6 +29,8 @@ BATCH = 32
 # restarting engine refuses for a while too. A refused connect sent nothing, so it is repeated, writes too.
 CONNECT_GRACE_S = 30.0
 FIRST_RETRY_S, MAX_RETRY_S = 0.25, 2.0
+CALL_TIMEOUT_S = 600.0  # one call, whole: a batch of BATCH documents is embedded within it
+MAX_ANSWER_BYTES = 32 * 1024 * 1024  # a page of PAGE documents' metadata, with room
 
 
 def _index_path(index: str, rest: str = "") -> str:
@@ -43,10 +50,11 @@ class Applied:
 
 
 class EngineClient:
-    def __init__(self, base_url: str, api_key: str | None = None, timeout: float = 600.0,
-                 connect_grace_s: float = CONNECT_GRACE_S) -> None:
+    def __init__(self, base_url: str, api_key: str | None = None, timeout: float = CALL_TIMEOUT_S,
+                 connect_grace_s: float = CONNECT_GRACE_S, max_bytes: int = MAX_ANSWER_BYTES) -> None:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self.http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout)
+        self.http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, trust_env=False,
+                                 transport=BoundedTransport(timeout, max_bytes))
         self.connect_grace_s = connect_grace_s
         self.refused = 0  # connects refused (or timed out) and repeated so far
 
@@ -69,6 +77,8 @@ class EngineClient:
     def _call(self, method: str, path: str, **kwargs) -> httpx.Response:
         try:
             resp = self._send(method, path, **kwargs)
+        except ResponseTooLarge as exc:
+            raise EngineUnavailable(f"the engine's answer was refused: {exc}") from exc
         except httpx.HTTPError as exc:
             raise EngineUnavailable(f"engine unreachable: {exc}") from exc
         if resp.status_code >= 400 and resp.status_code != 404:
@@ -89,6 +99,29 @@ class EngineClient:
             offset += PAGE
             if offset >= page["total_items"] or not page["documents"]:
                 return out
+
+    def put_golden_set(self, index: str, source: str, path: str, revision: str | None, text: str) -> int | str:
+        """Hand a golden set file to the engine (docs/evaluation.md): its question count, or the engine's
+        refusal (a bad file is the source's note, not a failed sync)."""
+        try:
+            resp = self._send("PUT", _index_path(index, "/evaluations/golden-set"),
+                              json={"source": source, "path": path, "revision": revision, "text": text})
+        except httpx.HTTPError as exc:
+            raise EngineUnavailable(f"engine unreachable: {exc}") from exc
+        if resp.status_code in (400, 413, 422):
+            try:
+                body = resp.json()
+                return str(body.get("detail") or (body.get("error") or {}).get("message") or resp.text)[:300]
+            except ValueError:
+                return resp.text[:300]
+        if resp.status_code >= 400:
+            raise EngineUnavailable(f"PUT golden set answered {resp.status_code}: {resp.text[:300]}")
+        return int(resp.json()["questions"])
+
+    def golden_set(self, index: str) -> dict | None:
+        """What the engine holds as the index's golden set from a source (source, path, revision), if any."""
+        resp = self._call("GET", _index_path(index, "/evaluations/golden-set"))
+        return None if resp.status_code == 404 else resp.json()
 
     def has_index(self, index: str) -> bool:
         return self._call("GET", _index_path(index, "/documents"), params={"limit": 1, "max_text_length": 1}).status_code != 404

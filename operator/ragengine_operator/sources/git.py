@@ -38,7 +38,7 @@ from urllib.parse import urlsplit
 
 import pathspec
 
-from ragengine_operator.sources.egress import EgressDenied, EgressPolicy, Pinned, pin
+from ragengine_operator.net.egress import EgressDenied, EgressPolicy, Pinned, pin
 from ragengine_operator.sources.fetched import Deadline, Fetched, FetchError, FetchLimits, extract, too_large
 
 MAX_WILDCARDS = 16
@@ -266,7 +266,8 @@ def _read_exactly(stream, size: int) -> bytes:
 
 def fetch_git(url: str, ref: str, paths: list[str], cache: Path, creds: GitCredentials | None = None,
               known_revision: str | None = None, *, policy: EgressPolicy | None = None,
-              limits: FetchLimits | None = None) -> Fetched:
+              limits: FetchLimits | None = None, raw_paths: frozenset[str] = frozenset()) -> Fetched:
+    """``raw_paths``: files kept as they are in ``Fetched.raw``, not indexed (a golden set)."""
     policy, limits = policy or EgressPolicy(), limits or FetchLimits()
     deadline = Deadline(limits.deadline_s)
     spec = compile_paths(paths)
@@ -286,7 +287,7 @@ def fetch_git(url: str, ref: str, paths: list[str], cache: Path, creds: GitCrede
         revision = _git(["rev-parse", "--verify", "FETCH_HEAD^{commit}"], cache, env, deadline).decode().strip()
         if revision == known_revision:
             return Fetched(revision, unchanged=True)
-        out = Fetched(revision)
+        out = Fetched(revision, raw_paths=raw_paths)
         sizes = _present_sizes(cache, env, deadline)
         blobs: list[tuple[str, str, int]] = []
         total = 0
@@ -311,5 +312,5 @@ def fetch_git(url: str, ref: str, paths: list[str], cache: Path, creds: GitCrede
         if not blobs and not out.skipped:
             raise FetchError(f"no file of {revision[:12]} matches paths {paths}")
         for path, data in read_blobs(cache, blobs, env, deadline):
-            extract(path, data, out, max_file_bytes=limits.max_file_bytes)
+            extract(path, data, out, limits=limits)
         return out

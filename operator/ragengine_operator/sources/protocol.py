@@ -56,6 +56,8 @@ class SyncRequest:
     tracing: list | None = None
     # The operator's egress rules and fetch limits (sync.FetchPolicy's settings): the worker fetches under them.
     fetch_policy: dict[str, Any] | None = None
+    # spec.evaluation.goldenSet.source's path when it names this source: handed to the engine, not indexed.
+    golden_set_path: str | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
@@ -67,7 +69,7 @@ class SyncRequest:
     def digest(self) -> str:
         # untraced: the digest of the same request before tracing existed (a running Job is still recognised)
         same = {k: v for k, v in asdict(self).items()
-                if k != "traceparent" and not (k in ("tracing", "fetch_policy") and v is None)}
+                if k != "traceparent" and not (k in ("tracing", "fetch_policy", "golden_set_path") and v is None)}
         return hashlib.sha256(json.dumps(same, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
 
     @property

@@ -55,8 +55,19 @@ from ..spec import AuthSpec, ObservabilitySpec
 from .in_job import JobRunner
 from .in_subprocess import SubprocessRunner
 from .protocol import Limits, Prepared, SyncRequest, failed
-from .spec import Source
-from .status import SourceState, after_sync, due, epoch, retry_delay, sync_event, syncing, visible, waiting
+from .spec import IndexSettings, Source, effective_sources
+from .status import (
+    SourceState,
+    after_sync,
+    due,
+    epoch,
+    retry_delay,
+    spec_digest,
+    sync_event,
+    syncing,
+    visible,
+    waiting,
+)
 from .sync import SyncResult, policy_settings
 from .traced import TracingConfig, config_of, operator_span, result_attributes
 
@@ -88,6 +99,14 @@ class FairSlots:
             yield
 
 
+def known_revision(source: Source, state: SourceState | None) -> str | None:
+    """The revision a sync may take as read (an unchanged git commit is then not read at all): the one
+    synced last, while the spec is the one synced. An edited source (other paths, metadata, OCR languages,
+    formats) is read again in full, since what its files become changed; unchanged documents still write
+    nothing (the plan compares hashes)."""
+    return state.revision if state and state.synced and state.digest == spec_digest(source) else None
+
+
 @dataclass(frozen=True)
 class Target:
     """What the kopf index keeps of one RAGEngine with sources (see handlers.sourced)."""
@@ -101,6 +120,7 @@ class Target:
     api_key_ref: tuple[str, str] | None  # (Secret, key) of the engine's API key; None when auth is off
     engine_ready_since: float = 0.0  # epoch of EngineReady's last transition to True
     tracing: TracingConfig | None = None  # spec.observability.tracing (sources/traced.py)
+    golden_set: tuple[str, str] | None = None  # spec.evaluation.goldenSet.source: (source, path) (docs/evaluation.md)
 
     @classmethod
     def from_body(cls, namespace: str, name: str, uid: str, spec: Mapping, status: Mapping) -> Target | None:
@@ -108,7 +128,9 @@ class Target:
         if not spec.get("sources") and not status.get("sources"):
             return None
         try:
-            sources = tuple(Source.model_validate(s) for s in spec.get("sources") or [])
+            indexes = [IndexSettings.model_validate(i) for i in spec.get("indexes") or []]
+            # each source with its index's settings (spec.indexes[]) where it has none of its own
+            sources = tuple(effective_sources([Source.model_validate(s) for s in spec.get("sources") or []], indexes))
             auth = AuthSpec.model_validate(spec.get("auth") or {})
             observability = ObservabilitySpec.model_validate(spec.get("observability") or {})
         except ValueError as exc:  # the reconcile reports InvalidSpec for the whole object
@@ -119,8 +141,10 @@ class Target:
         ready = cond.get("status") == "True"
         since = (epoch(cond.get("lastTransitionTime")) or 0.0) if ready else 0.0
         ref = engine_api_key_ref(Owner(namespace, name, uid), auth)
+        golden = ((spec.get("evaluation") or {}).get("goldenSet") or {}).get("source") or {}
         return cls(namespace, name, uid, sources, tuple(status.get("sources") or ()), ready,
-                   (ref.name, ref.key) if ref else None, since, config_of(observability.tracing))
+                   (ref.name, ref.key) if ref else None, since, config_of(observability.tracing),
+                   (golden["name"], golden["path"]) if golden.get("name") and golden.get("path") else None)
 
     @property
     def owner(self) -> Owner:
@@ -246,10 +270,12 @@ class SourceSyncer:
     def prepare(self, target: Target, source: Source, state: SourceState | None) -> Prepared | SyncResult:
         """The request and references for a worker, from API reads that never return a credential; or the
         result without a worker (refused credentials, a missing ConfigMap, a ConfigMap at its revision)."""
-        known = state.revision if state and state.synced else None
+        known = known_revision(source, state)
+        golden = target.golden_set[1] if target.golden_set and target.golden_set[0] == source.name else None
         request = SyncRequest("sync", source.name, source.index_name, self.engine_url(target),
                               source.model_dump(mode="json", by_alias=True, exclude_none=True), known,
-                              state.validators if state and known else None, fetch_policy=policy_settings(self.settings))
+                              state.validators if state and known else None, fetch_policy=policy_settings(self.settings),
+                              golden_set_path=golden)
         holder = source.git or source.http
         ref = holder.secret_ref if holder is not None else None
         if ref is not None:

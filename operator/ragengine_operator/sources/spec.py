@@ -9,11 +9,12 @@ with more than 16 ``*``, an index name the engine would refuse or could not rout
 from __future__ import annotations
 
 import re
-from typing import Annotated
+from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
 
+from ragengine.filetypes import FORMAT_NAMES
 from ragengine_operator.spec_types import SpecModel, Url
 
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
@@ -30,6 +31,7 @@ MAX_INDEX_NAME = 200
 REF_MESSAGE = "git.ref must be a branch, tag or commit id: letters, digits and _ . / + @ -, not starting with '-'"
 GLOB_MESSAGE = "git.paths: at most 16 '*' per glob"
 INDEX_MESSAGE = "index must be a name the engine accepts: printable, not blank, no '/', not '.' or '..'"
+OCR_LANGUAGES = r"^[A-Za-z_]{3,16}(\+[A-Za-z_]{3,16}){0,7}$"  # as POST /index/files takes them
 SIZE = r"^([0-9]+)(Ki|Mi|Gi|k|M|G)?$"
 _SIZE = re.compile(SIZE)
 _SIZE_UNITS = {None: 1, "k": 10**3, "M": 10**6, "G": 10**9, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
@@ -132,8 +134,43 @@ class HttpSource(SpecModel):
 
 
 class SourceChunking(SpecModel):
+    """How the index splits documents (the engine's chunking: fixed per index, and an edit re-indexes it)."""
+
     chunk_size: int | None = Field(None, ge=16, le=8192, description="Tokens per chunk; default: the index's.")
     chunk_overlap: int | None = Field(None, ge=0, le=4096)
+    contextual: bool | None = Field(
+        None, description="Embed each chunk with its document's title and section path (docs/retrieval.md); "
+        "default: the engine's RAGENGINE_CHUNK_CONTEXT.")
+
+
+class Ingestion(SpecModel):
+    """How the sync worker reads a source's files into documents (docs/sources.md)."""
+
+    ocr_languages: Annotated[str, Field(pattern=OCR_LANGUAGES, max_length=140)] | None = Field(
+        None, description="Tesseract languages for scanned PDF pages and images, joined by '+' (eng+deu); each needs "
+        "Tesseract's data for it (Debian's tesseract-ocr-<lang>) where the sync runs. Default: eng.")
+    formats: list[Literal[FORMAT_NAMES]] | None = Field(  # type: ignore[valid-type]
+        None, min_length=1, max_length=len(FORMAT_NAMES),
+        description="Only files of these formats are indexed; any other is skipped with the reason. Default: every "
+        "format the engine reads.")
+
+    def over(self, defaults: Ingestion | None) -> Ingestion:
+        """These settings, with ``defaults`` (the index's) where they set nothing."""
+        if defaults is None:
+            return self
+        return Ingestion(ocr_languages=self.ocr_languages or defaults.ocr_languages,
+                         formats=self.formats or defaults.formats)
+
+
+class IndexSettings(SpecModel):
+    """What every source that fills one index shares: the index's chunking, and how its files are read
+    (the fields a source's own ingestion sets win over these)."""
+
+    name: Annotated[str, Field(min_length=1, max_length=MAX_INDEX_NAME)] = Field(description="The index (an engine index name).")
+    chunking: SourceChunking | None = None
+    ingestion: Ingestion | None = None
+
+    _name = field_validator("name")(classmethod(lambda cls, v: _index_name(v)))
 
 
 class Source(SpecModel):
@@ -144,7 +181,10 @@ class Source(SpecModel):
         None, description="The index this source fills (an engine index name: printable, no '/'); default: the source's name.")
     interval: Annotated[str, Field(pattern=DURATION, max_length=32)] | None = Field(
         None, description="Re-sync period (Go duration: 30s, 5m, 1h); unset = on changes of the spec only.")
-    chunking: SourceChunking | None = None
+    chunking: SourceChunking | None = Field(
+        None, description="The chunking of this source's index (one per index: sources of one index must agree, "
+        "or set it once in indexes[]).")
+    ingestion: Ingestion | None = Field(None, description="How this source's files are read: OCR languages, formats.")
     metadata: dict[str, Annotated[str, Field(max_length=1024)]] | None = Field(
         None, description="Extra metadata on every document of this source.")
     acl: list[Annotated[str, Field(pattern=r"^(group|user):.+$", max_length=512)]] | None = Field(
@@ -201,6 +241,37 @@ def unique_names(sources: list[Source]) -> list[Source]:
             raise ValueError(f"two sources are named '{s.name}'; source names must be unique")
         seen.add(s.name)
     return sources
+
+
+def unique_indexes(indexes: list[IndexSettings]) -> list[IndexSettings]:
+    seen: set[str] = set()
+    for i in indexes:
+        if i.name in seen:
+            raise ValueError(f"indexes[] names '{i.name}' twice")
+        seen.add(i.name)
+    return indexes
+
+
+def effective_sources(sources: list[Source], indexes: list[IndexSettings]) -> list[Source]:
+    """Each source with its index's settings where it sets none: the index's chunking, and its ingestion
+    fields under the source's own. Raises ValueError when two sources of one index (or a source and its
+    index's entry) ask for different chunking: an index has one."""
+    by_name = {i.name: i for i in indexes}
+    out: list[Source] = []
+    chunking: dict[str, tuple[str, SourceChunking]] = {i.name: ("indexes[]", i.chunking) for i in indexes if i.chunking}
+    for s in sources:
+        index = by_name.get(s.index_name)
+        if s.chunking is not None:
+            held = chunking.setdefault(s.index_name, (f"source '{s.name}'", s.chunking))
+            if held[1] != s.chunking:
+                raise ValueError(f"source '{s.name}' and {held[0]} set different chunking for index "
+                                 f"'{s.index_name}': an index has one chunking (set it once in indexes[])")
+        if index is None:
+            out.append(s)
+            continue
+        ingestion = s.ingestion.over(index.ingestion) if s.ingestion else index.ingestion
+        out.append(s.model_copy(update={"chunking": s.chunking or index.chunking, "ingestion": ingestion}))
+    return out
 
 
 class SourceStatus(SpecModel):

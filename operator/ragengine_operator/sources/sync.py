@@ -22,8 +22,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from ragengine_operator.net.egress import EgressPolicy
 from ragengine_operator.sources import cache as clones
-from ragengine_operator.sources.egress import EgressPolicy
 from ragengine_operator.sources.engine import EngineClient, EngineUnavailable
 from ragengine_operator.sources.fetch import Fetched, FetchError, FetchLimits, GitCredentials, fetch_git, fetch_http
 from ragengine_operator.sources.plan import plan_sync
@@ -56,8 +56,12 @@ class FetchPolicy:
         return cls.from_settings(SimpleNamespace(**values)) if values else cls()
 
     def limits_for(self, source: Source) -> FetchLimits:
+        """The operator's limits, narrowed by the source's own, with how the source reads its files."""
+        ingestion = source.ingestion
         return replace(self.limits, max_files=min(source.max_files, self.limits.max_files),
-                       max_bytes=min(source.max_bytes, self.limits.max_bytes))
+                       max_bytes=min(source.max_bytes, self.limits.max_bytes),
+                       ocr_languages=ingestion.ocr_languages if ingestion else None,
+                       formats=frozenset(ingestion.formats) if ingestion and ingestion.formats else None)
 
 
 POLICY_SETTINGS = ("sources_egress_allow", "sources_cluster_cidrs", "cluster_domain", "sources_max_file_bytes",
@@ -100,9 +104,11 @@ class SyncResult:
 
 def fetch(source: Source, *, cache: Path, secret: dict[str, str] | None, previous_revision: str | None,
           previous_validators: dict[str, dict] | None, read_configmap: Callable[[], Fetched] | None = None,
-          policy: FetchPolicy | None = None) -> Fetched:
-    """``cache``: this RAGEngine's folder of the git cache (``<root>/<namespace>/<name>``)."""
+          policy: FetchPolicy | None = None, golden_set_path: str | None = None) -> Fetched:
+    """``cache``: this RAGEngine's folder of the git cache (``<root>/<namespace>/<name>``). ``golden_set_path``:
+    a file read as it is (``Fetched.raw``), not indexed: spec.evaluation's golden set."""
     policy = policy or FetchPolicy()
+    raw = frozenset({golden_set_path}) if golden_set_path else frozenset()
     limits = policy.limits_for(source)
     if source.git is not None:
         creds = None
@@ -111,20 +117,23 @@ def fetch(source: Source, *, cache: Path, secret: dict[str, str] | None, previou
                                    identity=secret.get("identity"), known_hosts=secret.get("known_hosts"))
         with clones.using(clones.clone_dir(cache, source.name, source.git.url)) as clone:
             fetched = fetch_git(source.git.url, source.git.ref, source.git.paths, clone, creds, previous_revision,
-                                policy=policy.egress, limits=limits)
+                                policy=policy.egress, limits=limits, raw_paths=raw)
         if policy.cache_max_bytes is not None:
             clones.enforce_budget(clones.root_of(cache), policy.cache_max_bytes)
         return fetched
     if source.http is not None:
         return fetch_http(source.http.urls, previous_validators or {}, (secret or {}).get("token"),
-                          policy=policy.egress, limits=limits, last_revision=previous_revision)
+                          policy=policy.egress, limits=limits, last_revision=previous_revision, raw_paths=raw)
     assert read_configmap is not None, "a configMap source needs the caller's ConfigMap reader"
     return read_configmap()
 
 
 def sync_source(source: Source, engine: EngineClient, read: Callable[[], Fetched],
-                previous_revision: str | None = None, progress: Callable[[str], None] | None = None) -> SyncResult:
-    """``progress`` receives a line after each batch written (``syncing <rev>: 64 of 1000 documents written``)."""
+                previous_revision: str | None = None, progress: Callable[[str], None] | None = None,
+                golden_set_path: str | None = None) -> SyncResult:
+    """``progress`` receives a line after each batch written (``syncing <rev>: 64 of 1000 documents written``).
+    ``golden_set_path``: that file of the revision goes to the engine as the index's golden set, not as a
+    document (docs/evaluation.md)."""
     result = SyncResult(source.name, source.kind, ok=False)
     try:
         fetched = read()
@@ -167,6 +176,13 @@ def sync_source(source: Source, engine: EngineClient, read: Callable[[], Fetched
         log.exception("writing source %s failed unexpectedly", source.name)
         result.message = f"not synced: {unexpected(exc)}"
         return result
+    golden_note = ""
+    if golden_set_path and not fetched.unchanged:
+        try:
+            golden_note = hand_golden_set(engine, source, fetched, golden_set_path)
+        except EngineUnavailable as exc:
+            result.message = f"not synced: {exc}"
+            return result
     result.ok = True
     result.documents = len(fetched.files) + len(fetched.kept)
     result.written = applied.added + applied.updated + applied.deleted
@@ -174,5 +190,20 @@ def sync_source(source: Source, engine: EngineClient, read: Callable[[], Fetched
                       f"{plan.unchanged} unchanged, {result.skipped} skipped")
     if result.skipped_examples:
         result.message += " (" + "; ".join(f"{p}: {why}" for p, why in result.skipped_examples.items()) + ")"
-    result.message += note
+    result.message += note + golden_note
     return result
+
+
+def hand_golden_set(engine: EngineClient, source: Source, fetched: Fetched, path: str) -> str:
+    """The golden set file of this revision to the engine; a note for the sync's message."""
+    data = fetched.raw.get(path)
+    if data is None:
+        kept = path in fetched.kept  # HTTP 304: the engine has this version already
+        return "" if kept else f"; golden set {path}: not in this revision (check the source's paths)"
+    try:
+        handed = engine.put_golden_set(source.index_name, source.name, path, fetched.revision, data.decode("utf-8"))
+    except UnicodeDecodeError:
+        return f"; golden set {path}: not UTF-8"
+    if isinstance(handed, str):
+        return f"; golden set {path} refused by the engine: {handed}"
+    return f"; golden set {path}: {handed} questions handed to the engine"

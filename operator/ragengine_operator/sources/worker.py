@@ -71,6 +71,12 @@ def _run(request: SyncRequest, engine: EngineClient, credentials: dict[str, str]
         known = request.known_revision
         if known is not None and not engine.has_index(source.index_name):
             known = None  # the index was lost (a new volume): sync everything again
+        golden = request.golden_set_path
+        if golden and known is not None:  # the engine lost its golden set, or the path changed: read it again
+            held = engine.golden_set(source.index_name)
+            if held is None or (held.get("source"), held.get("path"), held.get("revision")) != (source.name, golden,
+                                                                                                 known):
+                known = None
         validators = request.validators if known else None
 
         def read() -> Fetched:
@@ -80,11 +86,13 @@ def _run(request: SyncRequest, engine: EngineClient, credentials: dict[str, str]
                 if request.configmap_revision == known:
                     return Fetched(known, unchanged=True)
                 return from_configmap(configmap.get("data"), configmap.get("binaryData"), source.config_map.keys,
-                                      request.configmap_revision)
+                                      request.configmap_revision,
+                                      FetchPolicy.from_request(request.fetch_policy).limits_for(source))
             return fetch(source, cache=workdir / "git", secret=credentials or None, previous_revision=known,
-                         previous_validators=validators, policy=FetchPolicy.from_request(request.fetch_policy))
+                         previous_validators=validators, policy=FetchPolicy.from_request(request.fetch_policy),
+                         golden_set_path=golden)
 
-        return sync_source(source, engine, read, known, progress)
+        return sync_source(source, engine, read, known, progress, golden)
     except EngineUnavailable as exc:
         return failed(request, f"not synced: {exc}")
     except MemoryError:

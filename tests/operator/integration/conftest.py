@@ -21,6 +21,8 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
+from tests.support.conversion import install_crd
+
 from .kube import Kube, wait_for
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -59,7 +61,7 @@ def bin_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
-def kube(bin_dir) -> Kube:
+def kube(bin_dir, crd_webhook) -> Kube:
     if not KUBECONFIG.exists():
         pytest.fail(f"the local control plane is not up ({KUBECONFIG} is missing): run `hack/cluster.sh up` first",
                     pytrace=False)
@@ -70,12 +72,7 @@ def kube(bin_dir) -> Kube:
         pytest.fail(f"the local control plane does not answer ({exc.__class__.__name__}): run `hack/cluster.sh up`",
                     pytrace=False)
     kube = Kube(api, kubectl=[str(bin_dir / "kubectl"), f"--kubeconfig={KUBECONFIG}"])
-    crd = ROOT / "crds" / "ragengine.io_ragengines.yaml"
-    kube.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crd))
-    # Right after the CRD is created its status may have no conditions yet, and `kubectl wait` then fails
-    # at once instead of waiting (seen on a fresh cluster): wait on the condition itself.
-    wait_for(lambda: kube.kubectl("wait", "--for=condition=Established", "crd/ragengines.ragengine.io",
-                                  "--timeout=5s", check=False).returncode == 0, 30, "the CRD to be Established")
+    install_crd(kube, crd_webhook)  # both versions served, converted by the operator's webhook code
     return kube
 
 
@@ -104,7 +101,8 @@ def operator_identity(kube, bin_dir) -> Path:
     """The chart's ServiceAccount, RBAC and Secret admission policy applied as the chart renders them; a
     kubeconfig for it. Every operator in the tests thus writes Secrets under the policy."""
     docs = helm_template(bin_dir, "--show-only", "templates/serviceaccount.yaml", "--show-only", "templates/rbac.yaml",
-                         "--show-only", "templates/admission-policy.yaml")
+                         "--show-only", "templates/admission-policy.yaml", "--show-only", "templates/webhook.yaml")
+    docs = [d for d in docs if d["kind"] != "Service"]  # the webhook's Service: no operator pod behind it here
     kube.kubectl("create", "namespace", OPERATOR_NAMESPACE, check=False)
     kube.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=yaml.safe_dump_all(docs))
     sa = next(d for d in docs if d["kind"] == "ServiceAccount")["metadata"]["name"]

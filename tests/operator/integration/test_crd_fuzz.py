@@ -72,26 +72,30 @@ INFERENCE = {
             [{"name": "Y", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]],
 }
 TOP = {
-    "embedding": [{}, {"model": "BAAI/bge-small-en-v1.5"}, {"url": "http://emb/v1"}, {"model": "m", "url": "http://e/v1"},
-                  {"apiKeySecretRef": {"name": "k"}}, {"url": "http://emb/v1", "apiKeySecretRef": {"name": "k"}},
-                  {"url": "file:///x"}],
+    "embedding": [{}, {"local": {"model": "BAAI/bge-small-en-v1.5"}}, {"remote": {"url": "http://emb/v1"}},
+                  {"local": {"model": "m"}, "remote": {"url": "http://e/v1"}}, {"remote": {"apiKeySecretRef": {"name": "k"}}},
+                  {"remote": {"url": "http://emb/v1", "apiKeySecretRef": {"name": "k"}}}, {"remote": {"url": "file:///x"}},
+                  {"local": {}}],
     "retrieval": [{}, {"contextTokenRatio": 0.1}, {"contextTokenRatio": 0.5}, {"contextTokenRatio": 0.9},
                   {"similarityThreshold": -1}, {"similarityThreshold": 0.4}, {"hybrid": "maybe"}, {"rerankModel": "bge"}],
     "engine": [{}, {"replicas": 0}, {"replicas": 2}, {"replicas": 101}, {"autoscaling": {"maxReplicas": 3}},
                {"podLabels": {"a": "b"}, "priorityClassName": "high"}, {"env": [{"name": "X", "value": "1"}]},
                {"tolerations": [{"key": "d", "operator": "Exists", "effect": "NoSchedule"}]}, {"image": ""}],
-    "vectorStore": [{}, {"type": "postgres"}, {"type": "postgres", "connectionSecretRef": {"name": "db"}},
-                    {"type": "milvus", "connectionSecretRef": {"name": "db"}, "prefix": "team_a"},
-                    {"type": "milvus", "connectionSecretRef": {"name": "db"}, "prefix": "Bad-Prefix"},
-                    {"type": "sqlite"}, {"connectionSecretRef": {"name": "db"}},
-                    {"type": "postgres", "connectionSecretRef": {"name": "db"}, "hnsw": {"m": 2}},
-                    {"type": "postgres", "connectionSecretRef": {"name": "db"}, "hnsw": {"m": 16, "efSearch": 64}}],
-    "storage": [{}, {"size": "1Gi"}, {"size": "-1Gi"}, {"size": "1.5Gi"}, {"storageClassName": "standard"}],
+    "storage": [{}, {"volume": {"size": "1Gi"}}, {"volume": {"size": "-1Gi"}}, {"volume": {"size": "1.5Gi"}},
+                {"volume": {"storageClassName": "standard"}}, {"vectorStore": {"type": "postgres"}},
+                {"vectorStore": {"type": "postgres", "connectionSecretRef": {"name": "db"}}},
+                {"vectorStore": {"type": "milvus", "connectionSecretRef": {"name": "db"}, "prefix": "team_a"}},
+                {"vectorStore": {"type": "milvus", "connectionSecretRef": {"name": "db"}, "prefix": "Bad-Prefix"}},
+                {"vectorStore": {"type": "sqlite"}}, {"vectorStore": {"connectionSecretRef": {"name": "db"}}},
+                {"vectorStore": {"type": "postgres", "connectionSecretRef": {"name": "db"}, "hnsw": {"m": 2}}},
+                {"vectorStore": {"type": "postgres", "connectionSecretRef": {"name": "db"}, "hnsw": {"m": 16, "efSearch": 64}},
+                 "sessions": {"databaseSecretRef": {"name": "db"}}}],
     "auth": [{}, {"apiKeySecretRef": {"name": "a"}}, {"apiKeySecretRef": {"key": "k"}}],
-    "monitoring": [{}, {"kind": "PodMonitor", "interval": "15s"}, {"kind": "Probe"}, {"scrapeFrom": []},
-                   {"scrapeFrom": [{"ipBlock": {"cidr": "10.0.0.0/8"}}]}],
+    "observability": [{}, {"metrics": {"kind": "PodMonitor", "interval": "15s"}}, {"metrics": {"kind": "Probe"}},
+                      {"metrics": {"scrapeFrom": []}}, {"metrics": {"scrapeFrom": [{"ipBlock": {"cidr": "10.0.0.0/8"}}]}},
+                      {"tracing": {"endpoint": "http://otel:4317"}, "metrics": {}}],
 }
-SCALE_OUT = {"vectorStore": {"type": "postgres", "connectionSecretRef": {"name": "db"}}}
+SCALE_OUT = {"type": "postgres", "connectionSecretRef": {"name": "db"}}
 
 
 def random_spec(rng: random.Random) -> dict:
@@ -111,7 +115,7 @@ def random_spec(rng: random.Random) -> dict:
         if rng.random() < 0.35:
             spec[key] = rng.choice(values)
     if rng.random() < 0.15:
-        spec.update(SCALE_OUT)
+        spec["storage"] = {**spec.get("storage", {}), "vectorStore": SCALE_OUT}
     return spec
 
 

@@ -29,7 +29,7 @@ def _policy(kube, ns: str, n: str, reason: str) -> dict:
 def test_a_configmap_edit_that_breaks_the_policy_is_reported_and_a_fix_clears_it(kube, namespace, llm_url):
     ns, n = namespace, "guarded"
     _configmap(kube, ns, "team-policy", VALID)
-    kube.create_rag(ns, n, {"inference": {"url": llm_url}, "storage": {"size": "1Gi"},
+    kube.create_rag(ns, n, {"inference": {"url": llm_url}, "storage": {"volume": {"size": "1Gi"}},
                             "guardrails": {"enabled": True, "configMapRef": {"name": "team-policy"}}})
     kube.wait_ready(ns, n)
     cond = _policy(kube, ns, n, "PolicyLoaded")
@@ -58,7 +58,8 @@ def test_a_configmap_edit_that_breaks_the_policy_is_reported_and_a_fix_clears_it
 
 def test_without_a_configmap_ref_the_default_policy_is_created_and_loaded(kube, namespace, llm_url):
     ns, n = namespace, "defaults"
-    kube.create_rag(ns, n, {"inference": {"url": llm_url}, "storage": {"size": "1Gi"}, "guardrails": {"enabled": True}})
+    kube.create_rag(ns, n, {"inference": {"url": llm_url}, "storage": {"volume": {"size": "1Gi"}},
+                            "guardrails": {"enabled": True}})
     kube.wait_ready(ns, n)
     cond = _policy(kube, ns, n, "PolicyLoaded")
     assert cond["message"].startswith(f"ConfigMap {n}-guardrails key guardrails.yaml: ")

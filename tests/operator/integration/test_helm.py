@@ -31,11 +31,25 @@ def test_helm_template_applies_server_side_dry_run(kube, bin_dir):
     kinds = {d["kind"] for d in docs}
     assert kinds >= {"CustomResourceDefinition", "Deployment", "ServiceAccount", "Role", "RoleBinding",
                      "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
-    # exact namespaces: a Role in each, nothing cluster-wide but the aggregated edit/view roles (no binding)
-    assert sorted(d["metadata"]["namespace"] for d in docs if d["kind"] == "Role") == ["team-a", "team-b"]
-    # cluster-wide: only the TokenReview bindings of spec.access.serviceAccounts (rbac.tokenReview), and
-    # that role can bind system:auth-delegator and nothing else
-    assert [d["metadata"]["name"] for d in docs if d["kind"] == "ClusterRoleBinding"] == ["rag-ragengine-tokenreview"]
+    # exact namespaces: a Role in each, and one in the release's namespace for the operator's own objects (the
+    # Lease, the webhook's certificate); nothing cluster-wide but the aggregated edit/view roles (no binding),
+    roles = sorted(d["metadata"]["namespace"] for d in docs if d["kind"] == "Role")
+    assert roles == ["ragengine-system", "team-a", "team-b"]
+    (own,) = [d for d in docs if d["kind"] == "Role" and d["metadata"]["namespace"] == "ragengine-system"]
+    assert {(r["resources"][0], tuple(r.get("resourceNames", ()))) for r in own["rules"]} == {
+        ("leases", ()), ("leases", ("rag-ragengine",)), ("secrets", ()), ("secrets", ("rag-ragengine-webhook-tls",)),
+        ("pods", ())}
+    # the TokenReview bindings of spec.access.serviceAccounts (rbac.tokenReview), whose role can bind
+    # system:auth-delegator and nothing else, and the CRD's own (its conversion stanza, the storage-version
+    # migration: docs/upgrades.md)
+    assert sorted(d["metadata"]["name"] for d in docs if d["kind"] == "ClusterRoleBinding") == [
+        "rag-ragengine-crd", "rag-ragengine-tokenreview"]
+    (crd_role,) = [d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "rag-ragengine-crd"]
+    assert crd_role["rules"][:2] == [
+        {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
+         "resourceNames": ["ragengines.ragengine.io"], "verbs": ["get", "patch"]},
+        {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions/status"],
+         "resourceNames": ["ragengines.ragengine.io"], "verbs": ["patch"]}]
     (review,) = [d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "rag-ragengine-tokenreview"]
     assert review["rules"] == [
         {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterrolebindings"],
@@ -46,16 +60,31 @@ def test_helm_template_applies_server_side_dry_run(kube, bin_dir):
     assert aggregated["rag-ragengine-edit"]["rbac.authorization.k8s.io/aggregate-to-edit"] == "true"
     assert aggregated["rag-ragengine-view"]["rbac.authorization.k8s.io/aggregate-to-view"] == "true"
     dep = next(d for d in docs if d["kind"] == "Deployment")
-    assert dep["spec"]["replicas"] == 1 and dep["spec"]["strategy"]["type"] == "Recreate"
+    # two replicas, a new one in before an old one goes: the webhook never goes away; one leads (docs/upgrades.md)
+    assert dep["spec"]["replicas"] == 2 and dep["spec"]["strategy"] == {
+        "type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    assert dep["spec"]["template"]["metadata"]["labels"]["ragengine.io/leader-election"] == "true"
     ctr = dep["spec"]["template"]["spec"]["containers"][0]
-    assert ctr["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert ctr["livenessProbe"]["httpGet"]["path"] == "/healthz" and ctr["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    (pdb,) = [d for d in docs if d["kind"] == "PodDisruptionBudget"]
+    assert pdb["spec"]["minAvailable"] == 1
+    (webhook,) = [d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] == "rag-ragengine-webhook"]
+    assert webhook["spec"]["ports"] == [{"name": "webhook", "port": 443, "targetPort": "webhook"}]
     assert ctr["args"] == ["--namespace=team-a", "--namespace=team-b"]
     env = {e["name"]: e.get("value") for e in ctr["env"]}
     assert env["RAGENGINE_OPERATOR_SCAN_CLUSTER"] == "false" and env["RAGENGINE_OPERATOR_SYNC_MODE"] == "job"
+    assert env["RAGENGINE_OPERATOR_LEADER_ELECTION"] == "true" and env["RAGENGINE_OPERATOR_LEASE_NAME"] == "rag-ragengine"
+    assert env["RAGENGINE_OPERATOR_WEBHOOK_SERVICE"] == "rag-ragengine-webhook"  # this release owns the CRD's stanza
+    assert env["RAGENGINE_OPERATOR_LEGACY_POD_SELECTOR"] == (
+        "app.kubernetes.io/name=ragengine-operator,app.kubernetes.io/instance=rag,!ragengine.io/leader-election")
     assert env["RAGENGINE_OPERATOR_SYNC_IMAGE"] == ctr["image"]  # the sync Jobs run the operator's own image
     crd = next(d for d in docs if d["kind"] == "CustomResourceDefinition")
     assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
-    out = kube.kubectl("apply", "--dry-run=server", "-f", "-", input=rendered)
+    # the CRD as a whole (a replace: the test cluster's names its webhook by URL, the chart's by Service, and an
+    # apply would merge the two), the rest as the chart applies it
+    assert "(server dry run)" in kube.kubectl("replace", "--dry-run=server", "-f", "-", input=yaml.safe_dump(crd)).stdout
+    rest = yaml.safe_dump_all([d for d in docs if d["kind"] != "CustomResourceDefinition"])
+    out = kube.kubectl("apply", "--dry-run=server", "-f", "-", input=rest)
     assert "(server dry run)" in out.stdout
     # the operator's own NetworkPolicy (opt-in): DNS and the API server out, metrics in
     rendered = helm(bin_dir, "template", "rag", str(CHART), "-n", "ragengine-system", "--set", "networkPolicy.enabled=true",
@@ -70,9 +99,28 @@ def test_helm_template_applies_server_side_dry_run(kube, bin_dir):
     docs = [d for d in yaml.safe_load_all(helm(bin_dir, "template", "rag", str(CHART), "-n", "ragengine-system",
                                                 "--set", "watchNamespaces={team-*}")) if d]
     assert {"ClusterRole", "ClusterRoleBinding"} <= {d["kind"] for d in docs} and "Role" not in {d["kind"] for d in docs}
-    # without the CRD subchart (CRD managed elsewhere)
+    # without the CRD subchart (CRD managed elsewhere): nor the CRD's conversion stanza, nor its migration
     rendered = helm(bin_dir, "template", "rag", str(CHART), "-n", "ragengine-system", "--set", "crds.install=false")
-    assert "CustomResourceDefinition" not in rendered
+    assert "CustomResourceDefinition" not in rendered and "RAGENGINE_OPERATOR_WEBHOOK_SERVICE" not in rendered
+    assert "rag-ragengine-crd" not in rendered
+    # cert-manager makes the webhook's certificate (a self-signed Issuer of the release, or the one named)
+    docs = [d for d in yaml.safe_load_all(helm(bin_dir, "template", "rag", str(CHART), "-n", "ragengine-system",
+                                                "--set", "conversionWebhook.certManager.enabled=true")) if d]
+    (cert,) = [d for d in docs if d["kind"] == "Certificate"]
+    assert cert["spec"]["secretName"] == "rag-ragengine-webhook-tls"
+    assert "rag-ragengine-webhook.ragengine-system.svc" in cert["spec"]["dnsNames"]
+    assert cert["spec"]["issuerRef"] == {"name": "rag-ragengine-webhook", "kind": "Issuer"}
+    assert [d["spec"] for d in docs if d["kind"] == "Issuer"] == [{"selfSigned": {}}]
+    env = {e["name"]: e.get("value") for e in next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]
+           ["spec"]["containers"][0]["env"]}
+    assert env["RAGENGINE_OPERATOR_WEBHOOK_CERT_MANAGER"] == "true"
+    docs = [d for d in yaml.safe_load_all(helm(bin_dir, "template", "rag", str(CHART), "-n", "ragengine-system",
+                                                "--set", "conversionWebhook.certManager.enabled=true",
+                                                "--set", "conversionWebhook.certManager.issuerRef.name=corp-ca",
+                                                "--set", "conversionWebhook.certManager.issuerRef.kind=ClusterIssuer")) if d]
+    assert "Issuer" not in {d["kind"] for d in docs}
+    issuer = next(d for d in docs if d["kind"] == "Certificate")["spec"]["issuerRef"]
+    assert issuer == {"name": "corp-ca", "kind": "ClusterIssuer"}
 
 
 def test_values_schema_rejects_bad_values(bin_dir):

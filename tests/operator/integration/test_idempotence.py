@@ -11,7 +11,7 @@ from ragengine_operator.settings import OperatorSettings
 
 from .kube import wait_for
 
-SPEC = {"inference": {"model": "Qwen/Qwen2.5-0.5B-Instruct"}, "storage": {"size": "1Gi"}}
+SPEC = {"inference": {"model": "Qwen/Qwen2.5-0.5B-Instruct"}, "storage": {"volume": {"size": "1Gi"}}}
 
 
 def versions(kube, ns: str, n: str) -> dict[str, str]:
@@ -57,7 +57,7 @@ def test_refused_apply_reports_degraded(kube, namespace):
     kube.wait_ready(ns, n)
     # The CRD allows growing the volume; this cluster's StorageClass cannot expand it, so the API
     # server refuses the PVC change: the RAGEngine says so instead of pretending.
-    kube.patch_rag(ns, n, {"spec": {"storage": {"size": "2Gi"}}})
+    kube.patch_rag(ns, n, {"spec": {"storage": {"volume": {"size": "2Gi"}}}})
     cond = wait_for(lambda: (x := kube.condition(ns, n, c.DEGRADED)) and x["status"] == "True" and x, 30, "Degraded")
     assert cond["reason"] == "ApplyFailed" and f"{n}-data" in cond["message"], cond
     assert kube.condition(ns, n, c.READY)["status"] == "False"

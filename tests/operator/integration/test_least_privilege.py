@@ -76,7 +76,7 @@ def test_roles_in_the_watched_namespace_are_all_the_operator_needs(kube, bin_dir
              "RAGENGINE_OPERATOR_SYNC_MODE": "subprocess", "RAGENGINE_OPERATOR_ENGINE_URL": source_engine})
     try:
         kube.core.create_namespaced_config_map(ns, {"metadata": {"name": "notes"}, "data": {"a.md": "# A\n\nAlpha.\n"}})
-        kube.create_rag(ns, "scoped", {"inference": {"model": "m"}, "storage": {"size": "1Gi"},
+        kube.create_rag(ns, "scoped", {"inference": {"model": "m"}, "storage": {"volume": {"size": "1Gi"}},
                                        "sources": [{"name": "notes", "index": f"notes-{ns}", "configMap": {"name": "notes"}}]})
         kube.wait_ready(ns, "scoped", timeout=90)  # every child applied, generated keys included
         wait_for(lambda: (x := kube.condition(ns, "scoped", "SourcesSynced")) and x["status"] == "True", 60,

@@ -11,7 +11,7 @@ from .kube import wait_for
 MODEL_SPEC = {
     "inference": {"model": "Qwen/Qwen2.5-0.5B-Instruct", "gpus": 1, "contextWindow": 4096, "modelCache": {"size": "10Gi"}},
     "retrieval": {"contextTokenRatio": 0.5, "similarityThreshold": 0.1},
-    "storage": {"size": "1Gi"},
+    "storage": {"volume": {"size": "1Gi"}},
 }
 CHILDREN = [
     ("PersistentVolumeClaim", "{n}-model-cache"), ("Deployment", "{n}-inference"), ("Service", "{n}-inference"),
@@ -130,7 +130,7 @@ def test_unschedulable_vllm_reports_degraded(kube, namespace):
 
 def test_delete_garbage_collects_children(kube, namespace):
     ns, n = namespace, "gone"
-    kube.create_rag(ns, n, {**MODEL_SPEC, "storage": {"size": "1Gi", "reclaimPolicy": "Delete"}})
+    kube.create_rag(ns, n, {**MODEL_SPEC, "storage": {"volume": {"size": "1Gi", "reclaimPolicy": "Delete"}}})
     wait_for(lambda: all(kube.exists(k, ns, name.format(n=n)) for k, name in CHILDREN), 20, "all children")
     kube.delete_rag(ns, n)
     wait_for(lambda: not any(kube.exists(k, ns, name.format(n=n)) for k, name in CHILDREN), 60,
@@ -168,7 +168,7 @@ def test_retained_volumes_outlive_the_ragengine_and_are_adopted_again(kube, name
         assert again.metadata.uid == claim.metadata.uid and not again.metadata.owner_references
 
     # switched to Delete: the operator puts its owner reference on the adopted claims
-    kube.patch_rag(ns, n, {"spec": {"storage": {"reclaimPolicy": "Delete"}}})
+    kube.patch_rag(ns, n, {"spec": {"storage": {"volume": {"reclaimPolicy": "Delete"}}}})
     owner = kube.get_rag(ns, n)["metadata"]["uid"]
     wait_for(lambda: all((kube.core.read_namespaced_persistent_volume_claim(name.format(n=n), ns).metadata
                           .owner_references or [None])[0] is not None for name in claims), 30, "owner references")

@@ -24,7 +24,8 @@ SERVICE_MONITOR_CRD = {
              "versions": [{"name": VERSION, "served": True, "storage": True, "schema": {"openAPIV3Schema": {
                  "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]},
 }
-SPEC = {"inference": {"model": "Qwen/Qwen2.5-0.5B-Instruct"}, "storage": {"size": "1Gi"}, "monitoring": {}}
+SPEC = {"inference": {"model": "Qwen/Qwen2.5-0.5B-Instruct"}, "storage": {"volume": {"size": "1Gi"}},
+        "observability": {"metrics": {}}}
 
 
 @pytest.fixture
@@ -62,6 +63,6 @@ def test_monitoring_without_then_with_the_prometheus_operator(kube, namespace, n
     assert sm["spec"]["endpoints"][0] == {"port": "http", "path": "/metrics", "interval": "30s"}
     assert sm["metadata"]["ownerReferences"][0]["kind"] == c.KIND
 
-    kube.patch_rag(ns, n, {"spec": {"monitoring": None}})
+    kube.patch_rag(ns, n, {"spec": {"observability": {"metrics": None}}})
     wait_for(lambda: monitors(kube, ns) == [], 30, "the monitors deleted with spec.monitoring")
     kube.wait_ready(ns, n)

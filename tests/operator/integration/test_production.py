@@ -24,7 +24,7 @@ from tests.support.server import announced_port
 from .conftest import OPERATOR_ENV, OPERATOR_KUBECONFIG, OPERATOR_NAMESPACE, ROOT, helm_template, service_account_kubeconfig
 from .kube import wait_for
 
-MODEL_SPEC = {"inference": {"model": "Qwen/Qwen2.5-0.5B-Instruct"}, "storage": {"size": "1Gi"}}
+MODEL_SPEC = {"inference": {"model": "Qwen/Qwen2.5-0.5B-Instruct"}, "storage": {"volume": {"size": "1Gi"}}}
 
 
 def degraded(kube, ns: str, n: str, timeout: float = 30) -> dict:
@@ -127,7 +127,7 @@ def test_refused_child_does_not_block_the_others(kube, namespace):
     kube.create_rag(ns, n, MODEL_SPEC)
     kube.wait_ready(ns, n)
     # One change the API server refuses (this StorageClass cannot expand volumes) and one it accepts.
-    kube.patch_rag(ns, n, {"spec": {"storage": {"size": "2Gi"}, "retrieval": {"contextTokenRatio": 0.3}}})
+    kube.patch_rag(ns, n, {"spec": {"storage": {"volume": {"size": "2Gi"}}, "retrieval": {"contextTokenRatio": 0.3}}})
     cond = degraded(kube, ns, n)
     assert cond["reason"] == "ApplyFailed" and f"PersistentVolumeClaim {n}-data" in cond["message"], cond
     assert "forbidden" in cond["message"] or "expand" in cond["message"], cond  # the API server's own reason
@@ -145,7 +145,7 @@ def test_refused_child_does_not_block_the_others(kube, namespace):
            if e.involved_object.name == n and e.involved_object.kind == c.KIND and e.type != "Normal"]
     assert [e.reason for e in bad] == ["ApplyFailed"], [(e.type, e.reason, e.message) for e in bad]
     # The way out: revert the size (the CRD allows it back to what the PVC has) and it recovers.
-    kube.patch_rag(ns, n, {"spec": {"storage": {"size": "1Gi"}}})
+    kube.patch_rag(ns, n, {"spec": {"storage": {"volume": {"size": "1Gi"}}}})
     wait_for(lambda: kube.condition(ns, n, c.DEGRADED)["status"] == "False", 30, "Degraded=False after the revert")
     kube.wait_ready(ns, n)
 
@@ -275,7 +275,7 @@ def test_engine_network_policy_rendered_not_enforced_is_on_by_default_and_an_opt
                 return None
             raise
 
-    uid = kube.create_rag(ns, n, {"storage": {"size": "1Gi"}})["metadata"]["uid"]
+    uid = kube.create_rag(ns, n, {"storage": {"volume": {"size": "1Gi"}}})["metadata"]["uid"]
     kube.wait_ready(ns, n)
     got = wait_for(policy, 30, "engine NetworkPolicy applied by default")
     assert got.metadata.owner_references[0].uid == uid

@@ -121,7 +121,7 @@ def test_editing_spec_embedding_reindexes_while_ready_stays_true(kube, own_opera
         kubelet = Kubelet(kube, ns, f"{name}-embedding", path)
         kubelet.start()
         try:
-            kube.create_rag(ns, name, {"embedding": {"model": WORDLLAMA},
+            kube.create_rag(ns, name, {"embedding": {"local": {"model": WORDLLAMA}},
                                        "sources": [{"name": "pages", "index": index, "git": {"url": f"{git}/docs.git"}}]})
             kube.wait_ready(ns, name)
             wait_for(lambda: any(e.get("revision") == revision and e.get("synced")
@@ -138,7 +138,7 @@ def test_editing_spec_embedding_reindexes_while_ready_stays_true(kube, own_opera
             watch = Watch(kube, ns, name)
             watch.start()
             try:
-                kube.patch_rag(ns, name, {"spec": {"embedding": {"model": MINILM}}})
+                kube.patch_rag(ns, name, {"spec": {"embedding": {"local": {"model": MINILM}}}})
                 wait_for(lambda: live_version(kube, ns, name) == 2 and (x := kube.condition(ns, name, c.REINDEXING))
                          and x["reason"] == "Current", 600, "the re-index done and reported")
             finally:

@@ -12,7 +12,7 @@ from .conftest import OPERATOR_ENV
 from .kube import wait_for
 
 ROOT = Path(__file__).resolve().parents[3]
-SPEC = {"inference": {"model": "Qwen/Qwen2.5-0.5B-Instruct"}, "storage": {"size": "1Gi"}}
+SPEC = {"inference": {"model": "Qwen/Qwen2.5-0.5B-Instruct"}, "storage": {"volume": {"size": "1Gi"}}}
 
 
 def start_operator(ns: str, log: Path, **env: str) -> subprocess.Popen:

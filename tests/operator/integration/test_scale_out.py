@@ -13,7 +13,7 @@ from ragengine.settings import EngineSettings
 
 from .kube import wait_for
 
-POSTGRES = {"vectorStore": {"type": "postgres", "connectionSecretRef": {"name": "db", "key": "dsn"}},
+POSTGRES = {"storage": {"vectorStore": {"type": "postgres", "connectionSecretRef": {"name": "db", "key": "dsn"}}},
             "engine": {"replicas": 3}}
 
 
@@ -68,7 +68,7 @@ def test_scale_subresource_frees_the_gpus(kube, namespace):
     from ragengine_operator import constants as c
 
     ns, n = namespace, "gpus"
-    kube.create_rag(ns, n, {"inference": {"model": "Qwen/Qwen2.5-0.5B-Instruct"}, "storage": {"size": "1Gi"}})
+    kube.create_rag(ns, n, {"inference": {"model": "Qwen/Qwen2.5-0.5B-Instruct"}, "storage": {"volume": {"size": "1Gi"}}})
     kube.wait_ready(ns, n)
     out = kube.kubectl("get", "--raw", f"/apis/{c.API_VERSION}/namespaces/{ns}/{c.PLURAL}/{n}/scale").stdout
     scale = json.loads(out)
@@ -93,7 +93,7 @@ def test_unready_vllm_leaves_the_engine_ready(kube, namespace):
     from ragengine_operator import constants as c
 
     ns, n = namespace, "loading"
-    kube.create_rag(ns, n, {"inference": {"model": "Qwen/Qwen2.5-0.5B-Instruct"}, "storage": {"size": "1Gi"}})
+    kube.create_rag(ns, n, {"inference": {"model": "Qwen/Qwen2.5-0.5B-Instruct"}, "storage": {"volume": {"size": "1Gi"}}})
     kube.wait_ready(ns, n)
     (pod,) = kube.pods(ns, f"{c.SELECTOR_NAME}={n},{c.SELECTOR_COMPONENT}=inference")
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

