@@ -4,7 +4,8 @@ FastAPI documents a route's success response and, for routes with parameters, a 
 ``HTTPValidationError`` body. The engine answers differently (see ``errors.py``): ``{"detail": str}``
 on the KAITO routes, OpenAI's ``{"error": {...}}`` under ``/v1/`` (where validation errors are 400),
 a 413 from the body limit and a 401 (or 503) from access control, both answered by middleware, a 403
-when a principal's role is below the route's and a 429 over a principal's rate limit. Clients generated
+when a principal's role is below the route's, a 404 for an index (or a session, upload, ...) the principal may
+not see, worded as a missing one, and a 429 over a principal's rate limit. Clients generated
 from the spec, and the Schemathesis contract test, rely on every status and body being declared.
 
 OpenAPI links (``add_links``) say which operations act on what a ``POST`` created: the resource routes under
@@ -20,7 +21,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from ragengine.access.routes import ROUTES, IndexFrom, is_open, rule_for, served_by_standby
+from ragengine.access.routes import ROUTES, IndexFrom, Rule, is_open, rule_for, served_by_standby
 from ragengine.protocol.errors import ERROR_DESCRIPTIONS, ErrorDetail, OpenAIErrorResponse
 
 METHODS = ("get", "put", "post", "delete", "patch")
@@ -29,11 +30,23 @@ METHODS = ("get", "put", "post", "delete", "patch")
 OPS_PATHS = ("/health", "/ready", "/metrics")
 
 
+# Where a route's rule takes an index the caller may not see from: with access control on, such an index is
+# a 404, worded as a missing one (access/decide.py), on every route but those that create it (403 there).
+HIDING = frozenset({IndexFrom.path, IndexFrom.body, IndexFrom.chat, IndexFrom.store, IndexFrom.tools})
+
+
+def hides(rule: Rule) -> bool:
+    """Whether access control may answer 404 on a route: an index hidden from the caller, or a session, upload,
+    stored response or evaluation run that is not theirs (``owned``)."""
+    return not rule.open and (rule.owned or (rule.index in HIDING and not rule.creates))
+
+
 def declared_statuses(path: str, operation: dict[str, Any], *, auth: bool, external_store: bool = False,
-                      held: bool = False) -> set[int]:
+                      held: bool = False, hidden: bool = False) -> set[int]:
     """Error statuses an operation can answer: its own (``responses=``) plus what its request shape implies.
     ``held``: a FAISS stand-by holds it until it takes its data folder over (ragengine.handover), 503 past
-    ``handover_wait_seconds``."""
+    ``handover_wait_seconds``. ``hidden``: access control answers 404 for what the caller may not see
+    (``hides``)."""
     responses = operation.get("responses", {})
     statuses = {int(s) for s in responses if str(s).isdigit() and int(s) >= 400}
     if _is_fastapi_validation_error(responses.get("422")):
@@ -49,6 +62,8 @@ def declared_statuses(path: str, operation: dict[str, Any], *, auth: bool, exter
         # no or bad credentials; a role below the route's (access/routes.py); a rate limit; a ServiceAccount
         # token that cannot be reviewed now (access/enforce.py)
         statuses |= {401, 403, 429, 503}
+        if hidden:
+            statuses.add(404)
     if external_store and not is_open(path):  # the probes report the store's state; the console's files are files
         statuses.add(503)  # the PostgreSQL / Milvus store is unreachable (the body names the reason)
     if held:
@@ -78,8 +93,10 @@ def add_error_responses(spec: dict[str, Any], *, auth: bool, external_store: boo
             operation = item.get(method)
             if operation is None:
                 continue
-            held = standby and not served_by_standby(method.upper(), rule_for(method, path))
-            statuses = declared_statuses(path, operation, auth=auth, external_store=external_store, held=held)
+            rule = rule_for(method, path)
+            held = standby and not served_by_standby(method.upper(), rule)
+            statuses = declared_statuses(path, operation, auth=auth, external_store=external_store, held=held,
+                                         hidden=hides(rule))
             responses = operation.setdefault("responses", {})
             if _is_fastapi_validation_error(responses.get("422")):
                 del responses["422"]
