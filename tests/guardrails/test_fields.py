@@ -10,6 +10,7 @@ Before, the key left through every field but ``content``, and through all of ``/
 from __future__ import annotations
 
 import json
+import time
 from collections import defaultdict
 
 import pytest
@@ -211,3 +212,26 @@ def test_a_reformulated_question_is_screened(scripted_engine):
     assert r.status_code == 200, r.text
     assert_no_key(r.text)
     assert r.json()["reformulatedMessage"] == "What is the key [REDACTED] for?"
+
+
+def test_an_evaluation_run_keeps_its_answers_screened(scripted_engine):
+    """An evaluation run with ``answers: true`` (merged from main beside issue 41) keeps and shows each answer
+    the model wrote: through the output policy, as a chat answer; the judge still scores what the model wrote."""
+    engine, llm = scripted_engine, scripted_engine.llm
+    indexed = engine.http.post("/index", json={"index_name": "evals", "documents": [
+        {"doc_id": "pump", "text": "The cooling pump restarts after valve V-7 closes."}]})
+    assert indexed.status_code == 200, indexed.text
+    llm.reset()
+    llm.script = [{"content": f"The pump restarts after V-7 closes; the key is {KEY}."},
+                  {"content": '{"relevance": 5, "agreement": null}'}]
+    started = engine.http.post("/indexes/evals/evaluations", json={"answers": True, "top_k": 1, "questions": [
+        {"id": "q1", "question": "When does the pump restart?", "relevant_doc_ids": ["pump"]}]})
+    assert started.status_code == 202, started.text
+    run = started.json()
+    while run["status"] in ("queued", "running"):
+        time.sleep(0.05)
+        run = engine.http.get(f"/indexes/evals/evaluations/{run['id']}").json()
+    assert run["status"] == "succeeded" and run["answer_metrics"]["status"] == "ok", run
+    assert run["results"][0]["answer"]["answer"] == "The pump restarts after V-7 closes; the key is [REDACTED]."
+    assert_no_key(engine.http.get(f"/indexes/evals/evaluations/{run['id']}").text)
+    assert KEY in llm.chats()[1]["messages"][-1]["content"]  # the judge read the answer as written
