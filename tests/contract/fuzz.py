@@ -4,21 +4,24 @@
 The engine runs with an admin key (``RAGENGINE_API_KEY``) and an access file of keys of each role, two of
 them index-scoped (``PRINCIPALS``). ``seed_engine`` gives each principal private data holding a marker of its
 own (a random string nothing else contains): an index only it sees, a document in a shared index with an
-ACL naming it, a session with a message and a thread, an upload, a stored response, a vector store. It
-returns the ids (for the parameter dictionaries: every principal's ids, so the fuzzer tries each one's as
+ACL naming it, a session with a message and a thread, an upload, a stored response, a vector store, an
+evaluation run. It returns the ids (for the parameter dictionaries: every principal's ids, so the fuzzer tries each one's as
 another) and what the checks need (``FuzzState``).
 
 ``run_fuzz`` runs ``st run`` on every operation of the engine's own ``/openapi.json`` (new routes are
-picked up with no change here) through the phases examples, coverage, fuzzing and stateful (the OpenAPI
-links the engine publishes: create, then read, update and delete what was created); each request goes
-with the key of a principal drawn at random (``fuzz_hooks.py``: a seeded draw, some requests with no key
-or a wrong one). Checks: Schemathesis's ``not_a_server_error``, ``response_schema_conformance`` and
-``status_code_conformance``, and ``no_foreign_data`` (``fuzz_hooks.py``): a non-admin's response never
-holds another principal's marker, and never answers 2xx on another principal's session, upload or stored
-response (seeded, or created during the run). The contract test runs it at a size that fits the suite
-(a fixed seed); ``python -m tests.contract.fuzz`` (``make fuzz``) starts an engine of its own, seeds it and
-runs rounds (seed, seed + 1, ...) until at least 20,000 requests were made, with a random seed printed first
-so a failure can be repeated with ``--seed``.
+picked up with no change here: the evaluations, the console's ``/whoami`` and its open files) through the
+phases examples, coverage, fuzzing and stateful (the OpenAPI links the engine publishes: create, then read,
+update and delete what was created); each request goes with the key of a principal drawn at random
+(``fuzz_hooks.py``: a seeded draw, some requests with no key or a wrong one). Checks: Schemathesis's
+``not_a_server_error``, ``response_schema_conformance`` and ``status_code_conformance``, and
+``no_foreign_data`` (``fuzz_hooks.py``): a non-admin's response never holds another principal's marker, and
+never answers 2xx on another principal's session, upload, stored response or evaluation run (seeded, or
+created during the run). ``/mcp`` is not in ``/openapi.json`` (its messages are JSON-RPC, not operations
+Schemathesis can generate): tests/engine/test_mcp.py drives it with the official MCP client, per principal
+(index-scoped keys, document ACLs, sessions, no or a wrong key, bad input, rate limits). The contract test
+runs it at a size that fits the suite (a fixed seed); ``python -m tests.contract.fuzz`` (``make fuzz``)
+starts an engine of its own, seeds it and runs rounds (seed, seed + 1, ...) until at least 20,000 requests
+were made, with a random seed printed first so a failure can be repeated with ``--seed``.
 """
 
 from __future__ import annotations
@@ -75,7 +78,7 @@ class FuzzState:
 
     keys: dict[str, str]  # key -> principal name
     markers: dict[str, str]  # principal -> its marker
-    owned: dict[str, str]  # id of a session, upload or stored response -> its principal
+    owned: dict[str, str]  # id of a session, upload, stored response or evaluation run -> its principal
     protected: list[str] = field(default_factory=list)  # seeded indexes and stores: an admin does not delete them
     admins: list[str] = field(default_factory=lambda: ["admin"])
     seed: int = 0
@@ -164,6 +167,13 @@ def seed_engine(base_url: str) -> tuple[dict[str, list[str]], FuzzState]:
                 batch = _ok(c.post(f"/v1/vector_stores/{store}/file_batches", json={"file_ids": [upload]})).json()["id"]
                 ids["vector_store_id"].append(store)
                 ids["batch_id"].append(batch)
+                # an evaluation run (write role) on the index both see, so only ownership keeps each from the
+                # other's; its question holds the marker (the admin's results, the others' ACL'd notes too)
+                run = _ok(c.post("/indexes/shared/evaluations", json={"questions": [
+                    {"id": "q1", "question": f"Whose note holds {marker}?", "relevant_doc_ids": ["shared-public"]}],
+                    "top_k": 3})).json()["id"]
+                owned[run] = name
+                ids["evaluation_id"].append(run)
     ids["thread_id"].append("main")
     keys = {key_of(name): name for name in [*PRINCIPALS, "admin"]}
     return dict(ids), FuzzState(keys=keys, markers=markers, owned=owned,
@@ -178,7 +188,9 @@ def write_config(path: Path, known: dict[str, list[str]], stateful_examples: int
                 "query.thread_id": "thread_id", "body.thread_id": "thread_id", "path.file_id": "file_id",
                 "body.file_ids[*]": "file_id", "body.parent_message_id": "message_id",
                 "path.vector_store_id": "vector_store_id", "body.file_id": "file_id", "path.batch_id": "batch_id",
-                "path.response_id": "response_id", "body.previous_response_id": "response_id"}
+                "path.response_id": "response_id", "body.previous_response_id": "response_id",
+                "path.evaluation_id": "evaluation_id", "path.other_id": "evaluation_id",
+                "body.evaluation_id": "evaluation_id"}
     # no state left in the checkout; the keys in the HAR report (test keys: the run is counted by principal)
     lines = ["[cache]", "enabled = false", "", "[output.sanitization]", "enabled = false", "", "[dictionaries]"]
     lines += [f"{name} = {{ values = {json.dumps(values)} }}" for name, values in known.items()]

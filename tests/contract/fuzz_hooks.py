@@ -12,8 +12,8 @@
   replacing a seeded index (``POST /load/{name}`` may load a copy of another one, an admin's power) or
   deleting one, or a seeded vector store (the markers would be gone for the rest of the run).
 - ``no_foreign_data``: a response to a principal that is not an admin never holds another principal's
-  marker, and never answers 2xx on another principal's session, upload or stored response (seeded, or
-  created during the run: ids of what a ``POST`` created are recorded with their creator).
+  marker, and never answers 2xx on another principal's session, upload, stored response or evaluation run
+  (seeded, or created during the run: ids of what a ``POST`` created are recorded with their creator).
 """
 
 from __future__ import annotations
@@ -46,6 +46,12 @@ _CHOICES = [*KEYS, *KEYS, *KEYS, *KEYS, "", "wrong-key-0123456789abcdef"]  # eac
 CREATES_OWNED = frozenset({"/v1/sessions", "/v1/files", "/v1/responses"})
 
 
+def creates_owned(path: str) -> bool:
+    """Whether a POST to ``path`` creates something its creator owns (a session, upload, stored response or
+    evaluation run: ``owned`` in access/routes.py)."""
+    return path in CREATES_OWNED or (path.startswith("/indexes/") and path.endswith("/evaluations"))
+
+
 @schemathesis.hook
 def before_call(context, case, kwargs) -> None:
     if not KEYS:
@@ -74,7 +80,7 @@ def no_foreign_data(ctx, response, case) -> None:
     name = _principal(response)
     path = urlsplit(response.request.url).path
     ok = 200 <= response.status_code < 300
-    if ok and response.request.method == "POST" and path in CREATES_OWNED and name is not None:
+    if ok and response.request.method == "POST" and creates_owned(path) and name is not None:
         try:
             created = json.loads(response.content).get("id")
         except (ValueError, AttributeError):
