@@ -32,7 +32,7 @@ help:
 	@echo "make fuzz      fuzz the engine's API with Schemathesis, auth on, 20,000+ requests (FUZZ_ARGS='--seed N' repeats one)"
 	@echo "make eval      retrieval quality (MRR/Recall/nDCG@10) on three registry-installed sets (docs/retrieval.md)"
 	@echo "make crds      regenerate crds/ and the chart's CRD from the typed spec"
-	@echo "make images    build the engine and operator images with podman (IMAGE_REGISTRY, IMAGE_TAG; docs/images.md)"
+	@echo "make images    build the engine, operator and sync images with podman (IMAGE_REGISTRY, IMAGE_TAG; docs/images.md)"
 	@echo "make push      push them to IMAGE_REGISTRY"
 
 install: $(VENV)/.installed

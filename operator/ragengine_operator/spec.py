@@ -302,8 +302,9 @@ OVERRIDING_ARGS = ("inference.args must not set --config or --uds: a config file
 class LocalEmbeddingSpec(SpecModel):
     """An embedding model the engine runs itself (on its CPU, or its GPU with the torch image)."""
 
-    model: Annotated[str, Field(min_length=1, max_length=512)] = Field(
-        description="'package:<module>', 'wordllama:<config>', a path, or a sentence-transformers model name.")
+    model: Annotated[str, Field(max_length=512)] = Field(
+        description="'package:<module>', 'wordllama:<config>', a path, or a sentence-transformers model name; "
+        "empty: the engine's default (as v1alpha1's empty embedding.model, which converts to it).")
 
 
 class RemoteEmbeddingSpec(SpecModel):

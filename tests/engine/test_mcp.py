@@ -37,6 +37,8 @@ DOCS = [
      "metadata": {"acl": ["group:dev"], "title": "Pump simulator"}},
     {"doc_id": "pump-all", "text": "Everyone: the pump panel is in hall 2, next to the stairs.",
      "metadata": {"title": "Pump panel", "url": "https://wiki.example/pump-panel"}},
+    {"doc_id": "manual", "text": "[page 1]\n" + "The manual covers the installation of the unit. " * 30 + "\n\n[page 2]\n"
+     + "The pump's fuse is F3, behind the grey cover of the control box. " * 12, "metadata": {"file_name": "pump-manual.pdf"}},
 ]
 HIDDEN_INDEX = "No such index: '{}' exists."
 LEGACY = "2025-11-25"
@@ -129,6 +131,15 @@ async def test_search_and_fetch_return_what_retrieve_and_the_documents_route_giv
             assert fetched["id"] == f"{KB}/{doc['doc_id']}"
         ops = payload(await client.call_tool("fetch", {"id": f"{KB}/pump-ops"}))
         assert (ops["title"], ops["url"]) == ("Pump restart (ops)", f"ragengine://{KB}/pump-ops")
+
+
+async def test_a_search_result_names_the_place_its_passage_comes_from(engine):
+    """Issue 44: citations with places on every surface, MCP's included."""
+    async with connect(engine, ADMIN) as client:
+        found = payload(await client.call_tool("search", {"query": "which fuse does the pump have?", "index": KB,
+                                                          "top_k": 1}))["results"]
+    assert found[0]["doc_id"] == "manual" and found[0]["metadata"]["page"] == 2
+    assert found[0]["citation"] == "pump-manual.pdf, p. 2"
 
 
 async def test_a_key_scoped_to_one_index_cannot_reach_another(engine, caplog):

@@ -41,6 +41,7 @@ from ragengine.index.documents import (
     content_id,
     doc_out,
     listed,
+    metadata_updates,
     new_documents,
     plan_update,
     retrieval_request,
@@ -344,6 +345,20 @@ class StoreRegistry:
         with tracing.stage("index_write", operation="update", index=index_name, store=self.kind,
                            documents=len(documents)):
             return await self._update_documents(index_name, documents)
+
+    async def update_metadata(self, index_name: str, documents: list[dict]) -> dict:
+        """The metadata of documents replaced, their text as the store holds it (chunks and vectors kept).
+        No lock spans the read and the write (replicas share the store): a concurrent text update of the same
+        document may be undone by it, which the next write of that text repairs."""
+        with tracing.stage("index_write", operation="update_metadata", index=index_name, store=self.kind,
+                           documents=len(documents)):
+            await self._config(index_name)
+            held = await self._call(self.adapter.get_documents, index_name, [d["doc_id"] for d in documents])
+            found, missing = metadata_updates(documents, {k: v.text for k, v in held.items()})
+            out = await self._update_documents(index_name, found) if found else {
+                "updated_documents": [], "unchanged_documents": [], "not_found_documents": []}
+            out["not_found_documents"] += missing
+            return out
 
     async def _update_documents(self, index_name: str, documents: list[dict]) -> dict:
         config = await self._config(index_name)

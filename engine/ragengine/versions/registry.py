@@ -412,6 +412,13 @@ class VersionedRegistry:
         await self._mirror(index_name, live.physical, [d["doc_id"] for d in out["updated_documents"]])
         return out
 
+    async def update_metadata(self, index_name: str, documents: list[dict]) -> dict:
+        book = await self.book(index_name)
+        live = self._writable(book)
+        out = await self.inner.update_metadata(live.physical, documents)
+        await self._mirror(index_name, live.physical, [d["doc_id"] for d in out["updated_documents"]])
+        return out
+
     async def delete_documents(self, index_name: str, doc_ids: list[str]) -> dict:
         book = await self.book(index_name)
         live = book.live_version

@@ -19,7 +19,7 @@ from ragengine_operator.sources.plan import SourceFile
 
 MAX_FILE_BYTES = 20 * 1024 * 1024
 MAX_CHARS = 5_000_000
-__all__ = ["MAX_FILE_BYTES", "Deadline", "FetchError", "FetchLimits", "Fetched", "extract", "too_large"]
+__all__ = ["MAX_FILE_BYTES", "Deadline", "FetchError", "FetchLimits", "Fetched", "extract", "refused_format", "too_large"]
 
 
 @dataclass(frozen=True)
@@ -60,10 +60,9 @@ def extract(path: str, data: bytes, into: Fetched, url: str | None = None, typed
     if path in into.raw_paths:
         into.raw[path] = data
         return
-    kind = format_of(typed_as or path)
-    if limits.formats is not None and kind is not None and kind not in limits.formats:
-        into.skipped[path] = (f"format {kind!r} is not one this source accepts "
-                              f"(ingestion.formats: {', '.join(sorted(limits.formats))})")
+    refused = refused_format(format_of(typed_as or path), limits)
+    if refused:
+        into.skipped[path] = refused
         return
     parse = ParseLimits(ocr_languages=limits.ocr_languages) if limits.ocr_languages else None
     try:
@@ -75,6 +74,13 @@ def extract(path: str, data: bytes, into: Fetched, url: str | None = None, typed
         into.files.append(SourceFile(path, found.text, found.metadata, url))
     else:
         into.skipped[path] = found.reason
+
+
+def refused_format(kind: str | None, limits: FetchLimits) -> str | None:
+    """Why a file of this format is skipped (``ingestion.formats``), or None when the source accepts it."""
+    if limits.formats is None or kind is None or kind in limits.formats:
+        return None
+    return f"format {kind!r} is not one this source accepts (ingestion.formats: {', '.join(sorted(limits.formats))})"
 
 
 def too_large(size: int, limit: int) -> str:
