@@ -75,6 +75,20 @@ def index_routes() -> dict[tuple[str, str], Route]:
                 "empty text": st.sampled_from(["", "  "]).map(lambda t: replace(base, json={
                     "documents": [{"doc_id": w.doc_ids[0], "text": "ok"}, {"doc_id": w.doc_ids[1], "text": t}]}))}
 
+    def metadata(w: World) -> Call:
+        return Call("POST", "/indexes/{index_name}/documents/metadata", {"index_name": w.index}, role="writer",
+                    json={"documents": [{"doc_id": w.doc_ids[0], "metadata": {"i": 99}}]})
+
+    def metadata_faults(w: World) -> dict[str, st.SearchStrategy[Call]]:
+        ok = {"doc_id": w.doc_ids[0], "metadata": {"i": 99}}
+        return {"a document without its id or metadata": st.sampled_from([
+                    {"metadata": {"i": 1}}, {"doc_id": "", "metadata": {}}, {"doc_id": w.doc_ids[1]},
+                    {"doc_id": w.doc_ids[1], "metadata": ["not", "an object"]}]).map(
+                    lambda bad: replace(metadata(w), json={"documents": [ok, bad]})),
+                "code without a language": st.just(replace(metadata(w), json={"documents": [
+                    ok, {"doc_id": w.doc_ids[1], "metadata": {"split_type": "code"}}]})),
+                "too many documents": st.just(replace(metadata(w), json={"documents": [ok] * 1001}))}
+
     def persist(w: World) -> Call:
         return Call("POST", "/persist/{index_name}", {"index_name": w.index}, params={"path": "fresh-copy"})
 
@@ -98,6 +112,7 @@ def index_routes() -> dict[tuple[str, str], Route]:
         ("post", "/index"): Route(add, add_faults),
         ("post", "/index/files"): Route(files, files_faults),
         ("post", "/indexes/{index_name}/documents"): Route(update, update_faults),
+        ("post", "/indexes/{index_name}/documents/metadata"): Route(metadata, metadata_faults),
         ("post", "/indexes/{index_name}/documents/delete"): Route(lambda w: Call(
             "POST", "/indexes/{index_name}/documents/delete", {"index_name": w.index}, role="writer",
             json={"doc_ids": [w.doc_ids[0]]})),
