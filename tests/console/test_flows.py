@@ -102,6 +102,7 @@ def test_a_reader_sees_no_admin_action_and_no_hidden_index(engine, page):
     page.wait_for_selector("#doc-rows tr")
     assert page.is_hidden("#versions") and page.is_hidden("#admin-actions")
     assert page.is_hidden('[data-view="upload"]')
+    assert page.is_hidden('[data-view="evaluation"]')  # listing runs is the write role's: a 403 for a reader
     for label in ("Re-index", "Roll back", "Export", "Delete index", "Upload"):
         assert page.get_by_role("button", name=label).count() == 0 or not page.get_by_role("button", name=label).is_visible()
     page.click('[data-view="search"]')

@@ -6,6 +6,7 @@ says so without hanging."""
 from __future__ import annotations
 
 import re
+import time
 from urllib.parse import urlsplit
 
 import httpx
@@ -207,33 +208,34 @@ def test_the_engine_unreachable_mid_stream_cuts_the_answer_visibly_and_nothing_h
     page.watch.console.clear()  # the browser logs the lost connection and the refused one
 
 
-def test_the_evaluation_view_appears_only_where_the_api_answers(engine, page):
-    """Issue 40 adds GET /indexes/{name}/evaluations. Without it (this engine) the section is not offered; with
-    it, the scores per version are drawn. The API's answer is stood in for here (page.route) until it lands."""
+def test_the_evaluation_view_draws_the_engines_own_runs(engine, page):
+    """The Evaluation view draws what GET /indexes/{name}/evaluations answers (issue 40's API, served by this
+    engine): the newest finished run of each version, its scores as bars and as a table."""
+    golden = {"top_k": 3, "questions": [
+        {"id": "restart", "question": "How do I restart the pump?", "relevant_doc_ids": ["pumps"]},
+        {"id": "soup", "question": "When does the cafeteria serve soup?", "relevant_doc_ids": ["cafeteria"]}]}
+    run_id = admin(engine.base, "POST", "/indexes/handbook/evaluations", json=golden).json()["id"]
+    deadline = time.monotonic() + 60
+    while (run := admin(engine.base, "GET", f"/indexes/handbook/evaluations/{run_id}").json())["status"] in (
+            "queued", "running") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert run["status"] == "succeeded", run
+    listed = admin(engine.base, "GET", "/indexes/handbook/evaluations").json()["data"]
+    versions = sorted({r["version"] for r in listed if r["status"] == "succeeded"})
+    assert run["version"] in versions
+
     sign_in(page, engine.base, ADMIN)
-    assert page.is_hidden('[data-view="evaluation"]')
     assert httpx.get(f"{engine.base}/whoami", headers={"Authorization": f"Bearer {ADMIN}"}).json()["features"] == {
-        "llm": True, "evaluations": False}
-
-    def whoami(route):
-        body = route.fetch().json()
-        route.fulfill(json={**body, "features": {**body["features"], "evaluations": True}})
-
-    runs = {"data": [
-        {"id": "e1", "status": "completed", "version": 1, "finished_at": 1, "metrics": {"mrr@10": 0.61, "recall@10": 0.8}},
-        {"id": "e2", "status": "completed", "version": 2, "finished_at": 2, "metrics": {"mrr@10": 0.72, "recall@10": 0.9}},
-        {"id": "e3", "status": "running", "version": 3},
-    ]}
-    page.route("**/whoami", whoami)
-    page.route("**/indexes/handbook/evaluations", lambda route: route.fulfill(json=runs))
-    page.reload()
+        "llm": True, "evaluations": True}
     page.select_option("#index-select", "handbook")
     page.click('[data-view="evaluation"]')
-    expect(page.locator("#eval-rows tr")).to_have_count(2)
-    assert page.locator("#eval-head th").all_inner_texts() == ["Version", "mrr@10", "recall@10"]
-    assert page.locator("#eval-rows tr").nth(1).locator("td").all_inner_texts() == ["2", "0.720", "0.900"]
-    assert page.locator("#eval-chart svg rect").count() == 4  # 2 versions x 2 metrics
-    assert page.locator("#eval-chart svg rect title").all_text_contents()[0] == "version 1, mrr@10: 0.610"
+    expect(page.locator("#eval-rows tr")).to_have_count(len(versions))
+    names = page.locator("#eval-head th").all_inner_texts()
+    assert names[0] == "Version" and "mrr@3" in names, names
+    row = page.locator("#eval-rows tr").nth(versions.index(run["version"])).locator("td").all_inner_texts()
+    assert row[0] == str(run["version"])
+    assert row[names.index("mrr@3")] == f"{run['metrics']['mrr@3']:.3f}", (row, run["metrics"])
+    assert page.locator("#eval-chart svg rect").count() == len(versions) * (len(names) - 1)
     assert page.watch.console_errors() == [], page.watch.console
 
 

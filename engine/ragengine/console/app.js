@@ -42,7 +42,8 @@ async function start() {
   $("#sign-out").hidden = !who.auth;
   $("#who").textContent = who.auth ? `${who.principal} · ${who.role}` : "access control off · admin";
   document.querySelector('[data-view="upload"]').hidden = !state.can("write");
-  document.querySelector('[data-view="evaluation"]').hidden = !who.features.evaluations;
+  // Listing runs is the write role's (quality control, like a re-index): a reader would see only a 403.
+  document.querySelector('[data-view="evaluation"]').hidden = !who.features.evaluations || !state.can("write");
   fillIndexes(who.indexes);
   if (!initialised) {  // once per page: signing in again must not add a second listener to every form
     for (const view of Object.values(VIEWS)) view.init?.(state);
