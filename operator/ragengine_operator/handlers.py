@@ -61,9 +61,10 @@ def sync_requested(memo: kopf.Memo, **_: Any) -> None:
 
 
 @kopf.index(*RAG)
-def external_inference(namespace: str, name: str, spec: kopf.Spec, **_: Any) -> dict[tuple[str, str], tuple] | None:
-    """url-mode RAGEngines, their LLM endpoint and model: the reachability loop's work list."""
-    target = reachability.target(spec)
+def external_inference(namespace: str, name: str, spec: kopf.Spec, status: kopf.Status,
+                       **_: Any) -> dict[tuple[str, str], tuple] | None:
+    """url-mode RAGEngines, their LLM endpoint, model and recorded InferenceReady: the reachability loop's work."""
+    target = reachability.target(spec, status)
     return {(namespace, name): target} if target else None
 
 
