@@ -285,6 +285,17 @@ def test_mcp_is_routed_but_left_out_of_the_openapi_document(engine):
     assert spec.status_code == 200 and "/mcp" not in spec.json()["paths"] and "/retrieve" in spec.json()["paths"]
 
 
+def test_mcp_enabled_false_serves_no_mcp_route(tmp_path):
+    """spec.mcp.enabled: false (RAGENGINE_MCP_ENABLED=false) leaves /mcp out of the app: a 404, not a server."""
+    from ragengine.app import create_app
+    from ragengine.settings import EngineSettings
+    from tests.support.routes import operations
+
+    on = {path for _, path in operations(create_app(EngineSettings(data_dir=tmp_path)))}
+    off = {path for _, path in operations(create_app(EngineSettings(mcp_enabled=False, data_dir=tmp_path)))}
+    assert on - off == {p for p in on if p.startswith("/mcp")} != set()
+
+
 async def test_sessions_are_bounded_and_expire(embedder, tmp_path):
     from ragengine.app import create_app
     from ragengine.settings import EngineSettings
