@@ -104,23 +104,26 @@ def wait_healthy(engine: EngineProcess, timeout_s: float = START_TIMEOUT_S) -> N
 @contextlib.contextmanager
 def engine_process(work_dir: Path, *, settings: dict[str, str] | None = None, llm: bool = True,
                    wrap: list[str] | None = None, start_timeout_s: float = START_TIMEOUT_S,
-                   wait_ready: bool = True, source: Path = REPO) -> Iterator[EngineProcess]:
+                   wait_ready: bool = True, source: Path = REPO, module: str = "ragengine.cli",
+                   env: dict[str, str] | None = None) -> Iterator[EngineProcess]:
     """An engine process and its test LLM (none with ``llm=False``: a retrieval-only engine);
     ``settings`` are extra ``--set KEY=VALUE`` engine settings. ``wait_ready=False``: yielded once its port
     is bound, before it has started (a test of what it does meanwhile). ``source``: the checkout whose engine
-    runs (another release's, with this venv's Python)."""
+    runs (another release's, with this venv's Python). ``module``: what ``python -m`` runs with ``serve ...``
+    (a benchmark's wrapper of the CLI); ``env``: more environment variables for the engine."""
     with engine_processes([work_dir], settings=settings, llm=llm, wrap=wrap, start_timeout_s=start_timeout_s,
-                          wait_ready=wait_ready, source=source) as (engine,):
+                          wait_ready=wait_ready, source=source, module=module, env=env) as (engine,):
         yield engine
 
 
 @contextlib.contextmanager
 def engine_processes(work_dirs: list[Path], *, settings: dict[str, str] | None = None, llm: bool = True,
                      wrap: list[str] | None = None, start_timeout_s: float = START_TIMEOUT_S,
-                     wait_ready: bool = True, source: Path = REPO) -> Iterator[list[EngineProcess]]:
+                     wait_ready: bool = True, source: Path = REPO, module: str = "ragengine.cli",
+                     env: dict[str, str] | None = None) -> Iterator[list[EngineProcess]]:
     """One engine per work folder, all started before any is waited for (replicas start side by side),
     sharing one test LLM; each keeps its log and, for FAISS, its data under its own folder."""
-    env = engine_env(source)
+    env = {**engine_env(source), **(env or {})}
     deadline = time.monotonic() + start_timeout_s
     procs: list[subprocess.Popen] = []
     inner: dict[int, int] = {}  # wrapper pid -> the engine's pid
@@ -137,7 +140,7 @@ def engine_processes(work_dirs: list[Path], *, settings: dict[str, str] | None =
         started = []
         for work_dir in work_dirs:
             work_dir.mkdir(parents=True, exist_ok=True)
-            cmd = [*(wrap or []), sys.executable, "-m", "ragengine.cli", "serve", "--host", "127.0.0.1", "--port", "0",
+            cmd = [*(wrap or []), sys.executable, "-m", module, "serve", "--host", "127.0.0.1", "--port", "0",
                    "--data-dir", str(work_dir / "data"), "--log-level", "warning"]
             if llm_url:
                 cmd += ["--llm-url", llm_url]
