@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Build and push ragengine's images with podman (docker builds the same Dockerfiles: docs/images.md).
 #
-#   hack/images.sh build [engine|operator]...   build (default: both), print each image's size
-#   hack/images.sh push  [engine|operator]...   push to $IMAGE_REGISTRY (after build)
+#   hack/images.sh build [engine|operator|sync]...   build (default: all three), print each image's size
+#   hack/images.sh push  [engine|operator|sync]...   push to $IMAGE_REGISTRY (after build)
 #   hack/images.sh names                        print the image references, one per line
 #   hack/images.sh build-previous               build the previous release's images (hack/previous-release.env)
 #                                               from its own Dockerfiles, in a git worktree of that commit, tagged
 #                                               previous-<commit>: what the helm upgrade test starts from
 #
 # IMAGE_REGISTRY (default localhost) and IMAGE_TAG (default dev) name the images:
-# $IMAGE_REGISTRY/ragengine-engine:$IMAGE_TAG and $IMAGE_REGISTRY/ragengine-operator:$IMAGE_TAG.
+# $IMAGE_REGISTRY/ragengine-engine:$IMAGE_TAG, $IMAGE_REGISTRY/ragengine-operator:$IMAGE_TAG and
+# $IMAGE_REGISTRY/ragengine-sync:$IMAGE_TAG (the source-sync Jobs' worker).
 # IMAGE_BASE: the Python base image; `auto` (default) uses python:3.11-slim when podman has it or can
 # pull it, else a base made from Debian's packages (hack/images/debian-base.sh; no registry needed).
 # Layers are cached: a second build with unchanged sources takes seconds. The host's uv cache is lent to
@@ -60,7 +61,8 @@ build() {
 }
 
 cmd=${1:-build}; shift || true
-what=("$@"); [[ ${#what[@]} -eq 0 ]] && what=(engine operator)
+asked=("$@")
+what=("$@"); [[ ${#what[@]} -eq 0 ]] && what=(engine operator sync)
 case $cmd in
   build)
     command -v podman > /dev/null || { log "podman is missing: run hack/install-system.sh"; exit 1; }
@@ -80,6 +82,8 @@ case $cmd in
       git -C "$ROOT" worktree add --detach "$tree" "$PREVIOUS_RELEASE" > /dev/null
     fi
     log "the previous release ${PREVIOUS_RELEASE:0:12}: its own images.sh and Dockerfiles"
-    IMAGE_TAG=previous-${PREVIOUS_RELEASE:0:12} bash "$tree/hack/images.sh" build "${what[@]}" ;;
-  *) echo "usage: $0 build|push|names|build-previous [engine|operator]..." >&2; exit 2 ;;
+    # only what was asked for: by default, the images that release has (its own default list; it may
+    # predate an image, as releases before the sync image do)
+    IMAGE_TAG=previous-${PREVIOUS_RELEASE:0:12} bash "$tree/hack/images.sh" build ${asked[@]+"${asked[@]}"} ;;
+  *) echo "usage: $0 build|push|names|build-previous [engine|operator|sync]..." >&2; exit 2 ;;
 esac

@@ -30,7 +30,8 @@ LOCK=/run/ragengine-node.owner  # machine-wide: which checkout runs the real nod
 COMPONENTS=(containerd kubelet kube-proxy coredns kube-router local-pv)
 . "$ROOT/hack/previous-release.env"
 PREVIOUS_TAG=previous-${PREVIOUS_RELEASE:0:12}  # hack/images.sh build-previous: the helm upgrade test's start
-IMAGES=(localhost/ragengine-engine:dev localhost/ragengine-operator:dev
+# (the previous release has no sync image: its sync Jobs run its operator image)
+IMAGES=(localhost/ragengine-engine:dev localhost/ragengine-operator:dev localhost/ragengine-sync:dev
         "localhost/ragengine-engine:$PREVIOUS_TAG" "localhost/ragengine-operator:$PREVIOUS_TAG")
 
 log() { echo "[node] $*" >&2; }

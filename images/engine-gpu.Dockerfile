@@ -14,8 +14,10 @@ FROM python:3.11-slim AS build
 RUN pip install --no-cache-dir uv==0.13.9
 ENV UV_PROJECT_ENVIRONMENT=/opt/venv UV_LINK_MODE=copy UV_COMPILE_BYTECODE=0 UV_PYTHON_DOWNLOADS=never
 WORKDIR /src
-COPY pyproject.toml uv.lock README.md /src/
+COPY pyproject.toml uv.lock /src/
 RUN uv sync --frozen --no-dev --no-install-project --extra gpu --extra postgres --extra milvus
+# the README (the package's long description) only now: an edit of it rebuilds no dependency layer
+COPY README.md /src/
 COPY engine /src/engine
 COPY operator /src/operator
 # The project itself, without dependencies (the lock already put them there); then check the image is

@@ -28,7 +28,7 @@ ENV UV_LINK_MODE=copy UV_PYTHON_DOWNLOADS=never UV_PROJECT_ENVIRONMENT=/nonexist
 FROM uv AS export
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 ENV HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-COPY pyproject.toml uv.lock README.md /src/
+COPY pyproject.toml uv.lock /src/
 RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/uv \
     if [ -s /run/secrets/ca ]; then export SSL_CERT_FILE=/run/secrets/ca; fi; \
     cd /src && python3 -m venv /opt/export \
@@ -45,12 +45,14 @@ RUN PYTHONPATH=/src/engine /opt/export/bin/python -m ragengine.embedding.export 
 
 # --- the engine: every vector store the operator can configure, no torch, no operator ------------------
 FROM uv AS build
-COPY pyproject.toml uv.lock README.md /src/
+COPY pyproject.toml uv.lock /src/
 RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/uv \
     if [ -s /run/secrets/ca ]; then export SSL_CERT_FILE=/run/secrets/ca; fi; \
     cd /src && python3 -m venv --without-pip /opt/venv \
  && /opt/uv/bin/uv export -q --frozen --no-emit-project --extra engine --extra postgres --extra milvus -o /tmp/engine.txt \
  && /opt/uv/bin/uv pip install -q --python /opt/venv/bin/python -r /tmp/engine.txt
+# the README (the package's long description) only now: an edit of it rebuilds no dependency layer
+COPY README.md /src/
 COPY engine /src/engine
 COPY operator /src/operator
 RUN --mount=type=secret,id=ca \

@@ -91,6 +91,11 @@ def serve(host, port, data_dir, embedding_model, embedding_url, llm_url, rerank_
     from ragengine.observability import logs
 
     logs.configure(settings.log_format, log_level)
+    if not settings.process_dumpable:  # a parser child (same uid) cannot read our keys in /proc/<pid>/environ
+        from ragengine.parsing.confine import undumpable
+
+        if not undumpable():
+            click.echo("warning: could not make the engine process non-dumpable", err=True)
     from ragengine.embedding import early
 
     early.start(settings)  # the model loads in a thread while the rest is imported and checked (embedding/early.py)
@@ -148,17 +153,21 @@ def _collect(folder: Path, pattern: str) -> tuple[list[Path], int]:
     return sorted(files), outside
 
 
-def _document(path: Path, folder: Path, code_aware: bool) -> dict | None:
-    from ragengine.filetypes import Extracted, to_document
+API_KEY_FLAG_WARNING = ("warning: --api-key is visible to other users of this machine (ps, /proc); "
+                        "set RAGENGINE_API_KEY instead")
 
-    try:
-        found = to_document(path.name, path.resolve().read_bytes(), code_aware=code_aware)
-    except OSError:
-        return None
-    if not isinstance(found, Extracted):
-        return None
-    metadata: dict[str, Any] = {"source": str(path.relative_to(folder)), "file_name": path.name, **found.metadata}
-    return {"text": found.text, "metadata": metadata}
+
+def _api_key(flag: str | None) -> str | None:
+    """The key from RAGENGINE_API_KEY; the --api-key flag still works, with a warning."""
+    import os
+
+    if flag:
+        click.echo(API_KEY_FLAG_WARNING, err=True)
+        return flag
+    return os.environ.get("RAGENGINE_API_KEY") or None
+
+
+API_KEY_HELP = "Bearer token; prefer the RAGENGINE_API_KEY environment variable (a flag shows in ps)."
 
 
 @main.command("index")
@@ -166,40 +175,54 @@ def _document(path: Path, folder: Path, code_aware: bool) -> dict | None:
 @click.option("--index", "index_name", required=True, help="Index to add the files to (created when new).")
 @click.option("--url", default="http://127.0.0.1:8000", show_default=True, help="The engine's base URL.")
 @click.option("--glob", "pattern", default="**/*", show_default=True, help="Which files, relative to FOLDER.")
-@click.option("--batch-size", type=int, default=16, show_default=True, help="Files per /index request.")
+@click.option("--source", "source", default=None,
+              help="Name of this set of files in the index: documents get ids '<source>:<path>' and metadata "
+                   "source=<source> [default: FOLDER's name].")
+@click.option("--batch-size", type=int, default=16, show_default=True, help="Files per request.")
 @click.option("--code-aware/--no-code-aware", default=True, show_default=True,
               help="Mark source files split_type=code with their language.")
-@click.option("--api-key", envvar="RAGENGINE_API_KEY", default=None, help="Bearer token, when the engine needs one.")
+@click.option("--ocr-languages", default=None, help="Tesseract languages for scanned pages, e.g. eng+deu [eng].")
+@click.option("--force", is_flag=True, help="Send every file, even those the index holds unchanged.")
+@click.option("--prune", is_flag=True, help="Delete this source's documents whose file is no longer in FOLDER.")
+@click.option("--strict", is_flag=True, help="Exit with status 1 when any file is skipped (the others are sent).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout (no progress bar).")
+@click.option("--api-key", default=None, help=API_KEY_HELP)
 @click.option("--timeout", type=float, default=600.0, show_default=True, help="Seconds per request.")
-def index_folder(folder: Path, index_name: str, url: str, pattern: str, batch_size: int, code_aware: bool,
+def index_folder(folder: Path, index_name: str, url: str, pattern: str, source: str | None, batch_size: int,
+                 code_aware: bool, ocr_languages: str | None, force: bool, prune: bool, strict: bool, as_json: bool,
                  api_key: str | None, timeout: float) -> None:
-    """Send every text file under FOLDER to the engine's POST /index, in batches, with a progress bar."""
+    """Send the files under FOLDER that changed since the last run to the engine (an unchanged folder sends
+    nothing: the index keeps each file's hash), and name every file skipped, with its reason."""
+    import re
+
     import httpx
     from tqdm import tqdm
 
+    from ragengine import indexer
+
+    if ocr_languages is not None and not re.match(r"^[A-Za-z_]{3,16}(\+[A-Za-z_]{3,16})*$", ocr_languages):
+        raise click.BadParameter("Tesseract language codes joined by '+', e.g. eng+deu", param_hint="--ocr-languages")
     files, outside = _collect(folder, pattern)
     if outside:
         click.echo(f"skipping {outside} symbolic link(s) that lead out of {folder}", err=True)
     if not files:
         raise click.ClickException(f"no files match {pattern!r} under {folder}")
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    sent = skipped = 0
-    with httpx.Client(base_url=url.rstrip("/"), timeout=timeout, headers=headers) as client, \
-            tqdm(total=len(files), unit="file", desc=f"indexing into {index_name}", file=sys.stderr) as bar:
-        for start in range(0, len(files), max(1, batch_size)):
-            batch = files[start : start + batch_size]
-            docs = [d for d in (_document(p, folder, code_aware) for p in batch) if d is not None]
-            skipped += len(batch) - len(docs)
-            if docs:
-                try:
-                    resp = client.post("/index", json={"index_name": index_name, "documents": docs})
-                except httpx.HTTPError as exc:
-                    raise click.ClickException(f"cannot reach {url}: {exc}") from exc
-                if resp.status_code != 200:
-                    raise click.ClickException(f"POST /index answered {resp.status_code}: {resp.text[:500]}")
-                sent += len(docs)
-            bar.update(len(batch))
-    click.echo(f"indexed {sent} files into '{index_name}' ({skipped} skipped: empty, binary or unreadable)")
+    options = indexer.Options(source=source or folder.resolve().name, code_aware=code_aware,
+                              ocr_languages=ocr_languages, force=force, prune=prune, batch_size=max(1, batch_size))
+    with _client(url, _api_key(api_key), timeout) as client, \
+            tqdm(total=len(files), unit="file", desc=f"indexing into {index_name}", file=sys.stderr,
+                 disable=as_json or None) as bar:
+        try:
+            report = indexer.index_folder(indexer.EngineIndex(client, index_name), folder, files, options, bar.update)
+        except httpx.HTTPError as exc:
+            raise click.ClickException(f"cannot reach {url}: {exc}") from exc
+        except indexer.IndexingError as exc:
+            raise click.ClickException(str(exc)) from exc
+    report.outside = outside
+    click.echo(report.to_json() if as_json else "\n".join(report.lines()))
+    if strict and report.skipped:
+        click.echo(f"error: {len(report.skipped)} file(s) skipped (--strict)", err=True)
+        sys.exit(1)
 
 
 def _target(url: str, prefix: str, dim: int):
@@ -314,8 +337,9 @@ EXPORT_SUFFIX = ".ragx.gz"
 
 @main.command("export")
 @click.option("--url", default="http://127.0.0.1:8000", show_default=True, help="The engine's base URL.")
-@click.option("--api-key", envvar="RAGENGINE_API_KEY", default=None,
-              help="Bearer token (admin role: an export holds every document whatever its ACL).")
+@click.option("--api-key", default=None,
+              help="Bearer token (admin role: an export holds every document whatever its ACL); prefer the "
+                   "RAGENGINE_API_KEY environment variable (a flag shows in ps).")
 @click.option("--index", "indexes", multiple=True, help="Index to export (repeatable).")
 @click.option("--all", "every", is_flag=True, help="Every index the key sees (GET /indexes).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
@@ -335,7 +359,7 @@ def export_cmd(url: str, api_key: str | None, indexes: tuple[str, ...], every: b
         raise click.UsageError("name --index (one or more) or --all")
     if output is not None and (folder is not None or every or len(indexes) != 1):
         raise click.UsageError("--output takes exactly one --index (use --dir for several)")
-    with _client(url, api_key, timeout) as client:
+    with _client(url, _api_key(api_key), timeout) as client:
         names = list(indexes)
         if every:
             resp = client.get("/indexes")
@@ -379,7 +403,7 @@ def _prune(folder: Path, prefix: str, keep: int) -> None:
 @main.command("import")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--url", default="http://127.0.0.1:8000", show_default=True, help="The engine's base URL.")
-@click.option("--api-key", envvar="RAGENGINE_API_KEY", default=None, help="Bearer token (write or admin role).")
+@click.option("--api-key", default=None, help="Bearer token (write or admin role); prefer RAGENGINE_API_KEY.")
 @click.option("--index", "index_name", default=None, help="Name of the new index (default: the exported index's).")
 @click.option("--timeout", type=float, default=3600.0, show_default=True, help="Seconds for the import.")
 def import_cmd(file: Path, url: str, api_key: str | None, index_name: str | None, timeout: float) -> None:
@@ -402,7 +426,7 @@ def import_cmd(file: Path, url: str, api_key: str | None, index_name: str | None
             while block := fh.read(1 << 20):
                 yield block
 
-    with _client(url, api_key, timeout) as client:
+    with _client(url, _api_key(api_key), timeout) as client:
         try:
             resp = client.post(f"/indexes/{quote(str(index_name), safe='')}/import", content=chunks(),
                                headers={"Content-Type": "application/gzip"})

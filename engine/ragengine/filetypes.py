@@ -18,7 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import PurePosixPath
+from typing import ClassVar
 
+from ragengine.parsing import limits as why
 from ragengine.parsing.limits import Parsed, ParseLimits
 
 CODE_LANGUAGES = {
@@ -36,6 +38,24 @@ BOUNDED = {".pdf": "pdf", ".docx": "docx", ".pptx": "pptx", ".xlsx": "xlsx", ".x
            ".png": "image", ".jpg": "image", ".jpeg": "image", ".tif": "image", ".tiff": "image"}
 
 
+# What a file is, by name, for a source's ``ingestion.formats`` (docs/sources.md): one of FORMAT_NAMES.
+FORMAT_NAMES = ("text", "markdown", "restructuredtext", "html", "code", "pdf", "docx", "pptx", "xlsx", "csv", "image")
+
+
+def format_of(path: str) -> str | None:
+    """The format a file of this name is read as (``FORMAT_NAMES``), or None when no reader takes it."""
+    suffix = PurePosixPath(path).suffix.lower()
+    if suffix in BOUNDED:
+        return BOUNDED[suffix]
+    if suffix in HTML_SUFFIXES:
+        return "html"
+    if suffix in CODE_LANGUAGES:
+        return "code"
+    if suffix in TEXT_SUFFIXES:
+        return FORMATS.get(suffix, "text")
+    return None
+
+
 @dataclass(frozen=True)
 class Extracted:
     text: str
@@ -48,6 +68,7 @@ class Extracted:
 class Skipped:
     reason: str
     over_limit: bool = False  # a budget (CPU time, memory, pages, characters), not a broken file
+    code: str = why.UNREADABLE  # which kind of reason (``parsing.limits``: encrypted, zip_bomb, memory, ...)
 
 
 def to_document(path: str, data: bytes, *, code_aware: bool = True, max_chars: int | None = None,
@@ -58,22 +79,24 @@ def to_document(path: str, data: bytes, *, code_aware: bool = True, max_chars: i
         result = bounded(BOUNDED[suffix], data, limits, max_chars)
     elif suffix in HTML_SUFFIXES:
         text = _decode(data)
-        result = Skipped("not UTF-8 text") if text is None else Extracted(html_text(text), {"format": "html"})
+        result = Skipped("not UTF-8 text", code=why.NOT_TEXT) if text is None else Extracted(
+            html_text(text), {"format": "html"})
     elif suffix in CODE_LANGUAGES or suffix in TEXT_SUFFIXES:
         text = _decode(data)
         if text is None:
-            return Skipped("binary or not UTF-8 text")
+            return Skipped("binary or not UTF-8 text", code=why.NOT_TEXT)
         meta = {"format": FORMATS.get(suffix, "text")}
         if code_aware and suffix in CODE_LANGUAGES:
             meta = {"format": "code", "split_type": "code", "language": CODE_LANGUAGES[suffix]}
         result = Extracted(text, meta)
     else:
-        return Skipped(f"unsupported file type '{suffix}'")
+        return Skipped(f"unsupported file type '{suffix}'", code=why.UNSUPPORTED)
     if isinstance(result, Extracted):
         if not result.text.strip():
-            return Skipped("no text")
+            return Skipped("no text", code=why.EMPTY)
         if max_chars is not None and len(result.text) > max_chars:
-            return Skipped(f"too large: {len(result.text)} characters (the limit is {max_chars})", over_limit=True)
+            return Skipped(f"too large: {len(result.text)} characters (the limit is {max_chars})", over_limit=True,
+                           code=why.OVER_BUDGET)
     return result
 
 
@@ -87,7 +110,8 @@ def bounded(kind: str, data: bytes, limits: ParseLimits | None = None, max_chars
     found = sandbox.parse(kind, data, limits)
     if isinstance(found, Parsed):
         return Extracted(found.text, found.metadata, found.sections)
-    return Skipped(f"{kind.upper() if kind != 'image' else 'image'}: {found.reason}", over_limit=found.over_limit)
+    return Skipped(f"{kind.upper() if kind != 'image' else 'image'}: {found.reason}", over_limit=found.over_limit,
+                   code=found.code)
 
 
 def _decode(data: bytes) -> str | None:
@@ -101,7 +125,8 @@ def _decode(data: bytes) -> str | None:
 
 class _TextOf(HTMLParser):
     SKIP = frozenset({"script", "style", "noscript", "template", "head"})
-    BLOCK = frozenset({"p", "div", "br", "li", "tr", "h1", "h2", "h3", "h4", "h5", "h6", "section", "article", "pre", "table"})
+    BLOCK = frozenset({"p", "div", "br", "li", "tr", "section", "article", "pre", "table"})
+    HEADINGS: ClassVar[dict[str, int]] = {f"h{n}": n for n in range(1, 7)}
 
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
@@ -111,12 +136,16 @@ class _TextOf(HTMLParser):
     def handle_starttag(self, tag: str, attrs: list) -> None:
         if tag in self.SKIP:
             self._skip += 1
+        elif tag in self.HEADINGS and not self._skip:  # a Markdown heading, on a line of its own
+            self.parts.append("\n\n" + "#" * self.HEADINGS[tag] + " ")
         elif tag in self.BLOCK:
             self.parts.append("\n")
 
     def handle_endtag(self, tag: str) -> None:
         if tag in self.SKIP and self._skip:
             self._skip -= 1
+        elif tag in self.HEADINGS and not self._skip:
+            self.parts.append("\n\n")
         elif tag in self.BLOCK:
             self.parts.append("\n")
 
@@ -126,13 +155,16 @@ class _TextOf(HTMLParser):
 
 
 def html_text(html: str) -> str:
-    """The visible text of an HTML page: block elements become line breaks, runs of blank lines one."""
+    """The visible text of an HTML page: headings become Markdown headings (``## Title``, so chunks know
+    their section), other block elements line breaks, runs of blank lines one."""
     parser = _TextOf()
     parser.feed(html)
     parser.close()
     lines = [" ".join(line.split()) for line in "".join(parser.parts).splitlines()]
     out: list[str] = []
     for line in lines:
+        if line.strip("#") == "" and line:  # a heading with no text
+            line = ""
         if line or (out and out[-1]):
             out.append(line)
     return "\n".join(out).strip()

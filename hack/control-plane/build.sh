@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok and helm from Go
-# modules (no registry ships them) into a cache dir outside the repo, and the real node's kubelet,
-# kube-proxy, CoreDNS and kube-router (docs/local-control-plane.md). Idempotent: exits at once
+# modules (no registry ships them) into a cache dir outside the repo, the real node's kubelet,
+# kube-proxy, CoreDNS and kube-router (docs/local-control-plane.md), and versitygw, the S3 server of the
+# S3 source tests (docs/sources.md). Idempotent: exits at once
 # when every binary is there. Progress goes to stderr; the bin dir is printed on stdout.
 # Do not edit while a build runs (bash reads scripts lazily); hack/cluster.sh sources versions.env.
 set -euo pipefail
@@ -10,12 +11,12 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/versions.env"
 BIN=${K8S_BIN_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/ragengine/k8s-bin/$BIN_KEY}
 BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok helm
-          kubelet kube-proxy coredns kube-router crictl)
+          kubelet kube-proxy coredns kube-router crictl versitygw)
 NODE_STAMP="coredns=$COREDNS_VERSION kube-router=$KUBE_ROUTER_VERSION crictl=$CRICTL_VERSION"
 
 have_all() {
   for b in "${BINARIES[@]}"; do [[ -x $BIN/$b ]] || return 1; done
-  [[ $(cat "$BIN/node-versions" 2>/dev/null) == "$NODE_STAMP" ]]
+  [[ $(cat "$BIN/node-versions" 2>/dev/null) == "$NODE_STAMP" ]] && [[ $(cat "$BIN/versitygw-version" 2>/dev/null) == "$VERSITYGW_VERSION" ]]
 }
 if have_all; then echo "$BIN"; exit 0; fi
 
@@ -100,12 +101,19 @@ build_node_agents() {  # rebuilt when their pinned versions change (node-version
   echo "$NODE_STAMP" > "$BIN/node-versions"
 }
 
+build_s3_server() {  # its own stamp: a version bump rebuilds it alone
+  [[ $(cat "$BIN/versitygw-version" 2>/dev/null) == "$VERSITYGW_VERSION" ]] || rm -f "$BIN/versitygw"
+  build_plain versitygw "github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION"
+  echo "$VERSITYGW_VERSION" > "$BIN/versitygw-version"
+}
+
 build_etcd
 build_plain kwok "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
 build_plain helm "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
 build_kube
 build_kubectl
 build_node_agents
+build_s3_server
 rm -rf "$WORK"
 T1=$(date +%s)
 echo "cold build: $((T1 - T0)) s on $(nproc) cores ($(date -u +%FT%TZ))" >> "$BIN/build-time.txt"

@@ -27,14 +27,24 @@ def main(argv: list[str] | None = None) -> int:
         from .sources.worker import main as sync_source
 
         return sync_source(argv[1:])
-    import kopf
-
-    from .runtime import run
     from .settings import OperatorSettings
 
     args = parse_args(argv)
     overrides = {k: v for k, v in (("metrics_port", args.metrics_port), ("liveness_port", args.liveness_port)) if v is not None}
     settings = OperatorSettings(**overrides)
+    if settings.sync_mode == "subprocess":
+        from .sources.in_subprocess import worker_missing
+
+        # at once, not as every source's failure: git sources and documents would fail one by one
+        if missing := worker_missing():
+            print(f"ragengine-operator: sync_mode subprocess runs the sync worker beside the operator, and this "
+                  f"installation lacks {', '.join(missing)}: install ragengine[operator,sync] and git, or use sync_mode "
+                  "job (the Jobs run the ragengine-sync image; the operator image has no worker)", file=sys.stderr)
+            return 2
+    import kopf
+
+    from .runtime import run
+
     kopf.configure(verbose=args.verbose, log_format=kopf.LogFormat.PLAIN)
     logging.getLogger("kubernetes").setLevel(logging.WARNING)
     from . import handlers  # noqa: F401  (registers the handlers)

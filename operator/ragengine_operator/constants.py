@@ -23,6 +23,10 @@ LABEL_PART_OF = "app.kubernetes.io/part-of"
 SELECTOR_NAME = f"{GROUP}/ragengine"
 SELECTOR_COMPONENT = f"{GROUP}/component"
 CONFIG_HASH_ANNOTATION = f"{GROUP}/config-hash"
+# A sync asked for now (as Flux's reconcile.fluxcd.io/requestedAt): any new value of ragengine.io/sync-now syncs
+# every source; sync.ragengine.io/<source> one source (the push receiver writes it, receiver/server.py).
+SYNC_NOW_ANNOTATION = f"{GROUP}/sync-now"
+SOURCE_SYNC_ANNOTATION_PREFIX = f"sync.{GROUP}/"
 
 COMPONENT_ENGINE = "engine"
 COMPONENT_INFERENCE = "inference"

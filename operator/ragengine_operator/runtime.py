@@ -1,5 +1,5 @@
-"""The operator process's life: the side server (webhook and probes) on every replica, the webhook's
-certificates kept fresh, the Lease, and kopf while this replica leads.
+"""The operator process's life: the side server (webhook, probes and the push receiver) on every replica,
+the webhook's certificates kept fresh, the Lease, and kopf while this replica leads.
 
     start ─► side server ─► certificates (+ CRD's conversion stanza) ─► wait for the Lease ─┐
                                                                                           ▼
@@ -16,6 +16,7 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from .conversion import certs, crd
 from .conversion.server import SideServer
 from .kube.client import new_api_client
 from .leader import LeaseElector, Timing
+from .receiver.start import receiver_app
 from .settings import OperatorSettings
 
 log = logging.getLogger(__name__)
@@ -112,10 +114,21 @@ def wait_for_legacy_pods(settings: OperatorSettings, namespace: str, stop: threa
         stop.wait(1.0)
 
 
+def side_server(settings: OperatorSettings, healthy: Callable[[], str | None]) -> SideServer:
+    """What every replica serves, leader or not: the conversion webhook, the probes, and with ``receiver_port``
+    the push receiver (plain HTTP on its own port, as the chart's <release>-receiver Service expects), whose
+    Kubernetes client is its own (kopf runs only where the replica leads)."""
+    apps = {}
+    if settings.receiver_port:
+        apps[settings.receiver_port] = receiver_app(settings, new_api_client(pool_size=4))
+        log.info("push receiver on http://0.0.0.0:%d/hook/<namespace>/<name>/<source>", settings.receiver_port)
+    return SideServer(settings.webhook_port, settings.liveness_port, healthy, apps=apps)
+
+
 def run(settings: OperatorSettings, namespaces: list[str]) -> int:
     state = ProcessState()
     stop = threading.Event()  # SIGTERM before kopf runs, or the lease lost
-    server = SideServer(settings.webhook_port, settings.liveness_port, state.healthy)
+    server = side_server(settings, state.healthy)
     server.start()
     metrics.serve(settings.metrics_port)  # every replica: Prometheus scrapes them all
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}

@@ -112,7 +112,9 @@ class OperatorSettings(BaseSettings):
         "environment, for an operator run outside the cluster against engines it reaches (engine_url).",
     )
     sync_image: str = Field(
-        "ghcr.io/ragengine/ragengine-operator:0.1.0", description="Image of the sync Jobs (the chart passes the operator's own)."
+        "ghcr.io/ragengine/ragengine-sync:0.1.0", min_length=1,
+        description="Image of the sync Jobs: the sync worker with git and the document parsers (images/sync.Dockerfile), "
+        "which the operator's own image does not carry.",
     )
     sync_cpu: str = Field("1", description="CPU limit of a sync Job's container.")
     sync_memory: str = Field(
@@ -129,6 +131,14 @@ class OperatorSettings(BaseSettings):
         None, description="Base URL of an engine, '{name}' and '{namespace}' filled in; default: its Service "
         "(http://<name>.<namespace>.svc.<cluster_domain>). Set it when syncs run where Service names do not resolve.",
     )
+    receiver_port: int = Field(
+        0, ge=0, le=65535, description="Port of the push receiver (POST /hook/<namespace>/<name>/<source>: signed "
+        "GitHub, GitLab and generic webhooks start a source's sync; docs/sources.md); 0 = off.")
+    receiver_max_body_bytes: int = Field(10 * 1024 * 1024, ge=1024, description="Largest webhook body accepted.")
+    receiver_rate_per_namespace: float = Field(
+        5.0, gt=0, description="Webhook requests a second one namespace may send (a token bucket): a flood costs its "
+        "own tenant only.")
+    receiver_burst_per_namespace: int = Field(20, ge=1, description="Webhook requests one namespace may send at once.")
     source_workers: int = Field(4, ge=1, description="Source syncs running at once (Jobs or subprocesses).")
     source_workers_per_namespace: int = Field(
         2, ge=1, description="Source syncs of one namespace running at once, within source_workers: a tenant with "

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, WithJsonSchema, model_validator
 
 from . import vllm_cli
-from .sources.spec import Source, unique_names
+from .sources.spec import IndexSettings, Source, effective_sources, unique_indexes, unique_names
 from .spec_access import AccessSpec
 from .spec_evaluation import EvaluationSpec
 from .spec_network import EngineNetworkPolicySpec, NetworkPolicyPeer
@@ -302,8 +302,9 @@ OVERRIDING_ARGS = ("inference.args must not set --config or --uds: a config file
 class LocalEmbeddingSpec(SpecModel):
     """An embedding model the engine runs itself (on its CPU, or its GPU with the torch image)."""
 
-    model: Annotated[str, Field(min_length=1, max_length=512)] = Field(
-        description="'package:<module>', 'wordllama:<config>', a path, or a sentence-transformers model name.")
+    model: Annotated[str, Field(max_length=512)] = Field(
+        description="'package:<module>', 'wordllama:<config>', a path, or a sentence-transformers model name; "
+        "empty: the engine's default (as v1alpha1's empty embedding.model, which converts to it).")
 
 
 class RemoteEmbeddingSpec(SpecModel):
@@ -636,6 +637,17 @@ class RAGEngineSpec(SpecModel):
         "HTTP URLs (docs/sources.md). Each index then holds exactly its sources' documents (plus any added by API).",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
+    indexes: Annotated[list[IndexSettings], AfterValidator(unique_indexes)] = Field(
+        default_factory=list, max_length=64,
+        description="Settings of the indexes that sources fill, shared by all their sources: chunking and how files "
+        "are read (OCR languages, formats); a source's own settings win (docs/sources.md).",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+
+    @model_validator(mode="after")
+    def _index_settings(self) -> RAGEngineSpec:
+        effective_sources(self.sources, self.indexes)  # raises on two chunkings for one index
+        return self
 
     @property
     def runs_vllm(self) -> bool:

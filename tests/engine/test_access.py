@@ -57,6 +57,7 @@ EXPECTED: dict[tuple[str, str], tuple[int | None, str, bool]] = {
     ("get", "/indexes"): (READ, "-", False),
     ("get", "/indexes/{index_name}/documents"): (READ, "path", False),
     ("post", "/indexes/{index_name}/documents"): (WRITE, "path", False),
+    ("post", "/indexes/{index_name}/documents/metadata"): (WRITE, "path", False),
     ("post", "/indexes/{index_name}/documents/delete"): (WRITE, "path", False),
     ("delete", "/indexes/{index_name}"): (ADMIN, "path", False),
     ("post", "/persist/{index_name}"): (ADMIN, "path", False),

@@ -156,6 +156,37 @@ def test_update_and_delete_documents(server):
     assert ids[0] not in {h["doc_id"] for h in hits} and len(hits) == 2
 
 
+def _embedded(base: str) -> float:
+    import re
+
+    found = re.search(r'^ragengine_embedded_texts_total\{kind="documents"\} (\S+)$', httpx.get(f"{base}/metrics").text, re.M)
+    return float(found.group(1)) if found else 0.0
+
+
+def test_a_metadata_update_keeps_text_and_vectors_and_embeds_nothing(server):
+    """POST /indexes/{name}/documents/metadata (the sources' ACL rules): the metadata is replaced whole, the
+    text, chunks and vectors stay; a missing id is reported, a body without metadata is a 422."""
+    ids = [d["doc_id"] for d in _index(server).json()]
+    before = _embedded(server)
+    resp = httpx.post(f"{server}/indexes/kb/documents/metadata", json={"documents": [
+        {"doc_id": ids[0], "metadata": {"topic": "moved", "acl": ["group:ops"]}}, {"doc_id": "ghost", "metadata": {}}]})
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    assert [d["doc_id"] for d in body["updated_documents"]] == [ids[0]]
+    assert [d["doc_id"] for d in body["not_found_documents"]] == ["ghost"]
+    assert _embedded(server) == before  # nothing embedded
+    held = {d["doc_id"]: d for d in httpx.get(f"{server}/indexes/kb/documents",
+                                              params={"max_text_length": 1000}).json()["documents"]}
+    assert held[ids[0]]["metadata"] == {"topic": "moved", "acl": ["group:ops"]} and held[ids[0]]["text"] == DOCS[0]["text"]
+    hits = httpx.post(f"{server}/retrieve", json={"index_name": "kb", "query": "cosine similarity inner product",
+                                                   "metadata_filter": {"topic": "moved"}}).json()["results"]
+    assert [h["doc_id"] for h in hits] == [ids[0]]
+    refused = httpx.post(f"{server}/indexes/kb/documents/metadata", json={"documents": [{"doc_id": ids[1]}]})
+    assert refused.status_code == 422, refused.text
+    missing = httpx.post(f"{server}/indexes/nope/documents/metadata", json={"documents": []})
+    assert missing.status_code == 404, missing.text
+
+
 def test_retrieve_filters_restrict_before_top_k(server):
     docs = [{"text": f"note number {i} about gardening and tomatoes",
              "metadata": {"n": i, "kind": "even" if i % 2 == 0 else "odd"}} for i in range(40)]

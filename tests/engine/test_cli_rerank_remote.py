@@ -28,13 +28,15 @@ def test_cli_index_folder(server, tmp_path: Path):
     (docs / "blob.bin").write_bytes(b"\xff\xfe\x00\x81")
     result = CliRunner().invoke(main, ["index", str(docs), "--index", "fruit", "--url", server, "--batch-size", "2"])
     assert result.exit_code == 0, result.output
-    assert "indexed 3 files into 'fruit' (2 skipped" in result.output
+    assert "indexed 5 files into 'fruit' (source 'docs'): 3 added, 0 updated, 0 unchanged, 0 deleted, 2 skipped" \
+        in result.output
     listing = httpx.get(f"{server}/indexes/fruit/documents").json()
-    by_source = {d["metadata"]["source"]: d for d in listing["documents"]}
-    assert set(by_source) == {"a.md", "sub/b.txt", "tool.py"}
-    assert by_source["tool.py"]["metadata"]["language"] == "python"
+    by_path = {d["metadata"]["path"]: d for d in listing["documents"]}
+    assert set(by_path) == {"a.md", "sub/b.txt", "tool.py"}
+    assert {d["doc_id"] for d in listing["documents"]} == {"docs:a.md", "docs:sub/b.txt", "docs:tool.py"}
+    assert by_path["tool.py"]["metadata"]["language"] == "python"
     hits = httpx.post(f"{server}/retrieve", json={"index_name": "fruit", "query": "yellow fruit"}).json()["results"]
-    assert hits[0]["metadata"]["source"] == "sub/b.txt"
+    assert hits[0]["metadata"]["path"] == "sub/b.txt"
 
 
 def test_cli_index_does_not_follow_symlinks_out_of_the_folder(server, tmp_path: Path):
@@ -53,7 +55,7 @@ def test_cli_index_does_not_follow_symlinks_out_of_the_folder(server, tmp_path: 
     assert result.exit_code == 0, result.output
     assert "symbolic link" in result.output
     listing = httpx.get(f"{server}/indexes/links/documents", params={"max_text_length": 1000}).json()
-    assert [d["text"] for d in listing["documents"]] == ["# Guide\nPears are sweet."]  # one text, two names
+    assert [d["text"] for d in listing["documents"]] == ["# Guide\nPears are sweet."] * 2  # one text, two names
     assert "indexed 2 files" in result.output
 
 

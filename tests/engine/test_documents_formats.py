@@ -76,7 +76,7 @@ def test_scanned_pages_are_read_by_ocr(extracted, name):
 def test_only_pages_without_a_text_layer_are_ocrd():
     found = to_document("mixed.pdf", corpus.mixed_pdf_bytes())
     assert isinstance(found, Extracted) and found.metadata["ocr_pages"] == 1
-    assert found.text.startswith(corpus.INTRO) and "twelve crates" in found.text
+    assert found.text.startswith(f"[page 1]\n\n{corpus.INTRO}\n\n[page 2]\n\n") and "twelve crates" in found.text
 
 
 def test_ocr_page_and_time_caps_and_languages():
@@ -129,7 +129,7 @@ def test_no_table_chunk_lacks_its_header_row(extracted, chunker, size):
 def test_a_table_that_fits_is_one_chunk_and_pieces_repeat_heading_and_caption(extracted, chunker):
     slides = extracted["prices.pptx"].text  # 7 rows: fits the model's 256 tokens
     (start, end), = table_blocks(slides)
-    assert (start, end) in chunker(256).split(slides, None)
+    assert any(s <= start and end <= e for s, e in chunker(256).split(slides, None))  # whole, in its slide's chunk
     text = extracted["prices.docx"].text  # 30 rows: does not
     pieces = [s for s in chunker(96).split(text, None) if isinstance(s, str)]
     assert len(pieces) >= 3

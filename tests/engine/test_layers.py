@@ -44,6 +44,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("ragengine.services",),  # the services in dependency order, onto an app's state
     ("ragengine.handover",),  # a FAISS stand-by: reads at once, the services once the old process is gone
     ("ragengine.app",),
+    ("ragengine.indexer",),  # ``ragengine index``: a folder's changed files to an index
     ("ragengine.cli",),
 ]
 LAYER_OF = {unit: i for i, units in enumerate(LAYERS) for unit in units}

@@ -37,6 +37,8 @@ DOCS = [
      "metadata": {"acl": ["group:dev"], "title": "Pump simulator"}},
     {"doc_id": "pump-all", "text": "Everyone: the pump panel is in hall 2, next to the stairs.",
      "metadata": {"title": "Pump panel", "url": "https://wiki.example/pump-panel"}},
+    {"doc_id": "manual", "text": "[page 1]\n" + "The manual covers the installation of the unit. " * 30 + "\n\n[page 2]\n"
+     + "The pump's fuse is F3, behind the grey cover of the control box. " * 12, "metadata": {"file_name": "pump-manual.pdf"}},
 ]
 HIDDEN_INDEX = "No such index: '{}' exists."
 LEGACY = "2025-11-25"
@@ -131,6 +133,15 @@ async def test_search_and_fetch_return_what_retrieve_and_the_documents_route_giv
         assert (ops["title"], ops["url"]) == ("Pump restart (ops)", f"ragengine://{KB}/pump-ops")
 
 
+async def test_a_search_result_names_the_place_its_passage_comes_from(engine):
+    """Issue 44: citations with places on every surface, MCP's included."""
+    async with connect(engine, ADMIN) as client:
+        found = payload(await client.call_tool("search", {"query": "which fuse does the pump have?", "index": KB,
+                                                          "top_k": 1}))["results"]
+    assert found[0]["doc_id"] == "manual" and found[0]["metadata"]["page"] == 2
+    assert found[0]["citation"] == "pump-manual.pdf, p. 2"
+
+
 async def test_a_key_scoped_to_one_index_cannot_reach_another(engine, caplog):
     async with connect(engine, READ_B) as client:
         with caplog.at_level("WARNING", logger="ragengine.access"):
@@ -153,14 +164,15 @@ async def test_a_key_scoped_to_one_index_cannot_reach_another(engine, caplog):
 
 async def test_a_document_with_an_acl_stays_hidden_from_a_non_member(engine):
     async with connect(engine, DEV_A) as dev, connect(engine, OPS_A, "legacy") as ops, connect(engine, ADMIN) as admin:
-        assert set(await search_ids(dev, top_k=10)) == {f"{KB}/pump-dev", f"{KB}/pump-all"}
-        assert set(await search_ids(ops, top_k=10, index=KB)) == {f"{KB}/pump-ops", f"{KB}/pump-all"}
+        everyone = {f"{KB}/pump-all", f"{KB}/manual"}  # the documents without an ACL
+        assert set(await search_ids(dev, top_k=10)) == {f"{KB}/pump-dev", *everyone}
+        assert set(await search_ids(ops, top_k=10, index=KB)) == {f"{KB}/pump-ops", *everyone}
         assert set(await search_ids(admin, top_k=10, index=KB)) == {f"{KB}/{d['doc_id']}" for d in DOCS}
         # fetch, resources: hidden answers exactly like missing
         hidden = error_text(await dev.call_tool("fetch", {"id": f"{KB}/pump-ops"}))
         missing = error_text(await dev.call_tool("fetch", {"id": f"{KB}/pump-none"}))
         assert (hidden, missing) == (f"No such document: '{KB}/pump-ops'.", f"No such document: '{KB}/pump-none'.")
-        assert {r.name for r in (await dev.list_resources()).resources} == {f"{KB}/pump-dev", f"{KB}/pump-all"}
+        assert {r.name for r in (await dev.list_resources()).resources} == {f"{KB}/pump-dev", *everyone}
         with pytest.raises(MCPError) as refused:
             await dev.read_resource(f"ragengine://{KB}/pump-ops")
         assert (refused.value.code, refused.value.message) == (-32002, f"No such document: '{KB}/pump-ops'.")

@@ -37,6 +37,7 @@ KUBECONFIG = ROOT / ".cluster" / "kubeconfig"
 NODE = "ragengine-node"
 ENGINE_IMAGE = "localhost/ragengine-engine:dev"
 OPERATOR_IMAGE = "localhost/ragengine-operator:dev"
+SYNC_IMAGE = "localhost/ragengine-sync:dev"  # the sync Jobs' (git, the document parsers: not in the operator's)
 SYSTEM_NAMESPACE = "rag-e2e-system"
 NAMESPACE_PATTERN = "e2e-*"  # what the chart's operator watches (the in-process test operator serves t-*)
 ON_NODE = {"nodeSelector": {"node.ragengine.io/real": "true"},
@@ -80,7 +81,7 @@ def kube(bin_dir, crd_webhook) -> Kube:
     ready = [c for c in node.status.conditions or [] if c.type == "Ready"]
     if not ready or ready[0].status != "True":
         pytest.fail(f"the real node {NODE} is not Ready: {ready[0].message if ready else 'no condition'}", pytrace=False)
-    for ref in (ENGINE_IMAGE, OPERATOR_IMAGE):  # asked of containerd: the node's image list lags an import
+    for ref in (ENGINE_IMAGE, OPERATOR_IMAGE, SYNC_IMAGE):  # asked of containerd: the node's image list lags an import
         try:
             crictl("inspecti", ref)
         except subprocess.CalledProcessError:
@@ -114,7 +115,7 @@ def chart_operator(kube, bin_dir) -> Iterator[str]:
         "resyncSeconds": 10,
         # source syncs: Jobs in the RAGEngine's namespace, on the real node; the test servers (git, the LLM) listen
         # on this machine's private address, which the egress rules refuse unless the platform team allows it
-        "sync": {"mode": "job", **ON_NODE, "egressAllow": [f"{machine_ip()}/32"]},
+        "sync": {"mode": "job", "image": SYNC_IMAGE, **ON_NODE, "egressAllow": [f"{machine_ip()}/32"]},
         **ON_NODE,
     }
     values_file = ROOT / ".cluster" / "e2e-values.yaml"

@@ -33,8 +33,8 @@ import yaml
 from kubernetes.client.rest import ApiException
 
 from ragengine_operator import constants as c
-from ragengine_operator.conversion.convert import V1ALPHA1, V1BETA1, to_v1beta1
-from tests.node.conftest import ON_NODE, ROOT, crictl, restricted_namespace, service_base, wait_condition
+from ragengine_operator.conversion.convert import KEPT_ANNOTATION, V1ALPHA1, V1BETA1, to_v1alpha1
+from tests.node.conftest import ON_NODE, ROOT, SYNC_IMAGE, crictl, restricted_namespace, service_base, wait_condition
 from tests.operator.integration.kube import Kube, wait_for
 from tests.support.conversion import install_crd
 from tests.support.postgres import postgres_server
@@ -60,11 +60,13 @@ def helm(bin_dir: Path, *args: str, check: bool = True, timeout: float = 600) ->
 
 
 def chart_values(tag: str, host_ip: str) -> dict:
-    """The same values for both releases (the previous chart's schema refuses keys it does not know)."""
+    """The same values for both releases (the previous chart's schema refuses keys it does not know), but the sync
+    image: the previous release has none (its chart's empty default runs its Jobs on its operator image)."""
+    sync_image = SYNC_IMAGE if tag == "dev" else ""
     return {"image": {"repository": "localhost/ragengine-operator", "tag": tag, "pullPolicy": "Never"},
             "defaults": {"engineImage": f"localhost/ragengine-engine:{tag}"},
             "watchNamespaces": ["up-*"],
-            "sync": {"mode": "job", **ON_NODE, "egressAllow": [f"{host_ip}/32"]},
+            "sync": {"mode": "job", "image": sync_image, **ON_NODE, "egressAllow": [f"{host_ip}/32"]},
             **ON_NODE}
 
 
@@ -87,8 +89,7 @@ def inventory(base: str, seeded: dict) -> dict:
     with httpx.Client(base_url=base, headers=AUTH, timeout=120) as client:
         out: dict = {}
         for name in client.get("/indexes").json():
-            docs = client.get(f"/indexes/{name}/documents", params={"limit": 1000, "max_text_length": 100_000}).json()
-            out[f"docs {name}"] = sorted((d["doc_id"], d["text"]) for d in docs["documents"])
+            out[f"docs {name}"] = sorted((d["doc_id"], d["text"]) for d in documents(client, name))
             versions = client.get(f"/indexes/{name}/versions").json()
             out[f"versions {name}"] = sorted((v["version"], v["state"]) for v in versions["versions"])
         out["messages"] = [(m["role"], m["content"]) for m in
@@ -98,6 +99,19 @@ def inventory(base: str, seeded: dict) -> dict:
         store = client.get(f"/v1/vector_stores/{seeded['store']}").json()
         out["store"] = (store["id"], store["name"], store["file_counts"]["completed"])
     return out
+
+
+def documents(client: httpx.Client, index: str) -> list[dict]:
+    """Every document of ``index``, page by page (at most 100 a page)."""
+    found: list[dict] = []
+    while True:
+        resp = client.get(f"/indexes/{index}/documents",
+                          params={"limit": 100, "offset": len(found), "max_text_length": 100_000})
+        assert resp.status_code == 200, resp.text
+        page = resp.json()["documents"]
+        found += page
+        if len(page) < 100:
+            return found
 
 
 @dataclass
@@ -235,7 +249,8 @@ def previous_release(kube, bin_dir, host_ip, llm, database, crd_webhook):
         yield Installed(ns, bases, seeded, before, applied)
     finally:
         helm(bin_dir, "uninstall", RELEASE, "-n", SYSTEM, "--wait", "--timeout", "120s", check=False)
-        kube.delete_all_ragengines(ns, force=True)
+        # whichever version the CRD serves now (a failure may leave the previous release's)
+        kube.kubectl("delete", "ragengines", "--all", "-n", ns, "--wait=true", "--timeout=120s", check=False)
         with contextlib.suppress(ApiException):
             kube.core.delete_namespace(ns)
         install_crd(kube, crd_webhook)  # the CRD as every other test expects it
@@ -294,7 +309,8 @@ def test_helm_upgrade_from_the_previous_release_fails_no_request_and_loses_nothi
         alpha = json.loads(kube.kubectl("get", f"ragengines.v1alpha1.ragengine.io/{name}", "-n", ns, "-o", "json").stdout)
         beta = kube.get_rag(ns, name)
         assert beta["apiVersion"] == V1BETA1
-        assert to_v1beta1(alpha)["spec"] == beta["spec"]
+        assert to_v1alpha1(beta)["spec"] == alpha["spec"]  # the two views are one object
+        assert KEPT_ANNOTATION not in (alpha["metadata"].get("annotations") or {})  # nothing v1alpha1 lacks
         for key, value in manifest["spec"].items():  # what the manifest says reads back as written
             assert alpha["spec"][key] == value or (isinstance(value, dict) and value.items() <= alpha["spec"][key].items())
         wait_condition(kube, ns, name, "Ready", "True", 60)
@@ -324,7 +340,8 @@ def test_helm_rollback_to_the_previous_release_refuses_and_changes_nothing(kube,
     rollback = helm(bin_dir, "rollback", RELEASE, "1", "-n", SYSTEM, "--wait", "--timeout", "120s", check=False)
     print(f"\nhelm rollback: exit {rollback.returncode}: {(rollback.stdout + rollback.stderr).strip()[-600:]}")
     assert rollback.returncode != 0
-    assert "storedVersions" in rollback.stderr and "v1beta1" in rollback.stderr, rollback.stderr
+    assert "storedVersions" in rollback.stderr and "v1beta1" in rollback.stderr, rollback.stderr  # the API server
+    assert "a rollback (or a downgrade) to such a release is refused" in rollback.stderr, rollback.stderr  # the chart
     assert {p.metadata.name for p in operator_pods(kube)} == pods  # the operator was not rolled back
     for name, base in previous_release.bases.items():
         wait_condition(kube, ns, name, "Ready", "True", 60)

@@ -109,4 +109,13 @@ INVALID: list[tuple[str, dict[str, Any], str, bool]] = [
      "with storage.vectorStore.type milvus need storage.sessions.databaseSecretRef", True),
     ("source-two-kinds", {"sources": [{"name": "a", "configMap": {"name": "a"}, "http": {"urls": ["https://x/a"]}}]},
      "a source needs exactly one of configMap, git, http", True),
+    ("source-acl-and-rules", {"sources": [{"name": "a", "configMap": {"name": "a"}, "acl": ["group:a"],
+                                           "aclRules": [{"paths": ["**"], "acl": ["group:b"]}]}]},
+     "set acl (one ACL for every document) or aclRules (ACLs by path), not both", True),
+    ("source-s3-endpoint-path", {"sources": [{"name": "a", "s3": {"endpoint": "https://s3.example.com/bucket",
+                                                                  "bucket": "bucket"}}]},
+     "s3.endpoint is http(s)://host[:port] only", True),
+    ("source-s3-two-identities", {"sources": [{"name": "a", "s3": {"bucket": "bucket", "secretRef": {"name": "k"},
+                                                                   "serviceAccountName": "reader"}}]},
+     "set secretRef (keys in a Secret) or serviceAccountName (a workload identity), not both", True),
 ]

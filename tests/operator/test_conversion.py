@@ -232,3 +232,13 @@ def test_a_malformed_review_is_a_failure_with_a_message(review):
 def test_converting_to_the_same_version_changes_nothing(version):
     o = obj(version, {"storage": {"size": "1Gi"}} if version == V1ALPHA1 else {"storage": {"volume": {"size": "1Gi"}}})
     assert convert(o, version) == o and convert(o, version) is not o
+
+
+def test_an_empty_embedding_model_of_v1alpha1_is_one_v1beta1_holds():
+    """v1alpha1 admits embedding.model: "" (the engine's default model); v1beta1 must hold it too, or that
+    manifest would never convert (found by Hypothesis's saved example)."""
+    a = obj(V1ALPHA1, {"embedding": {"model": ""}})
+    b = to_v1beta1(a)
+    assert RAGEngineSpec.model_validate(b["spec"]).embedding.model == ""
+    validator("v1beta1").validate(b["spec"])
+    assert to_v1alpha1(b) == a

@@ -274,3 +274,10 @@ def test_a_subprocess_sync_fetches_under_the_operators_egress_rules_and_caps():
         capped, _ = run_worker({"name": "web", "http": {"urls": [site.url("/a.txt"), site.url("/b.txt")]}},
                                Limits("1Gi", 60, 60), OperatorSettings(sources_egress_allow=allowed, sources_max_bytes=30))
     assert not capped.ok and "more than 30 bytes" in capped.message, capped
+
+
+def test_an_s3_workload_identity_runs_the_job_as_its_service_account_still_without_a_token():
+    s3 = {"name": "lake", "s3": {"bucket": "lake", "serviceAccountName": "lake-reader"}}
+    pod = sync_job(OWNER, request(s3), POD, service_account="lake-reader")["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "lake-reader" and pod["automountServiceAccountToken"] is False
+    assert "credentials" not in {v["name"] for v in pod["volumes"]}

@@ -1,5 +1,6 @@
 """Bounded fetches (findings 2, 3 and 6 of the security review): a gzip bomb, a repository of large
-compressible files, a server that trickles, a git server that stalls and a pathological glob each
+compressible files, a server that trickles, a git server that stalls, an S3 endpoint that trickles or
+floods its listing, and a pathological glob each
 end with a reason, in bounded memory and within the fetch's deadline, against real servers.
 
 Memory is the test process's peak resident set (``VmHWM``), reset before each attack (Linux
@@ -19,13 +20,16 @@ from pathlib import Path
 
 import pytest
 
+from ragengine_operator.sources import s3 as s3_reader
 from ragengine_operator.sources.fetch import FetchError, FetchLimits, fetch_git, fetch_http
-from ragengine_operator.sources.spec import Source
+from ragengine_operator.sources.s3 import fetch_s3
+from ragengine_operator.sources.spec import S3Source, Source
 from ragengine_operator.sources.sync import FetchPolicy, fetch
 from tests.sources.test_git_sync import LOOPBACK
 from tests.support.bounded import peak_kib, reset_peak
 from tests.support.bounded import within as bounded_within
 from tests.support.git_server import Repo, git_http_server
+from tests.support.hostile_http import flood, trickle
 from tests.support.web import web_server
 
 MiB = 1024 * 1024
@@ -185,3 +189,34 @@ def test_a_pathological_glob_matches_in_linear_time(repo, tmp_path):
     print(f"\npathological glob: the sync's fetch took {time.monotonic() - started:.2f} s (process start included)")
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == '["ab.md"]'
+
+
+def _listing(*keys: tuple[str, int]) -> bytes:
+    contents = "".join(f"<Contents><Key>{k}</Key><ETag>\"e-{i}\"</ETag><Size>{size}</Size>"
+                       f"<LastModified>2026-11-28T12:00:00.000Z</LastModified></Contents>"
+                       for i, (k, size) in enumerate(keys))
+    return (f'<?xml version="1.0" encoding="UTF-8"?><ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
+            f"<Name>lake</Name><IsTruncated>false</IsTruncated>{contents}</ListBucketResult>").encode()
+
+
+def test_an_s3_bucket_is_read_under_the_egress_policy_the_fetch_deadline_and_the_caps(monkeypatch):
+    stop = threading.Event()
+    xml = {"Content-Type": "application/xml"}
+    routes = {"/lake/": (200, xml, _listing(("kb/a.md", 100000))), "/lake/kb/a.md": trickle(stop, every_s=0.2)}
+    with web_server(routes) as site:
+        spec = S3Source.model_validate({"endpoint": site.base, "bucket": "lake", "prefix": "kb/"})
+        try:  # an object that trickles: cut at the fetch's deadline, not at each read's timeout
+            with pytest.raises(FetchError, match="did not finish within 2 s"):
+                within(HANG, lambda: fetch_s3(spec, policy=LOOPBACK.egress, limits=FetchLimits(deadline_s=2.0)))
+        finally:
+            stop.set()
+        monkeypatch.setattr(s3_reader, "MAX_LISTING_BYTES", MiB)
+        routes["/lake/"] = flood(16 * MiB)  # a listing page that never ends: cut at the page's cap
+        before = reset_peak()
+        with pytest.raises(FetchError, match=f"a listing page over {MiB} bytes"):
+            within(HANG, lambda: fetch_s3(spec, policy=LOOPBACK.egress))
+        assert (peak_kib() - before) / 1024 < 48
+        asked = len(site.seen)
+        with pytest.raises(FetchError, match="refused by the egress policy"):  # loopback is not a public address
+            fetch_s3(spec)
+        assert len(site.seen) == asked  # the refused endpoint was never contacted

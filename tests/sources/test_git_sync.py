@@ -86,7 +86,7 @@ def test_index_follows_each_commit_and_an_unchanged_resync_embeds_nothing(engine
     assert set(docs) == {"manual", "handbook:guide.md", "handbook:ref/api.rst", "handbook:site/page.html",
                          "handbook:tools/run.py"}
     page = docs["handbook:site/page.html"]
-    assert page["text"] == "Page\n\nHello there." and page["metadata"]["revision"] == first
+    assert page["text"] == "# Page\n\nHello there." and page["metadata"]["revision"] == first  # its heading kept
     assert docs["handbook:tools/run.py"]["metadata"]["language"] == "python"
     assert docs["handbook:guide.md"]["metadata"]["source"] == "handbook"
 

@@ -81,7 +81,7 @@ def test_http_source_uses_etags_and_follows_changes(engine, site, tmp_path):  # 
     assert first.ok and first.documents == 2, first.message
     docs = held(engine)
     faq = docs[f"web:{base}/faq.html"]
-    assert faq["text"] == "FAQ\n\nRestart the pod to reload the model." and faq["metadata"]["url"] == f"{base}/faq.html"
+    assert faq["text"] == "# FAQ\n\nRestart the pod to reload the model." and faq["metadata"]["url"] == f"{base}/faq.html"
 
     before, hits[:] = embedded(engine), []
     again = sync()

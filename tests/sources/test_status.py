@@ -15,6 +15,7 @@ from ragengine_operator.sources.status import (
     sources_condition,
     spec_digest,
     sync_event,
+    sync_requests,
     syncing,
     visible,
     waiting,
@@ -111,9 +112,25 @@ def test_retained_volumes_have_no_owner_and_are_adopted_by_name():
 
     assert len(claims("Retain")) == 2 and all("ownerReferences" not in o["metadata"] for o in claims("Retain"))
     assert all(o["metadata"]["ownerReferences"][0]["uid"] == "uid-1" for o in claims("Delete"))
-    assert RAGEngineSpec().storage.reclaim_policy == "Retain"
+    assert RAGEngineSpec().storage.volume.reclaim_policy == "Retain"
     left = {**claims("Retain")[0], "metadata": {**claims("Retain")[0]["metadata"], "uid": "pvc-uid"}}
     assert name_conflict(left, OWNER) is None  # a RAGEngine of the same name adopts it
     assert name_conflict(left, Owner("ns", "other", "uid-2")) is not None  # another name does not
     foreign = {"kind": "PersistentVolumeClaim", "metadata": {"name": "rag-data", "labels": {c.SELECTOR_NAME: "rag"}}}
     assert name_conflict(foreign, OWNER) is not None  # not made by this operator
+
+
+def test_a_sync_request_is_due_at_once_until_handled_even_in_backoff():
+    requests = sync_requests({c.SYNC_NOW_ANNOTATION: "2026-11-28T12:00:00Z", f"{c.SOURCE_SYNC_ANNOTATION_PREFIX}docs": "d-1",
+                              "unrelated": "x"}, ["docs", "faq"])
+    assert requests == {"docs": "2026-11-28T12:00:00Z|d-1", "faq": "2026-11-28T12:00:00Z|"}
+    failing = after_sync(GIT, None, SyncResult("docs", "git", ok=False, message="unreachable"), T0)
+    failing = after_sync(GIT, failing, SyncResult("docs", "git", ok=False, message="unreachable"), T0)
+    assert not due(GIT, failing, T0 + 1)  # in backoff
+    assert due(GIT, failing, T0 + 1, requests["docs"])  # a request skips it
+    handled = SourceState(**{**failing.__dict__, "handled_request": requests["docs"]})
+    assert not due(GIT, handled, T0 + 1, requests["docs"])  # handled: back to the backoff
+    entry = handled.to_status(GIT)
+    assert entry["lastHandledSyncRequest"] == requests["docs"]
+    assert SourceState.from_status(entry).handled_request == requests["docs"]  # a restart does not sync it again
+    assert sync_requests({}, ["docs"]) == {}

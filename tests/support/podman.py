@@ -23,6 +23,12 @@ from typing import Any
 PODMAN = shutil.which("podman") or "podman"
 
 
+def local_image(name: str) -> str:
+    """``localhost/ragengine-<name>:$IMAGE_TAG`` (default dev): what `make images` built, under the tag it used
+    (IMAGE_TAG=x tests a build without replacing the :dev images)."""
+    return f"localhost/ragengine-{name}:{os.environ.get('IMAGE_TAG') or 'dev'}"
+
+
 def require_image(ref: str) -> None:
     """Fail (never skip) when the image is not built: `make test` builds it first."""
     import pytest
@@ -36,10 +42,11 @@ def require_image(ref: str) -> None:
 @dataclass
 class Mounts:
     """Where a pod's volumes come from: claim name -> host directory (made and chowned by ``run_args``);
-    ConfigMap name -> its data (written into a fresh directory, mounted read-only, as the kubelet does)."""
+    ConfigMap name -> its data and binaryData (written into a fresh directory, mounted read-only, as the kubelet
+    does)."""
 
     claims: Mapping[str, Path] = field(default_factory=dict)
-    config_maps: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    config_maps: Mapping[str, Mapping[str, str | bytes]] = field(default_factory=dict)
 
 
 def _env_args(container: Mapping[str, Any], secrets: Mapping[tuple[str, str], str]) -> list[str]:
@@ -99,7 +106,10 @@ def _volume_args(pod: Mapping[str, Any], container: Mapping[str, Any], mounts: M
                 raise KeyError(f"the pod mounts ConfigMap {name}: give its data to run_args (Mounts.config_maps)")
             host = scratch_dir()
             for key, value in mounts.config_maps[name].items():
-                (host / key).write_text(value)
+                if isinstance(value, bytes):
+                    (host / key).write_bytes(value)
+                else:
+                    (host / key).write_text(value)
             host.chmod(0o755)
             args += ["--volume", f"{host}:{mount['mountPath']}:ro"]
         else:

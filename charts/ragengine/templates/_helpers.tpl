@@ -49,7 +49,8 @@ app.kubernetes.io/instance: {{ .Release.Name }}
   verbs: [get, create, patch, delete]
 # Secrets: create (server-side apply) the generated API keys (<name>-api-key, <name>-inference-api-key,
 # labelled app.kubernetes.io/managed-by=ragengine-operator), never update or delete one; get reads the
-# metadata of referenced Secrets (config-hash) and a source Secret's type (as a table row: no data).
+# metadata of referenced Secrets (config-hash) and a source Secret's type (as a table row: no data), and the
+# push receiver reads the 'token' of a source's webhook Secret (spec.sources[].webhook.secretRef).
 # RBAC cannot narrow create to names or labels: the admission policy (values admissionPolicy) does.
 - apiGroups: [""]
   resources: [secrets]

@@ -90,6 +90,7 @@ ROUTES: dict[tuple[str, str], Rule] = {
     ("GET", "/indexes"): Rule(R, IndexFrom.list),
     ("GET", "/indexes/{index_name}/documents"): Rule(R, IndexFrom.path),
     ("POST", "/indexes/{index_name}/documents"): Rule(W, IndexFrom.path),
+    ("POST", "/indexes/{index_name}/documents/metadata"): Rule(W, IndexFrom.path),
     ("POST", "/indexes/{index_name}/documents/delete"): Rule(W, IndexFrom.path),
     ("DELETE", "/indexes/{index_name}"): Rule(A, IndexFrom.path),
     ("POST", "/persist/{index_name}"): Rule(A, IndexFrom.path),

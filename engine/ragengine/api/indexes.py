@@ -26,6 +26,7 @@ from ragengine.protocol.indexes import (
     RetrieveResponse,
     UpdateDocumentsRequest,
     UpdateDocumentsResponse,
+    UpdateMetadataRequest,
 )
 from ragengine.protocol.paging import MAX_OFFSET, MAX_TEXT_LENGTH
 from ragengine.settings import EngineSettings
@@ -117,6 +118,15 @@ async def list_documents(
 async def update_documents(index_name: str, body: UpdateDocumentsRequest, request: Request) -> dict:
     docs = [d.model_dump(include={"text", "metadata", "doc_id"}) for d in body.documents]
     return await _registry(request).update_documents(index_name, docs)
+
+
+@router.post("/indexes/{index_name}/documents/metadata", response_model=UpdateDocumentsResponse,
+             responses=error_responses(404, 409, 500))
+async def update_metadata(index_name: str, body: UpdateMetadataRequest, request: Request) -> dict:
+    """Replace documents' metadata, keeping their text, chunks and vectors: nothing is embedded (a change of
+    split_type, language or title re-chunks, as on the update route). The sources' ACL rules use it."""
+    docs = [d.model_dump() for d in body.documents]
+    return await _registry(request).update_metadata(index_name, docs)
 
 
 @router.post("/indexes/{index_name}/documents/delete", response_model=DeleteDocumentsResponse,

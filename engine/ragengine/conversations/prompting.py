@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ragengine.index.places import citation
+
 DEFAULT_SYSTEM_PROMPT = (
     "You are a helpful assistant in a conversation about the user's documents. Answer using the context "
     "below; when it does not contain the answer, say that you do not know rather than guessing. Keep "
@@ -30,8 +32,9 @@ class InlineDoc:
 
 
 def source_label(metadata: dict) -> str:
-    name = metadata.get("filename") or metadata.get("file_id") or "document"
-    return f"{name}, page {metadata['page']}" if metadata.get("page") else str(name)
+    """What the prompt calls a passage's source: its citation text ("handbook.pdf, p. 41", index/places.py)."""
+    found = metadata.get("citation")
+    return found if isinstance(found, str) and found else citation(metadata, str(metadata.get("file_id") or "document"))
 
 
 def format_context(nodes: list, inline: list[InlineDoc]) -> str:

@@ -33,7 +33,7 @@ from ragengine.conversations.retrieval import session_search
 from ragengine.conversations.tools import Scope, run_tool_loop
 from ragengine.conversations.turn import Generation, Turn
 from ragengine.errors import BadRequest, UpstreamError
-from ragengine.guardrails.output import AnswerGuard
+from ragengine.guardrails.answer import AnswerGuard
 from ragengine.index.types import RetrievedNode
 from ragengine.llm.availability import tool_calls_refused
 from ragengine.metrics import GROUNDEDNESS_SCORE, LLM_FALLBACKS, SESSION_MESSAGES, TOOL_CALLS, UNGROUNDED_ANSWERS
@@ -133,11 +133,12 @@ class ConversationService:
         if req.mode == "none" or not (req.reformulate if req.reformulate is not None else self.settings.reformulate):
             return
         ref = await reformulate_query(self.llm, self.settings, req.content, t.history)
-        t.query = t.meta["query_used"] = ref.query
+        t.query = ref.query
         if ref.reformulated and self.settings.reformulated_query_to_llm:
             t.prompt = ref.query  # the seed: the LLM answers the standalone question; the user's words are stored
-        t.meta["reformulation"] = ref.to_dict()
-        yield event("reformulated", **ref.to_dict())
+        shown = t.out.scrub(ref.to_dict())  # the LLM wrote the rewrite: through the policy before it is shown
+        t.meta["query_used"], t.meta["reformulation"] = shown.get("query"), shown
+        yield event("reformulated", **shown)
 
     async def _gather_context(self, t: Turn) -> AsyncIterator[dict]:
         """Scope, token budget, inline files and (rag mode) retrieved chunks, fitted to the budget."""
@@ -158,8 +159,8 @@ class ConversationService:
         if t.budget is not None:
             t.history = await t.budget.fit_history(t.instructions, t.history, t.prompt)
         if req.mode != "none":
-            yield event("rag_start", message="Retrieving relevant context...", mode=req.mode, query=t.query,
-                        scope_file_ids=list(t.scope.file_ids))
+            yield event("rag_start", message="Retrieving relevant context...", mode=req.mode,
+                        query=t.meta.get("query_used", t.query), scope_file_ids=list(t.scope.file_ids))
         t.inline = await t.budget.fit_inline(pending) if t.budget is not None else [
             InlineDoc(f.id, f.filename, f.text) for f in pending]
         t.meta["inline_files"] = [{"file_id": d.file_id, "filename": d.filename, "truncated": d.truncated}
@@ -362,6 +363,7 @@ class ConversationService:
 
         async def on_call(record: dict) -> None:
             TOOL_CALLS.inc()
+            t.out.scrub_in_place(record)  # the model wrote it: the event, metadata and history hold it screened
             await queue.put(record)
 
         select = t.budget.fit_nodes if t.budget is not None else None

@@ -108,6 +108,7 @@ async def scoped_search(registry: Any, scope: Scope, query: str, top_k: int) -> 
 
 def tool_result_content(nodes: list, *, max_chars_per_chunk: int = 2000) -> str:
     chunks = [{"file_id": n.metadata.get("file_id"), "filename": n.metadata.get("filename"),
+               **({"citation": n.metadata["citation"]} if n.metadata.get("citation") else {}),
                "score": round(float(n.score), 4), "text": n.text[:max_chars_per_chunk]} for n in nodes]
     return json.dumps({"chunks": chunks}, ensure_ascii=False)
 

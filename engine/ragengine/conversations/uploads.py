@@ -35,7 +35,6 @@ EXTENSIONS = {".txt": "text", ".text": "text", ".log": "text", ".md": "markdown"
               ".png": "image", ".jpg": "image", ".jpeg": "image", ".tif": "image", ".tiff": "image"}
 BOUNDED = frozenset({"pdf", "docx", "pptx", "xlsx", "csv", "image"})  # read by ragengine.parsing
 _IMAGE_MAGIC = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"II*\x00", b"MM\x00*")
-LABELS = {"page": "page", "slide": "slide", "sheet": "sheet"}
 PART_CHARS = 8000  # text is ingested in parts of about this size, so progress moves on long files
 
 
@@ -94,8 +93,9 @@ def split_parts(text: str, *, size: int = PART_CHARS) -> list[str]:
 
 
 def bounded_parts(data: bytes, kind: str, limits: ParseLimits) -> tuple[str, list[Part]]:
-    """The bounded parser's text (each page, slide or sheet labelled, for inline use) and one part
-    per section (or the whole text); raises ParseError (unreadable) or Unprocessable (over a budget)."""
+    """The bounded parser's text (each page, slide or sheet opened by its label line, ``[page 3]``, which
+    the chunker and the citations read: ``parsing/units.py``) and one part per section (or the whole
+    text); raises ParseError (unreadable) or Unprocessable (over a budget)."""
     from ragengine.parsing import sandbox
 
     what = "image" if kind == "image" else kind.upper()
@@ -104,18 +104,14 @@ def bounded_parts(data: bytes, kind: str, limits: ParseLimits) -> tuple[str, lis
         if found.over_limit:
             raise Unprocessable(f"The {what} was not parsed: {found.reason}.")
         raise ParseError(found.reason if found.reason.startswith("the ") else f"the {what} {found.reason}")
-    if kind == "pdf" and not found.metadata.get("pages"):
+    if kind == "pdf" and not found.metadata.get("page_count"):
         raise ParseError("the PDF has no pages")
     shared = {k: v for k, v in found.metadata.items() if k in ("title", "format")}
     parts = [Part(text, {**shared, **meta}) for text, meta in found.parts()]
     if not parts:
         raise ParseError(f"the {what} has no extractable text" + (
             " (no text layer, and no scanned image to OCR)" if kind == "pdf" else ""))
-    labelled = []
-    for p in parts:
-        label = next((f"[{LABELS[k]} {p.metadata[k]}]" for k in LABELS if k in p.metadata), None)
-        labelled.append(f"{label}\n{p.text.strip()}" if label else p.text.strip())
-    return "\n\n".join(labelled), parts
+    return found.text, parts
 
 
 def extract(data: bytes, kind: str, limits: ParseLimits | None = None) -> tuple[str, list[Part]]:

@@ -7,6 +7,11 @@ limit afterwards: a chunk that would be truncated silently (KAITO's 1024-token c
 model) is cut again at token boundaries. Chunks are returned as ``(start, end)`` spans into the text
 where they are exact substrings, so the engine keeps one copy of the text.
 
+Structure first (``index/structure.py``): the text is cut at its section headings and its page, slide
+and sheet labels, each part is split on its own, and only small neighbours that share a parent are
+merged, so a chunk's heading path and page are where its text is (``index/places.py``). A part that
+fits ``chunk_size`` is one chunk; a larger one goes through the splitters below.
+
 Tables (Markdown pipe tables: what ``ragengine.parsing`` makes of DOCX, PPTX, XLSX, CSV and PDF
 tables, and what people write) are kept whole when they fit ``chunk_size``; a larger one is split by
 rows, and every piece repeats the table's nearest heading, its caption (the line right above it) and
@@ -27,7 +32,8 @@ from functools import lru_cache
 from typing import Any
 
 from ragengine.errors import BadRequest
-from ragengine.index.contextual import CONTEXT_TOKENS, FENCE, headings
+from ragengine.index.contextual import CONTEXT_TOKENS, atx_heading, headings
+from ragengine.index.structure import has_content, is_row, stretches, table_blocks
 from ragengine.index.types import ChunkingConfig
 
 log = logging.getLogger(__name__)
@@ -108,17 +114,37 @@ class Chunker:
                     "'language' (for example 'python')."
                 )
             return self._bounded(text, self._split_code(text, language.lower()))
-        tables = table_blocks(text)
-        if not tables:
-            return self._prose(text)
-        heads = headings(text)
         spans: list[Any] = []
-        cursor = 0
-        for start, end in tables:
-            spans += _shift(self._prose(text[cursor:start]), cursor)
-            spans += self._table(text, start, end, heads)
-            cursor = end
-        return spans + _shift(self._prose(text[cursor:]), cursor)
+        heads: list[tuple[int, int, str]] | None = None
+        for start, end, tokens in stretches(text, self.embedder.count_tokens, self.config.chunk_size):
+            if tokens <= self.config.chunk_size:  # one chunk (a table that fits stays whole in it)
+                if (span := _trimmed(text, start, end)) is not None:
+                    spans.append(span)
+                continue
+            if heads is None:
+                heads = headings(text)
+            spans += self._split_stretch(text, start, end, heads)
+        return spans
+
+    def _split_stretch(self, text: str, start: int, end: int, heads: Sequence[tuple[int, int, str]]) -> list[Any]:
+        """``text[start:end]`` in chunks: its tables whole with their caption (the line above) or by rows,
+        the prose between them by sentences. Prose that is only a split table's heading and caption is
+        left out: every piece of the table repeats it."""
+        spans: list[Any] = []
+        cursor = start
+        for t_start, t_end in table_blocks(text[start:end]):
+            t_start, t_end = t_start + start, t_end + start
+            caption = caption_start(text, cursor, t_start)
+            head = t_start if caption is None else caption
+            if self.embedder.count_tokens(text[head:t_end]) <= self.config.chunk_size:
+                spans += _shift(self._prose(text[cursor:head]), cursor)
+                spans.append((head, t_end))
+            else:
+                if has_content(text, cursor, head):
+                    spans += _shift(self._prose(text[cursor:t_start]), cursor)
+                spans += self._table(text, t_start, t_end, heads)
+            cursor = t_end
+        return spans + _shift(self._prose(text[cursor:end]), cursor)
 
     def _prose(self, text: str) -> list[Any]:
         if not text.strip():
@@ -230,50 +256,17 @@ class Chunker:
         return [p for p in out if p.strip()]
 
 
+def _trimmed(text: str, start: int, end: int) -> tuple[int, int] | None:
+    """``(start, end)`` without the whitespace at either end; None when nothing is left."""
+    while start < end and text[start].isspace():
+        start += 1
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    return (start, end) if start < end else None
+
+
 def _shift(spans: list[Any], offset: int) -> list[Any]:
     return [s if isinstance(s, str) else (s[0] + offset, s[1] + offset) for s in spans]
-
-
-def _is_row(line: str) -> bool:
-    line = line.strip()
-    return len(line) >= 2 and line[0] == "|" and line[-1] == "|"
-
-
-def _is_separator(line: str) -> bool:
-    """A pipe table's second line: cells of '-' (at least three) with optional ':' for alignment."""
-    if not _is_row(line):
-        return False
-    cells = line.strip()[1:-1].split("|")
-    return all(c.strip().strip(":").count("-") >= 3 and not c.strip().strip(":").strip("-") for c in cells)
-
-
-def table_blocks(text: str) -> list[tuple[int, int]]:
-    """``(start, end)`` of every Markdown pipe table in ``text`` (a header row, a separator row, then
-    rows), in order, outside fenced code. One pass over the lines, string methods only."""
-    if "|" not in text:
-        return []
-    out: list[tuple[int, int]] = []
-    lines = text.splitlines(keepends=True)
-    offset, i, fenced = 0, 0, False
-    while i < len(lines):
-        line = lines[i]
-        if FENCE.match(line):
-            fenced = not fenced
-        elif not fenced and _is_row(line) and i + 1 < len(lines) and _is_separator(lines[i + 1]):
-            start, j = offset, i + 2
-            end = offset + len(line) + len(lines[i + 1])
-            last = lines[i + 1]
-            while j < len(lines) and _is_row(lines[j]):
-                end += len(lines[j])
-                last = lines[j]
-                j += 1
-            out.append((start, end - (len(last) - len(last.rstrip("\r\n")))))
-            offset = end
-            i = j
-            continue
-        offset += len(line)
-        i += 1
-    return out
 
 
 def table_context(text: str, start: int, heads: Sequence[tuple[int, int, str]]) -> list[str]:
@@ -287,9 +280,21 @@ def table_context(text: str, start: int, heads: Sequence[tuple[int, int, str]]) 
         out.append(text[pos:start].split("\n", 1)[0].strip())
     before_end = len(text[:start].rstrip())
     last = text[max(0, text.rfind("\n", 0, before_end) + 1):before_end].strip()
-    if last and len(last) <= 200 and not _is_row(last) and (not out or last != out[-1]):
+    if last and len(last) <= 200 and not is_row(last) and (not out or last != out[-1]):
         out.append(last)
     return out
+
+
+def caption_start(text: str, lo: int, start: int) -> int | None:
+    """Where the caption of the table at ``start`` begins: the line right above it (after at most a
+    blank line), when it is short and neither a heading nor a table row, and not before ``lo``."""
+    before_end = len(text[:start].rstrip())
+    line_start = text.rfind("\n", 0, before_end) + 1
+    line = text[line_start:before_end].strip()
+    if (line_start < lo or not line or len(line) > 200 or is_row(line) or atx_heading(line)
+            or text.count("\n", before_end, start) > 2):
+        return None
+    return line_start
 
 
 def locate_spans(text: str, chunks: list[str]) -> list[Any]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import bisect
 import re
 from collections.abc import Sequence
-from functools import lru_cache
 from typing import Any
 
 # A contextual prefix is cut to this many characters, and the chunk's token budget shrinks by
@@ -128,29 +127,6 @@ def contextual_text(title: str | None, path: Sequence[str], chunk: str) -> str:
     if len(prefix) > CONTEXT_MAX_CHARS:
         prefix = prefix[: CONTEXT_MAX_CHARS - 1].rstrip() + "…"
     return f"{prefix}\n\n{chunk}"
-
-
-@lru_cache(maxsize=256)
-def _cached_headings(text: str) -> list[tuple[int, int, str]]:
-    # keyed by the document's text object (its hash is computed once and kept by the str)
-    return headings(text)
-
-
-def heading_path(text: str, metadata: dict | None, span: Any) -> list[str]:
-    """Where a chunk sits, for citations: the document's title and the headings in force where the
-    chunk starts (``span``: ``(start, end)`` into ``text``, or a chunk's own text, located by its
-    last line). Empty when the document has neither."""
-    if isinstance(span, str):
-        tail = span.rstrip().rsplit("\n", 1)[-1]
-        offset = max(text.find(tail), 0) if tail else 0
-    else:
-        offset = span[0]
-    title = document_title(metadata)
-    path = [title.strip()] if title else []
-    for name in section_path(_cached_headings(text), offset):
-        if not path or name.strip().casefold() != path[-1].casefold():
-            path.append(name.strip())
-    return path
 
 
 def document_title(metadata: dict | None) -> str | None:

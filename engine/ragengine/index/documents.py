@@ -86,6 +86,19 @@ def clean_documents(documents: list[dict], *, max_chars: int, need_id: bool = Fa
     return list(out.values())
 
 
+def metadata_updates(documents: list[dict], held_text: Mapping[str, str]) -> tuple[list[dict], list[dict]]:
+    """A metadata-only update as a document update with the text the index holds (so the update keeps the
+    chunks and their vectors: nothing is embedded): (those documents, the not-found ones as ``doc_out``)."""
+    found, missing = [], []
+    for doc in documents:
+        text = held_text.get(doc["doc_id"])
+        if text is None:
+            missing.append(doc_out(doc["doc_id"], "", doc["metadata"]))
+        else:
+            found.append({"doc_id": doc["doc_id"], "text": text, "metadata": doc["metadata"]})
+    return found, missing
+
+
 def new_documents(index_name: str, docs: list[NewDoc], existing: Mapping[str, tuple[str, dict]]) -> list[NewDoc]:
     """The documents an add must write; raises 409 for an id that exists with other text."""
     new = []

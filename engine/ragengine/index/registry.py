@@ -34,6 +34,7 @@ from ragengine.index.documents import (
     content_id,
     doc_out,
     listed,
+    metadata_updates,
     new_documents,
     plan_update,
     retrieval_request,
@@ -240,11 +241,21 @@ class IndexRegistry(VersionOps):
         with tracing.stage("index_write", operation="update", index=index_name, store="faiss", documents=len(documents)):
             return await self._update_documents(index_name, documents)
 
-    async def _update_documents(self, index_name: str, documents: list[dict]) -> dict:
+    async def update_metadata(self, index_name: str, documents: list[dict]) -> dict:
+        with tracing.stage("index_write", operation="update_metadata", index=index_name, store="faiss",
+                           documents=len(documents)):
+            return await self._update_documents(index_name, documents, keep_text=True)
+
+    async def _update_documents(self, index_name: str, documents: list[dict], keep_text: bool = False) -> dict:
         state = self.get(index_name)
-        docs = clean_documents(documents, max_chars=self.settings.max_document_chars, need_id=True)
-        async with state.lock:
+        async with state.lock:  # keep_text: the text read and written under one lock
+            missing: list[dict] = []
+            if keep_text:
+                documents, missing = metadata_updates(documents, {d["doc_id"]: rec.text for d in documents
+                                                                  if (rec := state.docs.get(d["doc_id"])) is not None})
+            docs = clean_documents(documents, max_chars=self.settings.max_document_chars, need_id=True)
             plan = plan_update(docs, held_documents(state, docs))
+            plan.result["not_found_documents"] += missing
             if plan.writes:
                 adds, vectors = await self._prepare(state, plan.changed_text) if plan.changed_text else ([], None)
                 reused = []

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ragengine import metrics
-from ragengine.index.contextual import heading_path
+from ragengine.index.places import chunk_place, node_metadata
 from ragengine.index.state import IndexState, node_id
 from ragengine.index.types import RetrievedNode, cosine_to_score
 from ragengine.observability import tracing
@@ -102,10 +102,9 @@ def _fuse(state: IndexState, qvec: np.ndarray, d_slots: np.ndarray, d_cos: np.nd
         rec, i, text = state.chunk(slot)
         cos = dense.get(slot, extra.get(slot, 0.0))
         score = cosine_to_score(cos)
-        metadata = dict(rec.metadata)
         span = (0, len(rec.text)) if rec.spans is None else rec.spans[i]
-        if rec.metadata.get("split_type") != "code" and (path := heading_path(rec.text, rec.metadata, span)):
-            metadata["heading_path"] = path  # title > section > subsection, for citations
+        # where the chunk is (heading path, page, slide, ...) and its citation text: index/places.py
+        metadata = node_metadata(rec.metadata, chunk_place(rec.text, rec.metadata, span), rec.doc_id)
         nodes.append(RetrievedNode(
             doc_id=rec.doc_id, node_id=node_id(rec.doc_id, i, text), text=text, score=score,
             metadata=metadata, dense_score=score if slot in dense else None,

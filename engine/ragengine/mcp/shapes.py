@@ -67,6 +67,8 @@ class SearchResult(BaseModel):
     index: str
     doc_id: str
     node_id: str
+    citation: str | None = Field(None, description="Where the passage is, as a reader cites it: "
+                                 "'handbook.pdf, p. 41', 'launch.pptx, slide 3' (its place is in metadata too).")
     metadata: dict[str, Any]
 
 
@@ -146,7 +148,7 @@ def search_result(index: str, node: dict) -> dict:
     meta = node.get("metadata") or {}
     return {"id": ref(index, node["doc_id"]), "title": title_of(node["doc_id"], meta),
             "url": url_of(index, node["doc_id"], meta), "text": node["text"], "score": node["score"], "index": index,
-            "doc_id": node["doc_id"], "node_id": node["node_id"], "metadata": meta}
+            "doc_id": node["doc_id"], "node_id": node["node_id"], "citation": meta.get("citation"), "metadata": meta}
 
 
 def best_first(results: list[dict], top_k: int) -> list[dict]:

@@ -7,29 +7,54 @@ import datetime
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from ragengine.parsing import limits as why
 from ragengine.parsing.limits import Parsed
+from ragengine.parsing.units import label
 
 
 class OverBudget(Exception):
     """A budget was exceeded deep inside a reader; becomes ``Refused(over_limit=True)``."""
 
+    def __init__(self, message: str, code: str = why.OVER_BUDGET) -> None:
+        super().__init__(message)
+        self.code = code
+
 
 class Unreadable(Exception):
     """The file cannot be read (its reason is the message); becomes ``Refused``."""
 
+    def __init__(self, message: str, code: str = why.UNREADABLE) -> None:
+        super().__init__(message)
+        self.code = code
+
 
 class TextBuilder:
     """The document's text, block by block, refusing once it passes ``max_chars``; records where each
-    section (page, slide, sheet) starts."""
+    section (page, slide, sheet) starts, and writes its label line there (``parsing/units.py``), so
+    the text itself says where each part of it is. A section with no text of its own is dropped,
+    label and all."""
 
     def __init__(self, max_chars: int) -> None:
         self.max_chars = max_chars
         self.blocks: list[str] = []
         self.length = 0
         self.sections: list[tuple[int, dict]] = []
+        self._label_at: int | None = None  # the block index of the open section's label
 
     def section(self, metadata: dict) -> None:
+        self._drop_empty_section()
         self.sections.append((self.length + (2 if self.blocks else 0), metadata))
+        line = label(metadata)
+        if line is not None:
+            self.add(line)
+            self._label_at = len(self.blocks) - 1
+
+    def _drop_empty_section(self) -> None:
+        if self._label_at is not None and self._label_at == len(self.blocks) - 1:
+            dropped = self.blocks.pop()
+            self.length -= len(dropped) + (2 if self.blocks else 0)
+            self.sections.pop()
+        self._label_at = None
 
     def add(self, block: str) -> None:
         """Raises OverBudget once the text is over the limit (the reader stops there)."""
@@ -42,8 +67,9 @@ class TextBuilder:
             raise OverBudget(f"too large: more than {self.max_chars} characters of text (the limit)")
 
     def parsed(self, metadata: dict) -> Parsed:
+        self._drop_empty_section()
         text = "\n\n".join(self.blocks)
-        # a section with no text of its own starts where the next one does: drop it
+        # a section with no text (and no label) of its own starts where the next one does: drop it
         sections = [(o, m) for i, (o, m) in enumerate(self.sections)
                     if o < len(text) and (i + 1 == len(self.sections) or self.sections[i + 1][0] > o)]
         return Parsed(text, metadata, sections)

@@ -4,9 +4,12 @@ soon as a budget in ``ParseLimits`` (pages, characters, archive size, OCR pages 
 Structured formats become Markdown: headings as ``#`` lines, list items as ``-``, tables as pipe
 tables whose first row is the header (the chunker keeps a table whole or repeats that header in
 every piece, ``index/chunking.py``). Sections (``Parsed.sections``) mark where each page, slide or
-sheet starts. Libraries (compared in docs/documents.md): pdfplumber (pdfminer.six; pypdfium2
-renders scanned pages), python-docx, python-pptx, openpyxl (read-only, values), the standard
-``csv``, Pillow, and Tesseract through pytesseract for OCR.
+sheet starts, and so does a label line in the text (``[slide 3]``, ``parsing/units.py``). What the
+metadata counts is named ``page_count``, ``slide_count``, ``sheet_count``: ``page``, ``pages``,
+``slide`` and ``sheet`` are a chunk's place (``index/places.py``). Libraries (compared in
+docs/documents.md): pdfplumber (pdfminer.six; pypdfium2 renders scanned pages), python-docx,
+python-pptx, openpyxl (read-only, values), the standard ``csv``, Pillow, and Tesseract through
+pytesseract for OCR.
 
 This module has the office formats and the dispatch (``parse``); the PDF reader and OCR are in
 ``pdf.py``, the text builder and the errors every reader raises in ``blocks.py``.
@@ -20,6 +23,7 @@ import zipfile
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from ragengine.parsing import limits as why
 from ragengine.parsing.blocks import OverBudget, TextBuilder, Unreadable, markdown_table, too_many
 from ragengine.parsing.limits import Parsed, ParseLimits, Refused
 from ragengine.parsing.pdf import image, pdf
@@ -32,7 +36,8 @@ def open_zip(data: bytes, limits: ParseLimits, what: str) -> None:
     """Refuse what the libraries would unpack past the budgets: too many members, too many bytes
     once inflated (the sizes zipfile enforces while reading), or a zip bomb's ratio."""
     if data.startswith(OLE_MAGIC):
-        raise Unreadable(f"the {what} file is encrypted (password-protected) or in the legacy binary format")
+        raise Unreadable(f"the {what} file is encrypted (password-protected) or in the legacy binary format",
+                         why.ENCRYPTED)
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
         members = archive.infolist()
@@ -43,11 +48,11 @@ def open_zip(data: bytes, limits: ParseLimits, what: str) -> None:
     total = sum(m.file_size for m in members)
     if total > limits.max_unzipped_mb * 1024 * 1024:
         raise OverBudget(f"the archive would unpack to {total // (1024 * 1024)} MiB (the limit is "
-                         f"{limits.max_unzipped_mb} MiB): a zip bomb or an oversized file")
+                         f"{limits.max_unzipped_mb} MiB): a zip bomb or an oversized file", why.ZIP_BOMB)
     for m in members:
         if m.file_size > 10 * 1024 * 1024 and m.file_size > 200 * max(m.compress_size, 1):
             raise OverBudget(f"archive member {m.filename!r} inflates {m.file_size // max(m.compress_size, 1)}-fold "
-                             "(a zip bomb)")
+                             "(a zip bomb)", why.ZIP_BOMB)
 
 
 # -- DOCX --------------------------------------------------------------------------------------------
@@ -147,7 +152,7 @@ def pptx(data: bytes, limits: ParseLimits) -> Parsed:
             notes = (slide.notes_slide.notes_text_frame.text or "").strip() if slide.notes_slide.notes_text_frame else ""
             if notes:
                 out.add(f"Notes: {notes}")
-    meta: dict = {"format": "pptx", "slides": len(slides)}
+    meta: dict = {"format": "pptx", "slide_count": len(slides)}
     title = (deck.core_properties.title or "").strip()
     if title:
         meta["title"] = title
@@ -178,7 +183,7 @@ def xlsx(data: bytes, limits: ParseLimits) -> Parsed:
             out.section({"sheet": name})
             out.add(f"# Sheet: {name}\n\n{table}")
     book.close()
-    return out.parsed({"format": "xlsx", "sheets": len(names)})
+    return out.parsed({"format": "xlsx", "sheet_count": len(names)})
 
 
 def decode_text(data: bytes) -> str:
@@ -217,6 +222,6 @@ def parse(kind: str, data: bytes, limits: ParseLimits) -> Parsed | Refused:
     try:
         return reader(data, limits)
     except OverBudget as exc:
-        return Refused(str(exc), over_limit=True)
+        return Refused(str(exc), over_limit=True, code=exc.code)
     except Unreadable as exc:
-        return Refused(str(exc))
+        return Refused(str(exc), code=exc.code)

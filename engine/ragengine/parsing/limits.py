@@ -6,6 +6,16 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 DEFAULT_MAX_CHARS = 5_000_000
+# Why a file was not read, as a code beside the reason (``Refused.code``; ``ragengine index --json``
+# reports it, pipelines sort on it): the reason says the details, the code which kind.
+ENCRYPTED = "encrypted"  # password-protected (or a legacy binary Office file, which looks the same)
+ZIP_BOMB = "zip_bomb"  # an archive that would inflate past the budget
+MEMORY = "memory"  # over the memory budget
+OVER_BUDGET = "over_budget"  # any other budget: CPU time, wall clock, pages, characters, OCR
+UNREADABLE = "unreadable"  # truncated, corrupt, or a parser failure
+EMPTY = "empty"  # read, but no text
+UNSUPPORTED = "unsupported"  # a file type no reader takes
+NOT_TEXT = "not_text"  # named as text, but binary or not UTF-8
 
 
 @dataclass(frozen=True)
@@ -78,3 +88,4 @@ class Refused:
 
     reason: str
     over_limit: bool = False
+    code: str = UNREADABLE  # one of the codes above

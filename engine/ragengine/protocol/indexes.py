@@ -52,6 +52,15 @@ class UpdateDocumentsRequest(_Tolerant):
     documents: list[DocumentIn]
 
 
+class MetadataUpdate(_Tolerant):
+    doc_id: str = Field(..., min_length=1, description="The document whose metadata is replaced.")
+    metadata: dict[str, Any] = Field(..., description="Its whole new metadata (not merged with the old).")
+
+
+class UpdateMetadataRequest(_Tolerant):
+    documents: list[MetadataUpdate] = Field(..., max_length=1000)
+
+
 class UpdateDocumentsResponse(BaseModel):
     updated_documents: list[DocumentOut]
     unchanged_documents: list[DocumentOut]

@@ -12,7 +12,11 @@ the model to cite them. Two ways an answer's citations are found, in this order:
    ``MIN_SUPPORT``), and cited at the sentence's end. A file that supports no sentence is not cited, so
    citations point to what the answer actually used, not to everything retrieved.
 
-``index`` is a position in the final text, as in OpenAI's annotations.
+``index`` is a position in the final text, as in OpenAI's annotations. Beside OpenAI's fields
+(``type``, ``file_id``, ``filename``, ``index``) each annotation carries, as the engine's extension, the
+place of the chunk it cites (``citation`` such as "handbook.pdf, p. 41", ``page`` / ``pages``, ``slide``,
+``sheet``, ``heading_path``, ...: ``index/places.py``): of the file's chunks, the one that shares most of
+the cited sentence's content words (the best-ranked one when none does).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ class Source:
     file_id: str
     filename: str
     texts: tuple[str, ...]
+    places: tuple[dict, ...] = ()  # per text: its place fields (index.places.place_fields)
 
 
 class CitationStripper:
@@ -129,7 +134,26 @@ class Citations:
     cited: list[str] = field(default_factory=list)
 
 
-def annotate(marks: list[tuple[int, int]], sources: list[Source]) -> Citations:
+def cited_place(source: Source, sentence: str) -> dict:
+    """The place of the source's chunk that supports ``sentence`` best (its first, best-ranked, on a tie)."""
+    if not source.places:
+        return {}
+    words = content_words(sentence)
+    if not words:
+        return source.places[0]
+    support = [sum(w in set(content_words(text)) for w in words) for text in source.texts]
+    return source.places[max(range(len(support)), key=lambda i: (support[i], -i))]
+
+
+def sentence_before(text: str, position: int) -> str:
+    """The sentence that ends at (or just before) ``position``."""
+    found = ""
+    for start, end in sentence_ends(text[:position]):
+        found = text[start:end]
+    return found
+
+
+def annotate(marks: list[tuple[int, int]], sources: list[Source], text: str = "") -> Citations:
     by_number = {s.number: s for s in sources}
     out = Citations()
     seen: set[tuple[int, str]] = set()
@@ -139,7 +163,7 @@ def annotate(marks: list[tuple[int, int]], sources: list[Source]) -> Citations:
             continue
         seen.add((position, source.file_id))
         out.annotations.append({"type": "file_citation", "file_id": source.file_id, "filename": source.filename,
-                                "index": position})
+                                "index": position, **cited_place(source, sentence_before(text, position))})
         if source.file_id not in out.cited:
             out.cited.append(source.file_id)
     return out
@@ -148,4 +172,4 @@ def annotate(marks: list[tuple[int, int]], sources: list[Source]) -> Citations:
 def citations(stripper: CitationStripper, sources: list[Source]) -> Citations:
     """The markers the model wrote, else the attribution of the finished text."""
     marks = stripper.marks or attribute(stripper.text, sources)
-    return annotate(marks, sources)
+    return annotate(marks, sources, stripper.text)

@@ -24,6 +24,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ragengine.errors import BadRequest
+from ragengine.index.places import place_fields
 from ragengine.protocol.responses import FILE_SEARCH_RESULTS, FileSearchTool, ResponseRequest
 from ragengine.responses.citations import Source
 from ragengine.vectorstores.objects import file_of
@@ -157,12 +158,16 @@ def query_of(items: list[dict]) -> str:
 
 
 def number_sources(nodes: list) -> list[Source]:
-    """The chosen chunks grouped by file, numbered in the order of each file's best chunk."""
-    grouped: dict[str, tuple[str, list[str]]] = {}
+    """The chosen chunks grouped by file, numbered in the order of each file's best chunk; each chunk
+    with its place (what a citation of it says)."""
+    grouped: dict[str, tuple[str, list[str], list[dict]]] = {}
     for node in nodes:
         file_id, filename = file_of(node.doc_id, node.metadata)
-        grouped.setdefault(file_id, (filename, []))[1].append(node.text)
-    return [Source(n, file_id, name, tuple(texts)) for n, (file_id, (name, texts)) in enumerate(grouped.items(), 1)]
+        _, texts, places = grouped.setdefault(file_id, (filename, [], []))
+        texts.append(node.text)
+        places.append(place_fields(node.metadata))
+    return [Source(n, file_id, name, tuple(texts), tuple(places))
+            for n, (file_id, (name, texts, places)) in enumerate(grouped.items(), 1)]
 
 
 def sources_block(sources: list[Source]) -> str:
@@ -200,7 +205,7 @@ def hit(node: Any) -> dict:
 
     file_id, filename = file_of(node.doc_id, node.metadata)
     return {"file_id": file_id, "filename": filename, "score": round(float(node.score), 6), "text": node.text,
-            "attributes": attributes_of(node.metadata)}
+            "attributes": attributes_of(node.metadata), **place_fields(node.metadata)}
 
 
 def message_item(item_id: str, text: str, annotations: list[dict], status: str = "completed") -> dict:

@@ -13,10 +13,11 @@ chunking or embedding: it stores what it is given and answers searches. What it 
   ``similarity_threshold`` means the same on every backend. ``keyword_score`` is the store's own
   keyword rank (BM25 in FAISS and in PostgreSQL's in-memory mirror, ``ts_rank_cd`` on its SQL leg): comparable
   within one result list only.
-- A chunk's ``tokens`` (its LLM token counts by tokenizer identity, see ``index.chunk_tokens``) are
-  stored with the chunk and come back on its hits and in ``chunk_vectors``; ``chunk_metadata`` /
-  ``split_chunk_metadata`` keep them in the chunk row's metadata under a reserved key, never in the
-  document's.
+- A chunk's ``tokens`` (its LLM token counts by tokenizer identity, see ``index.chunk_tokens``) and its
+  ``place`` (heading path, page, slide, ...: ``index.places``, computed from the document's text when
+  the chunk is written, since a hit has only the chunk's) are stored with the chunk and come back on
+  its hits and in ``chunk_vectors``; ``chunk_metadata`` / ``split_chunk_metadata`` keep them in the
+  chunk row's metadata under reserved keys, never in the document's.
 - Filters arrive as the parsed tree of ``ragengine.retrieval.filters`` and must select exactly the
   documents ``filters.matches`` selects, with values bound as parameters (never formatted into a query).
 """
@@ -61,6 +62,7 @@ class ChunkWrite:
     text: str  # what clients and prompts get
     search_text: str | None = None  # what keyword search indexes (contextual chunks: title + path + text)
     tokens: dict[str, int] | None = None  # LLM token counts by tokenizer identity (index.chunk_tokens)
+    place: dict | None = None  # where the chunk is in its document (index.places.chunk_place)
 
     @property
     def indexed_text(self) -> str:
@@ -91,22 +93,27 @@ class Hit:
     cosine: float
     keyword_score: float | None = None
     tokens: dict[str, int] | None = None
+    place: dict | None = None
 
 
-# The chunk row's metadata (a copy of its document's, for filters) also carries the chunk's token counts.
+# The chunk row's metadata (a copy of its document's, for filters) also carries the chunk's token counts
+# and its place in the document.
 TOKENS_KEY = "_ragengine_tokens"
+PLACE_KEY = "_ragengine_place"
 
 
-def chunk_metadata(doc_metadata: dict, tokens: dict[str, int] | None) -> dict:
-    return {**doc_metadata, TOKENS_KEY: tokens} if tokens else doc_metadata
+def chunk_metadata(doc_metadata: dict, tokens: dict[str, int] | None, place: dict | None = None) -> dict:
+    if not tokens and not place:
+        return doc_metadata
+    return {**doc_metadata, **({TOKENS_KEY: tokens} if tokens else {}), **({PLACE_KEY: place} if place else {})}
 
 
-def split_chunk_metadata(metadata: dict) -> tuple[dict, dict[str, int] | None]:
-    """A chunk row's metadata → (its document's metadata, the chunk's token counts)."""
-    if TOKENS_KEY not in metadata:
-        return metadata, None
+def split_chunk_metadata(metadata: dict) -> tuple[dict, dict[str, int] | None, dict | None]:
+    """A chunk row's metadata → (its document's metadata, the chunk's token counts, its place)."""
+    if TOKENS_KEY not in metadata and PLACE_KEY not in metadata:
+        return metadata, None, None
     rest = dict(metadata)
-    return rest, rest.pop(TOKENS_KEY) or None
+    return rest, rest.pop(TOKENS_KEY, None) or None, rest.pop(PLACE_KEY, None) or None
 
 
 class StoreAdapter(Protocol):

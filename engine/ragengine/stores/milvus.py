@@ -334,7 +334,7 @@ class MilvusStore:
         for doc_id, rs in by_doc.items():
             rs.sort(key=lambda r: r["seq"])
             vectors = np.array([r["vec"] for r in rs], dtype=np.float32).reshape(len(rs), dim)
-            out[doc_id] = ([ChunkWrite(int(r["seq"]), r["text"], r["search_text"], split_chunk_metadata(r["metadata"])[1])
+            out[doc_id] = ([ChunkWrite(int(r["seq"]), r["text"], r["search_text"], *split_chunk_metadata(r["metadata"])[1:])
                             for r in rs], vectors)
         return out
 
@@ -444,7 +444,7 @@ class MilvusStore:
                         chunk_rows.append({"pk": f"{doc.doc_id}#{chunk.seq}", "doc_id": doc.doc_id, "seq": chunk.seq,
                                            "text": chunk.text[:MAX_TEXT // 4],
                                            "search_text": chunk.indexed_text[:MAX_TEXT // 4],
-                                           "metadata": chunk_metadata(doc.metadata, chunk.tokens),
+                                           "metadata": chunk_metadata(doc.metadata, chunk.tokens, chunk.place),
                                            "vec": np.asarray(vectors[pos + i], dtype=np.float32).tolist()})
                     parts = [doc.text[i:i + PART_CHARS] for i in range(0, len(doc.text), PART_CHARS)] or [""]
                     for p, part in enumerate(parts):
@@ -495,6 +495,6 @@ def _hit(h: dict, q: np.ndarray, *, keyword: bool = False) -> Hit:
     cosine = float(np.dot(np.asarray(e["vec"], dtype=np.float32), q))
     # BM25 "distance": a Milvus server reports the score, Milvus Lite its negative; both list best first.
     score = abs(float(h["distance"])) if keyword else None
-    metadata, tokens = split_chunk_metadata(e["metadata"])
-    return Hit(e["doc_id"], int(e["seq"]), e["text"], metadata, cosine, score, tokens)
+    metadata, tokens, place = split_chunk_metadata(e["metadata"])
+    return Hit(e["doc_id"], int(e["seq"]), e["text"], metadata, cosine, score, tokens, place)
 

@@ -6,8 +6,9 @@ can be attached while its own ingestion into the conversations index still runs.
 1. claims the row (``catalog.claim``: one worker on one replica; a dead replica's lease runs out);
 2. splits the text with the file's chunking (``objects.effective_chunking``) on the embedding model's
    tokenizer, so a ``static`` strategy holds whatever the index's own chunking;
-3. writes one document per chunk, ``<file_id>-<n>``, with metadata ``file_id``, ``filename`` and the
-   file's attributes (which filters then see), after deleting what an earlier attempt wrote (ids are
+3. writes one document per chunk, ``<file_id>-<n>``, with metadata ``file_id``, ``filename``, the
+   file's attributes (which filters then see) and the chunk's place in the file (``page``,
+   ``heading_path``, ...: ``index/places.py``), after deleting what an earlier attempt wrote (ids are
    deterministic: a re-run replaces, never duplicates); in batches, recording the ids and renewing the
    lease after each;
 4. ends ``completed`` with ``usage_bytes`` (chunk text plus float32 vectors), or ``failed`` with OpenAI's
@@ -28,6 +29,7 @@ from typing import Any
 from ragengine.conversations.store import SessionStore
 from ragengine.errors import EngineError, NotFound
 from ragengine.index.chunking import Chunker, new_index_config
+from ragengine.index.places import chunk_places
 from ragengine.index.types import ChunkingConfig
 from ragengine.vectorstores.catalog import Catalog
 from ragengine.vectorstores.objects import StoreFileRecord, effective_chunking, static_strategy
@@ -134,14 +136,15 @@ class VectorStoreIngestion:
             raise EngineError(f"the file's text could not be read: {info.reason or info.status}", status_code=400)
         config = effective_chunking(job.chunking, await self.index_chunking(job.store_id))
         metadata = {**job.attributes, "file_id": info.id, "filename": info.filename}
-        pieces = await asyncio.to_thread(_split, Chunker(self.embedder, config), info.text, metadata)
+        pieces, places = await asyncio.to_thread(_split, Chunker(self.embedder, config), info.text, metadata)
         ours = [doc_id(info.id, n) for n in range(len(pieces))]
         if await self.registry.chunking(job.store_id) is not None:  # what an earlier attempt wrote goes first
             stale = list(dict.fromkeys(list(job.doc_ids) + ours))
             await self.registry.delete_documents(job.store_id, stale)
         for start in range(0, len(pieces), BATCH_CHUNKS):
             ids = ours[start:start + BATCH_CHUNKS]
-            docs = [{"doc_id": i, "text": text, "metadata": metadata} for i, text in zip(ids, pieces[start:], strict=False)]
+            docs = [{"doc_id": i, "text": text, "metadata": {**metadata, **place}}
+                    for i, text, place in zip(ids, pieces[start:], places[start:], strict=False)]
             await self.registry.add_documents(job.store_id, docs)
             written.extend(ids)
             if not await self.catalog.held(job, self.lease_s, doc_ids={"ids": list(written)}):
@@ -170,6 +173,8 @@ class VectorStoreIngestion:
         log.info("vector store %s: ingestion of %s stopped (detached or cancelled)", job.store_id, job.file_id)
 
 
-def _split(chunker: Chunker, text: str, metadata: dict) -> list[str]:
+def _split(chunker: Chunker, text: str, metadata: dict) -> tuple[list[str], list[dict]]:
+    """The file's chunks, and each one's place in the file (its page, heading path, ...): a chunk is a
+    document of its own here, so it keeps where it was in its metadata (``index/places.py``)."""
     spans = chunker.split(text, metadata)
-    return [s if isinstance(s, str) else text[s[0]:s[1]] for s in spans]
+    return [s if isinstance(s, str) else text[s[0]:s[1]] for s in spans], chunk_places(text, metadata, spans)

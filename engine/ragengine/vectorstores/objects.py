@@ -20,11 +20,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from ragengine.index.places import PLACE_KEYS, place_fields
 from ragengine.index.types import ChunkingConfig
 
 VS_FILE_STATUSES = ("in_progress", "completed", "failed", "cancelled")
 FILE_STATUS = {"uploaded": "uploaded", "processing": "uploaded", "completed": "processed", "failed": "error"}
 RESERVED_KEYS = ("file_id", "filename", "acl")  # chunk metadata the engine writes (or ACLs): not attributes
+PLACE_FIELDS = (*PLACE_KEYS, "citation")  # a chunk's place: its own fields on a hit, not attributes
 DEFAULT_PURPOSE = "assistants"
 
 
@@ -176,7 +178,8 @@ def effective_chunking(requested: dict | None, index: ChunkingConfig) -> Chunkin
 def attributes_of(metadata: dict | None) -> dict[str, Any]:
     """A chunk's metadata as OpenAI attributes: scalar values only, the engine's own keys left out."""
     return {k: v for k, v in (metadata or {}).items()
-            if k not in RESERVED_KEYS and not k.startswith("_") and isinstance(v, (str, int, float, bool))}
+            if k not in RESERVED_KEYS and k not in PLACE_FIELDS and not k.startswith("_")
+            and isinstance(v, (str, int, float, bool))}
 
 
 def file_of(doc_id: str, metadata: dict | None) -> tuple[str, str]:
@@ -195,4 +198,5 @@ def file_of(doc_id: str, metadata: dict | None) -> tuple[str, str]:
 def search_result(node: Any) -> dict[str, Any]:
     file_id, filename = file_of(node.doc_id, node.metadata)
     return {"file_id": file_id, "filename": filename, "score": round(float(node.score), 6),
-            "attributes": attributes_of(node.metadata), "content": [{"type": "text", "text": node.text}]}
+            "attributes": attributes_of(node.metadata), "content": [{"type": "text", "text": node.text}],
+            **place_fields(node.metadata)}

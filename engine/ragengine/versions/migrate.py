@@ -26,6 +26,7 @@ import numpy as np
 
 from ragengine import formats
 from ragengine.index import disk
+from ragengine.index.places import chunk_places
 from ragengine.index.state import IndexState
 from ragengine.stores.base import ChunkWrite, DocumentRace, DocWrite, StoreAdapter
 
@@ -85,7 +86,9 @@ def doc_batches(state: IndexState) -> Iterator[tuple[list[DocWrite], np.ndarray]
     batch: list[DocWrite] = []
     slots: list[int] = []
     for rec in state.docs.values():
-        chunks = [ChunkWrite(i, rec.chunk_text(i), tokens=rec.chunk_tokens(i)) for i in range(len(rec.slots))]
+        places = chunk_places(rec.text, rec.metadata, rec.spans if rec.spans is not None else [(0, len(rec.text))])
+        chunks = [ChunkWrite(i, rec.chunk_text(i), tokens=rec.chunk_tokens(i), place=places[i] or None)
+                  for i in range(len(rec.slots))]
         batch.append(DocWrite(rec.doc_id, rec.text, rec.metadata, chunks))
         slots.extend(rec.slots)
         if len(batch) >= BATCH_DOCS:

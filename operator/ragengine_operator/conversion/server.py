@@ -2,7 +2,9 @@
 
 - ``POST /convert`` over TLS: the CRD's conversion webhook (ConversionReview v1, convert.py). Every replica
   answers, so conversions go on through a leader hand-over and an operator roll;
-- ``GET /healthz`` (liveness) and ``GET /readyz`` (readiness: serving conversions) over plain HTTP.
+- ``GET /healthz`` (liveness) and ``GET /readyz`` (readiness: serving conversions) over plain HTTP;
+- other plain-HTTP apps on ports of their own (``apps``): the push receiver (receiver/start.py), which only
+  writes an annotation the leader's source syncer acts on, so any replica may take a push.
 
 The TLS context is loaded once and its certificate replaced in place (``reload``): connections made after a
 renewal present the new certificate, open ones finish on the old.
@@ -16,7 +18,7 @@ import ssl
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -51,12 +53,14 @@ def review_response(review: dict[str, Any]) -> dict[str, Any]:
 
 
 class SideServer:
-    """The webhook (TLS) and the probes (plain HTTP) on their own event loop thread."""
+    """The webhook (TLS), the probes and ``apps`` (plain HTTP, ``{port: app}``) on their own event loop thread."""
 
     def __init__(self, webhook_port: int, health_port: int, healthy: Callable[[], str | None],
-                 host: str = "0.0.0.0") -> None:
+                 host: str = "0.0.0.0", apps: Mapping[int, web.Application] | None = None) -> None:
         self.webhook_port, self.health_port, self.host = webhook_port, health_port, host
         self.healthy = healthy  # None when the process is healthy, else why not (liveness)
+        self.apps = dict(apps or {})
+        self._failed: BaseException | None = None
         self.tls: ssl.SSLContext | None = None
         self._cert_dir = Path(tempfile.mkdtemp(prefix="ragengine-webhook-"))
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -64,6 +68,7 @@ class SideServer:
         self._stop: asyncio.Event | None = None
         self._thread: threading.Thread | None = None
         self.served = 0
+        self.serving = False  # the webhook's port is bound (readiness)
 
     # -- TLS ---------------------------------------------------------------------------------------------
     def reload(self, cert_pem: bytes, key_pem: bytes) -> None:
@@ -101,8 +106,8 @@ class SideServer:
         return web.Response(text="ok\n") if why is None else web.Response(text=why + "\n", status=500)
 
     async def _readyz(self, _: web.Request) -> web.Response:
-        if self.webhook_port and self.tls is None:
-            return web.Response(text="no webhook certificate yet\n", status=503)
+        if self.webhook_port and not self.serving:
+            return web.Response(text="the conversion webhook is not serving yet (no certificate)\n", status=503)
         return web.Response(text="ok\n")
 
     # -- life -----------------------------------------------------------------------------------------------
@@ -111,15 +116,21 @@ class SideServer:
         self._thread.start()
         if not self._started.wait(30):
             raise RuntimeError("the webhook and probe server did not start")
+        if self._failed is not None:  # a port taken, say: the process stops with the reason
+            raise RuntimeError(f"the side server did not start: {self._failed}") from self._failed
 
     def stop(self) -> None:
-        if self._loop is not None and self._stop is not None:
+        if self._loop is not None and self._stop is not None and not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self._stop.set)
         if self._thread is not None:
             self._thread.join(timeout=10)
 
     def _run(self) -> None:
-        asyncio.run(self._serve())
+        try:
+            asyncio.run(self._serve())
+        except Exception as exc:
+            self._failed = exc
+            self._started.set()
 
     async def _serve(self) -> None:
         self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
@@ -129,7 +140,10 @@ class SideServer:
             health.router.add_get("/healthz", self._healthz)
             health.router.add_get("/readyz", self._readyz)
             runners.append(await self._site(health, self.health_port, None))
-        self._started.set()
+        for port, app in self.apps.items():  # no certificate needed: they serve at once
+            runners.append(await self._site(app, port, None))
+        if not self.webhook_port or self.tls is None:
+            self._started.set()  # the probes answer; the webhook follows once its certificate is there
         if self.webhook_port:
             while self.tls is None and not self._stop.is_set():  # the first certificate (reload) comes from main
                 await asyncio.sleep(0.2)
@@ -137,7 +151,9 @@ class SideServer:
                 app = web.Application(client_max_size=MAX_REVIEW_BYTES)
                 app.router.add_post(PATH, self._convert)
                 runners.append(await self._site(app, self.webhook_port, self.tls))
+                self.serving = True
                 log.info("conversion webhook on https://%s:%d%s", self.host, self.webhook_port, PATH)
+            self._started.set()
         await self._stop.wait()
         for runner in runners:
             await runner.cleanup()

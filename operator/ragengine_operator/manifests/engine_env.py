@@ -119,7 +119,13 @@ OPERATOR_ONLY = {
     *(f"sources.{field}" for field in (
         "name", "index", "interval", "metadata", "acl", "screen", "chunking.chunkSize", "chunking.chunkOverlap", "configMap.name",
         "configMap.keys", "git.url", "git.ref", "git.paths", "git.secretRef.name", "http.urls", "http.secretRef.name",
-        "maxFiles", "maxSize")),
+        "maxFiles", "maxSize", "chunking.contextual", "ingestion.ocrLanguages", "ingestion.formats", "aclRules",
+        "s3.endpoint", "s3.bucket", "s3.prefix", "s3.region", "s3.paths", "s3.pathStyle", "s3.secretRef.name",
+        "s3.serviceAccountName", "webhook.type", "webhook.secretRef.name")),
+    # each source of an index with its index's settings (sources/spec.py effective_sources)
+    *(f"indexes.{field}" for field in (
+        "name", "chunking.chunkSize", "chunking.chunkOverlap", "chunking.contextual", "ingestion.ocrLanguages",
+        "ingestion.formats")),
 }
 
 

@@ -30,7 +30,7 @@ from ..spec import SecretKeyRef
 from .labels import Owner, labels, metadata
 from .security import container_security_context, pod_security_context
 
-UID = 1000  # images/operator.Dockerfile's user
+UID = 1000  # images/sync.Dockerfile's user
 TTL_SECONDS = 600  # a finished Job the operator did not delete (it was down) goes after this
 SOURCE_LABEL = f"{c.GROUP}/source"
 REQUEST_ANNOTATION = f"{c.GROUP}/sync-request"
@@ -70,9 +70,11 @@ def sync_labels(owner: Owner, source: str) -> dict[str, str]:
 
 
 def sync_job(owner: Owner, request: SyncRequest, pod: SyncPod, credentials: str | None = None,
-             api_key: SecretKeyRef | None = None, configmap: str | None = None) -> dict[str, Any]:
+             api_key: SecretKeyRef | None = None, configmap: str | None = None,
+             service_account: str | None = None) -> dict[str, Any]:
     """``credentials``: the source's Secret; ``api_key``: the engine's key (None: auth off);
-    ``configmap``: a configMap source's ConfigMap."""
+    ``configmap``: a configMap source's ConfigMap; ``service_account``: the pod's ServiceAccount (an S3 source's
+    workload identity: IRSA's webhook mounts its own STS token; the Kubernetes token stays unmounted)."""
     env: list[dict[str, Any]] = [
         {"name": REQUEST_ENV, "value": request.to_json()},
         {"name": "HOME", "value": "/tmp"},
@@ -111,6 +113,8 @@ def sync_job(owner: Owner, request: SyncRequest, pod: SyncPod, credentials: str 
         "volumes": volumes,
         "terminationGracePeriodSeconds": 5,
     }
+    if service_account:
+        pod_spec["serviceAccountName"] = service_account
     if pod.node_selector:
         pod_spec["nodeSelector"] = dict(pod.node_selector)
     if pod.tolerations:

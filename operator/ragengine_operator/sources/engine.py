@@ -1,8 +1,9 @@
 """The engine's HTTP API as a source sync uses it: what an index holds for a source, and the writes.
 
 Writes go through the same routes clients use (``POST /index``, ``POST /indexes/{name}/documents``,
-``POST /indexes/{name}/documents/delete``), with the engine's API key when auth is on, so a sync
-behaves the same on FAISS and on an external store and needs no access to the engine's storage.
+``POST /indexes/{name}/documents/metadata``, ``POST /indexes/{name}/documents/delete``), with the
+engine's API key when auth is on, so a sync behaves the same on FAISS and on an external store and needs
+no access to the engine's storage.
 
 The engine's image is the tenant's, so each call is bounded as every call to a tenant's server is
 (net/transport.py): one deadline over the whole call (``timeout``; a write embeds its batch within it) and
@@ -47,6 +48,11 @@ class Applied:
     added: int = 0
     updated: int = 0
     deleted: int = 0
+    relabelled: int = 0  # metadata-only writes of documents kept unread
+
+    @property
+    def written(self) -> int:
+        return self.added + self.updated + self.deleted + self.relabelled
 
 
 class EngineClient:
@@ -57,6 +63,7 @@ class EngineClient:
                                  transport=BoundedTransport(timeout, max_bytes))
         self.connect_grace_s = connect_grace_s
         self.refused = 0  # connects refused (or timed out) and repeated so far
+        self._held: dict[tuple[str, str], dict[str, dict]] = {}  # one listing per sync (a client lives for one)
 
     def close(self) -> None:
         self.http.close()
@@ -85,20 +92,29 @@ class EngineClient:
             raise EngineUnavailable(f"{method} {path} answered {resp.status_code}: {resp.text[:300]}")
         return resp
 
-    def indexed(self, index: str, source: str) -> dict[str, str | None]:
-        """id -> source_hash of every document of ``source`` in ``index`` (empty when there is no index)."""
-        out: dict[str, str | None] = {}
+    def documents_of(self, index: str, source: str) -> dict[str, dict]:
+        """id -> metadata of every document of ``source`` in ``index`` (empty when there is no index); listed
+        once per client (the reader and the planner share it) until a write."""
+        if (index, source) in self._held:
+            return self._held[(index, source)]
+        out: dict[str, dict] = {}
         offset = 0
         while True:
             resp = self._call("GET", _index_path(index, "/documents"), params={
                 "limit": PAGE, "offset": offset, "max_text_length": 1, "metadata_filter": json.dumps({SOURCE_KEY: source})})
             if resp.status_code == 404:
-                return out
+                break
             page = resp.json()
-            out.update({d["doc_id"]: (d.get("metadata") or {}).get(HASH_KEY) for d in page["documents"]})
+            out.update({d["doc_id"]: d.get("metadata") or {} for d in page["documents"]})
             offset += PAGE
             if offset >= page["total_items"] or not page["documents"]:
-                return out
+                break
+        self._held[(index, source)] = out
+        return out
+
+    def indexed(self, index: str, source: str) -> dict[str, str | None]:
+        """id -> source_hash of every document of ``source`` in ``index`` (empty when there is no index)."""
+        return {k: v.get(HASH_KEY) for k, v in self.documents_of(index, source).items()}
 
     def put_golden_set(self, index: str, source: str, path: str, revision: str | None, text: str) -> int | str:
         """Hand a golden set file to the engine (docs/evaluation.md): its question count, or the engine's
@@ -131,14 +147,15 @@ class EngineClient:
         """Write the plan in batches. A failure part-way says how much of the revision was written (the
         index then mixes two revisions until the next sync, which writes only the rest)."""
         done = Applied()
+        self._held.clear()
         try:
             self._write(index, plan, chunking, done, progress or (lambda _: None))
         except EngineUnavailable as exc:
-            if done.added or done.updated or done.deleted:
+            if done.written:
                 raise EngineUnavailable(
                     f"{exc}; partly synced: {done.added} of {len(plan.add)} added, {done.updated} of "
-                    f"{len(plan.update)} updated, {done.deleted} of {len(plan.delete)} deleted before the failure, "
-                    "the next sync writes the rest") from exc
+                    f"{len(plan.update)} updated, {done.relabelled} of {len(plan.relabel)} relabelled, {done.deleted} "
+                    f"of {len(plan.delete)} deleted before the failure, the next sync writes the rest") from exc
             raise
         return done
 
@@ -155,6 +172,11 @@ class EngineClient:
             docs = [d.body() for d in plan.update[i:i + BATCH]]
             self._call("POST", _index_path(index, "/documents"), json={"documents": docs})
             done.updated += len(docs)
+            progress(done)
+        for i in range(0, len(plan.relabel), PAGE):
+            docs = [{"doc_id": key, "metadata": meta} for key, meta in plan.relabel[i:i + PAGE]]
+            self._call("POST", _index_path(index, "/documents/metadata"), json={"documents": docs})
+            done.relabelled += len(docs)
             progress(done)
         for i in range(0, len(plan.delete), 500):
             ids = plan.delete[i:i + 500]

@@ -25,7 +25,7 @@ __all__ = ["MAX_FILE_BYTES", "FetchError", "FetchLimits", "Fetched", "GitCredent
 
 
 def from_configmap(data: dict[str, str] | None, binary_data: dict[str, str] | None, keys: list[str] | None,
-                   resource_version: str) -> Fetched:
+                   resource_version: str, limits: FetchLimits | None = None) -> Fetched:
     out = Fetched(resource_version)
     available = {**{k: v.encode("utf-8") for k, v in (data or {}).items()},
                  **{k: base64.b64decode(v) for k, v in (binary_data or {}).items()}}
@@ -33,5 +33,5 @@ def from_configmap(data: dict[str, str] | None, binary_data: dict[str, str] | No
         if key not in available:
             out.skipped[key] = "no such key in the ConfigMap"
             continue
-        extract(key, available[key], out)
+        extract(key, available[key], out, limits=limits)
     return out

@@ -312,5 +312,5 @@ def fetch_git(url: str, ref: str, paths: list[str], cache: Path, creds: GitCrede
         if not blobs and not out.skipped:
             raise FetchError(f"no file of {revision[:12]} matches paths {paths}")
         for path, data in read_blobs(cache, blobs, env, deadline):
-            extract(path, data, out, max_file_bytes=limits.max_file_bytes)
+            extract(path, data, out, limits=limits)
         return out

@@ -45,7 +45,8 @@ class JobRunner:
     async def run(self, owner: Owner, prepared: Prepared, progress: Callable[[str], None] | None) -> SyncResult:
         key = prepared.api_key
         job = sync_job(owner, prepared.request, self.pod, prepared.credentials,
-                       SecretKeyRef(name=key[0], key=key[1]) if key else None, prepared.configmap)
+                       SecretKeyRef(name=key[0], key=key[1]) if key else None, prepared.configmap,
+                       prepared.service_account)
         started = await asyncio.to_thread(self.start, owner, job)
         if started.startswith("!"):
             return failed(prepared.request, started[1:])

@@ -20,8 +20,10 @@ import asyncio
 import base64
 import collections
 import contextlib
+import importlib.util
 import os
 import resource
+import shutil
 import signal
 import sys
 import tempfile
@@ -41,6 +43,17 @@ from .sync import SyncResult
 # The environment a worker keeps: how to find programs and modules, the locale, TLS roots, proxies.
 WORKER_ENV = ("PATH", "PYTHONPATH", "LANG", "LC_ALL", "SSL_CERT_FILE", "SSL_CERT_DIR", "HTTP_PROXY", "HTTPS_PROXY",
               "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
+
+
+# What a worker needs beside the operator's own packages: the `documents` parsers (the `sync` extra) and git.
+# The operator's image has none of them (the sync Jobs run images/sync.Dockerfile's image).
+WORKER_MODULES = ("pdfplumber", "docx", "pptx", "openpyxl")
+
+
+def worker_missing() -> list[str]:
+    """What this installation lacks to run a worker as a subprocess (empty: nothing)."""
+    missing = [m for m in WORKER_MODULES if importlib.util.find_spec(m) is None]
+    return missing + ([] if shutil.which("git") else ["git"])
 
 
 def worker_env(home: str) -> dict[str, str]:

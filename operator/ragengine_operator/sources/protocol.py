@@ -118,7 +118,7 @@ def decode_result(text: str, urls: list[str]) -> SyncResult | None:
 
 
 def failed(request: SyncRequest, message: str) -> SyncResult:
-    kind = next((k for k in ("configMap", "git", "http") if k in (request.source or {})), request.action)
+    kind = next((k for k in ("configMap", "git", "http", "s3") if k in (request.source or {})), request.action)
     return SyncResult(request.name, kind, ok=False, message=message)
 
 
@@ -182,6 +182,7 @@ class Prepared:
     credentials: str | None = None  # the source's Secret
     configmap: str | None = None  # a configMap source's ConfigMap
     api_key: tuple[str, str] | None = None  # the engine's key (Secret, key); None when auth is off
+    service_account: str | None = None  # job mode: the sync pod's ServiceAccount (an S3 workload identity)
 
 
 @dataclass

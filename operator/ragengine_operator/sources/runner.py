@@ -55,8 +55,20 @@ from ..spec import AuthSpec, ObservabilitySpec
 from .in_job import JobRunner
 from .in_subprocess import SubprocessRunner
 from .protocol import Limits, Prepared, SyncRequest, failed
-from .spec import Source
-from .status import SourceState, after_sync, due, epoch, retry_delay, sync_event, syncing, visible, waiting
+from .spec import IndexSettings, Source, effective_sources
+from .status import (
+    SourceState,
+    after_sync,
+    due,
+    epoch,
+    retry_delay,
+    spec_digest,
+    sync_event,
+    sync_requests,
+    syncing,
+    visible,
+    waiting,
+)
 from .sync import SyncResult, policy_settings
 from .traced import TracingConfig, config_of, operator_span, result_attributes
 
@@ -88,6 +100,14 @@ class FairSlots:
             yield
 
 
+def known_revision(source: Source, state: SourceState | None) -> str | None:
+    """The revision a sync may take as read (an unchanged git commit is then not read at all): the one
+    synced last, while the spec is the one synced. An edited source (other paths, metadata, OCR languages,
+    formats) is read again in full, since what its files become changed; unchanged documents still write
+    nothing (the plan compares hashes)."""
+    return state.revision if state and state.synced and state.digest == spec_digest(source) else None
+
+
 @dataclass(frozen=True)
 class Target:
     """What the kopf index keeps of one RAGEngine with sources (see handlers.sourced)."""
@@ -101,15 +121,19 @@ class Target:
     api_key_ref: tuple[str, str] | None  # (Secret, key) of the engine's API key; None when auth is off
     engine_ready_since: float = 0.0  # epoch of EngineReady's last transition to True
     tracing: TracingConfig | None = None  # spec.observability.tracing (sources/traced.py)
+    requests: tuple[tuple[str, str], ...] = ()  # (source, request) of sync-now annotations (status.sync_requests)
     golden_set: tuple[str, str] | None = None  # spec.evaluation.goldenSet.source: (source, path) (docs/evaluation.md)
 
     @classmethod
-    def from_body(cls, namespace: str, name: str, uid: str, spec: Mapping, status: Mapping) -> Target | None:
+    def from_body(cls, namespace: str, name: str, uid: str, spec: Mapping, status: Mapping,
+                  annotations: Mapping[str, str] | None = None) -> Target | None:
         """None when there is nothing to sync or prune (no sources, none reported)."""
         if not spec.get("sources") and not status.get("sources"):
             return None
         try:
-            sources = tuple(Source.model_validate(s) for s in spec.get("sources") or [])
+            indexes = [IndexSettings.model_validate(i) for i in spec.get("indexes") or []]
+            # each source with its index's settings (spec.indexes[]) where it has none of its own
+            sources = tuple(effective_sources([Source.model_validate(s) for s in spec.get("sources") or []], indexes))
             auth = AuthSpec.model_validate(spec.get("auth") or {})
             observability = ObservabilitySpec.model_validate(spec.get("observability") or {})
         except ValueError as exc:  # the reconcile reports InvalidSpec for the whole object
@@ -121,8 +145,9 @@ class Target:
         since = (epoch(cond.get("lastTransitionTime")) or 0.0) if ready else 0.0
         ref = engine_api_key_ref(Owner(namespace, name, uid), auth)
         golden = ((spec.get("evaluation") or {}).get("goldenSet") or {}).get("source") or {}
+        requests = tuple(sorted(sync_requests(annotations, [s.name for s in sources]).items()))
         return cls(namespace, name, uid, sources, tuple(status.get("sources") or ()), ready,
-                   (ref.name, ref.key) if ref else None, since, config_of(observability.tracing),
+                   (ref.name, ref.key) if ref else None, since, config_of(observability.tracing), requests,
                    (golden["name"], golden["path"]) if golden.get("name") and golden.get("path") else None)
 
     @property
@@ -141,6 +166,7 @@ class SourceSyncer:
     verified: dict[tuple[str, str, str], float] = field(default_factory=dict)
     # (namespace, name, source) of a removed source -> (failed prunes, when to try again)
     prunes: dict[tuple[str, str, str], tuple[int, float]] = field(default_factory=dict)
+    wake: asyncio.Event = field(default_factory=asyncio.Event)  # set on a sync request: no wait for the tick
 
     @property
     def settings(self) -> Any:
@@ -156,7 +182,9 @@ class SourceSyncer:
         slots = FairSlots(self.settings.source_workers, self.settings.source_workers_per_namespace)
         tasks: set[asyncio.Task] = set()
         while True:
-            await asyncio.sleep(TICK_SECONDS)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), TICK_SECONDS)
+            self.wake.clear()
             targets = {key: next(iter(found)) for key, found in list(index.items()) if found}
             for gone in set(self.states) - set(targets):
                 self.states.pop(gone, None)
@@ -171,11 +199,13 @@ class SourceSyncer:
         now = time.time()
         started = []
         wanted = {s.name for s in target.sources}
+        requests = dict(target.requests)
         for source in target.sources:
-            if (*key, source.name) in self.running or not due(source, states.get(source.name), now):
+            requested = requests.get(source.name)
+            if (*key, source.name) in self.running or not due(source, states.get(source.name), now, requested):
                 continue
             self.running.add((*key, source.name))
-            started.append(asyncio.create_task(self._one(target, source, slots)))
+            started.append(asyncio.create_task(self._one(target, source, slots, requested)))
         for name in set(states) - wanted:  # removed from the spec: its documents go too
             if (*key, name) not in self.running and target.engine_ready and \
                     self.prunes.get((*key, name), (0, 0.0))[1] <= now:
@@ -183,7 +213,9 @@ class SourceSyncer:
                 started.append(asyncio.create_task(self._prune(target, name, slots)))
         return started
 
-    async def _one(self, target: Target, source: Source, slots: FairSlots) -> None:
+    async def _one(self, target: Target, source: Source, slots: FairSlots, requested: str | None = None) -> None:
+        """``requested``: the sync request this sync answers (it is handled once the sync ran, whatever its
+        outcome; one that came while it ran starts the next sync)."""
         key = (target.namespace, target.name)
         try:
             before = self.states.setdefault(key, {}).get(source.name)
@@ -191,8 +223,11 @@ class SourceSyncer:
             if not target.engine_ready:
                 after, result = waiting(source, before, time.time()), None
             else:
-                result = await self.sync(target, source, before, reporter, slots)
+                forced = requested is not None and requested != (before.handled_request if before else None)
+                result = await self.sync(target, source, before, reporter, slots, forced)
                 after = after_sync(source, before, result, time.time())
+                if requested is not None:
+                    after = replace(after, handled_request=requested)
             self.states.setdefault(key, {})[source.name] = after  # (the RAGEngine may be gone meanwhile)
             if before is None or visible(before) != visible(after) or reporter.reported:
                 await asyncio.to_thread(self.write_status, target)
@@ -229,12 +264,12 @@ class SourceSyncer:
 
     # --- one sync -----------------------------------------------------------------------------------
     async def sync(self, target: Target, source: Source, state: SourceState | None,
-                   progress: Progress | None = None, slots: FairSlots | None = None) -> SyncResult:
+                   progress: Progress | None = None, slots: FairSlots | None = None, forced: bool = False) -> SyncResult:
         """One sync by a worker; never raises: every failure is a failed result (status, backoff, Event). Only the
         worker takes one of ``slots``: a refusal (a ServiceAccount token as credentials, a missing ConfigMap) or a
         ConfigMap at its revision is reported at once, not behind the namespace's running syncs."""
         try:
-            prepared = await asyncio.to_thread(self.prepare, target, source, state)
+            prepared = await asyncio.to_thread(self.prepare, target, source, state, forced)
             if isinstance(prepared, SyncResult):
                 return prepared
             async with slots.hold(target.namespace) if slots is not None else contextlib.nullcontext():
@@ -246,17 +281,18 @@ class SourceSyncer:
             self.verified[(target.namespace, target.name, source.name)] = time.time()
         return result
 
-    def prepare(self, target: Target, source: Source, state: SourceState | None) -> Prepared | SyncResult:
+    def prepare(self, target: Target, source: Source, state: SourceState | None,
+                forced: bool = False) -> Prepared | SyncResult:
         """The request and references for a worker, from API reads that never return a credential; or the
-        result without a worker (refused credentials, a missing ConfigMap, a ConfigMap at its revision)."""
-        known = state.revision if state and state.synced else None
+        result without a worker (refused credentials, a missing ConfigMap, a ConfigMap at its revision unless
+        ``forced``: a sync request always reaches a worker, which checks the index too)."""
+        known = known_revision(source, state)
         golden = target.golden_set[1] if target.golden_set and target.golden_set[0] == source.name else None
         request = SyncRequest("sync", source.name, source.index_name, self.engine_url(target),
                               source.model_dump(mode="json", by_alias=True, exclude_none=True), known,
                               state.validators if state and known else None, fetch_policy=policy_settings(self.settings),
                               golden_set_path=golden)
-        holder = source.git or source.http
-        ref = holder.secret_ref if holder is not None else None
+        ref = source.secret_ref
         if ref is not None:
             kind = kube.secret_type(self.controller.dyn, target.namespace, ref.name)
             if kind is None:
@@ -264,6 +300,13 @@ class SourceSyncer:
             if kind in REFUSED_SECRET_TYPES:
                 return failed(request, f"Secret {ref.name} is of type {kind}: refused as source credentials (they "
                                        "would be sent to the source's URL); use an Opaque Secret")
+        account = source.s3.service_account_name if source.s3 else None
+        if account is not None and not self.settings.allow_service_account_name:
+            return failed(request, "s3.serviceAccountName is refused by the operator's policy (allowServiceAccountName "
+                                   "is false): use a Secret in s3.secretRef")
+        if account is not None and self.settings.sync_mode != "job":
+            return failed(request, "s3.serviceAccountName needs the operator's sync mode job (a subprocess sync has no "
+                                   "pod to run as a ServiceAccount): use a Secret in s3.secretRef")
         configmap = source.config_map.name if source.config_map else None
         if configmap is not None:
             found = kube.get_metadata(self.controller.dyn, "v1", "ConfigMap", target.namespace, configmap)
@@ -271,10 +314,10 @@ class SourceSyncer:
                 return failed(request, f"ConfigMap {configmap} not found in namespace {target.namespace}")
             version = found["metadata"]["resourceVersion"]
             checked = self.verified.get((target.namespace, target.name, source.name), 0.0)
-            if version == known and checked >= target.engine_ready_since:
+            if version == known and checked >= target.engine_ready_since and not forced:
                 return SyncResult(source.name, source.kind, ok=True, revision=version, message="up to date")
             request = replace(request, configmap_revision=version)
-        return Prepared(request, ref.name if ref else None, configmap, target.api_key_ref)
+        return Prepared(request, ref.name if ref else None, configmap, target.api_key_ref, account)
 
     async def dispatch(self, target: Target, prepared: Prepared, progress: Progress | None = None) -> SyncResult:
         """Run the worker where settings.sync_mode says (sources/in_job.py, sources/in_subprocess.py), in the

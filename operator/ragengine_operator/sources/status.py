@@ -3,10 +3,12 @@
 
 Contract:
 
-- ``due(source, state, now)``: a source never synced, or whose spec changed since its last sync, is due
-  at once; one whose last sync failed is retried with exponential backoff (5 s, 10 s, ... 5 min); one in
-  sync is checked again every ``interval`` (default by kind: a ConfigMap every 30 s, a GET of one
-  object; git and HTTP every 5 min). A check that finds the same revision writes nothing.
+- ``due(source, state, now, requested)``: a source never synced, whose spec changed since its last sync,
+  or with a sync request not handled yet (``sync_requests``: the ``ragengine.io/sync-now`` annotation, a
+  push's ``sync.ragengine.io/<source>``) is due at once, backoff or not; one whose last sync failed is
+  retried with exponential backoff (5 s, 10 s, ... 5 min); one in sync is checked again every
+  ``interval`` (default by kind: a ConfigMap every 30 s, a GET of one object; git, HTTP and S3 every 5 min).
+  A check that finds the same revision writes nothing.
 - ``SourceState`` is what the operator remembers of a source; ``to_status`` renders it as the
   ``status.sources[]`` entry and ``from_status`` reads it back after an operator restart, so a restart
   neither loses a revision nor re-syncs what is already synced.
@@ -21,14 +23,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from ragengine_operator.constants import SOURCE_SYNC_ANNOTATION_PREFIX, SYNC_NOW_ANNOTATION
 from ragengine_operator.sources.spec import Source, duration_seconds
 
 SOURCES_SYNCED = "SourcesSynced"
-DEFAULT_PERIOD_S = {"configMap": 30.0, "git": 300.0, "http": 300.0}
+DEFAULT_PERIOD_S = {"configMap": 30.0, "git": 300.0, "http": 300.0, "s3": 300.0}
 RETRY_BASE_S = 5.0
 RETRY_MAX_S = 300.0
 WAITING_FOR_ENGINE = "waiting for the engine to be ready"
@@ -73,13 +77,14 @@ class SourceState:
     message: str = ""
     failures: int = 0  # consecutive failed syncs (memory only: a restart retries at once)
     validators: dict[str, dict] = field(default_factory=dict)  # http: url -> ETag / Last-Modified (memory only)
+    handled_request: str | None = None  # the last sync request this source's sync started after
 
     @classmethod
     def from_status(cls, entry: dict[str, Any]) -> SourceState:
         return cls(digest=entry.get("specDigest"), synced=bool(entry.get("synced")), revision=entry.get("revision"),
                    documents=entry.get("documents"), chunks=entry.get("chunks"), skipped=entry.get("skipped"),
                    last_sync=epoch(entry.get("lastSyncTime")), last_attempt=epoch(entry.get("lastAttemptTime")),
-                   message=entry.get("message", ""))
+                   message=entry.get("message", ""), handled_request=entry.get("lastHandledSyncRequest"))
 
     def to_status(self, source: Source) -> dict[str, Any]:
         entry: dict[str, Any] = {"name": source.name, "type": source.kind, "index": source.index_name,
@@ -87,13 +92,29 @@ class SourceState:
         optional = {"revision": self.revision, "documents": self.documents, "chunks": self.chunks,
                     "skipped": self.skipped, "specDigest": self.digest,
                     "lastSyncTime": rfc3339(self.last_sync) if self.last_sync else None,
-                    "lastAttemptTime": rfc3339(self.last_attempt) if self.last_attempt else None}
+                    "lastAttemptTime": rfc3339(self.last_attempt) if self.last_attempt else None,
+                    "lastHandledSyncRequest": self.handled_request}
         entry.update({k: v for k, v in optional.items() if v is not None})
         return entry
 
 
-def due(source: Source, state: SourceState | None, now: float) -> bool:
+def sync_requests(annotations: Mapping[str, str] | None, names: list[str]) -> dict[str, str]:
+    """source -> its pending request: the RAGEngine-wide ``ragengine.io/sync-now`` value and the source's own
+    ``sync.ragengine.io/<source>`` value, joined (a new value of either is a new request)."""
+    annotations = annotations or {}
+    everyone = annotations.get(SYNC_NOW_ANNOTATION)
+    out = {}
+    for name in names:
+        own = annotations.get(SOURCE_SYNC_ANNOTATION_PREFIX + name)
+        if everyone is not None or own is not None:
+            out[name] = f"{everyone or ''}|{own or ''}"[:1024]
+    return out
+
+
+def due(source: Source, state: SourceState | None, now: float, requested: str | None = None) -> bool:
     if state is None or state.digest != spec_digest(source) or state.last_attempt is None:
+        return True
+    if requested is not None and requested != state.handled_request:
         return True
     wait = period(source) if state.synced else retry_delay(state.failures)
     return now >= state.last_attempt + wait
@@ -122,13 +143,15 @@ def after_sync(source: Source, state: SourceState | None, result: Any, now: floa
         return replace(base, last_attempt=now, validators=result.validators or base.validators)
     return SourceState(digest=digest, synced=True, revision=result.revision, documents=result.documents,
                        chunks=result.chunks, skipped=result.skipped, last_sync=now, last_attempt=now,
-                       message=result.message, failures=0, validators=result.validators)
+                       message=result.message, failures=0, validators=result.validators,
+                       handled_request=base.handled_request)
 
 
 def visible(state: SourceState) -> tuple:
     """The part of a state that status shows, minus the clock: a check that changed none of it
     is not written (200 engines polling ConfigMaps must not write status every 30 s)."""
-    return (state.digest, state.synced, state.revision, state.documents, state.chunks, state.skipped, state.message)
+    return (state.digest, state.synced, state.revision, state.documents, state.chunks, state.skipped, state.message,
+            state.handled_request)
 
 
 def sources_condition(sources: list[Source], entries: list[dict[str, Any]] | None) -> dict[str, Any] | None:

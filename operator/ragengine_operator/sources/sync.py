@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -24,9 +25,13 @@ from typing import Any
 
 from ragengine_operator.net.egress import EgressPolicy
 from ragengine_operator.sources import cache as clones
+from ragengine_operator.sources.acl import NO_RULE, SourceMetadata
 from ragengine_operator.sources.engine import EngineClient, EngineUnavailable
 from ragengine_operator.sources.fetch import Fetched, FetchError, FetchLimits, GitCredentials, fetch_git, fetch_http
+from ragengine_operator.sources.fetched import Deadline
 from ragengine_operator.sources.plan import plan_sync
+from ragengine_operator.sources.s3 import S3Credentials, fetch_s3
+from ragengine_operator.sources.s3_identity import web_identity
 from ragengine_operator.sources.spec import Source
 
 log = logging.getLogger(__name__)
@@ -56,8 +61,12 @@ class FetchPolicy:
         return cls.from_settings(SimpleNamespace(**values)) if values else cls()
 
     def limits_for(self, source: Source) -> FetchLimits:
+        """The operator's limits, narrowed by the source's own, with how the source reads its files."""
+        ingestion = source.ingestion
         return replace(self.limits, max_files=min(source.max_files, self.limits.max_files),
-                       max_bytes=min(source.max_bytes, self.limits.max_bytes))
+                       max_bytes=min(source.max_bytes, self.limits.max_bytes),
+                       ocr_languages=ingestion.ocr_languages if ingestion else None,
+                       formats=frozenset(ingestion.formats) if ingestion and ingestion.formats else None)
 
 
 POLICY_SETTINGS = ("sources_egress_allow", "sources_cluster_cidrs", "cluster_domain", "sources_max_file_bytes",
@@ -100,12 +109,19 @@ class SyncResult:
 
 def fetch(source: Source, *, cache: Path, secret: dict[str, str] | None, previous_revision: str | None,
           previous_validators: dict[str, dict] | None, read_configmap: Callable[[], Fetched] | None = None,
-          policy: FetchPolicy | None = None, golden_set_path: str | None = None) -> Fetched:
-    """``cache``: this RAGEngine's folder of the git cache (``<root>/<namespace>/<name>``). ``golden_set_path``:
-    a file read as it is (``Fetched.raw``), not indexed: spec.evaluation's golden set."""
+          policy: FetchPolicy | None = None, held: Callable[[], Mapping[str, Mapping[str, Any]]] | None = None,
+          golden_set_path: str | None = None) -> Fetched:
+    """``cache``: this RAGEngine's folder of the git cache (``<root>/<namespace>/<name>``); ``held``: the metadata
+    of the source's documents in its index (an S3 object at its document's ETag is not read again).
+    ``golden_set_path``: a file read as it is (``Fetched.raw``), not indexed: spec.evaluation's golden set."""
     policy = policy or FetchPolicy()
     raw = frozenset({golden_set_path}) if golden_set_path else frozenset()
     limits = policy.limits_for(source)
+    if source.s3 is not None:
+        keys = S3Credentials.from_secret(secret) or web_identity(os.environ, source.s3.region, policy.egress,
+                                                                 Deadline(min(60.0, limits.deadline_s)))
+        return fetch_s3(source.s3, keys, held=held, known_revision=previous_revision, policy=policy.egress,
+                        limits=limits, raw_paths=raw)
     if source.git is not None:
         creds = None
         if secret:
@@ -136,6 +152,9 @@ def sync_source(source: Source, engine: EngineClient, read: Callable[[], Fetched
     except FetchError as exc:
         result.message = str(exc)
         return result
+    except EngineUnavailable as exc:  # an S3 reader asks the index which ETags it holds
+        result.message = f"not synced: {exc}"
+        return result
     except Exception as exc:  # a reader's surprise: reported and backed off like any failure
         log.exception("reading source %s failed unexpectedly", source.name)
         result.message = unexpected(exc)
@@ -153,17 +172,18 @@ def sync_source(source: Source, engine: EngineClient, read: Callable[[], Fetched
     if fetched.unchanged and previous_revision == fetched.revision:
         result.ok, result.message = True, "up to date" + note
         return result
+    own = SourceMetadata(source)
+    for path in [f.path for f in fetched.files] + fetched.kept:  # aclRules: a file no rule matches is refused
+        if own(path) is None:
+            fetched.skipped[path] = NO_RULE
     result.skipped = len(fetched.skipped)
     result.skipped_examples = dict(list(fetched.skipped.items())[:5])
     try:
-        indexed = engine.indexed(source.index_name, source.name)
-        extra = {**(source.metadata or {}), **({"acl": list(source.acl)} if source.acl is not None else {}),
-                 **({"screen_retrieved": "true"} if source.screen else {})}
-        plan = plan_sync(source.name, fetched.revision, fetched.files, indexed, extra or None, fetched.kept)
-        total = len(plan.add) + len(plan.update) + len(plan.delete)
+        indexed = engine.documents_of(source.index_name, source.name)
+        plan = plan_sync(source.name, fetched.revision, fetched.files, indexed, own, fetched.kept)
+        total = len(plan.add) + len(plan.update) + len(plan.delete) + len(plan.relabel)
         applied = engine.apply(source.index_name, plan, chunking, progress and (
-            lambda done: progress(f"syncing {fetched.revision[:12]}: {done.added + done.updated + done.deleted} "
-                                  f"of {total} documents written")))
+            lambda done: progress(f"syncing {fetched.revision[:12]}: {done.written} of {total} documents written")))
         result.chunks = engine.chunks(source.index_name)
     except EngineUnavailable as exc:
         result.message = f"not synced: {exc}"
@@ -180,10 +200,11 @@ def sync_source(source: Source, engine: EngineClient, read: Callable[[], Fetched
             result.message = f"not synced: {exc}"
             return result
     result.ok = True
-    result.documents = len(fetched.files) + len(fetched.kept)
-    result.written = applied.added + applied.updated + applied.deleted
+    result.documents = len(plan.add) + len(plan.update) + len(plan.relabel) + plan.unchanged
+    result.written = applied.written
     result.message = (f"{applied.added} added, {applied.updated} updated, {applied.deleted} deleted, "
-                      f"{plan.unchanged} unchanged, {result.skipped} skipped")
+                      + (f"{applied.relabelled} relabelled, " if applied.relabelled else "")
+                      + f"{plan.unchanged} unchanged, {result.skipped} skipped")
     if result.skipped_examples:
         result.message += " (" + "; ".join(f"{p}: {why}" for p, why in result.skipped_examples.items()) + ")"
     result.message += note + golden_note

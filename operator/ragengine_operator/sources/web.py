@@ -97,7 +97,7 @@ def fetch_http(urls: list[str], previous: dict[str, dict], token: str | None = N
         if total > limits.max_bytes:
             raise FetchError(f"the URLs hold more than {limits.max_bytes} bytes (the source's maxSize)")
         validators["digest"] = hashlib.sha256(data).hexdigest()
-        extract(url, data, out, url=url, typed_as=typed, max_file_bytes=limits.max_file_bytes)
+        extract(url, data, out, url=url, typed_as=typed, limits=limits)
         del data
     tags = "".join(f"{u}={out.validators[u].get('digest') or out.validators[u].get('etag')}" for u in urls)
     out.revision = "sha256:" + hashlib.sha256(tags.encode()).hexdigest()[:16]

@@ -1,6 +1,6 @@
 """``ragengine-operator sync-source``: one sync (or prune) of one source, in a process of its own.
 
-This process fetches and parses tenant data (git repositories, HTTP bodies, PDF, HTML, globs), so it
+This process fetches and parses tenant data (git repositories, HTTP bodies, S3 objects, PDF, HTML, globs), so it
 holds nothing a tenant could turn against others: no Kubernetes token (a Job pod without one, or a
 subprocess with an empty environment), only this source's credentials and its engine's key, under
 its own memory, CPU and time limits. It reports only through its result, never to the API server.
@@ -86,10 +86,11 @@ def _run(request: SyncRequest, engine: EngineClient, credentials: dict[str, str]
                 if request.configmap_revision == known:
                     return Fetched(known, unchanged=True)
                 return from_configmap(configmap.get("data"), configmap.get("binaryData"), source.config_map.keys,
-                                      request.configmap_revision)
+                                      request.configmap_revision,
+                                      FetchPolicy.from_request(request.fetch_policy).limits_for(source))
             return fetch(source, cache=workdir / "git", secret=credentials or None, previous_revision=known,
                          previous_validators=validators, policy=FetchPolicy.from_request(request.fetch_policy),
-                         golden_set_path=golden)
+                         held=lambda: engine.documents_of(source.index_name, source.name), golden_set_path=golden)
 
         return sync_source(source, engine, read, known, progress, golden)
     except EngineUnavailable as exc:

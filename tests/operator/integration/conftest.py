@@ -47,6 +47,8 @@ OPERATOR_ENV = {
     "RAGENGINE_OPERATOR_ADDON_RECHECK_SECONDS": "1",
     # the tests' git, HTTP and LLM servers listen on loopback, which the egress rules refuse by default
     "RAGENGINE_OPERATOR_SOURCES_EGRESS_ALLOW": '["127.0.0.0/8"]',
+    # no push receiver in the operators the tests start (``receiver_url`` runs one as every replica does)
+    "RAGENGINE_OPERATOR_RECEIVER_PORT": "0",
 }
 
 
@@ -124,6 +126,26 @@ def source_engine(embedder, tmp_path_factory) -> str:
         app.state.embedder = own
         with serve_app(app) as base:
             yield base
+
+
+@pytest.fixture(scope="session")
+def receiver_url(operator_identity) -> Iterator[str]:
+    """The push receiver as every operator replica runs it: runtime.py's side server (no lease, no kopf), its
+    own Kubernetes client with the chart's ServiceAccount, on a free loopback port. It stands for a replica
+    that does not lead: the shared operator (kopf, the leader here) acts on the annotations it writes."""
+    from ragengine_operator import runtime
+    from ragengine_operator.settings import OperatorSettings
+    from tests.support.server import port_for_external_server
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("KUBECONFIG", str(operator_identity))  # read once, when its client is made
+        settings = OperatorSettings(receiver_port=port_for_external_server(), liveness_port=0, webhook_port=0)
+        server = runtime.side_server(settings, lambda: None)
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{settings.receiver_port}"
+    finally:
+        server.stop()
 
 
 @pytest.fixture(scope="session")

@@ -77,7 +77,9 @@ def test_helm_template_applies_server_side_dry_run(kube, bin_dir):
     assert env["RAGENGINE_OPERATOR_WEBHOOK_SERVICE"] == "rag-ragengine-webhook"  # this release owns the CRD's stanza
     assert env["RAGENGINE_OPERATOR_LEGACY_POD_SELECTOR"] == (
         "app.kubernetes.io/name=ragengine-operator,app.kubernetes.io/instance=rag,!ragengine.io/leader-election")
-    assert env["RAGENGINE_OPERATOR_SYNC_IMAGE"] == ctr["image"]  # the sync Jobs run the operator's own image
+    # the sync Jobs run the sync image (git, the parsers), not the operator's
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert env["RAGENGINE_OPERATOR_SYNC_IMAGE"] == values["sync"]["image"] != ctr["image"]
     crd = next(d for d in docs if d["kind"] == "CustomResourceDefinition")
     assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
     # the CRD as a whole (a replace: the test cluster's names its webhook by URL, the chart's by Service, and an
@@ -98,7 +100,8 @@ def test_helm_template_applies_server_side_dry_run(kube, bin_dir):
     # a glob: the namespaces are not known in advance, so a ClusterRole (and cluster scanning)
     docs = [d for d in yaml.safe_load_all(helm(bin_dir, "template", "rag", str(CHART), "-n", "ragengine-system",
                                                 "--set", "watchNamespaces={team-*}")) if d]
-    assert {"ClusterRole", "ClusterRoleBinding"} <= {d["kind"] for d in docs} and "Role" not in {d["kind"] for d in docs}
+    assert {"ClusterRole", "ClusterRoleBinding"} <= {d["kind"] for d in docs}
+    assert [d["metadata"]["name"] for d in docs if d["kind"] == "Role"] == ["rag-ragengine-self"]  # its own namespace
     # without the CRD subchart (CRD managed elsewhere): nor the CRD's conversion stanza, nor its migration
     rendered = helm(bin_dir, "template", "rag", str(CHART), "-n", "ragengine-system", "--set", "crds.install=false")
     assert "CustomResourceDefinition" not in rendered and "RAGENGINE_OPERATOR_WEBHOOK_SERVICE" not in rendered
@@ -127,3 +130,15 @@ def test_values_schema_rejects_bad_values(bin_dir):
     proc = subprocess.run([str(bin_dir / "helm"), "template", "rag", str(CHART), "--set", "maxWorkers=0"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0 and "maxWorkers" in proc.stderr
+    # an empty sync image (the default of releases whose Jobs ran the operator's image) would render Jobs without one
+    proc = subprocess.run([str(bin_dir / "helm"), "template", "rag", str(CHART), "--set", "sync.image="],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0 and "/sync/image" in proc.stderr, proc.stderr
+
+
+def test_the_sync_image_is_a_value_of_its_own(bin_dir):
+    docs = yaml.safe_load_all(helm(bin_dir, "template", "rag", str(CHART), "--set", "sync.image=registry.local/sync:7",
+                                   "--set-string", "image.tag=9", "--show-only", "templates/deployment.yaml"))
+    ctr = next(d for d in docs if d)["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in ctr["env"]}
+    assert env["RAGENGINE_OPERATOR_SYNC_IMAGE"] == "registry.local/sync:7" and ctr["image"].endswith(":9")

@@ -3,7 +3,8 @@
 Real `ragengine-operator` processes under the chart's ServiceAccount and Role: one holds the Lease and
 reconciles, the others wait. Killed (kill -9, as a node's loss), the leader is replaced within 15 s; stopped
 (SIGTERM, as a roll or a drain), it releases the Lease and is replaced at the next try. No process reconciles
-before it holds the Lease, so no RAGEngine is reconciled by two operators at once.
+before it holds the Lease, so no RAGEngine is reconciled by two operators at once. Every process serves the
+push receiver (its side server, before the Lease): a push to the one that waits is synced by the leader.
 """
 
 from __future__ import annotations
@@ -16,12 +17,17 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
+from ragengine_operator.receiver.verify import sign_standard
+from tests.support.server import port_for_external_server
+
 from .conftest import OPERATOR_ENV, OPERATOR_NAMESPACE, ROOT
 from .kube import wait_for
+from .test_sources import wait_source
 
 pytestmark = pytest.mark.cluster
 LEASE = "rag-ragengine"  # the chart's release "rag" (conftest's helm_template): its Role names this Lease
@@ -30,7 +36,9 @@ LEASE = "rag-ragengine"  # the chart's release "rag" (conftest's helm_template):
 class Operator:
     def __init__(self, name: str, ns: str, engine_url: str, log_dir: Path) -> None:
         self.name, self.log = name, log_dir / f"{name}.log"
+        self.receiver_port = port_for_external_server()
         env = {**os.environ, **OPERATOR_ENV, "RAGENGINE_OPERATOR_ENGINE_URL": engine_url,
+               "RAGENGINE_OPERATOR_RECEIVER_PORT": str(self.receiver_port),
                "RAGENGINE_OPERATOR_LEADER_ELECTION": "true", "RAGENGINE_OPERATOR_LEASE_NAME": LEASE,
                "RAGENGINE_OPERATOR_POD_NAMESPACE": OPERATOR_NAMESPACE, "RAGENGINE_OPERATOR_POD_NAME": name}
         self.proc = subprocess.Popen([str(Path(sys.executable).with_name("ragengine-operator")), "--namespace", ns],
@@ -65,6 +73,20 @@ def reconciled_before_leading(op: Operator) -> list[str]:
     return [line for line in before.splitlines() if "Handler 'reconcile'" in line]
 
 
+def push_to_the_replica_that_waits(kube, ns: str, name: str, port: int) -> None:
+    kube.core.create_namespaced_config_map(ns, {"metadata": {"name": "faq"}, "data": {"a.md": "# A\n\nAlpha.\n"}})
+    kube.core.create_namespaced_secret(ns, {"metadata": {"name": "hook"}, "stringData": {"token": "push-key"}})
+    kube.patch_rag(ns, name, {"spec": {"sources": [{"name": "faq", "index": f"faq-{ns}", "configMap": {"name": "faq"},
+                                                    "webhook": {"type": "generic", "secretRef": {"name": "hook"}}}]}})
+    wait_source(kube, ns, name, "faq", "the first sync", lambda e: e["synced"])
+    body, stamp = b"{}", int(time.time())
+    resp = httpx.post(f"http://127.0.0.1:{port}/hook/{ns}/{name}/faq", content=body, timeout=30, headers={
+        "webhook-id": "p-1", "webhook-timestamp": str(stamp), "webhook-signature": sign_standard("push-key", "p-1", stamp, body)})
+    assert resp.status_code == 202, resp.text
+    wait_source(kube, ns, name, "faq", "the leader's sync of the push", lambda e: e.get("lastHandledSyncRequest") == "|p-1",
+                timeout=30)
+
+
 def test_one_leader_reconciles_and_a_killed_or_stopped_one_is_replaced(kube, operator_identity, bare_namespace,
                                                                        source_engine, tmp_path):
     ns = bare_namespace
@@ -77,6 +99,9 @@ def test_one_leader_reconciles_and_a_killed_or_stopped_one_is_replaced(kube, ope
         assert "Handler 'reconcile'" in ops[first].text()
         assert not reconciled_before_leading(ops[second])
         assert holder(kube) == first
+
+        # a signed push to the replica that waits: its side server takes it, the leader runs the sync
+        push_to_the_replica_that_waits(kube, ns, "led", ops[second].receiver_port)
 
         # kill -9: the other takes over once the lease has gone unrenewed for its duration (10 s)
         killed = time.monotonic()

@@ -30,7 +30,7 @@ NOWHERE = '{"ragengine.io/test-node": "none"}'  # no node has it: the sync pods 
 def job_operator(kube, bare_namespace, tmp_path):
     env = {**os.environ, **OPERATOR_ENV, "KUBECONFIG": str(OPERATOR_KUBECONFIG), "RAGENGINE_OPERATOR_METRICS_PORT": "0",
            "RAGENGINE_OPERATOR_LIVENESS_PORT": "0", "RAGENGINE_OPERATOR_SYNC_MODE": "job",
-           "RAGENGINE_OPERATOR_SYNC_IMAGE": "registry.local/ragengine-operator:test",
+           "RAGENGINE_OPERATOR_SYNC_IMAGE": "registry.local/ragengine-sync:test",
            "RAGENGINE_OPERATOR_SYNC_MEMORY": "512Mi", "RAGENGINE_OPERATOR_SYNC_CPU": "250m",
            "RAGENGINE_OPERATOR_SYNC_DEADLINE_SECONDS": "600", "RAGENGINE_OPERATOR_SYNC_NODE_SELECTOR": NOWHERE}
     # (the two sync Jobs stay Pending until the test plays the kubelet, holding both of the namespace's workers
@@ -113,7 +113,7 @@ def test_each_sync_is_a_job_without_a_token_and_its_outcome_is_the_sources_statu
         assert labels[c.SELECTOR_NAME] == n and labels[c.SELECTOR_COMPONENT] == c.COMPONENT_SYNC
         assert labels["ragengine.io/source"] == source
         (ctr,) = pod["containers"]
-        assert ctr["image"] == "registry.local/ragengine-operator:test"
+        assert ctr["image"] == "registry.local/ragengine-sync:test"
         assert ctr["resources"]["limits"] == {"cpu": "250m", "memory": "512Mi"}
         assert ctr["securityContext"]["readOnlyRootFilesystem"] is True
         env = {e["name"]: e for e in ctr["env"]}

@@ -303,7 +303,8 @@ class PostgresStore:
         out: dict[str, tuple[list[ChunkWrite], list[np.ndarray]]] = {}
         for r in rows:
             chunks, vectors = out.setdefault(r.doc_id, ([], []))
-            chunks.append(ChunkWrite(r.seq, r.text, r.search_text, split_chunk_metadata(r.metadata)[1]))
+            _, tokens, place = split_chunk_metadata(r.metadata)
+            chunks.append(ChunkWrite(r.seq, r.text, r.search_text, tokens, place))
             vectors.append(np.asarray(r.embedding, dtype=np.float32))
         return {d: (chunks, np.array(vectors, dtype=np.float32)) for d, (chunks, vectors) in out.items()}
 
@@ -535,5 +536,5 @@ class PostgresStore:
 
 
 def _hit(doc_id: str, seq: int, text: str, metadata: dict, cosine: float, keyword_score: float | None = None) -> Hit:
-    doc_metadata, tokens = split_chunk_metadata(metadata)
-    return Hit(doc_id, seq, text, doc_metadata, cosine, keyword_score, tokens)
+    doc_metadata, tokens, place = split_chunk_metadata(metadata)
+    return Hit(doc_id, seq, text, doc_metadata, cosine, keyword_score, tokens, place)

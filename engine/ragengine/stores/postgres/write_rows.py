@@ -48,7 +48,7 @@ def rows_to_copy(conn: Connection, documents: Table, name: str, add: list[DocWri
             doc_rows.append((name, doc.doc_id, doc.text, doc.metadata))
             for i, chunk in enumerate(doc.chunks):
                 chunk_rows.append((name, doc.doc_id, chunk.seq, chunk.text, chunk.indexed_text,
-                                   chunk_metadata(doc.metadata, chunk.tokens), _vector(vectors, pos + i), change))
+                                   chunk_metadata(doc.metadata, chunk.tokens, chunk.place), _vector(vectors, pos + i), change))
         pos += n
     return doc_rows, chunk_rows
 
