@@ -36,6 +36,9 @@ BENCHES = {
     "handover": "bench_handover.py",
     "mcp": "bench_mcp.py",
     "console": "bench_console.py",
+    "turn": "bench_turn.py",  # one chat turn, stage by stage (issue 45)
+    "kaito": "bench_kaito.py",  # this engine beside KAITO's service in one run (hack/kaito.sh sets KAITO up)
+    "pg_writes": "bench_pg_writes.py",  # PostgreSQL hybrid search under a concurrent writer
 }
 
 
@@ -119,6 +122,7 @@ def print_summary() -> None:
     print(f"{'figure':<46} {'now':>18} {'previous':>18} {'KAITO (issue 13)':>18}")
     for key, label in names.items():
         print(f"{label:<46} {now[key]:>18} {before[key]:>18} {KAITO[key]:>18}")
+    print_kaito(load("kaito"))
     for lvl in chat.get("levels", []):
         parts = {k: v for k, v in lvl.get("p50_parts_ms", {}).items() if k != "llm"}
         print(f"chat overhead p50 at c={lvl['concurrency']} (ms): " + ", ".join(f"{k} {v:.2f}" for k, v in parts.items()))
@@ -130,6 +134,20 @@ def print_summary() -> None:
         print(f"ingestion tokens/s: engine {ingest['engine_tokens_per_s']:.0f}, raw {ingest['backend']} "
               f"{ingest['raw_tokens_per_s']:.0f} (x{ingest['ratio']:.2f}), torch fp32 model "
               f"{ingest['torch_fp32_tokens_per_s']:.0f} (engine x{ingest['vs_torch']:.2f})")
+
+
+def print_kaito(side: dict) -> None:
+    """bench_kaito.py's figures (both services measured in one run), with KAITO's beside ours."""
+    ours, kaito = side.get("ours") or {}, side.get("kaito") or {}
+    if not ours:
+        return
+    print(f"\n=== this engine beside KAITO in one run (kaito.json, {side.get('mode')}, load average "
+          f"{side.get('loads')}) ===")
+    print(f"{'figure':<34} {'ours':>9} {'KAITO':>9} {'ours/KAITO':>11}")
+    for key, value in ours.items():
+        other = kaito.get(key)
+        ratio = f"{value / other:.2f}x" if other else "-"
+        print(f"{key:<34} {value:>9g} {other if other is not None else '-':>9} {ratio:>11}")
 
 
 if __name__ == "__main__":

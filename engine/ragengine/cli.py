@@ -96,6 +96,9 @@ def serve(host, port, data_dir, embedding_model, embedding_url, llm_url, rerank_
 
         if not undumpable():
             click.echo("warning: could not make the engine process non-dumpable", err=True)
+    from ragengine.embedding import early
+
+    early.start(settings)  # the model loads in a thread while the rest is imported and checked (embedding/early.py)
     from ragengine import formats, preflight
 
     try:  # before the app is even imported: data a newer engine wrote is refused (the app checks again at start)

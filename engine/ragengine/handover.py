@@ -44,8 +44,8 @@ from ragengine.settings import EngineSettings
 log = logging.getLogger(__name__)
 # Imported on first use, by the writer's start (the sessions' migrations) and by the first write (the text
 # splitters): seconds each on a busy machine. A stand-by imports them while it waits, not in the hand-over.
-WARM_IMPORTS = ("alembic.command", "llama_index.core.node_parser",
-                "mcp.server.streamable_http_manager", "ragengine.mcp.server")  # /mcp's SDK: a second or two
+# (/mcp's SDK is not among them: it is imported by the first /mcp request, in a worker thread: api/mcp.py.)
+WARM_IMPORTS = ("alembic.command", "llama_index.core.node_parser")
 POLL_S = 0.05  # how often a stand-by looks at the lock: the old process's last write to the take-over
 CHECK_S = 0.5  # how often a held request looks whether the process is stopping
 REPORT_S = 10.0  # a log line this often while the old process holds the folder

@@ -264,8 +264,9 @@ class EngineSettings(BaseSettings):
     llm_api_key: str | None = Field(None, description="Bearer token sent to the LLM.")
     llm_tokenizer: str | None = Field(
         None,
-        description="Local tokenizer of the served model (a .gguf file, tokenizer.json or HF directory), used "
-        "when the LLM server has no tokenize endpoint; unset = a conservative estimate.",
+        description="Local tokenizer of the served model (a .gguf file, tokenizer.json or HF directory): token "
+        "counts without asking the LLM server's tokenize endpoint (a round trip per prompt); unset = the server's "
+        "endpoint, else a conservative estimate.",
     )
     llm_timeout_s: float = Field(300.0, gt=0, description="Read timeout for one LLM request.")
     llm_connect_timeout_s: float = Field(5.0, gt=0)

@@ -172,3 +172,35 @@ def test_budget_holds_with_counts_far_above_the_estimate(engine, fake_llm):
     fake_llm.reset()
     r = httpx.post(f"{base}/v1/chat/completions", json=body, timeout=30)
     assert r.status_code == 200 and tokenize_calls(fake_llm) == []
+
+
+# --- a local tokenizer of the served model: no round trip (issue 45) ------------------------------
+async def test_a_local_tokenizer_is_used_before_the_servers_endpoint(tmp_path):
+    """With ``llm_tokenizer`` set, texts and conversations are counted locally although the server has
+    /tokenize: no request leaves the engine. A text longer than INLINE_CHARS counts the same (off the loop)."""
+    from ragengine.llm.tokens import INLINE_CHARS
+    from tests.llm_server import write_tokenizer
+
+    tc, calls = counter(vllm, local=str(write_tokenizer(tmp_path / "tokenizer.json")))
+    assert await tc.count("How are you, Ann?") == tokens("How are you, Ann?") and tc.method == "local"
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Why?"}]
+    assert await tc.count(messages) == tokens("Be brief.") + tokens("Why?") + 2 * MESSAGE_OVERHEAD_TOKENS
+    long = "word, " * (INLINE_CHARS // 3)
+    assert await tc.count_many([long, "a b"]) == [tokens(long), 2]
+    assert calls == [] and tc.identity == "local:m"
+
+
+def test_chat_turns_ask_no_tokenize_with_a_local_tokenizer(engine, fake_llm, tmp_path_factory):
+    """A RAG chat turn of an engine given the served model's tokenizer counts its prompt, query and chunks
+    locally (before: two /tokenize round trips per new question), and the counts match the server's."""
+    from tests.llm_server import write_tokenizer
+
+    path = write_tokenizer(tmp_path_factory.mktemp("tokenizer") / "tokenizer.json")
+    base = engine(llm_tokenizer=str(path))
+    body = {"index_name": "docs", "messages": [{"role": "user", "content": "What does KAITO provision, exactly?"}]}
+    r = httpx.post(f"{base}/v1/chat/completions", json=body, timeout=30)
+    assert r.status_code == 200, r.text
+    rag = r.json()["rag"]
+    assert rag["token_counter"] == "local" and rag["selected"] > 0
+    assert rag["context_tokens"] == sum(tokens(n["text"]) for n in r.json()["source_nodes"])
+    assert tokenize_calls(fake_llm) == [] and len(fake_llm.chat_requests()) == 1

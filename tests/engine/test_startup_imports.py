@@ -28,3 +28,26 @@ assert "llama_index.core" in sys.modules  # the first text longer than a chunk i
 def test_app_import_and_restore_do_not_import_llama_index():
     result = subprocess.run([sys.executable, "-c", CHECK], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
+
+
+LAZY_MCP = """
+import sys, tempfile
+from fastapi.testclient import TestClient
+from ragengine.app import create_app
+from ragengine.settings import EngineSettings
+
+with tempfile.TemporaryDirectory() as data, TestClient(create_app(EngineSettings(data_dir=data))) as client:
+    assert client.get("/health").status_code == 200
+    assert "mcp" not in sys.modules, "the MCP SDK was imported by the start-up"
+    r = client.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}},
+        headers={"accept": "application/json, text/event-stream", "host": "localhost:8000"})
+    assert r.status_code == 200, (r.status_code, r.text)
+    assert "mcp" in sys.modules
+"""
+
+
+def test_the_mcp_sdk_is_imported_by_the_first_mcp_request_not_by_the_start_up():
+    """Issue 45: an engine no agent talks to does not pay the SDK's import (a second or two, ~30 MiB)."""
+    result = subprocess.run([sys.executable, "-c", LAZY_MCP], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]

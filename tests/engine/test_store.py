@@ -167,3 +167,13 @@ def test_sq8_keeps_a_quarter_of_the_memory_and_finds_what_exact_search_finds(tmp
     assert loaded.compressed and list(loaded.search(queries[2], 5)[0]) == list(sq8.search(queries[2], 5)[0])
     with pytest.raises(ValueError, match="compression"):
         VectorStore(DIM, hnsw_threshold=100, compression="pq")
+
+
+def test_node_ids_are_uuid5_of_the_document_position_and_text():
+    """node_id writes out uuid5 by hand (issue 45: a hundred a chat turn); ids stored before must not change."""
+    import uuid
+
+    from ragengine.index.state import _NODE_NS, node_id
+
+    for doc, seq, text in [("d", 0, ""), ("doc-1", 7, "naïve text\nwith lines"), ("x" * 300, 10**6, "🙂" * 50)]:
+        assert node_id(doc, seq, text) == str(uuid.uuid5(_NODE_NS, f"{doc}\x00{seq}\x00{text}"))

@@ -11,6 +11,7 @@ import uuid
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -24,6 +25,19 @@ GENERATION_PROMPT = 3
 def tokenize(text: str) -> list[int]:
     """Deterministic whitespace-ish tokenizer: words and single punctuation marks."""
     return [zlib.crc32(t.encode()) % 50_000 for t in _TOKEN.findall(text)]
+
+
+def write_tokenizer(path: Path) -> Path:
+    """This model's tokenizer as a Hugging Face ``tokenizer.json`` (the engine's ``llm_tokenizer``): the same
+    count as ``tokenize`` for every text, so a local count equals what ``/tokenize`` answers."""
+    from tokenizers import Regex, Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Split
+
+    tok = Tokenizer(WordLevel({"[UNK]": 0}, unk_token="[UNK]"))
+    tok.pre_tokenizer = Split(Regex(_TOKEN.pattern), behavior="removed", invert=True)  # keep the matches only
+    tok.save(str(path))
+    return path
 
 
 def _content_text(content: Any) -> str:

@@ -76,8 +76,7 @@ def test_a_write_through_one_replica_is_in_the_next_keyword_search_of_another(re
 
     write(a, [doc(100)], delete=["d100"])  # an update: the old chunks go, the new ones have no zeppelin
     assert keyword_ids(b, "zeppelin") == []
-    write(a, [], delete=["d3", "d4"])
-    assert b.mirrors.held() == {"kb": 82}  # nothing is pushed: the next search catches up
+    write(a, [], delete=["d3", "d4"])  # b's follower, or at the latest its next search, takes them out
     keyword_ids(b, "granite")
     assert b.mirrors.held() == {"kb": 78} == {"kb": table_chunks(a)}
     assert not {d for d, _ in keyword_ids(b, "note", k=100)} & {"d3", "d4"}
@@ -114,6 +113,75 @@ def test_a_mirror_far_behind_answers_from_sql_while_the_loader_catches_up(replic
     assert {d for d, _ in keyword_ids(b, "zeppelin", k=50)} == {f"d{i}" for i in range(10, 20)}
     wait_for(lambda: b.mirrors.held().get("kb") == 40)
     assert {d for d, _ in keyword_ids(b, "zeppelin", k=50)} == {f"d{i}" for i in range(10, 20)}
+
+
+def sql_leg_calls(monkeypatch) -> list[str]:
+    """The indexes the SQL keyword leg was asked about from now on (a mirror that could not answer)."""
+    from ragengine.stores.postgres import store as pg_store
+
+    calls: list[str] = []
+    real = pg_store.keyword_leg.search
+
+    def recorded(conn, table, name, *args, **kwargs):
+        calls.append(name)
+        return real(conn, table, name, *args, **kwargs)
+
+    monkeypatch.setattr(pg_store.keyword_leg, "search", recorded)
+    return calls
+
+
+def test_the_follower_keeps_a_mirror_in_step_without_any_search(replicas):
+    """Issue 45: another replica's writes reach this replica's mirror by its follower, so a search under a steady
+    writer finds little or nothing left to apply (before: every search that found the mirror behind caught up
+    itself, and one that found another search at it answered from SQL)."""
+    a, b = replicas
+    write(a, [doc(i) for i in range(10)])
+    b.warm_keyword("kb")
+    write(a, [doc(i, "zeppelin") for i in range(10, 16)], delete=["d0"])
+    wait_for(lambda: b.mirrors.held().get("kb") == 30)  # no search of b's meanwhile
+    assert b.mirrors.applied["follower"] == 12 and b.mirrors.applied["search"] == 0
+
+
+def test_a_search_waits_for_a_catch_up_already_running_instead_of_asking_sql(replicas, monkeypatch):
+    """A search that needs a write while another thread is catching the mirror up waits for it (bounded by
+    wait_s) and answers from memory (before: it answered from the SQL leg at once, 88 / 233 ms at a million)."""
+    import threading
+
+    a, b = replicas
+    write(a, [doc(i) for i in range(10)])
+    b.warm_keyword("kb")
+    b.mirrors.wait_s = 60.0  # the test's own pace must not decide it
+    sql = sql_leg_calls(monkeypatch)
+    mirror = b.mirrors._mirrors["kb"]
+    mirror.syncing.acquire()  # a catch-up in progress (the follower's, another search's)
+    try:
+        write(a, [doc(50, "zeppelin")])
+        found: list = []
+        search = threading.Thread(target=lambda: found.append(keyword_ids(b, "zeppelin")))
+        search.start()
+        search.join(timeout=0.5)
+        assert search.is_alive() and not found  # waiting, not answered from SQL
+    finally:
+        mirror.syncing.release()
+    search.join(timeout=30)
+    assert set(found[0]) == {("d50", 0), ("d50", 1)} and sql == []
+
+
+def test_a_search_applies_at_most_catch_up_chunks_itself(replicas, monkeypatch):
+    """The bound on a search's own work: a backlog within ``catch_up`` chunks is applied by the search, a larger
+    one is left to the loader while the SQL leg answers (correctly) meanwhile."""
+    a, b = replicas
+    b.mirrors.follow_s = 0  # no follower: only searches and the loader catch up here
+    write(a, [doc(i) for i in range(10)])
+    b.warm_keyword("kb")
+    b.mirrors.catch_up = 4
+    sql = sql_leg_calls(monkeypatch)
+    write(a, [doc(20, "zeppelin")])  # 2 chunks: within the bound
+    assert set(keyword_ids(b, "zeppelin")) == {("d20", 0), ("d20", 1)} and sql == []
+    write(a, [doc(i, "zeppelin") for i in range(21, 26)])  # 10 chunks: over it
+    assert {d for d, _ in keyword_ids(b, "zeppelin", k=50)} == {f"d{i}" for i in range(20, 26)} and sql == ["kb"]
+    assert b.mirrors.largest_search_catch_up == 2 and b.mirrors.applied["search"] == 2
+    wait_for(lambda: b.mirrors.held().get("kb") == 32)
 
 
 def test_a_mirror_whose_removals_were_pruned_is_loaded_again(replicas):

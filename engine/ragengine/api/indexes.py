@@ -191,6 +191,7 @@ async def startup(app: FastAPI, settings: EngineSettings, stack: AsyncExitStack,
     (ragengine.handover), loaded beside the process that writes the folder: no embedding-file watcher and
     no sample index (both write)."""
     from ragengine.embedding import build_embedder
+    from ragengine.embedding.early import take as take_early
     from ragengine.embedding.pool import ModelRef, read_target, watch_target
     from ragengine.versions import build_registry
 
@@ -199,7 +200,9 @@ async def startup(app: FastAPI, settings: EngineSettings, stack: AsyncExitStack,
         target, generation = read_target(settings.embedding_file, settings)  # a bad file stops the start here
     embedder: Any = getattr(app.state, "embedder", None)
     if embedder is None:
-        embedder = await asyncio.to_thread(build_embedder, target.settings_for(settings))
+        wanted = target.settings_for(settings)
+        # ``ragengine serve`` started loading it beside its imports (embedding/early.py)
+        embedder = await take_early(wanted) or await asyncio.to_thread(build_embedder, wanted)
         app.state.embedder = embedder
         stack.callback(embedder.close)
     EMBEDDING_BACKEND.labels(embedder.backend.name).set(1)

@@ -13,12 +13,18 @@ Contract:
   the SDK compares each request's identity (``scope["user"]``, set here from the principal) with the
   opener's and answers another's request 404, as for an unknown session. Sessions are bounded
   (``mcp_max_sessions``: 503 beyond) and close after ``mcp_session_idle_s`` without a request in flight.
-- ``startup`` builds the session manager and runs it for the app's lifetime (a mounted app's own lifespan
-  never runs: the engine's lifespan stack holds it).
+- The SDK is imported, and its session manager built and started, on the first ``/mcp`` request (``Sessions``):
+  its import is a second or two on two busy cores and about 30 MiB, which an engine no agent talks to does not
+  spend (issue 45). The import runs in a worker thread, so the event loop goes on serving meanwhile; requests
+  that arrive during it wait for it. The manager then runs, in a task of its own, until the app stops (a mounted
+  app's own lifespan never runs: the engine's lifespan stack stops it).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
+import importlib
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -57,7 +63,64 @@ class _Handoff(Response):
 
 @router.api_route(MCP_PATH, methods=["GET", "POST", "DELETE"], include_in_schema=False)
 async def mcp(request: Request) -> Response:
-    return _Handoff(request.app.state.mcp, principal_of(request))
+    return _Handoff(await request.app.state.mcp.manager(), principal_of(request))
+
+
+class Sessions:
+    """The SDK's session manager, made and started on first use, stopped by ``close``."""
+
+    def __init__(self, settings: EngineSettings) -> None:
+        self.settings = settings
+        self._manager: Any = None
+        self._lock = asyncio.Lock()
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task | None = None
+
+    @property
+    def started(self) -> bool:
+        return self._manager is not None
+
+    async def manager(self) -> Any:
+        if self._manager is None:
+            async with self._lock:
+                if self._manager is None:
+                    self._manager = await self._start()
+        return self._manager
+
+    async def _start(self) -> Any:
+        if self._stop.is_set():
+            raise RuntimeError("the engine is stopping")
+        await asyncio.to_thread(importlib.import_module, "ragengine.mcp.server")  # the SDK with it
+        if self._stop.is_set():
+            raise RuntimeError("the engine is stopping")
+        from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+
+        from ragengine.mcp.server import build_server
+
+        manager = StreamableHTTPSessionManager(app=build_server(), security_settings=transport_security(self.settings),
+                                               session_idle_timeout=self.settings.mcp_session_idle_s,
+                                               max_sessions=self.settings.mcp_max_sessions)
+        running: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        # Its own task, in a context of its own (not the first request's ids and trace): the SDK's task group is
+        # entered and left by the same task, as anyio requires.
+        self._task = asyncio.create_task(self._run(manager, running), name="mcp-sessions", context=contextvars.Context())
+        await running
+        return manager
+
+    async def _run(self, manager: Any, running: asyncio.Future[None]) -> None:
+        try:
+            async with manager.run():
+                running.set_result(None)
+                await self._stop.wait()
+        except BaseException as exc:
+            if not running.done():
+                running.set_exception(exc if isinstance(exc, Exception) else RuntimeError(repr(exc)))
+            raise
+
+    async def close(self) -> None:
+        self._stop.set()
+        if self._task is not None:
+            await self._task
 
 
 def transport_security(settings: EngineSettings) -> Any:
@@ -76,12 +139,6 @@ def transport_security(settings: EngineSettings) -> Any:
 async def startup(app: FastAPI, settings: EngineSettings, stack: AsyncExitStack) -> None:
     if not settings.mcp_enabled:
         return
-    from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-
-    from ragengine.mcp.server import build_server
-
-    manager = StreamableHTTPSessionManager(app=build_server(), security_settings=transport_security(settings),
-                                           session_idle_timeout=settings.mcp_session_idle_s,
-                                           max_sessions=settings.mcp_max_sessions)
-    await stack.enter_async_context(manager.run())
-    app.state.mcp = manager
+    sessions = Sessions(settings)
+    stack.push_async_callback(sessions.close)
+    app.state.mcp = sessions

@@ -84,10 +84,10 @@ def _dense_and_fuse(state: IndexState, qvec: np.ndarray, query: str, pool: int, 
 def _fuse(state: IndexState, qvec: np.ndarray, d_slots: np.ndarray, d_cos: np.ndarray, s_slots: np.ndarray | None,
           s_scores: np.ndarray | None, n_out: int, settings: Any) -> list[RetrievedNode]:
     """The fused order (retrieval.hybrid.fuse; dense only without BM25 lists) as result nodes."""
-    dense = {int(s): float(c) for s, c in zip(d_slots, d_cos, strict=True)}
+    dense = dict(zip(np.asarray(d_slots).tolist(), np.asarray(d_cos, dtype=np.float64).tolist(), strict=True))
     fused: dict[int, float] = {}
     if s_slots is not None and s_scores is not None:
-        sparse_map = {int(s): float(v) for s, v in zip(s_slots, s_scores, strict=True)}
+        sparse_map = dict(zip(np.asarray(s_slots).tolist(), np.asarray(s_scores, dtype=np.float64).tolist(), strict=True))
         # Fusion call site: the pure retrieval.hybrid.fuse, shared by every store backend.
         fused = dict(fuse(list(dense.items()), list(sparse_map.items()), params=FusionParams.from_settings(settings)))
         order = list(fused)[:n_out]

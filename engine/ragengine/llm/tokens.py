@@ -1,10 +1,14 @@
 """Token counts in the served model's own tokenizer.
 
 Sources, best first:
-1. The inference server: vLLM's ``POST /tokenize`` (``{"count", "max_model_len", "tokens"}``), or
+1. A local tokenizer of the served model (``settings.llm_tokenizer``: a .gguf file read vocab-only by
+   llama-cpp, a tokenizer.json, or a Hugging Face directory): the same counts without a round trip to the
+   server (two per chat turn before: the prompt and the query, about 1 ms of the engine's CPU each). A
+   conversation's count is its texts' plus ``MESSAGE_OVERHEAD_TOKENS`` per message (the chat template's
+   markers, which only the server knows exactly; the budget keeps 150 tokens aside for them). Texts of more
+   than ``INLINE_CHARS`` characters are counted in a worker thread, not on the event loop.
+2. The inference server: vLLM's ``POST /tokenize`` (``{"count", "max_model_len", "tokens"}``), or
    llama-cpp-python's ``POST /extras/tokenize/count``. Probed once, then remembered.
-2. A local tokenizer of the same model (``settings.llm_tokenizer``: a .gguf file read vocab-only by
-   llama-cpp, a tokenizer.json, or a Hugging Face directory).
 3. An estimate: ``ceil(utf8_bytes / 3)`` per text. BPE vocabularies of current models average about
    4 bytes per token on English prose and 3 on code, so this over-counts ordinary text (budgets come
    out smaller, never overflowing the window); it can under-count only unusual input (long digit runs,
@@ -45,6 +49,9 @@ _CONCURRENCY = 16
 # After the server could not be reached, count locally for this long instead of paying a connect
 # attempt (or a connect timeout) on every request.
 UNREACHABLE_COOLDOWN_S = 10.0
+# A local count of a longer text (or of several texts together) runs in a worker thread: about 1 ms per
+# 20,000 characters with a fast tokenizer, which the event loop should not wait for.
+INLINE_CHARS = 20_000
 
 
 def estimate_tokens(text: str) -> int:
@@ -104,9 +111,11 @@ class TokenCounter:
 
     @property
     def method(self) -> str:
+        if self._local_counter() is not None:
+            return "local"
         if self._remote_kind in ("vllm", "llama.cpp"):
             return self._remote_kind
-        return "local" if self._local_path else "estimate"
+        return "estimate"
 
     # --- public -----------------------------------------------------------------------------------
     def cached(self, text: str) -> int | None:
@@ -134,7 +143,8 @@ class TokenCounter:
             if value is None:
                 missing.setdefault(texts[i], []).append(i)
         if missing:
-            counted = await asyncio.gather(*(self._count_shared(text) for text in missing))
+            counted = (await self._count_local(list(missing)) if self._local_counter() is not None
+                       else await asyncio.gather(*(self._count_shared(text) for text in missing)))
             for positions, value in zip(missing.values(), counted, strict=True):
                 for i in positions:
                     out[i] = value
@@ -205,6 +215,22 @@ class TokenCounter:
         future.set_result(value)
         return value
 
+    async def _count_local(self, texts: list[str]) -> list[int]:
+        """Counts of ``texts`` by the local tokenizer, remembered; in a worker thread when they are long."""
+        local = self._local_counter()
+        assert local is not None
+        self.last_method = "local"
+
+        def count_all() -> list[int]:
+            return [local(text) if text else 0 for text in texts]
+
+        long = sum(len(text) for text in texts) > INLINE_CHARS
+        counts = await asyncio.to_thread(count_all) if long else count_all()
+        for text, value in zip(texts, counts, strict=True):  # the cache is the event loop's alone
+            if text:
+                self._remember(text, value, "local")
+        return counts
+
     async def _count_text(self, text: str) -> int:
         if not text:
             return 0
@@ -223,7 +249,7 @@ class TokenCounter:
         cached = self.cached(key_text)
         if cached is not None:
             return cached
-        if self._remote_kind in (None, "vllm"):
+        if self._local_counter() is None and self._remote_kind in (None, "vllm"):
             value = await self._remote(messages=messages)
             if value is not None and self._remote_kind == "vllm":
                 return self._remember(key_text, value, "vllm")
@@ -235,8 +261,9 @@ class TokenCounter:
         if self._local is None and self._local_path:
             try:
                 self._local = _load_local(self._local_path)
-            except Exception as exc:  # a broken path must not break chat: fall back to the estimate
-                log.warning("local tokenizer %s unusable (%s); estimating token counts", self._local_path, exc)
+            except Exception as exc:  # a broken path must not break chat: the server counts, or the estimate
+                log.warning("local tokenizer %s unusable (%s); counting with the inference server's tokenizer or "
+                            "estimating", self._local_path, exc)
                 self._local_path = None
         return self._local
 

@@ -12,9 +12,15 @@ Staying in step, through the schema's change log (``schema``):
 - each write raises its index's ``change_seq`` under the index row's lock, so one index's writes commit in
   that order; it stamps the chunks it adds with that number (``added_in``) and logs the chunks it removes
   (``chunk_removals``: ids and keyword text, which BM25's document frequencies need);
-- ``search`` first reads ``change_seq`` (a primary-key lookup). A mirror behind by at most ``catch_up``
-  chunks reads what the writes since then added and removed, in one repeatable-read snapshot, and applies it
-  before it searches: a write acknowledged by any replica is in the next search on every replica;
+- a follower thread per replica reads each mirrored index's ``change_seq`` every ``FOLLOW_S`` and applies what
+  the writes since then added and removed (one repeatable-read snapshot), so under a steady writer the
+  mirrors are at most a fraction of a second behind without any search doing that work (issue 45: with the
+  catch-up on the query path, a search that found another search catching up answered from SQL, 88 / 233 ms
+  p50 / p99 at a million chunks);
+- ``search`` first reads ``change_seq`` (a primary-key lookup). A mirror behind it catches up before it
+  searches, so a write acknowledged by any replica is in the next search on every replica: it waits up to
+  ``WAIT_S`` for a catch-up already running (the follower's, another search's), then applies what is still
+  missing itself, at most ``catch_up`` chunks (the bound on a search's own work);
 - otherwise (not loaded yet, further behind, its removals pruned from the log, more dead slots than live,
   or the index dropped and made again) the index is loaded again in full: at once if it holds at most
   ``catch_up`` chunks, else by a background thread, which swaps it in when done, while ``search`` answers
@@ -48,6 +54,8 @@ from ragengine.stores.postgres.schema import Tables
 
 log = logging.getLogger(__name__)
 CATCH_UP = 5_000  # chunks a search applies itself before it searches; more is the loader's work
+FOLLOW_S = 0.2  # how often the follower brings every mirror up to date (0: no follower)
+WAIT_S = 0.25  # how long a search waits for a catch-up already running before it does its own (or uses SQL)
 # Query terms scored at most, and their postings in all, the rarest first: a pasted book costs what a
 # question does. 256 terms kept the long banking-knowledge questions' MRR (64 cost 0.1, bench/eval/pg_hybrid.py);
 # a million postings is one word in every chunk of a million-chunk index (words that common weigh little).
@@ -62,6 +70,7 @@ class Mirror:
     """One index's BM25 index as of its write ``seq`` (the index row made at ``created``)."""
 
     created: datetime
+    chunks: Table | None = None  # the index's chunk table, for the follower
     seq: int = 0
     bm25: BM25Index = field(default_factory=BM25Index)
     ids: array = field(default_factory=lambda: array("q"))  # slot -> chunk id, increasing
@@ -109,13 +118,21 @@ class Mirror:
 
 
 class KeywordMirrors:
-    def __init__(self, engine: Callable[[], Engine], tables: Callable[[], Tables], *, catch_up: int = CATCH_UP) -> None:
+    def __init__(self, engine: Callable[[], Engine], tables: Callable[[], Tables], *, catch_up: int = CATCH_UP,
+                 follow_s: float = FOLLOW_S) -> None:
         self.engine, self.tables = engine, tables
         self.catch_up = catch_up
+        self.follow_s = follow_s
+        self.wait_s = WAIT_S
         self._mirrors: dict[str, Mirror] = {}
         self._loading: set[str] = set()
         self._guard = threading.Lock()
         self._loader = ThreadPoolExecutor(1, thread_name_prefix="keyword-mirror")
+        self._stop = threading.Event()
+        self._follower: threading.Thread | None = None
+        # Chunks applied by each path, and the most one search applied itself (its bound: catch_up).
+        self.applied = {"search": 0, "follower": 0, "loader": 0}
+        self.largest_search_catch_up = 0
 
     def search(self, name: str, row: Any, chunks: Table, query: str, k: int) -> tuple[list[int], list[float]] | None:
         """(chunk ids, BM25 scores) of the ``k`` best chunks of index ``name``, or None when this replica's
@@ -130,16 +147,23 @@ class KeywordMirrors:
             mirror = self._mirrors.get(name)
             if mirror is None:
                 return None
-        if mirror.seq < row.change_seq and not self._catch_up(mirror, name, chunks, limit=self.catch_up):
+        if mirror.seq < row.change_seq and not self._catch_up(mirror, name, chunks, limit=self.catch_up, wait_s=self.wait_s,
+                                                               until=row.change_seq, path="search"):
             self.want(name, chunks)
             return None
         return mirror.search(query, k)
 
-    def _catch_up(self, mirror: Mirror, name: str, chunks: Table, *, limit: int | None) -> bool:
-        """Apply the writes since ``mirror.seq`` (at most ``limit`` added chunks); False when it could not."""
-        if not mirror.syncing.acquire(blocking=limit is None):
-            return False  # the loader is at it: this search uses the SQL leg
+    def _catch_up(self, mirror: Mirror, name: str, chunks: Table, *, limit: int | None, wait_s: float = -1,
+                  until: int | None = None, path: str = "loader") -> bool:
+        """Apply the writes since ``mirror.seq`` (at most ``limit`` added chunks); False when it could not.
+        ``wait_s``: how long to wait for a catch-up already running (-1: as long as it takes; 0: not at all);
+        ``until``: the write the caller needs, which that catch-up may have applied already."""
+        acquired = mirror.syncing.acquire(timeout=wait_s) if wait_s > 0 else mirror.syncing.acquire(blocking=wait_s < 0)
+        if not acquired:
+            return False  # another catch-up holds it for longer: a search uses the SQL leg
         try:
+            if until is not None and mirror.seq >= until:
+                return True
             t = self.tables()
             with self.engine().connect().execution_options(isolation_level="REPEATABLE READ") as conn, conn.begin():
                 row = conn.execute(select(t.indexes.c.change_seq, t.indexes.c.pruned_through, t.indexes.c.created_at)
@@ -163,6 +187,9 @@ class KeywordMirrors:
                 for r in removed:
                     mirror.remove(list(r.ids), list(r.search_texts))
                 mirror.seq = row.change_seq
+            self.applied[path] += len(rows)
+            if path == "search":
+                self.largest_search_catch_up = max(self.largest_search_catch_up, len(rows))
             return not mirror.crowded
         finally:
             mirror.syncing.release()
@@ -198,14 +225,35 @@ class KeywordMirrors:
             if row is None:
                 self._mirrors.pop(name, None)
                 return False
-            fresh = Mirror(created=row.created_at, seq=row.change_seq)
+            fresh = Mirror(created=row.created_at, chunks=chunks, seq=row.change_seq)
             result = conn.execute(select(chunks.c.id, chunks.c.search_text)
                                   .where(chunks.c.index_name == name).order_by(chunks.c.id))
             for batch in result.partitions():
                 fresh.add((r.id, r.search_text) for r in batch)
         self._mirrors[name] = fresh
         log.info("keyword index of %r loaded: %d chunks as of write %d", name, len(fresh.ids), fresh.seq)
+        self._start_follower()
         return True
+
+    def _start_follower(self) -> None:
+        with self._guard:
+            if self._follower is None and self.follow_s > 0 and not self._stop.is_set():
+                self._follower = threading.Thread(target=self._follow, name="keyword-follower", daemon=True)
+                self._follower.start()
+
+    def _follow(self) -> None:
+        """Every ``follow_s``: each mirror caught up with its index's writes (a mirror a search or the loader is
+        catching up now is left to them; one too far behind goes to the loader)."""
+        while not self._stop.wait(self.follow_s):
+            for name, mirror in list(self._mirrors.items()):
+                if mirror.chunks is None or mirror.seq < 0 or self._stop.is_set():
+                    continue
+                try:
+                    if not self._catch_up(mirror, name, mirror.chunks, limit=LOAD_BATCH, wait_s=0, path="follower") \
+                            and not mirror.syncing.locked():
+                        self.want(name, mirror.chunks)
+                except Exception:  # the database away for a moment: the next round (or a search) tries again
+                    log.debug("keyword follower: catching up %r failed", name, exc_info=True)
 
     def prune(self, keep_s: float = REMOVALS_KEEP_S) -> int:
         """Delete the removals logged over ``keep_s`` ago; returns how many log rows went."""
@@ -235,5 +283,8 @@ class KeywordMirrors:
         return {n: len(m.ids) - m.dead for n, m in list(self._mirrors.items())}
 
     def close(self) -> None:
+        self._stop.set()
+        if self._follower is not None:
+            self._follower.join(timeout=5)
         with contextlib.suppress(Exception):
             self._loader.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,78 @@
+"""The embedding model loaded while the rest of the engine is imported and started.
+
+Loading the model (OpenVINO's import, reading the export, compiling it twice) took about a second of a
+three-and-a-half-second start, after seconds of imports it does not depend on. ``ragengine serve`` therefore
+starts the load in a thread as soon as its settings are read (``start``), before its other imports and
+checks; the app's start-up takes the model from there (``take``) instead of loading it again. The thread does
+its own imports, and the compilation runs in native code without the GIL, so on two cores the load overlaps
+the rest almost entirely.
+
+The early load only reads: a model folder that would first be exported (``embedding/fastpath.py`` writes the
+export into the data folder) is left to the start-up, after the checks of what the data folder holds
+(ragengine.preflight). The start-up takes the early model only when it was loaded for exactly the settings it
+would use (the target model may come from the embedding file: it is read the same way); otherwise, or when
+the early load failed, it loads its own as before (and reports its own error).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+from concurrent.futures import Future
+from typing import Any
+
+log = logging.getLogger(__name__)
+_pending: Future | None = None  # its result: (the settings it loaded for, as JSON; the embedder), or None
+
+
+def start(settings: Any) -> None:
+    """Begin loading the model the start-up will want, in a daemon thread. Never raises."""
+    global _pending
+    future: Future = Future()
+
+    def load() -> None:
+        try:
+            future.set_result(_load(settings))
+        except BaseException as exc:  # the start-up loads again, and reports its own error
+            future.set_exception(exc)
+
+    _pending = future
+    threading.Thread(target=load, name="embedder-early", daemon=True).start()
+
+
+def _load(settings: Any) -> tuple[str, Any] | None:
+    from ragengine.embedding.core import PACKAGE_PREFIX, build_embedder, choose_backend
+    from ragengine.embedding.pool import ModelRef, read_target
+
+    target = ModelRef.from_settings(settings)
+    if settings.embedding_file is not None and settings.embedding_file.exists():
+        target, _ = read_target(settings.embedding_file, settings)
+    wanted = target.settings_for(settings)
+    model = wanted.embedding_model
+    if (choose_backend(wanted)[0] == "torch" and wanted.embedding_backend == "auto" and wanted.device != "cuda"
+            and not model.startswith(PACKAGE_PREFIX) and os.path.isdir(model)):
+        return None  # a folder to export first: that writes, so it waits for the start-up's checks
+    return wanted.model_dump_json(), build_embedder(wanted)
+
+
+async def take(wanted: Any) -> Any | None:
+    """The model loaded early for ``wanted`` (once), or None: none was started, it failed, or it was loaded
+    for other settings (then it is closed)."""
+    global _pending
+    future, _pending = _pending, None
+    if future is None:
+        return None
+    try:
+        loaded = await asyncio.wrap_future(future)
+    except Exception as exc:
+        log.info("the early load of the embedding model failed (%s: %s); loading it again", type(exc).__name__, exc)
+        return None
+    if loaded is None:
+        return None
+    key, embedder = loaded
+    if key != wanted.model_dump_json():
+        embedder.close()
+        return None
+    return embedder
