@@ -17,6 +17,7 @@ the early load failed, it loads its own as before (and reports its own error).
 from __future__ import annotations
 
 import asyncio
+import atexit
 import logging
 import os
 import threading
@@ -24,6 +25,7 @@ from concurrent.futures import Future
 from typing import Any
 
 log = logging.getLogger(__name__)
+EXIT_WAIT_S = 120.0  # at most: a load takes about a second, minutes on a starved machine
 _pending: Future | None = None  # its result: (the settings it loaded for, as JSON; the embedder), or None
 
 
@@ -39,7 +41,11 @@ def start(settings: Any) -> None:
             future.set_exception(exc)
 
     _pending = future
-    threading.Thread(target=load, name="embedder-early", daemon=True).start()
+    thread = threading.Thread(target=load, name="embedder-early", daemon=True)
+    thread.start()
+    # A process that exits (a refusal, a taken port) while the thread is inside native code aborts
+    # ("terminate called without an active exception", exit 134 instead of the refusal's 1): wait for it.
+    atexit.register(thread.join, EXIT_WAIT_S)
 
 
 def _load(settings: Any) -> tuple[str, Any] | None:
