@@ -10,6 +10,9 @@ HOST   ?= 127.0.0.1
 PORT   ?= 8000
 DATA   ?= ./data
 PYTEST_ARGS ?=
+# make test's workers (pytest-xdist): one runs the tests that share the cluster (its CRD, operators and real
+# node; they mostly wait on it), the others the rest (they wait on the CPU). docs/testing.md has the breakdown.
+TEST_WORKERS ?= 3
 
 # Everything runs offline: models load from installed packages or local paths, never from a hub.
 export HF_HUB_OFFLINE := 1
@@ -73,7 +76,7 @@ cluster-down:
 
 # The images first: the local cluster's real node imports them when it starts.
 test: install images cluster-up
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 test-engine: install
 	$(PY) -m pytest tests/engine tests/chat tests/conversations tests/openai_api $(PYTEST_ARGS)

@@ -77,10 +77,21 @@ def pytest_unconfigure(config):
 STORE_PARAMS = ("vector_store", "store", "adapter", "url")
 
 
-def pytest_collection_modifyitems(items):
+# Tests that share the cluster's CRD, its operators and its real node: one xdist worker runs them in order
+# (the helm upgrade tests swap the CRD for the previous release's), beside the others (make test: -n 2
+# --dist loadgroup). They mostly wait on the cluster, the others on the CPU.
+CLUSTER_GROUP = ("tests/node/", "tests/operator/integration/")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(config, items):
     # The helm upgrade tests first: they install the previous release's CRD, which a CRD that already stores
     # v1beta1 objects cannot go back to (tests/node/test_upgrade_on_node.py), and give the CRD back after.
     items.sort(key=lambda item: item.get_closest_marker("upgrade") is None)
+    root = config.rootpath
+    for item in items:
+        if item.path.relative_to(root).as_posix().startswith(CLUSTER_GROUP):
+            item.add_marker(pytest.mark.xdist_group("cluster"))
     _mark_stores(items)
 
 
