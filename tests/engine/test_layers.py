@@ -27,9 +27,10 @@ LAYERS: list[tuple[str, ...]] = [
     ("ragengine.parsing",),  # the bounded parser (child processes with budgets)
     ("ragengine.access",),  # who may do what; the stores and sessions take its principals
     ("ragengine.rag.text", "ragengine.filetypes"),  # text primitives; files to documents
-    ("ragengine.embedding", "ragengine.llm", "ragengine.sample"),
+    ("ragengine.embedding", "ragengine.llm"),
     ("ragengine.retrieval",),
     ("ragengine.index",),
+    ("ragengine.sample",),  # the bundled sample index, written through the index API
     ("ragengine.stores",),  # external vector stores: the index API over PostgreSQL / Milvus
     ("ragengine.versions",),  # index versions over either: re-index, swap, rollback, export / import
     ("ragengine.rag",),

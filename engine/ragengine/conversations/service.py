@@ -15,7 +15,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ragengine.access.acl import Acl
 from ragengine.conversations.budget import Budget
@@ -43,13 +43,20 @@ from ragengine.rag.extractive import NO_ANSWER, extractive_answer
 from ragengine.rag.groundedness import assess_groundedness
 from ragengine.rag.no_context import DISCLAIMER, REFUSAL, REFUSAL_METHOD
 from ragengine.rag.reformulate import reformulate_query
+from ragengine.settings import EngineSettings
+
+if TYPE_CHECKING:
+    from ragengine.conversations.store import SessionStore
+    from ragengine.embedding.core import Embedder
+    from ragengine.index.api import IndexAPI
+    from ragengine.llm.client import LLMClient
 
 log = logging.getLogger(__name__)
 GENERATION_START = event("generation_start", message="Generating the answer...", generation_method="llm")
 _BACKGROUND: set[asyncio.Task] = set()  # replies stored after the client left (kept referenced until done)
 
 
-def check_session_index(index_name: str | None, settings: Any) -> None:
+def check_session_index(index_name: str | None, settings: EngineSettings) -> None:
     """A session's knowledge index is searched unscoped, so it may not be the index that holds every
     conversation's uploads: that would widen the session's scope to other sessions' files."""
     if index_name is not None and index_name == settings.conversation_index:
@@ -58,8 +65,8 @@ def check_session_index(index_name: str | None, settings: Any) -> None:
 
 
 class ConversationService:
-    def __init__(self, settings: Any, store: Any, registry: Any, llm: Any, embedder: Any = None,
-                 guardrails: Any = None) -> None:
+    def __init__(self, settings: EngineSettings, store: SessionStore, registry: IndexAPI, llm: LLMClient,
+                 embedder: Embedder | None = None, guardrails: Any = None) -> None:
         self.settings = settings
         self.store = store
         self.registry = registry
@@ -161,7 +168,7 @@ class ConversationService:
             yield event("rag_start", message="Retrieving relevant context...", mode=req.mode, query=t.query,
                         scope_file_ids=list(t.scope.file_ids))
         t.inline = await t.budget.fit_inline(pending) if t.budget is not None else [
-            InlineDoc(f.id, f.filename, f.text) for f in pending]
+            InlineDoc(f.id, f.filename, f.text or "") for f in pending]
         t.meta["inline_files"] = [{"file_id": d.file_id, "filename": d.filename, "truncated": d.truncated}
                                   for d in t.inline]
         if t.mode == "tools" and self.llm_ok:

@@ -17,11 +17,16 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ragengine.chat.plan import build_messages
 from ragengine.errors import UpstreamError
 from ragengine.rag.groundedness import assess_groundedness
+from ragengine.settings import EngineSettings
+
+if TYPE_CHECKING:
+    from ragengine.embedding.core import Embedder
+    from ragengine.llm.client import LLMClient
 
 PROMPT_VERSION = "ragengine-judge/1"
 MAX_CONTEXT_CHARS = 12_000
@@ -70,7 +75,7 @@ def parse_judgement(content: str) -> dict[str, float | None] | None:
 class AnswerScorer:
     """Answers and scores questions one at a time; after the first LLM failure it stops and says why."""
 
-    def __init__(self, llm: Any, embedder: Any, settings: Any) -> None:
+    def __init__(self, llm: LLMClient | None, embedder: Embedder, settings: EngineSettings) -> None:
         self.llm, self.embedder, self.settings = llm, embedder, settings
         self.unavailable: str | None = None if llm is not None and llm.configured else (
             "no LLM is configured (RAGENGINE_LLM_URL)")
@@ -83,6 +88,7 @@ class AnswerScorer:
             return None
         contexts = context_of(texts_scores, self.settings.similarity_threshold)
         try:
+            assert self.llm is not None, "unavailable says so without an LLM"
             self.model = self.model or await self.llm.model_name()
             answer = await self._complete(build_messages([], question["question"], contexts), ANSWER_MAX_TOKENS)
             prompt = JUDGE_PROMPT.format(question=question["question"], answer=answer,
@@ -106,6 +112,7 @@ class AnswerScorer:
         payload = {"messages": messages, "max_tokens": max_tokens, "temperature": 0.0}
         if self.model:
             payload["model"] = self.model
+        assert self.llm is not None, "add() answers nothing without an LLM"
         result = await self.llm.chat(payload)
         choices = result.body.get("choices") if isinstance(result.body, dict) else None
         message = (choices[0].get("message") or {}) if choices and isinstance(choices[0], dict) else {}

@@ -44,6 +44,7 @@ from ragengine.responses.plan import (
     search_call,
 )
 from ragengine.responses.store import ResponseStore
+from ragengine.settings import EngineSettings
 from ragengine.vectorstores.service import VectorStores
 
 log = logging.getLogger(__name__)
@@ -68,7 +69,7 @@ class Prepared:
 
 
 class ResponsesService:
-    def __init__(self, settings: Any, llm: LLMClient, vector_stores: VectorStores, store: ResponseStore) -> None:
+    def __init__(self, settings: EngineSettings, llm: LLMClient, vector_stores: VectorStores, store: ResponseStore) -> None:
         self.settings = settings
         self.llm = llm
         self.vector_stores = vector_stores

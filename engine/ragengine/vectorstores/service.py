@@ -18,7 +18,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ragengine.access.acl import Acl
 from ragengine.access.decide import missing_store_message
@@ -35,6 +35,7 @@ from ragengine.protocol.vector_stores import (
     UpdateVectorStoreRequest,
 )
 from ragengine.retrieval import filters as flt
+from ragengine.settings import EngineSettings
 from ragengine.vectorstores.catalog import Catalog
 from ragengine.vectorstores.ingest import VectorStoreIngestion
 from ragengine.vectorstores.objects import (
@@ -48,6 +49,10 @@ from ragengine.vectorstores.objects import (
 )
 from ragengine.vectorstores.rewrite import rewrite_for_search
 
+if TYPE_CHECKING:
+    from ragengine.index.api import IndexAPI
+    from ragengine.llm.client import LLMClient
+
 log = logging.getLogger(__name__)
 TOUCH_EVERY_S = 60.0
 
@@ -60,7 +65,7 @@ def _cursor(fn: Callable[[], Any], param: str = "after") -> Any:
 
 
 class VectorStores:
-    def __init__(self, settings: Any, catalog: Catalog, sessions: SessionStore, registry: Any, llm: Any,
+    def __init__(self, settings: EngineSettings, catalog: Catalog, sessions: SessionStore, registry: IndexAPI, llm: LLMClient,
                  ingestion: VectorStoreIngestion, reserved: frozenset[str]) -> None:
         self.settings = settings
         self.catalog = catalog
