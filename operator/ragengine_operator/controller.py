@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import base64
 import contextvars
-import json
 import logging
 import os
 import random
@@ -35,6 +34,7 @@ from pydantic import ValidationError
 from . import constants as c
 from . import metrics
 from .kube import apply as kube
+from .kube.apply import api_message
 from .kube.bindings import sweep_bindings
 from .kube.client import api_audiences
 from .kube.observe import engine_health, observe, probe_egress
@@ -420,11 +420,3 @@ ACCESS_INVALID = "AccessInvalid"
 # Every reason a reconcile reports for a generation it could not bring about (reconcile(), _apply_children(),
 # _apply_access()): a child's event keeps it (sync_status) until a reconcile of that generation succeeds.
 _SPEC_ERRORS = ("ApplyFailed", "InvalidSpec", "NameConflict", "DeleteFailed", ACCESS_INVALID, POLICY_VIOLATION)
-
-
-def api_message(exc: ApiException) -> str:
-    """The API server's own reason (its Status message), else the HTTP status line."""
-    try:
-        return json.loads(exc.body or "{}").get("message") or f"{exc.status} {exc.reason}"
-    except (ValueError, AttributeError, TypeError):
-        return f"{exc.status} {exc.reason}"

@@ -15,7 +15,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ragengine.access.acl import Acl
 from ragengine.conversations.budget import Budget
@@ -30,12 +30,16 @@ from ragengine.conversations.prompting import (
     history_turns,
 )
 from ragengine.conversations.retrieval import session_search
+from ragengine.conversations.store import SessionStore
 from ragengine.conversations.tools import Scope, run_tool_loop
 from ragengine.conversations.turn import Generation, Turn
+from ragengine.embedding.core import Embedder
 from ragengine.errors import BadRequest, UpstreamError
 from ragengine.guardrails.output import AnswerGuard
+from ragengine.index.api import IndexAPI
 from ragengine.index.types import RetrievedNode
 from ragengine.llm.availability import tool_calls_refused
+from ragengine.llm.client import LLMClient
 from ragengine.metrics import GROUNDEDNESS_SCORE, LLM_FALLBACKS, SESSION_MESSAGES, TOOL_CALLS, UNGROUNDED_ANSWERS
 from ragengine.observability import tracing
 from ragengine.protocol.conversations import MAIN_THREAD, MessageRequest
@@ -44,12 +48,6 @@ from ragengine.rag.groundedness import assess_groundedness
 from ragengine.rag.no_context import DISCLAIMER, REFUSAL, REFUSAL_METHOD
 from ragengine.rag.reformulate import reformulate_query
 from ragengine.settings import EngineSettings
-
-if TYPE_CHECKING:
-    from ragengine.conversations.store import SessionStore
-    from ragengine.embedding.core import Embedder
-    from ragengine.index.api import IndexAPI
-    from ragengine.llm.client import LLMClient
 
 log = logging.getLogger(__name__)
 GENERATION_START = event("generation_start", message="Generating the answer...", generation_method="llm")
