@@ -29,7 +29,7 @@ help:
 	@echo "make lint      ruff (lint), mypy (types) and lint-imports (the layers of .importlinter)"
 	@echo "make test      run every test (starts the local control plane and PostgreSQL as needed)"
 	@echo "make bench     run the benchmarks and print their tables (bench/results/*.json)"
-	@echo "make fuzz      fuzz the engine's API with Schemathesis, random seed (FUZZ_ARGS='--seed N' repeats one)"
+	@echo "make fuzz      fuzz the engine's API with Schemathesis, auth on, 20,000+ requests (FUZZ_ARGS='--seed N' repeats one)"
 	@echo "make eval      retrieval quality (MRR/Recall/nDCG@10) on three registry-installed sets (docs/retrieval.md)"
 	@echo "make crds      regenerate crds/ and the chart's CRD from the typed spec"
 	@echo "make images    build the engine, operator and sync images with podman (IMAGE_REGISTRY, IMAGE_TAG; docs/images.md)"
@@ -89,7 +89,8 @@ test-node: install images cluster-up
 bench: install cluster-up
 	$(PY) bench/run_all.py $(BENCH_ARGS)
 
-# Longer than the contract test in `make test`: every phase, more examples, a random seed printed first.
+# Longer than the contract test in `make test`: access control on, keys of each role, every phase (stateful
+# included), rounds until at least 20,000 requests, a random seed printed first (docs/access.md).
 fuzz: install
 	$(PY) -m tests.contract.fuzz $(FUZZ_ARGS)
 

@@ -35,7 +35,7 @@ COPY operator /src/operator
 RUN --mount=type=secret,id=ca \
     if [ -s /run/secrets/ca ]; then export SSL_CERT_FILE=/run/secrets/ca; fi; \
     /opt/uv/bin/uv pip install -q --python /opt/venv/bin/python --no-deps --no-cache /src \
- && /opt/venv/bin/python -c "import ragengine_operator.sources.worker, ragengine_operator.sources.traced, ragengine.parsing.formats, docx, pptx, openpyxl, pdfplumber, defusedxml" \
+ && /opt/venv/bin/python -c "import ragengine_operator.sources.worker, ragengine_operator.sources.traced, ragengine_operator.sources.s3, ragengine_operator.sources.s3_identity, httpx_auth, ragengine.parsing.formats, docx, pptx, openpyxl, pdfplumber, defusedxml" \
  && for absent in kopf kubernetes fastapi faiss torch; do \
       ! /opt/venv/bin/python -c "import $absent" 2>/dev/null || { echo "$absent must not be in the sync image"; exit 1; }; done \
  && find /opt/venv -name '__pycache__' -prune -exec rm -rf {} +

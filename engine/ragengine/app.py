@@ -10,7 +10,7 @@ from fastapi import Depends, FastAPI
 from fastapi.routing import APIRoute
 
 from ragengine import __version__, handover, preflight, shutdown
-from ragengine.access.enforce import AuthenticationMiddleware, authorize
+from ragengine.access.enforce import AccessGate, AuthenticationMiddleware, authorize
 from ragengine.access.routes import uncovered
 from ragengine.access.source import AccessSource, KubernetesAPI
 from ragengine.api import chat as chat_api
@@ -56,9 +56,11 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
     # (an unknown protocol) stops the start here, as does a bad access file.
     tracing = Tracing.from_env("ragengine", trace_content=settings.trace_content)
     access = AccessSource(settings.api_key, settings.access_file, kubernetes=KubernetesAPI.from_settings(settings))
-    # Every route's handler runs after `check_names` (its names and ids, api/names.py), then, in a stand-by,
-    # what it does not serve waits for the take-over (`handover.hold`), then `authorize`, which applies the
-    # route's rule (access/routes.py).
+    # Every request passes `AccessGate` before its body is read: its path's names and ids (protocol/names.py),
+    # then what its route's rule (access/routes.py) decides without a body. Then every route's handler runs
+    # after `check_names` (every name, the body's too: api/names.py), then, in a stand-by, what it does not
+    # serve waits for the take-over (`handover.hold`), then `authorize`: the index a body names, and what the
+    # gate left to the writer's services in a stand-by.
     app = FastAPI(title="ragengine", version=__version__, lifespan=lifespan,
                   dependencies=[Depends(names_api.check_names), Depends(handover.hold), Depends(authorize)])
     app.state.settings = settings
@@ -66,6 +68,7 @@ def create_app(settings: EngineSettings | None = None) -> FastAPI:
     app.state.access = access
     app.state.reserved_indexes = frozenset({settings.conversation_index})
     install_error_handlers(app, settings)
+    app.add_middleware(AccessGate)  # inside authentication: the principal is known, the body not yet read
     app.add_middleware(AuthenticationMiddleware, source=access)
     install_middleware(app, settings)  # body limit and request metrics, so they see 401s too
     request_context.install(app, tracing)  # request ids, access log, server spans

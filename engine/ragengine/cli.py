@@ -91,6 +91,11 @@ def serve(host, port, data_dir, embedding_model, embedding_url, llm_url, rerank_
     from ragengine.observability import logs
 
     logs.configure(settings.log_format, log_level)
+    if not settings.process_dumpable:  # a parser child (same uid) cannot read our keys in /proc/<pid>/environ
+        from ragengine.parsing.confine import undumpable
+
+        if not undumpable():
+            click.echo("warning: could not make the engine process non-dumpable", err=True)
     from ragengine import formats, preflight
 
     try:  # before the app is even imported: data a newer engine wrote is refused (the app checks again at start)

@@ -32,7 +32,7 @@ from starlette.datastructures import State
 
 from ragengine import metrics, services
 from ragengine.access.limits import UsageCounter
-from ragengine.access.routes import rule_for, served_by_standby
+from ragengine.access.routes import Rule, rule_for, served_by_standby
 from ragengine.api import chat as chat_api
 from ragengine.api import indexes as indexes_api
 from ragengine.conversations.models import UsageRow
@@ -78,7 +78,7 @@ async def hold(request: Request) -> None:
     if handover is None or handover.writer:
         return
     method = "GET" if request.method == "HEAD" else request.method
-    if not served_by_standby(method, rule_for(method, request.scope["route"].path)):
+    if handover.holds(method, rule_for(method, request.scope["route"].path)):
         await handover.wait()
 
 
@@ -119,6 +119,11 @@ class Handover:
     @property
     def writer(self) -> bool:
         return self._writer.is_set()
+
+    def holds(self, method: str, rule: Rule) -> bool:
+        """Whether a request of this route waits for the take-over (``hold``); access control's gate asks too,
+        and leaves what needs the writer's services to after the wait."""
+        return not self.writer and not served_by_standby(method, rule)
 
     @property
     def waiting(self) -> int:

@@ -191,24 +191,43 @@ def public_view() -> Any:
     return _PublicView()
 
 
-def route_template(scope: dict) -> str:
-    """The matched route's path template (``/indexes/{index_name}``) so labels stay low-cardinality."""
+def _routes(routes: Any) -> Any:
+    """Every route, through included routers (recent FastAPI keeps an included router as one route)."""
+    for route in routes:
+        if hasattr(route, "original_router"):
+            yield from _routes(route.original_router.routes)
+        elif getattr(route, "path", None):
+            yield route
+
+
+_MATCHED = "ragengine.route"  # where the match is kept in the scope: resolved once per request
+
+
+def matched_route(scope: dict) -> tuple[Any, dict[str, Any]]:
+    """The route of the app that fully matches ``scope`` and its path parameters, resolved as the router will
+    resolve it (so a middleware can act on the route before the body is read); ``(None, {})`` when none does."""
     route = scope.get("route")
-    path = getattr(route, "path", None)
-    if path:
-        return path
-    app = scope.get("app")
-    for candidate in getattr(app, "routes", ()):
-        path = getattr(candidate, "path", None)
-        if not path:
-            continue
+    if route is not None and getattr(route, "path", None):
+        return route, dict(scope.get("path_params") or {})
+    if _MATCHED in scope:
+        return scope[_MATCHED]
+    found: tuple[Any, dict[str, Any]] = (None, {})
+    for candidate in _routes(getattr(scope.get("app"), "routes", ())):
         try:
-            match, _ = candidate.matches(scope)
+            match, child = candidate.matches(scope)
         except Exception:
             continue
         if match.name == "FULL":
-            return path
-    return "<unmatched>"
+            found = (candidate, dict(child.get("path_params") or {}))
+            break
+    scope[_MATCHED] = found
+    return found
+
+
+def route_template(scope: dict) -> str:
+    """The matched route's path template (``/indexes/{index_name}``) so labels stay low-cardinality."""
+    route, _ = matched_route(scope)
+    return route.path if route is not None else "<unmatched>"
 
 
 _SERVING = [0]  # POSTs being served now (retrievals, answers, writes), evaluation routes apart (serving_in_flight)
@@ -264,20 +283,26 @@ class _BodyTooLarge(Exception):
 
 
 class BodyLimitMiddleware:
-    """413 for request bodies over ``max_bytes``: by Content-Length up front, else while streaming. An index
-    import (``POST /indexes/{name}/import``, a whole export file, streamed) has its own ``import_bytes``."""
+    """413 for request bodies over the limit of the route they are sent to: by Content-Length up front, else
+    while streaming. The limit is ``max_bytes`` but for the routes in ``route_bytes`` (``(METHOD, template)``:
+    an index import, a whole export file, streamed), chosen by the route the request matches (never by a
+    path's suffix: ``/v1/vector_stores/kb/files/import`` is a file update, not an import)."""
 
-    def __init__(self, app: Callable, max_bytes: int, import_bytes: int | None = None) -> None:
+    def __init__(self, app: Callable, max_bytes: int, route_bytes: dict[tuple[str, str], int] | None = None) -> None:
         self.app = app
         self.default_bytes = max_bytes
-        self.import_bytes = import_bytes or max_bytes
+        self.route_bytes = dict(route_bytes or {})
+
+    def limit_for(self, scope: dict) -> int:
+        route, _ = matched_route(scope)
+        template = getattr(route, "path", None)
+        return self.route_bytes.get((str(scope.get("method", "")).upper(), template or ""), self.default_bytes)
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        imports = scope.get("method") == "POST" and str(scope.get("path", "")).endswith("/import")
-        await self._limited(scope, receive, send, self.import_bytes if imports else self.default_bytes)
+        await self._limited(scope, receive, send, self.limit_for(scope))
 
     async def _limited(self, scope: dict, receive: Callable, send: Callable, max_bytes: int) -> None:
         for name, value in scope.get("headers", ()):
@@ -290,7 +315,7 @@ class BodyLimitMiddleware:
                     await self._reject(scope, send, max_bytes)
                     return
         seen = 0
-        started = False
+        state = {"started": False, "refused": False}
 
         async def _receive() -> dict:
             nonlocal seen
@@ -298,19 +323,25 @@ class BodyLimitMiddleware:
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > max_bytes:
+                    # Answered here and now: FastAPI turns an exception while it reads a body into a 400, and
+                    # whatever the app answers after this is dropped (``_send``).
+                    if not state["started"] and not state["refused"]:
+                        state["refused"] = True
+                        await self._reject(scope, send, max_bytes)
                     raise _BodyTooLarge
             return message
 
         async def _send(message: dict) -> None:
-            nonlocal started
+            if state["refused"]:
+                return
             if message["type"] == "http.response.start":
-                started = True
+                state["started"] = True
             await send(message)
 
         try:
             await self.app(scope, _receive, _send)
         except _BodyTooLarge:
-            if not started:
+            if not state["started"] and not state["refused"]:
                 await self._reject(scope, send, max_bytes)
 
     async def _reject(self, scope: dict, send: Callable, max_bytes: int) -> None:
@@ -324,11 +355,14 @@ class BodyLimitMiddleware:
         await send({"type": "http.response.body", "body": payload})
 
 
+LARGE_BODY_ROUTES = (("POST", "/indexes/{index_name}/import"),)  # max_import_bytes; every other route max_body_bytes
+
+
 def install_middleware(app: Any, settings: Any) -> None:
     """Add the body limit and request metrics middlewares to ``app`` (idempotent; call in create_app)."""
     if getattr(app.state, "_core_middleware", False):
         return
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes,
-                       import_bytes=getattr(settings, "max_import_bytes", None))
+    routes = {route: getattr(settings, "max_import_bytes", settings.max_body_bytes) for route in LARGE_BODY_ROUTES}
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes, route_bytes=routes)
     app.add_middleware(MetricsMiddleware)  # added last = outermost: it also counts the 413s
     app.state._core_middleware = True

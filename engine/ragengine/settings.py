@@ -361,6 +361,14 @@ class EngineSettings(BaseSettings):
     parse_memory_mb: int = Field(
         1024, ge=64, le=65536, description="Address space of a parse's child process, in MiB (RLIMIT_AS).")
     parse_max_pages: int = Field(2000, ge=1, description="Pages (slides, sheets) one file may have.")
+    process_dumpable: bool = Field(
+        False, description="Leave the engine process dumpable (core dumps; py-spy or gdb without CAP_SYS_PTRACE). "
+        "By default `ragengine serve` makes itself non-dumpable, so no process of its uid without CAP_SYS_PTRACE "
+        "(a parser child) can read its environment or memory through /proc (docs/documents.md).")
+    files_quota_bytes: int | None = Field(
+        1024**3, ge=0, description="Bytes of uploads (POST /v1/files) one principal may hold at once, failed ones "
+        "not counted; an upload past it is refused with 413 and nothing is stored; deleting files frees room. "
+        "Unset (null) = no quota.")
     ocr_languages: str = Field(
         "eng", pattern=r"^[A-Za-z_]{3,16}(\+[A-Za-z_]{3,16})*$",
         description="Tesseract languages for scanned pages and images of uploads, '+'-joined (e.g. 'eng+deu'); "

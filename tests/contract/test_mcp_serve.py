@@ -10,7 +10,7 @@ import httpx
 import pytest
 from mcp.client import Client
 
-from tests.contract.fuzz import SEEDED_DOCS, SEEDED_INDEX
+from tests.contract.conftest import SEEDED_DOCS, SEEDED_INDEX
 
 QUESTION = "How are writes made durable?"
 

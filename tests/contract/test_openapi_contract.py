@@ -106,3 +106,22 @@ def test_chat_without_an_llm_is_a_declared_503(tmp_path):
         assert resp.status_code == 503, resp.text
         assert_conforms(spec, "POST", "/v1/chat/completions", resp)
         assert "RAGENGINE_LLM_URL" in resp.json()["error"]["message"]
+
+
+def test_with_access_control_a_route_that_may_hide_declares_its_404(tmp_path):
+    """Found by the fuzzer with access control on (issue 41): ``PUT /indexes/{name}/evaluations/golden-set``
+    answered a reader the 404 of an index it may not see ("No such index"), a status it did not declare.
+    Every route whose rule takes an index from the request (but those that create it: 403) or owns what its
+    path names declares it, with access control on."""
+    from ragengine.access.routes import ROUTES
+    from ragengine.api.openapi import hides
+    from ragengine.app import create_app
+    from ragengine.settings import EngineSettings
+
+    paths = create_app(EngineSettings(api_key="admin-key-0123456789abcdef", data_dir=tmp_path)).openapi()["paths"]
+    assert "404" in paths["/indexes/{index_name}/evaluations/golden-set"]["put"]["responses"]
+    assert "404" not in paths["/index"]["post"]["responses"]  # a name it may not create is a 403
+    documented = [(m, p) for (m, p) in ROUTES if p in paths and m.lower() in paths[p]]
+    assert len(documented) > 50
+    for method, path in documented:
+        assert ("404" in paths[path][method.lower()]["responses"]) >= hides(ROUTES[(method, path)]), (method, path)

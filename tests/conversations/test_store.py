@@ -112,3 +112,30 @@ async def test_history_last_spans_branch_points(store):
     assert [m.content for m in await store.history(s.id, branch.id, last=3)] == ["m3", "b0", "b1"]
     assert [m.content for m in await store.history(s.id, branch.id, last=2)] == ["b0", "b1"]
     assert [m.content for m in await store.history(s.id, branch.id, last=100)] == ["m0", "m1", "m2", "m3", "b0", "b1"]
+
+
+async def test_the_files_quota_holds_under_concurrent_uploads(store):
+    """Issue 41: /v1/files had no quota per principal. Eight uploads of 300 bytes at once against a 1,000-byte
+    quota: three are recorded, the rest refused with nothing stored; another principal has its own quota, a
+    failed file holds nothing, and deleting a file makes room."""
+    from ragengine.errors import PayloadTooLarge
+
+    async def upload(owner: str, size: int = 300, **kw) -> object:
+        try:
+            return await store.create_file(filename="f.txt", content_type="text/plain", size_bytes=size,
+                                           data=b"x" * size, principal=owner, quota=1000, **kw)
+        except PayloadTooLarge as exc:
+            return exc
+
+    results = await asyncio.gather(*(upload("key:a") for _ in range(8)))
+    kept = [r for r in results if not isinstance(r, PayloadTooLarge)]
+    refused = [r for r in results if isinstance(r, PayloadTooLarge)]
+    assert len(kept) == 3 and len(refused) == 5, results
+    assert "quota of 1000 bytes" in refused[0].message and refused[0].status_code == 413
+    assert await store.held_bytes("key:a") == 900
+    assert len(await store.list_files()) == 3  # nothing of a refused upload
+    assert not isinstance(await upload("key:b"), PayloadTooLarge)  # per principal
+    assert not isinstance(await upload("key:a", failed="unreadable"), PayloadTooLarge)  # holds no bytes
+    assert isinstance(await upload("key:a", size=200), PayloadTooLarge)
+    await store.delete_file(kept[0].id)  # type: ignore[attr-defined]
+    assert not isinstance(await upload("key:a", size=200), PayloadTooLarge)

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.crash_points import CHANGED, DOCS
-from tests.support.engine_process import REPO, _env
+from tests.support.engine_process import REPO, engine_env
 from tests.support.stores import store_values
 
 MODEL = "wordllama:l2_supercat"  # numpy only: safe to load before forking
@@ -51,7 +51,7 @@ class ForkServer:
 
 @pytest.fixture(scope="module")
 def forks() -> Iterator[ForkServer]:
-    proc = subprocess.Popen([sys.executable, "-m", "tests.support.crash_points", MODEL], cwd=REPO, env=_env(),
+    proc = subprocess.Popen([sys.executable, "-m", "tests.support.crash_points", MODEL], cwd=REPO, env=engine_env(),
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         server = ForkServer(proc)

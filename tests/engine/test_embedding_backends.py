@@ -217,3 +217,19 @@ def test_auto_device_without_a_gpu_runs_on_the_cpu_and_says_why():
     assert device == "cpu"
     if cuda != "None":  # the project's torch is a CUDA build: the fall-back is a warning with the reason
         assert "WARNING RAGENGINE_DEVICE=auto: embeddings run on the CPU: no GPU visible to CUDA" in out.stderr
+
+
+def test_an_unknown_hub_model_offline_is_refused_before_torch_is_imported(tmp_path):
+    """Found by the fuzzer (issue 41): ``POST /indexes/{name}/reindex`` naming a model that is not there took a
+    minute to answer 422 on a busy machine, importing torch to find out; offline, the cache tells at once."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom ragengine.embedding.core import build_embedder\nfrom ragengine.settings import "
+            f"EngineSettings\ntry:\n    build_embedder(EngineSettings(embedding_model='00', data_dir={str(tmp_path)!r}))\n"
+            "except OSError as exc:\n    print('refused:', exc)\nprint('torch imported:', 'torch' in sys.modules)\n")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600).stdout
+    assert "refused: '00' is neither a local folder nor in the local model cache" in out, out
+    assert "torch imported: False" in out, out

@@ -8,9 +8,11 @@ from __future__ import annotations
 import contextlib
 import gc
 import hashlib
+import json
 import signal
 import time
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -120,6 +122,45 @@ def test_a_standby_serves_reads_changes_no_byte_and_holds_writes(make_server, tm
             assert resp.status_code == 200, resp.text
             assert listed(standby) == {"d0", "d1", "d2", "after"}
             assert not (data / "indexes" / "durable" / "journal.log").read_bytes().endswith(b"RGJ1\x00")
+
+
+ADMIN, ALICE, BOB = "admin-key-0123456789abcdef", "alice-key-0123456789abcdef", "bob-key-0123456789abcdef"
+
+
+def test_a_standby_refuses_a_role_at_once_and_leaves_ownership_to_the_writer(make_server, tmp_path: Path):
+    """Access control's gate (access/enforce.py: authorization before the body, issue 41) in a stand-by: a role
+    below the route's and a bad id are refused at once, not held; a held route's ownership needs the sessions'
+    store, which only the writer opens, so it is decided after the take-over (an owner's 200, another's 404),
+    never a 500 from a stand-by that has no store."""
+    access = tmp_path / "access.yaml"
+    access.write_text(json.dumps({"keys": [{"name": "alice", "key": ALICE, "indexes": ["*"], "role": "write"},
+                                           {"name": "bob", "key": BOB, "indexes": ["*"], "role": "read",
+                                            "limits": {"requestsPerMinute": 1000}}]}))
+    alice, bob = ({"Authorization": f"Bearer {key}"} for key in (ALICE, BOB))
+    keys = {"api_key": ADMIN, "access_file": access}
+    with contextlib.ExitStack() as old_engine:
+        old, _ = old_engine.enter_context(make_server(session_ttl_s=0, **keys))
+        assert httpx.post(f"{old}/index", headers=alice, json={"index_name": "durable", "documents": DOCS},
+                          timeout=60).status_code == 200
+        session = httpx.post(f"{old}/v1/sessions", headers=alice, json={"index_name": "durable"}, timeout=30).json()["id"]
+        with make_server(handover_wait_seconds=120, **keys) as (standby, _app):
+            assert httpx.get(f"{standby}/health", timeout=10).json()["handover"]["role"] == "standby"
+            start = time.monotonic()
+            refused = httpx.post(f"{standby}/index", headers=bob, timeout=30, json={"index_name": "durable",
+                                                                                   "documents": DOCS[:1]})
+            assert refused.status_code == 403 and "this needs write" in refused.json()["detail"], refused.text
+            malformed = httpx.get(f"{standby}/v1/sessions/{'s' * 65}", headers=alice, timeout=30)
+            assert malformed.status_code == 400 and malformed.json()["error"]["param"] == "session_id", malformed.text
+            assert time.monotonic() - start < 60  # neither waited for the take-over
+            with ThreadPoolExecutor(2) as pool:
+                mine, theirs = (pool.submit(httpx.get, f"{standby}/v1/sessions/{session}", headers=who, timeout=120)
+                                for who in (alice, bob))
+                while httpx.get(f"{standby}/health", timeout=10).json()["handover"]["held_requests"] < 2:
+                    assert not (mine.done() or theirs.done()), (mine.result().text, theirs.result().text)
+                    time.sleep(0.05)
+                old_engine.close()  # the old process stops; the stand-by takes over and the held requests go on
+                assert mine.result().status_code == 200, mine.result().text
+                assert theirs.result().status_code == 404, theirs.result().text
 
 
 def test_an_engine_replaced_under_load_fails_no_request_and_loses_no_write(make_server, tmp_path: Path):

@@ -67,6 +67,66 @@ def test_the_child_gets_no_secrets_from_the_environment(monkeypatch):
     assert "s3cret" not in env.values() and env["OMP_THREAD_LIMIT"] == "1"
 
 
+# What code running in a parser child (a parser exploited by a file) tries: it runs exactly as the sandbox runs
+# a parse (run_child: the same interpreter, environment, working folder and temporary folder), then the
+# worker's own first step (prepare: confined and limited) unless told not to (the control run).
+PROBE = r"""
+import json, os, socket, sys
+confined = None
+if sys.argv[1] == "prepare":
+    from ragengine.parsing import worker
+    _, confined = worker.prepare({"limits": {"cpu_s": 20, "memory_mb": 1024}})
+data_dir, port = sys.argv[2], int(sys.argv[3])
+tries = {
+    "parent_environ": lambda: len(open(f"/proc/{os.getppid()}/environ", "rb").read()),
+    "data_file": lambda: open(os.path.join(data_dir, "sessions.db"), "rb").read(),
+    "data_folder": lambda: os.listdir(data_dir),
+    "tcp_connect": lambda: socket.create_connection(("127.0.0.1", port), timeout=5).close(),
+    "udp_socket": lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).close(),
+    "signal_parent": lambda: os.kill(os.getppid(), 0),
+    "own_tmp": lambda: open(os.path.join(os.environ["TMPDIR"], "scratch"), "w").write("ok"),
+}
+out = {}
+for name, attempt in tries.items():
+    try:
+        attempt()
+        out[name] = "done"
+    except OSError as exc:
+        out[name] = f"refused: {exc.strerror}"
+print(json.dumps({"confined": confined, "tries": out}))
+"""
+
+
+def _probe(step: str, data_dir, port: int) -> dict:
+    import json
+
+    proc = sandbox.run_child(("-s", "-c", PROBE, step, str(data_dir), str(port)), b"", 60)
+    assert proc.returncode == 0, proc.stderr.decode()
+    return json.loads(proc.stdout)
+
+
+def test_a_parser_child_cannot_reach_the_engine_its_files_or_the_network(tmp_path):
+    """Issue 41: the child ran as the engine's uid and could read the parent's environment (the admin key, the
+    database URL) through /proc/<ppid>/environ, the data folder, and the network. Now it confines itself
+    before it reads the file: the same tries fail, and it can still write its own temporary folder."""
+    import socket
+
+    (tmp_path / "sessions.db").write_bytes(b"every tenant's sessions")
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    try:
+        control = _probe("none", tmp_path, port)["tries"]
+        assert set(control.values()) == {"done"}, control  # the probe can do each of these unconfined
+        confined = _probe("prepare", tmp_path, port)
+    finally:
+        listener.close()
+    print(f"unconfined: {control}\nconfined: {confined}")
+    assert confined["confined"]["landlock"] and confined["confined"]["seccomp"], confined
+    tries = confined["tries"]
+    assert tries.pop("own_tmp") == "done"
+    assert all(v.startswith("refused") for v in tries.values()), tries
+
+
 def test_exit_statuses_become_reasons():
     limits = ParseLimits(cpu_s=5, memory_mb=300)
     assert sandbox.outcome(-24, b"", b"", limits).reason == "parsing needs more than 5 s of CPU time (the limit)"

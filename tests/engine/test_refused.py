@@ -12,6 +12,8 @@ operations are ``test_admin_crash.py``.
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import pytest
 
@@ -104,3 +106,19 @@ def test_a_name_or_id_too_long_is_a_400_on_every_route_never_a_500(make_server):
             message = body_["error"]["message"] if path.startswith("/v1/") else body_["detail"]
             assert "Invalid" in message, message
         assert httpx.get(f"{base}/indexes").json() == ["kb"]
+
+
+def test_with_access_control_on_a_bad_name_is_its_400_before_any_role_or_lookup(make_server, tmp_path):
+    """Access control decides before the body is read (``access.enforce.AccessGate``), outside FastAPI's
+    dependencies, so it applies the names' rules first (protocol/names.py): a key scoped to other indexes and
+    below most routes' role gets the same 400, never the 404 of an index it may not see, a 403 for its role,
+    or a session looked up by an id no session can have."""
+    reader = "scoped-reader-0123456789abcdef"
+    (tmp_path / "access.yaml").write_text(json.dumps({"keys": [
+        {"name": "scoped", "key": reader, "indexes": ["team-*"], "role": "read"}]}))
+    with make_server(api_key="admin-key-0123456789abcdef", access_file=tmp_path / "access.yaml") as (base, _app):
+        for method, path, body in ROUTES_WITH_A_NAME:
+            resp = httpx.request(method, f"{base}{path}", json=body, timeout=60,
+                                 headers={"Authorization": f"Bearer {reader}"})
+            assert resp.status_code == 400, (method, path[:60], resp.status_code, resp.text[:300])
+            assert resp.headers["connection"] == "close"  # answered before the body was read

@@ -34,7 +34,13 @@ from ragengine.app import create_app
 from ragengine.settings import EngineSettings
 from tests.support.holdings import differences, holdings
 from tests.support.refusals import Route, World, faults
-from tests.support.refused_routes import READ_ONLY, conversation_routes, index_routes, version_routes
+from tests.support.refused_routes import (
+    READ_ONLY,
+    conversation_routes,
+    evaluation_routes,
+    index_routes,
+    version_routes,
+)
 from tests.support.refused_v1_routes import response_routes, vector_store_routes
 from tests.support.routes import operations
 from tests.support.versions import wait_job
@@ -44,8 +50,8 @@ KEYS = {"admin": "admin-key-0123456789abcdef", "writer": "writer-key-0123456789a
         "reader": "reader-key-0123456789abcdef", "stranger": "stranger-key-0123456789abcdef"}
 ADMIN = {"Authorization": f"Bearer {KEYS['admin']}"}
 LIMITS = {"body": 64 * 1024, "import": 256 * 1024, "upload": 32 * 1024, "document": 4000}
-ROUTE_SPECS: dict[tuple[str, str], Route] = {**index_routes(), **version_routes(), **conversation_routes(),
-                                             **vector_store_routes(), **response_routes()}
+ROUTE_SPECS: dict[tuple[str, str], Route] = {**index_routes(), **version_routes(), **evaluation_routes(),
+                                             **conversation_routes(), **vector_store_routes(), **response_routes()}
 # Sessions, uploads, threads and messages live in the session database (SQLite, or PostgreSQL with the
 # postgres store), not in the vector store: Milvus Lite's run (SQLite, as FAISS's) leaves them out.
 SESSION_DATABASE_ROUTES = frozenset(conversation_routes())

@@ -255,3 +255,16 @@ def test_document_acls_hold_on_every_version(make_server, tmp_path):
         assert httpx.get(f"{base}/indexes/kb/export", headers={"Authorization": f"Bearer {writer}"},
                          timeout=60).status_code == 403
         assert httpx.get(f"{base}/indexes/kb/export", headers=as_admin, timeout=60).status_code == 200
+
+
+@pytest.mark.stores("faiss")  # the books of the other stores are rows, not files named after the index
+def test_a_name_no_index_can_have_is_a_400_on_the_version_routes(make_server):
+    """Found by the fuzzer (issue 41): with the versions folder there, a 257-character name reached the file
+    system as ``<name>.json`` and failed with ENAMETOOLONG: a 500. Now the name's rule refuses it first
+    (protocol/names.py), a 400 naming the parameter, before anything looks the index up."""
+    with make_server() as (base, _app):
+        assert _post(base, "/index", index_name="kb", documents=[{"text": "a first document"}]).status_code == 200
+        for method, route in [("DELETE", "/versions/1"), ("POST", "/versions/1/activate"), ("GET", "/versions"),
+                              ("GET", "/reindex")]:
+            r = httpx.request(method, f"{base}/indexes/{'0' * 257}{route}", timeout=60)
+            assert r.status_code == 400 and "index name" in r.json()["detail"], (method, route, r.text)

@@ -70,6 +70,14 @@ class FakeLLM:
     # Set: the reply is sent verbatim, cut into these deltas (streams) or joined back (JSON), instead of
     # re-spaced word by word; the guardrails tests split secrets across deltas with it.
     split: Callable[[str], list[str]] | None = None
+    # The fields beside ``content`` a vLLM may send (issue 41: the output policy must see them all): a reasoning
+    # parser's ``reasoning_content`` (streamed before the answer), one tool call ``lookup`` with these arguments
+    # (streamed after it), ``logprobs`` (each piece's token and one alternative), vLLM's ``token_ids`` per
+    # choice (here the pieces' code points: a byte-level tokenizer, so a test can decode what they say).
+    reasoning: str | None = None
+    tool_arguments: str | None = None
+    logprobs: bool = False
+    token_ids: bool = False
     requests: list[dict[str, Any]] = field(default_factory=list)
     stream_events: list[str] = field(default_factory=list)  # "completed" | "disconnected" per stream
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -160,9 +168,9 @@ def create_llm_app(llm: FakeLLM | None = None) -> FastAPI:
             await asyncio.sleep(llm.first_token_delay_s + llm.latency_per_token_s * len(pieces))
             content = joiner.join(pieces)
             return {"id": cid, "object": "chat.completion", "created": created, "model": llm.model,
-                    "choices": [{"index": i, "message": {"role": "assistant", "content": content},
-                                 "logprobs": None, "finish_reason": finish} for i in range(n)],
-                    "usage": usage}
+                    "choices": [{"index": i, "message": _message(llm, content), "finish_reason": finish,
+                                 **_beside(llm, pieces)} for i in range(n)],
+                    "usage": usage, **({"prompt_token_ids": [1, 2, 3]} if llm.token_ids else {})}
 
         def event(choices: list, **extra: Any) -> str:
             return "data: " + json.dumps({"id": cid, "object": "chat.completion.chunk", "created": created,
@@ -174,7 +182,10 @@ def create_llm_app(llm: FakeLLM | None = None) -> FastAPI:
                 if llm.first_token_delay_s:
                     await asyncio.sleep(llm.first_token_delay_s)
                 for i in range(n):
-                    yield event([{"index": i, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}])
+                    yield event([{"index": i, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}],
+                                **({"prompt_token_ids": [1, 2, 3]} if llm.token_ids else {}))
+                    for piece in (llm.split or _TOKEN.findall)(llm.reasoning) if llm.reasoning else ():
+                        yield event([{"index": i, "delta": {"reasoning_content": piece}, "finish_reason": None}])
                     for j, piece in enumerate(pieces):
                         if llm.stream_error_after is not None and j >= llm.stream_error_after:
                             yield "data: " + json.dumps({"error": {"message": "engine crashed mid-stream",
@@ -186,8 +197,16 @@ def create_llm_app(llm: FakeLLM | None = None) -> FastAPI:
                         if llm.stream_hold_after is not None and j == llm.stream_hold_after:
                             while not llm.stream_release.is_set():  # cancelled here when the client goes
                                 await asyncio.sleep(0.01)
-                        yield event([{"index": i, "delta": {"content": piece if j == 0 else joiner + piece},
+                        sent = piece if j == 0 else joiner + piece
+                        yield event([{"index": i, "delta": {"content": sent}, "finish_reason": None,
+                                      **_beside(llm, [sent])}])
+                    if llm.tool_arguments is not None:
+                        yield event([{"index": i, "delta": {"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
+                                                                         "function": {"name": "lookup", "arguments": ""}}]},
                                       "finish_reason": None}])
+                        for part in (llm.split or _TOKEN.findall)(llm.tool_arguments):
+                            yield event([{"index": i, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": part}}]},
+                                          "finish_reason": None}])
                     yield event([{"index": i, "delta": {}, "finish_reason": finish}])
                 if (body.get("stream_options") or {}).get("include_usage"):
                     yield event([], usage=usage)
@@ -199,3 +218,25 @@ def create_llm_app(llm: FakeLLM | None = None) -> FastAPI:
         return StreamingResponse(events(), media_type="text/event-stream")
 
     return app
+
+
+def _message(llm: FakeLLM, content: str) -> dict:
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if llm.reasoning is not None:
+        message["reasoning_content"] = llm.reasoning
+    if llm.tool_arguments is not None:
+        message["tool_calls"] = [{"id": "call_1", "type": "function",
+                                  "function": {"name": "lookup", "arguments": llm.tool_arguments}}]
+    return message
+
+
+def _beside(llm: FakeLLM, pieces: list[str]) -> dict:
+    """A choice's ``logprobs`` and ``token_ids`` for ``pieces`` (each piece one token), when the knobs say so."""
+    out: dict[str, Any] = {"logprobs": None}
+    if llm.logprobs:
+        out["logprobs"] = {"content": [{"token": p, "logprob": -0.1, "bytes": list(p.encode()),
+                                        "top_logprobs": [{"token": p, "logprob": -0.1, "bytes": list(p.encode())}]}
+                                       for p in pieces]}
+    if llm.token_ids:
+        out["token_ids"] = [ord(c) for p in pieces for c in p]
+    return out

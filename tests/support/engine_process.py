@@ -104,22 +104,27 @@ def wait_healthy(engine: EngineProcess, timeout_s: float = START_TIMEOUT_S) -> N
 @contextlib.contextmanager
 def engine_process(work_dir: Path, *, settings: dict[str, str] | None = None, llm: bool = True,
                    wrap: list[str] | None = None, start_timeout_s: float = START_TIMEOUT_S,
-                   wait_ready: bool = True, source: Path = REPO) -> Iterator[EngineProcess]:
+                   wait_ready: bool = True, source: Path = REPO, env: dict[str, str] | None = None,
+                   exec_prefix: list[str] | None = None) -> Iterator[EngineProcess]:
     """An engine process and its test LLM (none with ``llm=False``: a retrieval-only engine);
-    ``settings`` are extra ``--set KEY=VALUE`` engine settings. ``wait_ready=False``: yielded once its port
-    is bound, before it has started (a test of what it does meanwhile). ``source``: the checkout whose engine
+    ``settings`` are extra ``--set KEY=VALUE`` engine settings, ``env`` extra environment variables (the
+    ``RAGENGINE_*`` settings as a pod passes them), ``exec_prefix`` a command that execs the engine in its
+    own process (``setpriv``: the pid stays the engine's). ``wait_ready=False``: yielded once its port is
+    bound, before it has started (a test of what it does meanwhile). ``source``: the checkout whose engine
     runs (another release's, with this venv's Python)."""
     with engine_processes([work_dir], settings=settings, llm=llm, wrap=wrap, start_timeout_s=start_timeout_s,
-                          wait_ready=wait_ready, source=source) as (engine,):
+                          wait_ready=wait_ready, source=source, env=env, exec_prefix=exec_prefix) as (engine,):
         yield engine
 
 
 @contextlib.contextmanager
 def engine_processes(work_dirs: list[Path], *, settings: dict[str, str] | None = None, llm: bool = True,
                      wrap: list[str] | None = None, start_timeout_s: float = START_TIMEOUT_S,
-                     wait_ready: bool = True, source: Path = REPO) -> Iterator[list[EngineProcess]]:
+                     wait_ready: bool = True, source: Path = REPO, env: dict[str, str] | None = None,
+                     exec_prefix: list[str] | None = None) -> Iterator[list[EngineProcess]]:
     """One engine per work folder, all started before any is waited for (replicas start side by side),
     sharing one test LLM; each keeps its log and, for FAISS, its data under its own folder."""
+    extra_env = env or {}
     env = engine_env(source)
     deadline = time.monotonic() + start_timeout_s
     procs: list[subprocess.Popen] = []
@@ -137,8 +142,8 @@ def engine_processes(work_dirs: list[Path], *, settings: dict[str, str] | None =
         started = []
         for work_dir in work_dirs:
             work_dir.mkdir(parents=True, exist_ok=True)
-            cmd = [*(wrap or []), sys.executable, "-m", "ragengine.cli", "serve", "--host", "127.0.0.1", "--port", "0",
-                   "--data-dir", str(work_dir / "data"), "--log-level", "warning"]
+            cmd = [*(wrap or []), *(exec_prefix or []), sys.executable, "-m", "ragengine.cli", "serve",
+                   "--host", "127.0.0.1", "--port", "0", "--data-dir", str(work_dir / "data"), "--log-level", "warning"]
             if llm_url:
                 cmd += ["--llm-url", llm_url]
             for key, value in (settings or {}).items():
@@ -146,7 +151,8 @@ def engine_processes(work_dirs: list[Path], *, settings: dict[str, str] | None =
             log = work_dir / "engine.log"
             offset = log.stat().st_size if log.exists() else 0
             with log.open("ab") as out:  # appended: a restarted engine keeps the earlier log
-                procs.append(subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT))
+                procs.append(subprocess.Popen(cmd, cwd=REPO, env={**env, **extra_env}, stdout=out,
+                                              stderr=subprocess.STDOUT))
             if wrap:
                 inner[procs[-1].pid] = _child(procs[-1], log, deadline)
             started.append((work_dir, offset, procs[-1]))

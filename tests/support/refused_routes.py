@@ -8,6 +8,7 @@ mutating route missing from both, so a new route cannot be skipped silently.
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from typing import Any
 
@@ -74,6 +75,20 @@ def index_routes() -> dict[tuple[str, str], Route]:
                 "empty text": st.sampled_from(["", "  "]).map(lambda t: replace(base, json={
                     "documents": [{"doc_id": w.doc_ids[0], "text": "ok"}, {"doc_id": w.doc_ids[1], "text": t}]}))}
 
+    def metadata(w: World) -> Call:
+        return Call("POST", "/indexes/{index_name}/documents/metadata", {"index_name": w.index}, role="writer",
+                    json={"documents": [{"doc_id": w.doc_ids[0], "metadata": {"i": 99}}]})
+
+    def metadata_faults(w: World) -> dict[str, st.SearchStrategy[Call]]:
+        ok = {"doc_id": w.doc_ids[0], "metadata": {"i": 99}}
+        return {"a document without its id or metadata": st.sampled_from([
+                    {"metadata": {"i": 1}}, {"doc_id": "", "metadata": {}}, {"doc_id": w.doc_ids[1]},
+                    {"doc_id": w.doc_ids[1], "metadata": ["not", "an object"]}]).map(
+                    lambda bad: replace(metadata(w), json={"documents": [ok, bad]})),
+                "code without a language": st.just(replace(metadata(w), json={"documents": [
+                    ok, {"doc_id": w.doc_ids[1], "metadata": {"split_type": "code"}}]})),
+                "too many documents": st.just(replace(metadata(w), json={"documents": [ok] * 1001}))}
+
     def persist(w: World) -> Call:
         return Call("POST", "/persist/{index_name}", {"index_name": w.index}, params={"path": "fresh-copy"})
 
@@ -97,6 +112,7 @@ def index_routes() -> dict[tuple[str, str], Route]:
         ("post", "/index"): Route(add, add_faults),
         ("post", "/index/files"): Route(files, files_faults),
         ("post", "/indexes/{index_name}/documents"): Route(update, update_faults),
+        ("post", "/indexes/{index_name}/documents/metadata"): Route(metadata, metadata_faults),
         ("post", "/indexes/{index_name}/documents/delete"): Route(lambda w: Call(
             "POST", "/indexes/{index_name}/documents/delete", {"index_name": w.index}, role="writer",
             json={"doc_ids": [w.doc_ids[0]]})),
@@ -149,6 +165,51 @@ def version_routes() -> dict[tuple[str, str], Route]:
         ("delete", "/indexes/{index_name}/versions/{version}"): Route(drop, lambda w: {
             "the live version": st.just(replace(drop(w), path_params={"index_name": w.index, "version": w.live}))}),
         ("post", "/indexes/{index_name}/import"): Route(import_, import_faults, creates=("index_name",)),
+    }
+
+
+def evaluation_routes() -> dict[tuple[str, str], Route]:
+    def question(i: int, doc_id: str) -> dict:
+        return {"id": f"q{i}", "question": f"Which pier has a ferry at {i + 8}:00?", "relevant_doc_ids": [doc_id]}
+
+    def run(w: World) -> Call:
+        return Call("POST", "/indexes/{index_name}/evaluations", {"index_name": w.index}, role="writer",
+                    json={"questions": [question(0, w.doc_ids[0])], "top_k": 3})
+
+    def run_faults(w: World) -> dict[str, st.SearchStrategy[Call]]:
+        base = run(w)
+        return {
+            "not a golden set": st.sampled_from([[], [question(0, w.doc_ids[0]), question(0, w.doc_ids[1])],
+                                                 [{**question(0, w.doc_ids[0]), "question": "  "}],
+                                                 [{**question(0, w.doc_ids[0]), "relevant_doc_ids": []}],
+                                                 [{**question(0, w.doc_ids[0]), "answer": "x"}]]).map(
+                lambda qs: replace(base, json={**base.json, "questions": qs})),
+            "a version it does not have": st.integers(50, 10_000).map(
+                lambda v: replace(base, json={**base.json, "version": v})),
+            "bad retrieval settings": st.sampled_from([{"top_k": 0}, {"top_k": 100_000}, {"min_score": 2},
+                                                       {"filters": {"type": "like", "key": "i", "value": 1}}]).map(
+                lambda extra: replace(base, json={**base.json, **extra})),
+        }
+
+    def golden_set(w: World) -> Call:
+        line = json.dumps({"id": "q1", "question": "Which pier has a ferry at 8:00?", "relevant_doc_ids": [w.doc_ids[0]]})
+        return Call("PUT", "/indexes/{index_name}/evaluations/golden-set", {"index_name": w.index}, role="writer",
+                    json={"source": "docs", "path": "eval/golden.jsonl", "revision": "r1", "text": line})
+
+    def golden_set_faults(w: World) -> dict[str, st.SearchStrategy[Call]]:
+        base = golden_set(w)
+        return {"a file that is not a golden set": st.sampled_from(
+                    ["", "# only a comment", "not json", '{"id": "q1"}', '{"id": "q1", "question": "x", '
+                     '"relevant_doc_ids": ["a"]}\n{"id": "q1", "question": "y", "relevant_doc_ids": ["b"]}']).map(
+                    lambda text: replace(base, json={**base.json, "text": text})),
+                "an unknown field": st.just(replace(base, json={**base.json, "index": w.other}))}
+
+    return {
+        ("post", "/indexes/{index_name}/evaluations"): Route(run, run_faults),
+        # A source's sync hands a golden set over for the index it fills, which may not exist yet: a missing
+        # index is accepted there (docs/evaluation.md), as a create route's name is.
+        ("put", "/indexes/{index_name}/evaluations/golden-set"): Route(golden_set, golden_set_faults,
+                                                                       creates=("index_name",)),
     }
 
 

@@ -10,9 +10,13 @@ the ``access_usage`` table of the sessions' database (``conversations.models.Usa
 - requests: an upsert that adds one only while the estimate stays within the limit (``ON CONFLICT DO
   UPDATE … WHERE``, atomic on PostgreSQL and SQLite), so replicas sharing a PostgreSQL share one limit,
   and a refused request is not counted (a client that retries after ``Retry-After`` gets through);
-- LLM tokens: known only once the LLM answered, so they are added afterwards (``add_tokens``) and a
-  request is refused while the estimate is at or above the limit: one request may overshoot by its own
-  tokens. Each replica's clock picks the minute (Kubernetes nodes keep NTP time).
+- LLM tokens: reserved before each LLM call and settled after it. A call can spend at most its prompt plus
+  ``n × max_tokens``; ``reserve_tokens`` admits it only if that fits in what is left of the window, lowering
+  ``max_tokens`` to what is left (``grant``) and refusing when not even the prompt and one token per choice
+  fit, in the same conditional upsert as requests (so concurrent calls, on any replica, cannot together
+  spend more than the limit: eight at once once spent 40,000 tokens of a 1,000 limit, issue 41). Once the
+  LLM answered, ``settle_tokens`` replaces the reservation with what the upstream reports it spent.
+  Each replica's clock picks the minute (Kubernetes nodes keep NTP time).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import math
 import time
 from collections.abc import Callable
 
-from sqlalchemy import Table, delete, select
+from sqlalchemy import Table, case, delete, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Engine
@@ -46,6 +50,14 @@ def wait_s(previous: float, current: float, elapsed: float, limit: float, cost: 
     # next minute: this minute's count becomes the previous one
     later = WINDOW_S * (1.0 - (limit - cost) / current) if current > 0 else 0.0
     return (WINDOW_S - elapsed) + max(0.0, later)
+
+
+def grant(previous: float, current: float, elapsed: float, limit: float, prompt: int, n: int, ceiling: int) -> int:
+    """``max_tokens`` per choice a call of ``prompt`` tokens and ``n`` choices may have now: its ``ceiling``,
+    or less so that ``prompt + n × max_tokens`` fits in what is left of ``limit``; 0 when not even one token
+    per choice fits."""
+    left = limit - estimate(previous, current, elapsed) - prompt
+    return max(0, min(ceiling, int(left // max(1, n))))
 
 
 def retry_after(seconds: float) -> str:
@@ -103,6 +115,38 @@ class UsageCounter:
             current = counts.get(minute, (0, 0))[0]
             return max(wait_s(previous, current, elapsed, limit, 1), 1.0)
 
+    def _reserve_tokens(self, principal: str, limit: int, prompt: int, n: int, ceiling: int
+                        ) -> tuple[int, int, float]:
+        minute, elapsed = self._now()
+        with self.engine.begin() as conn:
+            for _attempt in range(3):  # another replica may take the room between the read and the upsert
+                counts = self._counts(conn, principal, minute)
+                previous, current = counts.get(minute - 1, (0, 0))[1], counts.get(minute, (0, 0))[1]
+                granted = grant(previous, current, elapsed, limit, prompt, n, ceiling)
+                if granted < 1:
+                    return 0, minute, max(wait_s(previous, current, elapsed, limit, prompt + n), 1.0)
+                cost = prompt + n * granted
+                room = limit - previous * max(0.0, 1.0 - elapsed / WINDOW_S)
+                insert = self._insert(self.table).values(principal=principal, minute=minute, requests=0, tokens=cost)
+                stmt = insert.on_conflict_do_update(
+                    index_elements=[self.t.principal, self.t.minute],
+                    set_={"tokens": self.t.tokens + cost},
+                    where=(self.t.tokens + cost) <= room,
+                ).returning(self.t.tokens)
+                if conn.execute(stmt).first() is not None:
+                    return granted, minute, 0.0
+            return 0, minute, 1.0
+
+    def _settle_tokens(self, principal: str, minute: int, reserved: int, spent: int) -> None:
+        change = spent - reserved
+        if change > 0:  # spent more than reserved (a prompt estimate was low): counted in this minute
+            self._add_tokens(principal, change)
+        elif change < 0:  # give back what the call did not spend, in the minute it was reserved in
+            left = self.t.tokens + change
+            with self.engine.begin() as conn:
+                conn.execute(self.table.update().where(self.t.principal == principal, self.t.minute == minute)
+                             .values(tokens=case((left < 0, 0), else_=left)))
+
     def _tokens_wait(self, principal: str, limit: int) -> float:
         minute, elapsed = self._now()
         with self.engine.connect() as conn:
@@ -124,6 +168,16 @@ class UsageCounter:
     async def tokens_wait(self, principal: str, limit: int) -> float:
         """0.0 while ``principal`` has LLM tokens left this minute; else the seconds to wait."""
         return await asyncio.to_thread(self._tokens_wait, principal, limit)
+
+    async def reserve_tokens(self, principal: str, limit: int, prompt: int, n: int, ceiling: int
+                             ) -> tuple[int, int, float]:
+        """Reserve a call's tokens: ``(max_tokens granted, minute, 0.0)``, its cost ``prompt + n × granted``
+        counted; or ``(0, minute, seconds to wait)`` with nothing counted."""
+        return await asyncio.to_thread(self._reserve_tokens, principal, limit, prompt, n, ceiling)
+
+    async def settle_tokens(self, principal: str, minute: int, reserved: int, spent: int) -> None:
+        """Replace a reservation (``reserved`` tokens counted in ``minute``) by what the call ``spent``."""
+        await asyncio.to_thread(self._settle_tokens, principal, minute, reserved, spent)
 
     async def add_tokens(self, principal: str, tokens: int) -> None:
         if tokens > 0:

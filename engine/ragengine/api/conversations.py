@@ -30,6 +30,7 @@ from ragengine.conversations.models import utcnow
 from ragengine.conversations.service import ConversationService, check_session_index
 from ragengine.conversations.store import SessionStore
 from ragengine.errors import EngineError, NotFound, PayloadTooLarge
+from ragengine.guardrails.answer import AnswerGuard
 from ragengine.index.api import IndexAPI
 from ragengine.protocol.conversations import (
     AttachFilesRequest,
@@ -60,10 +61,13 @@ def _store(request: Request) -> SessionStore:
 @router.post("/v1/chat/reformulate", responses=error_responses(502, 504))
 async def reformulate(body: ReformulateRequest, request: Request) -> dict:
     state = request.app.state
+    out = AnswerGuard(getattr(state, "guardrails", None), "reformulate")  # fail-closed: 503 before the LLM
     result = await reformulate_query(state.llm, state.settings, body.userMessage, body.conversation,
                                      system_prompt=body.systemPrompt, last_n=body.historyMessages)
+    shown = out.scrub(result.query)  # the LLM wrote it: through the output policy
+    out.close()
     return ReformulateResponse(
-        reformulatedMessage=result.query, userMessage=result.original, reformulated=result.reformulated,
+        reformulatedMessage=shown, userMessage=result.original, reformulated=result.reformulated,
         reason=result.reason, endpoint=result.endpoint, historyUsed=result.history_used,
         latencyMs=round(result.latency_ms, 2),
     ).model_dump()

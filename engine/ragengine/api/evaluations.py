@@ -92,7 +92,8 @@ async def startup(app: FastAPI, settings: EngineSettings, stack: AsyncExitStack)
     """Runs in the sessions' database; the engine's evaluation file (schedule, configured gate) watched."""
     store = EvaluationStore(app.state.sessions.engine, keep=settings.evaluation_runs_kept)
     stack.callback(store.close)
-    service = EvaluationService(settings, app.state.registry, store, getattr(app.state, "llm", None))
+    service = EvaluationService(settings, app.state.registry, store, getattr(app.state, "llm", None),
+                                getattr(app.state, "guardrails", None))
     await service.start()
     stack.push_async_callback(service.close)
     app.state.evaluations = service

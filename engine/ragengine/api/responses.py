@@ -29,7 +29,8 @@ SSE_EVENT = {"type": "object", "required": ["event", "data"], "properties": {
 
 async def startup(app: FastAPI, settings: EngineSettings, stack: AsyncExitStack) -> None:
     store = ResponseStore(app.state.sessions.engine)
-    app.state.responses = ResponsesService(settings, app.state.llm, app.state.vector_stores, store)
+    app.state.responses = ResponsesService(settings, app.state.llm, app.state.vector_stores, store,
+                                           getattr(app.state, "guardrails", None))
 
 
 def _owner(request: Request) -> str | None:

@@ -63,7 +63,7 @@ async def startup(app: FastAPI, settings: EngineSettings, stack: AsyncExitStack)
     stack.push_async_callback(ingestion.stop)
     app.state.vector_store_ingestion = ingestion
     app.state.vector_stores = VectorStores(settings, catalog, app.state.sessions, app.state.registry, app.state.llm,
-                                           ingestion, app.state.reserved_indexes)
+                                           ingestion, app.state.reserved_indexes, getattr(app.state, "guardrails", None))
 
 
 @router.post("/v1/vector_stores", response_model=VectorStoreObject, responses=error_responses(404, 409, 500))

@@ -11,12 +11,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import and_, delete, func, or_, select, update
+from sqlalchemy import text as sql_text
 from sqlalchemy.orm import Session, defer
 
 from ragengine.conversations.database import SqlStore
 from ragengine.conversations.models import FileBlobRow, FileRow, SessionFileRow, VectorStoreFileRow, new_id, utcnow
 from ragengine.conversations.records import FileInfo, _file
-from ragengine.errors import BadRequest, NotFound
+from ragengine.errors import BadRequest, NotFound, PayloadTooLarge
 
 ACTIVE_FILE_STATUSES = ("uploaded", "processing")  # an ingestion job still to do (or being done)
 
@@ -26,26 +27,50 @@ class LeaseLost(Exception):
     another replica took the job. The holder stops; what it wrote is the new holder's to replace."""
 
 
+def over_quota(principal: str, held: int, size: int, quota: int) -> PayloadTooLarge:
+    return PayloadTooLarge(f"'{principal}' holds {held} bytes of files; this upload of {size} bytes would pass its "
+                           f"quota of {quota} bytes. Delete files (DELETE /v1/files/{{file_id}}) to make room.")
+
+
 class FileRecords(SqlStore):
     """Uploads (OpenAI's files, session attachments' records) and the ingestion jobs replicas share."""
 
     # --- files ------------------------------------------------------------------------------------
     async def create_file(self, *, filename: str, content_type: str, size_bytes: int, text: str | None = None,
                           data: bytes | None = None, principal: str | None = None, purpose: str | None = None,
-                          expires_at: datetime | None = None, failed: str | None = None) -> FileInfo:
+                          expires_at: datetime | None = None, failed: str | None = None,
+                          quota: int | None = None) -> FileInfo:
         """A new ``uploaded`` file; with ``data``, its bytes are stored in the same transaction, so no
         replica can take the job before the bytes are there. ``failed``: the reason it cannot be ingested,
-        known at once (the file is recorded ``failed``, with no job)."""
+        known at once (the file is recorded ``failed``, with no job). ``quota``: the bytes of files the
+        principal may hold, this one included (413 beyond, nothing stored), checked in the same transaction."""
+        limited = quota is not None and principal is not None and not failed
+
         def fn(s: Session) -> FileInfo:
+            if limited and self.dialect == "postgresql":  # one upload of a principal at a time, on every replica
+                s.execute(sql_text("SELECT pg_advisory_xact_lock(hashtextextended(:p, 41))"), {"p": principal})
             row = FileRow(id=new_id("file"), filename=filename, content_type=content_type, size_bytes=size_bytes,
                           status="failed" if failed else "uploaded", progress=0.0, text=text, doc_ids={},
                           reason=failed, owner=principal, purpose=purpose, expires_at=expires_at)
             s.add(row)
-            s.flush()
+            s.flush()  # on SQLite the insert takes the database's write lock: the sum below sees every upload
+            if limited:
+                held = self._held(s, principal or "")
+                if held > (quota or 0):  # this one counted: raising rolls it back, nothing is stored
+                    raise over_quota(principal or "", held - size_bytes, size_bytes, quota or 0)
             if data is not None:
                 s.add(FileBlobRow(file_id=row.id, data=data))
             return _file(row)
         return await self._run(fn)
+
+    @staticmethod
+    def _held(s: Session, principal: str) -> int:
+        return int(s.execute(select(func.coalesce(func.sum(FileRow.size_bytes), 0))
+                             .where(FileRow.owner == principal, FileRow.status != "failed")).scalar_one())
+
+    async def held_bytes(self, principal: str) -> int:
+        """The bytes of the files ``principal`` holds (failed ones not counted): what its quota counts."""
+        return await self._run(lambda s: self._held(s, principal))
 
     async def get_file(self, file_id: str, *, owned_by: str | None = None) -> FileInfo:
         def fn(s: Session) -> FileInfo:

@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from ragengine.conversations.file_records import LeaseLost
+from ragengine.conversations.file_records import LeaseLost, over_quota
 from ragengine.conversations.jobs import Claim, Jobs, make_jobs
 from ragengine.conversations.store import FileInfo, SessionStore
 from ragengine.conversations.uploads import (
@@ -110,6 +110,12 @@ class IngestionWorker:
         Files API does: no job could do better."""
         if len(data) > self.settings.max_upload_bytes:
             raise PayloadTooLarge(f"The file is {len(data)} bytes; the limit is {self.settings.max_upload_bytes}.")
+        quota = getattr(self.settings, "files_quota_bytes", None)
+        if quota is not None and principal is not None:
+            # before the parse (no CPU spent on a refused upload); checked again, atomically, when it is recorded
+            held = await self.store.held_bytes(principal)
+            if held + len(data) > quota:
+                raise over_quota(principal, held, len(data), quota)
         kind = detect_kind(data, filename, content_type)
         try:  # now, not in the queue: the text goes inline until the file is searchable
             with tracing.stage("parse", file_kind=kind, bytes=len(data)) as span:  # in the upload's trace
@@ -120,7 +126,7 @@ class IngestionWorker:
             return await self._refused(filename, kind, data, str(exc), principal, purpose, expires_at)
         info = await self.jobs.submit(filename=filename or "upload", content_type=CANONICAL[kind], text=text,
                                       data=payload, size_bytes=len(data), principal=principal, purpose=purpose,
-                                      expires_at=expires_at)
+                                      expires_at=expires_at, quota=quota)
         FILES_ACCEPTED.inc()
         if self.tracing.enabled:
             from opentelemetry import context

@@ -55,7 +55,7 @@ class Jobs(Protocol):
     async def start(self) -> None: ...
     async def submit(self, *, filename: str, content_type: str, text: str | None, data: bytes,
                      size_bytes: int | None = None, principal: str | None = None, purpose: str | None = None,
-                     expires_at: datetime | None = None) -> FileInfo: ...
+                     expires_at: datetime | None = None, quota: int | None = None) -> FileInfo: ...
     async def next(self) -> Claim: ...
     async def data(self, claim: Claim) -> bytes | None: ...
     async def renew(self, claim: Claim) -> bool: ...
@@ -86,11 +86,12 @@ class LocalJobs:
 
     async def submit(self, *, filename: str, content_type: str, text: str | None, data: bytes,
                      size_bytes: int | None = None, principal: str | None = None, purpose: str | None = None,
-                     expires_at: datetime | None = None) -> FileInfo:
-        """``data``: what the worker needs (the parsed parts); ``size_bytes``: the upload's own size."""
+                     expires_at: datetime | None = None, quota: int | None = None) -> FileInfo:
+        """``data``: what the worker needs (the parsed parts); ``size_bytes``: the upload's own size;
+        ``quota``: the bytes of files its principal may hold (413 beyond, nothing stored)."""
         info = await self.store.create_file(filename=filename, content_type=content_type,
                                             size_bytes=len(data) if size_bytes is None else size_bytes, text=text,
-                                            principal=principal, purpose=purpose, expires_at=expires_at)
+                                            principal=principal, purpose=purpose, expires_at=expires_at, quota=quota)
         await asyncio.to_thread(_write_durably, self._path(info.id), data)
         self.queue.put_nowait(info.id)
         return info
@@ -132,10 +133,11 @@ class DatabaseJobs:
 
     async def submit(self, *, filename: str, content_type: str, text: str | None, data: bytes,
                      size_bytes: int | None = None, principal: str | None = None, purpose: str | None = None,
-                     expires_at: datetime | None = None) -> FileInfo:
+                     expires_at: datetime | None = None, quota: int | None = None) -> FileInfo:
         info = await self.store.create_file(filename=filename, content_type=content_type,
                                             size_bytes=len(data) if size_bytes is None else size_bytes, text=text,
-                                            data=data, principal=principal, purpose=purpose, expires_at=expires_at)
+                                            data=data, principal=principal, purpose=purpose, expires_at=expires_at,
+                                            quota=quota)
         self._wake.set()  # this replica's idle workers look at once; the others within poll_s
         return info
 

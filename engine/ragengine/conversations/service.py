@@ -35,7 +35,7 @@ from ragengine.conversations.tools import Scope, run_tool_loop
 from ragengine.conversations.turn import Generation, Turn
 from ragengine.embedding.core import Embedder
 from ragengine.errors import BadRequest, UpstreamError
-from ragengine.guardrails.output import AnswerGuard
+from ragengine.guardrails.answer import AnswerGuard
 from ragengine.index.api import IndexAPI
 from ragengine.index.types import RetrievedNode
 from ragengine.llm.availability import tool_calls_refused
@@ -114,8 +114,7 @@ class ConversationService:
         transaction: ``SessionStore.open_turn``), read the history, store the user message."""
         s, req = self.settings, t.req
         if req.session_id is not None and req.session_id != t.session_id:
-            raise BadRequest(f"session_id '{req.session_id}' in the body is not the session of the URL.",
-                             param="session_id")
+            raise BadRequest(f"session_id '{req.session_id}' in the body is not the session of the URL.", param="session_id")
         t.session = await self.store.get_session(t.session_id)
         if req.parent_message_id is not None and "thread_id" in req.model_fields_set and req.thread_id == MAIN_THREAD:
             raise BadRequest("parent_message_id starts a new thread; it cannot be used with thread_id 'main'.",
@@ -138,11 +137,12 @@ class ConversationService:
         if req.mode == "none" or not (req.reformulate if req.reformulate is not None else self.settings.reformulate):
             return
         ref = await reformulate_query(self.llm, self.settings, req.content, t.history)
-        t.query = t.meta["query_used"] = ref.query
+        t.query = ref.query
         if ref.reformulated and self.settings.reformulated_query_to_llm:
             t.prompt = ref.query  # the seed: the LLM answers the standalone question; the user's words are stored
-        t.meta["reformulation"] = ref.to_dict()
-        yield event("reformulated", **ref.to_dict())
+        shown = t.out.scrub(ref.to_dict())  # the LLM wrote the rewrite: through the policy before it is shown
+        t.meta["query_used"], t.meta["reformulation"] = shown.get("query"), shown
+        yield event("reformulated", **shown)
 
     async def _gather_context(self, t: Turn) -> AsyncIterator[dict]:
         """Scope, token budget, inline files and (rag mode) retrieved chunks, fitted to the budget."""
@@ -163,8 +163,8 @@ class ConversationService:
         if t.budget is not None:
             t.history = await t.budget.fit_history(t.instructions, t.history, t.prompt)
         if req.mode != "none":
-            yield event("rag_start", message="Retrieving relevant context...", mode=req.mode, query=t.query,
-                        scope_file_ids=list(t.scope.file_ids))
+            yield event("rag_start", message="Retrieving relevant context...", mode=req.mode,
+                        query=t.meta.get("query_used", t.query), scope_file_ids=list(t.scope.file_ids))
         t.inline = await t.budget.fit_inline(pending) if t.budget is not None else [
             InlineDoc(f.id, f.filename, f.text or "") for f in pending]
         t.meta["inline_files"] = [{"file_id": d.file_id, "filename": d.filename, "truncated": d.truncated}
@@ -205,8 +205,7 @@ class ConversationService:
         """The LLM's answer, streamed as text chunks (tools mode: after the tool rounds). ``generation_start``
         goes out with the first text, so an LLM that fails before answering leaves only the extractive one."""
         if self._no_context(t) == "refuse":
-            yield event("generation_start", message="No document matched the question.",
-                        generation_method=REFUSAL_METHOD)
+            yield event("generation_start", message="No document matched the question.", generation_method=REFUSAL_METHOD)
             gen.answer, gen.method = REFUSAL, REFUSAL_METHOD
             if (shown := t.out.feed(REFUSAL)):
                 yield event("text_chunk", content=shown)
@@ -367,6 +366,7 @@ class ConversationService:
 
         async def on_call(record: dict) -> None:
             TOOL_CALLS.inc()
+            t.out.scrub_in_place(record)  # the model wrote it: the event, metadata and history hold it screened
             await queue.put(record)
 
         select = t.budget.fit_nodes if t.budget is not None else None

@@ -11,7 +11,7 @@ from ragengine.conversations.budget import Budget
 from ragengine.conversations.prompting import InlineDoc
 from ragengine.conversations.tools import Scope
 from ragengine.errors import UpstreamError
-from ragengine.guardrails.output import AnswerGuard
+from ragengine.guardrails.answer import AnswerGuard
 from ragengine.protocol.conversations import MAIN_THREAD, MessageRequest
 
 

@@ -11,6 +11,7 @@ are imported when chosen, so a torch-free install never imports torch.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
@@ -36,6 +37,25 @@ def resolve_model_path(name: str) -> str:
         module = importlib.import_module(name[len(PACKAGE_PREFIX):])
         return str(module.get_model_path())
     return name
+
+
+def check_offline_model(name: str, cache_dir: str | None = None) -> None:
+    """Offline (``HF_HUB_OFFLINE``/``TRANSFORMERS_OFFLINE``), a hub name must be in the local cache: say so at
+    once, before importing torch to find out (a minute on a busy machine: the first request naming an unknown
+    model waited that long for its 422; found by the fuzzer, issue 41)."""
+    offline = any(os.environ.get(v, "").lower() in ("1", "true", "yes", "on") for v in ("HF_HUB_OFFLINE",
+                                                                                      "TRANSFORMERS_OFFLINE"))
+    if not offline or name.startswith(PACKAGE_PREFIX) or os.path.exists(name):
+        return
+    from huggingface_hub import try_to_load_from_cache
+
+    found = False
+    for folder in (cache_dir, None):  # the engine's own model cache, then the hub's default one
+        with contextlib.suppress(Exception):  # not a valid hub name either
+            found = found or isinstance(try_to_load_from_cache(name, "config.json", cache_dir=folder), str)
+    if not found:
+        raise OSError(f"{name!r} is neither a local folder nor in the local model cache, and the engine is offline "
+                      "(HF_HUB_OFFLINE)")
 
 
 def pick_device(setting: str) -> str:
@@ -257,9 +277,10 @@ def build_embedder(settings: EngineSettings) -> Embedder:
 
         backend = OnnxBackend(found[0], found[1], settings.embedding_batch_size, settings.embedding_threads or None)
     else:
+        cache = str(settings.embedding_cache_dir) if settings.embedding_cache_dir else None
+        check_offline_model(settings.embedding_model, cache)
         from ragengine.embedding.torch_backend import TorchBackend
 
-        cache = str(settings.embedding_cache_dir) if settings.embedding_cache_dir else None
         backend = TorchBackend(resolve_model_path(settings.embedding_model), pick_device(settings.device), cache,
                                settings.embedding_batch_size, settings.embedding_max_tokens)
     log.info("embedding backend: %s (dim %d, %d tokens, %s threads for documents, precision %s)", backend.name,

@@ -11,6 +11,10 @@ similarity threshold), then scored three ways:
 No LLM reachable (or it fails during the run): the retrieval metrics stand, and the answer metrics say
 ``unavailable`` with the reason. A judge reply that is not the JSON asked for counts as unscored (and is
 counted), never as a zero.
+
+The answer a run keeps (and shows, per question) went through the engine's output policy, as a chat answer
+does (issue 41: every text the model wrote that the engine shows); it is scored as the model wrote it. A
+fail-closed policy that cannot screen makes the answer metrics ``unavailable`` before the LLM is asked.
 """
 
 from __future__ import annotations
@@ -20,7 +24,9 @@ import re
 from typing import TYPE_CHECKING
 
 from ragengine.chat.plan import build_messages
-from ragengine.errors import UpstreamError
+from ragengine.errors import EngineError, UpstreamError
+from ragengine.guardrails.answer import AnswerGuard
+from ragengine.guardrails.runtime import Guardrails
 from ragengine.rag.groundedness import assess_groundedness
 from ragengine.settings import EngineSettings
 
@@ -75,8 +81,9 @@ def parse_judgement(content: str) -> dict[str, float | None] | None:
 class AnswerScorer:
     """Answers and scores questions one at a time; after the first LLM failure it stops and says why."""
 
-    def __init__(self, llm: LLMClient | None, embedder: Embedder, settings: EngineSettings) -> None:
-        self.llm, self.embedder, self.settings = llm, embedder, settings
+    def __init__(self, llm: LLMClient | None, embedder: Embedder, settings: EngineSettings,
+                 guardrails: Guardrails | None = None) -> None:
+        self.llm, self.embedder, self.settings, self.guardrails = llm, embedder, settings, guardrails
         self.unavailable: str | None = None if llm is not None and llm.configured else (
             "no LLM is configured (RAGENGINE_LLM_URL)")
         self.model: str | None = None
@@ -87,6 +94,11 @@ class AnswerScorer:
         if self.unavailable is not None:
             return None
         contexts = context_of(texts_scores, self.settings.similarity_threshold)
+        try:
+            out = AnswerGuard(self.guardrails, "evaluations")  # fail-closed without a usable policy: raises here
+        except EngineError as exc:
+            self.unavailable = f"the output policy cannot screen answers: {exc.message}"[:500]
+            return None
         try:
             assert self.llm is not None, "unavailable says so without an LLM"
             self.model = self.model or await self.llm.model_name()
@@ -103,8 +115,14 @@ class AnswerScorer:
             self.unparsed += 1
         if verdict is not None and not question.get("reference_answer"):
             verdict["agreement"] = None
+        try:
+            out.feed(answer)
+            out.close()
+        except EngineError as exc:  # fail-closed, and the scan failed: no unscreened answer is kept
+            self.unavailable = f"the output policy could not screen an answer: {exc.message}"[:500]
+            return None
         row = {"groundedness": report.score, "relevance": verdict and verdict["relevance"],
-               "agreement": verdict and verdict["agreement"], "answer": answer[:2000]}
+               "agreement": verdict and verdict["agreement"], "answer": out.shown[:2000]}
         self.rows.append(row)
         return row
 

@@ -32,6 +32,7 @@ from ragengine.evaluation import golden, runner
 from ragengine.evaluation import metrics as m
 from ragengine.evaluation.answers import AnswerScorer
 from ragengine.evaluation.store import FAILED, SUCCEEDED, EvaluationStore, Run
+from ragengine.guardrails.runtime import Guardrails
 from ragengine.index.documents import retrieval_request
 from ragengine.protocol.evaluations import EvaluationRequest, GateRequest, RetrievalSettings
 from ragengine.settings import EngineSettings
@@ -48,8 +49,9 @@ MAINTAIN_S = 30.0
 
 class EvaluationService:
     def __init__(self, settings: EngineSettings, registry: VersionedRegistry, store: EvaluationStore,
-                 llm: LLMClient | None = None) -> None:
+                 llm: LLMClient | None = None, guardrails: Guardrails | None = None) -> None:
         self.settings, self.registry, self.store, self.llm = settings, registry, store, llm
+        self.guardrails = guardrails  # the output policy the answers a run keeps pass through
         self.replica = uuid.uuid4().hex[:12]
         self.slots = asyncio.Semaphore(settings.evaluation_concurrent_runs)
         self.tasks: dict[str, asyncio.Task] = {}
@@ -168,8 +170,8 @@ class EvaluationService:
             version = run.version or (await self.registry.book(run.index)).live
             await self.store.progress(run.id, self.replica, 0, version)
             beat = _Beat(self.store, run.id, self.replica)
-            scorer = AnswerScorer(self.llm, self.registry.embedder, self.settings) if run.settings.get("answers") \
-                else None
+            scorer = AnswerScorer(self.llm, self.registry.embedder, self.settings, self.guardrails) \
+                if run.settings.get("answers") else None
             scores, results = await runner.score(self.registry, run.index, version, run.questions, run.settings,
                                                  run.acl, beat, scorer)
         except asyncio.CancelledError:

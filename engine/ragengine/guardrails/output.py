@@ -19,10 +19,10 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+from ragengine.guardrails.fields import ChoiceStreams, guard_choice, top_level
 from ragengine.guardrails.metrics import ANSWERS, SCAN_SECONDS, SCANNER_ACTIONS
 from ragengine.guardrails.runtime import Guardrails, GuardrailsUnavailable
 from ragengine.guardrails.scan import OutputGuard, Verdict
-from ragengine.guardrails.stream import OutputStream
 from ragengine.observability import tracing
 from ragengine.protocol.sse import DONE, error_object, frame
 
@@ -97,15 +97,11 @@ def _guard_body(guardrails: Guardrails, guard: OutputGuard, body: dict, endpoint
     t0 = time.perf_counter()
     verdicts: list[Verdict] = []
     try:
+        body = top_level(body)
         for choice in body.get("choices") or []:
-            message = choice.get("message") if isinstance(choice, dict) else None
-            if not isinstance(message, dict) or not isinstance(message.get("content"), str):
-                continue  # tool calls without text (KAITO skips them too)
-            v = guard.check(message["content"])
-            message["content"] = v.text
-            if v.finish_reason:
-                choice["finish_reason"] = v.finish_reason
-            verdicts.append(v)
+            if isinstance(choice, dict):
+                verdicts.append(guard_choice(guard, choice))
+        body["choices"] = [c for c in body.get("choices") or [] if isinstance(c, dict)]
     except Exception as exc:
         body["guardrails"] = _failed(guardrails, endpoint, exc)
         return body
@@ -127,7 +123,7 @@ def _parse(text: str) -> Any:
 
 async def _guard_frames(guardrails: Guardrails, guard: OutputGuard, frames: AsyncIterator[str],
                         endpoint: str, n: int) -> AsyncIterator[str]:
-    streams: dict[int, OutputStream] = {}
+    streams: dict[int, ChoiceStreams] = {}
     head: dict[str, Any] = {"id": "", "model": "", "created": int(time.time())}
     spent = 0.0
     failed: dict[str, Any] | None = None
@@ -135,8 +131,7 @@ async def _guard_frames(guardrails: Guardrails, guard: OutputGuard, frames: Asyn
     span = tracing.opened("guardrails", mode="stream", endpoint=endpoint)  # the whole stream; scan_ms its own part
 
     def settle() -> list[dict]:
-        ends = (_end(guard, s, {"index": i, "delta": {}, "finish_reason": None}, "")
-                for i, s in sorted(streams.items()) if not s.ended)
+        ends = (_end(s, i, {}, {}) for i, s in sorted(streams.items()) if not s.ended)
         return [c for c in ends if c["delta"] or c["finish_reason"]]
 
     try:
@@ -163,8 +158,9 @@ async def _guard_frames(guardrails: Guardrails, guard: OutputGuard, frames: Asyn
                 failed = _failed(guardrails, endpoint, exc)  # raises when fail-closed
                 choices = data["choices"]
             spent += time.perf_counter() - t0
-            if choices or not data["choices"] or set(data) - CHUNK_KEYS:  # usage and final chunks go as they are
-                yield frame({**data, "choices": choices})
+            kept = top_level(data) if failed is None else data
+            if choices or not data["choices"] or set(kept) - CHUNK_KEYS:  # usage and final chunks go as they are
+                yield frame({**kept, "choices": choices})
             if len(streams) >= n and all(s.stopped for s in streams.values()):
                 break  # every choice blocked or cut: stop reading the LLM
         if failed is None:
@@ -195,104 +191,37 @@ def _chunk(head: dict, choices: list, **extra: Any) -> dict:
             "choices": choices, **extra}
 
 
-def _guard_choice(guard: OutputGuard, streams: dict[int, OutputStream], choice: Any) -> dict | None:
+def _guard_choice(guard: OutputGuard, streams: dict[int, ChoiceStreams], choice: Any) -> dict | None:
     if not isinstance(choice, dict):
-        return choice
+        return None  # nothing the policy can read goes out
     i = choice.get("index", 0)
-    stream = streams.get(i)
-    if stream is None:
-        stream = streams[i] = guard.stream()
-    if stream.ended:
+    state = streams.get(i)
+    if state is None:
+        state = streams[i] = ChoiceStreams(guard)
+    if state.ended:
         return None  # blocked or cut: nothing more of this choice
-    delta = dict(choice.get("delta") or {})
-    content = delta.get("content")
-    released = stream.feed(content) if isinstance(content, str) else ""
-    if stream.stopped or choice.get("finish_reason"):
-        return _end(guard, stream, {**choice, "delta": delta}, released)
-    if isinstance(content, str):
-        delta["content"] = released
-        if content and not released:
-            del delta["content"]  # held back: the rest of the delta (role, tool calls) still goes
-    if not delta and set(choice) <= {"index", "delta", "finish_reason", "logprobs"}:
-        return None
-    return {**choice, "delta": delta}
+    found = choice.get("delta")
+    out = state.feed(found if isinstance(found, dict) else {})
+    if state.stopped or choice.get("finish_reason"):
+        return _end(state, i, choice, out)
+    if not out:
+        return None  # all of it held back (the choice's unknown keys, token_ids, are never sent)
+    return _choice(i, choice, out, None)
 
 
-def _end(guard: OutputGuard, stream: OutputStream, choice: dict, released: str) -> dict:
+def _choice(i: int, choice: dict, delta: dict, finish_reason: str | None) -> dict:
+    out: dict[str, Any] = {"index": i, "delta": delta, "finish_reason": finish_reason}
+    if "stop_reason" in choice:
+        out["stop_reason"] = choice["stop_reason"]
+    if "logprobs" in choice:
+        out["logprobs"] = None  # tokens one by one: a secret split across them (fields.py)
+    return out
+
+
+def _end(state: ChoiceStreams, i: int, choice: dict, out: dict) -> dict:
     """A choice's last chunk: what was held, then the block message or the finish reason of a cut."""
-    text = released + ("" if stream.stopped else stream.close())
-    v = stream.verdict
-    if v.blocked:
-        text += block_text(stream, guard.policy.block_message)
-    delta = dict(choice.get("delta") or {})
-    if text:
-        delta["content"] = text
-    else:
-        delta.pop("content", None)
-    return {**choice, "delta": delta, "finish_reason": v.finish_reason or choice.get("finish_reason")}
+    delta = state.close(out)
+    v = state.verdict
+    return _choice(i, choice, delta, v.finish_reason or choice.get("finish_reason"))
 
 
-def block_text(stream: OutputStream, message: str) -> str:
-    """What a stream sends when it is blocked: the block message, after a blank line if text went out."""
-    return ("\n\n" if stream.text else "") + message
-
-
-# --- session answers ------------------------------------------------------------------------------------
-class AnswerGuard:
-    """One session answer's text through the policy: ``feed`` each piece, ``close`` at the end; ``shown``
-    is what the client saw (and what is stored), ``report`` the answer's ``guardrails`` field."""
-
-    def __init__(self, guardrails: Guardrails | None, endpoint: str = "sessions") -> None:
-        self.guardrails, self.endpoint = guardrails, endpoint
-        self.guard = guardrails.for_answer() if guardrails is not None and guardrails.enabled else None
-        self.stream = self.guard.stream() if self.guard is not None else None
-        self.shown = ""
-        self.spent = 0.0
-        self.report: dict[str, Any] | None = None if self.guard else (
-            unscreened(guardrails, endpoint) if guardrails is not None else None)
-        self._block_sent = False
-        self.span = tracing.opened("guardrails", mode="stream", endpoint=endpoint) if self.guard else None
-
-    @property
-    def stopped(self) -> bool:
-        return self.stream is not None and self.stream.stopped
-
-    @property
-    def blocked(self) -> bool:
-        return self.stream is not None and self.stream.verdict.blocked
-
-    def feed(self, piece: str) -> str:
-        if self.stream is None:
-            self.shown += piece
-            return piece
-        return self._out(self.stream.feed, piece)
-
-    def close(self) -> str:
-        if self.stream is None:  # no policy, or a scan failed (fail-open): the report says which
-            span, self.span = self.span, None
-            tracing.end(span, **report_attributes(self.report, self.spent))
-            return ""
-        out = self._out(lambda _: self.stream.close(), "")
-        assert self.guard is not None
-        if self.report is None:
-            self.report = _record(self.guard, [self.stream.verdict], self.endpoint, self.spent, "stream", None)
-        span, self.span = self.span, None
-        tracing.end(span, **report_attributes(self.report, self.spent))
-        return out
-
-    def _out(self, step, piece: str) -> str:
-        assert self.stream is not None and self.guard is not None
-        t0 = time.perf_counter()
-        try:
-            out = step(piece)
-        except Exception as exc:
-            assert self.guardrails is not None
-            self.report = _failed(self.guardrails, self.endpoint, exc)
-            self.stream = None
-            out = piece
-        self.spent += time.perf_counter() - t0
-        if self.stream is not None and self.stream.verdict.blocked and not self._block_sent:
-            self._block_sent = True
-            out += block_text(self.stream, self.guard.policy.block_message)
-        self.shown += out
-        return out

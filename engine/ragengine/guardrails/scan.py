@@ -204,6 +204,21 @@ class OutputGuard:
         v.text = text
         return v
 
+    def redact(self, text: str) -> Verdict:
+        """A text beside the answer (reasoning, a tool call's arguments, a query the model wrote): the invisible
+        characters and the pattern scanners (secrets, PII, banned substrings, regex search), a block scanner's
+        match blocking it. Not the whole-answer scanners nor the limits: they judge the answer's own shape."""
+        v = Verdict(text)
+        text = self._strip(text, v)
+        if v.blocked:
+            return self._block(v)
+        spans = [(*found, rule.scanner, k) for k, rule in enumerate(self.rules) for found in _hits(rule, text, 0)]
+        if any(self.action_of(s[3]) == "block" for s in spans):
+            v.hits.update(s[3] for s in spans if self.action_of(s[3]) == "block")
+            return self._block(v)
+        v.text = _apply(text, _select(spans), v.hits)
+        return v
+
     def _block(self, v: Verdict) -> Verdict:
         v.blocked, v.text, v.finish_reason = True, self.policy.block_message, "content_filter"
         return v
@@ -271,10 +286,11 @@ class OutputGuard:
         return cut
 
     # --- a stream of deltas ---------------------------------------------------------------------------
-    def stream(self) -> OutputStream:
+    def stream(self, *, patterns_only: bool = False) -> OutputStream:
+        """A choice's deltas; ``patterns_only``: a text beside the answer, as ``redact`` judges it."""
         from ragengine.guardrails.stream import OutputStream  # the stream module builds on this one
 
-        return OutputStream(self)
+        return OutputStream(self, patterns_only=patterns_only)
 
 
 def _hits(rule: Rule, text: str, i: int):

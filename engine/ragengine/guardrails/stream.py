@@ -25,8 +25,9 @@ class OutputStream:
     """One choice's deltas through the policy: ``feed`` returns what may be sent now, ``close`` the rest.
     After a block (``verdict.blocked``) or a cut (``verdict.finish_reason == "length"``) both return ''."""
 
-    def __init__(self, guard: OutputGuard) -> None:
+    def __init__(self, guard: OutputGuard, *, patterns_only: bool = False) -> None:
         self.g = guard
+        self.whole = bool(guard.whole) and not patterns_only  # hold everything to the end
         self.verdict = Verdict("")
         self.raw = ""  # the answer so far (invisible characters already stripped)
         self.held_whole: list[str] = []  # with a whole-answer scanner: everything, until close
@@ -34,7 +35,7 @@ class OutputStream:
         self.pos = [0] * len(guard.rules)  # per rule: positions before it are settled
         self.found: list[Span] = []  # final spans not yet released
         self.sent: list[str] = []
-        self.limits = [_LimitState(guard, i) for i in guard.limits]
+        self.limits = [] if patterns_only else [_LimitState(guard, i) for i in guard.limits]
         self.closed = False
 
     @property
@@ -54,7 +55,7 @@ class OutputStream:
     def feed(self, piece: str) -> str:
         if self.ended or not piece:
             return ""
-        if self.g.whole:
+        if self.whole:
             self.held_whole.append(piece)
             return ""
         piece = self.g._strip(piece, self.verdict)
@@ -68,7 +69,7 @@ class OutputStream:
         if self.ended:
             return ""
         self.closed = True
-        if self.g.whole:
+        if self.whole:
             v = self.g.check("".join(self.held_whole))
             self.verdict = v
             if v.blocked:

@@ -13,7 +13,9 @@ Streams fail over only before the first byte: once a chunk has been forwarded, a
 stream's to report.
 
 Every completion's tokens are charged to the request's principal (``access.usage``, for tokens-per-minute
-limits): the upstream's ``usage`` when it reports one, else an estimate of the prompt and the answer.
+limits): reserved before the call is sent (the prompt, estimated, plus ``n × max_tokens``; ``max_tokens``
+lowered to what the principal has left), then settled to the upstream's ``usage`` when it reports one, else
+an estimate of the prompt and the answer.
 """
 
 from __future__ import annotations
@@ -77,14 +79,20 @@ class LLMStream:
     """An open upstream SSE response: iterate for parsed chunk dicts; ``aclose()`` cancels upstream."""
 
     def __init__(self, response: httpx.Response, endpoint: str, started: float, prompt_tokens: int = 0,
-                 span: Any = None) -> None:
+                 span: Any = None, hold: usage.Hold | None = None) -> None:
         self.response = response
         self.endpoint = endpoint
         self.started = started
         self.first_chunk_s: float | None = None
         self.prompt_tokens = prompt_tokens  # estimated, for the charge when upstream reports no usage
         self.span = span  # the call's llm_call span, ended with the stream
+        self.hold = hold  # the tokens reserved for the call (access.usage), settled once when it ends
+        self._read = False
         self._usage: dict[str, Any] = {}
+
+    def _settle(self, spent: int) -> None:
+        hold, self.hold = self.hold, None
+        usage.settle(hold, spent)
 
     def _end(self, error: BaseException | None = None) -> None:
         span, self.span = self.span, None
@@ -92,6 +100,7 @@ class LLMStream:
                                                    else round(self.first_chunk_s * 1000, 2)})
 
     async def __aiter__(self) -> AsyncIterator[dict[str, Any]]:
+        self._read = True  # the iteration settles the hold, with what was said
         reported, said = None, 0
         failure: BaseException | None = None
         try:
@@ -126,11 +135,13 @@ class LLMStream:
             failure = exc
             raise
         finally:
-            usage.charge(reported or self.prompt_tokens + said)
+            self._settle(reported or self.prompt_tokens + said)
             self._end(failure)
             await self.response.aclose()
 
     async def aclose(self) -> None:
+        if not self._read:  # closed before it was read: the prompt was processed all the same
+            self._settle(self.prompt_tokens)
         self._end()
         await self.response.aclose()
 
@@ -144,6 +155,17 @@ def _total_tokens(body: Any) -> int | None:
 def _prompt_estimate(payload: dict[str, Any]) -> int:
     messages = payload.get("messages")
     return sum(estimate_tokens(message_text(m)) for m in messages if isinstance(m, dict)) if isinstance(messages, list) else 0
+
+
+MESSAGE_OVERHEAD = 4  # a chat template's role markers per message, and its generation prompt once
+
+
+def _reserved_prompt(payload: dict[str, Any]) -> int:
+    """The prompt a reservation counts: the messages' text, the chat template's markers, the tools' schemas."""
+    messages = payload.get("messages")
+    tools = payload.get("tools")
+    return (_prompt_estimate(payload) + MESSAGE_OVERHEAD * ((len(messages) if isinstance(messages, list) else 0) + 1)
+            + (estimate_tokens(json.dumps(tools)) if tools else 0))
 
 
 def _error_of(body: Any, status: int) -> tuple[int, str]:
@@ -252,30 +274,44 @@ class LLMClient:
         return await self.tokens.count_with_stored(texts, stored)
 
     # --- completions ------------------------------------------------------------------------------
+    async def _reserve(self, payload: dict[str, Any]) -> tuple[dict[str, Any], usage.Hold | None]:
+        """The call's tokens reserved for the request's principal (access.usage): the payload to send (its
+        ``max_tokens`` lowered to what is left) and the hold to settle. 429 when nothing is left."""
+        if not self.configured or not usage.metered():
+            return payload, None
+        return await usage.reserve(payload, _reserved_prompt(payload), await self.context_window())
+
     async def chat(self, payload: dict[str, Any]) -> LLMResult:
-        with tracing.stage("llm_call", **call_attributes(payload, stream=False)) as span:
-            response, endpoint, started = await self._send(payload, stream=False)
-            try:
-                body = response.json()
-            except ValueError:
-                raise UpstreamError(f"LLM at {endpoint} answered with invalid JSON.") from None
-            tracing.annotate(span, **usage_attributes(body))
-        answer = sum(estimate_tokens(message_text(c.get("message") or {}))
-                     for c in (body.get("choices") or []) if isinstance(c, dict)) if isinstance(body, dict) else 0
-        usage.charge(_total_tokens(body) or _prompt_estimate(payload) + answer)
-        return LLMResult(body=body, endpoint=endpoint, elapsed_s=time.perf_counter() - started)
+        payload, hold = await self._reserve(payload)
+        spent = 0  # a call that failed spent nothing the upstream reports: the reservation is given back
+        try:
+            with tracing.stage("llm_call", **call_attributes(payload, stream=False)) as span:
+                response, endpoint, started = await self._send(payload, stream=False)
+                try:
+                    body = response.json()
+                except ValueError:
+                    raise UpstreamError(f"LLM at {endpoint} answered with invalid JSON.") from None
+                tracing.annotate(span, **usage_attributes(body))
+            answer = sum(estimate_tokens(message_text(c.get("message") or {}))
+                         for c in (body.get("choices") or []) if isinstance(c, dict)) if isinstance(body, dict) else 0
+            spent = _total_tokens(body) or _prompt_estimate(payload) + answer
+            return LLMResult(body=body, endpoint=endpoint, elapsed_s=time.perf_counter() - started)
+        finally:
+            usage.settle(hold, spent)
 
     async def open_stream(self, payload: dict[str, Any]) -> LLMStream:
         """Send a streaming request; returns once upstream answered 200 (errors before that raise). The
         call's span stays open until the stream ends or is closed."""
+        payload, hold = await self._reserve(payload)
         span = tracing.opened("llm_call", **call_attributes(payload, stream=True))
         try:
             with tracing.use(span):
                 response, endpoint, started = await self._send({**payload, "stream": True}, stream=True)
         except BaseException as exc:
             tracing.end(span, exc)
+            usage.settle(hold, 0)
             raise
-        return LLMStream(response, endpoint, started, _prompt_estimate(payload), span)
+        return LLMStream(response, endpoint, started, _prompt_estimate(payload), span, hold)
 
     def _ordered(self) -> list[str]:
         now = time.monotonic()

@@ -1,17 +1,22 @@
 """The child side of the bounded parser: ``python -m ragengine.parsing.worker``.
 
 Reads one request from stdin (a JSON header line ``{"kind", "limits"}``, then the file's bytes),
-sets its own rlimits before touching the bytes, parses, and writes one JSON object to stdout:
-``{"parsed": {...}}`` or ``{"refused": reason, "over_limit": bool, "code": code}``. The CPU-time limit is
-enforced by the kernel (SIGXCPU, then SIGKILL a second later), so a parser stuck in C code stops too.
+confines itself (``confine.py``: no capabilities, Landlock, seccomp: no network, no file of the engine's
+but its own temporary folder, ``$TMPDIR``) and sets its rlimits before touching the bytes, parses, and
+writes one JSON object to stdout: ``{"parsed": {...}}`` or ``{"refused": reason, "over_limit": bool,
+"code": code}``, with ``"confined"``: what the kernel allowed. The CPU-time limit is enforced by the kernel
+(SIGXCPU, then SIGKILL a second later), so a parser stuck in C code stops too.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import resource
 import sys
+from typing import Any
 
+from ragengine.parsing.confine import confine
 from ragengine.parsing.limits import MEMORY, Parsed, ParseLimits, Refused
 
 MIB = 1024 * 1024
@@ -55,10 +60,18 @@ def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
     return False
 
 
-def main() -> None:
-    header = json.loads(sys.stdin.buffer.readline())
+def prepare(header: dict) -> tuple[ParseLimits, dict[str, Any]]:
+    """Before the file's bytes: confined (its temporary folder, ``$TMPDIR``, the only one it may write), then
+    limited. What a parser child runs first; the sandbox's tests run it too."""
+    confined = confine(os.environ.get("TMPDIR"))
     limits = ParseLimits.from_dict(header["limits"])
     apply_limits(limits)
+    return limits, confined
+
+
+def main() -> None:
+    header = json.loads(sys.stdin.buffer.readline())
+    limits, confined = prepare(header)
     data = sys.stdin.buffer.read()
     result = run(str(header["kind"]), data, limits)
     del data
@@ -67,6 +80,7 @@ def main() -> None:
         out = {"parsed": result.to_dict()}
     else:
         out = {"refused": result.reason, "over_limit": result.over_limit, "code": result.code}
+    out["confined"] = confined
     sys.stdout.write(json.dumps(out, ensure_ascii=False))
     sys.stdout.flush()
 

@@ -9,6 +9,10 @@ endpoint fails, the answer is extractive (``extractive_fallback``), cited the sa
 
 A stream is opened upstream before the first event goes out, so an upstream refusal is still an HTTP
 error (or the extractive answer); a failure after that is a ``response.failed`` event.
+
+The output policy (``guardrails``, as on chat completions) screens the answer's text before its citations
+are read (so their offsets are the screened text's), streamed deltas included, and the ``file_search``
+query a reformulation wrote; the response (and the stored one) carries its ``guardrails`` field.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from typing import Any
 from ragengine.access.acl import Acl
 from ragengine.chat.plan import plan_budget, reply_max_tokens
 from ragengine.errors import BadRequest
+from ragengine.guardrails.answer import AnswerGuard
+from ragengine.guardrails.runtime import Guardrails
 from ragengine.llm.client import LLMClient, LLMUnavailable
 from ragengine.llm.tokens import estimate_tokens
 from ragengine.rag.context import select_context
@@ -64,13 +70,16 @@ class Prepared:
     nodes: list  # the chunks in the prompt
     sources: list[Source]
     output: list[dict] = field(default_factory=list)  # the file_search_call item, when a search ran
+    out: AnswerGuard = field(default_factory=lambda: AnswerGuard(None))  # the answer through the output policy
     response_id: str = field(default_factory=lambda: new_id("resp"))
     created_at: int = field(default_factory=lambda: int(time.time()))
 
 
 class ResponsesService:
-    def __init__(self, settings: EngineSettings, llm: LLMClient, vector_stores: VectorStores, store: ResponseStore) -> None:
+    def __init__(self, settings: EngineSettings, llm: LLMClient, vector_stores: VectorStores, store: ResponseStore,
+                 guardrails: Guardrails | None = None) -> None:
         self.settings = settings
+        self.guardrails = guardrails  # the output policy (guardrails/runtime.py), or None
         self.llm = llm
         self.vector_stores = vector_stores
         self.store = store
@@ -78,7 +87,8 @@ class ResponsesService:
     async def create(self, body: Any, owner: str | None, *, acl: Acl | None = None) -> dict | AsyncIterator[str]:
         """``owner``: whose stored responses the caller may continue (None: anyone's, an admin); ``acl``: the
         caller's document ACL, applied to every search (None sees every document)."""
-        prepared = await self._prepare(parse(body), owner, acl)
+        out = AnswerGuard(self.guardrails, "responses")  # fail-closed without a usable policy: 503 here
+        prepared = await self._prepare(parse(body), owner, acl, out)
         if prepared.plan.request.stream:
             return await self._stream(prepared)
         outcome = await self._generate(prepared)
@@ -88,7 +98,7 @@ class ResponsesService:
         return response
 
     # --- before generation ----------------------------------------------------------------------------
-    async def _prepare(self, plan: Plan, owner: str | None, acl: Acl | None) -> Prepared:
+    async def _prepare(self, plan: Plan, owner: str | None, acl: Acl | None, out: AnswerGuard) -> Prepared:
         req = plan.request
         history = await self.store.history(req.previous_response_id, owner) if req.previous_response_id else []
         for store_id in plan.store_ids:  # 404 / expired before any work
@@ -100,7 +110,7 @@ class ResponsesService:
             query = await self._search_query(query, history)
             candidates = await self._search(plan, query, acl)
             results = [hit(n) for n in candidates] if plan.include_results else None
-            output.append(search_call(new_id("fs"), [query], "completed", results))
+            output.append(search_call(new_id("fs"), out.scrub([query]), "completed", results))  # maybe the LLM's
         nodes, max_tokens = await self._context(plan, history, candidates)
         sources = number_sources(nodes)
         model = await self._model(req.model)
@@ -111,7 +121,7 @@ class ResponsesService:
                             ("user", req.user)):
             if value is not None:
                 payload[name] = value
-        return Prepared(plan, owner, model, payload, query, nodes, sources, output)
+        return Prepared(plan, owner, model, payload, query, nodes, sources, output, out)
 
     async def _search_query(self, query: str, history: list[dict]) -> str:
         """A follow-up rewritten into a standalone question, when reformulation is on (the engine's setting)."""
@@ -172,7 +182,8 @@ class ResponsesService:
         except LLMUnavailable as exc:
             return self._fallback(prepared, exc)
         choice = (result.body.get("choices") or [{}])[0]
-        text = (choice.get("message") or {}).get("content") or ""
+        raw = (choice.get("message") or {}).get("content") or ""
+        text = prepared.out.feed(raw) + prepared.out.close()
         usage = result.body.get("usage") or {}
         stripper = CitationStripper({s.number for s in prepared.sources})
         stripper.feed(text)
@@ -194,6 +205,7 @@ class ResponsesService:
                                  status_code=503)
         log.info("answering extractively: %s", reason)
         text = extractive_answer(prepared.query, prepared.nodes) or NO_ANSWER
+        text = prepared.out.feed(text) + prepared.out.close()
         stripper = CitationStripper(set())
         stripper.feed(text)
         stripper.finish()
@@ -203,8 +215,11 @@ class ResponsesService:
 
     def _response(self, prepared: Prepared, output: list[dict], status: str, outcome: Outcome | None = None,
                   error: dict | None = None) -> dict:
-        return response_object(prepared.plan, response_id=prepared.response_id, created_at=prepared.created_at,
+        body = response_object(prepared.plan, response_id=prepared.response_id, created_at=prepared.created_at,
                                model=prepared.model, output=output, status=status, outcome=outcome, error=error)
+        if status != "in_progress" and prepared.out.report is not None:
+            body["guardrails"] = prepared.out.report
+        return body
 
     async def _keep(self, prepared: Prepared, response: dict) -> None:
         if prepared.plan.request.store:
@@ -245,13 +260,21 @@ class ResponsesService:
             else:
                 async for chunk in upstream:
                     for choice in chunk.get("choices") or []:
-                        shown = stripper.feed((choice.get("delta") or {}).get("content") or "")
+                        released = prepared.out.feed((choice.get("delta") or {}).get("content") or "")
+                        shown = stripper.feed(released) if released else ""
                         if shown:
                             yield ev.text_delta(emit, item_id, index, shown)
                         outcome.finish_reason = choice.get("finish_reason") or outcome.finish_reason
                     usage = chunk.get("usage") or {}
                     outcome.input_tokens = usage.get("prompt_tokens", outcome.input_tokens)
                     outcome.output_tokens = usage.get("completion_tokens", outcome.output_tokens)
+                    if prepared.out.stopped:  # blocked (or cut by a limit): stop reading the LLM
+                        outcome.finish_reason = "content_filter" if prepared.out.blocked else "length"
+                        break
+                held = prepared.out.close()  # what the policy held back (or its block message)
+                shown = stripper.feed(held) if held else ""
+                if shown:
+                    yield ev.text_delta(emit, item_id, index, shown)
             rest = stripper.finish()
             if rest:
                 yield ev.text_delta(emit, item_id, index, rest)

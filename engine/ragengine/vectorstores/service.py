@@ -25,6 +25,8 @@ from ragengine.access.decide import missing_store_message
 from ragengine.conversations.models import utcnow
 from ragengine.conversations.store import SessionStore
 from ragengine.errors import BadRequest, EngineError, Forbidden, NotFound
+from ragengine.guardrails.answer import AnswerGuard
+from ragengine.guardrails.runtime import Guardrails
 from ragengine.index import disk
 from ragengine.protocol.paging import cursor_page, list_object
 from ragengine.protocol.vector_stores import (
@@ -66,8 +68,9 @@ def _cursor(fn: Callable[[], Any], param: str = "after") -> Any:
 
 class VectorStores:
     def __init__(self, settings: EngineSettings, catalog: Catalog, sessions: SessionStore, registry: IndexAPI, llm: LLMClient,
-                 ingestion: VectorStoreIngestion, reserved: frozenset[str]) -> None:
+                 ingestion: VectorStoreIngestion, reserved: frozenset[str], guardrails: Guardrails | None = None) -> None:
         self.settings = settings
+        self.guardrails = guardrails  # the output policy, for the queries the LLM rewrites (rewrite_query)
         self.catalog = catalog
         self.sessions = sessions
         self.registry = registry
@@ -296,11 +299,15 @@ class VectorStores:
         """``acl``: the caller's document ACL (``access.decide.document_acl``; None sees every document)."""
         await self.usable(store_id, record=False)  # a search writes no record (a refused one least of all)
         queries = [body.query] if isinstance(body.query, str) else list(body.query)
+        shown = queries
         if body.rewrite_query:
+            out = AnswerGuard(self.guardrails, "vector_store_search")  # fail-closed: 503 before the LLM is asked
             queries = [await rewrite_for_search(self.llm, q) for q in queries]
+            shown = out.scrub(queries)  # the LLM wrote them: through the output policy before they are shown
+            out.close()
         threshold = body.ranking_options.score_threshold if body.ranking_options else None
         nodes = await self.retrieve([store_id], queries, body.max_num_results, body.filters, threshold or 0.0, acl=acl)
-        return {"object": "vector_store.search_results.page", "search_query": queries,
+        return {"object": "vector_store.search_results.page", "search_query": shown,
                 "data": [search_result(n) for n in nodes], "has_more": False, "next_page": None}
 
     async def retrieve(self, store_ids: list[str], queries: list[str], max_results: int, filters: dict | None,

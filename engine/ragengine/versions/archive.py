@@ -18,6 +18,14 @@ lines:
 versions named: ragengine.formats), with data after the trailer, or whose counts or SHA-256 do not match. The
 importer writes into a hidden index and makes it visible only after ``finish()`` passed, so nothing is ever half
 imported.
+
+The SHA-256 proves the file whole, not who made it: an import is a write like ``POST /index``, and each
+document line is checked as ``/index`` checks a document (issue 41): a non-empty id of at most 512
+characters, used once in the file; a non-empty text of at most ``max_chars`` characters (413 beyond, as
+``/index``); metadata an object; spans inside the text; token counts one per chunk; finite vectors. The
+file is decompressed a bounded step at a time (``STEP`` bytes of output), and a line longer than any valid
+document can be (``line_limit``) is refused as soon as it is, so a small file that inflates to gigabytes
+costs at most a line's worth of memory.
 """
 
 from __future__ import annotations
@@ -27,23 +35,31 @@ import hashlib
 import json
 import struct
 import zlib
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import Any
 
 import numpy as np
 
 from ragengine import formats
-from ragengine.errors import BadRequest
+from ragengine.errors import BadRequest, PayloadTooLarge
+from ragengine.index.documents import MAX_DOC_ID
 
 FORMAT = formats.EXPORT.name
 VERSION = formats.EXPORT.current
 MAX_LINE = 256 * 1024 * 1024  # one document's line (its text and vectors); beyond it the file is refused
+STEP = 1024 * 1024  # decompressed bytes per step: what one step of a gzip bomb can cost
 # gzip header: magic, deflate, FHCRC set, no mtime, no extra flags, OS unknown; then its CRC16.
 _HEADER = b"\x1f\x8b\x08\x02\x00\x00\x00\x00\x00\xff"
 
 
 class ArchiveError(BadRequest):
     pass
+
+
+def line_limit(max_chars: int, max_body_bytes: int) -> int:
+    """The longest document line a valid export can have: its text (at most 4 UTF-8 bytes a character), and
+    everything else (id, metadata, spans, token counts, vectors) within what one ``/index`` request may hold."""
+    return 4 * max_chars + max_body_bytes
 
 
 def header(index: str, chunking: dict, embedding: dict, created_at: float) -> dict[str, Any]:
@@ -112,37 +128,61 @@ class ArchiveReader:
     """Feed the file's bytes as they arrive; each ``feed`` returns the documents completed so far (dicts with
     ``vectors`` as a float32 array). ``header`` is set once read; ``finish()`` checks the end."""
 
-    def __init__(self, max_line: int = MAX_LINE) -> None:
+    def __init__(self, max_line: int = MAX_LINE, max_chars: int | None = None) -> None:
         self._z = zlib.decompressobj(31)
         self._buf = bytearray()
+        self._scanned = 0  # _buf[:_scanned] holds no newline
         self._sha = hashlib.sha256()
         self.max_line = max_line
+        self.max_chars = max_chars  # a document's text, in characters (None: unchecked, as the CLI's download)
+        self._ids: set[str] = set()
         self.header: dict | None = None
         self.trailer: dict | None = None
         self.documents = 0
         self.chunks = 0
 
     def feed(self, data: bytes) -> list[dict]:
+        """Every document ``data`` completes (``batches`` yields them a bounded step at a time)."""
+        return [doc for batch in self.batches(data) for doc in batch]
+
+    def batches(self, data: bytes) -> Iterator[list[dict]]:
+        """The documents ``data`` completes, in batches of at most ``STEP`` decompressed bytes each."""
         if self._z.eof:
             if data:
                 raise ArchiveError("Import refused: the file has data after the end of its compressed stream.")
-            return []
-        try:
-            raw = self._z.decompress(data)
-        except zlib.error as exc:
-            raise ArchiveError(f"Import refused: the file is damaged or not a ragengine export ({exc}).") from None
-        if self._z.unused_data:
-            raise ArchiveError("Import refused: the file has data after the end of its compressed stream.")
-        self._buf += raw
+            return
+        pending = data
+        while True:
+            try:
+                raw = self._z.decompress(pending, STEP)
+            except zlib.error as exc:
+                raise ArchiveError(f"Import refused: the file is damaged or not a ragengine export ({exc}).") from None
+            pending = self._z.unconsumed_tail
+            if self._z.unused_data:
+                raise ArchiveError("Import refused: the file has data after the end of its compressed stream.")
+            self._buf += raw
+            out = self._lines()
+            if out:
+                yield out
+            if self._z.eof or (not pending and len(raw) < STEP):
+                return  # a full step may leave output inside zlib even with no input left: drained above
+
+    def _lines(self) -> list[dict]:
         out: list[dict] = []
         while True:
-            end = self._buf.find(b"\n")
+            end = self._buf.find(b"\n", self._scanned)
             if end < 0:
+                self._scanned = len(self._buf)
                 if len(self._buf) > self.max_line:
-                    raise ArchiveError(f"Import refused: a line longer than {self.max_line} bytes.")
+                    raise ArchiveError(f"Import refused: a line longer than {self.max_line} bytes (more than any "
+                                       "valid document needs).")
                 return out
+            if end + 1 > self.max_line:
+                raise ArchiveError(f"Import refused: a line longer than {self.max_line} bytes (more than any valid "
+                                   "document needs).")
             line = bytes(self._buf[: end + 1])
             del self._buf[: end + 1]
+            self._scanned = 0
             doc = self._line(line)
             if doc is not None:
                 out.append(doc)
@@ -182,19 +222,48 @@ class ArchiveReader:
     def _doc(self, obj: dict) -> dict:
         assert self.header is not None
         dim = self.header["embedding"]["dim"]
+        n = self.documents + 1
         try:
             doc_id, text, meta, spans = obj["id"], obj["text"], obj["meta"], obj["spans"]
             raw = base64.b64decode(obj["vectors"], validate=True)
         except (KeyError, ValueError, TypeError):
-            raise ArchiveError(f"Import refused: document line {self.documents + 1} is incomplete.") from None
+            raise ArchiveError(f"Import refused: document line {n} is incomplete.") from None
         if not (isinstance(doc_id, str) and isinstance(text, str) and isinstance(meta, dict) and isinstance(spans, list)
                 and spans and len(raw) == 4 * dim * len(spans)):
-            raise ArchiveError(f"Import refused: document line {self.documents + 1} does not fit the header "
+            raise ArchiveError(f"Import refused: document line {n} does not fit the header "
                                f"({len(spans) if isinstance(spans, list) else '?'} chunks, {dim}-dimensional vectors).")
+        self._check(n, doc_id, text, spans, obj.get("tokens"))
+        vectors = np.frombuffer(raw, dtype="<f4").reshape(len(spans), dim).astype(np.float32)
+        if not np.isfinite(vectors).all():
+            raise ArchiveError(f"Import refused: document line {n} ({doc_id!r}) has a vector that is not finite.")
+        self._ids.add(doc_id)
         self.documents += 1
         self.chunks += len(spans)
-        vectors = np.frombuffer(raw, dtype="<f4").reshape(len(spans), dim).astype(np.float32)
         return {"id": doc_id, "text": text, "meta": meta, "spans": spans, "tokens": obj.get("tokens"), "vectors": vectors}
+
+    def _check(self, n: int, doc_id: str, text: str, spans: list, tokens: Any) -> None:
+        """A document line as ``POST /index`` checks a document, and its chunks as the store will read them."""
+        where = f"Import refused: document line {n}"
+        if not doc_id or len(doc_id) > MAX_DOC_ID:
+            raise ArchiveError(f"{where}: doc_id must be a non-empty string of at most {MAX_DOC_ID} characters.")
+        if doc_id in self._ids:
+            raise ArchiveError(f"{where}: doc_id {doc_id!r} appears twice in the file.")
+        if not text.strip():
+            raise ArchiveError(f"{where} ({doc_id!r}): document text cannot be empty.")
+        if self.max_chars is not None and len(text) > self.max_chars:
+            raise PayloadTooLarge(f"{where} ({doc_id!r}): text has {len(text)} characters; the limit is "
+                                  f"{self.max_chars}.")
+        for span in spans:
+            if isinstance(span, str) and span:
+                continue
+            if not (isinstance(span, list) and len(span) == 2 and all(type(x) is int for x in span)
+                    and 0 <= span[0] < span[1] <= len(text)):
+                raise ArchiveError(f"{where} ({doc_id!r}): a chunk span is not [start, end] inside the text, nor a "
+                                   f"chunk's own text: {str(span)[:80]}.")
+        if tokens is not None and not (isinstance(tokens, dict) and all(
+                isinstance(k, str) and isinstance(v, list) and len(v) == len(spans)
+                and all(type(x) is int and x >= 0 for x in v) for k, v in tokens.items())):
+            raise ArchiveError(f"{where} ({doc_id!r}): token counts must map a tokenizer to one count per chunk.")
 
     def finish(self) -> dict:
         """The trailer, once the whole file checked out; else why it is refused."""

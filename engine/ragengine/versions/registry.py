@@ -703,26 +703,25 @@ class VersionedRegistry(IndexAPI):
         embedder = self.embedders.default
         physical = f"{name}{bk.SEP}import-{int(time.time())}-{uuid.uuid4().hex[:8]}"
         self.models.record(physical, target.key)
-        reader = archive.ArchiveReader()
+        # Each line checked as POST /index checks a document; a line no valid document needs is refused early.
+        reader = archive.ArchiveReader(archive.line_limit(self.settings.max_document_chars, self.settings.max_body_bytes),
+                                       max_chars=self.settings.max_document_chars)
         reuse: bool | None = None
         config: dict | None = None
         try:
             async for data in body:
-                docs = reader.feed(data)
-                if reader.header is not None and reuse is None:
-                    emb = reader.header["embedding"]
-                    reuse = emb.get("key") == target.key and emb.get("dim") == embedder.dim
-                    chunking = reader.header["chunking"]
-                    config = chunking if reuse else new_index_config(self.settings, chunking,
-                                                                     embedder.chunk_token_limit).to_dict()
-                    await self.inner.ensure(physical, config)
-                if docs:
-                    assert config is not None, "documents come after the header"
+                for docs in reader.batches(data):
+                    if reuse is None:
+                        assert reader.header is not None, "documents come after the header"
+                        reuse, config = await self._import_target(physical, reader.header)
+                    assert config is not None, "set with reuse, from the header"
                     if reuse:
                         await self.inner.import_batch(physical, config, docs)
                     else:
                         await self.inner.sync_documents(physical, [NewDoc(d["id"], d["text"], d["meta"]) for d in docs],
                                                         chunking=config)
+                if reader.header is not None and reuse is None:
+                    reuse, config = await self._import_target(physical, reader.header)
             trailer = reader.finish()
             assert config is not None
             dim = await self.inner.dim_of(physical) or embedder.dim
@@ -745,6 +744,16 @@ class VersionedRegistry(IndexAPI):
         return {"index": name, "documents": trailer["documents"], "chunks": trailer["chunks"],
                 "vectors": "reused" if reuse else "re-embedded", "source_index": head.get("index"),
                 "source_embedding_model": (head.get("embedding") or {}).get("key"), "embedding_model": target.key}
+
+    async def _import_target(self, physical: str, head: dict) -> tuple[bool, dict]:
+        """Whether an import keeps the export's vectors (same model), and the hidden index's chunking."""
+        target, embedder = self.embedders.target, self.embedders.default
+        emb = head["embedding"]
+        reuse = emb.get("key") == target.key and emb.get("dim") == embedder.dim
+        config = head["chunking"] if reuse else new_index_config(self.settings, head["chunking"],
+                                                                 embedder.chunk_token_limit).to_dict()
+        await self.inner.ensure(physical, config)
+        return reuse, config
 
     # -- the background loop -------------------------------------------------------------------------
     async def _run(self) -> None:
