@@ -8,6 +8,7 @@ a wheel: the second, 256-dimension model). ``pool`` holds several models at once
 version). ``export`` makes the ONNX file at install time.
 """
 
-from ragengine.embedding.core import Embedder, build_embedder, pick_device, resolve_model_path
+from ragengine.embedding.core import Embedder, build_embedder, pick_device
+from ragengine.embedding.locate import resolve_model_path
 
 __all__ = ["Embedder", "build_embedder", "pick_device", "resolve_model_path"]
