@@ -23,7 +23,7 @@ from .kube.apply import api_message
 from .kube.client import kopf_login, new_api_client
 from .kube.observe import probe_egress, probe_llm
 from .manifests.sync_job import JOB_UID_LABEL
-from .reconcile.status import container_failure
+from .reconcile.workloads import container_failure
 from .resync import resync_loop
 from .sources import traced
 from .startup import configure

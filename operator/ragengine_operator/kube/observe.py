@@ -25,7 +25,8 @@ from ..manifests.inference import inference_name, model_cache_pvc_name
 from ..manifests.labels import Owner
 from ..net.egress import EgressPolicy
 from ..net.http import Deadline, FetchError, TooLarge, pinned_get, read_body, request
-from ..reconcile.status import Observed, container_failure
+from ..reconcile.status import Observed
+from ..reconcile.workloads import container_failure
 from ..settings import OperatorSettings
 from ..spec import RAGEngineSpec
 from .apply import get, list_objects
