@@ -77,7 +77,7 @@ test: install images cluster-up
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-engine: install
-	$(PY) -m pytest tests/engine tests/chat tests/conversations tests/openai_api tests/test_layers.py $(PYTEST_ARGS)
+	$(PY) -m pytest tests/engine tests/chat tests/conversations tests/openai_api tests/test_layers.py tests/test_module_sizes.py $(PYTEST_ARGS)
 
 test-operator: install cluster-up
 	$(PY) -m pytest tests/operator $(PYTEST_ARGS)

@@ -14,6 +14,10 @@ replica is found at once; counts in ``/health`` may lag by ``REFRESH_S``.
 Names here are the store's own (an index version is "<name>/v<n>", see ``ragengine.versions``); each index
 is embedded with the model ``models`` (``index.models.IndexModels``) names for it, its vectors' dimension fixed
 by the adapter per index. The class implements ``index.api.PhysicalIndexes``.
+
+Longer than 400 lines on purpose: it is one class, the ``PhysicalIndexes`` protocol over a ``StoreAdapter``, whose
+methods share the name cache and the background upkeep; the pieces that stand alone are already their own
+modules (``index.documents``, ``retrieval``, the adapters).
 """
 
 from __future__ import annotations

@@ -14,6 +14,10 @@ name resolves to its live version, and a version can be rebuilt in the backgroun
 The stores' registries know nothing of versions: they hold physical indexes ("<name>", "<name>/v2", ...)
 (``index.api.PhysicalIndexes``) and embed each with the model ``index.models.IndexModels`` names, which this
 class records there from the books.
+
+Longer than 400 lines for now: one class implements the whole ``IndexAPI`` over the books (every method reads or
+updates them under the same lock and cache); the pure parts are already ``book.py`` and ``archive.py``, the jobs
+``builder.py``. Issue 49 item 4 names its split (export / import and the background loop first) as left to do.
 """
 
 from __future__ import annotations
