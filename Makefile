@@ -29,7 +29,7 @@ export IMAGE_REGISTRY IMAGE_TAG
 help:
 	@echo "make install   create $(VENV) and install the project, its test tools and the local LLM"
 	@echo "make run       start the engine on http://$(HOST):$(PORT) with a sample index"
-	@echo "make lint      ruff (lint) and mypy (types) over the packages, tests, bench and hack"
+	@echo "make lint      ruff (lint), mypy (types) and lint-imports (the layers of .importlinter)"
 	@echo "make test      run every test (starts the local control plane and PostgreSQL as needed)"
 	@echo "make bench     run the benchmarks and print their tables (bench/results/*.json)"
 	@echo "make fuzz      fuzz the engine's API with Schemathesis, auth on, 20,000+ requests (FUZZ_ARGS='--seed N' repeats one)"
@@ -59,6 +59,7 @@ run: install
 lint: install
 	$(VENV)/bin/ruff check engine operator tests bench hack
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 cluster-up:
 	bash hack/cluster.sh up
@@ -79,7 +80,7 @@ test: install images cluster-up
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 test-engine: install
-	$(PY) -m pytest tests/engine tests/chat tests/conversations tests/openai_api $(PYTEST_ARGS)
+	$(PY) -m pytest tests/engine tests/chat tests/conversations tests/openai_api tests/test_layers.py tests/test_module_sizes.py $(PYTEST_ARGS)
 
 test-operator: install cluster-up
 	$(PY) -m pytest tests/operator $(PYTEST_ARGS)

@@ -48,8 +48,8 @@ def main() -> int:
     from ragengine.app import create_app
     from ragengine.settings import EngineSettings
     from ragengine_operator.sources.engine import EngineClient
-    from ragengine_operator.sources.spec import Source
     from ragengine_operator.sources.sync import fetch, sync_source
+    from ragengine_operator.spec.sources import Source
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp_name:
@@ -93,8 +93,8 @@ def bench_s3(n: int) -> int:
     from ragengine.app import create_app
     from ragengine.settings import EngineSettings
     from ragengine_operator.sources.engine import EngineClient
-    from ragengine_operator.sources.spec import Source
     from ragengine_operator.sources.sync import fetch, sync_source
+    from ragengine_operator.spec.sources import Source
     from tests.sources.test_git_sync import LOOPBACK
     from tests.support.s3_server import s3_server
 

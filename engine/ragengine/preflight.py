@@ -15,15 +15,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
 from ragengine import formats
 from ragengine.conversations import schema as sessions_schema
+from ragengine.settings import EngineSettings
 
 log = logging.getLogger(__name__)
 
 
-def check(settings: Any) -> None:
+def check(settings: EngineSettings) -> None:
     formats.read_data_version(settings.data_dir)
     sessions_schema.check(settings.sessions_url)
     if settings.vector_store == "postgres" and settings.vector_store_url:
@@ -48,7 +48,7 @@ def _check_store_schema(url: str, schema: str) -> None:
         engine.dispose()
 
 
-async def prepare(settings: Any) -> None:
+async def prepare(settings: EngineSettings) -> None:
     """``check``, then the data folder's upgrade when the FAISS store does not own the folder."""
     await asyncio.to_thread(check, settings)
     if settings.vector_store != "faiss":

@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     overrides = {k: v for k, v in (("metrics_port", args.metrics_port), ("liveness_port", args.liveness_port)) if v is not None}
     settings = OperatorSettings(**overrides)
     if settings.sync_mode == "subprocess":
-        from .sources.in_subprocess import worker_missing
+        from .syncer.in_subprocess import worker_missing
 
         # at once, not as every source's failure: git sources and documents would fail one by one
         if missing := worker_missing():

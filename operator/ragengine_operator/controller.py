@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import base64
 import contextvars
-import json
 import logging
 import os
 import random
@@ -35,6 +34,7 @@ from pydantic import ValidationError
 from . import constants as c
 from . import metrics
 from .kube import apply as kube
+from .kube.apply import api_message
 from .kube.bindings import sweep_bindings
 from .kube.client import api_audiences
 from .kube.observe import engine_health, observe, probe_egress
@@ -54,7 +54,7 @@ from .reconcile.evaluation import events as evaluation_events
 from .reconcile.plan import OPTIONAL_APIS, generated_key_secret, name_conflict, plan, referenced_secrets
 from .reconcile.policy import POLICY_VIOLATION, Policy, refusals
 from .reconcile.schedule import next_due
-from .reconcile.status import compute_status
+from .reconcile.status import ACCESS_INVALID, compute_status, degraded_by, pending_error
 from .settings import OperatorSettings
 from .spec import RAGEngineSpec
 
@@ -148,7 +148,7 @@ class Controller:
                 self._schedule(key, failed=False)
                 return
             failures = self._apply_children(owner, spec, body["metadata"].get("generation"))
-            error = _error(failures)
+            error = degraded_by(failures)
             self._write_status(body, owner, spec, error, advance=error is None)
             self._schedule(key, failed=error is not None)
             if error:
@@ -396,35 +396,3 @@ def post(body: Any, kind: str, reason: str, message: str) -> None:
         kopf.event(body, type=kind, reason=reason, message=message[:1024])
     except LookupError:
         log.debug("no kopf poster: event %s not posted", reason)
-
-
-def _error(failures: list[tuple[str, str, str]]) -> tuple[str, str] | None:
-    """The (reason, message) for Degraded: the first failure's reason, every failing child named."""
-    if not failures:
-        return None
-    return failures[0][0], "; ".join(f"{child}: {message}" for _, child, message in failures)
-
-
-def pending_error(body: dict[str, Any]) -> tuple[str, str] | None:
-    """The apply/spec error that the last reconcile reported for a generation it did not finish."""
-    status = body.get("status") or {}
-    if status.get("observedGeneration") == body["metadata"].get("generation"):
-        return None
-    for cond in status.get("conditions") or []:
-        if cond.get("type") == c.DEGRADED and cond.get("status") == "True" and cond.get("reason") in _SPEC_ERRORS:
-            return cond["reason"], cond.get("message", "")
-    return None
-
-
-ACCESS_INVALID = "AccessInvalid"
-# Every reason a reconcile reports for a generation it could not bring about (reconcile(), _apply_children(),
-# _apply_access()): a child's event keeps it (sync_status) until a reconcile of that generation succeeds.
-_SPEC_ERRORS = ("ApplyFailed", "InvalidSpec", "NameConflict", "DeleteFailed", ACCESS_INVALID, POLICY_VIOLATION)
-
-
-def api_message(exc: ApiException) -> str:
-    """The API server's own reason (its Status message), else the HTTP status line."""
-    try:
-        return json.loads(exc.body or "{}").get("message") or f"{exc.status} {exc.reason}"
-    except (ValueError, AttributeError, TypeError):
-        return f"{exc.status} {exc.reason}"

@@ -18,16 +18,16 @@ from kubernetes.client.rest import ApiException
 
 from . import constants as c
 from . import reachability
-from .controller import api_message
 from .conversion.storage import migrate
+from .kube.apply import api_message
 from .kube.client import kopf_login, new_api_client
 from .kube.observe import probe_egress, probe_llm
 from .manifests.sync_job import JOB_UID_LABEL
-from .reconcile.status import container_failure
+from .reconcile.workloads import container_failure
 from .resync import resync_loop
 from .sources import traced
-from .sources.runner import SourceSyncer, Target
 from .startup import configure
+from .syncer.runner import SourceSyncer, Target
 
 RAG = (c.GROUP, c.VERSION, c.PLURAL)
 log = logging.getLogger(__name__)

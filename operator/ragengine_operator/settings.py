@@ -105,7 +105,7 @@ class OperatorSettings(BaseSettings):
         True, description="May spec.*.env[].valueFrom be set (it reads any Secret or ConfigMap key of the namespace).",
     )
     # Document sources (spec.sources, docs/sources.md): each sync runs outside the operator's process and
-    # identity (sources/runner.py), and pushes through the engine's API.
+    # identity (syncer/runner.py), and pushes through the engine's API.
     sync_mode: Literal["job", "subprocess"] = Field(
         "job", description="job: each sync is a Job in the RAGEngine's namespace (no API token, its own limits, the "
         "namespace's NetworkPolicies). subprocess: a child process of the operator with rlimits and an empty "

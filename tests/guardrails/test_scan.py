@@ -7,6 +7,7 @@ import json
 from ragengine.guardrails.detectors import encoding
 from ragengine.guardrails.policy import parse_policy
 from ragengine.guardrails.scan import OutputGuard
+from ragengine.guardrails.stream import OutputStream
 
 AWS = "AKIAIOSFODNN7EXAMPLE"
 GITHUB = "ghp_" + "a1B2c3D4e5F6g7H8i9J0" * 2 + "kLmN"
@@ -95,7 +96,7 @@ def test_token_limit_bounds_an_oversized_answer():
     v = g.check(answer)
     enc = encoding()
     assert len(enc.encode_ordinary(v.text)) == 50 and answer.startswith(v.text) and v.finish_reason == "length"
-    stream = g.stream()
+    stream = OutputStream(g)
     sent = "".join(stream.feed(answer[i:i + 7]) for i in range(0, len(answer), 7)) + stream.close()
     assert len(enc.encode_ordinary(sent)) <= 50 and stream.verdict.finish_reason == "length"
     assert guard("scanners:\n  - type: token_limit\n    limit: 50\n    action: block\n").check(answer).blocked
@@ -104,7 +105,7 @@ def test_token_limit_bounds_an_oversized_answer():
 def test_redaction_never_reaches_the_client_one_character_at_a_time():
     g = guard("scanners:\n  - type: regex\n    patterns: ['\\bAKIA[0-9A-Z]{16}\\b']\n")
     text = f"Your key is {AWS}, keep it."
-    stream = g.stream()
+    stream = OutputStream(g)
     pieces = [stream.feed(c) for c in text] + [stream.close()]
     assert "".join(pieces) == "Your key is [REDACTED], keep it."
     assert not any("AKIA" in p or "EXAMPLE" in p for p in pieces)
@@ -114,13 +115,13 @@ def test_redaction_never_reaches_the_client_one_character_at_a_time():
 
 def test_block_in_a_stream_keeps_what_was_released_and_stops():
     g = guard("scanners:\n  - type: ban_substrings\n    action: block\n    substrings: [Do Not Distribute]\n")
-    stream = g.stream()
+    stream = OutputStream(g)
     out = [stream.feed(p) for p in ("Summary: all good. ", "Do Not Dis", "tribute. More")]
     assert "".join(out) == "Summary: all good. " and stream.verdict.blocked and stream.close() == ""
 
 
 def test_whole_answer_scanners_hold_the_stream_to_its_end():
     g = guard("scanners:\n  - type: json\n")
-    stream = g.stream()
+    stream = OutputStream(g)
     assert stream.feed('{"a": ') == "" and stream.feed("1,}") == ""
     assert stream.close() == '{"a": 1}'

@@ -14,7 +14,7 @@ from tests.support import podman
 
 IMAGE = podman.local_image("operator")
 OPERATOR = ("kopf", "kubernetes", "ragengine_operator.handlers", "ragengine_operator.runtime",
-            "ragengine_operator.__main__", "ragengine_operator.sources.runner")
+            "ragengine_operator.__main__", "ragengine_operator.syncer.runner")
 ABSENT = ("docx", "pptx", "openpyxl", "pdfplumber", "pdfminer", "PIL", "lxml", "fastapi", "faiss")
 PROBE = f"""
 import importlib, json, shutil

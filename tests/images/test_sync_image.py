@@ -19,9 +19,9 @@ from ragengine_operator.manifests.labels import Owner
 from ragengine_operator.manifests.sync_job import SyncPod, sync_job
 from ragengine_operator.settings import OperatorSettings
 from ragengine_operator.sources.protocol import CONTAINER, SyncRequest, decode_result
-from ragengine_operator.sources.spec import Source
 from ragengine_operator.sources.sync import SyncResult, policy_settings
 from ragengine_operator.spec import SecretKeyRef
+from ragengine_operator.spec.sources import Source
 from tests.support import corpus, podman
 from tests.support.embedding import borrowed
 from tests.support.git_server import Repo, git_http_server
@@ -65,7 +65,7 @@ def engine(embedder, host, tmp_path_factory):
 
 
 def run_sync(source: dict, engine: str, host: str, configmap: dict[str, str | bytes] | None = None) -> SyncResult:
-    """One sync, as the operator's runner asks for it (sources/runner.py ``prepare``), in its rendered Job container."""
+    """One sync, as the operator's runner asks for it (syncer/runner.py ``prepare``), in its rendered Job container."""
     parsed = Source.model_validate(source)
     # the test servers listen on this machine's private address: allowed, as the node tests' chart does
     policy = policy_settings(OperatorSettings(sources_egress_allow=[f"{host}/32"]))

@@ -15,8 +15,8 @@ from ragengine.settings import EngineSettings
 from ragengine_operator.settings import OperatorSettings
 from ragengine_operator.sources import traced
 from ragengine_operator.sources.protocol import Prepared, SyncRequest
-from ragengine_operator.sources.runner import SourceSyncer, Target
 from ragengine_operator.sources.sync import policy_settings
+from ragengine_operator.syncer.runner import SourceSyncer, Target
 from tests.support.embedding import serve_engine
 from tests.support.otelcol import collector
 from tests.support.server import serve_app

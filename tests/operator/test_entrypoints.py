@@ -7,7 +7,7 @@ from ragengine_operator import runtime
 from ragengine_operator.__main__ import main, parse_args
 from ragengine_operator.handlers import _owner
 from ragengine_operator.settings import OperatorSettings
-from ragengine_operator.sources.in_subprocess import worker_missing
+from ragengine_operator.syncer.in_subprocess import worker_missing
 
 
 def test_parse_args():

@@ -102,7 +102,7 @@ def test_status_condition_and_events_from_health():
 
 
 def test_a_golden_set_from_a_source_is_named_in_the_evaluation_file_and_the_sync_request():
-    from ragengine_operator.sources.runner import Target
+    from ragengine_operator.syncer.runner import Target
 
     body = {"sources": [{"name": "docs", "index": "handbook", "git": {"url": "https://git.example.com/d.git"}},
                         {"name": "faq", "index": "faq", "git": {"url": "https://git.example.com/f.git"}}],

@@ -1,10 +1,11 @@
 """Pure parts of failure handling: container states, distinct-failure Events, backoff, ownership."""
 
-from ragengine_operator.controller import _error
 from ragengine_operator.manifests.labels import Owner, owner_reference
 from ragengine_operator.reconcile.plan import name_conflict
 from ragengine_operator.reconcile.schedule import RETRY_MAX_SECONDS, backoff, next_due
-from ragengine_operator.reconcile.status import container_failure, transitions, workload_state
+from ragengine_operator.reconcile.status import degraded_by as _error
+from ragengine_operator.reconcile.status import transitions
+from ragengine_operator.reconcile.workloads import container_failure, workload_state
 
 OWNER = Owner("ns", "rag", "uid-1")
 

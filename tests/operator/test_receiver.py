@@ -19,7 +19,7 @@ from ragengine_operator.metrics import WEBHOOK_REQUESTS
 from ragengine_operator.receiver.server import Hooked, LookupUnavailable, Receiver, Throttle
 from ragengine_operator.receiver.verify import TOLERANCE_S, sign_github, sign_standard
 from ragengine_operator.settings import OperatorSettings
-from ragengine_operator.sources.spec import Source
+from ragengine_operator.spec.sources import Source
 from tests.support.server import port_for_external_server, refused_port
 
 SECRET = "push-secret"

@@ -3,7 +3,8 @@
 import pytest
 
 from ragengine_operator.manifests.labels import Owner
-from ragengine_operator.reconcile.status import Observed, compute_status, stamp, workload_state
+from ragengine_operator.reconcile.status import Observed, compute_status, stamp
+from ragengine_operator.reconcile.workloads import workload_state
 from ragengine_operator.spec import RAGEngineSpec
 
 OWNER = Owner("ns", "rag", "uid")
@@ -111,7 +112,7 @@ def test_transition_time_kept_while_status_unchanged():
 def test_pending_error_is_kept_until_that_generation_reconciles(reason):
     """AccessInvalid was not kept: a child's event cleared Degraded while refused access rules stood, and CI's
     test_access went on before the reconcile that wrote the Secret (it then found the rules a step behind)."""
-    from ragengine_operator.controller import pending_error
+    from ragengine_operator.reconcile.status import pending_error
 
     degraded = {"type": "Degraded", "status": "True", "reason": reason, "message": "pvc is forbidden"}
     body = {"metadata": {"generation": 3}, "status": {"observedGeneration": 2, "conditions": [degraded]}}

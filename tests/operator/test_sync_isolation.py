@@ -19,7 +19,6 @@ from ragengine_operator.manifests.engine import engine_network_policy
 from ragengine_operator.manifests.labels import Owner
 from ragengine_operator.manifests.sync_job import REQUEST_ANNOTATION, SyncPod, sync_job, sync_job_name
 from ragengine_operator.settings import OperatorSettings
-from ragengine_operator.sources.in_subprocess import SubprocessRunner, worker_env
 from ragengine_operator.sources.protocol import (
     RESULT_LIMIT,
     Limits,
@@ -33,6 +32,7 @@ from ragengine_operator.sources.protocol import (
 )
 from ragengine_operator.sources.sync import SyncResult, policy_settings
 from ragengine_operator.spec import RAGEngineSpec, SecretKeyRef
+from ragengine_operator.syncer.in_subprocess import SubprocessRunner, worker_env
 from tests.support.server import refused_port
 from tests.support.web import web_server
 

@@ -23,8 +23,8 @@ import pytest
 from ragengine_operator.sources import s3 as s3_reader
 from ragengine_operator.sources.fetch import FetchError, FetchLimits, fetch_git, fetch_http
 from ragengine_operator.sources.s3 import fetch_s3
-from ragengine_operator.sources.spec import S3Source, Source
 from ragengine_operator.sources.sync import FetchPolicy, fetch
+from ragengine_operator.spec.sources import S3Source, Source
 from tests.sources.test_git_sync import LOOPBACK
 from tests.support.bounded import peak_kib, reset_peak
 from tests.support.bounded import within as bounded_within
@@ -172,7 +172,7 @@ def test_a_pathological_glob_matches_in_linear_time(repo, tmp_path):
     program = (
         "import sys, json\n"
         "from pathlib import Path\n"
-        "from ragengine_operator.sources.spec import Source\n"
+        "from ragengine_operator.spec.sources import Source\n"
         "from ragengine_operator.sources.sync import fetch\n"
         "from tests.sources.test_git_sync import LOOPBACK\n"
         f"s = Source.model_validate({{'name': 'g', 'git': {{'url': {url!r}, 'paths': [{glob!r}, '*b.md']}}}})\n"

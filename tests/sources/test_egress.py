@@ -19,8 +19,8 @@ from ragengine_operator.net.http import Refused, request
 from ragengine_operator.sources.engine import EngineClient
 from ragengine_operator.sources.fetch import FetchError, fetch_git
 from ragengine_operator.sources.git import GitCredentials
-from ragengine_operator.sources.spec import Source
 from ragengine_operator.sources.sync import FetchPolicy, fetch, sync_source
+from ragengine_operator.spec.sources import Source
 from tests.sources.test_git_sync import LOOPBACK, engine, held  # noqa: F401 - the engine fixture
 from tests.support.git_server import Repo, git_http_server
 from tests.support.web import send, web_server

@@ -13,8 +13,8 @@ import pytest
 from ragengine_operator.sources import cache as clones
 from ragengine_operator.sources.engine import EngineClient
 from ragengine_operator.sources.fetch import FetchError
-from ragengine_operator.sources.spec import Source
 from ragengine_operator.sources.sync import FetchPolicy, fetch, source_secret, sync_source
+from ragengine_operator.spec.sources import Source
 from tests.sources.test_git_sync import LOOPBACK, engine, held  # noqa: F401 - the engine fixture
 from tests.support.git_server import Repo, git_http_server
 from tests.support.web import web_server

@@ -12,8 +12,8 @@ import pytest
 
 from ragengine_operator.net.egress import EgressPolicy
 from ragengine_operator.sources.engine import EngineClient
-from ragengine_operator.sources.spec import Source
 from ragengine_operator.sources.sync import FetchPolicy, fetch, sync_source
+from ragengine_operator.spec.sources import Source
 from tests.support.embedding import borrowed
 from tests.support.git_server import Repo, git_http_server
 from tests.support.server import refused_port, serve_app

@@ -9,8 +9,8 @@ import time
 import httpx
 
 from ragengine_operator.sources.engine import EngineClient
-from ragengine_operator.sources.spec import Source
 from ragengine_operator.sources.sync import fetch, sync_source
+from ragengine_operator.spec.sources import Source
 from tests.support.embedding import borrowed
 from tests.support.git_server import Repo, git_http_server
 from tests.support.golden import DOCS, questions

@@ -11,10 +11,10 @@ import pytest
 from pydantic import ValidationError
 
 from ragengine_operator.sources.protocol import SyncRequest
-from ragengine_operator.sources.runner import Target
-from ragengine_operator.sources.spec import Source
 from ragengine_operator.sources.worker import run
 from ragengine_operator.spec import RAGEngineSpec
+from ragengine_operator.spec.sources import Source
+from ragengine_operator.syncer.runner import Target
 from tests.support import corpus
 from tests.support.embedding import borrowed
 from tests.support.server import serve_app
@@ -98,7 +98,7 @@ def test_an_edited_source_is_read_again_in_full():
     synced = SourceState(digest=spec_digest(source), synced=True, revision="7")
     edited = source.model_copy(update={"ingestion": None})
     assert spec_digest(edited) != synced.digest
-    from ragengine_operator.sources import runner
+    from ragengine_operator.syncer import runner
 
     known = runner.known_revision
     assert known(source, synced) == "7" and known(edited, synced) is None

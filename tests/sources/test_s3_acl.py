@@ -11,8 +11,8 @@ import httpx
 import pytest
 
 from ragengine_operator.sources.engine import EngineClient
-from ragengine_operator.sources.spec import Source
 from ragengine_operator.sources.sync import fetch, sync_source
+from ragengine_operator.spec.sources import Source
 from tests.conversations.scripted_llm import ScriptedLLM, create_scripted_app
 from tests.sources.test_git_sync import LOOPBACK
 from tests.support.embedding import serve_engine

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from ragengine_operator.sources.engine import EngineClient
-from ragengine_operator.sources.spec import Source
 from ragengine_operator.sources.sync import fetch, sync_source
+from ragengine_operator.spec.sources import Source
 from tests.sources.test_git_sync import LOOPBACK, engine, held  # noqa: F401 - the engine fixture
 from tests.support.s3_server import ACCESS_KEY, SECRET_KEY, s3_server
 
@@ -102,8 +102,8 @@ def test_a_workload_identity_the_operator_cannot_give_is_refused_before_any_work
     from types import SimpleNamespace
 
     from ragengine_operator.settings import OperatorSettings
-    from ragengine_operator.sources.runner import SourceSyncer, Target
     from ragengine_operator.sources.sync import SyncResult
+    from ragengine_operator.syncer.runner import SourceSyncer, Target
 
     source = Source.model_validate({"name": "lake", "s3": {"bucket": "lake", "serviceAccountName": "lake-reader"}})
     syncer = SourceSyncer(SimpleNamespace(settings=OperatorSettings(**settings)))  # type: ignore[arg-type]

@@ -14,8 +14,8 @@ import pytest
 
 from ragengine_operator.sources import s3 as s3_reader
 from ragengine_operator.sources.engine import EngineClient
-from ragengine_operator.sources.spec import Source
 from ragengine_operator.sources.sync import SyncResult, fetch, sync_source
+from ragengine_operator.spec.sources import Source
 from tests.sources.test_git_sync import LOOPBACK, embedded, engine, held  # noqa: F401 - the engine fixture
 from tests.support.s3_server import S3Server, s3_server
 

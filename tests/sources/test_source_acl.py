@@ -8,8 +8,8 @@ import pytest
 from pydantic import ValidationError
 
 from ragengine_operator.sources.engine import EngineClient
-from ragengine_operator.sources.spec import Source
 from ragengine_operator.sources.sync import fetch, sync_source
+from ragengine_operator.spec.sources import Source
 from tests.sources.test_git_sync import LOOPBACK, embedded, engine, held, run  # noqa: F401 - the engine fixture
 from tests.sources.test_http_sync import TOKEN, site  # noqa: F401 - the site fixture
 
@@ -58,7 +58,7 @@ def _syncer():
     from types import SimpleNamespace
 
     from ragengine_operator.settings import OperatorSettings
-    from ragengine_operator.sources.runner import SourceSyncer
+    from ragengine_operator.syncer.runner import SourceSyncer
 
     settings = OperatorSettings(sources_egress_allow=["127.0.0.1/32"])
     return SourceSyncer(SimpleNamespace(settings=settings))  # type: ignore[arg-type]  # prepare reads settings only
@@ -67,8 +67,8 @@ def _syncer():
 def _through_worker(syncer, source: Source, state, engine: str, tmp_path):  # noqa: F811
     """One sync as the operator runs it: the request its syncer prepares, then the worker's run."""
     from ragengine_operator.sources import worker
-    from ragengine_operator.sources.runner import Target
     from ragengine_operator.sources.status import after_sync
+    from ragengine_operator.syncer.runner import Target
 
     target = Target("ns", "rag", "uid", (source,), (), True, None)
     prepared = syncer.prepare(target, source, state)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from ragengine_operator.sources.spec import Source, duration_seconds, unique_names
+from ragengine_operator.spec.sources import Source, duration_seconds, unique_names
 
 
 def src(**kw) -> Source:

@@ -6,7 +6,6 @@ from __future__ import annotations
 from ragengine_operator import constants as c
 from ragengine_operator.manifests.labels import Owner
 from ragengine_operator.reconcile.plan import name_conflict, plan
-from ragengine_operator.sources.spec import Source
 from ragengine_operator.sources.status import (
     WAITING_FOR_ENGINE,
     SourceState,
@@ -22,6 +21,7 @@ from ragengine_operator.sources.status import (
 )
 from ragengine_operator.sources.sync import SyncResult
 from ragengine_operator.spec import RAGEngineSpec
+from ragengine_operator.spec.sources import Source
 
 CM = Source.model_validate({"name": "faq", "configMap": {"name": "faq"}})
 GIT = Source.model_validate({"name": "docs", "interval": "1h", "git": {"url": "https://git.example/docs.git"}})

@@ -31,6 +31,7 @@ from ragengine.conversations.service import ConversationService, check_session_i
 from ragengine.conversations.store import SessionStore
 from ragengine.errors import EngineError, NotFound, PayloadTooLarge
 from ragengine.guardrails.answer import AnswerGuard
+from ragengine.index.api import IndexAPI
 from ragengine.protocol.conversations import (
     AttachFilesRequest,
     CreateSessionRequest,
@@ -245,7 +246,7 @@ async def startup(app: FastAPI, settings: EngineSettings, stack: AsyncExitStack)
     store = SessionStore(settings.sessions_url, threads=settings.session_store_threads)
     await asyncio.to_thread(store.create_tables)
     stack.callback(store.close)
-    registry = getattr(app.state, "registry", None)
+    registry: IndexAPI = app.state.registry  # indexes start first (services.start)
     ingestion = IngestionWorker(store, registry, settings, tracing_=app.state.tracing)
     await ingestion.start()
     stack.push_async_callback(ingestion.stop)

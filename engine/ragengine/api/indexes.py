@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from contextlib import AsyncExitStack
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fastapi import APIRouter, FastAPI, File, Form, Query, Request, Response, UploadFile
 
@@ -30,15 +30,20 @@ from ragengine.protocol.indexes import (
 )
 from ragengine.protocol.paging import MAX_OFFSET, MAX_TEXT_LENGTH
 from ragengine.settings import EngineSettings
-from ragengine.versions.registry import SERVED
+from ragengine.versions.registry import SERVED, VersionedRegistry
+
+if TYPE_CHECKING:
+    from ragengine.embedding.core import Embedder
+    from ragengine.retrieval.rerank import Reranker
 
 log = logging.getLogger(__name__)
 MAX_SEARCH = 1000  # characters of a documents search: a needle longer than this is a 422, not a slow scan
 router = APIRouter(tags=["indexes"])
 
 
-def _registry(request: Request):
-    return request.app.state.registry
+def _registry(request: Request) -> VersionedRegistry:
+    registry: VersionedRegistry = request.app.state.registry
+    return registry
 
 
 @router.post("/index", response_model=list[DocumentOut], responses=error_responses(409, 500, 502, 504))
@@ -198,7 +203,7 @@ async def startup(app: FastAPI, settings: EngineSettings, stack: AsyncExitStack,
     target, generation = ModelRef.from_settings(settings), None
     if settings.embedding_file is not None and settings.embedding_file.exists():
         target, generation = read_target(settings.embedding_file, settings)  # a bad file stops the start here
-    embedder: Any = getattr(app.state, "embedder", None)
+    embedder: Embedder | None = getattr(app.state, "embedder", None)
     if embedder is None:
         wanted = target.settings_for(settings)
         # ``ragengine serve`` started loading it beside its imports (embedding/early.py)
@@ -206,7 +211,7 @@ async def startup(app: FastAPI, settings: EngineSettings, stack: AsyncExitStack,
         app.state.embedder = embedder
         stack.callback(embedder.close)
     EMBEDDING_BACKEND.labels(embedder.backend.name).set(1)
-    reranker: Any = getattr(app.state, "reranker", None)
+    reranker: Reranker | None = getattr(app.state, "reranker", None)
     if reranker is None and settings.rerank_model:
         from ragengine.retrieval.rerank import Reranker
 
@@ -214,8 +219,7 @@ async def startup(app: FastAPI, settings: EngineSettings, stack: AsyncExitStack,
         reranker = await asyncio.to_thread(Reranker, settings.rerank_model, settings.device, cache)
         app.state.reranker = reranker
         stack.callback(reranker.close)
-    registry = build_registry(settings, embedder, reranker, target)
-    registry.generation = generation
+    registry = build_registry(settings, embedder, reranker, target, generation)
     stack.callback(registry.embedders.close)  # after the registry's close (the stack unwinds in reverse)
     await registry.start(read_only=read_only)
     app.state.registry = registry

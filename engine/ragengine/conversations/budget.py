@@ -11,11 +11,15 @@ relevance order, threshold, skip what does not fit; ``rag.context``). The budget
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ragengine.conversations.prompting import InlineDoc, build_messages
 from ragengine.errors import BadRequest
 from ragengine.rag.context import select_context
+from ragengine.settings import EngineSettings
+
+if TYPE_CHECKING:
+    from ragengine.llm.client import LLMClient
 
 PER_BLOCK_OVERHEAD = 12  # the "[n] (file, page)" header and separators around each context block
 MIN_ANSWER_TOKENS = 64
@@ -23,7 +27,7 @@ MIN_INLINE_TOKENS = 32
 
 
 class Budget:
-    def __init__(self, llm: Any, settings: Any, window: int, max_tokens: int | None) -> None:
+    def __init__(self, llm: LLMClient, settings: EngineSettings, window: int, max_tokens: int | None) -> None:
         self.llm = llm
         self.settings = settings
         self.window = window
@@ -33,7 +37,7 @@ class Budget:
         self.fixed_tokens = 0
 
     @classmethod
-    async def create(cls, llm: Any, settings: Any, max_tokens: int | None) -> Budget:
+    async def create(cls, llm: LLMClient, settings: EngineSettings, max_tokens: int | None) -> Budget:
         return cls(llm, settings, await llm.context_window(), max_tokens)
 
     async def fit_history(self, instructions: str, history: list[dict], user_message: str) -> list[dict]:

@@ -20,7 +20,7 @@ import contextlib
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ragengine.conversations.file_records import LeaseLost, over_quota
 from ragengine.conversations.jobs import Claim, Jobs, make_jobs
@@ -38,9 +38,13 @@ from ragengine.errors import EngineError, NotFound, PayloadTooLarge
 from ragengine.metrics import FILES_ACCEPTED, FILES_INGESTED, INGESTION_RUNNING
 from ragengine.observability import tracing
 from ragengine.parsing.limits import ParseLimits
+from ragengine.settings import EngineSettings
+
+if TYPE_CHECKING:
+    from ragengine.index.api import IndexAPI
 
 
-def parse_limits(settings: Any, **overrides: Any) -> ParseLimits:
+def parse_limits(settings: EngineSettings, **overrides: Any) -> ParseLimits:
     """The bounded parser's budgets and OCR options from the engine's settings."""
     return ParseLimits(**{"cpu_s": settings.parse_cpu_s, "memory_mb": settings.parse_memory_mb,
                           "max_pages": settings.parse_max_pages, "max_chars": settings.max_document_chars,
@@ -59,7 +63,7 @@ MAX_ORIGINS = 10_000  # uploads whose ingestion joins the upload's trace, waitin
 
 
 class IngestionWorker:
-    def __init__(self, store: SessionStore, registry: Any, settings: Any, jobs: Jobs | None = None,
+    def __init__(self, store: SessionStore, registry: IndexAPI | None, settings: EngineSettings, jobs: Jobs | None = None,
                  tracing_: tracing.Tracing | None = None) -> None:
         self.store = store
         self.registry = registry
@@ -250,6 +254,7 @@ class IngestionWorker:
         ours = [self.doc_id(info.id, i) for i in range(len(parts))]
         await self._drop_documents(info.id, list(dict.fromkeys(ours + list(info.doc_ids))))
         done_ids: list[str] = []
+        assert self.registry is not None, "files are ingested into the index registry"
         try:
             for start in range(0, len(parts), BATCH_PARTS):
                 batch = parts[start:start + BATCH_PARTS]

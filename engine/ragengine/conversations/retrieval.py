@@ -3,13 +3,17 @@ loop searches them) and its knowledge index, if it names one, merged on one cosi
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ragengine.conversations.tools import Scope, scoped_search
 from ragengine.guardrails.screening import screen_nodes
+from ragengine.settings import EngineSettings
+
+if TYPE_CHECKING:
+    from ragengine.index.api import IndexAPI
 
 
-async def session_search(registry: Any, settings: Any, session: Any, scope: Scope, query: str, top_k: int,
+async def session_search(registry: IndexAPI, settings: EngineSettings, session: Any, scope: Scope, query: str, top_k: int,
                          meta: dict | None = None) -> list:
     """The session's files (scoped) plus its knowledge index (if any), best similarity first."""
     found = list(await scoped_search(registry, scope, query, top_k))

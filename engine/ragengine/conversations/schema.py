@@ -21,6 +21,7 @@ from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.exc import DBAPIError
 
 from ragengine import formats
+from ragengine.conversations.connect import make_engine
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 BASELINE = "0001"
@@ -58,8 +59,6 @@ def check(url: str) -> None:
     """Refuse (``FormatRefused``) a session store this engine's migrations do not know; reads only, and writes
     nothing: SQLite is opened read-only. A database not made yet, or one that cannot be reached now, is left to
     ``upgrade`` (which checks again, and reports an unreachable server as it always has)."""
-    from ragengine.conversations.database import make_engine
-
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
         path = Path(parsed.database or ":memory:")

@@ -30,12 +30,16 @@ from ragengine.conversations.prompting import (
     history_turns,
 )
 from ragengine.conversations.retrieval import session_search
+from ragengine.conversations.store import SessionStore
 from ragengine.conversations.tools import Scope, run_tool_loop
 from ragengine.conversations.turn import Generation, Turn
+from ragengine.embedding.core import Embedder
 from ragengine.errors import BadRequest, UpstreamError
 from ragengine.guardrails.answer import AnswerGuard
+from ragengine.index.api import IndexAPI
 from ragengine.index.types import RetrievedNode
 from ragengine.llm.availability import tool_calls_refused
+from ragengine.llm.client import LLMClient
 from ragengine.metrics import GROUNDEDNESS_SCORE, LLM_FALLBACKS, SESSION_MESSAGES, TOOL_CALLS, UNGROUNDED_ANSWERS
 from ragengine.observability import tracing
 from ragengine.protocol.conversations import MAIN_THREAD, MessageRequest
@@ -43,13 +47,14 @@ from ragengine.rag.extractive import NO_ANSWER, extractive_answer
 from ragengine.rag.groundedness import assess_groundedness
 from ragengine.rag.no_context import DISCLAIMER, REFUSAL, REFUSAL_METHOD
 from ragengine.rag.reformulate import reformulate_query
+from ragengine.settings import EngineSettings
 
 log = logging.getLogger(__name__)
 GENERATION_START = event("generation_start", message="Generating the answer...", generation_method="llm")
 _BACKGROUND: set[asyncio.Task] = set()  # replies stored after the client left (kept referenced until done)
 
 
-def check_session_index(index_name: str | None, settings: Any) -> None:
+def check_session_index(index_name: str | None, settings: EngineSettings) -> None:
     """A session's knowledge index is searched unscoped, so it may not be the index that holds every
     conversation's uploads: that would widen the session's scope to other sessions' files."""
     if index_name is not None and index_name == settings.conversation_index:
@@ -58,8 +63,8 @@ def check_session_index(index_name: str | None, settings: Any) -> None:
 
 
 class ConversationService:
-    def __init__(self, settings: Any, store: Any, registry: Any, llm: Any, embedder: Any = None,
-                 guardrails: Any = None) -> None:
+    def __init__(self, settings: EngineSettings, store: SessionStore, registry: IndexAPI, llm: LLMClient,
+                 embedder: Embedder | None = None, guardrails: Any = None) -> None:
         self.settings = settings
         self.store = store
         self.registry = registry
@@ -109,8 +114,7 @@ class ConversationService:
         transaction: ``SessionStore.open_turn``), read the history, store the user message."""
         s, req = self.settings, t.req
         if req.session_id is not None and req.session_id != t.session_id:
-            raise BadRequest(f"session_id '{req.session_id}' in the body is not the session of the URL.",
-                             param="session_id")
+            raise BadRequest(f"session_id '{req.session_id}' in the body is not the session of the URL.", param="session_id")
         t.session = await self.store.get_session(t.session_id)
         if req.parent_message_id is not None and "thread_id" in req.model_fields_set and req.thread_id == MAIN_THREAD:
             raise BadRequest("parent_message_id starts a new thread; it cannot be used with thread_id 'main'.",
@@ -162,7 +166,7 @@ class ConversationService:
             yield event("rag_start", message="Retrieving relevant context...", mode=req.mode,
                         query=t.meta.get("query_used", t.query), scope_file_ids=list(t.scope.file_ids))
         t.inline = await t.budget.fit_inline(pending) if t.budget is not None else [
-            InlineDoc(f.id, f.filename, f.text) for f in pending]
+            InlineDoc(f.id, f.filename, f.text or "") for f in pending]
         t.meta["inline_files"] = [{"file_id": d.file_id, "filename": d.filename, "truncated": d.truncated}
                                   for d in t.inline]
         if t.mode == "tools" and self.llm_ok:
@@ -201,8 +205,7 @@ class ConversationService:
         """The LLM's answer, streamed as text chunks (tools mode: after the tool rounds). ``generation_start``
         goes out with the first text, so an LLM that fails before answering leaves only the extractive one."""
         if self._no_context(t) == "refuse":
-            yield event("generation_start", message="No document matched the question.",
-                        generation_method=REFUSAL_METHOD)
+            yield event("generation_start", message="No document matched the question.", generation_method=REFUSAL_METHOD)
             gen.answer, gen.method = REFUSAL, REFUSAL_METHOD
             if (shown := t.out.feed(REFUSAL)):
                 yield event("text_chunk", content=shown)

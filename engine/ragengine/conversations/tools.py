@@ -18,11 +18,15 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ragengine.access.acl import Acl
 from ragengine.errors import UpstreamError
 from ragengine.observability import tracing
+
+if TYPE_CHECKING:
+    from ragengine.index.api import IndexAPI
+    from ragengine.llm.client import LLMClient
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +102,7 @@ def parse_tool_arguments(raw: Any, *, default_top_k: int, max_top_k: int, defaul
     return SearchArgs(query.strip()[:MAX_QUERY_CHARS], max(1, min(top_k, max_top_k)), ignored)
 
 
-async def scoped_search(registry: Any, scope: Scope, query: str, top_k: int) -> list:
+async def scoped_search(registry: IndexAPI, scope: Scope, query: str, top_k: int) -> list:
     """Search only inside ``scope``; an empty scope returns nothing without touching the index."""
     flt = scope.to_filter()
     if flt is None or not registry.exists(scope.index_name):
@@ -129,7 +133,7 @@ def _add_usage(total: dict[str, int], body: dict) -> None:
             total[key] = total.get(key, 0) + value
 
 
-async def run_tool_loop(llm: Any, registry: Any, scope: Scope, messages: list[dict], *, max_iterations: int,
+async def run_tool_loop(llm: LLMClient, registry: IndexAPI, scope: Scope, messages: list[dict], *, max_iterations: int,
                         default_top_k: int, max_top_k: int, extra: dict | None = None,
                         on_call: Any = None, select: Any = None, default_query: str = "") -> ToolLoopResult:
     """The manual loop: call the LLM with the tool, run its calls inside ``scope``, repeat, answer.
@@ -176,7 +180,7 @@ async def run_tool_loop(llm: Any, registry: Any, scope: Scope, messages: list[di
     raise AssertionError("unreachable")
 
 
-async def _execute(call: dict, registry: Any, scope: Scope, default_top_k: int, max_top_k: int,
+async def _execute(call: dict, registry: IndexAPI, scope: Scope, default_top_k: int, max_top_k: int,
                    nodes_by_id: dict[str, Any], select: Any = None, default_query: str = "") -> dict:
     fn = call.get("function") or {}
     with tracing.stage("tool_call", **{"gen_ai.tool.name": str(fn.get("name"))[:64], "scope_files": len(scope.file_ids)}
@@ -189,7 +193,7 @@ async def _execute(call: dict, registry: Any, scope: Scope, default_top_k: int, 
         return out
 
 
-async def _run_call(call: dict, registry: Any, scope: Scope, default_top_k: int, max_top_k: int,
+async def _run_call(call: dict, registry: IndexAPI, scope: Scope, default_top_k: int, max_top_k: int,
                     nodes_by_id: dict[str, Any], select: Any, default_query: str) -> dict:
     call_id = str(call.get("id") or f"call_{len(nodes_by_id)}")
     fn = call.get("function") or {}

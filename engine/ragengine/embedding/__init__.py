@@ -16,12 +16,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ragengine.embedding.core import Embedder, build_embedder, pick_device, resolve_model_path
+    from ragengine.embedding.core import Embedder, build_embedder, pick_device
+    from ragengine.embedding.locate import resolve_model_path
 
 __all__ = ["Embedder", "build_embedder", "pick_device", "resolve_model_path"]
 
 
 def __getattr__(name: str) -> Any:
+    if name == "resolve_model_path":
+        from ragengine.embedding import locate
+
+        return locate.resolve_model_path
     if name in __all__:
         from ragengine.embedding import core
 

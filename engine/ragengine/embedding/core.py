@@ -11,7 +11,6 @@ are imported when chosen, so a torch-free install never imports torch.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import time
@@ -21,42 +20,11 @@ from typing import Any, Protocol
 import numpy as np
 
 from ragengine import metrics
+from ragengine.embedding.locate import PACKAGE_PREFIX, check_offline_model, resolve_model_path
 from ragengine.embedding.tokens import TextTokenizer
 from ragengine.settings import EngineSettings
 
 log = logging.getLogger(__name__)
-
-PACKAGE_PREFIX = "package:"
-
-
-def resolve_model_path(name: str) -> str:
-    """``package:<module>`` → the model directory shipped in that Python package; anything else as is."""
-    if name.startswith(PACKAGE_PREFIX):
-        import importlib
-
-        module = importlib.import_module(name[len(PACKAGE_PREFIX):])
-        return str(module.get_model_path())
-    return name
-
-
-def check_offline_model(name: str, cache_dir: str | None = None) -> None:
-    """Offline (``HF_HUB_OFFLINE``/``TRANSFORMERS_OFFLINE``), a hub name must be in the local cache: say so at
-    once, before importing torch to find out (a minute on a busy machine: the first request naming an unknown
-    model waited that long for its 422; found by the fuzzer, issue 41)."""
-    offline = any(os.environ.get(v, "").lower() in ("1", "true", "yes", "on") for v in ("HF_HUB_OFFLINE",
-                                                                                      "TRANSFORMERS_OFFLINE"))
-    if not offline or name.startswith(PACKAGE_PREFIX) or os.path.exists(name):
-        return
-    from huggingface_hub import try_to_load_from_cache
-
-    found = False
-    for folder in (cache_dir, None):  # the engine's own model cache, then the hub's default one
-        with contextlib.suppress(Exception):  # not a valid hub name either
-            found = found or isinstance(try_to_load_from_cache(name, "config.json", cache_dir=folder), str)
-    if not found:
-        raise OSError(f"{name!r} is neither a local folder nor in the local model cache, and the engine is offline "
-                      "(HF_HUB_OFFLINE)")
-
 
 def pick_device(setting: str) -> str:
     """"auto": the GPU when torch sees one, else the CPU, saying so (the GPU image on a node without a

@@ -47,7 +47,7 @@ def find_onnx(model: str) -> tuple[Path, Path] | None:
     """(model directory, ONNX file) for ``model``: its install-time export, else the model's own directory
     when it holds an ONNX file (e.g. a Hugging Face repository with ``onnx/model.onnx``), else None.
     The export is looked up first: a torch-free install has the export but not the model's package."""
-    from ragengine.embedding.core import resolve_model_path
+    from ragengine.embedding.locate import resolve_model_path
 
     candidates = [default_dir(model)]
     with contextlib.suppress(ImportError):  # package:<module> not installed
@@ -66,7 +66,7 @@ def export(model: str, out: Path) -> float:
     from sentence_transformers import SentenceTransformer
     from transformers import AutoModel
 
-    from ragengine.embedding.core import resolve_model_path
+    from ragengine.embedding.locate import resolve_model_path
     from ragengine.embedding.onnx_backend import OnnxBackend
 
     src = resolve_model_path(model)

@@ -21,12 +21,18 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ragengine.chat.plan import build_messages
 from ragengine.errors import EngineError, UpstreamError
 from ragengine.guardrails.answer import AnswerGuard
+from ragengine.guardrails.runtime import Guardrails
 from ragengine.rag.groundedness import assess_groundedness
+from ragengine.settings import EngineSettings
+
+if TYPE_CHECKING:
+    from ragengine.embedding.core import Embedder
+    from ragengine.llm.client import LLMClient
 
 PROMPT_VERSION = "ragengine-judge/1"
 MAX_CONTEXT_CHARS = 12_000
@@ -75,7 +81,8 @@ def parse_judgement(content: str) -> dict[str, float | None] | None:
 class AnswerScorer:
     """Answers and scores questions one at a time; after the first LLM failure it stops and says why."""
 
-    def __init__(self, llm: Any, embedder: Any, settings: Any, guardrails: Any = None) -> None:
+    def __init__(self, llm: LLMClient | None, embedder: Embedder, settings: EngineSettings,
+                 guardrails: Guardrails | None = None) -> None:
         self.llm, self.embedder, self.settings, self.guardrails = llm, embedder, settings, guardrails
         self.unavailable: str | None = None if llm is not None and llm.configured else (
             "no LLM is configured (RAGENGINE_LLM_URL)")
@@ -93,6 +100,7 @@ class AnswerScorer:
             self.unavailable = f"the output policy cannot screen answers: {exc.message}"[:500]
             return None
         try:
+            assert self.llm is not None, "unavailable says so without an LLM"
             self.model = self.model or await self.llm.model_name()
             answer = await self._complete(build_messages([], question["question"], contexts), ANSWER_MAX_TOKENS)
             prompt = JUDGE_PROMPT.format(question=question["question"], answer=answer,
@@ -122,6 +130,7 @@ class AnswerScorer:
         payload = {"messages": messages, "max_tokens": max_tokens, "temperature": 0.0}
         if self.model:
             payload["model"] = self.model
+        assert self.llm is not None, "add() answers nothing without an LLM"
         result = await self.llm.chat(payload)
         choices = result.body.get("choices") if isinstance(result.body, dict) else None
         message = (choices[0].get("message") or {}) if choices and isinstance(choices[0], dict) else {}

@@ -22,7 +22,7 @@ import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -32,6 +32,10 @@ from ragengine.evaluation import golden
 from ragengine.evaluation import metrics as m
 from ragengine.evaluation import schedule as sched
 from ragengine.protocol.evaluations import RetrievalSettings
+from ragengine.settings import EngineSettings
+
+if TYPE_CHECKING:
+    from ragengine.evaluation.service import EvaluationService
 
 log = logging.getLogger(__name__)
 LOOP_S = 5.0
@@ -139,9 +143,10 @@ def _stamp(path: Path, configured: Configured | None) -> tuple:
     return tuple(out)
 
 
-async def watch_configured(service: Any, settings: Any, loop_s: float = LOOP_S) -> None:
+async def watch_configured(service: EvaluationService, settings: EngineSettings, loop_s: float = LOOP_S) -> None:
     """Read the evaluation file (and its golden set) when they change; start scheduled runs when due."""
-    path: Path = settings.evaluation_file
+    path = settings.evaluation_file
+    assert path is not None, "watched only when the engine has an evaluation file"
     seen: tuple | None = None
     while True:
         handed = await _handed(service, path)
@@ -165,7 +170,7 @@ async def watch_configured(service: Any, settings: Any, loop_s: float = LOOP_S) 
         await asyncio.sleep(loop_s)
 
 
-async def _handed(service: Any, path: Path) -> tuple | None:
+async def _handed(service: EvaluationService, path: Path) -> tuple | None:
     """What a source's sync handed over for the file's index, when the file names a source."""
     try:
         spec = await asyncio.to_thread(read_file, path)
@@ -176,7 +181,7 @@ async def _handed(service: Any, path: Path) -> tuple | None:
     return await service.store.golden_set(spec.index)
 
 
-async def run_due(service: Any) -> str | None:
+async def run_due(service: EvaluationService) -> str | None:
     """Start the configured set's scheduled run when it is due; its id, else None."""
     configured: Configured | None = service.configured
     if configured is None or configured.file.schedule is None:
@@ -190,7 +195,7 @@ async def run_due(service: Any) -> str | None:
         return None
     if last is None and sched.interval_s(configured.file.schedule) is None:
         # A cron schedule's first run waits for its first due time after the engine first saw it.
-        first = getattr(service, "schedule_since", None) or now
+        first = service.schedule_since or now
         service.schedule_since = first
         if sched.next_fire(configured.file.schedule, first) > now:
             return None

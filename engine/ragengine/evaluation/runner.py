@@ -14,12 +14,15 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ragengine import metrics as prom
 from ragengine.access.acl import Acl, acl_allows
 from ragengine.evaluation import metrics as m
 from ragengine.evaluation.answers import AnswerScorer
+
+if TYPE_CHECKING:
+    from ragengine.versions.registry import VersionedRegistry
 
 MAX_SHOWN_MISSING = 50
 QUIET_S = 0.2  # no client request for this long: the engine is idle, a run goes at full speed
@@ -38,7 +41,7 @@ async def yield_to_serving(last_question_at: float) -> None:
         await asyncio.sleep(YIELD_POLL_S)
 
 
-async def retrieve(registry: Any, index: str, version: int, question: str, settings: dict,
+async def retrieve(registry: VersionedRegistry, index: str, version: int, question: str, settings: dict,
                    acl: list[str] | None) -> list[Any]:
     """The nodes ``/retrieve`` returns for ``question`` on ``version``, in result order."""
     nodes = await registry.retrieve(index, question, settings["top_k"], version=version,
@@ -50,7 +53,7 @@ async def retrieve(registry: Any, index: str, version: int, question: str, setti
     return [n for n in nodes if floor is None or n.score >= floor]
 
 
-async def score(registry: Any, index: str, version: int, questions: list[dict], settings: dict,
+async def score(registry: VersionedRegistry, index: str, version: int, questions: list[dict], settings: dict,
                 acl: list[str] | None, progress: Callable[[int], Awaitable[None]],
                 answers: AnswerScorer | None = None) -> tuple[dict, dict]:
     """(metrics, results) of ``version`` on ``questions``; ``progress(done)`` after each question."""
@@ -77,7 +80,7 @@ async def score(registry: Any, index: str, version: int, questions: list[dict], 
     return m.aggregate(scores, k), results
 
 
-async def missing_documents(registry: Any, index: str, version: int, questions: list[dict],
+async def missing_documents(registry: VersionedRegistry, index: str, version: int, questions: list[dict],
                             acl: list[str] | None) -> dict:
     """Relevant doc ids the version does not hold, and those it holds but the reader's ACL hides: counted,
     so a set that names the wrong ids reads as such, not as a silent zero."""

@@ -20,8 +20,8 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
-from typing import Any
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
 from ragengine import metrics as prom
 from ragengine.access.decide import document_acl
@@ -32,8 +32,14 @@ from ragengine.evaluation import golden, runner
 from ragengine.evaluation import metrics as m
 from ragengine.evaluation.answers import AnswerScorer
 from ragengine.evaluation.store import FAILED, SUCCEEDED, EvaluationStore, Run
+from ragengine.guardrails.runtime import Guardrails
 from ragengine.index.documents import retrieval_request
 from ragengine.protocol.evaluations import EvaluationRequest, GateRequest, RetrievalSettings
+from ragengine.settings import EngineSettings
+
+if TYPE_CHECKING:
+    from ragengine.llm.client import LLMClient
+    from ragengine.versions.registry import VersionedRegistry
 
 log = logging.getLogger(__name__)
 PROGRESS_EVERY_S = 1.0
@@ -42,8 +48,8 @@ MAINTAIN_S = 30.0
 
 
 class EvaluationService:
-    def __init__(self, settings: Any, registry: Any, store: EvaluationStore, llm: Any = None,
-                 guardrails: Any = None) -> None:
+    def __init__(self, settings: EngineSettings, registry: VersionedRegistry, store: EvaluationStore,
+                 llm: LLMClient | None = None, guardrails: Guardrails | None = None) -> None:
         self.settings, self.registry, self.store, self.llm = settings, registry, store, llm
         self.guardrails = guardrails  # the output policy the answers a run keeps pass through
         self.replica = uuid.uuid4().hex[:12]
@@ -52,6 +58,7 @@ class EvaluationService:
         self.last: dict[str, list[dict]] = {}  # index -> its newest succeeded runs' summaries (/health, gauges)
         self.configured: Any = None  # the evaluation file's settings (config.Configured), when there is one
         self.configured_error: str | None = None  # why the evaluation file is not applied
+        self.schedule_since: datetime | None = None  # a cron schedule's first run counts from here (config.run_due)
         self._loop: asyncio.Task | None = None
 
     # -- start / stop ------------------------------------------------------------------------------

@@ -32,7 +32,7 @@ class AnswerGuard:
     def __init__(self, guardrails: Guardrails | None, endpoint: str = "sessions") -> None:
         self.guardrails, self.endpoint = guardrails, endpoint
         self.guard = guardrails.for_answer() if guardrails is not None and guardrails.enabled else None
-        self.stream = self.guard.stream() if self.guard is not None else None
+        self.stream = OutputStream(self.guard) if self.guard is not None else None
         self.side = Verdict("")  # what ``scrub`` found in the texts beside the answer
         self.shown = ""
         self.spent = 0.0

@@ -98,13 +98,13 @@ class ChoiceStreams:
 
     def __init__(self, guard: OutputGuard) -> None:
         self.g = guard
-        self.content = guard.stream()
+        self.content = OutputStream(guard)
         self.side: dict[Any, OutputStream] = {}
         self.whole = Verdict("")  # texts that come whole (a tool's name), redacted at once
 
     def stream(self, key: Any) -> OutputStream:
         if key not in self.side:
-            self.side[key] = self.g.stream(patterns_only=True)
+            self.side[key] = OutputStream(self.g, patterns_only=True)
         return self.side[key]
 
     @property

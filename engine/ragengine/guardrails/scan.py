@@ -19,7 +19,8 @@ A ``redact`` scanner that finds a violation it cannot remove (invalid JSON witho
 with a "redacted" label (KAITO's streaming path does the same; its non-streaming path sends it unchanged).
 
 
-Streaming (``OutputStream``, one choice's deltas) is in ``guardrails/stream.py``.
+Streaming (``OutputStream(guard)``, one choice's deltas) is in ``guardrails/stream.py``, which builds on this
+module; the rules' matching that both use (hits, overlaps, replacement) is ``guardrails/spans.py``.
 """
 
 from __future__ import annotations
@@ -27,9 +28,8 @@ from __future__ import annotations
 import json as jsonlib
 import unicodedata
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import regex
 
@@ -47,26 +47,13 @@ from ragengine.guardrails.policy import (
     SensitiveConfig,
     TokenLimitConfig,
 )
-
-if TYPE_CHECKING:
-    from ragengine.guardrails.stream import OutputStream
+from ragengine.guardrails.spans import Finder, Rule, apply_spans, find_hits, select_spans
 
 REDACTED = "[REDACTED]"
 INVISIBLE_CATEGORIES = frozenset({"Cf", "Co", "Cn"})  # llm-guard's InvisibleText
 WORDS_PER_MINUTE = 200  # llm-guard's ReadingTime
 # llm-guard's JSON scanner's candidate pattern (balanced braces, recursive: the regex module)
 JSON_PATTERN = regex.compile(r"(?<!\\)(?:\\\\)*\{(?:[^{}]|(?R))*\}", regex.DOTALL)
-Finder = Callable[[Any], tuple[int, int, str] | None]  # a match -> (start, end, replacement), None = no hit
-
-
-@dataclass(frozen=True)
-class Rule:
-    scanner: int  # index in policy.scanners
-    pattern: regex.Pattern
-    find: Finder
-
-
-Span = tuple[int, int, str, int, int]  # start, end, replacement, scanner, rule (ties go to the earlier rule)
 
 
 @dataclass
@@ -188,11 +175,11 @@ class OutputGuard:
         text = self._strip(text, v)
         if v.blocked:
             return self._block(v)
-        spans = [(*found, rule.scanner, k) for k, rule in enumerate(self.rules) for found in _hits(rule, text, 0)]
+        spans = [(*found, rule.scanner, k) for k, rule in enumerate(self.rules) for found in find_hits(rule, text, 0)]
         if any(self.action_of(s[3]) == "block" for s in spans):
             v.hits.update(s[3] for s in spans if self.action_of(s[3]) == "block")
             return self._block(v)
-        text = _apply(text, _select(spans), v.hits)
+        text = apply_spans(text, select_spans(spans), v.hits)
         for i in self.whole:
             text = self._whole(i, text, v)
             if v.blocked:
@@ -212,11 +199,11 @@ class OutputGuard:
         text = self._strip(text, v)
         if v.blocked:
             return self._block(v)
-        spans = [(*found, rule.scanner, k) for k, rule in enumerate(self.rules) for found in _hits(rule, text, 0)]
+        spans = [(*found, rule.scanner, k) for k, rule in enumerate(self.rules) for found in find_hits(rule, text, 0)]
         if any(self.action_of(s[3]) == "block" for s in spans):
             v.hits.update(s[3] for s in spans if self.action_of(s[3]) == "block")
             return self._block(v)
-        v.text = _apply(text, _select(spans), v.hits)
+        v.text = apply_spans(text, select_spans(spans), v.hits)
         return v
 
     def _block(self, v: Verdict) -> Verdict:
@@ -285,43 +272,6 @@ class OutputGuard:
         v.finish_reason = "length"
         return cut
 
-    # --- a stream of deltas ---------------------------------------------------------------------------
-    def stream(self, *, patterns_only: bool = False) -> OutputStream:
-        """A choice's deltas; ``patterns_only``: a text beside the answer, as ``redact`` judges it."""
-        from ragengine.guardrails.stream import OutputStream  # the stream module builds on this one
-
-        return OutputStream(self, patterns_only=patterns_only)
-
-
-def _hits(rule: Rule, text: str, i: int):
-    """The rule's hits from ``i``, left to right. A match its check refuses (a Luhn failure, a UUID) does not
-    hide a hit that starts inside it: the search goes on from the next position, not from its end."""
-    while (m := rule.pattern.search(text, i)) is not None:
-        found = rule.find(m)
-        if found is not None:
-            yield found
-        i = m.end() if found is not None and m.end() > m.start() else m.start() + 1
-
-
-def _select(spans: list[Span]) -> list[Span]:
-    """Non-overlapping spans, left to right; of two starting together the longer wins, then the earlier rule."""
-    out: list[Span] = []
-    end = -1
-    for s in sorted(spans, key=lambda s: (s[0], -(s[1] - s[0]), s[4])):
-        if s[0] >= end:
-            out.append(s)
-            end = s[1]
-    return out
-
-
-def _apply(text: str, spans: list[Span], hits: Counter, offset: int = 0) -> str:
-    parts, cursor = [], 0
-    for start, end, label, scanner, _ in spans:
-        parts += [text[cursor : start - offset], label]
-        cursor = end - offset
-        hits[scanner] += 1
-    parts.append(text[cursor:])
-    return "".join(parts)
 
 
 def _json(cfg: JSONConfig, text: str, v: Verdict, i: int, block: bool) -> str:

@@ -18,7 +18,8 @@ import regex
 
 from ragengine.guardrails.detectors import encoding
 from ragengine.guardrails.policy import TokenLimitConfig
-from ragengine.guardrails.scan import WORDS_PER_MINUTE, OutputGuard, Span, Verdict, _apply, _hits, _select
+from ragengine.guardrails.scan import WORDS_PER_MINUTE, OutputGuard, Verdict
+from ragengine.guardrails.spans import Span, apply_spans, find_hits, select_spans
 
 
 class OutputStream:
@@ -87,7 +88,7 @@ class OutputStream:
         for k, rule in enumerate(self.g.rules):
             i, hold, p = self.pos[k], None, rule.pattern
             if final:
-                self.found += [(*found, rule.scanner, k) for found in _hits(rule, raw, i)]
+                self.found += [(*found, rule.scanner, k) for found in find_hits(rule, raw, i)]
                 self.pos[k] = n
                 continue
             while i < n:
@@ -126,7 +127,7 @@ class OutputStream:
         self.found = [s for s in self.found if s[0] >= cut]
         if cut <= self.emitted:
             return ""
-        out = _apply(self.raw[self.emitted : cut], _select(ready), self.verdict.hits, offset=self.emitted)
+        out = apply_spans(self.raw[self.emitted : cut], select_spans(ready), self.verdict.hits, offset=self.emitted)
         self.emitted = cut
         for limit in self.limits:
             out = limit.take(out, self.verdict)

@@ -29,12 +29,16 @@ import logging
 import re
 from collections.abc import Sequence
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ragengine.errors import BadRequest
 from ragengine.index.contextual import CONTEXT_TOKENS, atx_heading, headings
 from ragengine.index.structure import has_content, is_row, stretches, table_blocks
 from ragengine.index.types import ChunkingConfig
+from ragengine.settings import EngineSettings
+
+if TYPE_CHECKING:
+    from ragengine.embedding.core import Embedder
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +76,7 @@ def validate_config(config: ChunkingConfig, token_limit: int) -> ChunkingConfig:
                           code_chunk_lines=max(1, config.code_chunk_lines), contextual=bool(config.contextual))
 
 
-def new_index_config(settings: Any, chunking: dict | None, token_limit: int) -> ChunkingConfig:
+def new_index_config(settings: EngineSettings, chunking: dict | None, token_limit: int) -> ChunkingConfig:
     """A new index's chunking: the request's ``chunking`` over the engine's defaults, validated."""
     defaults = {"chunk_size": settings.chunk_size, "chunk_overlap": settings.chunk_overlap,
                 "contextual": settings.chunk_context}
@@ -82,7 +86,7 @@ def new_index_config(settings: Any, chunking: dict | None, token_limit: int) -> 
 class Chunker:
     """Chunks for one index: ``split(text, metadata) -> list[span]`` (span = (start, end) or str)."""
 
-    def __init__(self, embedder: Any, config: ChunkingConfig) -> None:
+    def __init__(self, embedder: Embedder, config: ChunkingConfig) -> None:
         self.embedder = embedder
         # Contextual chunks leave room for their title / section prefix in the model's window.
         self.limit = embedder.chunk_token_limit - (CONTEXT_TOKENS if config.contextual else 0)

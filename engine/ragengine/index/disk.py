@@ -14,7 +14,7 @@ import shutil
 import uuid
 from pathlib import Path
 
-from ragengine.errors import BadRequest
+from ragengine.errors import BadRequest, Conflict
 from ragengine.index.journal import Journal, JournalCorrupt, fsync_dir
 from ragengine.index.snapshot import SnapshotError, read_manifest, read_snapshot
 from ragengine.index.state import IndexState
@@ -28,6 +28,12 @@ MAX_QUOTED_NAME = names.MAX_QUOTED_INDEX_NAME
 
 class IndexLoadError(Exception):
     pass
+
+
+def unloadable(name: str, why: str) -> Conflict:
+    """The 409 of an index whose folder could not be loaded (``why``: the ``IndexLoadError``'s message)."""
+    return Conflict(f"Index '{name}' could not be loaded from disk: {why}. "
+                    f"Delete it (DELETE /indexes/{name}) or restore its files.")
 
 
 VERSION_SEP = "/"  # index versions after the first live under "<name>/v<n>" (ragengine.versions.book)

@@ -4,9 +4,8 @@ What makes a write durable (journal, snapshots, HNSW migration, index folders) i
 validation and the add / update decisions are ``index.documents``, shared with the external stores.
 
 The names here are the store's own (an index version is "<name>/v<n>", see ``ragengine.versions``); each
-index is embedded with the model ``model_for(name)`` names, from ``embedders`` (several models at once).
-The version layer also uses ``digests``, ``fetch``, ``sync_documents``, ``export_batches`` and
-``import_batch`` (``version_ops.py``; the same methods as ``stores.registry.StoreRegistry``)."""
+index is embedded with the model ``models`` (``index.models.IndexModels``) names for it. The class implements
+``index.api.PhysicalIndexes``: the version layer's methods are in ``version_ops.py``."""
 
 from __future__ import annotations
 
@@ -14,16 +13,15 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ragengine import metrics
-from ragengine.embedding.pool import EmbedderPool, ModelRef
 from ragengine.errors import Conflict, NotFound
 from ragengine.index import disk
+from ragengine.index.api import PhysicalIndexes
 from ragengine.index.chunk_tokens import ChunkTokenCounter, counts_to_store, per_document
 from ragengine.index.chunking import Chunker, new_index_config
 from ragengine.index.contextual import index_texts
@@ -40,29 +38,33 @@ from ragengine.index.documents import (
     retrieval_request,
 )
 from ragengine.index.durability import Durability
+from ragengine.index.models import IndexModels
 from ragengine.index.search import search_index
 from ragengine.index.state import IndexState
 from ragengine.index.types import ChunkingConfig, RetrievedNode
 from ragengine.index.version_ops import VersionOps, held_documents
 from ragengine.observability import tracing
 from ragengine.retrieval import filters as flt
+from ragengine.settings import EngineSettings
+
+if TYPE_CHECKING:
+    from ragengine.embedding.core import Embedder
+    from ragengine.retrieval.rerank import Reranker
 
 log = logging.getLogger(__name__)
 
 
-class IndexRegistry(VersionOps):
+class IndexRegistry(VersionOps, PhysicalIndexes):
     """The embedded store: FAISS + BM25 in memory, a journal and snapshots on ``data_dir``."""
 
     kind = "faiss"
 
-    def __init__(self, settings: Any, embedder: Any, reranker: Any = None, embedders: EmbedderPool | None = None) -> None:
+    def __init__(self, settings: EngineSettings, embedder: Embedder, reranker: Reranker | None = None,
+                 models: IndexModels | None = None) -> None:
         self.settings = settings
-        self.embedder = embedder
+        self.embedder = embedder  # the target model's: its dimension is a new index folder's default
         self.reranker = reranker
-        self.embedders = embedders or EmbedderPool(settings, ModelRef.from_settings(settings),
-                                                   {ModelRef.from_settings(settings).key: embedder})
-        # Which model embeds an index (ragengine.versions sets it from the version books).
-        self.model_for: Callable[[str], str] = lambda _name: self.embedders.target.key
+        self.models = models or IndexModels.of(settings, embedder)
         self.chunk_tokens: ChunkTokenCounter | None = None  # the LLM's counter, set when chat starts
         self.data_dir = Path(settings.data_dir)
         self._indexes: dict[str, IndexState] = {}
@@ -98,8 +100,7 @@ class IndexRegistry(VersionOps):
         state = self._indexes.get(name)
         if state is None:
             if name in self.corrupt:
-                raise Conflict(f"Index '{name}' could not be loaded from disk: {self.corrupt[name]}. "
-                               f"Delete it (DELETE /indexes/{name}) or restore its files.")
+                raise disk.unloadable(name, self.corrupt[name])
             raise NotFound(f"No such index: '{name}' exists.")
         return state
 
@@ -141,9 +142,9 @@ class IndexRegistry(VersionOps):
         metrics.INDEX_CHUNKS.labels(state.name).set(state.n_chunks)
 
     # -- writes ------------------------------------------------------------------------------------
-    async def embedder_for(self, name: str) -> Any:
+    async def embedder_for(self, name: str) -> Embedder:
         """The embedding model of index ``name`` (loaded on first use)."""
-        return await self.embedders.get(self.model_for(name))
+        return await self.models.embedder_for(name)
 
     async def _state_for_write(self, name: str, chunking: dict | None) -> IndexState:
         disk.validate_physical(name)
@@ -159,11 +160,11 @@ class IndexRegistry(VersionOps):
             self._attach(state, on_disk=False)
             return state
 
-    async def _chunker(self, state: IndexState) -> tuple[Any, Chunker]:
+    async def _chunker(self, state: IndexState) -> tuple[Embedder, Chunker]:
         embedder = await self.embedder_for(state.name)
         if embedder.dim != state.dim:
             raise Conflict(f"Index '{state.name}' holds {state.dim}-dimensional vectors but its embedding model "
-                           f"'{self.model_for(state.name)}' makes {embedder.dim}-dimensional ones.")
+                           f"'{self.models.key_for(state.name)}' makes {embedder.dim}-dimensional ones.")
         if state.chunker is None or state.chunker.embedder is not embedder:
             state.chunker = Chunker(embedder, state.config)
         return embedder, state.chunker

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -21,7 +21,12 @@ from ragengine.index.types import RetrievedNode, cosine_to_score
 from ragengine.observability import tracing
 from ragengine.retrieval import long_query
 from ragengine.retrieval.grouping import OVERFETCH, cap_per_document
-from ragengine.retrieval.hybrid import FUSION_CANDIDATES, FusionParams, candidate_pool, fuse, ranks
+from ragengine.retrieval.hybrid import FusionParams, candidate_pool, fuse, ranks
+from ragengine.settings import EngineSettings
+
+if TYPE_CHECKING:
+    from ragengine.embedding.core import Embedder
+    from ragengine.retrieval.rerank import Reranker
 
 
 def _one_openmp_thread() -> None:
@@ -39,9 +44,9 @@ _POOL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="search", initializ
 MAX_WIDEN = 10_000  # candidates at most when widening for max_chunks_per_document
 
 
-def _pool_size(top_k: int, reranking: bool, settings: Any) -> int:
+def _pool_size(top_k: int, reranking: bool, settings: EngineSettings) -> int:
     want = max(top_k, settings.rerank_candidates) if reranking else top_k
-    return candidate_pool(want, getattr(settings, "fusion_candidates", FUSION_CANDIDATES))
+    return candidate_pool(want, settings.fusion_candidates)
 
 
 def _bm25(state: IndexState, query: str, pool: int, f: Any) -> tuple[int, np.ndarray, np.ndarray]:
@@ -56,7 +61,8 @@ def _bm25(state: IndexState, query: str, pool: int, f: Any) -> tuple[int, np.nda
 
 
 def _dense_and_fuse(state: IndexState, qvec: np.ndarray, query: str, pool: int, n_out: int, f: Any,
-                    sparse: tuple[int, np.ndarray, np.ndarray] | None, hybrid: bool, settings: Any = None) -> list[RetrievedNode]:
+                    sparse: tuple[int, np.ndarray, np.ndarray] | None, hybrid: bool,
+                    settings: EngineSettings) -> list[RetrievedNode]:
     s_slots = s_scores = None
     with state.rw.read():
         if hybrid and (sparse is None or sparse[0] != state.version):
@@ -73,7 +79,7 @@ def _dense_and_fuse(state: IndexState, qvec: np.ndarray, query: str, pool: int, 
             tracing.annotate(span, hits=len(d_slots))
         metrics.SEARCH_SECONDS.labels(stage="dense").observe(time.perf_counter() - start)
         start = time.perf_counter()
-        with tracing.stage("fusion", method=settings.fusion if hybrid and settings is not None else "dense_only",
+        with tracing.stage("fusion", method=settings.fusion if hybrid else "dense_only",
                            candidates=n_out) as span:
             nodes = _fuse(state, qvec, d_slots, d_cos, s_slots, s_scores, n_out, settings)
             tracing.annotate(span, hits=len(nodes))
@@ -82,7 +88,7 @@ def _dense_and_fuse(state: IndexState, qvec: np.ndarray, query: str, pool: int, 
 
 
 def _fuse(state: IndexState, qvec: np.ndarray, d_slots: np.ndarray, d_cos: np.ndarray, s_slots: np.ndarray | None,
-          s_scores: np.ndarray | None, n_out: int, settings: Any) -> list[RetrievedNode]:
+          s_scores: np.ndarray | None, n_out: int, settings: EngineSettings) -> list[RetrievedNode]:
     """The fused order (retrieval.hybrid.fuse; dense only without BM25 lists) as result nodes."""
     dense = dict(zip(np.asarray(d_slots).tolist(), np.asarray(d_cos, dtype=np.float64).tolist(), strict=True))
     fused: dict[int, float] = {}
@@ -115,7 +121,7 @@ def _fuse(state: IndexState, qvec: np.ndarray, d_slots: np.ndarray, d_cos: np.nd
 
 
 def _widen_for_documents(nodes: list[RetrievedNode], state: IndexState, qvec: np.ndarray, query: str, n_out: int,
-                         f: Any, hybrid: bool, settings: Any, top_k: int, cap: int | None) -> list[RetrievedNode]:
+                         f: Any, hybrid: bool, settings: EngineSettings, top_k: int, cap: int | None) -> list[RetrievedNode]:
     """Document-level results: search again with twice the candidates while capping would leave fewer
     than ``top_k`` and the index has more (the capped count does not depend on order, so a later
     rerank keeps it), up to MAX_WIDEN candidates."""
@@ -126,8 +132,8 @@ def _widen_for_documents(nodes: list[RetrievedNode], state: IndexState, qvec: np
     return nodes
 
 
-async def search_index(state: IndexState, embedder: Any, settings: Any, query: str, top_k: int, f: Any,
-                       query_embedding: np.ndarray | None, reranker: Any,
+async def search_index(state: IndexState, embedder: Embedder, settings: EngineSettings, query: str, top_k: int, f: Any,
+                       query_embedding: np.ndarray | None, reranker: Reranker | None,
                        max_per_document: int | None = None, *,
                        long_query_windows: bool | None = None) -> list[RetrievedNode]:
     with tracing.stage("retrieval", index=state.name, store="faiss", top_k=top_k, hybrid=bool(settings.hybrid),
@@ -146,8 +152,8 @@ def retrieved_ids(nodes: list[RetrievedNode], limit: int = 20) -> list[str]:
     return [n.doc_id for n in nodes[:limit]]
 
 
-async def _search(state: IndexState, embedder: Any, settings: Any, query: str, top_k: int, f: Any,
-                  query_embedding: np.ndarray | None, reranker: Any, max_per_document: int | None,
+async def _search(state: IndexState, embedder: Embedder, settings: EngineSettings, query: str, top_k: int, f: Any,
+                  query_embedding: np.ndarray | None, reranker: Reranker | None, max_per_document: int | None,
                   long_query_windows: bool | None) -> list[RetrievedNode]:
     start = time.perf_counter()
     hybrid = bool(settings.hybrid)

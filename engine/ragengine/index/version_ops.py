@@ -132,6 +132,9 @@ class VersionOps:
 
             yield await asyncio.to_thread(read)
 
+    async def finish_load(self, name: str) -> None:
+        """Nothing to build after a bulk load: FAISS grows its HNSW graph as it writes (``Durability.migrate``)."""
+
     async def import_batch(self, name: str, config: dict, docs: list[dict]) -> None:
         """Write exported documents as they are (spans, token counts, vectors): no chunking, no embedding."""
         state = await self._state_for_write(name, config)

@@ -27,7 +27,7 @@ from mcp_types import INVALID_PARAMS
 from ragengine.access.decide import document_acl, missing_index_message
 from ragengine.errors import EngineError
 from ragengine.mcp import shapes
-from ragengine.mcp.server import Denied, admit, call_span, caller_of, visible_indexes
+from ragengine.mcp.caller import Denied, admit, call_span, caller_of, visible_indexes
 from ragengine.protocol.paging import MAX_OFFSET
 
 PAGE = 100

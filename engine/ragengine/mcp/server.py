@@ -17,78 +17,26 @@ Contract:
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import mcp_types as types
 from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_PARAMS, INVALID_REQUEST
+from mcp_types import INVALID_PARAMS
 from pydantic import ValidationError
 
 from ragengine import __version__
-from ragengine.access.decide import Decision, document_acl, visible
-from ragengine.access.enforce import authorize_call
-from ragengine.access.rules import Principal
+from ragengine.access.decide import document_acl
 from ragengine.errors import BadRequest, EngineError, NotFound, Unprocessable
-from ragengine.mcp import shapes
+from ragengine.mcp import resources, shapes
+from ragengine.mcp.caller import Caller, Denied, admit, call_span, caller_of, visible_indexes
 from ragengine.observability import tracing
-from ragengine.observability.logs import REQUEST_ID
 
 MAX_FANOUT = 16  # indexes one search without ``index`` may cover
 INSTRUCTIONS = ("This server is a knowledge base. Use search to find passages relevant to a question (optionally in "
                 "one index: list_indexes names them), then fetch a result's id for the whole document. Documents "
                 "are also resources (ragengine://<index>/<doc_id>).")
-
-
-class Denied(Exception):
-    """Access control refused the call (``decision`` says why: 404 hidden or missing index, 429 over a limit)."""
-
-    def __init__(self, decision: Decision) -> None:
-        super().__init__(decision.message)
-        self.decision = decision
-
-
-@dataclass(frozen=True)
-class Caller:
-    state: Any  # the engine app's state: registry, settings, usage counter, tracing
-    principal: Principal
-    scope_state: dict  # the HTTP request's scope["state"]: its trace context and request id
-
-
-def caller_of(ctx: Any) -> Caller:
-    request = ctx.request
-    scope_state = (request.scope.get("state") or {}) if request is not None else {}
-    if "principal" not in scope_state:  # only the engine's /mcp route serves this server
-        raise MCPError(INVALID_REQUEST, "This server is served over the engine's authenticated /mcp endpoint only.")
-    return Caller(request.app.state, scope_state["principal"], scope_state)
-
-
-@contextlib.contextmanager
-def call_span(caller: Caller, name: str, **attributes: Any) -> Iterator[Any]:
-    """The call's span and log context, whichever task the SDK runs the handler in (a legacy session's own)."""
-    activated = tracing.activate(caller.state.tracing)
-    rid = REQUEST_ID.set(caller.scope_state.get("request_id"))
-    try:
-        with tracing.stage(f"mcp {name}", parent=caller.scope_state.get("otel_context"),
-                           principal=caller.principal.id, **attributes) as span:
-            yield span
-    finally:
-        REQUEST_ID.reset(rid)
-        tracing.deactivate(activated)
-
-
-async def admit(caller: Caller, call: str, indexes: list[str | None]) -> None:
-    decision = await authorize_call(caller.state, caller.principal, call, indexes)
-    if not decision.allowed:
-        raise Denied(decision)
-
-
-async def visible_indexes(caller: Caller) -> list[str]:
-    names = await caller.state.registry.list_names()
-    return sorted(n for n in names if visible(caller.principal, n, caller.state.reserved_indexes))
 
 
 async def described(caller: Caller, names: list[str]) -> list[shapes.IndexInfo]:
@@ -174,8 +122,6 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
 
 
 def build_server() -> Server[Any]:
-    from ragengine.mcp import resources
-
     return Server("ragengine", version=__version__, title="ragengine knowledge base", instructions=INSTRUCTIONS,
                   get_tool_input_schema=shapes.input_schema, on_list_tools=list_tools, on_call_tool=call_tool,
                   on_list_resources=resources.list_resources, on_read_resource=resources.read_resource,

@@ -22,11 +22,14 @@ knowledge, not a sentence that reuses the context's words to say something false
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ragengine.rag.text import content_words, split_sentences
+
+if TYPE_CHECKING:
+    from ragengine.embedding.core import Embedder
 
 LEXICAL_WEIGHT = 0.5
 SENTENCE_THRESHOLD = 0.5
@@ -91,7 +94,7 @@ def combine(sentences: list[str], lexical: list[float], semantic: list[float] | 
 
 
 async def assess_groundedness(answer: str, contexts: list[str], *, threshold: float,
-                              embedder: Any | None = None) -> GroundednessReport:
+                              embedder: Embedder | None = None) -> GroundednessReport:
     """Score ``answer`` against ``contexts`` (most relevant first). No context → score None, not flagged."""
     if not contexts or not any(c.strip() for c in contexts):
         return GroundednessReport(None, False, threshold, [], "none")

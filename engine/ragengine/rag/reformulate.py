@@ -19,11 +19,15 @@ import re
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ragengine.errors import UpstreamError
 from ragengine.metrics import REFORMULATE_SECONDS, REFORMULATIONS
 from ragengine.observability import tracing
+from ragengine.settings import EngineSettings
+
+if TYPE_CHECKING:
+    from ragengine.llm.client import LLMClient
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +129,7 @@ def outcome_of(result: ReformulationResult) -> str:
     return "unchanged" if result.endpoint else "skipped"
 
 
-async def reformulate_query(llm: Any, settings: Any, user_message: str, history: Iterable[Any], *,
+async def reformulate_query(llm: LLMClient, settings: EngineSettings, user_message: str, history: Iterable[Any], *,
                             system_prompt: str | None = None, last_n: int | None = None) -> ReformulationResult:
     """Rewrite ``user_message`` given ``history``; never raises for LLM trouble (falls back to the message).
 
@@ -143,7 +147,7 @@ async def reformulate_query(llm: Any, settings: Any, user_message: str, history:
     return result
 
 
-async def _reformulate(llm: Any, settings: Any, user_message: str, history: Iterable[Any], *,
+async def _reformulate(llm: LLMClient, settings: EngineSettings, user_message: str, history: Iterable[Any], *,
                        system_prompt: str | None, last_n: int | None) -> ReformulationResult:
     original = user_message
     turns = normalise_history(history)

@@ -27,6 +27,7 @@ from ragengine.access.acl import Acl
 from ragengine.chat.plan import plan_budget, reply_max_tokens
 from ragengine.errors import BadRequest
 from ragengine.guardrails.answer import AnswerGuard
+from ragengine.guardrails.runtime import Guardrails
 from ragengine.llm.client import LLMClient, LLMUnavailable
 from ragengine.llm.tokens import estimate_tokens
 from ragengine.rag.context import select_context
@@ -49,6 +50,7 @@ from ragengine.responses.plan import (
     search_call,
 )
 from ragengine.responses.store import ResponseStore
+from ragengine.settings import EngineSettings
 from ragengine.vectorstores.service import VectorStores
 
 log = logging.getLogger(__name__)
@@ -74,8 +76,8 @@ class Prepared:
 
 
 class ResponsesService:
-    def __init__(self, settings: Any, llm: LLMClient, vector_stores: VectorStores, store: ResponseStore,
-                 guardrails: Any = None) -> None:
+    def __init__(self, settings: EngineSettings, llm: LLMClient, vector_stores: VectorStores, store: ResponseStore,
+                 guardrails: Guardrails | None = None) -> None:
         self.settings = settings
         self.guardrails = guardrails  # the output policy (guardrails/runtime.py), or None
         self.llm = llm

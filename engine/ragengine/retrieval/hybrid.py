@@ -24,7 +24,9 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
+
+from ragengine.settings import EngineSettings
 
 RRF_K = 60  # the constant from Cormack et al. (2009); damps the head of each list
 # Candidates per side fused for 10 results: 50 beat 20 and 100 on the tuning set (docs/retrieval.md).
@@ -52,7 +54,7 @@ class FusionParams:
             raise ValueError("rrf_k must be at least 1")
 
     @classmethod
-    def from_settings(cls, settings: Any) -> FusionParams:
+    def from_settings(cls, settings: EngineSettings) -> FusionParams:
         """The engine settings' ``fusion``, ``fusion_dense_weight`` and ``rrf_k`` (defaults when absent)."""
         return cls(method=getattr(settings, "fusion", cls.method),
                    dense_weight=getattr(settings, "fusion_dense_weight", cls.dense_weight),

@@ -17,11 +17,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ragengine.observability import tracing
+from ragengine.settings import EngineSettings
+
+if TYPE_CHECKING:
+    from ragengine.embedding.core import Embedder
 
 MAX_WINDOWS = 16  # see the module docstring
 
@@ -48,7 +52,7 @@ def pool_windows(vectors: np.ndarray, tokens: Sequence[int]) -> np.ndarray:
     return mean / norm if norm > 0 else mean
 
 
-def pieces(embedder: Any, text: str) -> list[tuple[str, int]] | None:
+def pieces(embedder: Embedder, text: str) -> list[tuple[str, int]] | None:
     """The windows ``(text, tokens)`` to embed for ``text``, or None when it is embedded whole (it fits
     the model's window, or the embedder has no local tokenizer)."""
     limit = int(getattr(embedder, "chunk_token_limit", 0) or 0)
@@ -61,7 +65,7 @@ def pieces(embedder: Any, text: str) -> list[tuple[str, int]] | None:
     return [(text[start:end], n) for start, end, n in window_spans(offsets, limit)]
 
 
-async def query_vector(embedder: Any, settings: Any, query: str, query_embedding: np.ndarray | None,
+async def query_vector(embedder: Embedder, settings: EngineSettings, query: str, query_embedding: np.ndarray | None,
                        long_query_windows: bool | None) -> np.ndarray:
     """A retrieval's unit query vector, the same on every store: the caller's ``query_embedding``
     normalised, else ``query`` embedded, in windows when the request (or else the settings) asks."""
@@ -73,7 +77,7 @@ async def query_vector(embedder: Any, settings: Any, query: str, query_embedding
         return await embed_query(embedder, query, windows=windows, span=span)
 
 
-async def embed_query(embedder: Any, text: str, *, windows: bool, span: Any = None) -> np.ndarray:
+async def embed_query(embedder: Embedder, text: str, *, windows: bool, span: Any = None) -> np.ndarray:
     """The query vector of ``text``: whole (cut at the model's window) unless ``windows`` and it is longer."""
     cut = pieces(embedder, text) if windows else None
     if span is not None:
@@ -85,7 +89,7 @@ async def embed_query(embedder: Any, text: str, *, windows: bool, span: Any = No
     return pool_windows(np.stack(vectors), [n for _, n in cut])
 
 
-def embed_queries_sync(embedder: Any, texts: list[str], *, windows: bool) -> np.ndarray:
+def embed_queries_sync(embedder: Embedder, texts: list[str], *, windows: bool) -> np.ndarray:
     """``embed_query`` for many texts in one batch (the evaluation's path; same vectors)."""
     if not windows:
         return embedder.embed_queries_sync(texts)

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ragengine.index.api import IndexAPI
 
 SAMPLE_INDEX = "sample"
 
@@ -16,5 +19,5 @@ def sample_documents() -> list[dict]:
     return docs
 
 
-async def load_sample_index(registry: Any) -> None:
+async def load_sample_index(registry: IndexAPI) -> None:
     await registry.add_documents(SAMPLE_INDEX, sample_documents())

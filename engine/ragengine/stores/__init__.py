@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ragengine.settings import EngineSettings
 
-def build_adapter(settings: Any, dim: int) -> Any:
+
+def build_adapter(settings: EngineSettings, dim: int) -> Any:
     from ragengine.errors import BadRequest
 
     if not settings.vector_store_url:

@@ -27,6 +27,9 @@ Each index's collections are made with its own vector dimension (``<prefix>_inde
 index versions of models of different dimensions live side by side. ``<prefix>_versions`` holds the
 version books (ragengine.versions) as JSON, one row each: a book update is one upsert, serialised within
 this process (Milvus has no compare-and-set: across replicas the last writer wins, docs/versions.md).
+
+Longer than 400 lines on purpose: one class is the whole ``StoreAdapter`` contract over one Milvus client (its
+methods share the client, the collection cache and the write order above).
 """
 
 from __future__ import annotations

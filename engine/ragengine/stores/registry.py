@@ -12,7 +12,12 @@ wait on the database): a miss in ``exists()`` asks the store, so an index create
 replica is found at once; counts in ``/health`` may lag by ``REFRESH_S``.
 
 Names here are the store's own (an index version is "<name>/v<n>", see ``ragengine.versions``); each index
-is embedded with the model ``model_for(name)`` names, its vectors' dimension fixed by the adapter per index.
+is embedded with the model ``models`` (``index.models.IndexModels``) names for it, its vectors' dimension fixed
+by the adapter per index. The class implements ``index.api.PhysicalIndexes``.
+
+Longer than 400 lines on purpose: it is one class, the ``PhysicalIndexes`` protocol over a ``StoreAdapter``, whose
+methods share the name cache and the background upkeep; the pieces that stand alone are already their own
+modules (``index.documents``, ``retrieval``, the adapters).
 """
 
 from __future__ import annotations
@@ -23,14 +28,14 @@ import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ragengine import metrics
-from ragengine.embedding.pool import EmbedderPool, ModelRef
 from ragengine.errors import BadRequest, Conflict, EngineError, NotFound, Unprocessable
 from ragengine.index import disk
+from ragengine.index.api import PhysicalIndexes
 from ragengine.index.chunk_tokens import ChunkTokenCounter, counts_to_store, per_document
 from ragengine.index.chunking import Chunker, locate_spans, new_index_config
 from ragengine.index.contextual import index_texts
@@ -47,6 +52,7 @@ from ragengine.index.documents import (
     retrieval_request,
     split_keys_changed,
 )
+from ragengine.index.models import IndexModels
 from ragengine.index.places import chunk_places, node_metadata
 from ragengine.index.search import MAX_WIDEN, retrieved_ids
 from ragengine.index.state import node_id
@@ -56,6 +62,7 @@ from ragengine.retrieval import filters as flt
 from ragengine.retrieval import long_query
 from ragengine.retrieval.grouping import OVERFETCH, cap_per_document
 from ragengine.retrieval.hybrid import FusionParams, candidate_pool, fuse, ranks
+from ragengine.settings import EngineSettings
 from ragengine.stores.base import (
     ChunkWrite,
     DocumentRace,
@@ -68,23 +75,25 @@ from ragengine.stores.base import (
     describe,
 )
 
+if TYPE_CHECKING:
+    from ragengine.embedding.core import Embedder
+    from ragengine.retrieval.rerank import Reranker
+
 log = logging.getLogger(__name__)
 REFRESH_S = 2.0
 MAINTAIN_S = 5.0  # how often the store's background upkeep runs (PostgreSQL: HNSW builds after bulk loads)
 
 
-class StoreRegistry:
-    def __init__(self, settings: Any, embedder: Any, adapter: StoreAdapter, reranker: Any = None,
-                 embedders: EmbedderPool | None = None) -> None:
+class StoreRegistry(PhysicalIndexes):
+    def __init__(self, settings: EngineSettings, embedder: Embedder, adapter: StoreAdapter,
+                 reranker: Reranker | None = None, models: IndexModels | None = None) -> None:
         self.settings = settings
         self.embedder = embedder
         self.reranker = reranker
-        self.embedders = embedders or EmbedderPool(settings, ModelRef.from_settings(settings),
-                                                   {ModelRef.from_settings(settings).key: embedder})
-        # Which model embeds an index (ragengine.versions sets it from the version books).
-        self.model_for: Callable[[str], str] = lambda _name: self.embedders.target.key
+        self.models = models or IndexModels.of(settings, embedder)
         self.adapter = adapter
         self.kind = adapter.kind
+        self.corrupt: dict[str, str] = {}  # nothing to load: the store holds every index whole
         self.chunk_tokens: ChunkTokenCounter | None = None  # the LLM's counter, set when chat starts
         self._configs: dict[str, dict] = {}
         self._counts: dict[str, tuple[int, int]] = {}
@@ -95,9 +104,12 @@ class StoreRegistry:
         self._maintainer: asyncio.Task | None = None
 
     # -- start / stop / health ---------------------------------------------------------------------
-    async def start(self) -> None:
+    async def start(self, read_only: bool = False) -> None:
         """Open the store (migrations included). An unreachable store does not stop the engine: it
-        starts, reports the reason on /health and /ready (503), and keeps trying in the background."""
+        starts, reports the reason on /health and /ready (503), and keeps trying in the background.
+        ``read_only`` is a FAISS stand-by's (ragengine.handover): replicas of a store all serve at once."""
+        if read_only:
+            raise ValueError(f"a read-only stand-by is for the embedded FAISS store, not {self.kind}")
         try:
             await asyncio.to_thread(self.adapter.open)
             await self._refresh()
@@ -182,13 +194,13 @@ class StoreRegistry:
         return sorted(self._configs)
 
     async def list_names(self) -> list[str]:
-        configs = await self._call(self.adapter.indexes)
+        configs = await self.call(self.adapter.indexes)
         self._configs = configs
         return sorted(configs)
 
     async def chunking(self, name: str) -> ChunkingConfig | None:
         """How an index splits documents; None when there is no such index (asks the store)."""
-        configs = await self._call(self.adapter.indexes)
+        configs = await self.call(self.adapter.indexes)
         self._configs = configs
         return ChunkingConfig.from_dict(configs[name]) if name in configs else None
 
@@ -203,13 +215,15 @@ class StoreRegistry:
         return name in configs
 
     async def _config(self, name: str) -> dict:
-        configs = await self._call(self.adapter.indexes)
+        configs = await self.call(self.adapter.indexes)
         self._configs = configs
         if name not in configs:
             raise NotFound(f"No such index: '{name}' exists.")
         return configs[name]
 
-    async def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn`` (an adapter method) in a worker thread; an outage is a 503, a missing index a 404, refused data a
+        422 (the version books' store calls go through it too: ``versions.books.StoreBooks``)."""
         try:
             return await asyncio.to_thread(fn, *args, **kwargs)
         except StoreUnavailable as exc:
@@ -240,15 +254,15 @@ class StoreRegistry:
         try:
             # dense(name, vector, k, filter) and keyword(name, query, vector, k, filter): k and the filter come last
             with tracing.stage(name, candidates=args[-2], store=self.kind, filtered=args[-1] is not None) as span:
-                hits = await self._call(fn, *args)
+                hits = await self.call(fn, *args)
                 tracing.annotate(span, hits=len(hits))
                 return hits
         finally:
             metrics.SEARCH_SECONDS.labels(stage=stage).observe(time.perf_counter() - start)
 
-    async def embedder_for(self, name: str) -> Any:
+    async def embedder_for(self, name: str) -> Embedder:
         """The embedding model of index ``name`` (loaded on first use)."""
-        return await self.embedders.get(self.model_for(name))
+        return await self.models.embedder_for(name)
 
     async def _chunker(self, name: str, config: dict) -> Chunker:
         embedder = await self.embedder_for(name)
@@ -305,7 +319,7 @@ class StoreRegistry:
             return []
         _validate_name(index_name)
         start = time.perf_counter()
-        configs = await self._call(self.adapter.indexes)
+        configs = await self.call(self.adapter.indexes)
         config = configs.get(index_name) or await self._new_config(index_name, chunking)
         held = await self._held(index_name, docs) if index_name in configs else {}
         new = new_documents(index_name, docs, held)
@@ -313,7 +327,7 @@ class StoreRegistry:
             chunker = await self._chunker(index_name, config)
             writes, vectors = await self._prepare(chunker, new)
             try:
-                await self._call(self.adapter.write, index_name, config, [], writes, vectors, add_only=True,
+                await self.call(self.adapter.write, index_name, config, [], writes, vectors, add_only=True,
                                  dim=chunker.embedder.dim)
             except DocumentRace as exc:
                 raise Conflict(f"Document '{exc.doc_id}' already exists in index '{index_name}' with different "
@@ -326,18 +340,18 @@ class StoreRegistry:
                               metadatas: list[dict] | None = None) -> None:
         """One-chunk documents with given unit vectors (benchmarks, migration): no chunking, no embedding."""
         _validate_name(index_name)
-        configs = await self._call(self.adapter.indexes)
+        configs = await self.call(self.adapter.indexes)
         config = configs.get(index_name) or await self._new_config(index_name, None)
         writes = [DocWrite(content_id(t), t, (metadatas[i] if metadatas else {}), [ChunkWrite(0, t)])
                   for i, t in enumerate(texts)]
-        await self._call(self.adapter.write, index_name, config, [], writes,
+        await self.call(self.adapter.write, index_name, config, [], writes,
                          np.ascontiguousarray(vectors, dtype=np.float32), add_only=True, dim=int(vectors.shape[1]))
         await self._after_write()
 
     async def import_documents(self, index_name: str, config: dict, docs: list[DocWrite], vectors: np.ndarray) -> None:
         """Write documents with their chunks and vectors as they are (``ragengine migrate``): no embedding."""
         _validate_name(index_name)
-        await self._call(self.adapter.write, index_name, config, [d.doc_id for d in docs], docs, vectors, add_only=False,
+        await self.call(self.adapter.write, index_name, config, [d.doc_id for d in docs], docs, vectors, add_only=False,
                          dim=int(vectors.shape[1]) if vectors is not None and vectors.ndim == 2 else None)
         await self._after_write()
 
@@ -353,7 +367,7 @@ class StoreRegistry:
         with tracing.stage("index_write", operation="update_metadata", index=index_name, store=self.kind,
                            documents=len(documents)):
             await self._config(index_name)
-            held = await self._call(self.adapter.get_documents, index_name, [d["doc_id"] for d in documents])
+            held = await self.call(self.adapter.get_documents, index_name, [d["doc_id"] for d in documents])
             found, missing = metadata_updates(documents, {k: v.text for k, v in held.items()})
             out = await self._update_documents(index_name, found) if found else {
                 "updated_documents": [], "unchanged_documents": [], "not_found_documents": []}
@@ -368,11 +382,11 @@ class StoreRegistry:
             writes, vectors = await self._prepare(await self._chunker(index_name, config), plan.changed_text)
             parts = [vectors] if vectors is not None else []
             for doc in plan.meta_only:  # same text and split: keep the chunks and their vectors
-                chunks, kept = await self._call(self.adapter.chunk_vectors, index_name, doc.doc_id)
+                chunks, kept = await self.call(self.adapter.chunk_vectors, index_name, doc.doc_id)
                 writes.append(DocWrite(doc.doc_id, doc.text, doc.metadata, chunks))
                 parts.append(kept)
             all_vectors = np.concatenate(parts) if parts else None
-            await self._call(self.adapter.write, index_name, config, [d.doc_id for d in plan.writes], writes,
+            await self.call(self.adapter.write, index_name, config, [d.doc_id for d in plan.writes], writes,
                              all_vectors, add_only=False)
             await self._after_write()
         return plan.result
@@ -384,15 +398,15 @@ class StoreRegistry:
     async def _delete_documents(self, index_name: str, doc_ids: list[str]) -> dict:
         config = await self._config(index_name)
         unique = list(dict.fromkeys(doc_ids))
-        held = await self._call(self.adapter.get_documents, index_name, unique)
+        held = await self.call(self.adapter.get_documents, index_name, unique)
         found = [d for d in unique if d in held]
         if found:
-            await self._call(self.adapter.write, index_name, config, found, [], None, add_only=False)
+            await self.call(self.adapter.write, index_name, config, found, [], None, add_only=False)
             await self._after_write()
         return {"deleted_doc_ids": found, "not_found_doc_ids": [d for d in unique if d not in held]}
 
     async def delete_index(self, name: str) -> None:
-        if not await self._call(self.adapter.drop_index, name):
+        if not await self.call(self.adapter.drop_index, name):
             raise NotFound(f"No such index: '{name}' exists.")
         self._configs.pop(name, None)
         self._counts.pop(name, None)
@@ -408,7 +422,7 @@ class StoreRegistry:
                          f"`ragengine migrate` instead.")
 
     async def _held(self, index_name: str, docs: list[NewDoc]) -> dict[str, tuple[str, dict]]:
-        stored = await self._call(self.adapter.get_documents, index_name, [d.doc_id for d in docs])
+        stored = await self.call(self.adapter.get_documents, index_name, [d.doc_id for d in docs])
         return {k: (v.text, v.metadata) for k, v in stored.items()}
 
     # -- reads -------------------------------------------------------------------------------------
@@ -417,7 +431,7 @@ class StoreRegistry:
                              search: DocSearch | None = None) -> dict:
         f = flt.combine(flt.from_metadata_filter(metadata_filter), acl)  # acl: the caller's document ACL
         await self._config(index_name)
-        records, total = await self._call(self.adapter.list_documents, index_name, f, offset, limit, search)
+        records, total = await self.call(self.adapter.list_documents, index_name, f, offset, limit, search)
         docs = [listed(r.doc_id, r.text, r.metadata, max_text_length) for r in records]
         return {"documents": docs, "count": len(docs), "total_items": total}
 
@@ -457,7 +471,7 @@ class StoreRegistry:
                and len(cap_per_document(nodes, max_chunks_per_document, lambda n: n.doc_id)) < top_k):
             pool = n_out = min(n_out * 2, MAX_WIDEN)
             nodes = await self._fused(index_name, query, qvec, pool, n_out, f)
-        if reranking and len(nodes) > 1:
+        if self.reranker is not None and len(nodes) > 1:
             order = await self.reranker.order(query, [n.text for n in nodes])
             nodes = [nodes[i] for i in order]
         nodes = cap_per_document(nodes, max_chunks_per_document, lambda n: n.doc_id)
@@ -469,11 +483,11 @@ class StoreRegistry:
     async def ensure(self, name: str, chunking: dict | None) -> None:
         """Create index ``name`` when it does not exist (a new version exists while empty)."""
         _validate_name(name)
-        configs = await self._call(self.adapter.indexes)
+        configs = await self.call(self.adapter.indexes)
         if name not in configs:
             embedder = await self.embedder_for(name)
             config = await self._new_config(name, chunking)
-            await self._call(self.adapter.write, name, config, [], [], None, add_only=True, dim=embedder.dim)
+            await self.call(self.adapter.write, name, config, [], [], None, add_only=True, dim=embedder.dim)
             await self._after_write()
 
     async def finish_load(self, name: str) -> None:
@@ -481,19 +495,19 @@ class StoreRegistry:
         the version goes live searched by its HNSW index (the background upkeep would build it later)."""
         build = getattr(self.adapter, "build_hnsw", None)
         if build is not None:
-            await self._call(build, name)
+            await self.call(build, name)
 
     async def dim_of(self, name: str) -> int | None:
-        return await self._call(self.adapter.dim_of, name)
+        return await self.call(self.adapter.dim_of, name)
 
     async def config_of(self, name: str) -> dict:
         return await self._config(name)
 
     async def digests(self, name: str) -> dict[str, str]:
-        return await self._call(self.adapter.digests, name)
+        return await self.call(self.adapter.digests, name)
 
     async def fetch(self, name: str, doc_ids: list[str]) -> dict[str, NewDoc]:
-        held = await self._call(self.adapter.get_documents, name, doc_ids)
+        held = await self.call(self.adapter.get_documents, name, doc_ids)
         return {d: NewDoc(d, h.text, h.metadata) for d, h in held.items()}
 
     async def sync_documents(self, name: str, docs: list[NewDoc], *, chunking: dict | None = None,
@@ -504,7 +518,7 @@ class StoreRegistry:
         _validate_name(name)
         if not docs:
             return 0
-        configs = await self._call(self.adapter.indexes)
+        configs = await self.call(self.adapter.indexes)
         config = configs.get(name) or await self._new_config(name, chunking)
         held = await self._held(name, docs) if name in configs else {}
         changed = [d for d in docs if d.doc_id not in held or held[d.doc_id][0] != d.text
@@ -514,14 +528,14 @@ class StoreRegistry:
         writes, vectors = await self._prepare(chunker, changed) if changed else ([], None)
         parts = [vectors] if vectors is not None else []
         if meta_only:
-            kept = await self._call(self.adapter.chunks_of, name, [d.doc_id for d in meta_only])
+            kept = await self.call(self.adapter.chunks_of, name, [d.doc_id for d in meta_only])
             for doc in meta_only:
                 if doc.doc_id in kept:
                     writes.append(DocWrite(doc.doc_id, doc.text, doc.metadata, kept[doc.doc_id][0]))
                     parts.append(kept[doc.doc_id][1])
         if not writes:
             return 0
-        await self._call(self.adapter.write, name, config, [w.doc_id for w in writes], writes,
+        await self.call(self.adapter.write, name, config, [w.doc_id for w in writes], writes,
                          np.concatenate(parts) if parts else None, add_only=False, dim=chunker.embedder.dim,
                          source=source)
         await self._after_write()
@@ -532,11 +546,11 @@ class StoreRegistry:
         await self._config(name)
         offset = 0
         while True:
-            page, _total = await self._call(self.adapter.list_documents, name, None, offset, batch)
+            page, _total = await self.call(self.adapter.list_documents, name, None, offset, batch)
             if not page:
                 return
             offset += len(page)
-            found = await self._call(self.adapter.chunks_of, name, [d.doc_id for d in page])
+            found = await self.call(self.adapter.chunks_of, name, [d.doc_id for d in page])
             out = []
             for doc in page:
                 chunks, vectors = found.get(doc.doc_id, ([], None))
@@ -567,7 +581,7 @@ class StoreRegistry:
                       for i, s in enumerate(spans)]
             writes.append(DocWrite(d["id"], d["text"], d["meta"], chunks))
         vectors = np.concatenate([d["vectors"] for d in docs])
-        await self._call(self.adapter.write, name, config, [w.doc_id for w in writes], writes, vectors,
+        await self.call(self.adapter.write, name, config, [w.doc_id for w in writes], writes, vectors,
                          add_only=False, dim=int(vectors.shape[1]))
         await self._after_write()
 

@@ -24,15 +24,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ragengine.conversations.store import SessionStore
 from ragengine.errors import EngineError, NotFound
 from ragengine.index.chunking import Chunker, new_index_config
 from ragengine.index.places import chunk_places
 from ragengine.index.types import ChunkingConfig
+from ragengine.settings import EngineSettings
 from ragengine.vectorstores.catalog import Catalog
 from ragengine.vectorstores.objects import StoreFileRecord, effective_chunking, static_strategy
+
+if TYPE_CHECKING:
+    from ragengine.embedding.core import Embedder
+    from ragengine.index.api import IndexAPI
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +54,8 @@ def doc_id(file_id: str, n: int) -> str:
 
 
 class VectorStoreIngestion:
-    def __init__(self, catalog: Catalog, sessions: SessionStore, registry: Any, embedder: Any, settings: Any) -> None:
+    def __init__(self, catalog: Catalog, sessions: SessionStore, registry: IndexAPI, embedder: Embedder,
+                 settings: EngineSettings) -> None:
         self.catalog = catalog
         self.sessions = sessions
         self.registry = registry

@@ -8,9 +8,12 @@ query the search ran is what ``search_query`` reports.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ragengine.errors import UpstreamError
+
+if TYPE_CHECKING:
+    from ragengine.llm.client import LLMClient
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +30,7 @@ def usable(original: str, rewritten: str) -> str | None:
     return text
 
 
-async def rewrite_for_search(llm: Any, query: str) -> str:
+async def rewrite_for_search(llm: LLMClient, query: str) -> str:
     if llm is None or not llm.configured:
         return query
     payload: dict[str, Any] = {"messages": [{"role": "system", "content": PROMPT}, {"role": "user", "content": query}],

@@ -18,7 +18,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ragengine.access.acl import Acl
 from ragengine.access.decide import missing_store_message
@@ -26,6 +26,7 @@ from ragengine.conversations.models import utcnow
 from ragengine.conversations.store import SessionStore
 from ragengine.errors import BadRequest, EngineError, Forbidden, NotFound
 from ragengine.guardrails.answer import AnswerGuard
+from ragengine.guardrails.runtime import Guardrails
 from ragengine.index import disk
 from ragengine.protocol.paging import cursor_page, list_object
 from ragengine.protocol.vector_stores import (
@@ -36,6 +37,7 @@ from ragengine.protocol.vector_stores import (
     UpdateVectorStoreRequest,
 )
 from ragengine.retrieval import filters as flt
+from ragengine.settings import EngineSettings
 from ragengine.vectorstores.catalog import Catalog
 from ragengine.vectorstores.ingest import VectorStoreIngestion
 from ragengine.vectorstores.objects import (
@@ -49,6 +51,10 @@ from ragengine.vectorstores.objects import (
 )
 from ragengine.vectorstores.rewrite import rewrite_for_search
 
+if TYPE_CHECKING:
+    from ragengine.index.api import IndexAPI
+    from ragengine.llm.client import LLMClient
+
 log = logging.getLogger(__name__)
 TOUCH_EVERY_S = 60.0
 
@@ -61,8 +67,8 @@ def _cursor(fn: Callable[[], Any], param: str = "after") -> Any:
 
 
 class VectorStores:
-    def __init__(self, settings: Any, catalog: Catalog, sessions: SessionStore, registry: Any, llm: Any,
-                 ingestion: VectorStoreIngestion, reserved: frozenset[str], guardrails: Any = None) -> None:
+    def __init__(self, settings: EngineSettings, catalog: Catalog, sessions: SessionStore, registry: IndexAPI, llm: LLMClient,
+                 ingestion: VectorStoreIngestion, reserved: frozenset[str], guardrails: Guardrails | None = None) -> None:
         self.settings = settings
         self.guardrails = guardrails  # the output policy, for the queries the LLM rewrites (rewrite_query)
         self.catalog = catalog

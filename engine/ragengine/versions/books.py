@@ -11,14 +11,21 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from ragengine.index import disk
 from ragengine.index.journal import fsync_dir
+from ragengine.stores.base import StoreAdapter
 
 Change = Callable[[dict | None], dict | None]
+
+
+class Books(Protocol):
+    async def all(self) -> dict[str, dict]: ...
+    async def get(self, name: str) -> dict | None: ...
+    async def update(self, name: str, change: Change) -> dict | None: ...
 
 
 class FileBooks:
@@ -73,9 +80,9 @@ class FileBooks:
 class StoreBooks:
     """The books in the external store, through its adapter (``books``, ``book_update``)."""
 
-    def __init__(self, adapter: Any, call: Callable[..., Any]) -> None:
+    def __init__(self, adapter: StoreAdapter, call: Callable[..., Awaitable[Any]]) -> None:
         self.adapter = adapter
-        self._call = call  # StoreRegistry._call: the adapter in a thread, a store outage as a 503
+        self._call = call  # StoreRegistry.call: the adapter in a thread, a store outage as a 503
 
     async def all(self) -> dict[str, dict]:
         return await self._call(self.adapter.books)

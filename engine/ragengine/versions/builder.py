@@ -139,10 +139,9 @@ async def _run(reg: Any, name: str, job_id: str) -> None:
             await report(min(done, total), total, f"{min(done, total)} of {total} documents")
         if not wrote and not extra:
             await asyncio.sleep(0.2)  # only writes in flight differ: their mirrors land in a moment
-    finish = getattr(inner, "finish_load", None)  # PostgreSQL: the new version's HNSW index, built in one pass
-    if finish is not None:
-        await report(total, total, f"{total} of {total} documents; building the vector index", force=True)
-        await finish(target.physical)
+    # PostgreSQL: the new version's HNSW index, built in one pass (FAISS built its graph as it wrote).
+    await report(total, total, f"{total} of {total} documents; building the vector index", force=True)
+    await inner.finish_load(target.physical)
     verdict = await _gate(reg, name, job, report, total)
     if reg.shared and (verdict is None or verdict["passed"]):
         await _wait_for_replicas(reg, target.model, report, total)

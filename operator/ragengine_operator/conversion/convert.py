@@ -31,7 +31,7 @@ from typing import Any
 import yaml
 
 from .. import constants as c
-from ..spec_schema import spec_schema
+from ..spec.schema import spec_schema
 
 V1ALPHA1 = f"{c.GROUP}/v1alpha1"
 V1BETA1 = f"{c.GROUP}/v1beta1"

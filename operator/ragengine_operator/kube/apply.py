@@ -8,6 +8,7 @@ force_conflicts=True: the operator is the authority for the fields it sets.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from kubernetes.client.rest import ApiException
@@ -17,12 +18,20 @@ from kubernetes.dynamic.exceptions import NotFoundError
 from .. import constants as c
 
 # The dynamic client's errors subclass ApiException: callers catch ApiException (status, body).
-__all__ = ["ApiException", "delete", "get", "get_metadata", "list_objects", "patch_status", "secret_type",
+__all__ = ["ApiException", "api_message", "delete", "get", "get_metadata", "list_objects", "patch_status", "secret_type",
            "served_kinds", "server_side_apply"]
 # Reads that leave an object's content on the server: a Secret's metadata (uid, resourceVersion,
 # owners) or its type are all the operator needs of the Secrets it does not create.
 METADATA_ONLY = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 TABLE = "application/json;as=Table;g=meta.k8s.io;v=v1"
+
+
+def api_message(exc: ApiException) -> str:
+    """The API server's own reason (its Status message), else the HTTP status line."""
+    try:
+        return json.loads(exc.body or "{}").get("message") or f"{exc.status} {exc.reason}"
+    except (ValueError, AttributeError, TypeError):
+        return f"{exc.status} {exc.reason}"
 
 
 def _resource(dyn: DynamicClient, api_version: str, kind: str) -> Any:

@@ -25,7 +25,9 @@ from ..manifests.inference import inference_name, model_cache_pvc_name
 from ..manifests.labels import Owner
 from ..net.egress import EgressPolicy
 from ..net.http import Deadline, FetchError, TooLarge, pinned_get, read_body, request
-from ..reconcile.status import Observed, container_failure
+from ..reconcile.status import Observed
+from ..reconcile.workloads import container_failure
+from ..settings import OperatorSettings
 from ..spec import RAGEngineSpec
 from .apply import get, list_objects
 
@@ -127,7 +129,7 @@ def engine_health(url: str, key: str | None = None) -> tuple[dict[str, Any] | No
     return body, None
 
 
-def probe_egress(settings: Any) -> EgressPolicy:
+def probe_egress(settings: OperatorSettings) -> EgressPolicy:
     """The sources' egress rules, plus the cluster's Service names (``*.svc``, ``*.svc.<domain>``): the LLM is
     usually one, and a GET of its /models through a Service is no more than any pod may do. Loopback, link-local
     (cloud metadata) and private address literals stay refused."""

@@ -36,7 +36,7 @@ from ragengine.settings import EngineSettings
 
 from .. import constants as c
 from ..spec import RAGEngineSpec
-from ..spec_access import AccessSpec
+from ..spec.access import AccessSpec
 from .labels import Owner, labels, metadata
 
 ACCESS_DIR = "/etc/ragengine/access"

@@ -115,14 +115,14 @@ OPERATOR_ONLY = {
             "indexes", "role", "groups", "limits.requestsPerMinute", "limits.tokensPerMinute")),
         "keys.name", "keys.keySecretRef", "serviceAccounts.namespace",
         "serviceAccounts.name")),
-    # synced by the operator through the engine's API (sources/runner.py)
+    # synced by the operator through the engine's API (syncer/runner.py)
     *(f"sources.{field}" for field in (
         "name", "index", "interval", "metadata", "acl", "screen", "chunking.chunkSize", "chunking.chunkOverlap", "configMap.name",
         "configMap.keys", "git.url", "git.ref", "git.paths", "git.secretRef.name", "http.urls", "http.secretRef.name",
         "maxFiles", "maxSize", "chunking.contextual", "ingestion.ocrLanguages", "ingestion.formats", "aclRules",
         "s3.endpoint", "s3.bucket", "s3.prefix", "s3.region", "s3.paths", "s3.pathStyle", "s3.secretRef.name",
         "s3.serviceAccountName", "webhook.type", "webhook.secretRef.name")),
-    # each source of an index with its index's settings (sources/spec.py effective_sources)
+    # each source of an index with its index's settings (spec/sources.py effective_sources)
     *(f"indexes.{field}" for field in (
         "name", "chunking.chunkSize", "chunking.chunkOverlap", "chunking.contextual", "ingestion.ocrLanguages",
         "ingestion.formats")),

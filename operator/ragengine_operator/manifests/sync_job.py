@@ -1,4 +1,4 @@
-"""One source sync as a Job in the RAGEngine's namespace (job mode of sources/runner.py). Pure.
+"""One source sync as a Job in the RAGEngine's namespace (job mode of syncer/runner.py). Pure.
 
 The pod fetches and parses tenant data, so it gets nothing of the operator's:
 

@@ -14,7 +14,7 @@ import json
 import re
 from typing import Any
 
-from ragengine_operator.sources.spec import Source
+from ragengine_operator.spec.sources import Source
 
 COMMIT = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
 

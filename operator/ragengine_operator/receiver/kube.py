@@ -15,7 +15,7 @@ from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
 from .. import constants as c
-from ..sources.spec import Source
+from ..spec.sources import Source
 from .server import Hooked, LookupUnavailable
 
 log = logging.getLogger(__name__)

@@ -35,7 +35,7 @@ from aiohttp import web
 from ragengine_operator.metrics import WEBHOOK_REQUESTS
 from ragengine_operator.receiver.events import wants_sync
 from ragengine_operator.receiver.verify import Replays, verify
-from ragengine_operator.sources.spec import Source
+from ragengine_operator.spec.sources import Source
 
 log = logging.getLogger(__name__)
 MAX_BODY = 10 * 1024 * 1024  # GitHub's push payloads are capped at 25 MB; 10 MiB holds any but the largest

@@ -5,16 +5,15 @@ so it needs no lease: the replica that leads, whose source syncer watches RAGEng
 
 from __future__ import annotations
 
-from typing import Any
-
 from aiohttp import web
 from kubernetes import client as k8s
 
+from ..settings import OperatorSettings
 from .kube import ApiLookup, annotator
 from .server import Receiver, Throttle
 
 
-def receiver_app(settings: Any, api: k8s.ApiClient) -> web.Application:
+def receiver_app(settings: OperatorSettings, api: k8s.ApiClient) -> web.Application:
     """``api``: the receiver's own client (kopf runs only where the replica leads)."""
     receiver = Receiver(ApiLookup(api), annotator(api), max_body=settings.receiver_max_body_bytes,
                         throttle=Throttle(settings.receiver_rate_per_namespace, settings.receiver_burst_per_namespace))

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 import pathspec
 
-from ragengine_operator.sources.spec import Source
+from ragengine_operator.spec.sources import Source
 
 NO_RULE = "no aclRules entry matches this path: not indexed (fail closed)"
 

@@ -47,7 +47,7 @@ from ragengine_operator.sources.fetched import (
     too_large,
 )
 from ragengine_operator.sources.git import compile_paths
-from ragengine_operator.sources.spec import S3Source
+from ragengine_operator.spec.sources import S3Source
 
 PAGE = 1000
 MAX_LISTING_BYTES = 16 * 1024 * 1024  # one page of the listing (1000 keys of 1 KiB each fit)

@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ragengine_operator.constants import SOURCE_SYNC_ANNOTATION_PREFIX, SYNC_NOW_ANNOTATION
-from ragengine_operator.sources.spec import Source, duration_seconds
+from ragengine_operator.spec.sources import Source, duration_seconds
 
 SOURCES_SYNCED = "SourcesSynced"
 DEFAULT_PERIOD_S = {"configMap": 30.0, "git": 300.0, "http": 300.0, "s3": 300.0}

@@ -32,7 +32,7 @@ from ragengine_operator.sources.fetched import Deadline
 from ragengine_operator.sources.plan import plan_sync
 from ragengine_operator.sources.s3 import S3Credentials, fetch_s3
 from ragengine_operator.sources.s3_identity import web_identity
-from ragengine_operator.sources.spec import Source
+from ragengine_operator.spec.sources import Source
 
 log = logging.getLogger(__name__)
 SERVICE_ACCOUNT_TOKEN = "kubernetes.io/service-account-token"

@@ -3,7 +3,7 @@ engine's ingestion through the worker's HTTP calls (W3C ``traceparent``). docs/o
 
 Contract:
 
-- ``operator_span(config, request, owner)``: a ``source_sync`` span exported where the RAGEngine's
+- ``operator_span(config, request, namespace, name)``: a ``source_sync`` span exported where the RAGEngine's
   ``spec.observability.tracing`` says (``config``: its endpoint, protocol and sampling ratio; None: no
   span, the request unchanged). Yields the request with the span's ``traceparent`` and ``config`` in it,
   so the worker (a Job or a subprocess, with an empty environment) exports to the same place.
@@ -23,7 +23,6 @@ from typing import Any
 from ragengine.observability import tracing
 from ragengine.observability.tracing import Tracing
 
-from ..manifests.labels import Owner
 from .protocol import SyncRequest
 
 TracingConfig = tuple[str, str, float]  # endpoint, protocol, sampling ratio
@@ -46,7 +45,9 @@ def _attributes(request: SyncRequest) -> dict[str, Any]:
 
 
 @contextmanager
-def operator_span(config: TracingConfig | None, request: SyncRequest, owner: Owner) -> Iterator[SyncRequest]:
+def operator_span(config: TracingConfig | None, request: SyncRequest, namespace: str,
+                  name: str) -> Iterator[SyncRequest]:
+    """``namespace`` / ``name``: the RAGEngine's (the span's attributes)."""
     if config is None:
         yield request
         return
@@ -54,7 +55,7 @@ def operator_span(config: TracingConfig | None, request: SyncRequest, owner: Own
         _OPERATOR[config] = _tracing(config, "ragengine-operator")
     token = tracing.activate(_OPERATOR[config])
     try:
-        with tracing.stage("source_sync", **{"k8s.namespace.name": owner.namespace, "ragengine.name": owner.name},
+        with tracing.stage("source_sync", **{"k8s.namespace.name": namespace, "ragengine.name": name},
                            **_attributes(request)) as span:
             carrier: dict[str, str] = {}
             if span.is_recording():

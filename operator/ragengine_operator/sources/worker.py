@@ -37,8 +37,8 @@ from ragengine_operator.sources.protocol import (
     encode_result,
     failed,
 )
-from ragengine_operator.sources.spec import Source
 from ragengine_operator.sources.sync import FetchPolicy, SyncResult, fetch, sync_source
+from ragengine_operator.spec.sources import Source
 
 TERMINATION_LOG = "/dev/termination-log"
 

@@ -164,7 +164,7 @@ def test_two_sources_with_one_name_are_refused(kube, namespace):
 def test_sync_sends_the_engine_api_key_and_a_restart_resyncs_nothing(kube, namespace, embedder, tmp_path):
     """The sync worker gets the engine's API key from the RAGEngine's auth Secret (an engine with auth
     refuses a sync without it), and a syncer that starts from the written status finds the source up to
-    date. The worker is a subprocess without the operator's environment (sources/in_subprocess.py)."""
+    date. The worker is a subprocess without the operator's environment (syncer/in_subprocess.py)."""
     import asyncio
     import time
 
@@ -172,9 +172,9 @@ def test_sync_sends_the_engine_api_key_and_a_restart_resyncs_nothing(kube, names
     from ragengine.settings import EngineSettings
     from ragengine_operator.controller import Controller
     from ragengine_operator.settings import OperatorSettings
-    from ragengine_operator.sources.runner import SourceSyncer, Target
-    from ragengine_operator.sources.spec import Source
     from ragengine_operator.sources.status import SourceState, after_sync
+    from ragengine_operator.spec.sources import Source
+    from ragengine_operator.syncer.runner import SourceSyncer, Target
     from tests.support.embedding import serve_engine
 
     ns = namespace

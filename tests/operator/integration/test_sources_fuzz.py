@@ -26,10 +26,10 @@ from starlette.routing import Route
 
 from ragengine_operator.manifests.labels import Owner
 from ragengine_operator.settings import OperatorSettings
-from ragengine_operator.sources.in_subprocess import SubprocessRunner
 from ragengine_operator.sources.protocol import Limits, Prepared, SyncRequest
-from ragengine_operator.sources.spec import Source
 from ragengine_operator.sources.sync import SyncResult, policy_settings
+from ragengine_operator.spec.sources import Source
+from ragengine_operator.syncer.in_subprocess import SubprocessRunner
 from tests.support.git_server import Repo, git_http_server
 from tests.support.server import serve_app
 

@@ -30,6 +30,10 @@ psycopg, with the schema under alembic (``migrations/``).
 - Dimensions: ``chunks`` has the dimension of the model that made the schema; an index whose vectors have
   another (a version built with another model, docs/versions.md) keeps its chunks in ``chunks_d<dim>``,
   created with its HNSW index on first use. A store made for another model therefore opens as it is.
+
+Longer than 400 lines on purpose: one class is the whole ``StoreAdapter`` contract over one database (its methods
+share the engine, the table cache and the transaction helpers); the schema, the migrations, the keyword leg and
+mirror, and the filters' SQL are their own modules already.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The base model and scalar types every part of the RAGEngine spec shares (spec.py, sources/spec.py)."""
+"""The base model and scalar types every part of the RAGEngine spec shares."""
 
 from __future__ import annotations
 
@@ -17,3 +17,4 @@ class SpecModel(BaseModel):
 Name = Annotated[str, Field(min_length=1, max_length=253)]
 Url = Annotated[str, Field(max_length=2048)]
 LabelMap = Annotated[dict[str, Annotated[str, Field(max_length=63)]], Field(max_length=64)]
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"  # a namespace's or a source's name

@@ -11,12 +11,12 @@ and parses tenant data. The operator keeps the scheduling, the status, the Event
 a worker (sources/worker.py, ``ragengine-operator sync-source``) does fetch -> plan -> push and hands
 back a SyncResult. ``settings.sync_mode`` picks where the worker runs:
 
-- ``job`` (sources/in_job.py): a Job in the RAGEngine's namespace (manifests/sync_job.py): no API
+- ``job`` (syncer/in_job.py): a Job in the RAGEngine's namespace (manifests/sync_job.py): no API
   token, its own limits and deadline, the namespace's NetworkPolicies; its result is the pod's
   termination message. The operator reads neither the source's credentials nor the engine's key: it
   checks the credentials Secret's type (a ServiceAccount token is refused) and a ConfigMap's
   resourceVersion, and names them in the Job.
-- ``subprocess`` (sources/in_subprocess.py): a child process with an empty environment (no
+- ``subprocess`` (syncer/in_subprocess.py): a child process with an empty environment (no
   KUBECONFIG, no token), rlimits and a deadline, for an operator run outside the cluster (the tests:
   kwok's pods run no containers). The operator reads the inputs and gives them on stdin.
 
@@ -44,19 +44,16 @@ from kubernetes.client.rest import ApiException
 from ragengine.observability import tracing
 
 from .. import constants as c
-from ..controller import Controller, api_message, post
+from ..controller import Controller, post
 from ..kube import apply as kube
+from ..kube.apply import api_message
 from ..manifests.engine import endpoint
 from ..manifests.engine_env import engine_api_key_ref
 from ..manifests.labels import Owner
 from ..manifests.sync_job import SyncPod
 from ..metrics import SOURCE_SYNCS
-from ..spec import AuthSpec, ObservabilitySpec
-from .in_job import JobRunner
-from .in_subprocess import SubprocessRunner
-from .protocol import Limits, Prepared, SyncRequest, failed
-from .spec import IndexSettings, Source, effective_sources
-from .status import (
+from ..sources.protocol import Limits, Prepared, SyncRequest, failed
+from ..sources.status import (
     SourceState,
     after_sync,
     due,
@@ -69,8 +66,12 @@ from .status import (
     visible,
     waiting,
 )
-from .sync import SyncResult, policy_settings
-from .traced import TracingConfig, config_of, operator_span, result_attributes
+from ..sources.sync import SyncResult, policy_settings
+from ..sources.traced import TracingConfig, config_of, operator_span, result_attributes
+from ..spec import AuthSpec, ObservabilitySpec
+from ..spec.sources import IndexSettings, Source, effective_sources
+from .in_job import JobRunner
+from .in_subprocess import SubprocessRunner
 
 log = logging.getLogger(__name__)
 TICK_SECONDS = 1.0
@@ -320,10 +321,10 @@ class SourceSyncer:
         return Prepared(request, ref.name if ref else None, configmap, target.api_key_ref, account)
 
     async def dispatch(self, target: Target, prepared: Prepared, progress: Progress | None = None) -> SyncResult:
-        """Run the worker where settings.sync_mode says (sources/in_job.py, sources/in_subprocess.py), in the
+        """Run the worker where settings.sync_mode says (syncer/in_job.py, syncer/in_subprocess.py), in the
         sync's span when the RAGEngine has tracing on (its traceparent goes to the worker in the request)."""
         s = self.settings
-        with operator_span(target.tracing, prepared.request, target.owner) as request:
+        with operator_span(target.tracing, prepared.request, target.namespace, target.name) as request:
             prepared = replace(prepared, request=request)
             if s.sync_mode == "job":
                 result = await JobRunner(self.controller.dyn, SyncPod.from_settings(s), self.limits, self.pods).run(

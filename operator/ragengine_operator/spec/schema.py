@@ -62,6 +62,6 @@ def model_schema(model: type[BaseModel]) -> dict[str, Any]:
 @cache
 def spec_schema() -> dict[str, Any]:
     """The v1beta1 spec's structural schema (the stored version's, defaults included)."""
-    from .spec import RAGEngineSpec
+    from .ragengine import RAGEngineSpec
 
     return model_schema(RAGEngineSpec)

@@ -1,4 +1,4 @@
-"""A sync worker as a child process (``sync_mode: subprocess``; sources/runner.py dispatches).
+"""A sync worker as a child process (``sync_mode: subprocess``; syncer/runner.py dispatches).
 
 For an operator run outside the cluster (kwok's pods run no containers, so the tests use it). The
 child is ``python -m ragengine_operator sync-source --stdin`` in a session of its own, with:
@@ -34,11 +34,11 @@ from kubernetes.client.rest import ApiException
 from kubernetes.dynamic import DynamicClient
 from kubernetes.utils.quantity import parse_quantity
 
-from ..controller import api_message
 from ..kube import apply as kube
+from ..kube.apply import api_message
 from ..manifests.labels import Owner
-from .protocol import Inputs, Limits, Prepared, SyncRequest, decode_result, failed, result_from_exit
-from .sync import SyncResult
+from ..sources.protocol import Inputs, Limits, Prepared, SyncRequest, decode_result, failed, result_from_exit
+from ..sources.sync import SyncResult
 
 # The environment a worker keeps: how to find programs and modules, the locale, TLS roots, proxies.
 WORKER_ENV = ("PATH", "PYTHONPATH", "LANG", "LC_ALL", "SSL_CERT_FILE", "SSL_CERT_DIR", "HTTP_PROXY", "HTTPS_PROXY",

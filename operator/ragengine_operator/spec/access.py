@@ -11,8 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, model_validator
 
-from .sources.spec import DNS_LABEL
-from .spec_types import Name, SpecModel
+from .types import DNS_LABEL, Name, SpecModel
 
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,62}$"  # as the engine's key names (access/rules.py)
 _SA_NAME = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"

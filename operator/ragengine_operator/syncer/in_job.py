@@ -1,4 +1,4 @@
-"""A sync worker as a Job in the RAGEngine's namespace (``sync_mode: job``; sources/runner.py dispatches).
+"""A sync worker as a Job in the RAGEngine's namespace (``sync_mode: job``; syncer/runner.py dispatches).
 
 The Job is manifests/sync_job.py's. Its result is the pod's termination message, read from the
 operator's kopf index of sync pods (handlers.sync_pods: the pod watch it already has), so waiting
@@ -18,14 +18,14 @@ from typing import Any
 from kubernetes.client.rest import ApiException
 from kubernetes.dynamic import DynamicClient
 
-from ..controller import api_message
 from ..kube import apply as kube
+from ..kube.apply import api_message
 from ..manifests.labels import Owner
 from ..manifests.sync_job import REQUEST_ANNOTATION, SyncPod, sync_job
 from ..reconcile.plan import name_conflict
+from ..sources.protocol import Limits, Prepared, SyncRequest, failed, result_from_job, result_from_pod
+from ..sources.sync import SyncResult
 from ..spec import SecretKeyRef
-from .protocol import Limits, Prepared, SyncRequest, failed, result_from_job, result_from_pod
-from .sync import SyncResult
 
 log = logging.getLogger(__name__)
 POLL_S = 0.5  # how often the Job's pod is looked up in the in-memory index

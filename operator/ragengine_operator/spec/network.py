@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, model_validator
 
-from .spec_types import LabelMap, SpecModel
+from .types import LabelMap, SpecModel
 
 
 class LabelSelectorRequirement(SpecModel):

@@ -9,7 +9,7 @@ from pydantic import Field, field_validator, model_validator
 
 from ragengine.evaluation.schedule import parse as parse_schedule
 
-from .spec_types import Name, SpecModel
+from .types import Name, SpecModel
 
 METRIC = r"^(mrr|recall|ndcg|hit_rate)@[1-9][0-9]{0,2}$"
 

@@ -16,9 +16,9 @@ from urllib.parse import urlsplit
 from pydantic import Field, field_validator, model_validator
 
 from ragengine.filetypes import FORMAT_NAMES
-from ragengine_operator.spec_types import SpecModel, Url
 
-DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+from .types import DNS_LABEL, SpecModel, Url
+
 DURATION = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"  # Go durations, as Flux's interval: 30s, 5m, 1h30m
 _DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)")
 _SCP_LIKE = re.compile(r"^[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:[^/].*$")  # git@host:org/repo.git
@@ -384,22 +384,3 @@ def effective_sources(sources: list[Source], indexes: list[IndexSettings]) -> li
         out.append(s.model_copy(update={"chunking": s.chunking or index.chunking, "ingestion": ingestion}))
     return out
 
-
-class SourceStatus(SpecModel):
-    """The last sync of one source, as ``status.sources[]`` reports it (written by the operator only)."""
-
-    name: str
-    type: str = Field(description="configMap, git, http or s3.")
-    index: str
-    synced: bool = Field(description="The last sync of the current spec of this source succeeded.")
-    revision: str | None = Field(None, description="Git commit id, HTTP or S3 ETag digest, or ConfigMap resourceVersion synced.")
-    documents: int | None = Field(None, description="Documents of this source in its index.")
-    chunks: int | None = Field(None, description="Chunks in the index after the sync.")
-    skipped: int | None = Field(None, description="Files skipped (binary, unknown type, not UTF-8, too large).")
-    last_sync_time: str | None = Field(None, description="When the last successful sync finished.")
-    last_attempt_time: str | None = Field(None, description="When the last sync, successful or not, finished.")
-    message: str = Field("", description="What the last sync did, or why it failed.")
-    spec_digest: str | None = Field(None, description="Digest of the source's spec the last sync used.")
-    last_handled_sync_request: str | None = Field(
-        None, description="The last sync request handled: the ragengine.io/sync-now annotation's value, or a push's "
-        "(as Flux's lastHandledReconcileAt).")

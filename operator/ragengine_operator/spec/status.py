@@ -6,8 +6,27 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from .sources.spec import SourceStatus
-from .spec_types import SpecModel
+from .types import SpecModel
+
+
+class SourceStatus(SpecModel):
+    """The last sync of one source, as ``status.sources[]`` reports it (written by the operator only)."""
+
+    name: str
+    type: str = Field(description="configMap, git, http or s3.")
+    index: str
+    synced: bool = Field(description="The last sync of the current spec of this source succeeded.")
+    revision: str | None = Field(None, description="Git commit id, HTTP or S3 ETag digest, or ConfigMap resourceVersion synced.")
+    documents: int | None = Field(None, description="Documents of this source in its index.")
+    chunks: int | None = Field(None, description="Chunks in the index after the sync.")
+    skipped: int | None = Field(None, description="Files skipped (binary, unknown type, not UTF-8, too large).")
+    last_sync_time: str | None = Field(None, description="When the last successful sync finished.")
+    last_attempt_time: str | None = Field(None, description="When the last sync, successful or not, finished.")
+    message: str = Field("", description="What the last sync did, or why it failed.")
+    spec_digest: str | None = Field(None, description="Digest of the source's spec the last sync used.")
+    last_handled_sync_request: str | None = Field(
+        None, description="The last sync request handled: the ragengine.io/sync-now annotation's value, or a push's "
+        "(as Flux's lastHandledReconcileAt).")
 
 
 class Condition(SpecModel):

@@ -1,0 +1,5 @@
+"""``python -m ragengine.cli``: the ``ragengine`` command."""
+
+from ragengine.cli import main
+
+main()
