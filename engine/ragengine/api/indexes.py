@@ -207,9 +207,10 @@ async def startup(app: FastAPI, settings: EngineSettings, stack: AsyncExitStack,
     if embedder is None:
         wanted = target.settings_for(settings)
         # ``ragengine serve`` started loading it beside its imports (embedding/early.py)
-        embedder = await take_early(wanted) or await asyncio.to_thread(build_embedder, wanted)
-        app.state.embedder = embedder
-        stack.callback(embedder.close)
+        early: Embedder | None = await take_early(wanted)
+        loaded = early if early is not None else await asyncio.to_thread(build_embedder, wanted)
+        app.state.embedder = embedder = loaded
+        stack.callback(loaded.close)
     EMBEDDING_BACKEND.labels(embedder.backend.name).set(1)
     reranker: Reranker | None = getattr(app.state, "reranker", None)
     if reranker is None and settings.rerank_model:
