@@ -19,18 +19,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "engine"), str(ROOT)]
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from bench.engine.common import load_embedder, pct  # noqa: E402
-from ragengine.access.acl import Acl  # noqa: E402
+from bench.common import ROOT, load_embedder, pct
+from ragengine.access.acl import Acl
 
 
 def ms(values: list[float]) -> dict:

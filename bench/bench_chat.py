@@ -23,27 +23,19 @@ import os
 import platform
 import random
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import httpx
 
-import httpx  # noqa: E402
-
-from tests.support.engine_process import engine_process  # noqa: E402
+from bench.common import ROOT, pct
+from tests.support.engine_process import engine_process
 
 WORDS = ["kubernetes", "operator", "gpu", "node", "vector", "index", "embedding", "search", "latency", "cluster",
          "model", "inference", "deployment", "storage", "replica", "shard", "token", "context", "window", "prompt",
          "retrieval", "chunk", "document", "query", "faiss", "bm25", "hybrid", "rerank", "stream", "cache", "metrics",
          "health", "persist", "snapshot", "journal"]
-
-
-def pct(values: list[float], p: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, round(p / 100 * (len(values) - 1)))]
 
 
 async def run_load(base: str, bodies: list[dict], concurrency: int) -> dict:

@@ -22,18 +22,14 @@ import argparse
 import asyncio
 import json
 import re
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "engine"), str(ROOT)]
+import httpx
+import numpy as np
 
-import httpx  # noqa: E402
-import numpy as np  # noqa: E402
-
-from bench.engine.common import load_embedder, pct  # noqa: E402
+from bench.common import ROOT, load_embedder, pct
 
 KEY = "bench-console-admin-key-0123456789"
 WORDS = ["pump", "valve", "restart", "hall", "panel", "button", "green", "safety", "manual", "shift", "report",

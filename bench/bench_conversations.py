@@ -20,34 +20,24 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
 import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # tests.* helpers (scripted LLM, PostgreSQL fixture)
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
-from ragengine.conversations.store import SessionStore  # noqa: E402
-from ragengine.llm.client import LLMClient  # noqa: E402
-from ragengine.rag.reformulate import reformulate_query  # noqa: E402
-from ragengine.settings import EngineSettings  # noqa: E402
-from tests.conversations.scripted_llm import ScriptedLLM, create_scripted_app  # noqa: E402
-from tests.support.server import serve_app  # noqa: E402
+from bench.common import ROOT, pct
+from ragengine.conversations.store import SessionStore
+from ragengine.llm.client import LLMClient
+from ragengine.rag.reformulate import reformulate_query
+from ragengine.settings import EngineSettings
+from tests.conversations.scripted_llm import ScriptedLLM, create_scripted_app
+from tests.support.server import serve_app
 
 HISTORY = [
     {"role": "user", "content": "I want something vegetarian"},
     {"role": "assistant", "content": "I can recommend the Mushroom Soup, the Chickpea Risotto and the Creamy Spinach"},
 ]
-
-
-def pct(values: list[float], p: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, round(p / 100 * (len(values) - 1)))]
 
 
 async def bench_reformulation(base: str, n: int) -> dict:

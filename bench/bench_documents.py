@@ -16,13 +16,10 @@ import json
 import statistics
 import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from ragengine.filetypes import Extracted, to_document  # noqa: E402
-from tests.support import corpus  # noqa: E402
+from bench.common import ROOT
+from ragengine.filetypes import Extracted, to_document
+from tests.support import corpus
 
 # Pages of known text for the OCR error rate: different sentences, sizes and a digit-heavy one.
 OCR_PAGES = [

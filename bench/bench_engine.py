@@ -14,21 +14,15 @@ import json
 import os
 import sys
 import time
-from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from bench.engine.common import load_embedder  # noqa: E402
-from bench.engine.hnsw import bench_hnsw  # noqa: E402
-from bench.engine.ingest import bench_ingest  # noqa: E402
-from bench.engine.latency import Server, bench_latency, query_embed_ms  # noqa: E402
-from bench.engine.quality import bench_quality  # noqa: E402
-from bench.engine.report import print_table  # noqa: E402
-from bench.engine.synth import SMALL_WORDS, passages  # noqa: E402
-from bench.engine.workload import bench_workload  # noqa: E402
+from bench.common import ROOT, load_embedder
+from bench.engine.hnsw import bench_hnsw
+from bench.engine.ingest import bench_ingest
+from bench.engine.latency import Server, bench_latency, query_embed_ms
+from bench.engine.quality import bench_quality
+from bench.engine.report import print_table
+from bench.engine.synth import SMALL_WORDS, passages
+from bench.engine.workload import bench_workload
 
 RESULTS = ROOT / "bench" / "results" / "engine.json"
 

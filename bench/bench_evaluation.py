@@ -20,28 +20,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import httpx
+import numpy as np
 
-import httpx  # noqa: E402
-import numpy as np  # noqa: E402
-
-from bench.engine.synth import passages  # noqa: E402
-from tests.support.engine_process import engine_process  # noqa: E402
-from tests.support.versions import QueryLoop  # noqa: E402
+from bench.common import ROOT, pct
+from bench.engine.synth import passages
+from tests.support.engine_process import engine_process
+from tests.support.versions import QueryLoop
 
 K = 10
-
-
-def pct(values: list[float], q: float) -> float:
-    return float(np.percentile(np.asarray(values), q)) if values else float("nan")
 
 
 def golden(texts: list[str], n: int, seed: int) -> list[dict]:

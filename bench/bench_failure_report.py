@@ -26,9 +26,8 @@ import time
 import uuid
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from bench import bench_operator as ops  # noqa: E402  (its cluster helpers; it sets KUBECONFIG)
+from bench import bench_operator as ops  # (its cluster helpers; it sets KUBECONFIG)
+from bench.common import ROOT
 
 
 def degraded_reason(b: ops.Bench, n: str) -> str | None:

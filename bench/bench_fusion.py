@@ -22,21 +22,15 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "engine"), str(ROOT)]
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from ragengine.index.store import VectorStore  # noqa: E402
-from ragengine.retrieval.bm25 import BM25Index  # noqa: E402
-from ragengine.retrieval.hybrid import FusionParams, fuse  # noqa: E402
+from bench.common import ROOT, pct
+from ragengine.index.store import VectorStore
+from ragengine.retrieval.bm25 import BM25Index
+from ragengine.retrieval.hybrid import FusionParams, fuse
 
 DIM = 384
 POOLS = (20, 50)
-
-
-def pct(values: list[float], q: float) -> float:
-    return float(np.percentile(values, q))
 
 
 def build(n: int, hnsw: bool, seed: int = 0) -> tuple[VectorStore, BM25Index, np.ndarray, list[str]]:

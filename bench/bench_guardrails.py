@@ -17,15 +17,11 @@ from __future__ import annotations
 import json
 import platform
 import statistics
-import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "engine")]
-
-from ragengine.guardrails.policy import parse_policy  # noqa: E402
-from ragengine.guardrails.scan import OutputGuard  # noqa: E402
+from bench.common import ROOT
+from ragengine.guardrails.policy import parse_policy
+from ragengine.guardrails.scan import OutputGuard
 
 DATA = ROOT / "bench" / "guardrails" / "outputs.jsonl"
 KAITO_DEFAULT = (ROOT / "tests" / "guardrails" / "data" / "kaito-default-policy.yaml").read_text()

@@ -21,23 +21,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import httpx
 
-import httpx  # noqa: E402
-
-from ragengine.index.writer_lock import WriterLock  # noqa: E402
-from tests.support.engine_process import engine_process  # noqa: E402
-from tests.support.service_client import ServiceClient  # noqa: E402
+from bench.common import ROOT
+from ragengine.index.writer_lock import WriterLock
+from tests.support.engine_process import engine_process
+from tests.support.service_client import ServiceClient
 
 RESULTS = ROOT / "bench" / "results" / "handover.json"
 MARKER = {"doc_id": "marker", "text": "The marker written after the stand-by loaded the folder, about narwhals."}

@@ -35,21 +35,19 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import httpx
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+
+from bench.common import ROOT, pct
+from tests.support.git_server import Repo, git_http_server
+from tests.support.server import serve_app
+
 KUBECONFIG = ROOT / ".cluster" / "kubeconfig"
 RESULTS = ROOT / "bench" / "results" / "isolation.json"
 LIMITS = {"RAGENGINE_OPERATOR_SYNC_MEMORY": "512Mi", "RAGENGINE_OPERATOR_SYNC_CPU_SECONDS": "30",
           "RAGENGINE_OPERATOR_SYNC_DEADLINE_SECONDS": "60"}
 HOSTILE = ("gzip", "git-bomb", "redos", "trickle")
-
-import httpx  # noqa: E402
-from kubernetes import client as k8s  # noqa: E402
-from kubernetes import config as k8s_config  # noqa: E402
-
-from tests.support.git_server import Repo, git_http_server  # noqa: E402
-from tests.support.server import serve_app  # noqa: E402
 
 
 class Hostile(BaseHTTPRequestHandler):
@@ -98,11 +96,6 @@ def probe(url: str) -> float:
     except httpx.HTTPError:
         ok = False
     return (time.perf_counter() - t0) * 1000 if ok else float("inf")
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))] if ordered else float("nan")
 
 
 def repos(root: Path) -> None:

@@ -21,13 +21,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
-from bench.engine import sidebyside  # noqa: E402
-from bench.engine.pydocs import python_docs  # noqa: E402
-from tests.llm_server import write_tokenizer  # noqa: E402
+from bench.common import ROOT
+from bench.engine import sidebyside
+from bench.engine.pydocs import python_docs
+from tests.llm_server import write_tokenizer
 
 RESULTS = ROOT / "bench" / "results" / "kaito.json"
 KAITO_HOME = Path(os.environ.get("KAITO_HOME", Path.home() / ".cache" / "ragengine" / "kaito"))

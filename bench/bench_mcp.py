@@ -24,30 +24,22 @@ import json
 import os
 import platform
 import random
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import httpx
+import httpx2
+from mcp.client import Client
+from mcp.client.streamable_http import streamable_http_client
 
-import httpx  # noqa: E402
-import httpx2  # noqa: E402
-from mcp.client import Client  # noqa: E402
-from mcp.client.streamable_http import streamable_http_client  # noqa: E402
-
-from tests.support.engine_process import engine_process  # noqa: E402
+from bench.common import ROOT, pct
+from tests.support.engine_process import engine_process
 
 KEY = "bench-key-0123456789abcdef"
 INDEX = "bench"
 WORDS = ["pump", "valve", "boiler", "turbine", "pressure", "gasket", "seal", "bearing", "filter", "sensor", "alarm",
          "shift", "operator", "maintenance", "inspection", "torque", "coolant", "flow", "meter", "schedule"]
-
-
-def pct(values: list[float], p: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, round(p / 100 * (len(values) - 1)))]
 
 
 def summary(ms: list[float]) -> dict:

@@ -23,18 +23,15 @@ import os
 import platform
 import random
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import httpx
+import openai
 
-import httpx  # noqa: E402
-import openai  # noqa: E402
-
-from tests.support.engine_process import engine_process  # noqa: E402
+from bench.common import ROOT, pct
+from tests.support.engine_process import engine_process
 
 WORDS = ["pump", "valve", "boiler", "turbine", "pressure", "gasket", "seal", "bearing", "filter", "sensor", "alarm",
          "shift", "operator", "maintenance", "inspection", "torque", "coolant", "flow", "meter", "schedule"]
@@ -43,11 +40,6 @@ WORDS = ["pump", "valve", "boiler", "turbine", "pressure", "gasket", "seal", "be
 def document(rng: random.Random, n: int) -> str:
     sentences = [f"Procedure {n}.{i}: " + " ".join(rng.choices(WORDS, k=12)) + "." for i in range(25)]
     return " ".join(sentences)
-
-
-def pct(values: list[float], p: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, round(p / 100 * (len(values) - 1)))]
 
 
 def timed(fn, n: int) -> list[float]:

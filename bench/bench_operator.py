@@ -33,9 +33,10 @@ import time
 import uuid
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from bench.common import ROOT
+
 KUBECONFIG = ROOT / ".cluster" / "kubeconfig"
-os.environ["KUBECONFIG"] = str(KUBECONFIG)
+os.environ["KUBECONFIG"] = str(KUBECONFIG)  # before kubernetes is imported: its config reads it then
 
 from kubernetes import client as k8s  # noqa: E402
 from kubernetes import config as k8s_config  # noqa: E402

@@ -27,19 +27,13 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from bench.common import ROOT, pct
 
 RESULTS = ROOT / "bench" / "results" / "pg_writes.json"
 DIM = 384
 SEARCHES = 300
 WRITE_EVERY_S = 0.1
 WRITE_CHUNKS = 10
-
-
-def pct(values: list[float], q: float) -> float:
-    return float(np.percentile(np.asarray(values), q)) if values else float("nan")
 
 
 def registry(url: str, data_dir: Path, embedder=None):
@@ -148,7 +142,8 @@ async def measure(url: str, chunks: int, work: Path, source: Path) -> dict:
     quiet = await phase()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(source / "engine"), str(ROOT), os.environ.get("PYTHONPATH", "")])}
     seconds = 600
-    proc = subprocess.Popen([sys.executable, __file__, "--writer", url, str(work / "w"), str(seconds)], env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "bench.bench_pg_writes", "--writer", url, str(work / "w"), str(seconds)],
+                            cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         await wait_for_writes(a, physical, proc)  # the writer's start: its registry, its first writes
@@ -192,8 +187,8 @@ def main() -> int:
     source = args.source.resolve()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(source / "engine"), str(ROOT), os.environ.get("PYTHONPATH", "")])}
     with postgres_server(settings={"shared_buffers": "512MB"}) as url, tempfile.TemporaryDirectory() as work:
-        out = subprocess.run([sys.executable, __file__, "--source", str(source), "--child", url, str(chunks), work],
-                             env=env, capture_output=True, text=True)
+        out = subprocess.run([sys.executable, "-m", "bench.bench_pg_writes", "--source", str(source), "--child", url, str(chunks),
+                              work], cwd=ROOT, env=env, capture_output=True, text=True)
     line = next((x for x in out.stdout.splitlines() if x.startswith("RESULT ")), None)
     if line is None:
         print(out.stdout[-3000:], out.stderr[-5000:], file=sys.stderr)

@@ -13,29 +13,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import httpx
 
-import httpx  # noqa: E402
-
-from tests.support.engine_process import engine_process  # noqa: E402
+from bench.common import ROOT, pct
+from tests.support.engine_process import engine_process
 
 RESULTS = ROOT / "bench" / "results" / "responsiveness.json"
 TARGETS = {"health_max_ms": 500.0, "retrieve_p50_ms": 1000.0}
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))] if ordered else float("nan")
 
 
 def probe(client: httpx.Client) -> tuple[float, float]:

@@ -14,22 +14,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import httpx
 
-import httpx  # noqa: E402
-
-from bench.engine.synth import passages  # noqa: E402
-from tests.support.git_server import Repo, git_http_server  # noqa: E402
-from tests.support.server import serve_app  # noqa: E402
+from bench.common import ROOT
+from bench.engine.synth import passages
+from tests.support.git_server import Repo, git_http_server
+from tests.support.server import serve_app
 
 
 def embedded(base: str) -> float:

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -38,26 +37,19 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import httpx
+import numpy as np
 
-import httpx  # noqa: E402
-import numpy as np  # noqa: E402
-
-from bench.engine.synth import clustered_unit_vectors, passages  # noqa: E402
-from bench.stores_report import EF_CURVE, fmt_row, report  # noqa: E402
-from tests.support.engine_process import engine_process  # noqa: E402
-from tests.support.postgres import postgres_server  # noqa: E402
+from bench.common import ROOT, pct
+from bench.engine.synth import clustered_unit_vectors, passages
+from bench.stores_report import EF_CURVE, fmt_row, report
+from tests.support.engine_process import engine_process
+from tests.support.postgres import postgres_server
 
 DIM = 384
 QUERIES = 100
 WARMUP = 20  # other queries, searched untimed before the timed ones
 ROUNDS = 3  # latency is sampled over the queries this many times: a p99 of 300 searches, not of 100
-
-
-def pct(values: list[float], q: float) -> float:
-    return float(np.percentile(np.asarray(values), q)) if values else float("nan")
 
 
 def registry_for(kind: str, settings_kw: dict, embedder):
@@ -247,8 +239,9 @@ def row_in_child(kind: str, n: int, url: str, tmp: Path) -> dict:
         kw |= {"vector_store_url": url, "vector_store_prefix": f"bench{n}", "store_build_memory_mb": 3072}
     if kind == "milvus":
         kw |= {"vector_store_url": str(tmp / f"milvus{n}.db"), "vector_store_prefix": f"bench{n}"}
-    out = subprocess.run([sys.executable, __file__, "--row", json.dumps({"kind": kind, "n": n, "settings": kw})],
-                         stdout=subprocess.PIPE, text=True, check=True).stdout
+    row = json.dumps({"kind": kind, "n": n, "settings": kw})
+    out = subprocess.run([sys.executable, "-m", "bench.bench_stores", "--row", row], cwd=ROOT, stdout=subprocess.PIPE,
+                         text=True, check=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 

@@ -17,18 +17,15 @@ import json
 import os
 import platform
 import random
-import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import httpx
 
-import httpx  # noqa: E402
-
-from bench.bench_chat import WORDS, run_load  # noqa: E402
-from tests.support.engine_process import engine_process  # noqa: E402
-from tests.support.otelcol import collector  # noqa: E402
+from bench.bench_chat import WORDS, run_load
+from bench.common import ROOT
+from tests.support.engine_process import engine_process
+from tests.support.otelcol import collector
 
 OTEL_VARS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_TRACES_SAMPLER",
              "OTEL_TRACES_SAMPLER_ARG", "OTEL_SDK_DISABLED", "OTEL_TRACES_EXPORTER")

@@ -24,15 +24,13 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import httpx
 
-import httpx  # noqa: E402
-
-from bench.engine import turn_report  # noqa: E402
-from bench.engine.pydocs import python_docs  # noqa: E402
-from tests.llm_server import write_tokenizer  # noqa: E402
-from tests.support.engine_process import REPO, engine_process  # noqa: E402
+from bench.common import ROOT
+from bench.engine import turn_report
+from bench.engine.pydocs import python_docs
+from tests.llm_server import write_tokenizer
+from tests.support.engine_process import REPO, engine_process
 
 RESULTS = ROOT / "bench" / "results" / "turn.json"
 

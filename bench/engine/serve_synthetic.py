@@ -12,13 +12,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import os
 import socket
-import sys
 from pathlib import Path
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import uvicorn
 

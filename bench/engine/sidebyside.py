@@ -23,7 +23,7 @@ from pathlib import Path
 
 import httpx
 
-from bench.engine.common import pct, status_kib
+from bench.common import pct, status_kib
 from tests.support.engine_process import REPO, engine_env, engine_process
 from tests.support.server import announced_port
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import httpx
 
-from bench.engine.common import pct, status_kib
+from bench.common import pct, status_kib
 from bench.engine.synth import passages
 
 

@@ -16,11 +16,8 @@ import random
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT / "engine"), str(ROOT)]
-
-from bench.eval.fusion_variants import variants  # noqa: E402
-from bench.eval.metrics import summarise  # noqa: E402
+from bench.eval.fusion_variants import variants
+from bench.eval.metrics import summarise
 
 K = 10
 POOLS = (20, 50, 100)

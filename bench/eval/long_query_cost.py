@@ -17,12 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT / "engine"), str(ROOT)]
-
-from bench.eval import datasets as ds  # noqa: E402
+from bench.eval import datasets as ds
 
 
 def p(values: list[float], q: float) -> float:

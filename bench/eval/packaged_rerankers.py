@@ -22,13 +22,11 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT / "engine"), str(ROOT)]
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from bench.eval import datasets as ds  # noqa: E402
-from bench.eval.run import SetRun, docs_of  # noqa: E402
+from bench.common import ROOT
+from bench.eval import datasets as ds
+from bench.eval.run import SetRun, docs_of
 
 
 class NanoRanker:

@@ -15,21 +15,16 @@ bench/results/pg_hybrid.json and prints a table.
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT / "engine"), str(ROOT)]
-
-from bench.eval import datasets as ds  # noqa: E402
-from bench.eval.metrics import summarise  # noqa: E402
-from bench.eval.report import write_and_print  # noqa: E402
-from tests.support.postgres import postgres_server  # noqa: E402
+from bench.common import ROOT
+from bench.eval import datasets as ds
+from bench.eval.metrics import summarise
+from bench.eval.report import write_and_print
+from tests.support.postgres import postgres_server
 
 K = 10
 OUT = ROOT / "bench" / "results" / "pg_hybrid.json"

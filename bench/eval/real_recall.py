@@ -24,7 +24,6 @@ import ast
 import asyncio
 import hashlib
 import json
-import os
 import re
 import sys
 import tempfile
@@ -32,14 +31,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT / "engine"), str(ROOT)]
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from bench.bench_stores import EF_CURVE, dense_recall, pct, registry_for, set_ef  # noqa: E402
-from tests.support.postgres import postgres_server  # noqa: E402
+from bench.bench_stores import EF_CURVE, dense_recall, registry_for, set_ef
+from bench.common import ROOT, pct
+from tests.support.postgres import postgres_server
 
 MODEL = "wordllama:l2_supercat"
 QUERIES = 200

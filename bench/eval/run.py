@@ -33,16 +33,11 @@ import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT / "engine"), str(ROOT)]  # this tree's engine, not another checkout's
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from bench.eval import datasets as ds  # noqa: E402
-from bench.eval.metrics import summarise  # noqa: E402
+from bench.common import ROOT
+from bench.eval import datasets as ds
+from bench.eval.metrics import summarise
 
 RESULTS = ROOT / "bench" / "results" / "eval.json"
 DUMP = Path(os.environ["EVAL_DUMP"]) if os.environ.get("EVAL_DUMP") else None  # candidate lists, for exploring fusion

@@ -19,13 +19,10 @@ import re
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT / "engine"), str(ROOT)]
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from bench.eval import datasets as ds  # noqa: E402
-from bench.eval import run  # noqa: E402  (sets HF_HUB_OFFLINE before the embedder loads)
+from bench.eval import datasets as ds
+from bench.eval import run  # (sets HF_HUB_OFFLINE before the embedder loads)
 
 
 async def cache_set(data: ds.Dataset, embedder, out: Path) -> None:

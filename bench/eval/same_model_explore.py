@@ -22,13 +22,10 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT / "engine"), str(ROOT)]
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from bench.eval.metrics import mrr, summarise  # noqa: E402
-from bench.eval.same_model_data import (  # noqa: E402
+from bench.eval.metrics import mrr, summarise
+from bench.eval.same_model_data import (
     POOL,
     RESCORE,
     SETS,
@@ -42,7 +39,7 @@ from bench.eval.same_model_data import (  # noqa: E402
     plain_sparse,
     unit,
 )
-from bench.eval.same_model_variants import families  # noqa: E402
+from bench.eval.same_model_variants import families
 
 
 def hybrid(dense: list[tuple[int, float]], sparse: list[tuple[int, float]]) -> list[int]:

@@ -15,21 +15,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT / "engine"), str(ROOT)]
+import httpx
 
-import httpx  # noqa: E402
-
-from bench.eval import datasets as ds  # noqa: E402
+from bench.common import ROOT
+from bench.eval import datasets as ds
 
 RESULTS = ROOT / "bench" / "results"
 K = 10
