@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-from bench.common import ROOT, load_embedder, pct
+from bench.common import RESULTS, ROOT, load_embedder, pct, write_result
 from ragengine.access.acl import Acl
 
 
@@ -152,8 +151,8 @@ async def main() -> int:
     for key, r in (results.get("token_review") or {}).items():
         if isinstance(r, dict):
             print(f"TokenReview, {key:20s}       p50 {r['p50_ms']:8.3f} ms   p99 {r['p99_ms']:8.3f} ms")
-    out = ROOT / "bench" / "results" / "access.json"
-    out.write_text(json.dumps(results, indent=1) + "\n")
+    out = RESULTS / "access.json"
+    write_result(out, results, indent=1)
     print(f"wrote {out.relative_to(ROOT)}")
     return 0
 

@@ -29,7 +29,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from bench.common import ROOT, load_embedder, pct
+from bench.common import RESULTS, load_embedder, pct, write_result
 
 KEY = "bench-console-admin-key-0123456789"
 WORDS = ["pump", "valve", "restart", "hall", "panel", "button", "green", "safety", "manual", "shift", "report",
@@ -192,7 +192,7 @@ def main() -> int:
     if args.screenshots:
         screenshots(embedder, args.screenshots)
     embedder.close()
-    (ROOT / "bench/results/console.json").write_text(json.dumps(results, indent=2) + "\n")
+    write_result(RESULTS / "console.json", results)
     print(f"\nconsole, {args.docs:,} documents (2 shared cores; bench/results/console.json)\n")
     print("| what | p50 (ms) | p99 (ms) | matches |\n|---|---|---|---|")
     for name, row in results["listing"].items():

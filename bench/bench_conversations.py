@@ -19,14 +19,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
 
-from bench.common import ROOT, pct
+from bench.common import RESULTS, ROOT, pct, write_result
 from ragengine.conversations.store import SessionStore
 from ragengine.llm.client import LLMClient
 from ragengine.rag.reformulate import reformulate_query
@@ -157,9 +156,8 @@ def main() -> int:
         else:
             print(f"{name:<22}{r['append_msgs_per_s']:>14.0f}{r['concurrent8_msgs_per_s']:>17.0f}"
                   f"{r['history_reads_per_s']:>17.0f}")
-    out = ROOT / "bench" / "results" / "conversations.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2))
+    out = RESULTS / "conversations.json"
+    write_result(out, results)
     print(f"\nwrote {out.relative_to(ROOT)}")
     return 0
 

@@ -12,12 +12,11 @@ its own child process, as a source sync or `POST /index/files` does with one par
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
 
-from bench.common import ROOT
+from bench.common import RESULTS, ROOT, write_result
 from ragengine.filetypes import Extracted, to_document
 from tests.support import corpus
 
@@ -99,8 +98,8 @@ def main() -> int:
               f"{r['units_per_s']:>8.2f} {r['p50_ms']:>8.0f}")
     print(f"OCR character error rate: {ocr['cer']:.2%} ({ocr['errors']} edits over {ocr['characters']} characters, "
           f"{ocr['pages']} pages; per page {ocr['per_page']})")
-    out = ROOT / "bench" / "results" / "documents.json"
-    out.write_text(json.dumps({"throughput": rows, "ocr": ocr}, indent=1) + "\n")
+    out = RESULTS / "documents.json"
+    write_result(out, {"throughput": rows, "ocr": ocr}, indent=1)
     print(f"wrote {out.relative_to(ROOT)}")
     return 0
 

@@ -10,12 +10,11 @@ bench/engine/ (workload, ingest, latency, hnsw, quality; report prints the table
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 
-from bench.common import ROOT, load_embedder
+from bench.common import RESULTS, ROOT, load_embedder, write_result
 from bench.engine.hnsw import bench_hnsw
 from bench.engine.ingest import bench_ingest
 from bench.engine.latency import Server, bench_latency, query_embed_ms
@@ -24,7 +23,7 @@ from bench.engine.report import print_table
 from bench.engine.synth import SMALL_WORDS, passages
 from bench.engine.workload import bench_workload
 
-RESULTS = ROOT / "bench" / "results" / "engine.json"
+OUT = RESULTS / "engine.json"
 
 
 def main() -> int:
@@ -81,10 +80,9 @@ def main() -> int:
         print("quality on debian-faq ...", flush=True)
         results["quality"] = bench_quality(emb, args.rerank_model)
     results["elapsed_s"] = time.perf_counter() - started
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=2))
+    write_result(OUT, results)
     print_table(results)
-    print(f"\nwrote {RESULTS.relative_to(ROOT)} in {results['elapsed_s']:.0f} s")
+    print(f"\nwrote {OUT.relative_to(ROOT)} in {results['elapsed_s']:.0f} s")
     return 0
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from bench.common import ROOT, pct
+from bench.common import RESULTS, ROOT, pct, write_result
 from bench.engine.synth import passages
 from tests.support.engine_process import engine_process
 from tests.support.versions import QueryLoop
@@ -113,8 +113,8 @@ def main() -> int:
           f"{row['idle_p50_ms']:.1f} / {row['idle_p95_ms']:.1f} / {row['idle_p99_ms']:.1f} | "
           f"{row['during_p50_ms']:.1f} / {row['during_p95_ms']:.1f} / {row['during_p99_ms']:.1f} | "
           f"{row['failed_queries']} |")
-    out = ROOT / "bench" / "results" / "evaluation.json"
-    out.write_text(json.dumps(row, indent=1) + "\n")
+    out = RESULTS / "evaluation.json"
+    write_result(out, row, indent=1)
     print(f"\nwrote {out.relative_to(ROOT)}")
     return 1 if row["failed_queries"] else 0
 

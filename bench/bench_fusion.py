@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import ROOT, pct
+from bench.common import RESULTS, pct, write_result
 from ragengine.index.store import VectorStore
 from ragengine.retrieval.bm25 import BM25Index
 from ragengine.retrieval.hybrid import FusionParams, fuse
@@ -78,7 +78,7 @@ def main() -> int:
     ap.add_argument("--chunks", type=int, default=100_000)
     ap.add_argument("--hnsw", action="store_true")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "fusion.json")
+    ap.add_argument("--out", type=Path, default=RESULTS / "fusion.json")
     args = ap.parse_args()
     started = time.perf_counter()
     store, bm25, qvecs, queries = build(args.chunks, args.hnsw)
@@ -94,7 +94,7 @@ def main() -> int:
     print("added p50 (ms): " + json.dumps({k: round(v, 3) for k, v in out["added_p50_ms"].items()}))
     previous = json.loads(args.out.read_text()) if args.out.exists() else {}
     previous[store.kind] = out  # one entry per dense index kind (flat, hnsw)
-    args.out.write_text(json.dumps(previous, indent=2))
+    write_result(args.out, previous)
     return 0
 
 

@@ -19,7 +19,7 @@ import platform
 import statistics
 import time
 
-from bench.common import ROOT
+from bench.common import RESULTS, ROOT, write_result
 from ragengine.guardrails.policy import parse_policy
 from ragengine.guardrails.scan import OutputGuard
 
@@ -146,8 +146,8 @@ def main() -> None:
         g.check(text)
     results["json_check_ms_2000_tokens_kaito_default"] = round((time.perf_counter() - t0) / 20 * 1000, 2)
     print(f"\nwhole answer (JSON path), KAITO default, 2,000 tokens: {results['json_check_ms_2000_tokens_kaito_default']} ms")
-    out = ROOT / "bench" / "results" / "guardrails.json"
-    out.write_text(json.dumps(results, indent=2) + "\n")
+    out = RESULTS / "guardrails.json"
+    write_result(out, results)
     print(f"wrote {out.relative_to(ROOT)}")
 
 

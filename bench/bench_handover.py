@@ -20,7 +20,6 @@ new one alone. Prints a table and writes bench/results/handover.json:
 from __future__ import annotations
 
 import argparse
-import json
 import signal
 import sys
 import tempfile
@@ -29,12 +28,12 @@ from pathlib import Path
 
 import httpx
 
-from bench.common import ROOT
+from bench.common import RESULTS, write_result
 from ragengine.index.writer_lock import WriterLock
 from tests.support.engine_process import engine_process
 from tests.support.service_client import ServiceClient
 
-RESULTS = ROOT / "bench" / "results" / "handover.json"
+OUT = RESULTS / "handover.json"
 MARKER = {"doc_id": "marker", "text": "The marker written after the stand-by loaded the folder, about narwhals."}
 
 
@@ -104,8 +103,7 @@ def main() -> int:
     width = max(len(r[0]) for r in rows)
     for name, value in rows:
         print(f"  {name:<{width}}  {value}")
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=1) + "\n")
+    write_result(OUT, result, indent=1)
     return 1 if result["failures"] else 0
 
 

@@ -15,18 +15,17 @@ average (on a shared machine every figure moves with it); writes bench/results/k
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
 from pathlib import Path
 
-from bench.common import ROOT
+from bench.common import RESULTS, write_result
 from bench.engine import sidebyside
 from bench.engine.pydocs import python_docs
 from tests.llm_server import write_tokenizer
 
-RESULTS = ROOT / "bench" / "results" / "kaito.json"
+OUT = RESULTS / "kaito.json"
 KAITO_HOME = Path(os.environ.get("KAITO_HOME", Path.home() / ".cache" / "ragengine" / "kaito"))
 MODEL = "gpt-4"
 # (key, label, lower is better, issue 45's goal as ours / KAITO's)
@@ -77,8 +76,7 @@ def main() -> int:
                 results["loads"]["kaito_after"] = round(os.getloadavg()[0], 2)
             elif args.only in (None, "kaito"):
                 print(f"KAITO is not set up under {KAITO_HOME}: run hack/kaito.sh (this engine alone)")
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    write_result(OUT, results)
     print_table(results)
     return 0
 

@@ -18,9 +18,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import json
-import os
-import platform
 import random
 import statistics
 import tempfile
@@ -30,7 +27,7 @@ from pathlib import Path
 import httpx
 import openai
 
-from bench.common import ROOT, pct
+from bench.common import RESULTS, ROOT, machine, pct, write_result
 from tests.support.engine_process import engine_process
 
 WORDS = ["pump", "valve", "boiler", "turbine", "pressure", "gasket", "seal", "bearing", "filter", "sensor", "alarm",
@@ -103,9 +100,8 @@ def run(args: argparse.Namespace) -> dict:
         chat_ttft = [first_delta_ms(lambda: c.chat.completions.create(**chat, stream=True,
                                                                       extra_body={"index_name": store.id}),
                                     lambda ch: bool(ch.choices and ch.choices[0].delta.content)) for _ in range(stream_n)]
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
     return {
-        "machine": f"{platform.machine()} {os.cpu_count()} cpus, load {load:.1f}",
+        "machine": machine(),
         "files": args.files, "requests": n,
         "upload_and_poll_s": {"p50": round(statistics.median(per_file), 3), "max": round(max(per_file), 3)},
         "vector_stores.search": summary(search), "POST /retrieve": summary(retrieve),
@@ -132,8 +128,8 @@ def main() -> None:
     for key, value in result.items():
         if isinstance(value, dict) and "p50_ms" in value:
             print(f"{key:48} {value['p50_ms']:8.2f} {value['p99_ms']:8.2f}")
-    out = ROOT / "bench" / "results" / "openai.json"
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    out = RESULTS / "openai.json"
+    write_result(out, result)
     print(f"wrote {out.relative_to(ROOT)}")
 
 

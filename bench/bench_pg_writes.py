@@ -27,9 +27,9 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import ROOT, pct
+from bench.common import RESULTS, ROOT, pct, write_result
 
-RESULTS = ROOT / "bench" / "results" / "pg_writes.json"
+OUT = RESULTS / "pg_writes.json"
 DIM = 384
 SEARCHES = 300
 WRITE_EVERY_S = 0.1
@@ -168,7 +168,7 @@ def main() -> int:
     ap.add_argument("--chunks", type=int, default=100_000)
     ap.add_argument("--quick", action="store_true", help="20,000 chunks")
     ap.add_argument("--source", type=Path, default=ROOT)
-    ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--writer", nargs=3, metavar=("URL", "DATA_DIR", "SECONDS"), help=argparse.SUPPRESS)
     ap.add_argument("--child", nargs=3, metavar=("URL", "CHUNKS", "WORK"), help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -194,8 +194,7 @@ def main() -> int:
         print(out.stdout[-3000:], out.stderr[-5000:], file=sys.stderr)
         return 1
     result = json.loads(line[7:]) | {"source": "this checkout" if source == ROOT else str(source)}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    write_result(args.out, result)
     print(f"\nPostgreSQL hybrid top-10 at {chunks:,} chunks, two replicas, one search at a time ({result['source']})")
     print(f"{'phase':<36} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'SQL keyword answers':>20} {'load':>6}")
     print(f"(the writer wrote {result['writing']['writer_chunks_per_s']} chunks/s while the searches ran)")

@@ -12,7 +12,6 @@ bench/results/responsiveness.json. Targets (not asserted anywhere else): /health
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import threading
@@ -21,10 +20,10 @@ from pathlib import Path
 
 import httpx
 
-from bench.common import ROOT, pct
+from bench.common import RESULTS, pct, write_result
 from tests.support.engine_process import engine_process
 
-RESULTS = ROOT / "bench" / "results" / "responsiveness.json"
+OUT = RESULTS / "responsiveness.json"
 TARGETS = {"health_max_ms": 500.0, "retrieve_p50_ms": 1000.0}
 
 
@@ -88,8 +87,7 @@ def main() -> int:
     args = parser.parse_args()
     result = run(documents=20 if args.quick else 40, rounds=10 if args.quick else 30)
     print_table(result)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    write_result(OUT, result)
     return 0
 
 

@@ -13,7 +13,6 @@ embedded and (S3) objects read by each sync. Writes bench/results/sources.json (
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 import tempfile
@@ -22,7 +21,7 @@ from pathlib import Path
 
 import httpx
 
-from bench.common import ROOT
+from bench.common import RESULTS, ROOT, write_result
 from bench.engine.synth import passages
 from tests.support.git_server import Repo, git_http_server
 from tests.support.server import serve_app
@@ -79,8 +78,8 @@ def main() -> int:
     print(f"\n| git sync of {n} files | seconds | documents written | texts embedded |\n|---|---|---|---|")
     for r in rows:
         print(f"| {r['sync']} | {r['seconds']:.1f} | {r['written']} | {r['texts_embedded']:.0f} |")
-    out = ROOT / "bench" / "results" / "sources.json"
-    out.write_text(json.dumps(rows, indent=1) + "\n")
+    out = RESULTS / "sources.json"
+    write_result(out, rows, indent=1)
     print(f"\nwrote {out.relative_to(ROOT)}")
     return 0
 
@@ -124,8 +123,8 @@ def bench_s3(n: int) -> int:
     print(f"\n| S3 sync of {n} objects | seconds | documents written | objects read | texts embedded |\n|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['sync']} | {r['seconds']:.1f} | {r['written']} | {r['objects_read']} | {r['texts_embedded']:.0f} |")
-    out = ROOT / "bench" / "results" / "sources_s3.json"
-    out.write_text(json.dumps(rows, indent=1) + "\n")
+    out = RESULTS / "sources_s3.json"
+    write_result(out, rows, indent=1)
     print(f"\nwrote {out.relative_to(ROOT)}")
     return 0
 

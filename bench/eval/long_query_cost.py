@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import statistics
 import sys
 import time
 from pathlib import Path
 
+from bench.common import write_result
 from bench.eval import datasets as ds
 
 
@@ -69,7 +69,7 @@ def main() -> int:
     results["load_average_at_end"] = os.getloadavg()
     print(f"load average {results['load_average_at_start']} -> {results['load_average_at_end']}")
     if args.json:
-        args.json.write_text(json.dumps(results, indent=1))
+        write_result(args.json, results, indent=1)
     return 0
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import ROOT
+from bench.common import RESULTS, write_result
 from bench.eval import datasets as ds
 from bench.eval.run import SetRun, docs_of
 
@@ -70,7 +70,7 @@ async def measure(data: ds.Dataset, embedder, reranker, fusion: dict) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sets", nargs="*", default=list(ds.LOADERS))
-    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "eval_packaged_rerankers.json")
+    ap.add_argument("--out", type=Path, default=RESULTS / "eval_packaged_rerankers.json")
     args = ap.parse_args()
     from ragengine.embedding import build_embedder
     from ragengine.settings import EngineSettings
@@ -85,7 +85,7 @@ def main() -> int:
         data = ds.LOADERS[name]()
         results["sets"][name] = r = asyncio.run(measure(data, embedder, reranker, fusion))
         print(name, json.dumps({k: (v["mrr@10"] if isinstance(v, dict) else round(v)) for k, v in r.items()}), flush=True)
-    args.out.write_text(json.dumps(results, indent=2))
+    write_result(args.out, results)
     embedder.close()
     return 0
 

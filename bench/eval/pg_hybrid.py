@@ -20,14 +20,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import ROOT
+from bench.common import RESULTS
 from bench.eval import datasets as ds
 from bench.eval.metrics import summarise
 from bench.eval.report import write_and_print
 from tests.support.postgres import postgres_server
 
 K = 10
-OUT = ROOT / "bench" / "results" / "pg_hybrid.json"
+OUT = RESULTS / "pg_hybrid.json"
 LEGS = ("memory", "database")
 
 

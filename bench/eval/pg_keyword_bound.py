@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 from sqlalchemy import func, select
 
-from bench.common import ROOT
+from bench.common import RESULTS
 from bench.eval.datasets import LOADERS, Missing
 from bench.eval.metrics import mrr, recall
 from bench.eval.report import write_and_print
@@ -41,7 +41,7 @@ from tests.support.postgres import postgres_server
 K = 10
 DIM = 8
 BOUNDS = (10, 50)
-OUT = ROOT / "bench" / "results" / "pg_keyword_bound.json"
+OUT = RESULTS / "pg_keyword_bound.json"
 
 
 class FirstMatches(PostgresStore):

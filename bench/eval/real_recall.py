@@ -34,13 +34,13 @@ from pathlib import Path
 import numpy as np
 
 from bench.bench_stores import EF_CURVE, dense_recall, registry_for, set_ef
-from bench.common import ROOT, pct
+from bench.common import RESULTS, pct, write_result
 from tests.support.postgres import postgres_server
 
 MODEL = "wordllama:l2_supercat"
 QUERIES = 200
 WORDS = (12, 30)
-OUT = ROOT / "bench" / "results" / "real_recall.json"
+OUT = RESULTS / "real_recall.json"
 _WORD = re.compile(r"[A-Za-z][A-Za-z'-]+")
 
 
@@ -173,7 +173,7 @@ def main() -> int:
     embedder.close()
     if args.keep and OUT.exists():
         rows = [r for r in json.loads(OUT.read_text())["rows"] if r["store"] not in args.stores] + rows
-    OUT.write_text(json.dumps({"model": MODEL, "queries": QUERIES, "rows": rows}, indent=1) + "\n")
+    write_result(OUT, {"model": MODEL, "queries": QUERIES, "rows": rows}, indent=1)
     print("\n| store | chunks | HNSW build | " + " | ".join(f"ef_search {ef}: recall@10 / dense p99 (ms)"
                                                          for ef in EF_CURVE) + " |")
     print("|---|---|---|" + "---|" * len(EF_CURVE))

@@ -21,10 +21,9 @@ from pathlib import Path
 
 import httpx
 
-from bench.common import ROOT
+from bench.common import RESULTS, write_result
 from bench.eval import datasets as ds
 
-RESULTS = ROOT / "bench" / "results"
 K = 10
 
 
@@ -78,7 +77,7 @@ def main() -> None:
         got["make_eval_onnx_fp32"] = published(name, "eval.json")
         out["sets"][name] = got
         print(json.dumps({name: got}, indent=1)[:2000])
-    (RESULTS / "eval_api.json").write_text(json.dumps(out, indent=1) + "\n")
+    write_result(RESULTS / "eval_api.json", out, indent=1)
     print("\n| set | questions | through the API: MRR@10 / Recall@10 / nDCG@10 / hit rate | make eval (OpenVINO bf16) "
           "| make eval (ONNX fp32) |\n|---|---|---|---|---|")
     for name, got in out["sets"].items():
