@@ -9,7 +9,7 @@ ServiceAccount token's TokenReview (a miss asks the API server; a hit is the cac
   (the embedded server the tests use, on this machine: no network between engine and database).
 - TokenReview (with ``--cluster``, the local control plane up): a review of a new token vs a cached one.
 
-    .venv/bin/python bench/bench_access.py [--docs 20000] [--postgres] [--cluster]
+    .venv/bin/python -m bench.bench_access [--docs 20000] [--postgres] [--cluster]
 
 Writes bench/results/access.json and prints a table.
 """

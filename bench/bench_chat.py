@@ -11,7 +11,7 @@ documents, then sends RAG chat requests:
 
 Chunk token counts are stored with the chunks at ingestion (docs/performance.md); a warm-up pass still
 runs first (prompt counts, caches, first-use code paths). Prints a table and writes bench/results/chat.json.
-Usage: python bench/bench_chat.py [--requests 200] [--docs 300] [--quick]
+Usage: python -m bench.bench_chat [--requests 200] [--docs 300] [--quick]
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ The index's 20,000 one-chunk documents get random unit vectors (no embedding: th
 measured). With ``--screenshots DIR`` it also writes the PNGs of docs/console.md (a small handbook index and
 the tests' stand-in LLM, tests/llm_server).
 
-    .venv/bin/python bench/bench_console.py [--docs 20000] [--rounds 30] [--screenshots docs/images]
+    .venv/bin/python -m bench.bench_console [--docs 20000] [--rounds 30] [--screenshots docs/images]
 
 Writes bench/results/console.json and prints a table.
 """

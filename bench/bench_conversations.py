@@ -9,7 +9,7 @@
    binaries are absent). The row "sqlite (sync=NORMAL)" is the same store with the WAL fsync'ed only at
    checkpoints (the setting before every commit was fsync'ed): what power-loss durability costs.
 
-    .venv/bin/python bench/bench_conversations.py [--quick]
+    .venv/bin/python -m bench.bench_conversations [--quick]
 
 Prints a table and writes bench/results/conversations.json.
 """

@@ -1,8 +1,8 @@
 """Documents (issue 29): extraction throughput per format through the one extractor (the bounded
 parser's child process included), and OCR accuracy (character error rate) on rendered pages.
 
-    .venv/bin/python bench/bench_documents.py            # 12 files a format, 6 OCR pages
-    .venv/bin/python bench/bench_documents.py --quick    # 4 files a format, 3 OCR pages
+    .venv/bin/python -m bench.bench_documents            # 12 files a format, 6 OCR pages
+    .venv/bin/python -m bench.bench_documents --quick    # 4 files a format, 3 OCR pages
 
 The corpus is tests/support/corpus.py's (generated with the formats' own libraries in write mode).
 Prints a table and writes bench/results/documents.json. Files are parsed one after another, each in

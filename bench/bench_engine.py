@@ -1,7 +1,7 @@
 """Engine benchmarks: ingestion vs the raw model, /retrieve latency, HNSW at scale, RSS, retrieval quality.
 
-    .venv/bin/python bench/bench_engine.py            # default sizes (< 15 min on 2 cores)
-    .venv/bin/python bench/bench_engine.py --quick    # small sizes (< 3 min)
+    .venv/bin/python -m bench.bench_engine            # default sizes (< 15 min on 2 cores)
+    .venv/bin/python -m bench.bench_engine --quick    # small sizes (< 3 min)
 
 Prints a table and writes bench/results/engine.json. Sections can be picked with --only; each lives in
 bench/engine/ (workload, ingest, latency, hnsw, quality; report prints the table).

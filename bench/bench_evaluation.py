@@ -10,8 +10,8 @@ holding N one-chunk passages.
    ``--long`` questions runs (an evaluation must never make serving queries wait; under such traffic a run
    asks one question a second, between requests).
 
-    .venv/bin/python bench/bench_evaluation.py            # 5,000 chunks
-    .venv/bin/python bench/bench_evaluation.py --quick    # 1,000 chunks
+    .venv/bin/python -m bench.bench_evaluation            # 5,000 chunks
+    .venv/bin/python -m bench.bench_evaluation --quick    # 1,000 chunks
 
 Writes bench/results/evaluation.json.
 """

@@ -7,7 +7,7 @@ engine pod's status as CrashLoopBackOff (OOMKilled last time), then measures the
 reports ``Degraded=True`` with reason CrashLoopBackOff. Without the operator's own pod watch this would wait
 for the Deployment's 10-minute progress deadline.
 
-    .venv/bin/python bench/bench_failure_report.py [--runs 5]
+    .venv/bin/python -m bench.bench_failure_report [--runs 5]
 
 Runs the real console script (``ragengine-operator --namespace <bench ns>``, default resync period),
 prints a table and writes bench/results/failure_report.json.

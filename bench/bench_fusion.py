@@ -5,7 +5,7 @@ search's k, the BM25 search's top-k, and the fusion itself (``retrieval.hybrid.f
 Each is timed on the engine's own classes over 100k synthetic chunks (random unit vectors; texts drawn
 from a Zipf vocabulary), for short and long queries, as p50 / p99 over repeated queries.
 
-    .venv/bin/python bench/bench_fusion.py [--chunks 100000] [--hnsw] [--out bench/results/fusion.json]
+    .venv/bin/python -m bench.bench_fusion [--chunks 100000] [--hnsw] [--out bench/results/fusion.json]
 
 Results go under the dense index kind ("flat" / "hnsw") in the output file.
 

@@ -9,7 +9,7 @@
    - hold-back: how many deltas after it arrived each character is released (0 = in the same delta),
      for plain prose and for prose with a secret every ~500 characters;
    - a whole JSON answer checked at once.
-Prints tables and writes bench/results/guardrails.json. Usage: python bench/bench_guardrails.py
+Prints tables and writes bench/results/guardrails.json. Usage: python -m bench.bench_guardrails
 """
 
 from __future__ import annotations

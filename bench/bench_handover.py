@@ -1,7 +1,7 @@
 """A FAISS engine replaced under load, timed as Kubernetes does it (docs/engine.md, Durability).
 
-    .venv/bin/python bench/bench_handover.py            # the operator's timings: preStop 5 s, drain 5 s
-    .venv/bin/python bench/bench_handover.py --quick    # preStop 1 s, drain 1 s
+    .venv/bin/python -m bench.bench_handover            # the operator's timings: preStop 5 s, drain 5 s
+    .venv/bin/python -m bench.bench_handover --quick    # preStop 1 s, drain 1 s
 
 Two real engine processes on one data folder (tests/support/engine_process.py): the old one, and its
 replacement, which starts as a stand-by. Clients query and write through both by turns, as through a

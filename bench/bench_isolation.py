@@ -1,7 +1,7 @@
 """Isolation of source syncs: the operator stays small and responsive while one tenant's hostile sources run.
 
-    .venv/bin/python bench/bench_isolation.py                          # this checkout (sync_mode subprocess)
-    .venv/bin/python bench/bench_isolation.py --operator-src DIR --label before   # another checkout, e.g. main
+    .venv/bin/python -m bench.bench_isolation                          # this checkout (sync_mode subprocess)
+    .venv/bin/python -m bench.bench_isolation --operator-src DIR --label before   # another checkout, e.g. main
 
 Against the local control plane (hack/cluster.sh up first). The operator runs as its own process
 (``python -m ragengine_operator``, the admin kubeconfig, its liveness endpoint on), syncs in

@@ -1,7 +1,7 @@
 """This engine beside KAITO's RAG service, in one run on this machine: issue 45's table.
 
     hack/kaito.sh [KAITO_CHECKOUT]                    # once: KAITO's source and venv under KAITO_HOME
-    .venv/bin/python bench/bench_kaito.py [--quick]   # both services; this engine alone when KAITO is not set up
+    .venv/bin/python -m bench.bench_kaito [--quick]   # both services; this engine alone when KAITO is not set up
 
 The same fake LLM (tests/llm_server, zero latency, serving the name ``gpt-4``), the same 1,000 passages of
 Python's documentation and the 176 questions of its FAQ (bench/engine/pydocs.py), the same packaged MiniLM

@@ -12,7 +12,7 @@ Starts the engine (``ragengine serve``, the real embedding model, FAISS, an API 
 - ``--sessions`` (32) clients at once, each with its own legacy session (initialize, the SSE stream), each
   making ``--calls`` searches: errors (any exception or ``isError``), calls per second, p50 / p99.
 
-Usage: python bench/bench_mcp.py [--docs 500] [--queries 200] [--sessions 32] [--calls 10] [--quick]
+Usage: python -m bench.bench_mcp [--docs 500] [--queries 200] [--sessions 32] [--calls 10] [--quick]
 Prints a table, writes bench/results/mcp.json.
 """
 

@@ -11,7 +11,7 @@ model, FAISS) as subprocesses (tests/support/engine_process.py), then, with the 
   on the same index (p50/p99, concurrency 1), and streaming time to the first text delta for both.
 
 The LLM answers at once, so the times are the engine's. Prints a table, writes bench/results/openai.json.
-Usage: python bench/bench_openai.py [--files 20] [--requests 100] [--quick]
+Usage: python -m bench.bench_openai [--files 20] [--requests 100] [--quick]
 """
 
 from __future__ import annotations

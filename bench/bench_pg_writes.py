@@ -1,6 +1,6 @@
 """PostgreSQL hybrid search under writes (issue 45): p50 / p99 with and without a writer, across two replicas.
 
-    .venv/bin/python bench/bench_pg_writes.py [--chunks 100000] [--quick] [--source DIR]
+    .venv/bin/python -m bench.bench_pg_writes [--chunks 100000] [--quick] [--source DIR]
 
 One throwaway PostgreSQL 18 + pgvector (tests/support/postgres.py). ``--chunks`` chunks (synthetic passages,
 clustered unit vectors: bench/engine/synth.py) are loaded through the registry's write path and the HNSW index

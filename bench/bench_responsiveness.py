@@ -1,7 +1,7 @@
 """Responsiveness during ingestion: /health and /retrieve latency while a big POST /index runs.
 
-    .venv/bin/python bench/bench_responsiveness.py            # 40 long documents, 30 probe rounds
-    .venv/bin/python bench/bench_responsiveness.py --quick    # 20 documents
+    .venv/bin/python -m bench.bench_responsiveness            # 40 long documents, 30 probe rounds
+    .venv/bin/python -m bench.bench_responsiveness --quick    # 20 documents
 
 A real engine process (tests/support/engine_process.py). First the idle latency of both routes, then
 the same probes in a loop while one client ingests; prints a table and writes

@@ -1,8 +1,8 @@
 """Source sync: 1,000 files synced the first time, then again after one file changed.
 
-    .venv/bin/python bench/bench_sources.py            # 1,000 files in a git repository
-    .venv/bin/python bench/bench_sources.py --quick    # 200 files
-    .venv/bin/python bench/bench_sources.py --s3       # 1,000 objects in an S3 bucket (versitygw)
+    .venv/bin/python -m bench.bench_sources            # 1,000 files in a git repository
+    .venv/bin/python -m bench.bench_sources --quick    # 200 files
+    .venv/bin/python -m bench.bench_sources --s3       # 1,000 objects in an S3 bucket (versitygw)
 
 A real engine (FAISS, the packaged embedding model), the real sync code and a real git server
 (``git http-backend``) or S3 server (versitygw, tests/support/s3_server.py). The second sync must cost in

@@ -1,7 +1,7 @@
 """Vector stores side by side at scale: FAISS, PostgreSQL + pgvector, Milvus Lite, on this machine.
 
-    .venv/bin/python bench/bench_stores.py            # 10k, 100k and 1M chunks, replicas 1-3 (long: the 1M rows)
-    .venv/bin/python bench/bench_stores.py --quick    # 10k and 100k chunks, replicas 1-2
+    .venv/bin/python -m bench.bench_stores            # 10k, 100k and 1M chunks, replicas 1-3 (long: the 1M rows)
+    .venv/bin/python -m bench.bench_stores --quick    # 10k and 100k chunks, replicas 1-2
 
 Each (store, size) row runs in a process of its own, so its memory is its own. Per row:
 - load: chunks/s through the registry's write path with precomputed vectors (the embedding model's speed

@@ -6,7 +6,7 @@ index, the test LLM with zero latency) configured only by the standard OTEL_* va
 hack/otelcol's (OTLP receiver, file exporter). The same synthetic documents and queries go to each mode,
 after a warm-up; p50/p99 of the client latency and of the engine's own time (``Server-Timing: engine``,
 the LLM wait taken out) at concurrency 1 and 16. Prints a table, writes bench/results/tracing.json.
-Usage: python bench/bench_tracing.py [--requests 300] [--docs 200] [--quick]
+Usage: python -m bench.bench_tracing [--requests 300] [--docs 200] [--quick]
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ indexes Python documentation passages (bench/engine/pydocs.py), then asks the Py
 time, each once, as RAG chat completions (a new question every turn: its prompt is counted afresh). Prints the
 median of each stage's own time per turn beside the previous results and writes bench/results/turn.json.
 
-    .venv/bin/python bench/bench_turn.py [--quick] [--docs 1000] [--source DIR] [--set KEY=VALUE ...]
+    .venv/bin/python -m bench.bench_turn [--quick] [--docs 1000] [--source DIR] [--set KEY=VALUE ...]
 
 ``--source DIR`` profiles another checkout's engine (its ``engine/`` folder; e.g. ``git archive <rev> engine``
 unpacked into DIR) with this checkout's timers: a before/after on one machine. Stages the other engine lacks

@@ -1,7 +1,7 @@
 """Re-indexing an index to another embedding model while it serves, on each store (docs/versions.md).
 
-    .venv/bin/python bench/bench_versions.py            # 10,000 chunks per store
-    .venv/bin/python bench/bench_versions.py --quick    # 2,000 chunks
+    .venv/bin/python -m bench.bench_versions            # 10,000 chunks per store
+    .venv/bin/python -m bench.bench_versions --quick    # 2,000 chunks
     (Milvus Lite at --milvus-chunks, 1,000 by default: it is a development tool, far slower than the others)
 
 Per store (FAISS, PostgreSQL + pgvector, Milvus Lite), one real ``ragengine serve`` process: index N one-chunk

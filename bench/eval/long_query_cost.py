@@ -3,7 +3,7 @@ evaluation sets' questions, one question at a time as /retrieve embeds them (doc
 "Long questions"). The search itself is unchanged (one query vector either way), so the cost does not
 depend on the index size.
 
-    nice -n 10 .venv/bin/python bench/eval/long_query_cost.py [--rounds 3] [--json bench/results/long_query_cost.json]
+    nice -n 10 .venv/bin/python -m bench.eval.long_query_cost [--rounds 3] [--json bench/results/long_query_cost.json]
 """
 
 from __future__ import annotations

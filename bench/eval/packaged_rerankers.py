@@ -2,7 +2,7 @@
 "Rerankers in registry packages"). Not part of ``make eval``: none is a cross-encoder, and none won.
 
     pip install --target /tmp/nr --no-deps nanoranker==1.2 onnxruntime-extensions
-    PYTHONPATH=/tmp/nr .venv/bin/python bench/eval/packaged_rerankers.py [--sets debian-faq ...]
+    PYTHONPATH=/tmp/nr .venv/bin/python -m bench.eval.packaged_rerankers [--sets debian-faq ...]
 
 ``nanoranker`` (1.2) bundles two ONNX files: the multilingual Universal Sentence Encoder and a small MLP
 over [query embedding, passage embedding] (each with a 64-dim character-n-gram hash). Its ``rank``

@@ -1,6 +1,6 @@
 """PostgreSQL's hybrid search on the evaluation sets, with each of its two keyword legs.
 
-    .venv/bin/python bench/eval/pg_hybrid.py          # after `make eval` installed the sets
+    .venv/bin/python -m bench.eval.pg_hybrid          # after `make eval` installed the sets
 
 The store answers unfiltered keyword searches from each replica's in-memory BM25 index
 (``keyword_mirror``, ``store_keyword_index=memory``, the default) and filtered ones with PostgreSQL's

@@ -1,6 +1,6 @@
 """How the PostgreSQL keyword leg's candidate bound changes its answers, on the evaluation sets.
 
-    .venv/bin/python bench/eval/pg_keyword_bound.py          # after `make eval` installed the sets
+    .venv/bin/python -m bench.eval.pg_keyword_bound          # after `make eval` installed the sets
 
 At a million chunks the keyword leg cannot rank every match of a common word (``ts_rank_cd`` reads each
 row), so it ranks a bounded candidate set (``keyword_candidates``, 2,000 by default). The evaluation

@@ -1,7 +1,7 @@
 """Dense recall@10 at a million chunks of real text, embedded by a real model (not synthetic clusters).
 
-    .venv/bin/python bench/eval/real_recall.py                 # FAISS and PostgreSQL, up to 1M passages
-    .venv/bin/python bench/eval/real_recall.py --chunks 200000 --stores postgres
+    .venv/bin/python -m bench.eval.real_recall                 # FAISS and PostgreSQL, up to 1M passages
+    .venv/bin/python -m bench.eval.real_recall --chunks 200000 --stores postgres
 
 ``bench/bench_stores.py`` measures recall on Gaussian clusters (1,000 centres, iid noise). At 1M chunks each
 query's 10 nearest sit among ~1,000 nearly equidistant points: the hardest case for graph search, and not

