@@ -87,11 +87,13 @@ def main() -> int:
 def bench_s3(n: int) -> int:
     from ragengine.app import create_app
     from ragengine.settings import EngineSettings
+    from ragengine_operator.net.egress import EgressPolicy
     from ragengine_operator.sources.engine import EngineClient
     from ragengine_operator.sources.spec import Source
-    from ragengine_operator.sources.sync import fetch, sync_source
-    from tests.sources.test_git_sync import LOOPBACK
+    from ragengine_operator.sources.sync import FetchPolicy, fetch, sync_source
     from tests.support.s3_server import s3_server
+
+    loopback = FetchPolicy(egress=EgressPolicy.build(["127.0.0.1/32"]))  # the S3 server listens on 127.0.0.1
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp_name:
@@ -111,7 +113,7 @@ def bench_s3(n: int) -> int:
                 before, reads, start = embedded(engine), len(s3.gets), time.perf_counter()
                 result = sync_source(source, client, lambda p=previous, c=client: fetch(
                     source, cache=tmp / "cache", secret=s3.secret, previous_revision=p, previous_validators=None,
-                    policy=LOOPBACK, held=lambda: c.documents_of("bench", "bench")), previous)
+                    policy=loopback, held=lambda: c.documents_of("bench", "bench")), previous)
                 seconds = time.perf_counter() - start
                 client.close()
                 assert result.ok, result.message
