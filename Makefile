@@ -90,7 +90,7 @@ test-node: install images cluster-up
 	$(PY) -m pytest tests/images tests/node $(PYTEST_ARGS)
 
 bench: install cluster-up
-	$(PY) bench/run_all.py $(BENCH_ARGS)
+	$(PY) -m bench.run_all $(BENCH_ARGS)
 
 # Longer than the contract test in `make test`: access control on, keys of each role, every phase (stateful
 # included), rounds until at least 20,000 requests, a random seed printed first (docs/access.md).
@@ -106,7 +106,7 @@ eval: install
 	  if [ "$$(id -u)" = 0 ]; then apt-get install -y -q debian-faq >/dev/null; \
 	  else sudo apt-get install -y -q debian-faq >/dev/null; fi; }
 	$(UV) pip install --python $(PY) -q --no-deps $(EVAL_PYPI)
-	$(PY) bench/eval/run.py $(EVAL_ARGS)
+	$(PY) -m bench.eval.run $(EVAL_ARGS)
 
 crds: install
 	$(PY) hack/gen_crds.py

@@ -9,7 +9,7 @@ ServiceAccount token's TokenReview (a miss asks the API server; a hit is the cac
   (the embedded server the tests use, on this machine: no network between engine and database).
 - TokenReview (with ``--cluster``, the local control plane up): a review of a new token vs a cached one.
 
-    .venv/bin/python bench/bench_access.py [--docs 20000] [--postgres] [--cluster]
+    .venv/bin/python -m bench.bench_access [--docs 20000] [--postgres] [--cluster]
 
 Writes bench/results/access.json and prints a table.
 """
@@ -18,19 +18,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "engine"), str(ROOT)]
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from bench.engine.common import load_embedder, pct  # noqa: E402
-from ragengine.access.acl import Acl  # noqa: E402
+from bench.common import RESULTS, ROOT, load_embedder, pct, write_result
+from ragengine.access.acl import Acl
 
 
 def ms(values: list[float]) -> dict:
@@ -156,8 +151,8 @@ async def main() -> int:
     for key, r in (results.get("token_review") or {}).items():
         if isinstance(r, dict):
             print(f"TokenReview, {key:20s}       p50 {r['p50_ms']:8.3f} ms   p99 {r['p99_ms']:8.3f} ms")
-    out = ROOT / "bench" / "results" / "access.json"
-    out.write_text(json.dumps(results, indent=1) + "\n")
+    out = RESULTS / "access.json"
+    write_result(out, results, indent=1)
     print(f"wrote {out.relative_to(ROOT)}")
     return 0
 

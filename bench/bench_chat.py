@@ -11,7 +11,7 @@ documents, then sends RAG chat requests:
 
 Chunk token counts are stored with the chunks at ingestion (docs/performance.md); a warm-up pass still
 runs first (prompt counts, caches, first-use code paths). Prints a table and writes bench/results/chat.json.
-Usage: python bench/bench_chat.py [--requests 200] [--docs 300] [--quick]
+Usage: python -m bench.bench_chat [--requests 200] [--docs 300] [--quick]
 """
 
 from __future__ import annotations
@@ -19,31 +19,21 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import platform
 import random
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import httpx
 
-import httpx  # noqa: E402
-
-from tests.support.engine_process import engine_process  # noqa: E402
+from bench.common import RESULTS, machine, pct, write_result
+from tests.support.engine_process import engine_process
 
 WORDS = ["kubernetes", "operator", "gpu", "node", "vector", "index", "embedding", "search", "latency", "cluster",
          "model", "inference", "deployment", "storage", "replica", "shard", "token", "context", "window", "prompt",
          "retrieval", "chunk", "document", "query", "faiss", "bm25", "hybrid", "rerank", "stream", "cache", "metrics",
          "health", "persist", "snapshot", "journal"]
-
-
-def pct(values: list[float], p: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, round(p / 100 * (len(values) - 1)))]
 
 
 async def run_load(base: str, bodies: list[dict], concurrency: int) -> dict:
@@ -105,7 +95,7 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=200, help="requests per concurrency level")
     ap.add_argument("--docs", type=int, default=300)
     ap.add_argument("--quick", action="store_true", help="50 requests, 100 docs")
-    ap.add_argument("--out", default=str(ROOT / "bench/results/chat.json"))
+    ap.add_argument("--out", default=str(RESULTS / "chat.json"))
     args = ap.parse_args()
     if args.quick:
         args.requests, args.docs = 50, 100
@@ -131,7 +121,7 @@ def main() -> None:
             first_byte[c] = {"engine": round(engine_ttft, 2), "llm_direct": round(llm_ttft, 2),
                              "overhead": round(engine_ttft - llm_ttft, 2)}
     result = {
-        "machine": f"{platform.machine()} {os.cpu_count()} cpus, load {os.getloadavg()[0]:.1f}",
+        "machine": machine(),
         "docs": args.docs, "index_seconds": round(index_s, 2),
         "levels": [{k: round(v, 2) if isinstance(v, float) else v for k, v in r.items()} for r in rows],
         "note": "engine = request received -> response ready, minus the LLM call; parts: tokens (prompt/query "
@@ -151,8 +141,7 @@ def main() -> None:
     for c, s in first_byte.items():
         print(f"stream first content byte at c={c}: engine {s['engine']:.2f} ms, LLM direct {s['llm_direct']:.2f} ms, "
               f"overhead {s['overhead']:.2f} ms")
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    write_result(Path(args.out), result)
     print(f"wrote {args.out}")
 
 

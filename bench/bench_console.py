@@ -11,7 +11,7 @@ The index's 20,000 one-chunk documents get random unit vectors (no embedding: th
 measured). With ``--screenshots DIR`` it also writes the PNGs of docs/console.md (a small handbook index and
 the tests' stand-in LLM, tests/llm_server).
 
-    .venv/bin/python bench/bench_console.py [--docs 20000] [--rounds 30] [--screenshots docs/images]
+    .venv/bin/python -m bench.bench_console [--docs 20000] [--rounds 30] [--screenshots docs/images]
 
 Writes bench/results/console.json and prints a table.
 """
@@ -22,18 +22,14 @@ import argparse
 import asyncio
 import json
 import re
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "engine"), str(ROOT)]
+import httpx
+import numpy as np
 
-import httpx  # noqa: E402
-import numpy as np  # noqa: E402
-
-from bench.engine.common import load_embedder, pct  # noqa: E402
+from bench.common import RESULTS, load_embedder, pct, write_result
 
 KEY = "bench-console-admin-key-0123456789"
 WORDS = ["pump", "valve", "restart", "hall", "panel", "button", "green", "safety", "manual", "shift", "report",
@@ -196,7 +192,7 @@ def main() -> int:
     if args.screenshots:
         screenshots(embedder, args.screenshots)
     embedder.close()
-    (ROOT / "bench/results/console.json").write_text(json.dumps(results, indent=2) + "\n")
+    write_result(RESULTS / "console.json", results)
     print(f"\nconsole, {args.docs:,} documents (2 shared cores; bench/results/console.json)\n")
     print("| what | p50 (ms) | p99 (ms) | matches |\n|---|---|---|---|")
     for name, row in results["listing"].items():

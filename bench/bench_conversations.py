@@ -9,7 +9,7 @@
    binaries are absent). The row "sqlite (sync=NORMAL)" is the same store with the WAL fsync'ed only at
    checkpoints (the setting before every commit was fsync'ed): what power-loss durability costs.
 
-    .venv/bin/python bench/bench_conversations.py [--quick]
+    .venv/bin/python -m bench.bench_conversations [--quick]
 
 Prints a table and writes bench/results/conversations.json.
 """
@@ -19,35 +19,24 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
-import os
 import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # tests.* helpers (scripted LLM, PostgreSQL fixture)
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
-from ragengine.conversations.store import SessionStore  # noqa: E402
-from ragengine.llm.client import LLMClient  # noqa: E402
-from ragengine.rag.reformulate import reformulate_query  # noqa: E402
-from ragengine.settings import EngineSettings  # noqa: E402
-from tests.conversations.scripted_llm import ScriptedLLM, create_scripted_app  # noqa: E402
-from tests.support.server import serve_app  # noqa: E402
+from bench.common import RESULTS, ROOT, pct, write_result
+from ragengine.conversations.store import SessionStore
+from ragengine.llm.client import LLMClient
+from ragengine.rag.reformulate import reformulate_query
+from ragengine.settings import EngineSettings
+from tests.conversations.scripted_llm import ScriptedLLM, create_scripted_app
+from tests.support.server import serve_app
 
 HISTORY = [
     {"role": "user", "content": "I want something vegetarian"},
     {"role": "assistant", "content": "I can recommend the Mushroom Soup, the Chickpea Risotto and the Creamy Spinach"},
 ]
-
-
-def pct(values: list[float], p: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, round(p / 100 * (len(values) - 1)))]
 
 
 async def bench_reformulation(base: str, n: int) -> dict:
@@ -167,9 +156,8 @@ def main() -> int:
         else:
             print(f"{name:<22}{r['append_msgs_per_s']:>14.0f}{r['concurrent8_msgs_per_s']:>17.0f}"
                   f"{r['history_reads_per_s']:>17.0f}")
-    out = ROOT / "bench" / "results" / "conversations.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2))
+    out = RESULTS / "conversations.json"
+    write_result(out, results)
     print(f"\nwrote {out.relative_to(ROOT)}")
     return 0
 

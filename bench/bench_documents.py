@@ -1,8 +1,8 @@
 """Documents (issue 29): extraction throughput per format through the one extractor (the bounded
 parser's child process included), and OCR accuracy (character error rate) on rendered pages.
 
-    .venv/bin/python bench/bench_documents.py            # 12 files a format, 6 OCR pages
-    .venv/bin/python bench/bench_documents.py --quick    # 4 files a format, 3 OCR pages
+    .venv/bin/python -m bench.bench_documents            # 12 files a format, 6 OCR pages
+    .venv/bin/python -m bench.bench_documents --quick    # 4 files a format, 3 OCR pages
 
 The corpus is tests/support/corpus.py's (generated with the formats' own libraries in write mode).
 Prints a table and writes bench/results/documents.json. Files are parsed one after another, each in
@@ -12,17 +12,13 @@ its own child process, as a source sync or `POST /index/files` does with one par
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from ragengine.filetypes import Extracted, to_document  # noqa: E402
-from tests.support import corpus  # noqa: E402
+from bench.common import RESULTS, ROOT, write_result
+from ragengine.filetypes import Extracted, to_document
+from tests.support import corpus
 
 # Pages of known text for the OCR error rate: different sentences, sizes and a digit-heavy one.
 OCR_PAGES = [
@@ -102,8 +98,8 @@ def main() -> int:
               f"{r['units_per_s']:>8.2f} {r['p50_ms']:>8.0f}")
     print(f"OCR character error rate: {ocr['cer']:.2%} ({ocr['errors']} edits over {ocr['characters']} characters, "
           f"{ocr['pages']} pages; per page {ocr['per_page']})")
-    out = ROOT / "bench" / "results" / "documents.json"
-    out.write_text(json.dumps({"throughput": rows, "ocr": ocr}, indent=1) + "\n")
+    out = RESULTS / "documents.json"
+    write_result(out, {"throughput": rows, "ocr": ocr}, indent=1)
     print(f"wrote {out.relative_to(ROOT)}")
     return 0
 

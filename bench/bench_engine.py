@@ -1,7 +1,7 @@
 """Engine benchmarks: ingestion vs the raw model, /retrieve latency, HNSW at scale, RSS, retrieval quality.
 
-    .venv/bin/python bench/bench_engine.py            # default sizes (< 15 min on 2 cores)
-    .venv/bin/python bench/bench_engine.py --quick    # small sizes (< 3 min)
+    .venv/bin/python -m bench.bench_engine            # default sizes (< 15 min on 2 cores)
+    .venv/bin/python -m bench.bench_engine --quick    # small sizes (< 3 min)
 
 Prints a table and writes bench/results/engine.json. Sections can be picked with --only; each lives in
 bench/engine/ (workload, ingest, latency, hnsw, quality; report prints the table).
@@ -10,27 +10,20 @@ bench/engine/ (workload, ingest, latency, hnsw, quality; report prints the table
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
-from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from bench.common import RESULTS, ROOT, load_embedder, write_result
+from bench.engine.hnsw import bench_hnsw
+from bench.engine.ingest import bench_ingest
+from bench.engine.latency import Server, bench_latency, query_embed_ms
+from bench.engine.quality import bench_quality
+from bench.engine.report import print_table
+from bench.engine.synth import SMALL_WORDS, passages
+from bench.engine.workload import bench_workload
 
-from bench.engine.common import load_embedder  # noqa: E402
-from bench.engine.hnsw import bench_hnsw  # noqa: E402
-from bench.engine.ingest import bench_ingest  # noqa: E402
-from bench.engine.latency import Server, bench_latency, query_embed_ms  # noqa: E402
-from bench.engine.quality import bench_quality  # noqa: E402
-from bench.engine.report import print_table  # noqa: E402
-from bench.engine.synth import SMALL_WORDS, passages  # noqa: E402
-from bench.engine.workload import bench_workload  # noqa: E402
-
-RESULTS = ROOT / "bench" / "results" / "engine.json"
+OUT = RESULTS / "engine.json"
 
 
 def main() -> int:
@@ -87,10 +80,9 @@ def main() -> int:
         print("quality on debian-faq ...", flush=True)
         results["quality"] = bench_quality(emb, args.rerank_model)
     results["elapsed_s"] = time.perf_counter() - started
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=2))
+    write_result(OUT, results)
     print_table(results)
-    print(f"\nwrote {RESULTS.relative_to(ROOT)} in {results['elapsed_s']:.0f} s")
+    print(f"\nwrote {OUT.relative_to(ROOT)} in {results['elapsed_s']:.0f} s")
     return 0
 
 

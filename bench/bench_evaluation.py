@@ -10,8 +10,8 @@ holding N one-chunk passages.
    ``--long`` questions runs (an evaluation must never make serving queries wait; under such traffic a run
    asks one question a second, between requests).
 
-    .venv/bin/python bench/bench_evaluation.py            # 5,000 chunks
-    .venv/bin/python bench/bench_evaluation.py --quick    # 1,000 chunks
+    .venv/bin/python -m bench.bench_evaluation            # 5,000 chunks
+    .venv/bin/python -m bench.bench_evaluation --quick    # 1,000 chunks
 
 Writes bench/results/evaluation.json.
 """
@@ -20,28 +20,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import httpx
+import numpy as np
 
-import httpx  # noqa: E402
-import numpy as np  # noqa: E402
-
-from bench.engine.synth import passages  # noqa: E402
-from tests.support.engine_process import engine_process  # noqa: E402
-from tests.support.versions import QueryLoop  # noqa: E402
+from bench.common import RESULTS, ROOT, pct, write_result
+from bench.engine.synth import passages
+from tests.support.engine_process import engine_process
+from tests.support.versions import QueryLoop
 
 K = 10
-
-
-def pct(values: list[float], q: float) -> float:
-    return float(np.percentile(np.asarray(values), q)) if values else float("nan")
 
 
 def golden(texts: list[str], n: int, seed: int) -> list[dict]:
@@ -122,8 +113,8 @@ def main() -> int:
           f"{row['idle_p50_ms']:.1f} / {row['idle_p95_ms']:.1f} / {row['idle_p99_ms']:.1f} | "
           f"{row['during_p50_ms']:.1f} / {row['during_p95_ms']:.1f} / {row['during_p99_ms']:.1f} | "
           f"{row['failed_queries']} |")
-    out = ROOT / "bench" / "results" / "evaluation.json"
-    out.write_text(json.dumps(row, indent=1) + "\n")
+    out = RESULTS / "evaluation.json"
+    write_result(out, row, indent=1)
     print(f"\nwrote {out.relative_to(ROOT)}")
     return 1 if row["failed_queries"] else 0
 

@@ -7,7 +7,7 @@ engine pod's status as CrashLoopBackOff (OOMKilled last time), then measures the
 reports ``Degraded=True`` with reason CrashLoopBackOff. Without the operator's own pod watch this would wait
 for the Deployment's 10-minute progress deadline.
 
-    .venv/bin/python bench/bench_failure_report.py [--runs 5]
+    .venv/bin/python -m bench.bench_failure_report [--runs 5]
 
 Runs the real console script (``ragengine-operator --namespace <bench ns>``, default resync period),
 prints a table and writes bench/results/failure_report.json.
@@ -16,9 +16,7 @@ prints a table and writes bench/results/failure_report.json.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -26,9 +24,8 @@ import time
 import uuid
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from bench import bench_operator as ops  # noqa: E402  (its cluster helpers; it sets KUBECONFIG)
+from bench import bench_operator as ops  # (its cluster helpers; it sets KUBECONFIG)
+from bench.common import RESULTS, ROOT, machine, write_result
 
 
 def degraded_reason(b: ops.Bench, n: str) -> str | None:
@@ -68,7 +65,7 @@ def main() -> int:
     b = ops.Bench(ns)
     b.core.create_namespace({"metadata": {"name": ns}})
     env = {**os.environ, "RAGENGINE_OPERATOR_METRICS_PORT": "0", "RAGENGINE_OPERATOR_LIVENESS_PORT": "0"}
-    with open(ROOT / "bench" / "results" / "failure-report.log.tmp", "wb") as log:
+    with open(RESULTS / "failure-report.log.tmp", "wb") as log:
         op = subprocess.Popen([str(Path(sys.executable).with_name("ragengine-operator")), "--namespace", ns],
                               stdout=log, stderr=subprocess.STDOUT, env=env)
     seconds = []
@@ -85,13 +82,13 @@ def main() -> int:
         op.terminate()
         op.wait(timeout=30)
         b.core.delete_namespace(ns)
-        (ROOT / "bench" / "results" / "failure-report.log.tmp").unlink(missing_ok=True)
+        (RESULTS / "failure-report.log.tmp").unlink(missing_ok=True)
     result = {"runs": runs, "seconds": seconds, "p50_s": statistics.median(seconds), "max_s": max(seconds),
-              "machine": f"{platform.machine()}, {os.cpu_count()} CPUs"}
+              "machine": machine()}
     print(f"\n{'container failure written -> Degraded=True':<44} {'p50':>8} {'max':>8}   (n={runs})")
     print(f"{'CrashLoopBackOff (OOMKilled)':<44} {result['p50_s']:>7.2f}s {result['max_s']:>7.2f}s")
-    out = ROOT / "bench" / "results" / "failure_report.json"
-    out.write_text(json.dumps(result, indent=2))
+    out = RESULTS / "failure_report.json"
+    write_result(out, result)
     print(f"wrote {out.relative_to(ROOT)}")
     return 0
 

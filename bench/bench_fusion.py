@@ -5,7 +5,7 @@ search's k, the BM25 search's top-k, and the fusion itself (``retrieval.hybrid.f
 Each is timed on the engine's own classes over 100k synthetic chunks (random unit vectors; texts drawn
 from a Zipf vocabulary), for short and long queries, as p50 / p99 over repeated queries.
 
-    .venv/bin/python bench/bench_fusion.py [--chunks 100000] [--hnsw] [--out bench/results/fusion.json]
+    .venv/bin/python -m bench.bench_fusion [--chunks 100000] [--hnsw] [--out bench/results/fusion.json]
 
 Results go under the dense index kind ("flat" / "hnsw") in the output file.
 
@@ -22,21 +22,15 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "engine"), str(ROOT)]
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from ragengine.index.store import VectorStore  # noqa: E402
-from ragengine.retrieval.bm25 import BM25Index  # noqa: E402
-from ragengine.retrieval.hybrid import FusionParams, fuse  # noqa: E402
+from bench.common import RESULTS, pct, write_result
+from ragengine.index.store import VectorStore
+from ragengine.retrieval.bm25 import BM25Index
+from ragengine.retrieval.hybrid import FusionParams, fuse
 
 DIM = 384
 POOLS = (20, 50)
-
-
-def pct(values: list[float], q: float) -> float:
-    return float(np.percentile(values, q))
 
 
 def build(n: int, hnsw: bool, seed: int = 0) -> tuple[VectorStore, BM25Index, np.ndarray, list[str]]:
@@ -84,7 +78,7 @@ def main() -> int:
     ap.add_argument("--chunks", type=int, default=100_000)
     ap.add_argument("--hnsw", action="store_true")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "fusion.json")
+    ap.add_argument("--out", type=Path, default=RESULTS / "fusion.json")
     args = ap.parse_args()
     started = time.perf_counter()
     store, bm25, qvecs, queries = build(args.chunks, args.hnsw)
@@ -100,7 +94,7 @@ def main() -> int:
     print("added p50 (ms): " + json.dumps({k: round(v, 3) for k, v in out["added_p50_ms"].items()}))
     previous = json.loads(args.out.read_text()) if args.out.exists() else {}
     previous[store.kind] = out  # one entry per dense index kind (flat, hnsw)
-    args.out.write_text(json.dumps(previous, indent=2))
+    write_result(args.out, previous)
     return 0
 
 

@@ -9,7 +9,7 @@
    - hold-back: how many deltas after it arrived each character is released (0 = in the same delta),
      for plain prose and for prose with a secret every ~500 characters;
    - a whole JSON answer checked at once.
-Prints tables and writes bench/results/guardrails.json. Usage: python bench/bench_guardrails.py
+Prints tables and writes bench/results/guardrails.json. Usage: python -m bench.bench_guardrails
 """
 
 from __future__ import annotations
@@ -17,15 +17,11 @@ from __future__ import annotations
 import json
 import platform
 import statistics
-import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "engine")]
-
-from ragengine.guardrails.policy import parse_policy  # noqa: E402
-from ragengine.guardrails.scan import OutputGuard  # noqa: E402
+from bench.common import RESULTS, ROOT, write_result
+from ragengine.guardrails.policy import parse_policy
+from ragengine.guardrails.scan import OutputGuard
 
 DATA = ROOT / "bench" / "guardrails" / "outputs.jsonl"
 KAITO_DEFAULT = (ROOT / "tests" / "guardrails" / "data" / "kaito-default-policy.yaml").read_text()
@@ -150,8 +146,8 @@ def main() -> None:
         g.check(text)
     results["json_check_ms_2000_tokens_kaito_default"] = round((time.perf_counter() - t0) / 20 * 1000, 2)
     print(f"\nwhole answer (JSON path), KAITO default, 2,000 tokens: {results['json_check_ms_2000_tokens_kaito_default']} ms")
-    out = ROOT / "bench" / "results" / "guardrails.json"
-    out.write_text(json.dumps(results, indent=2) + "\n")
+    out = RESULTS / "guardrails.json"
+    write_result(out, results)
     print(f"wrote {out.relative_to(ROOT)}")
 
 

@@ -1,7 +1,7 @@
 """A FAISS engine replaced under load, timed as Kubernetes does it (docs/engine.md, Durability).
 
-    .venv/bin/python bench/bench_handover.py            # the operator's timings: preStop 5 s, drain 5 s
-    .venv/bin/python bench/bench_handover.py --quick    # preStop 1 s, drain 1 s
+    .venv/bin/python -m bench.bench_handover            # the operator's timings: preStop 5 s, drain 5 s
+    .venv/bin/python -m bench.bench_handover --quick    # preStop 1 s, drain 1 s
 
 Two real engine processes on one data folder (tests/support/engine_process.py): the old one, and its
 replacement, which starts as a stand-by. Clients query and write through both by turns, as through a
@@ -20,26 +20,20 @@ new one alone. Prints a table and writes bench/results/handover.json:
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import signal
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import httpx
 
-import httpx  # noqa: E402
+from bench.common import RESULTS, write_result
+from ragengine.index.writer_lock import WriterLock
+from tests.support.engine_process import engine_process
+from tests.support.service_client import ServiceClient
 
-from ragengine.index.writer_lock import WriterLock  # noqa: E402
-from tests.support.engine_process import engine_process  # noqa: E402
-from tests.support.service_client import ServiceClient  # noqa: E402
-
-RESULTS = ROOT / "bench" / "results" / "handover.json"
+OUT = RESULTS / "handover.json"
 MARKER = {"doc_id": "marker", "text": "The marker written after the stand-by loaded the folder, about narwhals."}
 
 
@@ -109,8 +103,7 @@ def main() -> int:
     width = max(len(r[0]) for r in rows)
     for name, value in rows:
         print(f"  {name:<{width}}  {value}")
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=1) + "\n")
+    write_result(OUT, result, indent=1)
     return 1 if result["failures"] else 0
 
 

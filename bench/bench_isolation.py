@@ -1,7 +1,7 @@
 """Isolation of source syncs: the operator stays small and responsive while one tenant's hostile sources run.
 
-    .venv/bin/python bench/bench_isolation.py                          # this checkout (sync_mode subprocess)
-    .venv/bin/python bench/bench_isolation.py --operator-src DIR --label before   # another checkout, e.g. main
+    .venv/bin/python -m bench.bench_isolation                          # this checkout (sync_mode subprocess)
+    .venv/bin/python -m bench.bench_isolation --operator-src DIR --label before   # another checkout, e.g. main
 
 Against the local control plane (hack/cluster.sh up first). The operator runs as its own process
 (``python -m ragengine_operator``, the admin kubeconfig, its liveness endpoint on), syncs in
@@ -35,21 +35,19 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import httpx
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+
+from bench.common import RESULTS, ROOT, pct, rss_mib, write_result
+from tests.support.git_server import Repo, git_http_server
+from tests.support.server import serve_app
+
 KUBECONFIG = ROOT / ".cluster" / "kubeconfig"
-RESULTS = ROOT / "bench" / "results" / "isolation.json"
+OUT = RESULTS / "isolation.json"
 LIMITS = {"RAGENGINE_OPERATOR_SYNC_MEMORY": "512Mi", "RAGENGINE_OPERATOR_SYNC_CPU_SECONDS": "30",
           "RAGENGINE_OPERATOR_SYNC_DEADLINE_SECONDS": "60"}
 HOSTILE = ("gzip", "git-bomb", "redos", "trickle")
-
-import httpx  # noqa: E402
-from kubernetes import client as k8s  # noqa: E402
-from kubernetes import config as k8s_config  # noqa: E402
-
-from tests.support.git_server import Repo, git_http_server  # noqa: E402
-from tests.support.server import serve_app  # noqa: E402
 
 
 class Hostile(BaseHTTPRequestHandler):
@@ -85,11 +83,6 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def rss_mb(pid: int) -> tuple[float, float]:
-    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
-    return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
-
-
 def probe(url: str) -> float:
     """ms for GET /healthz; inf when it did not answer 200 within 1 s."""
     t0 = time.perf_counter()
@@ -98,11 +91,6 @@ def probe(url: str) -> float:
     except httpx.HTTPError:
         ok = False
     return (time.perf_counter() - t0) * 1000 if ok else float("inf")
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))] if ordered else float("nan")
 
 
 def repos(root: Path) -> None:
@@ -177,10 +165,9 @@ def main() -> int:
         print(f"| {k} | {result[k]} |")
     for name, outcome in result["sources"].items():
         print(f"| source {name} | {outcome} |")
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    stored = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    stored = json.loads(OUT.read_text()) if OUT.exists() else {}
     stored[args.label] = result
-    RESULTS.write_text(json.dumps(stored, indent=2) + "\n")
+    write_result(OUT, stored)
     return 0
 
 
@@ -197,7 +184,7 @@ def measure(args, op, port, core, custom, hostile_ns, benign_ns, web, git) -> di
         if time.monotonic() > deadline or op.poll() is not None:
             sys.exit("the operator did not start")
         time.sleep(0.2)
-    rss_start, _ = rss_mb(op.pid)
+    rss_start = rss_mib(op.pid)
     idle = []  # the same probes before any RAGEngine: what this machine's load alone costs
     until = time.monotonic() + 15
     while time.monotonic() < until:
@@ -227,7 +214,7 @@ def measure(args, op, port, core, custom, hostile_ns, benign_ns, web, git) -> di
     while time.monotonic() - started < args.duration and op.poll() is None:
         t0 = time.perf_counter()
         latencies.append(probe(healthz))
-        rss.append(rss_mb(op.pid)[0])
+        rss.append(rss_mib(op.pid))
         if time.monotonic() - last_read > 1:
             last_read = time.monotonic()
             entries = (custom.get_namespaced_custom_object(group, version, hostile_ns, plural, "hostile").get("status")
@@ -246,7 +233,7 @@ def measure(args, op, port, core, custom, hostile_ns, benign_ns, web, git) -> di
                 break
         time.sleep(max(0.0, 0.1 - (time.perf_counter() - t0)))
     alive = op.poll() is None
-    peak = rss_mb(op.pid)[1] if alive else float("nan")
+    peak = rss_mib(op.pid, "VmHWM") if alive else float("nan")
     finite = [x for x in latencies if x != float("inf")]
     return {
         "operator_alive": alive,

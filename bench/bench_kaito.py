@@ -1,7 +1,7 @@
 """This engine beside KAITO's RAG service, in one run on this machine: issue 45's table.
 
     hack/kaito.sh [KAITO_CHECKOUT]                    # once: KAITO's source and venv under KAITO_HOME
-    .venv/bin/python bench/bench_kaito.py [--quick]   # both services; this engine alone when KAITO is not set up
+    .venv/bin/python -m bench.bench_kaito [--quick]   # both services; this engine alone when KAITO is not set up
 
 The same fake LLM (tests/llm_server, zero latency, serving the name ``gpt-4``), the same 1,000 passages of
 Python's documentation and the 176 questions of its FAQ (bench/engine/pydocs.py), the same packaged MiniLM
@@ -15,21 +15,17 @@ average (on a shared machine every figure moves with it); writes bench/results/k
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from bench.common import RESULTS, write_result
+from bench.engine import sidebyside
+from bench.engine.pydocs import python_docs
+from tests.llm_server import write_tokenizer
 
-from bench.engine import sidebyside  # noqa: E402
-from bench.engine.pydocs import python_docs  # noqa: E402
-from tests.llm_server import write_tokenizer  # noqa: E402
-
-RESULTS = ROOT / "bench" / "results" / "kaito.json"
+OUT = RESULTS / "kaito.json"
 KAITO_HOME = Path(os.environ.get("KAITO_HOME", Path.home() / ".cache" / "ragengine" / "kaito"))
 MODEL = "gpt-4"
 # (key, label, lower is better, issue 45's goal as ours / KAITO's)
@@ -80,8 +76,7 @@ def main() -> int:
                 results["loads"]["kaito_after"] = round(os.getloadavg()[0], 2)
             elif args.only in (None, "kaito"):
                 print(f"KAITO is not set up under {KAITO_HOME}: run hack/kaito.sh (this engine alone)")
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    write_result(OUT, results)
     print_table(results)
     return 0
 

@@ -12,7 +12,7 @@ Starts the engine (``ragengine serve``, the real embedding model, FAISS, an API 
 - ``--sessions`` (32) clients at once, each with its own legacy session (initialize, the SSE stream), each
   making ``--calls`` searches: errors (any exception or ``isError``), calls per second, p50 / p99.
 
-Usage: python bench/bench_mcp.py [--docs 500] [--queries 200] [--sessions 32] [--calls 10] [--quick]
+Usage: python -m bench.bench_mcp [--docs 500] [--queries 200] [--sessions 32] [--calls 10] [--quick]
 Prints a table, writes bench/results/mcp.json.
 """
 
@@ -20,34 +20,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import os
-import platform
 import random
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import httpx
+import httpx2
+from mcp.client import Client
+from mcp.client.streamable_http import streamable_http_client
 
-import httpx  # noqa: E402
-import httpx2  # noqa: E402
-from mcp.client import Client  # noqa: E402
-from mcp.client.streamable_http import streamable_http_client  # noqa: E402
-
-from tests.support.engine_process import engine_process  # noqa: E402
+from bench.common import RESULTS, ROOT, machine, pct, write_result
+from tests.support.engine_process import engine_process
 
 KEY = "bench-key-0123456789abcdef"
 INDEX = "bench"
 WORDS = ["pump", "valve", "boiler", "turbine", "pressure", "gasket", "seal", "bearing", "filter", "sensor", "alarm",
          "shift", "operator", "maintenance", "inspection", "torque", "coolant", "flow", "meter", "schedule"]
-
-
-def pct(values: list[float], p: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, round(p / 100 * (len(values) - 1)))]
 
 
 def summary(ms: list[float]) -> dict:
@@ -139,7 +128,7 @@ def main() -> None:
         seed(engine.base_url, args.docs, rng)
         rows = asyncio.run(side_by_side(engine.base_url, queries, args.top_k))
         load = asyncio.run(concurrent(engine.base_url, queries, args.sessions, args.calls))
-    result = {"machine": f"{platform.machine()}, {os.cpu_count()} CPUs", "docs": args.docs, "quick": args.quick,
+    result = {"machine": machine(), "docs": args.docs, "quick": args.quick,
               "side_by_side": rows, "concurrent_sessions": load}
     print(f"{result['machine']}; {args.docs} documents, {args.queries} queries, top {args.top_k}")
     print(f"{'call':32} {'p50 ms':>8} {'p99 ms':>8} {'p50 over /retrieve':>20}")
@@ -147,8 +136,8 @@ def main() -> None:
         print(f"{name:32} {row['p50_ms']:8.2f} {row['p99_ms']:8.2f} {row['over_retrieve_p50_ms']:20.2f}")
     print(f"{load['sessions']} sessions at once x {load['calls_per_session']} searches: {load['errors']} errors, "
           f"{load['calls_per_s']} calls/s, p50 {load['p50_ms']} ms, p99 {load['p99_ms']} ms")
-    out = ROOT / "bench" / "results" / "mcp.json"
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    out = RESULTS / "mcp.json"
+    write_result(out, result)
     print(f"wrote {out.relative_to(ROOT)}")
 
 

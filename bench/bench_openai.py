@@ -11,30 +11,24 @@ model, FAISS) as subprocesses (tests/support/engine_process.py), then, with the 
   on the same index (p50/p99, concurrency 1), and streaming time to the first text delta for both.
 
 The LLM answers at once, so the times are the engine's. Prints a table, writes bench/results/openai.json.
-Usage: python bench/bench_openai.py [--files 20] [--requests 100] [--quick]
+Usage: python -m bench.bench_openai [--files 20] [--requests 100] [--quick]
 """
 
 from __future__ import annotations
 
 import argparse
 import io
-import json
-import os
-import platform
 import random
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import httpx
+import openai
 
-import httpx  # noqa: E402
-import openai  # noqa: E402
-
-from tests.support.engine_process import engine_process  # noqa: E402
+from bench.common import RESULTS, ROOT, machine, pct, write_result
+from tests.support.engine_process import engine_process
 
 WORDS = ["pump", "valve", "boiler", "turbine", "pressure", "gasket", "seal", "bearing", "filter", "sensor", "alarm",
          "shift", "operator", "maintenance", "inspection", "torque", "coolant", "flow", "meter", "schedule"]
@@ -43,11 +37,6 @@ WORDS = ["pump", "valve", "boiler", "turbine", "pressure", "gasket", "seal", "be
 def document(rng: random.Random, n: int) -> str:
     sentences = [f"Procedure {n}.{i}: " + " ".join(rng.choices(WORDS, k=12)) + "." for i in range(25)]
     return " ".join(sentences)
-
-
-def pct(values: list[float], p: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, round(p / 100 * (len(values) - 1)))]
 
 
 def timed(fn, n: int) -> list[float]:
@@ -111,9 +100,8 @@ def run(args: argparse.Namespace) -> dict:
         chat_ttft = [first_delta_ms(lambda: c.chat.completions.create(**chat, stream=True,
                                                                       extra_body={"index_name": store.id}),
                                     lambda ch: bool(ch.choices and ch.choices[0].delta.content)) for _ in range(stream_n)]
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
     return {
-        "machine": f"{platform.machine()} {os.cpu_count()} cpus, load {load:.1f}",
+        "machine": machine(),
         "files": args.files, "requests": n,
         "upload_and_poll_s": {"p50": round(statistics.median(per_file), 3), "max": round(max(per_file), 3)},
         "vector_stores.search": summary(search), "POST /retrieve": summary(retrieve),
@@ -140,8 +128,8 @@ def main() -> None:
     for key, value in result.items():
         if isinstance(value, dict) and "p50_ms" in value:
             print(f"{key:48} {value['p50_ms']:8.2f} {value['p99_ms']:8.2f}")
-    out = ROOT / "bench" / "results" / "openai.json"
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    out = RESULTS / "openai.json"
+    write_result(out, result)
     print(f"wrote {out.relative_to(ROOT)}")
 
 

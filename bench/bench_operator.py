@@ -33,9 +33,10 @@ import time
 import uuid
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from bench.common import RESULTS, ROOT, rss_mib, write_result
+
 KUBECONFIG = ROOT / ".cluster" / "kubeconfig"
-os.environ["KUBECONFIG"] = str(KUBECONFIG)
+os.environ["KUBECONFIG"] = str(KUBECONFIG)  # before kubernetes is imported: its config reads it then
 
 from kubernetes import client as k8s  # noqa: E402
 from kubernetes import config as k8s_config  # noqa: E402
@@ -98,12 +99,6 @@ def poll(fn, timeout: float, interval: float = 0.005):
             return time.perf_counter()
         time.sleep(interval)
     raise TimeoutError(fn)
-
-
-def rss_mb(pid: int) -> tuple[float, float]:
-    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
-    kb = lambda k: int(fields[k].split()[0]) / 1024  # noqa: E731
-    return kb("VmRSS"), kb("VmHWM")
 
 
 def cpu_s(pid: int) -> float:
@@ -180,7 +175,7 @@ def main() -> int:
     ns = f"bench-{uuid.uuid4().hex[:6]}"
     b = Bench(ns)
     b.core.create_namespace({"metadata": {"name": ns}})
-    log = open(ROOT / "bench" / "results" / "operator-bench.log.tmp", "wb")  # noqa: SIM115 (the operator's stdout)
+    log = open(RESULTS / "operator-bench.log.tmp", "wb")  # noqa: SIM115 (the operator's stdout)
     env = {**os.environ, "RAGENGINE_OPERATOR_METRICS_PORT": "0", "RAGENGINE_OPERATOR_LIVENESS_PORT": "0"}
     if args.operator_src:  # e.g. a `git archive` of the previous release
         env["PYTHONPATH"] = f"{args.operator_src / 'operator'}:{args.operator_src / 'engine'}"
@@ -201,7 +196,7 @@ def main() -> int:
             t_avail = poll(lambda n=n: b.available(f"{n}-inference") and b.available(f"{n}-engine"), 60, 0.02)
             t_ready = poll(lambda n=n: n in b.ready_names(), 30, 0.02)
             ready.append(max(0.0, t_ready - t_avail))
-        rss_before, _ = rss_mb(op.pid)
+        rss_before = rss_mib(op.pid)
         cpu_before = cpu_s(op.pid)
         names = [f"scale-{i:03d}" for i in range(args.scale)]
         t0 = time.perf_counter()
@@ -221,7 +216,7 @@ def main() -> int:
             return done
 
         t_all = poll(progress, 900, 2.0) - t0  # coarse: the poll itself must not load the API server
-        rss_after, rss_peak = rss_mb(op.pid)
+        rss_after, rss_peak = rss_mib(op.pid), rss_mib(op.pid, "VmHWM")
         cpu_scale = cpu_s(op.pid) - cpu_before
         # Steady state: a window with the operator running, then one with it stopped (SIGSTOP: its
         # watches stay open, it makes no calls); the difference of the rates is the operator's own load.
@@ -232,7 +227,7 @@ def main() -> int:
             r0, c0 = apiserver_requests(), cpu_s(op.pid)
             time.sleep(args.idle)
             r1, c1 = apiserver_requests(), cpu_s(op.pid)
-            idle_rss, _ = rss_mb(op.pid)
+            idle_rss = rss_mib(op.pid)
             op.send_signal(signal.SIGSTOP)
             try:
                 time.sleep(args.baseline)
@@ -300,11 +295,11 @@ def main() -> int:
         "targets": {"children_created_s": 1.0, "available_to_ready_s": 2.0},
         "pass": statistics.median(created) < 1.0 and statistics.median(ready) < 2.0,
     }
-    out = ROOT / "bench" / "results" / "operator.json"
+    out = RESULTS / "operator.json"
     runs = json.loads(out.read_text()) if out.exists() else {}
     runs = runs if "runs_by_label" in runs else {"runs_by_label": {}}
     runs["runs_by_label"][args.label] = result
-    out.write_text(json.dumps(runs, indent=2) + "\n")
+    write_result(out, runs)
     print(f"wrote {out.relative_to(ROOT)}")
     print_steady_states(runs["runs_by_label"])
     return 0

@@ -1,6 +1,6 @@
 """PostgreSQL hybrid search under writes (issue 45): p50 / p99 with and without a writer, across two replicas.
 
-    .venv/bin/python bench/bench_pg_writes.py [--chunks 100000] [--quick] [--source DIR]
+    .venv/bin/python -m bench.bench_pg_writes [--chunks 100000] [--quick] [--source DIR]
 
 One throwaway PostgreSQL 18 + pgvector (tests/support/postgres.py). ``--chunks`` chunks (synthetic passages,
 clustered unit vectors: bench/engine/synth.py) are loaded through the registry's write path and the HNSW index
@@ -27,19 +27,13 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from bench.common import RESULTS, ROOT, pct, write_result
 
-RESULTS = ROOT / "bench" / "results" / "pg_writes.json"
+OUT = RESULTS / "pg_writes.json"
 DIM = 384
 SEARCHES = 300
 WRITE_EVERY_S = 0.1
 WRITE_CHUNKS = 10
-
-
-def pct(values: list[float], q: float) -> float:
-    return float(np.percentile(np.asarray(values), q)) if values else float("nan")
 
 
 def registry(url: str, data_dir: Path, embedder=None):
@@ -148,7 +142,8 @@ async def measure(url: str, chunks: int, work: Path, source: Path) -> dict:
     quiet = await phase()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(source / "engine"), str(ROOT), os.environ.get("PYTHONPATH", "")])}
     seconds = 600
-    proc = subprocess.Popen([sys.executable, __file__, "--writer", url, str(work / "w"), str(seconds)], env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "bench.bench_pg_writes", "--writer", url, str(work / "w"), str(seconds)],
+                            cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         await wait_for_writes(a, physical, proc)  # the writer's start: its registry, its first writes
@@ -173,7 +168,7 @@ def main() -> int:
     ap.add_argument("--chunks", type=int, default=100_000)
     ap.add_argument("--quick", action="store_true", help="20,000 chunks")
     ap.add_argument("--source", type=Path, default=ROOT)
-    ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--writer", nargs=3, metavar=("URL", "DATA_DIR", "SECONDS"), help=argparse.SUPPRESS)
     ap.add_argument("--child", nargs=3, metavar=("URL", "CHUNKS", "WORK"), help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -192,15 +187,14 @@ def main() -> int:
     source = args.source.resolve()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(source / "engine"), str(ROOT), os.environ.get("PYTHONPATH", "")])}
     with postgres_server(settings={"shared_buffers": "512MB"}) as url, tempfile.TemporaryDirectory() as work:
-        out = subprocess.run([sys.executable, __file__, "--source", str(source), "--child", url, str(chunks), work],
-                             env=env, capture_output=True, text=True)
+        out = subprocess.run([sys.executable, "-m", "bench.bench_pg_writes", "--source", str(source), "--child", url, str(chunks),
+                              work], cwd=ROOT, env=env, capture_output=True, text=True)
     line = next((x for x in out.stdout.splitlines() if x.startswith("RESULT ")), None)
     if line is None:
         print(out.stdout[-3000:], out.stderr[-5000:], file=sys.stderr)
         return 1
     result = json.loads(line[7:]) | {"source": "this checkout" if source == ROOT else str(source)}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    write_result(args.out, result)
     print(f"\nPostgreSQL hybrid top-10 at {chunks:,} chunks, two replicas, one search at a time ({result['source']})")
     print(f"{'phase':<36} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'SQL keyword answers':>20} {'load':>6}")
     print(f"(the writer wrote {result['writing']['writer_chunks_per_s']} chunks/s while the searches ran)")

@@ -1,7 +1,7 @@
 """Responsiveness during ingestion: /health and /retrieve latency while a big POST /index runs.
 
-    .venv/bin/python bench/bench_responsiveness.py            # 40 long documents, 30 probe rounds
-    .venv/bin/python bench/bench_responsiveness.py --quick    # 20 documents
+    .venv/bin/python -m bench.bench_responsiveness            # 40 long documents, 30 probe rounds
+    .venv/bin/python -m bench.bench_responsiveness --quick    # 20 documents
 
 A real engine process (tests/support/engine_process.py). First the idle latency of both routes, then
 the same probes in a loop while one client ingests; prints a table and writes
@@ -12,30 +12,19 @@ bench/results/responsiveness.json. Targets (not asserted anywhere else): /health
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import httpx
 
-import httpx  # noqa: E402
+from bench.common import RESULTS, pct, write_result
+from tests.support.engine_process import engine_process
 
-from tests.support.engine_process import engine_process  # noqa: E402
-
-RESULTS = ROOT / "bench" / "results" / "responsiveness.json"
+OUT = RESULTS / "responsiveness.json"
 TARGETS = {"health_max_ms": 500.0, "retrieve_p50_ms": 1000.0}
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))] if ordered else float("nan")
 
 
 def probe(client: httpx.Client) -> tuple[float, float]:
@@ -98,8 +87,7 @@ def main() -> int:
     args = parser.parse_args()
     result = run(documents=20 if args.quick else 40, rounds=10 if args.quick else 30)
     print_table(result)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    write_result(OUT, result)
     return 0
 
 

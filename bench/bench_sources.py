@@ -1,8 +1,8 @@
 """Source sync: 1,000 files synced the first time, then again after one file changed.
 
-    .venv/bin/python bench/bench_sources.py            # 1,000 files in a git repository
-    .venv/bin/python bench/bench_sources.py --quick    # 200 files
-    .venv/bin/python bench/bench_sources.py --s3       # 1,000 objects in an S3 bucket (versitygw)
+    .venv/bin/python -m bench.bench_sources            # 1,000 files in a git repository
+    .venv/bin/python -m bench.bench_sources --quick    # 200 files
+    .venv/bin/python -m bench.bench_sources --s3       # 1,000 objects in an S3 bucket (versitygw)
 
 A real engine (FAISS, the packaged embedding model), the real sync code and a real git server
 (``git http-backend``) or S3 server (versitygw, tests/support/s3_server.py). The second sync must cost in
@@ -13,23 +13,18 @@ embedded and (S3) objects read by each sync. Writes bench/results/sources.json (
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import re
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import httpx
 
-import httpx  # noqa: E402
-
-from bench.engine.synth import passages  # noqa: E402
-from tests.support.git_server import Repo, git_http_server  # noqa: E402
-from tests.support.server import serve_app  # noqa: E402
+from bench.common import RESULTS, ROOT, write_result
+from bench.engine.synth import passages
+from tests.support.git_server import Repo, git_http_server
+from tests.support.server import serve_app
 
 
 def embedded(base: str) -> float:
@@ -83,8 +78,8 @@ def main() -> int:
     print(f"\n| git sync of {n} files | seconds | documents written | texts embedded |\n|---|---|---|---|")
     for r in rows:
         print(f"| {r['sync']} | {r['seconds']:.1f} | {r['written']} | {r['texts_embedded']:.0f} |")
-    out = ROOT / "bench" / "results" / "sources.json"
-    out.write_text(json.dumps(rows, indent=1) + "\n")
+    out = RESULTS / "sources.json"
+    write_result(out, rows, indent=1)
     print(f"\nwrote {out.relative_to(ROOT)}")
     return 0
 
@@ -92,11 +87,13 @@ def main() -> int:
 def bench_s3(n: int) -> int:
     from ragengine.app import create_app
     from ragengine.settings import EngineSettings
+    from ragengine_operator.net.egress import EgressPolicy
     from ragengine_operator.sources.engine import EngineClient
-    from ragengine_operator.sources.sync import fetch, sync_source
+    from ragengine_operator.sources.sync import FetchPolicy, fetch, sync_source
     from ragengine_operator.spec.sources import Source
-    from tests.sources.test_git_sync import LOOPBACK
     from tests.support.s3_server import s3_server
+
+    loopback = FetchPolicy(egress=EgressPolicy.build(["127.0.0.1/32"]))  # the S3 server listens on 127.0.0.1
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp_name:
@@ -116,7 +113,7 @@ def bench_s3(n: int) -> int:
                 before, reads, start = embedded(engine), len(s3.gets), time.perf_counter()
                 result = sync_source(source, client, lambda p=previous, c=client: fetch(
                     source, cache=tmp / "cache", secret=s3.secret, previous_revision=p, previous_validators=None,
-                    policy=LOOPBACK, held=lambda: c.documents_of("bench", "bench")), previous)
+                    policy=loopback, held=lambda: c.documents_of("bench", "bench")), previous)
                 seconds = time.perf_counter() - start
                 client.close()
                 assert result.ok, result.message
@@ -128,8 +125,8 @@ def bench_s3(n: int) -> int:
     print(f"\n| S3 sync of {n} objects | seconds | documents written | objects read | texts embedded |\n|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['sync']} | {r['seconds']:.1f} | {r['written']} | {r['objects_read']} | {r['texts_embedded']:.0f} |")
-    out = ROOT / "bench" / "results" / "sources_s3.json"
-    out.write_text(json.dumps(rows, indent=1) + "\n")
+    out = RESULTS / "sources_s3.json"
+    write_result(out, rows, indent=1)
     print(f"\nwrote {out.relative_to(ROOT)}")
     return 0
 

@@ -1,7 +1,7 @@
 """Parsing an upstream chat stream: httpx ``aiter_lines`` (the engine's LLMStream) vs ``httpx-sse``.
 
 Issue 12 asks to adopt httpx-sse only if it makes the code shorter and no slower. Run:
-``.venv/bin/python bench/bench_sse_parse.py`` (about 5 s); prints µs per event for each parser.
+``.venv/bin/python -m bench.bench_sse_parse`` (about 5 s); prints µs per event for each parser.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Vector stores side by side at scale: FAISS, PostgreSQL + pgvector, Milvus Lite, on this machine.
 
-    .venv/bin/python bench/bench_stores.py            # 10k, 100k and 1M chunks, replicas 1-3 (long: the 1M rows)
-    .venv/bin/python bench/bench_stores.py --quick    # 10k and 100k chunks, replicas 1-2
+    .venv/bin/python -m bench.bench_stores            # 10k, 100k and 1M chunks, replicas 1-3 (long: the 1M rows)
+    .venv/bin/python -m bench.bench_stores --quick    # 10k and 100k chunks, replicas 1-2
 
 Each (store, size) row runs in a process of its own, so its memory is its own. Per row:
 - load: chunks/s through the registry's write path with precomputed vectors (the embedding model's speed
@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -38,26 +37,19 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import httpx
+import numpy as np
 
-import httpx  # noqa: E402
-import numpy as np  # noqa: E402
-
-from bench.engine.synth import clustered_unit_vectors, passages  # noqa: E402
-from bench.stores_report import EF_CURVE, fmt_row, report  # noqa: E402
-from tests.support.engine_process import engine_process  # noqa: E402
-from tests.support.postgres import postgres_server  # noqa: E402
+from bench.common import RESULTS, ROOT, pct, write_result
+from bench.engine.synth import clustered_unit_vectors, passages
+from bench.stores_report import EF_CURVE, fmt_row, report
+from tests.support.engine_process import engine_process
+from tests.support.postgres import postgres_server
 
 DIM = 384
 QUERIES = 100
 WARMUP = 20  # other queries, searched untimed before the timed ones
 ROUNDS = 3  # latency is sampled over the queries this many times: a p99 of 300 searches, not of 100
-
-
-def pct(values: list[float], q: float) -> float:
-    return float(np.percentile(np.asarray(values), q)) if values else float("nan")
 
 
 def registry_for(kind: str, settings_kw: dict, embedder):
@@ -247,8 +239,9 @@ def row_in_child(kind: str, n: int, url: str, tmp: Path) -> dict:
         kw |= {"vector_store_url": url, "vector_store_prefix": f"bench{n}", "store_build_memory_mb": 3072}
     if kind == "milvus":
         kw |= {"vector_store_url": str(tmp / f"milvus{n}.db"), "vector_store_prefix": f"bench{n}"}
-    out = subprocess.run([sys.executable, __file__, "--row", json.dumps({"kind": kind, "n": n, "settings": kw})],
-                         stdout=subprocess.PIPE, text=True, check=True).stdout
+    row = json.dumps({"kind": kind, "n": n, "settings": kw})
+    out = subprocess.run([sys.executable, "-m", "bench.bench_stores", "--row", row], cwd=ROOT, stdout=subprocess.PIPE,
+                         text=True, check=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -301,7 +294,7 @@ def main() -> int:
         return 0
     sizes = args.sizes or ((10_000, 100_000) if args.quick else (10_000, 100_000, 1_000_000))
     replica_counts = (1, 2) if args.quick else (1, 2, 3)
-    out = ROOT / "bench" / "results" / "stores.json"
+    out = RESULTS / "stores.json"
     if args.report:
         report(json.loads(out.read_text()))
         return 0
@@ -353,7 +346,7 @@ def main() -> int:
                     results["replicas"].append({"processes": count, "retrieve_req_per_s": rps})
                     print(f"{count} engine process(es) on one PostgreSQL: {rps:.1f} /retrieve req/s", flush=True)
     results["stores"].sort(key=lambda r: (r["chunks"], r["store"]))
-    out.write_text(json.dumps(results, indent=1) + "\n")
+    write_result(out, results, indent=1)
     report(results)
     print(f"\nwrote {out.relative_to(ROOT)} and docs/images/stores-scale.svg")
     return 0

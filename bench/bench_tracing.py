@@ -6,29 +6,24 @@ index, the test LLM with zero latency) configured only by the standard OTEL_* va
 hack/otelcol's (OTLP receiver, file exporter). The same synthetic documents and queries go to each mode,
 after a warm-up; p50/p99 of the client latency and of the engine's own time (``Server-Timing: engine``,
 the LLM wait taken out) at concurrency 1 and 16. Prints a table, writes bench/results/tracing.json.
-Usage: python bench/bench_tracing.py [--requests 300] [--docs 200] [--quick]
+Usage: python -m bench.bench_tracing [--requests 300] [--docs 200] [--quick]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
-import platform
 import random
-import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import httpx
 
-import httpx  # noqa: E402
-
-from bench.bench_chat import WORDS, run_load  # noqa: E402
-from tests.support.engine_process import engine_process  # noqa: E402
-from tests.support.otelcol import collector  # noqa: E402
+from bench.bench_chat import WORDS, run_load
+from bench.common import RESULTS, machine, write_result
+from tests.support.engine_process import engine_process
+from tests.support.otelcol import collector
 
 OTEL_VARS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_TRACES_SAMPLER",
              "OTEL_TRACES_SAMPLER_ARG", "OTEL_SDK_DISABLED", "OTEL_TRACES_EXPORTER")
@@ -56,7 +51,7 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=300, help="requests per mode and concurrency level")
     ap.add_argument("--docs", type=int, default=200)
     ap.add_argument("--quick", action="store_true", help="80 requests, 100 docs")
-    ap.add_argument("--out", default=str(ROOT / "bench/results/tracing.json"))
+    ap.add_argument("--out", default=str(RESULTS / "tracing.json"))
     args = ap.parse_args()
     if args.quick:
         args.requests, args.docs = 80, 100
@@ -77,11 +72,11 @@ def main() -> None:
         exported = len(otelcol.spans())
     rows = [{"mode": mode, **{k: round(v, 2) if isinstance(v, float) else v for k, v in level.items()
                               if k != "p50_parts_ms"}} for mode, levels in results.items() for level in levels]
-    out = {"machine": f"{platform.machine()} {os.cpu_count()} cpus, load {os.getloadavg()[0]:.1f}",
+    out = {"machine": machine(),
            "docs": args.docs, "requests": args.requests, "spans_exported": exported, "rows": rows,
            "note": "engine = request received -> response ready minus the LLM call (Server-Timing); client = "
                    "the whole request as the client saw it"}
-    Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
+    write_result(Path(args.out), out)
     print(f"\n{out['machine']}; {args.docs} docs, {args.requests} requests per row; {exported} spans exported")
     print(f"{'mode':<24} {'conc':>4} {'client p50':>10} {'client p99':>10} {'engine p50':>10} {'engine p99':>10} {'req/s':>7}")
     for r in rows:

@@ -6,7 +6,7 @@ indexes Python documentation passages (bench/engine/pydocs.py), then asks the Py
 time, each once, as RAG chat completions (a new question every turn: its prompt is counted afresh). Prints the
 median of each stage's own time per turn beside the previous results and writes bench/results/turn.json.
 
-    .venv/bin/python bench/bench_turn.py [--quick] [--docs 1000] [--source DIR] [--set KEY=VALUE ...]
+    .venv/bin/python -m bench.bench_turn [--quick] [--docs 1000] [--source DIR] [--set KEY=VALUE ...]
 
 ``--source DIR`` profiles another checkout's engine (its ``engine/`` folder; e.g. ``git archive <rev> engine``
 unpacked into DIR) with this checkout's timers: a before/after on one machine. Stages the other engine lacks
@@ -24,17 +24,15 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import httpx
 
-import httpx  # noqa: E402
+from bench.common import RESULTS, write_result
+from bench.engine import turn_report
+from bench.engine.pydocs import python_docs
+from tests.llm_server import write_tokenizer
+from tests.support.engine_process import REPO, engine_process
 
-from bench.engine import turn_report  # noqa: E402
-from bench.engine.pydocs import python_docs  # noqa: E402
-from tests.llm_server import write_tokenizer  # noqa: E402
-from tests.support.engine_process import REPO, engine_process  # noqa: E402
-
-RESULTS = ROOT / "bench" / "results" / "turn.json"
+OUT = RESULTS / "turn.json"
 
 
 def run(docs: int, warmup: int, settings: dict[str, str], source: Path, cprofile: Path | None = None) -> dict:
@@ -96,7 +94,7 @@ def main() -> int:
     ap.add_argument("--set", dest="extra", action="append", default=[], metavar="KEY=VALUE",
                     help="engine settings; llm_tokenizer defaults to the fake LLM's own tokenizer.json (a local "
                          "tokenizer of the served model), --set llm_tokenizer= for none (the server's /tokenize)")
-    ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--cprofile", type=Path, help="also write cProfile stats of the event loop's thread here "
                     "(slows the turn: for finding hot functions, not for the figures)")
     args = ap.parse_args()
@@ -105,8 +103,7 @@ def main() -> int:
     result["mode"] = "quick" if args.quick else "default"
     result["source"] = "this checkout" if args.source.resolve() == REPO else str(args.source)
     before = json.loads(args.out.read_text()) if args.out.exists() else {}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    write_result(args.out, result)
     turn_report.print_table(result["rows"], before.get("rows"), (
         f"one chat turn, stage by stage: {result['questions']} FAQ questions over {result['passages']} Python-docs "
         f"passages, one client, fake LLM with zero latency; load average {result['load_average']} on "

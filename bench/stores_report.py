@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from bench.common import ROOT
+
 EF_CURVE = (64, 128, 256, 512)
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def label(row: dict) -> str:

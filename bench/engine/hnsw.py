@@ -6,7 +6,7 @@ import time
 
 import numpy as np
 
-from bench.engine.common import pct
+from bench.common import pct
 from bench.engine.synth import clustered_unit_vectors
 
 

@@ -1,4 +1,4 @@
-"""/retrieve latency and RSS of an engine serving a synthetic index (bench/engine/serve_synthetic.py)."""
+"""/retrieve latency and RSS of an engine serving a synthetic index (bench.engine.serve_synthetic)."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ import time
 
 import httpx
 
-from bench.engine.common import ROOT, pct, status_kib
+from bench.common import ROOT, pct, rss_mib
 
 
 class Server:
     def __init__(self, *args: str) -> None:
         self.tmp = tempfile.mkdtemp(prefix="bench-engine-")
-        cmd = [sys.executable, str(ROOT / "bench/engine/serve_synthetic.py"), "--data-dir", self.tmp, *args]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        cmd = [sys.executable, "-m", "bench.engine.serve_synthetic", "--data-dir", self.tmp, *args]
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         self.base_rss_mib = float("nan")
         self.port, self.base = 0, ""
         for line in self.proc.stdout:  # type: ignore[union-attr]
@@ -31,7 +31,7 @@ class Server:
             raise RuntimeError("benchmark server exited before READY")
 
     def rss_mib(self) -> float:
-        return status_kib(self.proc.pid, "VmRSS") / 1024
+        return rss_mib(self.proc.pid)
 
     def close(self) -> None:
         self.proc.kill()

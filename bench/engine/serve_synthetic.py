@@ -12,26 +12,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import os
 import socket
-import sys
 from pathlib import Path
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import uvicorn
 
+from bench.common import status_kib
 from bench.engine.synth import SMALL_WORDS, clustered_unit_vectors, passages
 from ragengine.app import create_app
 from ragengine.settings import EngineSettings
-
-
-def _rss_kib() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    return 0
 
 
 def main() -> None:
@@ -57,7 +46,7 @@ def main() -> None:
             await registry.retrieve("warm", f"warm-up query {i}", 10)
         await registry.delete_index("warm")
         gc.collect()
-        print(f"BASE_RSS {_rss_kib()}", flush=True)
+        print(f"BASE_RSS {status_kib('self', 'VmRSS')}", flush=True)
         if args.embed:  # index "small": through the normal write path
             texts = passages(args.embed, words=SMALL_WORDS, seed=3)
             for start in range(0, len(texts), 512):

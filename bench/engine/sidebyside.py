@@ -23,7 +23,7 @@ from pathlib import Path
 
 import httpx
 
-from bench.engine.common import pct, status_kib
+from bench.common import pct, rss_mib
 from tests.support.engine_process import REPO, engine_env, engine_process
 from tests.support.server import announced_port
 
@@ -136,7 +136,7 @@ def workload(run: Running, passages: list[str], questions: list[str], c16_reques
                chat_p50_ms=round(statistics.median(chat), 1), chat_p99_ms=round(pct(chat, 99), 1))
     bodies = [chat_body(questions[i % len(questions)]) for i in range(c16_requests)]
     out["chat_c16_rps"] = round(asyncio.run(_concurrent(run.base_url, bodies, CONCURRENCY)), 1)
-    out["peak_rss_mib"] = round(status_kib(run.pid, "VmHWM") / 1024)
+    out["peak_rss_mib"] = round(rss_mib(run.pid, "VmHWM"))
     return out
 
 

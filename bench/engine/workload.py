@@ -8,7 +8,7 @@ from pathlib import Path
 
 import httpx
 
-from bench.engine.common import pct, status_kib
+from bench.common import pct, rss_mib
 from bench.engine.synth import passages
 
 
@@ -35,6 +35,6 @@ def bench_workload(backend: str, n: int, queries: list[str], rounds: int) -> dic
                 client.post("/retrieve", json={"index_name": "w", "query": queries[i % len(queries)],
                                                "max_node_count": 10}).raise_for_status()
                 lat.append((time.perf_counter() - t) * 1000)
-            peak = status_kib(engine.pid, "VmHWM") / 1024
+            peak = rss_mib(engine.pid, "VmHWM")
     return {"backend": backend, "passages": n, "startup_s": startup_s, "ingest_passages_per_s": n / ingest_s,
             "retrieve_p50_ms": pct(lat, 50), "retrieve_p99_ms": pct(lat, 99), "peak_rss_mib": peak}

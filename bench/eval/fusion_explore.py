@@ -1,8 +1,8 @@
 """Score every fusion variant of bench/eval/fusion_variants.py on the candidate lists that ``make eval``
 dumps, choose on the tuning set, and show the validation sets (docs/retrieval.md, "Fusion variants").
 
-    EVAL_DUMP=/tmp/evaldump .venv/bin/python bench/eval/run.py --variants plain   # writes the lists
-    .venv/bin/python bench/eval/fusion_explore.py /tmp/evaldump [--json bench/results/fusion_variants.json]
+    EVAL_DUMP=/tmp/evaldump .venv/bin/python -m bench.eval.run --variants plain   # writes the lists
+    .venv/bin/python -m bench.eval.fusion_explore /tmp/evaldump [--json bench/results/fusion_variants.json]
 
 The dumps hold, per question, the exact top-100 dense (cosine) and BM25 lists the engine searches, so
 a pool of n per side is their first n entries (the engine fuses 20 per side for top 10).
@@ -16,11 +16,8 @@ import random
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT / "engine"), str(ROOT)]
-
-from bench.eval.fusion_variants import variants  # noqa: E402
-from bench.eval.metrics import summarise  # noqa: E402
+from bench.eval.fusion_variants import variants
+from bench.eval.metrics import summarise
 
 K = 10
 POOLS = (20, 50, 100)

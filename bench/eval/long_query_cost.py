@@ -3,26 +3,21 @@ evaluation sets' questions, one question at a time as /retrieve embeds them (doc
 "Long questions"). The search itself is unchanged (one query vector either way), so the cost does not
 depend on the index size.
 
-    nice -n 10 .venv/bin/python bench/eval/long_query_cost.py [--rounds 3] [--json bench/results/long_query_cost.json]
+    nice -n 10 .venv/bin/python -m bench.eval.long_query_cost [--rounds 3] [--json bench/results/long_query_cost.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import statistics
 import sys
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT / "engine"), str(ROOT)]
-
-from bench.eval import datasets as ds  # noqa: E402
+from bench.common import write_result
+from bench.eval import datasets as ds
 
 
 def p(values: list[float], q: float) -> float:
@@ -74,7 +69,7 @@ def main() -> int:
     results["load_average_at_end"] = os.getloadavg()
     print(f"load average {results['load_average_at_start']} -> {results['load_average_at_end']}")
     if args.json:
-        args.json.write_text(json.dumps(results, indent=1))
+        write_result(args.json, results, indent=1)
     return 0
 
 

@@ -2,7 +2,7 @@
 "Rerankers in registry packages"). Not part of ``make eval``: none is a cross-encoder, and none won.
 
     pip install --target /tmp/nr --no-deps nanoranker==1.2 onnxruntime-extensions
-    PYTHONPATH=/tmp/nr .venv/bin/python bench/eval/packaged_rerankers.py [--sets debian-faq ...]
+    PYTHONPATH=/tmp/nr .venv/bin/python -m bench.eval.packaged_rerankers [--sets debian-faq ...]
 
 ``nanoranker`` (1.2) bundles two ONNX files: the multilingual Universal Sentence Encoder and a small MLP
 over [query embedding, passage embedding] (each with a 64-dim character-n-gram hash). Its ``rank``
@@ -22,13 +22,11 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT / "engine"), str(ROOT)]
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from bench.eval import datasets as ds  # noqa: E402
-from bench.eval.run import SetRun, docs_of  # noqa: E402
+from bench.common import RESULTS, write_result
+from bench.eval import datasets as ds
+from bench.eval.run import SetRun, docs_of
 
 
 class NanoRanker:
@@ -72,7 +70,7 @@ async def measure(data: ds.Dataset, embedder, reranker, fusion: dict) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sets", nargs="*", default=list(ds.LOADERS))
-    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "eval_packaged_rerankers.json")
+    ap.add_argument("--out", type=Path, default=RESULTS / "eval_packaged_rerankers.json")
     args = ap.parse_args()
     from ragengine.embedding import build_embedder
     from ragengine.settings import EngineSettings
@@ -87,7 +85,7 @@ def main() -> int:
         data = ds.LOADERS[name]()
         results["sets"][name] = r = asyncio.run(measure(data, embedder, reranker, fusion))
         print(name, json.dumps({k: (v["mrr@10"] if isinstance(v, dict) else round(v)) for k, v in r.items()}), flush=True)
-    args.out.write_text(json.dumps(results, indent=2))
+    write_result(args.out, results)
     embedder.close()
     return 0
 

@@ -1,6 +1,6 @@
 """PostgreSQL's hybrid search on the evaluation sets, with each of its two keyword legs.
 
-    .venv/bin/python bench/eval/pg_hybrid.py          # after `make eval` installed the sets
+    .venv/bin/python -m bench.eval.pg_hybrid          # after `make eval` installed the sets
 
 The store answers unfiltered keyword searches from each replica's in-memory BM25 index
 (``keyword_mirror``, ``store_keyword_index=memory``, the default) and filtered ones with PostgreSQL's
@@ -15,24 +15,19 @@ bench/results/pg_hybrid.json and prints a table.
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT / "engine"), str(ROOT)]
-
-from bench.eval import datasets as ds  # noqa: E402
-from bench.eval.metrics import summarise  # noqa: E402
-from bench.eval.report import write_and_print  # noqa: E402
-from tests.support.postgres import postgres_server  # noqa: E402
+from bench.common import RESULTS
+from bench.eval import datasets as ds
+from bench.eval.metrics import summarise
+from bench.eval.report import write_and_print
+from tests.support.postgres import postgres_server
 
 K = 10
-OUT = ROOT / "bench" / "results" / "pg_hybrid.json"
+OUT = RESULTS / "pg_hybrid.json"
 LEGS = ("memory", "database")
 
 

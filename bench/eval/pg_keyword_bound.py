@@ -1,6 +1,6 @@
 """How the PostgreSQL keyword leg's candidate bound changes its answers, on the evaluation sets.
 
-    .venv/bin/python bench/eval/pg_keyword_bound.py          # after `make eval` installed the sets
+    .venv/bin/python -m bench.eval.pg_keyword_bound          # after `make eval` installed the sets
 
 At a million chunks the keyword leg cannot rank every match of a common word (``ts_rank_cd`` reads each
 row), so it ranks a bounded candidate set (``keyword_candidates``, 2,000 by default). The evaluation
@@ -22,30 +22,26 @@ bench/results/pg_keyword_bound.json and prints a table.
 
 from __future__ import annotations
 
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT), str(ROOT / "engine")]
+import numpy as np
+from sqlalchemy import func, select
 
-import numpy as np  # noqa: E402
-from sqlalchemy import func, select  # noqa: E402
-
-from bench.eval.datasets import LOADERS, Missing  # noqa: E402
-from bench.eval.metrics import mrr, recall  # noqa: E402
-from bench.eval.report import write_and_print  # noqa: E402
-from ragengine.stores.base import ChunkWrite, DocWrite  # noqa: E402
-from ragengine.stores.postgres.keyword import keyword_words  # noqa: E402
-from ragengine.stores.postgres.keyword_leg import tsquery as _tsquery  # noqa: E402
-from ragengine.stores.postgres.store import PostgresStore, _hit  # noqa: E402
-from tests.support.postgres import postgres_server  # noqa: E402
+from bench.common import RESULTS
+from bench.eval.datasets import LOADERS, Missing
+from bench.eval.metrics import mrr, recall
+from bench.eval.report import write_and_print
+from ragengine.stores.base import ChunkWrite, DocWrite
+from ragengine.stores.postgres.keyword import keyword_words
+from ragengine.stores.postgres.keyword_leg import tsquery as _tsquery
+from ragengine.stores.postgres.store import PostgresStore, _hit
+from tests.support.postgres import postgres_server
 
 K = 10
 DIM = 8
 BOUNDS = (10, 50)
-OUT = ROOT / "bench" / "results" / "pg_keyword_bound.json"
+OUT = RESULTS / "pg_keyword_bound.json"
 
 
 class FirstMatches(PostgresStore):

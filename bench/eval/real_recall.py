@@ -1,7 +1,7 @@
 """Dense recall@10 at a million chunks of real text, embedded by a real model (not synthetic clusters).
 
-    .venv/bin/python bench/eval/real_recall.py                 # FAISS and PostgreSQL, up to 1M passages
-    .venv/bin/python bench/eval/real_recall.py --chunks 200000 --stores postgres
+    .venv/bin/python -m bench.eval.real_recall                 # FAISS and PostgreSQL, up to 1M passages
+    .venv/bin/python -m bench.eval.real_recall --chunks 200000 --stores postgres
 
 ``bench/bench_stores.py`` measures recall on Gaussian clusters (1,000 centres, iid noise). At 1M chunks each
 query's 10 nearest sit among ~1,000 nearly equidistant points: the hardest case for graph search, and not
@@ -24,7 +24,6 @@ import ast
 import asyncio
 import hashlib
 import json
-import os
 import re
 import sys
 import tempfile
@@ -32,19 +31,16 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT / "engine"), str(ROOT)]
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from bench.bench_stores import EF_CURVE, dense_recall, pct, registry_for, set_ef  # noqa: E402
-from tests.support.postgres import postgres_server  # noqa: E402
+from bench.bench_stores import EF_CURVE, dense_recall, registry_for, set_ef
+from bench.common import RESULTS, pct, write_result
+from tests.support.postgres import postgres_server
 
 MODEL = "wordllama:l2_supercat"
 QUERIES = 200
 WORDS = (12, 30)
-OUT = ROOT / "bench" / "results" / "real_recall.json"
+OUT = RESULTS / "real_recall.json"
 _WORD = re.compile(r"[A-Za-z][A-Za-z'-]+")
 
 
@@ -177,7 +173,7 @@ def main() -> int:
     embedder.close()
     if args.keep and OUT.exists():
         rows = [r for r in json.loads(OUT.read_text())["rows"] if r["store"] not in args.stores] + rows
-    OUT.write_text(json.dumps({"model": MODEL, "queries": QUERIES, "rows": rows}, indent=1) + "\n")
+    write_result(OUT, {"model": MODEL, "queries": QUERIES, "rows": rows}, indent=1)
     print("\n| store | chunks | HNSW build | " + " | ".join(f"ef_search {ef}: recall@10 / dense p99 (ms)"
                                                          for ef in EF_CURVE) + " |")
     print("|---|---|---|" + "---|" * len(EF_CURVE))

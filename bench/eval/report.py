@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+from bench.common import write_result
 
 
 def write_and_print(out: Path, results: dict, started: float, header: str, cells: Callable[[dict], str]) -> None:
     """``results``: {"sets": {set: {"chunks", "modes": {mode: metrics}}}, "missing": {set: why}};
     ``cells(metrics)``: the row's cells after the set and the mode."""
     results["elapsed_s"] = round(time.monotonic() - started, 1)
-    out.write_text(json.dumps(results, indent=2) + "\n")
+    write_result(out, results)
     print(header)
     for set_name, r in results["sets"].items():
         for mode, m in r["modes"].items():

@@ -2,7 +2,7 @@
 registry-installed sets, through the engine's own IndexRegistry (the code behind /retrieve).
 
     make eval                                   # installs the sets, runs everything, ~5 min on 2 cores
-    .venv/bin/python bench/eval/run.py --sets debian-faq --max-questions 50
+    .venv/bin/python -m bench.eval.run --sets debian-faq --max-questions 50
 
 What it does, per set and per chunking variant (plain chunks / contextual chunks):
   1. indexes the set's documents with ``IndexRegistry.add_documents`` (chunking + embedding as served);
@@ -33,18 +33,13 @@ import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT / "engine"), str(ROOT)]  # this tree's engine, not another checkout's
+import numpy as np
 
-import numpy as np  # noqa: E402
+from bench.common import RESULTS, ROOT, write_result
+from bench.eval import datasets as ds
+from bench.eval.metrics import summarise
 
-from bench.eval import datasets as ds  # noqa: E402
-from bench.eval.metrics import summarise  # noqa: E402
-
-RESULTS = ROOT / "bench" / "results" / "eval.json"
+OUT = RESULTS / "eval.json"
 DUMP = Path(os.environ["EVAL_DUMP"]) if os.environ.get("EVAL_DUMP") else None  # candidate lists, for exploring fusion
 K = 10
 POOL = 20  # the candidates per side the engine fused for top_k=10 before fusion_candidates (previous default)
@@ -292,7 +287,7 @@ def main() -> int:
     ap.add_argument("--rerank-model", default=os.environ.get("RAGENGINE_RERANK_MODEL"),
                     help="a local cross-encoder path: adds hybrid+rerank")
     ap.add_argument("--variants", nargs="*", default=VARIANTS, choices=VARIANTS, help="chunking variants to index")
-    ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--markdown", type=Path, help="print the markdown tables of a results file and exit")
     args = ap.parse_args()
     if args.markdown:
@@ -337,8 +332,7 @@ def main() -> int:
                 name: r["variants"][variant]["fusion_grid"][json.dumps(best, sort_keys=True)]
                 for name, r in results["sets"].items()}
     results["elapsed_s"] = time.perf_counter() - started
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2))
+    write_result(args.out, results)
     print_table(results)
     print(f"\nwrote {args.out.relative_to(ROOT) if args.out.is_relative_to(ROOT) else args.out} "
           f"in {results['elapsed_s']:.0f} s")

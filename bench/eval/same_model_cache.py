@@ -2,9 +2,9 @@
 and keep what same-model re-ranking experiments need: every chunk's vector, document, position and text,
 every question's vector and text, the relevant documents, and the vectors of the document titles.
 
-    nice -n 10 .venv/bin/python bench/eval/same_model_cache.py /tmp/quality3            # ~3-4 min on 2 cores
-    nice -n 10 .venv/bin/python bench/eval/same_model_cache.py /tmp/quality3 --extras   # sentences, contextual chunks
-    nice -n 10 .venv/bin/python bench/eval/same_model_cache.py /tmp/quality3 --query-pieces   # long questions cut
+    nice -n 10 .venv/bin/python -m bench.eval.same_model_cache /tmp/quality3            # ~3-4 min on 2 cores
+    nice -n 10 .venv/bin/python -m bench.eval.same_model_cache /tmp/quality3 --extras   # sentences, contextual chunks
+    nice -n 10 .venv/bin/python -m bench.eval.same_model_cache /tmp/quality3 --query-pieces   # long questions cut
 
 Each set becomes ``DIR/<set>.npz`` (arrays) and ``DIR/<set>.json`` (texts, ids); bench/eval/same_model_explore.py
 reads them, so every variant it scores costs seconds instead of re-embedding the sets.
@@ -19,13 +19,10 @@ import re
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT / "engine"), str(ROOT)]
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from bench.eval import datasets as ds  # noqa: E402
-from bench.eval import run  # noqa: E402  (sets HF_HUB_OFFLINE before the embedder loads)
+from bench.eval import datasets as ds
+from bench.eval import run  # (sets HF_HUB_OFFLINE before the embedder loads)
 
 
 async def cache_set(data: ds.Dataset, embedder, out: Path) -> None:

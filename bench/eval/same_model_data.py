@@ -5,15 +5,11 @@ variant changes one side of."""
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT / "engine"), str(ROOT)]
-
-import numpy as np  # noqa: E402
+import numpy as np
 
 K = 10
 POOL = 50  # candidates per side the engine fuses (settings.fusion_candidates)

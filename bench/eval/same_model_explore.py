@@ -2,8 +2,8 @@
 techniques tried for +0.05"): pseudo-relevance feedback, document-context scoring, BM25 with a title
 field or RM3 expansion, and a few other re-scorings that use only all-MiniLM-L6-v2's vectors.
 
-    nice -n 10 .venv/bin/python bench/eval/same_model_cache.py /tmp/quality3      # index + embed once (~4 min)
-    .venv/bin/python bench/eval/same_model_explore.py /tmp/quality3 --json bench/results/same_model_explore.json
+    nice -n 10 .venv/bin/python -m bench.eval.same_model_cache /tmp/quality3      # index + embed once (~4 min)
+    .venv/bin/python -m bench.eval.same_model_explore /tmp/quality3 --json bench/results/same_model_explore.json
 
 Everything is scored on the cached vectors with exact (flat) dense search, the engine's BM25Index and
 the engine's ``fuse`` (convex, dense weight 0.85, 50 candidates per side), so the "dense" and "hybrid"
@@ -22,13 +22,10 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT / "engine"), str(ROOT)]
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from bench.eval.metrics import mrr, summarise  # noqa: E402
-from bench.eval.same_model_data import (  # noqa: E402
+from bench.eval.metrics import mrr, summarise
+from bench.eval.same_model_data import (
     POOL,
     RESCORE,
     SETS,
@@ -42,7 +39,7 @@ from bench.eval.same_model_data import (  # noqa: E402
     plain_sparse,
     unit,
 )
-from bench.eval.same_model_variants import families  # noqa: E402
+from bench.eval.same_model_variants import families
 
 
 def hybrid(dense: list[tuple[int, float]], sparse: list[tuple[int, float]]) -> list[int]:

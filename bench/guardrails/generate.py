@@ -5,7 +5,7 @@ Seeded (``--seed``, default 26), so the committed ``outputs.jsonl`` is exactly w
 survive], "kind": "positive"|"hard_negative"|"negative", "note"}``. Positives embed a value in an answer-like
 sentence; hard negatives are near misses that must be left alone: numbers that fail Luhn or are too long
 for a phone, version strings and dates, UUIDs and hashes, code that mentions "key" or "token", example
-placeholders, words that contain a banned phrase. Usage: python bench/guardrails/generate.py > outputs.jsonl
+placeholders, words that contain a banned phrase. Usage: python -m bench.guardrails.generate > outputs.jsonl
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ Measured with OpenVINO bf16 on 2 cores (docs/performance.md): 9,200-10,600 token
 4,400-6,700 for one batch on two intra-op threads while another process kept a core busy, since one
 delayed thread stalls every step of an intra-op pass. Queries run on a model compiled for one thread:
 a query is short and latency-bound, and it never waits for a document batch to free a stream.
-``bench/bench_engine.py --only ingest`` prints the runtimes at 1 thread and at every core.
+``python -m bench.bench_engine --only ingest`` prints the runtimes at 1 thread and at every core.
 """
 
 from __future__ import annotations
