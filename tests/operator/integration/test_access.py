@@ -156,14 +156,14 @@ def test_colliding_binding_names_are_apart_and_an_earlier_releases_binding_goes(
     rbac = k8s.RbacAuthorizationV1Api(kube.api)
     legacy = legacy_binding_name(Owner(team, "a-kb", ""))
     try:
-        kube.create_rag(team_a, "kb", {"storage": {"size": "1Gi"}, "access": {
+        kube.create_rag(team_a, "kb", {"storage": {"volume": {"size": "1Gi"}}, "access": {
             "serviceAccounts": [{"namespace": team_a, "name": "frontend", "indexes": ["*"], "role": "read"}]}})
         uid = kube.get_rag(team_a, "kb")["metadata"]["uid"]
         old = tokenreview_binding(Owner(team_a, "kb", uid), "default")  # as an earlier release made it
         old["metadata"]["name"] = legacy
         assert legacy == legacy_binding_name(Owner(team_a, "kb", uid))
         rbac.create_cluster_role_binding(old)
-        kube.create_rag(team, "a-kb", {"storage": {"size": "1Gi"}, "access": {
+        kube.create_rag(team, "a-kb", {"storage": {"volume": {"size": "1Gi"}}, "access": {
             "serviceAccounts": [{"namespace": team, "name": "frontend", "indexes": ["*"], "role": "read"}]}})
 
         mine = wait_for(lambda: _binding(kube, team, "a-kb"), 30, "team/a-kb's binding")

@@ -109,7 +109,7 @@ def test_spec_evaluation_scores_on_schedule_and_gates_reindexes_from_the_cr(kube
     kubelet = Kubelet(kube, ns, files)
     kubelet.start()
     try:
-        kube.create_rag(ns, NAME, {"embedding": {"model": MINILM}, "evaluation": {
+        kube.create_rag(ns, NAME, {"embedding": {"local": {"model": MINILM}}, "evaluation": {
             "goldenSet": {"configMapRef": {"name": "golden", "key": "set.jsonl"}}, "index": INDEX, "topK": 5,
             "schedule": "@every 1h", "gate": {"metric": "mrr@5", "maxRegression": 0.05}}})
         kube.wait_ready(ns, NAME)
@@ -120,7 +120,7 @@ def test_spec_evaluation_scores_on_schedule_and_gates_reindexes_from_the_cr(kube
         good = scheduled["metrics"]["mrr@5"]
         assert good > 0.8, scheduled
 
-        kube.patch_rag(ns, NAME, {"spec": {"embedding": {"model": WORDLLAMA}}})
+        kube.patch_rag(ns, NAME, {"spec": {"embedding": {"local": {"model": WORDLLAMA}}}})
         wait_for(lambda: (x := kube.condition(ns, NAME, c.REINDEXING)) and x["reason"] == "Rejected", 300,
                  "Reindexing=False, Rejected")
         cond = kube.condition(ns, NAME, c.REINDEXING)
@@ -138,7 +138,7 @@ def test_spec_evaluation_scores_on_schedule_and_gates_reindexes_from_the_cr(kube
         assert httpx.post(f"{base}/indexes/{INDEX}/versions/2/activate", timeout=60).status_code == 202
         wait_for(lambda: _status(kube, ns).get("indexes", [{}])[0].get("version") == 2, 120,
                  "version 2 live in status.indexes")
-        kube.patch_rag(ns, NAME, {"spec": {"embedding": {"model": MINILM}}})
+        kube.patch_rag(ns, NAME, {"spec": {"embedding": {"local": {"model": MINILM}}}})
         wait_for(lambda: _status(kube, ns).get("indexes", [{}])[0].get("version") == 3, 300,
                  "version 3 live in status.indexes")
         versions = httpx.get(f"{base}/indexes/{INDEX}/versions", timeout=30).json()

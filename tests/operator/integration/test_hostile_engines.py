@@ -31,7 +31,7 @@ MiB = 1024 * 1024
 FLOOD = 256 * MiB
 LATENCY_LIMIT_S = 45.0  # generous: a trickler alone would hold a worker for TRICKLE_S
 TRICKLE_S = 240.0
-SPEC = {"storage": {"size": "1Gi"}}
+SPEC = {"storage": {"volume": {"size": "1Gi"}}}
 HEALTHY = {"status": "Healthy", "indexes": {"docs": {"version": 1, "current": True, "documents": 3}}}
 HOSTILE = ("flood", "trickle-a", "trickle-b")
 

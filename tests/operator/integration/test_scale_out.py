@@ -61,7 +61,7 @@ def test_faiss_with_more_than_one_replica_is_refused(kube, namespace, engine):
     with pytest.raises(ApiException) as info:
         kube.create_rag(namespace, "many", {"engine": engine})
     assert info.value.status == 422
-    assert "need vectorStore.type postgres or milvus" in json.loads(info.value.body)["message"]
+    assert "need storage.vectorStore.type postgres or milvus" in json.loads(info.value.body)["message"]
 
 
 def test_scale_subresource_frees_the_gpus(kube, namespace):

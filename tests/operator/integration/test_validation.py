@@ -51,7 +51,7 @@ def test_defaults_applied_by_the_api_server(kube, validation_ns):
     assert spec["inference"]["gpus"] == 1 and spec["inference"]["modelCache"]["size"] == "100Gi"
     assert spec["retrieval"] == {"contextTokenRatio": 0.5, "similarityThreshold": 0.3, "noContext": "answer",
                                  "hybrid": True}
-    assert spec["storage"]["size"] == "20Gi" and spec["engine"]["replicas"] == 1
+    assert spec["storage"]["volume"]["size"] == "20Gi" and spec["engine"]["replicas"] == 1
 
 
 def test_immutable_and_non_shrinking_volumes(kube, validation_ns):
