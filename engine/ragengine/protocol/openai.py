@@ -67,6 +67,11 @@ class ChatCompletionRequest(OpenAIBaseModel):
         "history); unset = the engine's setting. The query used is reported in rag.query_used.",
     )
 
+    def upstream(self) -> dict[str, Any]:
+        """What goes to the LLM: every field the caller set, the OpenAI fields this model does not name
+        (kept by ``extra="allow"``) included, as sent; the engine's own fields left out."""
+        return upstream_body(self.model_dump(exclude_unset=True))
+
 
 class SourceNode(OpenAIBaseModel):
     """A retrieved chunk that went into the prompt (KAITO's ``source_nodes`` item)."""
