@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ragengine.settings import CONTEXT_TOKEN_RATIO_MAX, CONTEXT_TOKEN_RATIO_MIN
+
 log = logging.getLogger(__name__)
 
 # Fields that are ours, never sent upstream.
@@ -53,7 +55,8 @@ class ChatCompletionRequest(OpenAIBaseModel):
     functions: list[Any] | None = None
     index_name: str | None = Field(None, description="Index to retrieve context from; unset = plain pass-through.")
     context_token_ratio: float | None = Field(
-        None, description="Share (0.2-0.8) of the free token window given to retrieved context; default from settings."
+        None, description=f"Share ({CONTEXT_TOKEN_RATIO_MIN}-{CONTEXT_TOKEN_RATIO_MAX}) of the free token window "
+        "given to retrieved context; default from settings."
     )
     filters: dict[str, Any] | None = Field(
         None, description="Restrict retrieval: OpenAI-style structured filters, as in /retrieve "
