@@ -29,9 +29,10 @@ def bounds(model: type, field: str = "context_token_ratio") -> tuple[float, floa
 
 
 def test_ratio_bounds_are_one_constant_everywhere():
-    from ragengine_operator.spec import RetrievalSpec
+    from ragengine_operator.spec import RAGEngineSpec
 
-    assert bounds(EngineSettings) == bounds(RetrievalSpec) == (CONTEXT_TOKEN_RATIO_MIN, CONTEXT_TOKEN_RATIO_MAX)
+    retrieval_spec = RAGEngineSpec.model_fields["retrieval"].annotation  # spec.retrieval, wherever its model lives
+    assert bounds(EngineSettings) == bounds(retrieval_spec) == (CONTEXT_TOKEN_RATIO_MIN, CONTEXT_TOKEN_RATIO_MAX)
     for ratio in (CONTEXT_TOKEN_RATIO_MIN, CONTEXT_TOKEN_RATIO_MAX):
         assert resolve_target(ChatCompletionRequest(messages=[], context_token_ratio=ratio), 0.5).ratio == ratio
     for ratio in (CONTEXT_TOKEN_RATIO_MIN - 0.01, CONTEXT_TOKEN_RATIO_MAX + 0.01):
