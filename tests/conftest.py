@@ -77,21 +77,31 @@ def pytest_unconfigure(config):
 STORE_PARAMS = ("vector_store", "store", "adapter", "url")
 
 
-# Tests that share the cluster's CRD, its operators and its real node: one xdist worker runs them in order
-# (the helm upgrade tests swap the CRD for the previous release's), beside the others (make test: -n 2
-# --dist loadgroup). They mostly wait on the cluster, the others on the CPU.
+# Tests that share the cluster's CRD, its operators and its real node: one xdist worker runs them, in order
+# (the helm upgrade tests swap the CRD for the previous release's), while the others run the rest (make
+# test: -n 3 --dist loadgroup). They mostly wait on the cluster, the others on the CPU.
 CLUSTER_GROUP = ("tests/node/", "tests/operator/integration/")
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
-def pytest_collection_modifyitems(config, items):
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadgroup`` with the cluster's tests as one group, chosen by path. Not xdist's ``xdist_group``
+    marker: xdist 3.8 renames a marked test's ``_nodeid``, which pytest 9.2 no longer reads (its node ids
+    are ``_id``), so every test ran wherever it fell and the cluster's tests ran side by side."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ClusterGroup(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "cluster" if nodeid.startswith(CLUSTER_GROUP) else nodeid
+
+    return ClusterGroup(config, log)
+
+
+def pytest_collection_modifyitems(items):
     # The helm upgrade tests first: they install the previous release's CRD, which a CRD that already stores
     # v1beta1 objects cannot go back to (tests/node/test_upgrade_on_node.py), and give the CRD back after.
     items.sort(key=lambda item: item.get_closest_marker("upgrade") is None)
-    root = config.rootpath
-    for item in items:
-        if item.path.relative_to(root).as_posix().startswith(CLUSTER_GROUP):
-            item.add_marker(pytest.mark.xdist_group("cluster"))
     _mark_stores(items)
 
 

@@ -14,6 +14,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ragengine.settings import EngineSettings
@@ -156,18 +157,14 @@ def install_error_handlers(app: FastAPI, settings: EngineSettings) -> None:
     async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
         # Malformed JSON and schema violations are the client's fault: a 4xx naming the field.
         errors = exc.errors()
-        parts = []
-        for err in errors[:5]:
-            where = ".".join(str(p) for p in err.get("loc", ()) if p != "body")
-            parts.append(f"{where}: {err.get('msg')}" if where else str(err.get("msg")))
-        message = "; ".join(parts) or "Invalid request."
+        message = validation_message(exc) or "Invalid request."
         status = 400 if request.url.path.startswith("/v1/") else 422
         bad_json = next((err for err in errors if err.get("type") == "json_invalid"), None)
         if bad_json is not None:
             reason = (bad_json.get("ctx") or {}).get("error") or bad_json.get("msg")
             status, message = 400, f"Malformed JSON body: {reason}"
         if request.url.path.startswith("/v1/"):
-            body = error_body(request, status, message, "invalid_request_error", _first_param(errors))
+            body = error_body(request, status, message, "invalid_request_error", validation_param(exc))
             return JSONResponse(body, status_code=status)
         return JSONResponse({"detail": message, "errors": _jsonable(errors)}, status_code=status)
 
@@ -177,13 +174,40 @@ def install_error_handlers(app: FastAPI, settings: EngineSettings) -> None:
         return JSONResponse(body, status_code=exc.status_code, headers=getattr(exc, "headers", None))
 
 
-def _first_param(errors: Sequence[Any]) -> str | None:
+Errors = ValidationError | RequestValidationError
+_SOURCES = ("body", "query", "path", "header", "cookie")  # where FastAPI found a value: the first part of its loc
+
+
+def validation_message(errors: Errors, *, within: str = "", limit: int = 5) -> str:
+    """Pydantic's (or FastAPI's) validation errors as one line: ``where: what`` for each of the first ``limit``,
+    joined by ``; ``. ``where`` is the field's path (FastAPI's leading ``body`` left out), under ``within``
+    when the value validated sits inside a larger request (``tools[0]``); a bare ``what`` where there is no
+    path. Never the value itself: it is the caller's data. Every route and reader that reports a pydantic
+    error builds its message here."""
+    parts = []
+    for err in errors.errors()[:limit]:
+        where = _path(within, _loc(errors, err, ("body",)))
+        parts.append(f"{where}: {err.get('msg')}" if where else str(err.get("msg")))
+    return "; ".join(parts)
+
+
+def validation_param(errors: Errors, *, within: str = "") -> str | None:
     """The field or parameter the first validation error names (OpenAI's ``param``), if any."""
-    for err in errors:
-        names = [str(p) for p in err.get("loc", ()) if p not in ("body", "query", "path", "header", "cookie")]
-        if names:
-            return ".".join(names)
+    for err in errors.errors():
+        if loc := _loc(errors, err, _SOURCES):
+            return _path(within, loc)
     return None
+
+
+def _loc(errors: Errors, err: Any, sources: tuple[str, ...]) -> tuple:
+    """The error's location, less FastAPI's leading part when it is one of ``sources`` (a model's own
+    field named ``query`` stays)."""
+    loc = tuple(err.get("loc", ()))
+    return loc[1:] if isinstance(errors, RequestValidationError) and loc and loc[0] in sources else loc
+
+
+def _path(within: str, loc: tuple) -> str:
+    return ".".join(map(str, (within, *loc) if within else loc))
 
 
 def _jsonable(errors: Sequence[Any]) -> list[dict]:

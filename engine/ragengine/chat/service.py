@@ -12,8 +12,6 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
@@ -32,7 +30,8 @@ from ragengine.chat.plan import (
     split_messages,
 )
 from ragengine.chat.stream import chunk, extractive_stream, relay
-from ragengine.errors import BadRequest, NotFound
+from ragengine.chat.turn import JSONOutcome, Selection, StreamOutcome, Turn
+from ragengine.errors import BadRequest, NotFound, validation_message, validation_param
 from ragengine.guardrails.output import guard_chat
 from ragengine.guardrails.runtime import Guardrails
 from ragengine.guardrails.screening import screen_nodes
@@ -48,7 +47,6 @@ from ragengine.protocol.openai import (
     RagInfo,
     Usage,
     new_completion_id,
-    upstream_body,
 )
 from ragengine.rag.context import select_context
 from ragengine.rag.extractive import NO_ANSWER, extractive_answer
@@ -69,35 +67,13 @@ NO_LLM = "No LLM is configured (RAGENGINE_LLM_URL is unset)."
 EXTRACTIVE_MODEL = "ragengine-extractive"
 
 
-@dataclass
-class JSONOutcome:
-    body: dict[str, Any]
-    headers: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Selection:
-    candidates: list  # retrieved nodes at or above the similarity threshold
-    nodes: list  # those that fit the context budget, in the order they go into the prompt
-    context_tokens: int
-
-
-@dataclass
-class StreamOutcome:
-    events: AsyncIterator[str]
-    headers: dict[str, str] = field(default_factory=dict)
-
-
 def parse_request(body: Any) -> ChatCompletionRequest:
     if not isinstance(body, dict):
         raise BadRequest("Invalid request format: the body must be a JSON object.")
     try:
         req = ChatCompletionRequest.model_validate(body)
     except ValidationError as exc:
-        errors = exc.errors()
-        parts = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in errors[:5]]
-        param = str(errors[0]["loc"][0]) if errors and errors[0]["loc"] else None
-        raise BadRequest("Invalid request format: " + "; ".join(parts), param=param) from None
+        raise BadRequest(f"Invalid request format: {validation_message(exc)}", param=validation_param(exc)) from None
     if not req.messages:
         raise BadRequest("Invalid request format: 'messages' must be a non-empty list.", param="messages")
     return req
@@ -115,32 +91,32 @@ class ChatService:
         self.registry = registry
         self.guardrails = guardrails
 
-    async def create(self, body: Any, *, received: float | None = None, acl: Acl | None = None) -> JSONOutcome | StreamOutcome:
+    async def create(self, req: ChatCompletionRequest, *, received: float | None = None, acl: Acl | None = None
+                     ) -> JSONOutcome | StreamOutcome:
         """The answer, through the output policy (guardrails/output.py) when one is configured. ``acl``: the
         caller's document ACL (access.decide.document_acl); None sees every document."""
         if self.guardrails is not None:
             self.guardrails.for_answer()  # fail-closed without a usable policy: 503 before the LLM is asked
-        outcome = await self._answer(body, received, acl)
-        return guard_chat(self.guardrails, outcome, n=body.get("n") or 1)
+        outcome = await self._answer(req, received, acl)
+        return guard_chat(self.guardrails, outcome, n=req.n or 1)
 
-    async def _answer(self, body: Any, received: float | None, acl: Acl | None) -> JSONOutcome | StreamOutcome:
+    async def _answer(self, req: ChatCompletionRequest, received: float | None, acl: Acl | None
+                      ) -> JSONOutcome | StreamOutcome:
         t0 = received if received is not None else time.perf_counter()
-        req = parse_request(body)
         target = dataclasses.replace(resolve_target(req, self.settings.context_token_ratio), acl=acl)
         if target.index_name is not None and (self.registry is None or not self.registry.exists(target.index_name)):
             raise NotFound(f"No such index: '{target.index_name}' exists.", param="index_name")
         reason = bypass_reason(req, target.index_name)
         tracing.annotate(**{"chat.index": target.index_name, "chat.stream": bool(req.stream),
                             "chat.bypass": reason, "gen_ai.request.model": req.model})
-        if reason is not None:
-            outcome = await self._passthrough(body, req, target, RagInfo(applied=False, reason=reason), t0)
-        else:
-            outcome, reason = await self._rag(body, req, target, t0)
-        outcome.headers[OUTCOME_HEADER] = reason or "applied"
+        turn = Turn(req, target, t0, RagInfo(applied=False, reason=reason), outcome=reason)
+        outcome = await (self._passthrough(turn) if reason is not None else self._rag(turn))
+        outcome.headers[OUTCOME_HEADER] = turn.outcome or "applied"
         return outcome
 
     # --- RAG: query → budget and retrieval → context selection → generation ------------------------
-    async def _rag(self, body: dict, req: ChatCompletionRequest, target: Target, t0: float):
+    async def _rag(self, turn: Turn) -> JSONOutcome | StreamOutcome:
+        req, target = turn.req, turn.target
         split = split_messages(req.messages)
         query, reformulation = await self._query(req, split)
         messages = req.messages
@@ -148,12 +124,12 @@ class ChatService:
             # The seed: the LLM answers the standalone question (the client keeps its own words).
             split = MessageSplit(user_prompt=query, history=split.history)
             messages = [*split.history, {"role": "user", "content": query}]
-        budget, nodes, timing = await self._budget_and_retrieve(req, target, split, query, messages)
+        budget, nodes, turn.timing = await self._budget_and_retrieve(req, target, split, query, messages)
         nodes, screening = screen_nodes(nodes, target.index_name, self.settings.screen_indexes)
-        chosen = await self._select(nodes, budget, timing)
+        chosen = await self._select(nodes, budget, turn.timing)
         CONTEXT_CHUNKS.observe(len(chosen.nodes))
         max_tokens = reply_max_tokens(budget, chosen.context_tokens)
-        info = RagInfo(
+        turn.info = RagInfo(
             applied=bool(chosen.nodes), reason=None if chosen.nodes else "no_context", index_name=target.index_name,
             top_k=budget.top_k, retrieved=len(nodes), selected=len(chosen.nodes), context_tokens=chosen.context_tokens,
             context_budget=budget.context_budget, prompt_tokens=budget.prompt_tokens, max_tokens=max_tokens,
@@ -161,21 +137,20 @@ class ChatService:
             query_used=query, reformulation=reformulation.to_dict() if reformulation else None, screening=screening,
         )
         if not chosen.nodes:
-            return await self._no_context(body, req, target, info, chosen, t0, timing), NO_CONTEXT
+            turn.outcome = NO_CONTEXT
+            return await self._no_context(turn, chosen)
         if not self.llm.configured:
-            return self._extractive(req, target, info, chosen.nodes, NO_LLM, t0, query=query), None
-        payload = await self._rag_payload(body, split, target, chosen.nodes, max_tokens)
-        return await self._generate(req, target, info, payload, chosen.nodes, t0, query, timing), None
+            return self._extractive(turn, chosen.nodes, NO_LLM)
+        payload = await self._rag_payload(turn, split, chosen.nodes, max_tokens)
+        return await self._generate(turn, payload, chosen.nodes)
 
-    async def _no_context(self, body: dict, req: ChatCompletionRequest, target: Target, info: RagInfo,
-                          chosen: Selection, t0: float, timing: dict[str, float]):
+    async def _no_context(self, turn: Turn, chosen: Selection) -> JSONOutcome | StreamOutcome:
         """Nothing passed the threshold: the ``no_context`` setting's answer (rag/no_context.py)."""
-        policy = info.no_context = self.settings.no_context
+        policy = turn.info.no_context = self.settings.no_context
         if policy == "refuse":
-            return self._canned(req, info, REFUSAL, None, t0, method=REFUSAL_METHOD, mode="refused")
+            return self._canned(turn, REFUSAL, None, method=REFUSAL_METHOD, mode="refused")
         # The seed: nothing relevant fits → the request goes to the LLM as sent.
-        return await self._passthrough(body, req, target, info, t0, fallback_nodes=chosen.candidates[:5],
-                                       timing=timing, disclaim=policy == "disclaim")
+        return await self._passthrough(turn, fallback_nodes=chosen.candidates[:5], disclaim=policy == "disclaim")
 
     async def _query(self, req: ChatCompletionRequest, split: MessageSplit) -> tuple[str, ReformulationResult | None]:
         """The retrieval query: the user's prompt, or its standalone rewrite when reformulation is on (a
@@ -236,63 +211,66 @@ class ChatService:
         timing["select"] = time.perf_counter() - t_select
         return chosen
 
-    async def _rag_payload(self, body: dict, split: MessageSplit, target: Target, selected: list,
-                           max_tokens: int | None) -> dict[str, Any]:
-        """The upstream request: the caller's body with the context in the system message, the served
-        model's name, and ``max_tokens`` lowered to what is left of the window."""
-        payload = upstream_body(body)
+    async def _rag_payload(self, turn: Turn, split: MessageSplit, selected: list, max_tokens: int | None
+                           ) -> dict[str, Any]:
+        """The upstream request: the caller's with the context in the system message, the served model's
+        name, and ``max_tokens`` lowered to what is left of the window."""
+        payload = turn.req.upstream()
         payload["messages"] = build_messages(split.history, split.user_prompt, [n.text for n in selected])
-        payload["model"] = target.model or await self.llm.model_name()
+        payload["model"] = turn.target.model or await self.llm.model_name()
         if payload["model"] is None:
             del payload["model"]
         if max_tokens is not None:
             for name in ("max_tokens", "max_completion_tokens"):
-                if body.get(name) is not None:
+                if getattr(turn.req, name) is not None:
                     payload[name] = max_tokens
         return payload
 
-    async def _generate(self, req: ChatCompletionRequest, target: Target, info: RagInfo, payload: dict[str, Any],
-                        selected: list, t0: float, query: str, timing: dict[str, float]):
+    async def _generate(self, turn: Turn, payload: dict[str, Any], selected: list) -> JSONOutcome | StreamOutcome:
         """The LLM's answer (JSON or relayed stream) with the sources; extractive when every endpoint fails."""
         sources = [n.to_source_node() for n in selected]
         completion_id = new_completion_id()
-        if req.stream:
+        if turn.req.stream:
             try:
                 stream = await self.llm.open_stream(payload)
             except LLMUnavailable as exc:
-                return self._fallback(exc, req, target, info, selected, t0, query=query)
-            info.endpoint = stream.endpoint
+                return self._fallback(turn, exc, selected)
+            turn.info.endpoint = stream.endpoint
             model = payload.get("model") or ""
             final = chunk(completion_id, model, int(time.time()), [], source_nodes=sources,
-                          generation_method="llm", rag=info.model_dump(exclude_none=True))
+                          generation_method="llm", rag=turn.info.model_dump(exclude_none=True))
             return StreamOutcome(relay(
                 stream.__aiter__(), completion_id=completion_id, final=lambda: final,
-                on_first=self._first_token_observer(t0, stream, "rag"), on_close=stream.aclose,
+                on_first=self._first_token_observer(turn.t0, stream, "rag"), on_close=stream.aclose,
             ))
         try:
             result = await self.llm.chat(payload)
         except LLMUnavailable as exc:
-            return self._fallback(exc, req, target, info, selected, t0, query=query)
-        info.endpoint = result.endpoint
+            return self._fallback(turn, exc, selected)
+        turn.info.endpoint = result.endpoint
         out = result.body if isinstance(result.body, dict) else {"response": result.body}
-        out.update(id=completion_id, source_nodes=sources, generation_method="llm", rag=info.model_dump(exclude_none=True))
-        return self._json(out, t0, "rag", llm_s=result.elapsed_s, endpoint=result.endpoint, timing=timing)
+        out.update(id=completion_id, source_nodes=sources, generation_method="llm",
+                   rag=turn.info.model_dump(exclude_none=True))
+        return self._json(turn, out, "rag", llm_s=result.elapsed_s, endpoint=result.endpoint)
 
     async def _retrieve(self, req: ChatCompletionRequest, target: Target, query: str, top_k: int) -> list:
         scoped = {k: v for k, v in (("filters", req.filters), ("metadata_filter", req.metadata_filter)) if v is not None}
         return await self.registry.retrieve(target.index_name, query, top_k, acl=target.acl, **scoped)
 
     # --- pass-through -----------------------------------------------------------------------------
-    async def _passthrough(self, body: dict, req: ChatCompletionRequest, target: Target, info: RagInfo, t0: float,
-                           *, fallback_nodes: list | None = None, timing: dict | None = None, disclaim: bool = False):
+    async def _passthrough(self, turn: Turn, *, fallback_nodes: list | None = None, disclaim: bool = False
+                           ) -> JSONOutcome | StreamOutcome:
+        """The caller's request to the LLM as sent (a bypass, or no context); ``fallback_nodes``: what the
+        extractive answer may use when the LLM is out of reach (None: the error is the answer)."""
         if not self.llm.configured:
             if fallback_nodes is not None:
-                return self._extractive(req, target, info, fallback_nodes, NO_LLM, t0, disclaim=disclaim)
+                return self._extractive(turn, fallback_nodes, NO_LLM, disclaim=disclaim)
             raise LLMUnavailable(
                 f"{NO_LLM} Without an LLM only RAG requests (with index_name) can be answered, extractively.",
                 status_code=503,
             )
-        payload = upstream_body(body)
+        req, target, info = turn.req, turn.target, turn.info
+        payload = req.upstream()
         if not payload.get("model") or target.model is None:
             name = await self.llm.model_name()
             if name:
@@ -307,7 +285,7 @@ class ChatService:
         except LLMUnavailable as exc:
             if fallback_nodes is None:
                 raise
-            return self._fallback(exc, req, target, info, fallback_nodes, t0, disclaim=disclaim)
+            return self._fallback(turn, exc, fallback_nodes, disclaim=disclaim)
         if req.stream:
             info.endpoint = stream.endpoint
             final = None
@@ -317,43 +295,44 @@ class ChatService:
             chunks = disclaim_chunks(stream.__aiter__()) if disclaim else stream.__aiter__()
             return StreamOutcome(relay(
                 chunks, completion_id=None, final=lambda: final,
-                on_first=self._first_token_observer(t0, stream, "passthrough"), on_close=stream.aclose,
+                on_first=self._first_token_observer(turn.t0, stream, "passthrough"), on_close=stream.aclose,
             ))
         info.endpoint = result.endpoint
         out = result.body if isinstance(result.body, dict) else {"response": result.body}
         out.update(source_nodes=None, generation_method="llm", rag=info.model_dump(exclude_none=True))
         if disclaim:
             disclaim_body(out)
-        return self._json(out, t0, "passthrough", llm_s=result.elapsed_s, endpoint=result.endpoint, timing=timing)
+        return self._json(turn, out, "passthrough", llm_s=result.elapsed_s, endpoint=result.endpoint)
 
     # --- extractive fallback ----------------------------------------------------------------------
-    def _fallback(self, exc: LLMUnavailable, req: ChatCompletionRequest, target: Target, info: RagInfo, nodes: list,
-                  t0: float, *, query: str | None = None, disclaim: bool = False):
+    def _fallback(self, turn: Turn, exc: LLMUnavailable, nodes: list, *, disclaim: bool = False
+                  ) -> JSONOutcome | StreamOutcome:
         """Every endpoint failed or refused: the extractive answer (the reason in ``fallback_reason``), or
         the upstream error itself when ``extractive_fallback`` is off."""
         if not self.settings.extractive_fallback:
             raise exc
         LLM_FALLBACKS.labels("extractive").inc()
         tracing.annotate(**{"llm.fallback": "extractive"})
-        return self._extractive(req, target, info, nodes, exc.fallback_reason(), t0, query=query, disclaim=disclaim)
+        return self._extractive(turn, nodes, exc.fallback_reason(), disclaim=disclaim)
 
-    def _extractive(self, req: ChatCompletionRequest, target: Target, info: RagInfo, nodes: list, reason: str, t0: float,
-                    *, query: str | None = None, disclaim: bool = False):
+    def _extractive(self, turn: Turn, nodes: list, reason: str, *, disclaim: bool = False
+                    ) -> JSONOutcome | StreamOutcome:
         log.info("answering extractively: %s", reason)
-        query = query or info.query_used or split_messages(req.messages).user_prompt
+        query = turn.info.query_used or split_messages(turn.req.messages).user_prompt
         text = extractive_answer(query, nodes) or NO_ANSWER
-        return self._canned(req, info, disclaimed(text) if disclaim else text, nodes, t0,
+        return self._canned(turn, disclaimed(text) if disclaim else text, nodes,
                             method="extractive_fallback", mode="extractive", fallback=reason)
 
-    def _canned(self, req: ChatCompletionRequest, info: RagInfo, text: str, nodes: list | None, t0: float, *,
-                method: str, mode: str, fallback: str | None = None):
+    def _canned(self, turn: Turn, text: str, nodes: list | None, *, method: str, mode: str,
+                fallback: str | None = None) -> JSONOutcome | StreamOutcome:
         """An answer the engine writes itself (extractive, or the no-context refusal), as JSON or a stream."""
+        req, t0 = turn.req, turn.t0
         n = req.n or 1
         sources = [node.to_source_node() for node in nodes or []] or None
         completion_id = new_completion_id()
         model = req.model or EXTRACTIVE_MODEL
         extra = {"source_nodes": sources, "generation_method": method, "fallback_reason": fallback,
-                 "rag": info.model_dump(exclude_none=True)}
+                 "rag": turn.info.model_dump(exclude_none=True)}
         if fallback is None:
             del extra["fallback_reason"]
         if req.stream:
@@ -362,7 +341,7 @@ class ChatService:
             on_first = lambda: RAG_TTFT_SECONDS.labels(mode).observe(time.perf_counter() - t0)  # noqa: E731
             return StreamOutcome(extractive_stream(text, completion_id=completion_id, model=model, n=n, final=final,
                                                    on_first=on_first))
-        completion, prompt = estimate_tokens(text) * n, info.prompt_tokens or 0
+        completion, prompt = estimate_tokens(text) * n, turn.info.prompt_tokens or 0
         out = ChatCompletionResponse(
             id=completion_id, model=model, source_nodes=sources, fallback_reason=fallback, generation_method=method,
             choices=[Choice(index=i, message=ChatMessage(role="assistant", content=text), finish_reason="stop")
@@ -370,19 +349,19 @@ class ChatService:
             usage=Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion),
         ).model_dump(exclude={"rag", "guardrails"})
         out["rag"] = extra["rag"]  # only the fields that apply, as in every other answer
-        return self._json(out, t0, mode)
+        return self._json(turn, out, mode)
 
     # --- helpers ----------------------------------------------------------------------------------
-    def _json(self, out: dict, t0: float, mode: str, *, llm_s: float = 0.0, endpoint: str | None = None,
-              timing: dict | None = None) -> JSONOutcome:
+    def _json(self, turn: Turn, out: dict, mode: str, *, llm_s: float = 0.0, endpoint: str | None = None
+              ) -> JSONOutcome:
         tracing.annotate(**{"chat.mode": mode})
-        total = time.perf_counter() - t0
+        total = time.perf_counter() - turn.t0
         RAG_TTFT_SECONDS.labels(mode).observe(total)
         parts = [f"engine;dur={_ms(total - llm_s)}"]
         if endpoint is not None:
             LLM_TTFT_SECONDS.labels(endpoint).observe(llm_s)
             parts.append(f"llm;dur={_ms(llm_s)}")
-        for name, seconds in (timing or {}).items():
+        for name, seconds in turn.timing.items():
             parts.append(f"{name};dur={_ms(seconds)}")
         return JSONOutcome(out, {"Server-Timing": ", ".join(parts)})
 

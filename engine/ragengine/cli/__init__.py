@@ -79,6 +79,7 @@ def serve(host, port, data_dir, embedding_model, embedding_url, llm_url, rerank_
     """Run the engine's HTTP server. Flags override RAGENGINE_* environment variables."""
     from pydantic import ValidationError
 
+    from ragengine.errors import validation_message
     from ragengine.settings import EngineSettings
 
     overrides = {k: v for k, v in {
@@ -90,7 +91,7 @@ def serve(host, port, data_dir, embedding_model, embedding_url, llm_url, rerank_
     try:
         settings = EngineSettings(**overrides)
     except ValidationError as exc:
-        raise click.ClickException(f"invalid settings:\n{exc}") from exc
+        raise click.ClickException(f"invalid settings: {validation_message(exc)}") from exc
     # JSON lines with the request's ids (or plain text: log_format); the engine's access line replaces uvicorn's.
     from ragengine.observability import logs
 

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ragengine.conversations.models import utcnow
-from ragengine.errors import EngineError
+from ragengine.errors import EngineError, validation_message
 from ragengine.evaluation import golden
 from ragengine.evaluation import metrics as m
 from ragengine.evaluation import schedule as sched
@@ -97,7 +97,7 @@ def read_file(path: Path) -> EvaluationFile:
     try:
         spec = EvaluationFile.model_validate(json.loads(path.read_text(encoding="utf-8")))
     except (OSError, ValueError) as exc:
-        why = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
+        why = validation_message(exc) if isinstance(exc, ValidationError) else str(exc)
         raise ValueError(f"{path}: {why}") from None
     return spec
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ragengine.errors import BadRequest, PayloadTooLarge
+from ragengine.errors import BadRequest, PayloadTooLarge, validation_message
 from ragengine.protocol.evaluations import GoldenQuestion, RetrievalSettings
 
 SETTINGS_KEYS = ("top_k", "filters", "metadata_filter", "max_chunks_per_document", "long_query_windows", "min_score")
@@ -50,15 +50,9 @@ def parse_jsonl(text: str, max_questions: int) -> list[dict]:
         try:
             questions.append(GoldenQuestion.model_validate(json.loads(line)))
         except ValueError as exc:  # JSONDecodeError and ValidationError are both ValueErrors
-            why = _first_error(exc) if isinstance(exc, ValidationError) else str(exc)
+            why = validation_message(exc) if isinstance(exc, ValidationError) else str(exc)
             raise BadRequest(f"line {number} of the golden set: {why}") from None
     return check(questions, max_questions)
-
-
-def _first_error(exc: ValidationError) -> str:
-    err = exc.errors()[0]
-    where = ".".join(str(p) for p in err.get("loc", ()))
-    return f"{where}: {err.get('msg')}" if where else str(err.get("msg"))
 
 
 def retrieval_settings(settings: RetrievalSettings | dict) -> dict[str, Any]:

@@ -27,6 +27,8 @@ from urllib.parse import quote, unquote
 import mcp_types as types
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ragengine.errors import validation_message
+
 SCHEME = "ragengine"
 MAX_QUERY_CHARS = 8192
 MAX_ID_CHARS = 4096
@@ -168,11 +170,7 @@ def arguments(name: str, raw: dict[str, Any] | None) -> _Args:
 
 def argument_problem(exc: ValidationError) -> str:
     """A validation error as one line naming each bad argument (never the value: it is the caller's data)."""
-    parts = []
-    for err in exc.errors()[:5]:
-        where = ".".join(str(p) for p in err.get("loc", ())) or "arguments"
-        parts.append(f"{where}: {err.get('msg')}")
-    return "Invalid arguments: " + "; ".join(parts)
+    return "Invalid arguments: " + validation_message(exc)
 
 
 def result(payload: dict) -> types.CallToolResult:

@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ragengine.settings import CONTEXT_TOKEN_RATIO_MAX, CONTEXT_TOKEN_RATIO_MIN
+
 log = logging.getLogger(__name__)
 
 # Fields that are ours, never sent upstream.
@@ -53,7 +55,8 @@ class ChatCompletionRequest(OpenAIBaseModel):
     functions: list[Any] | None = None
     index_name: str | None = Field(None, description="Index to retrieve context from; unset = plain pass-through.")
     context_token_ratio: float | None = Field(
-        None, description="Share (0.2-0.8) of the free token window given to retrieved context; default from settings."
+        None, description=f"Share ({CONTEXT_TOKEN_RATIO_MIN}-{CONTEXT_TOKEN_RATIO_MAX}) of the free token window "
+        "given to retrieved context; default from settings."
     )
     filters: dict[str, Any] | None = Field(
         None, description="Restrict retrieval: OpenAI-style structured filters, as in /retrieve "
@@ -66,6 +69,11 @@ class ChatCompletionRequest(OpenAIBaseModel):
         None, description="Rewrite a follow-up into a standalone question before retrieval (LLM call when there is "
         "history); unset = the engine's setting. The query used is reported in rag.query_used.",
     )
+
+    def upstream(self) -> dict[str, Any]:
+        """What goes to the LLM: every field the caller set, the OpenAI fields this model does not name
+        (kept by ``extra="allow"``) included, as sent; the engine's own fields left out."""
+        return upstream_body(self.model_dump(exclude_unset=True))
 
 
 class SourceNode(OpenAIBaseModel):

@@ -23,7 +23,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ragengine.errors import BadRequest
+from ragengine.errors import BadRequest, validation_message, validation_param
 from ragengine.index.places import place_fields
 from ragengine.protocol.responses import FILE_SEARCH_RESULTS, FileSearchTool, ResponseRequest
 from ragengine.responses.citations import Source
@@ -64,9 +64,7 @@ def parse(body: Any) -> Plan:
     try:
         req = ResponseRequest.model_validate(body)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"])
-        raise _fail(f"Invalid request: {where}: {err['msg']}", where) from None
+        raise _fail(f"Invalid request: {validation_message(exc)}", validation_param(exc) or "") from None
     if req.background:
         raise _fail("background responses are not supported by this engine; leave 'background' unset.", "background")
     extra = req.model_extra or {}
@@ -86,9 +84,9 @@ def parse(body: Any) -> Plan:
         try:
             tools.append(FileSearchTool.model_validate(tool))
         except ValidationError as exc:
-            err = exc.errors()[0]
-            where = ".".join(str(p) for p in err["loc"])
-            raise _fail(f"tools[{i}].{where}: {err['msg']}", f"tools[{i}].{where}") from None
+            within = f"tools[{i}]"
+            raise _fail(validation_message(exc, within=within), validation_param(exc, within=within) or within
+                        ) from None
     choice = req.tool_choice
     if isinstance(choice, dict) and choice.get("type") != "file_search":
         raise _fail(f"tool_choice {choice!r} is not supported; use 'auto', 'required', 'none' or "

@@ -7,6 +7,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
+from ragengine.settings import CONTEXT_TOKEN_RATIO_MAX, CONTEXT_TOKEN_RATIO_MIN
+
 from .core import AutoscalingSpec, LocalObjectReference, PodOptions, ResourceRequirements, SecretKeyRef, Toleration, is_http
 from .network import EngineNetworkPolicySpec
 from .types import SpecModel, Url
@@ -63,7 +65,8 @@ class EmbeddingSpec(SpecModel):
 
 
 class RetrievalSpec(SpecModel):
-    context_token_ratio: float = Field(0.5, ge=0.2, le=0.8, description="Share of the free window given to context.")
+    context_token_ratio: float = Field(0.5, ge=CONTEXT_TOKEN_RATIO_MIN, le=CONTEXT_TOKEN_RATIO_MAX,
+                                       description="Share of the free window given to context.")
     similarity_threshold: float = Field(
         0.3, ge=0.0, le=1.0,
         description="Minimum cosine similarity for a chunk to enter the prompt (0.3: see docs/retrieval.md).")
