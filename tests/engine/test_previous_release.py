@@ -36,7 +36,7 @@ from ragengine.conversations.schema import MIGRATIONS
 from tests.support import previous_release
 from tests.support.engine_process import engine_process
 from tests.support.server import START_TIMEOUT_S
-from tests.support.upgrade_data import refused_start, seed, view
+from tests.support.upgrade_data import as_served_before, refused_start, seed, view
 
 # Snapshots during the seeding (a journal past 3 kB), so the folder holds snapshots and journals both.
 OLD_SETTINGS = {"snapshot_journal_bytes": "3000"}
@@ -121,21 +121,11 @@ def upgraded(previous, tmp_path_factory) -> Upgraded:
     return Upgraded(data, after, late, [h["doc_id"] for h in hits], imported, restored)
 
 
-def _as_served_before(after, before):
-    """``after`` with only the fields ``before`` had: a newer release may add fields to its answers (the engine's
-    HTTP API promises additions only, docs/upgrades.md), never drop or change one."""
-    if isinstance(before, dict) and isinstance(after, dict):
-        return {k: _as_served_before(after[k], v) if k in after else "<missing>" for k, v in before.items()}
-    if isinstance(before, list) and isinstance(after, list) and len(before) == len(after):
-        return [_as_served_before(a, b) for a, b in zip(after, before, strict=True)]
-    return after
-
-
 def _served_as_before(before: dict, after: dict) -> None:
     """The views agree, key by key (a failure names what differs), but for the late file's one document in the
     conversations index's counts, and for fields this release adds."""
     assert sorted(after) == sorted(before)
-    after = {key: _as_served_before(after[key], before[key]) for key in after}
+    after = {key: as_served_before(after[key], before[key]) for key in after}
     counted = "versions conversations"
     for key in before:
         if key != counted:

@@ -117,6 +117,16 @@ def view(base: str, seeded: dict[str, Any], skip: tuple[str, ...] = ()) -> dict[
     return _still(out, frozenset(skip))
 
 
+def as_served_before(after: Any, before: Any) -> Any:
+    """``after`` with only the fields ``before`` had: a newer release may add fields to its answers (the engine's
+    HTTP API promises additions only, docs/upgrades.md), never drop or change one."""
+    if isinstance(before, dict) and isinstance(after, dict):
+        return {k: as_served_before(after[k], v) if k in after else "<missing>" for k, v in before.items()}
+    if isinstance(before, list) and isinstance(after, list) and len(before) == len(after):
+        return [as_served_before(a, b) for a, b in zip(after, before, strict=True)]
+    return after
+
+
 def folder_digest(root: Path) -> dict[str, tuple]:
     """Every file and folder under ``root``: its kind, size, bytes and modification time (a file made and removed
     again changes its folder's)."""
