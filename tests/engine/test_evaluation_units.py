@@ -88,3 +88,40 @@ def test_schedules():
     for bad in ("every day", "61 * * * *", "* * *", "@every 5s"):
         with pytest.raises(ValueError, match="schedule"):
             schedule.parse(bad)
+
+
+async def test_a_refresh_that_read_earlier_never_overwrites_one_that_read_later(tmp_path):
+    """Two refreshes at once (a run's end, the 30 s loop): the one that read the runs first may answer last. It
+    used to set the gauges last, so /metrics lost the newest version's score (test_evaluation_gate, loaded)."""
+    import asyncio
+
+    from prometheus_client import generate_latest
+
+    from ragengine import metrics as prom
+    from ragengine.evaluation.service import EvaluationService
+    from ragengine.evaluation.store import Run
+    from ragengine.settings import EngineSettings
+
+    def run(version: int) -> Run:
+        at = datetime(2026, 11, 28, 12, version)
+        return Run(f"r{version}", "kb", version, "succeeded", "gate", None, None, "", {}, [], 1, 1,
+                   {"mrr@5": version / 10}, None, None, at, at, at)
+
+    class Runs:  # the store's latest(), as the database answers it before and after version 3's run ends
+        def __init__(self) -> None:
+            self.calls = 0
+
+        async def latest(self) -> dict:
+            self.calls += 1
+            if self.calls == 1:  # read first, answers last
+                await asyncio.sleep(0.2)
+                return {"kb": [run(2)]}
+            return {"kb": [run(3), run(2)]}
+
+    service = EvaluationService(EngineSettings(data_dir=tmp_path), None, Runs())  # type: ignore[arg-type]
+    first = asyncio.create_task(service.refresh())
+    await asyncio.sleep(0.05)
+    await asyncio.gather(first, service.refresh())
+    assert [r["version"] for r in service.last["kb"]] == [3, 2]
+    text = generate_latest(prom.REGISTRY).decode()
+    assert 'ragengine_evaluation_score{index="kb",metric="mrr@5",version="3"} 0.3' in text

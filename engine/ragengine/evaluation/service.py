@@ -60,6 +60,9 @@ class EvaluationService:
         self.configured_error: str | None = None  # why the evaluation file is not applied
         self.schedule_since: datetime | None = None  # a cron schedule's first run counts from here (config.run_due)
         self._loop: asyncio.Task | None = None
+        # One refresh at a time: a refresh that read the runs before a run finished must not set the gauges after
+        # one that read them since (seen under load: the newest version's score missing from /metrics).
+        self._refreshing = asyncio.Lock()
 
     # -- start / stop ------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -317,10 +320,11 @@ class EvaluationService:
 
     # -- what /health and /metrics show ---------------------------------------------------------------
     async def refresh(self) -> None:
-        latest = await self.store.latest()
-        self.last = {index: [r.summary() for r in runs] for index, runs in latest.items()}
-        prom.set_evaluation_scores({index: [(r.version, r.metrics or {}, _epoch(r.finished_at)) for r in runs]
-                                    for index, runs in latest.items()})
+        async with self._refreshing:
+            latest = await self.store.latest()
+            self.last = {index: [r.summary() for r in runs] for index, runs in latest.items()}
+            prom.set_evaluation_scores({index: [(r.version, r.metrics or {}, _epoch(r.finished_at)) for r in runs]
+                                        for index, runs in latest.items()})
 
     def health(self) -> dict:
         """Per index, its last run (and the one before): what the operator copies into status.evaluation; and
