@@ -10,8 +10,9 @@ HOST   ?= 127.0.0.1
 PORT   ?= 8000
 DATA   ?= ./data
 PYTEST_ARGS ?=
-# make test's workers (pytest-xdist): one runs the tests that share the cluster (its CRD, operators and real
-# node; they mostly wait on it), the others the rest (they wait on the CPU). docs/testing.md has the breakdown.
+# make test: the real node's tests first, alone (pods on the node share these cores: beside the rest they
+# missed their deadlines); then the rest on pytest-xdist workers, one of which runs the control plane's tests
+# (they share its CRD and mostly wait on it) while the others run the rest. docs/testing.md: the breakdown.
 TEST_WORKERS ?= 3
 
 # Everything runs offline: models load from installed packages or local paths, never from a hub.
@@ -77,7 +78,10 @@ cluster-down:
 
 # The images first: the local cluster's real node imports them when it starts.
 test: install images cluster-up
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	status=0; \
+	$(PY) -m pytest tests/node $(PYTEST_ARGS) || status=$$?; \
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --ignore=tests/node $(PYTEST_ARGS) || status=$$?; \
+	exit $$status
 
 test-engine: install
 	$(PY) -m pytest tests/engine tests/chat tests/conversations tests/openai_api tests/test_layers.py tests/test_module_sizes.py $(PYTEST_ARGS)

@@ -77,9 +77,9 @@ def pytest_unconfigure(config):
 STORE_PARAMS = ("vector_store", "store", "adapter", "url")
 
 
-# Tests that share the cluster's CRD, its operators and its real node: one xdist worker runs them, in order
-# (the helm upgrade tests swap the CRD for the previous release's), while the others run the rest (make
-# test: -n 3 --dist loadgroup). They mostly wait on the cluster, the others on the CPU.
+# Tests that share the cluster's CRD and its operators: one xdist worker runs them, in order, while the others
+# run the rest (make test: -n 3 --dist loadgroup). They mostly wait on the cluster, the others on the CPU.
+# (make test runs tests/node before, alone; with -n they are in the group too.)
 CLUSTER_GROUP = ("tests/node/", "tests/operator/integration/")
 
 

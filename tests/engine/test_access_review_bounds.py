@@ -127,7 +127,10 @@ def test_unauthenticated_bearers_cost_no_review_and_forgeries_a_bounded_few(clus
         # the budget is the attacker's address's: a real app elsewhere is reviewed and accepted at once
         app_token = cluster.create_token(world["ns"], "frontend", world["audience"])
         assert get(base, app_token).status_code == 200
-        throttled = get(base, plausible(world), attacker)
+        # still throttled: the budget refills one a second, and the app's request above took a moment on a
+        # loaded machine, so a refilled review or two may be spent first (each 401) before the 429
+        tries = [get(base, plausible(world), attacker) for _ in range(5)]
+        throttled = next((r for r in tries if r.status_code == 429), tries[-1])
     print(f"\n{len(garbage)} JWT-shaped bearers: {garbage_reviews} TokenReviews; {ATTACK} plausible forgeries from one "
           f"address: {forged_reviews} TokenReviews, answers {sorted(set(answers))} ({answers.count(429)} x 429)")
     assert garbage_reviews == 0
