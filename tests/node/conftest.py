@@ -140,11 +140,16 @@ def _run_current_image(kube: Kube, namespace: str, ref: str) -> None:
         status = (pod.status.container_statuses or [None])[0]
         if status is not None and status.image_id and status.image_id != current:
             kube.core.delete_namespaced_pod(pod.metadata.name, namespace)
-    def one_ready():
+    (deployment,) = kube.apps.list_namespaced_deployment(namespace, label_selector=selector).items
+    replicas = deployment.spec.replicas  # the chart runs two, one of them leading (docs/upgrades.md)
+
+    def all_ready():
         pods = [p for p in kube.core.list_namespaced_pod(namespace, label_selector=selector).items
                 if p.metadata.deletion_timestamp is None]
-        return len(pods) == 1 and all(c.ready for c in pods[0].status.container_statuses or [None] if c) and pods
-    wait_for(one_ready, 120, "the operator pod to run the current image")
+        statuses = [c for p in pods for c in p.status.container_statuses or []]
+        return (len(pods) == replicas and len(statuses) == replicas
+                and all(c.ready for c in statuses) and pods)
+    wait_for(all_ready, 120, f"the operator's {replicas} pods to run the current image")
 
 
 @pytest.fixture(scope="module")
