@@ -69,14 +69,16 @@ def _retrieve(base: str, query: str, index: str = "plant") -> list[str]:
 
 
 def test_the_charts_operator_runs_in_the_cluster_on_the_real_node(kube, chart_operator):
-    pods = kube.core.list_namespaced_pod(chart_operator, label_selector="app.kubernetes.io/name=ragengine-operator").items
-    assert len(pods) == 1, [p.metadata.name for p in pods]
-    pod = pods[0]
-    assert pod.spec.node_name == NODE
-    assert pod.spec.service_account_name.endswith("ragengine-operator") or "ragengine" in pod.spec.service_account_name
-    assert all(c.ready for c in pod.status.container_statuses)
-    out = kube.kubectl("exec", "-n", chart_operator, pod.metadata.name, "--", "id", "-u").stdout.strip()
-    assert out == "1000"
+    selector = "app.kubernetes.io/name=ragengine-operator"
+    pods = [p for p in kube.core.list_namespaced_pod(chart_operator, label_selector=selector).items
+            if p.metadata.deletion_timestamp is None]
+    assert len(pods) == 2, [p.metadata.name for p in pods]  # the chart's two replicas, one leading
+    for pod in pods:
+        assert pod.spec.node_name == NODE
+        assert pod.spec.service_account_name.endswith("ragengine-operator") or "ragengine" in pod.spec.service_account_name
+        assert all(c.ready for c in pod.status.container_statuses)
+        out = kube.kubectl("exec", "-n", chart_operator, pod.metadata.name, "--", "id", "-u").stdout.strip()
+        assert out == "1000"
 
 
 def test_the_engine_is_ready_by_its_own_probes_and_runs_as_uid_1000(kube, rag):
