@@ -87,17 +87,24 @@ EVALUATION_GATES = Counter("ragengine_evaluation_gates_total", "Gated re-indexes
                            registry=REGISTRY)
 
 
-def set_evaluation_scores(latest: dict[str, list[tuple[int | None, dict, float | None]]]) -> None:
-    """Every index's newest runs (newest first: version, metrics, finished at) as the gauges, replacing the last
-    set, so a version that no run names any more leaves no series behind."""
-    EVALUATION_SCORE.clear()
-    EVALUATION_LAST_RUN.clear()
+def set_evaluation_scores(latest: dict[str, list[tuple[int | None, dict, float | None]]],
+                          shown: frozenset[tuple[str, ...]] = frozenset()) -> frozenset[tuple[str, ...]]:
+    """Every index's newest runs (newest first: version, metrics, finished at) as the gauges, replacing the series
+    set last time (``shown``, returned for the next call), so a version that no run names any more leaves no
+    series behind. Only those: another engine in the same process (the tests run several) keeps its own."""
+    now: set[tuple[str, ...]] = set()
     for index, runs in latest.items():
         for version, scores, _at in reversed(runs):  # the newest run wins a version both name
             for metric, value in scores.items():
                 EVALUATION_SCORE.labels(index, str(version), metric).set(value)
+                now.add(("score", index, str(version), metric))
         if runs and runs[0][2] is not None:
             EVALUATION_LAST_RUN.labels(index).set(runs[0][2])
+            now.add(("last", index))
+    for gone in shown - now:
+        with contextlib.suppress(KeyError):
+            (EVALUATION_SCORE if gone[0] == "score" else EVALUATION_LAST_RUN).remove(*gone[1:])
+    return frozenset(now)
 
 
 SNAPSHOT_SECONDS = Histogram("ragengine_snapshot_seconds", "Snapshot write time.", buckets=_SLOW, registry=REGISTRY)

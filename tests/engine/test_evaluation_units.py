@@ -125,3 +125,19 @@ async def test_a_refresh_that_read_earlier_never_overwrites_one_that_read_later(
     assert [r["version"] for r in service.last["kb"]] == [3, 2]
     text = generate_latest(prom.REGISTRY).decode()
     assert 'ragengine_evaluation_score{index="kb",metric="mrr@5",version="3"} 0.3' in text
+
+
+def test_one_engines_gauges_leave_another_engines_alone():
+    """Each refresh replaces the series it set last time, never all of them: another engine in the process
+    (the tests run several per worker) lost its scores to a refresh that cleared the gauge."""
+    from prometheus_client import generate_latest
+
+    from ragengine import metrics as prom
+
+    mine = prom.set_evaluation_scores({"kb-mine": [(1, {"mrr@3": 0.5}, 1.0)]})
+    theirs = prom.set_evaluation_scores({"kb-theirs": [(1, {"mrr@3": 0.9}, 1.0)]})
+    prom.set_evaluation_scores({}, theirs)  # the other engine's index is gone: its series go, mine stay
+    text = generate_latest(prom.REGISTRY).decode()
+    assert 'ragengine_evaluation_score{index="kb-mine",metric="mrr@3",version="1"} 0.5' in text
+    assert 'index="kb-theirs"' not in text
+    prom.set_evaluation_scores({}, mine)

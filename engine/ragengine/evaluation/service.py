@@ -63,6 +63,7 @@ class EvaluationService:
         # One refresh at a time: a refresh that read the runs before a run finished must not set the gauges after
         # one that read them since (seen under load: the newest version's score missing from /metrics).
         self._refreshing = asyncio.Lock()
+        self._shown: frozenset[tuple[str, ...]] = frozenset()  # the gauges' series this service set
 
     # -- start / stop ------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -323,8 +324,9 @@ class EvaluationService:
         async with self._refreshing:
             latest = await self.store.latest()
             self.last = {index: [r.summary() for r in runs] for index, runs in latest.items()}
-            prom.set_evaluation_scores({index: [(r.version, r.metrics or {}, _epoch(r.finished_at)) for r in runs]
-                                        for index, runs in latest.items()})
+            self._shown = prom.set_evaluation_scores(
+                {index: [(r.version, r.metrics or {}, _epoch(r.finished_at)) for r in runs]
+                 for index, runs in latest.items()}, self._shown)
 
     def health(self) -> dict:
         """Per index, its last run (and the one before): what the operator copies into status.evaluation; and
