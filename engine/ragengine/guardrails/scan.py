@@ -171,15 +171,10 @@ class OutputGuard:
 
     # --- one whole answer ---------------------------------------------------------------------------
     def check(self, text: str) -> Verdict:
-        v = Verdict(text)
-        text = self._strip(text, v)
+        v = self.redact(text)
         if v.blocked:
-            return self._block(v)
-        spans = [(*found, rule.scanner, k) for k, rule in enumerate(self.rules) for found in find_hits(rule, text, 0)]
-        if any(self.action_of(s[3]) == "block" for s in spans):
-            v.hits.update(s[3] for s in spans if self.action_of(s[3]) == "block")
-            return self._block(v)
-        text = apply_spans(text, select_spans(spans), v.hits)
+            return v
+        text = v.text
         for i in self.whole:
             text = self._whole(i, text, v)
             if v.blocked:
