@@ -180,6 +180,33 @@ async def test_a_document_with_an_acl_stays_hidden_from_a_non_member(engine):
         assert text == DOCS[0]["text"]
 
 
+@pytest.mark.parametrize("page", [1, 2, 3])
+async def test_resource_pages_follow_next_cursor_across_indexes_through_the_acl(engine, monkeypatch, page):
+    """Page by page (PAGE made small: the engine runs in this process), the cursors walk every index the caller
+    sees, each document once, in the documents route's order, and the hidden ones never."""
+    from ragengine.mcp import resources
+
+    monkeypatch.setattr(resources, "PAGE", page)
+    for key, sees in ((ADMIN, [KB, NOTES]), (DEV_A, [KB])):
+        expected = []
+        for index in sees:
+            listed = httpx.get(f"{engine}/indexes/{index}/documents", headers={"Authorization": f"Bearer {key}"},
+                               params={"limit": 100}, timeout=60).json()
+            expected += [f"{index}/{d['doc_id']}" for d in listed["documents"]]
+        async with connect(engine, key) as client:
+            walked, cursor, pages = [], None, 0
+            while True:
+                result = await client.list_resources(cursor=cursor)
+                assert len(result.resources) <= page
+                walked += [r.name for r in result.resources]
+                pages += 1
+                if not (cursor := result.next_cursor):
+                    break
+                assert pages <= len(expected) + len(sees), "the cursors never end"
+        assert walked == expected
+        assert f"{KB}/pump-ops" not in walked if key == DEV_A else len(walked) == len(DOCS) + 1
+
+
 async def test_a_session_survives_reconnection_and_belongs_to_its_opener(engine):
     sessions: list[str] = []
 
