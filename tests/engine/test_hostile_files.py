@@ -13,7 +13,7 @@ import pytest
 
 from ragengine.filetypes import Extracted, Skipped, to_document
 from ragengine.parsing import sandbox
-from ragengine.parsing.limits import ParseLimits
+from ragengine.parsing.limits import MEMORY, OVER_BUDGET, ParseLimits
 from tests.conversations.test_uploads import make_pdf
 from tests.support.corpus import encrypted_pdf_bytes
 from tests.support.hostile import shared_stream_pdf
@@ -23,21 +23,23 @@ def test_pages_sharing_one_large_stream_are_refused_at_the_cpu_budget():
     """200 pages pointing at one 1 MB content stream (30 KB on the wire): minutes of CPU in-process
     before; now the child is killed at its CPU budget and the file is skipped with that reason."""
     found = to_document("evil.pdf", shared_stream_pdf(200), limits=ParseLimits(cpu_s=2))
-    assert isinstance(found, Skipped) and found.over_limit, found
+    assert isinstance(found, Skipped) and found.over_limit and found.code == OVER_BUDGET, found
     assert found.reason == "PDF: parsing needs more than 2 s of CPU time (the limit)"
 
 
-@pytest.mark.parametrize("data, limits, reason", [
-    (shared_stream_pdf(5, 10_000), ParseLimits(max_pages=3), "PDF: too large: 5 pages (the limit is 3)"),
+@pytest.mark.parametrize("data, limits, reason, code", [
+    (shared_stream_pdf(5, 10_000), ParseLimits(max_pages=3), "PDF: too large: 5 pages (the limit is 3)", OVER_BUDGET),
     (shared_stream_pdf(3, 100_000), ParseLimits(max_chars=5000),
-     "PDF: too large: more than 5000 characters of text (the limit)"),
+     "PDF: too large: more than 5000 characters of text (the limit)", OVER_BUDGET),
     # one page whose stream inflates to 30 MB of text operators: the parser's objects pass 200 MiB
     (shared_stream_pdf(1, 30_000_000), ParseLimits(memory_mb=200),
-     "PDF: parsing needs more than 200 MiB of memory (the limit)"),
+     "PDF: parsing needs more than 200 MiB of memory (the limit)", MEMORY),
 ])
-def test_page_character_and_memory_budgets(data, limits, reason):
+def test_page_character_and_memory_budgets(data, limits, reason, code):
+    """Each budget names itself, and its code (what `ragengine index` and the ingestion job report) says which."""
     found = to_document("evil.pdf", data, limits=limits)
     assert isinstance(found, Skipped) and found.over_limit and found.reason == reason, found
+    assert found.code == code
 
 
 def test_max_chars_stops_the_parse():
