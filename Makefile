@@ -79,8 +79,8 @@ cluster-down:
 # The images first: the local cluster's real node imports them when it starts.
 test: install images cluster-up
 	status=0; \
-	$(PY) -m pytest tests/node $(PYTEST_ARGS) || status=$$?; \
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --ignore=tests/node $(PYTEST_ARGS) || status=$$?; \
+	$(PY) -m pytest tests/node --durations=10 $(PYTEST_ARGS) || status=$$?; \
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --ignore=tests/node --durations=25 $(PYTEST_ARGS) || status=$$?; \
 	exit $$status
 
 test-engine: install

@@ -83,17 +83,26 @@ STORE_PARAMS = ("vector_store", "store", "adapter", "url")
 CLUSTER_GROUP = ("tests/node/", "tests/operator/integration/")
 
 
+def xdist_unit(nodeid: str) -> str:
+    """The unit of work a test belongs to: the cluster's group, else its module (or class: ``Class::test``)."""
+    return "cluster" if nodeid.startswith(CLUSTER_GROUP) else nodeid.rsplit("::", 1)[0]
+
+
 def pytest_xdist_make_scheduler(config, log):
-    """``--dist loadgroup`` with the cluster's tests as one group, chosen by path. Not xdist's ``xdist_group``
-    marker: xdist 3.8 renames a marked test's ``_nodeid``, which pytest 9.2 no longer reads (its node ids
-    are ``_id``), so every test ran wherever it fell and the cluster's tests ran side by side."""
+    """``--dist loadgroup`` with the cluster's tests as one group, chosen by path, and every other module (or
+    class) a unit of its own, as ``--dist loadscope`` makes them: a module's tests run on one worker, in order, so
+    its module-scoped fixtures (an engine, the previous release's data, a container) start once, not once per
+    worker. The largest units go first (xdist's reorder), so the cluster's group starts at once.
+
+    Not xdist's ``xdist_group`` marker: xdist 3.8 renames a marked test's ``_nodeid``, which pytest 9.2 no longer
+    reads (its node ids are ``_id``), so every test ran wherever it fell and the cluster's tests ran side by side."""
     if config.getvalue("dist") != "loadgroup":
         return None
     from xdist.scheduler import LoadScopeScheduling
 
     class ClusterGroup(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return "cluster" if nodeid.startswith(CLUSTER_GROUP) else nodeid
+            return xdist_unit(nodeid)
 
     return ClusterGroup(config, log)
 
