@@ -18,11 +18,11 @@ from typing import Any
 
 import psycopg
 import pytest
+from sqlalchemy import create_engine, text
+
 from ragengine.conversations.schema import MIGRATIONS as session_migrations
 from ragengine.formats import known_revisions
 from ragengine.stores.postgres.store import MIGRATIONS as store_migrations
-from sqlalchemy import create_engine, text
-
 from tests.support import previous_release
 from tests.support.engine_process import engine_process
 from tests.support.upgrade_data import as_served_before, refused_start, seed, view
