@@ -48,7 +48,7 @@ from ragengine.versions import transfer, writes
 from ragengine.versions.book import Book
 from ragengine.versions.books import Books
 from ragengine.versions.builder import run_job
-from ragengine.versions.state import VersionState, exists
+from ragengine.versions.state import VersionState, must_exist
 from ragengine.versions.upkeep import Upkeep
 
 if TYPE_CHECKING:
@@ -314,7 +314,7 @@ class VersionedRegistry(IndexAPI):
         started: list[bool] = []
 
         def change(cur: Book | None) -> Book:
-            book = exists(cur, name)
+            book = must_exist(cur, name)
             job = book.running_job
             have = [book.live_version] + ([book.version(job.version)] if job is not None else [])
             if only_if_changed and any((v.model, v.chunking) == (key, config) for v in have):
@@ -330,8 +330,8 @@ class VersionedRegistry(IndexAPI):
         return bk.summary(new, target_model=self.embedders.target.key), bool(started)
 
     async def activate(self, name: str, version: int) -> dict:
-        new = await self.state.update(name, lambda cur: bk.start_activate(exists(cur, name), version, uuid.uuid4().hex[:12],
-                                                                     time.time()))
+        new = await self.state.update(name, lambda cur: bk.start_activate(must_exist(cur, name), version,
+                                                                          uuid.uuid4().hex[:12], time.time()))
         assert new is not None
         self.state.wake.set()
         return bk.summary(new, target_model=self.embedders.target.key)
@@ -340,7 +340,7 @@ class VersionedRegistry(IndexAPI):
         gone: list[bk.Version] = []
 
         def change(cur: Book | None) -> Book:
-            book, dropped = bk.drop_version(exists(cur, name), version)
+            book, dropped = bk.drop_version(must_exist(cur, name), version)
             gone.append(dropped)
             return book
 

@@ -150,7 +150,7 @@ class VersionState:
         return new_index_config(self.settings, merged, embedder.chunk_token_limit).to_dict()
 
 
-def exists(book: Book | None, name: str) -> Book:
+def must_exist(book: Book | None, name: str) -> Book:
     """``book``, or the 404 of an index that has none."""
     if book is None:
         raise NotFound(f"No such index: '{name}' exists.")
