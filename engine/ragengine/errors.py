@@ -14,10 +14,10 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ragengine.settings import EngineSettings
+from ragengine.validation import validation_message, validation_param
 
 log = logging.getLogger(__name__)
 
@@ -172,42 +172,6 @@ def install_error_handlers(app: FastAPI, settings: EngineSettings) -> None:
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         body = error_body(request, exc.status_code, str(exc.detail), "invalid_request_error")
         return JSONResponse(body, status_code=exc.status_code, headers=getattr(exc, "headers", None))
-
-
-Errors = ValidationError | RequestValidationError
-_SOURCES = ("body", "query", "path", "header", "cookie")  # where FastAPI found a value: the first part of its loc
-
-
-def validation_message(errors: Errors, *, within: str = "", limit: int = 5) -> str:
-    """Pydantic's (or FastAPI's) validation errors as one line: ``where: what`` for each of the first ``limit``,
-    joined by ``; ``. ``where`` is the field's path (FastAPI's leading ``body`` left out), under ``within``
-    when the value validated sits inside a larger request (``tools[0]``); a bare ``what`` where there is no
-    path. Never the value itself: it is the caller's data. Every route and reader that reports a pydantic
-    error builds its message here."""
-    parts = []
-    for err in errors.errors()[:limit]:
-        where = _path(within, _loc(errors, err, ("body",)))
-        parts.append(f"{where}: {err.get('msg')}" if where else str(err.get("msg")))
-    return "; ".join(parts)
-
-
-def validation_param(errors: Errors, *, within: str = "") -> str | None:
-    """The field or parameter the first validation error names (OpenAI's ``param``), if any."""
-    for err in errors.errors():
-        if loc := _loc(errors, err, _SOURCES):
-            return _path(within, loc)
-    return None
-
-
-def _loc(errors: Errors, err: Any, sources: tuple[str, ...]) -> tuple:
-    """The error's location, less FastAPI's leading part when it is one of ``sources`` (a model's own
-    field named ``query`` stays)."""
-    loc = tuple(err.get("loc", ()))
-    return loc[1:] if isinstance(errors, RequestValidationError) and loc and loc[0] in sources else loc
-
-
-def _path(within: str, loc: tuple) -> str:
-    return ".".join(map(str, (within, *loc) if within else loc))
 
 
 def _jsonable(errors: Sequence[Any]) -> list[dict]:

@@ -31,6 +31,8 @@ from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 from pydantic import ValidationError
 
+from ragengine.validation import validation_message
+
 from . import constants as c
 from . import metrics
 from .kube import apply as kube
@@ -66,11 +68,9 @@ STATUS_KEYS = ("observedGeneration", "conditions", "endpoint", "inferenceUrl", "
 
 
 def spec_error(exc: ValidationError) -> str:
-    parts = []
-    for err in exc.errors():
-        loc = ".".join(str(x) for x in err["loc"])
-        parts.append(f"spec.{loc}: {err['msg']}" if loc else f"spec: {err['msg']}")
-    return "; ".join(parts)
+    """The InvalidSpec condition's message: every error (a status is the one place the user reads why, and the
+    API server's schema refuses most bad fields first, so what reaches here is a few cross-field rules)."""
+    return validation_message(exc, within="spec", limit=None)
 
 
 def now() -> str:

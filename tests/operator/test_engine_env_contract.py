@@ -10,7 +10,7 @@ from pydantic import BaseModel
 
 from ragengine.settings import EngineSettings
 from ragengine_operator.manifests.engine import engine_embedding_configmap
-from ragengine_operator.manifests.engine_env import OPERATOR_ONLY, SECRET_TO_ENGINE, SPEC_TO_ENGINE, engine_env
+from ragengine_operator.manifests.engine_env import OPERATOR_ONLY, SECRET_TO_ENGINE, SETTINGS, SPEC_TO_ENGINE, engine_env
 from ragengine_operator.manifests.labels import Owner
 from ragengine_operator.spec import RAGEngineSpec
 
@@ -60,6 +60,10 @@ def test_every_spec_field_is_accounted_for():
     missing = leaf_paths(RAGEngineSpec) - covered
     assert not missing, f"spec fields that reach neither the engine nor another child: {sorted(missing)}"
     assert set(SPEC_TO_ENGINE.values()) | set(SECRET_TO_ENGINE.values()) <= set(EngineSettings.model_fields)
+    # the table SPEC_TO_ENGINE comes from: every entry an engine field, each once, and no spec path unknown
+    fields = [setting.field for setting in SETTINGS]
+    assert len(fields) == len(set(fields)) and set(fields) <= set(EngineSettings.model_fields)
+    assert {path for setting in SETTINGS for path in setting.spec} <= leaf_paths(RAGEngineSpec)
 
 
 @pytest.mark.parametrize("mode", ["model", "url"])

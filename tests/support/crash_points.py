@@ -158,7 +158,7 @@ async def _inspect(values: dict, model: Any, copy: str | None) -> dict:
                                 "job": book.job.state if book.job else None}
     inner = registry.inner
     out["physical"] = sorted(await inner.list_names()) + sorted(getattr(inner, "corrupt", {}))
-    out["referenced"] = sorted(p for b in registry._books.values() for p in b.physicals())
+    out["referenced"] = sorted(p for b in registry.state.cache.values() for p in b.physicals())
     await registry.close()
     return out
 

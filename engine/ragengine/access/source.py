@@ -32,9 +32,9 @@ from pydantic import ValidationError
 from ragengine.access.review_budget import ReviewBudget
 from ragengine.access.rules import ANONYMOUS, AccessRules, Principal, Role, key_digest
 from ragengine.access.serviceaccounts import TokenReviewer, in_cluster_api_url, jwt_claims, own_audiences
-from ragengine.errors import validation_message
 from ragengine.filestamp import file_stamp
 from ragengine.metrics import ACCESS_RELOADS
+from ragengine.validation import validation_message
 
 log = logging.getLogger("ragengine.access")
 CHECK_EVERY_S = 1.0

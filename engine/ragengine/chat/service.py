@@ -31,7 +31,7 @@ from ragengine.chat.plan import (
 )
 from ragengine.chat.stream import chunk, extractive_stream, relay
 from ragengine.chat.turn import JSONOutcome, Selection, StreamOutcome, Turn
-from ragengine.errors import BadRequest, NotFound, validation_message, validation_param
+from ragengine.errors import BadRequest, NotFound
 from ragengine.guardrails.output import guard_chat
 from ragengine.guardrails.runtime import Guardrails
 from ragengine.guardrails.screening import screen_nodes
@@ -61,6 +61,7 @@ from ragengine.rag.no_context import (
 )
 from ragengine.rag.reformulate import ReformulationResult, reformulate_query
 from ragengine.settings import EngineSettings
+from ragengine.validation import validation_message, validation_param
 
 log = logging.getLogger(__name__)
 NO_LLM = "No LLM is configured (RAGENGINE_LLM_URL is unset)."

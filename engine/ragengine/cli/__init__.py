@@ -79,8 +79,8 @@ def serve(host, port, data_dir, embedding_model, embedding_url, llm_url, rerank_
     """Run the engine's HTTP server. Flags override RAGENGINE_* environment variables."""
     from pydantic import ValidationError
 
-    from ragengine.errors import validation_message
     from ragengine.settings import EngineSettings
+    from ragengine.validation import validation_message
 
     overrides = {k: v for k, v in {
         "host": host, "port": port or None, "data_dir": data_dir, "embedding_model": embedding_model,

@@ -27,12 +27,13 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ragengine.conversations.models import utcnow
-from ragengine.errors import EngineError, validation_message
+from ragengine.errors import EngineError
 from ragengine.evaluation import golden
 from ragengine.evaluation import metrics as m
 from ragengine.evaluation import schedule as sched
 from ragengine.protocol.evaluations import RetrievalSettings
 from ragengine.settings import EngineSettings
+from ragengine.validation import validation_message
 
 if TYPE_CHECKING:
     from ragengine.evaluation.service import EvaluationService

@@ -15,8 +15,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ragengine.errors import BadRequest, PayloadTooLarge, validation_message
+from ragengine.errors import BadRequest, PayloadTooLarge
 from ragengine.protocol.evaluations import GoldenQuestion, RetrievalSettings
+from ragengine.validation import validation_message
 
 SETTINGS_KEYS = ("top_k", "filters", "metadata_filter", "max_chunks_per_document", "long_query_windows", "min_score")
 

@@ -27,7 +27,7 @@ from urllib.parse import quote, unquote
 import mcp_types as types
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ragengine.errors import validation_message
+from ragengine.validation import validation_message
 
 SCHEME = "ragengine"
 MAX_QUERY_CHARS = 8192

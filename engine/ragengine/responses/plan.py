@@ -23,10 +23,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ragengine.errors import BadRequest, validation_message, validation_param
+from ragengine.errors import BadRequest
 from ragengine.index.places import place_fields
 from ragengine.protocol.responses import FILE_SEARCH_RESULTS, FileSearchTool, ResponseRequest
 from ragengine.responses.citations import Source
+from ragengine.validation import validation_message, validation_param
 from ragengine.vectorstores.objects import file_of
 
 TEXT_PARTS = ("input_text", "output_text", "text")

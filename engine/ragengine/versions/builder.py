@@ -8,7 +8,7 @@ beside live writes:
    each batch written only where the live version still holds the same document (``sync_documents``'s
    ``source``), and delete from the target what the live version no longer has;
 3. repeat until a pass finds nothing to do. Writes that arrive meanwhile reach the target too
-   (``VersionedRegistry._mirror``), so passes converge; what a crash cut in half is found by the next.
+   (``writes.mirror``), so passes converge; what a crash cut in half is found by the next.
 
 A ``kill -9`` loses nothing: every batch written to the target is durable, the job stays in the book, and
 the process that starts next (or, on an external store, any replica once the lease ran out) claims it and
@@ -70,13 +70,13 @@ async def run_job(reg: Any, name: str, job_id: str) -> None:
             return new
 
         try:
-            await reg._update(name, change)
-            await reg._drop(dropped)
+            await reg.state.update(name, change)
+            await reg.state.drop(dropped)
         except Exception:
             log.exception("index %r: recording the failure of job %s failed", name, job_id)
     finally:
-        if reg._jobs.get(name) is asyncio.current_task():
-            reg._jobs.pop(name, None)
+        if reg.state.jobs.get(name) is asyncio.current_task():
+            reg.state.jobs.pop(name, None)
 
 
 class _Progress:
@@ -92,19 +92,19 @@ class _Progress:
         held: list[bool] = []
 
         def change(book: bk.Book | None) -> bk.Book | None:
-            new = None if book is None else bk.progress(book, self.job_id, self.reg.replica, done, total, message,
-                                                        time.time(), self.reg.lease_s)
+            new = None if book is None else bk.progress(book, self.job_id, self.reg.state.replica, done, total, message,
+                                                        time.time(), self.reg.state.lease_s)
             held.append(new is not None)
             return new or book
 
-        await self.reg._update(self.name, change)
+        await self.reg.state.update(self.name, change)
         if not held or not held[0]:
             raise LostJob(self.job_id)
 
 
 async def _run(reg: Any, name: str, job_id: str) -> None:
     inner = reg.inner
-    book = await reg._fresh(name)
+    book = await reg.state.fresh(name)
     if book is None or book.running_job is None or book.running_job.id != job_id:
         raise LostJob(job_id)
     job = book.running_job
@@ -115,7 +115,7 @@ async def _run(reg: Any, name: str, job_id: str) -> None:
     await inner.ensure(target.physical, target.chunking)
     log.info("index %r: %s of version %d (model %r) running", name, job.kind, target.version, target.model)
     while True:
-        book = await reg._fresh(name)
+        book = await reg.state.fresh(name)
         if book is None or book.running_job is None or book.running_job.id != job_id:
             raise LostJob(job_id)
         live = book.live_version
@@ -152,15 +152,15 @@ async def _run(reg: Any, name: str, job_id: str) -> None:
         if book is None:
             return None
         now, keep = time.time(), reg.settings.index_versions_kept
-        result = (bk.swap(book, job_id, reg.replica, now, keep, verdict) if verdict is None or verdict["passed"]
-                  else bk.reject(book, job_id, reg.replica, now, keep, verdict))
+        result = (bk.swap(book, job_id, reg.state.replica, now, keep, verdict) if verdict is None or verdict["passed"]
+                  else bk.reject(book, job_id, reg.state.replica, now, keep, verdict))
         if result is None:
             return book
         swapped.append(result[0])
         dropped.extend(result[1])
         return result[0]
 
-    await reg._update(name, change)
+    await reg.state.update(name, change)
     if not swapped:
         raise LostJob(job_id)
     if verdict is not None and not verdict["passed"]:
@@ -168,7 +168,7 @@ async def _run(reg: Any, name: str, job_id: str) -> None:
     else:
         log.info("index %r: version %d is live (model %r); %d old version(s) dropped", name, target.version,
                  target.model, len(dropped))
-    await reg._drop(dropped)
+    await reg.state.drop(dropped)
 
 
 async def _gate(reg: Any, name: str, job: bk.Job, report: _Progress, total: int) -> dict | None:

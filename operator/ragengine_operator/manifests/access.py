@@ -33,6 +33,7 @@ from pydantic import ValidationError
 
 from ragengine.access.rules import AccessRules
 from ragengine.settings import EngineSettings
+from ragengine.validation import validation_message
 
 from .. import constants as c
 from ..spec import RAGEngineSpec
@@ -103,8 +104,7 @@ def render_access(owner: Owner, access: AccessSpec, keys: dict[tuple[str, str], 
     try:
         AccessRules.model_validate(data)
     except ValidationError as exc:
-        raise AccessInputError("; ".join(f"access.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
-                                         for e in exc.errors())) from None
+        raise AccessInputError(validation_message(exc, within="access", limit=None)) from None
     return yaml.safe_dump(data, sort_keys=True)
 
 

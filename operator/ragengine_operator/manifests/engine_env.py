@@ -2,15 +2,19 @@
 
 The operator never spells a RAGENGINE_* name: values go through EngineSettings.to_env and secrets
 through EngineSettings.env_name, so a renamed engine field breaks here (and in the contract test),
-not silently in a running pod (KAITO #2365). SPEC_TO_ENGINE lists every spec field that reaches the
-engine; OPERATOR_ONLY lists the spec fields used for other children. The contract test checks that
-together they cover every leaf of RAGEngineSpec.
+not silently in a running pod (KAITO #2365). SETTINGS is the one table of the engine settings the operator
+sets (a new one is one line there): each field, the spec paths it reads and its value. SPEC_TO_ENGINE (derived
+from it) lists every spec field that reaches the engine as a value, SECRET_TO_ENGINE those that reach it as a
+Secret; OPERATOR_ONLY lists the spec fields used for other children. The contract test checks that together
+they cover every leaf of RAGEngineSpec.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+from collections.abc import Callable
 from typing import Any
 
 from ragengine.observability.tracing import tracing_env
@@ -32,32 +36,64 @@ SHUTDOWN_DRAIN_S = 5
 TERMINATION_GRACE_S = 60
 HANDOVER_WAIT_S = TERMINATION_GRACE_S + 60
 
-# spec path -> EngineSettings field (values).
-SPEC_TO_ENGINE = {
-    "inference.url": "llm_url",
-    "inference.model": "llm_url",  # in-cluster vLLM Service URL
-    "inference.servedModelName": "llm_model",
-    "inference.contextWindow": "context_window",
-    "retrieval.contextTokenRatio": "context_token_ratio",
-    "retrieval.similarityThreshold": "similarity_threshold",
-    "retrieval.noContext": "no_context",
-    "retrieval.hybrid": "hybrid",
-    "retrieval.rerankModel": "rerank_model",
-    "storage.vectorStore.type": "vector_store",
-    "storage.vectorStore.prefix": "vector_store_prefix",
-    "storage.vectorStore.hnsw.m": "hnsw_m",
-    "storage.vectorStore.hnsw.efConstruction": "hnsw_ef_construction",
-    "storage.vectorStore.hnsw.efSearch": "hnsw_ef_search",
-    "storage.vectorStore.hnsw.threshold": "store_hnsw_threshold",
-    "storage.vectorStore.compression": "vector_compression",
-    "storage.vectorStore.keywordIndex": "store_keyword_index",
-    "retrieval.screenIndexes": "screen_indexes",
-    "guardrails.enabled": "guardrails_policy",  # the mounted ConfigMap's file (manifests/guardrails.py)
-    "guardrails.failOpen": "guardrails_fail_open",
-    "mcp.enabled": "mcp_enabled",
-    "mcp.descriptions": "mcp_descriptions",
-    "console.enabled": "console_enabled",
-}
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """One EngineSettings field the operator sets: the spec paths it reads (none: the operator decides it) and
+    its value for an owner and a spec (None: the engine's default, no env variable)."""
+    field: str
+    spec: tuple[str, ...]
+    value: Callable[[Owner, RAGEngineSpec], Any]
+
+
+# Every engine setting the operator renders, written once: engine_values and SPEC_TO_ENGINE both come from it.
+SETTINGS: tuple[Setting, ...] = (
+    Setting("vector_store", ("storage.vectorStore.type",), lambda o, s: s.storage.vector_store.type),
+    Setting("vector_store_prefix", ("storage.vectorStore.prefix",),
+            lambda o, s: store_prefix(o, s) if s.storage.vector_store.external else None),
+    # HNSW: the external store's index, and FAISS's too once an index passes hnsw_threshold
+    Setting("hnsw_m", ("storage.vectorStore.hnsw.m",), lambda o, s: s.storage.vector_store.hnsw.m),
+    Setting("hnsw_ef_construction", ("storage.vectorStore.hnsw.efConstruction",),
+            lambda o, s: s.storage.vector_store.hnsw.ef_construction),
+    Setting("hnsw_ef_search", ("storage.vectorStore.hnsw.efSearch",), lambda o, s: s.storage.vector_store.hnsw.ef_search),
+    Setting("store_hnsw_threshold", ("storage.vectorStore.hnsw.threshold",),
+            lambda o, s: s.storage.vector_store.hnsw.threshold),
+    Setting("vector_compression", ("storage.vectorStore.compression",), lambda o, s: s.storage.vector_store.compression),
+    Setting("store_keyword_index", ("storage.vectorStore.keywordIndex",),
+            lambda o, s: s.storage.vector_store.keyword_index),
+    # in model mode the in-cluster vLLM Service's URL
+    Setting("llm_url", ("inference.url", "inference.model"), lambda o, s: llm_url(o, s)),
+    Setting("llm_model", ("inference.servedModelName", "inference.model"), lambda o, s: served_model(s)),
+    Setting("context_window", ("inference.contextWindow",), lambda o, s: s.inference.context_window if s.inference else None),
+    # spec.embedding, watched (a ConfigMap: OPERATOR_ONLY); on the data volume, a model is downloaded once
+    Setting("embedding_file", (), lambda o, s: f"{c.ENGINE_EMBEDDING_DIR}/{c.ENGINE_EMBEDDING_FILE}"),
+    Setting("embedding_cache_dir", (), lambda o, s: c.ENGINE_MODEL_CACHE_DIR),
+    Setting("context_token_ratio", ("retrieval.contextTokenRatio",), lambda o, s: s.retrieval.context_token_ratio),
+    Setting("similarity_threshold", ("retrieval.similarityThreshold",), lambda o, s: s.retrieval.similarity_threshold),
+    Setting("no_context", ("retrieval.noContext",), lambda o, s: s.retrieval.no_context),
+    Setting("hybrid", ("retrieval.hybrid",), lambda o, s: s.retrieval.hybrid),
+    Setting("rerank_model", ("retrieval.rerankModel",), lambda o, s: s.retrieval.rerank_model),
+    Setting("screen_indexes", ("retrieval.screenIndexes",), lambda o, s: s.retrieval.screen_indexes),
+    # the mounted ConfigMap's file (manifests/guardrails.py)
+    Setting("guardrails_policy", ("guardrails.enabled",), lambda o, s: POLICY_PATH if s.guardrails.enabled else None),
+    Setting("guardrails_fail_open", ("guardrails.failOpen",),
+            lambda o, s: s.guardrails.fail_open if s.guardrails.enabled else None),
+    # spec.evaluation, watched (manifests/evaluation.py; its fields are OPERATOR_ONLY)
+    Setting("evaluation_file", (),
+            lambda o, s: f"{c.ENGINE_EVALUATION_DIR}/{c.ENGINE_EVALUATION_FILE}" if s.evaluation else None),
+    # the engine's default is on: nothing while on, so an operator upgrade does not roll every engine
+    Setting("mcp_enabled", ("mcp.enabled",), lambda o, s: None if s.mcp.enabled else False),
+    Setting("mcp_descriptions", ("mcp.descriptions",), lambda o, s: s.mcp.descriptions or None),
+    Setting("console_enabled", ("console.enabled",), lambda o, s: None if s.console.enabled else False),
+    # kept-alive clients move to another replica before the engine closes (ragengine/shutdown.py)
+    Setting("shutdown_drain_seconds", (), lambda o, s: SHUTDOWN_DRAIN_S),
+    # FAISS: the new pod's stand-by holds writes until the old pod let go of the index volume (RollingUpdate)
+    Setting("handover_wait_seconds", (), lambda o, s: None if s.storage.vector_store.external else HANDOVER_WAIT_S),
+    # the operator's read of GET /health, when the engine requires a key (manifests/status_key.py)
+    Setting("status_key_sha256", (), lambda o, s: status_key_sha256(o) if s.auth.enabled else None),
+)
+# spec path -> the EngineSettings field it reaches as a value (a path two fields read names the first of them).
+SPEC_TO_ENGINE = {path: setting.field for setting in reversed(SETTINGS) for path in setting.spec}
 # spec path of a SecretKeyRef -> EngineSettings field (valueFrom.secretKeyRef).
 SECRET_TO_ENGINE = {
     "inference.apiKeySecretRef": "llm_api_key",
@@ -155,43 +191,7 @@ def store_prefix(owner: Owner, spec: RAGEngineSpec) -> str:
 
 def engine_values(owner: Owner, spec: RAGEngineSpec) -> dict[str, Any]:
     """EngineSettings field -> value for everything the spec decides (None = engine default)."""
-    inf, r, vs = spec.inference, spec.retrieval, spec.storage.vector_store
-    return {
-        "vector_store": vs.type,
-        "vector_store_prefix": store_prefix(owner, spec) if vs.external else None,
-        # HNSW: the external store's index, and FAISS's too once an index passes hnsw_threshold
-        "hnsw_m": vs.hnsw.m,
-        "hnsw_ef_construction": vs.hnsw.ef_construction,
-        "hnsw_ef_search": vs.hnsw.ef_search,
-        "store_hnsw_threshold": vs.hnsw.threshold,
-        "vector_compression": vs.compression,
-        "store_keyword_index": vs.keyword_index,
-        "llm_url": llm_url(owner, spec),
-        "llm_model": served_model(spec),
-        "context_window": inf.context_window if inf else None,
-        "embedding_file": f"{c.ENGINE_EMBEDDING_DIR}/{c.ENGINE_EMBEDDING_FILE}",  # spec.embedding, watched
-        "embedding_cache_dir": c.ENGINE_MODEL_CACHE_DIR,  # on the data volume: downloaded once
-        "context_token_ratio": r.context_token_ratio,
-        "similarity_threshold": r.similarity_threshold,
-        "no_context": r.no_context,
-        "hybrid": r.hybrid,
-        "rerank_model": r.rerank_model,
-        "screen_indexes": r.screen_indexes,
-        "guardrails_policy": POLICY_PATH if spec.guardrails.enabled else None,
-        # spec.evaluation, watched (manifests/evaluation.py)
-        "evaluation_file": f"{c.ENGINE_EVALUATION_DIR}/{c.ENGINE_EVALUATION_FILE}" if spec.evaluation else None,
-        "guardrails_fail_open": spec.guardrails.fail_open if spec.guardrails.enabled else None,
-        "mcp_enabled": None if spec.mcp.enabled else False,  # the engine's default is on: no env, no roll on upgrade
-        "mcp_descriptions": spec.mcp.descriptions or None,
-        # nothing while on (the engine's default), so an operator upgrade does not roll every engine
-        "console_enabled": None if spec.console.enabled else False,
-        # kept-alive clients move to another replica before the engine closes (ragengine/shutdown.py)
-        "shutdown_drain_seconds": SHUTDOWN_DRAIN_S,
-        # FAISS: the new pod's stand-by holds writes until the old pod let go of the index volume (RollingUpdate)
-        "handover_wait_seconds": None if vs.external else HANDOVER_WAIT_S,
-        # the operator's read of GET /health, when the engine requires a key (manifests/status_key.py)
-        "status_key_sha256": status_key_sha256(owner) if spec.auth.enabled else None,
-    }
+    return {setting.field: setting.value(owner, spec) for setting in SETTINGS}
 
 
 def embedding_target(spec: RAGEngineSpec) -> tuple[str, str | None]:
