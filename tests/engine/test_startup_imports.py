@@ -84,8 +84,10 @@ with tempfile.TemporaryDirectory() as data:
             assert client.get("/health").status_code == 200
             assert not loaded(), (start, "at /health", loaded())
             if start == "new data folder":
+                assert "faiss" not in sys.modules  # no index yet: FAISS loads with the first one (index/store.py)
                 r = client.post("/index", json={"index_name": "t", "documents": [{"text": "Pumps move water."}]})
                 assert r.status_code == 200, r.text
+                assert "faiss" in sys.modules
             r = client.post("/retrieve", json={"index_name": "t", "query": "what moves water?"})
             assert r.status_code == 200 and r.json()["results"], r.text
             assert not loaded(), (start, "after /index and /retrieve", loaded())
