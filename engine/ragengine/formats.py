@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -156,14 +157,25 @@ def check_revision(where: str, stored: Sequence[str], known: Sequence[str]) -> s
     return revision
 
 
-def known_revisions(script_location: Path) -> list[str]:
-    """The revisions of an alembic migrations folder, oldest first."""
-    from alembic.config import Config
-    from alembic.script import ScriptDirectory
+_REVISION = re.compile(r"^(down_revision|revision)\s*(?::[^=]*)?=\s*(?:None|[\"']([^\"']+)[\"'])\s*$", re.MULTILINE)
 
-    cfg = Config()
-    cfg.set_main_option("script_location", str(script_location))
-    return [r.revision for r in reversed(list(ScriptDirectory.from_config(cfg).walk_revisions()))]
+
+def known_revisions(script_location: Path) -> list[str]:
+    """The revisions of an alembic migrations folder, oldest first: each script's ``revision`` and ``down_revision``
+    as written, followed from the root. Read as text, not through alembic's ScriptDirectory, which imports alembic
+    (and Mako) and every migration script: a start-up that has nothing to migrate does neither (docs/performance.md;
+    tests/conversations/test_migrations.py checks both give the same list)."""
+    parent: dict[str | None, str] = {}
+    for script in sorted((script_location / "versions").glob("*.py")):
+        found = {key: value or None for key, value in _REVISION.findall(script.read_text(encoding="utf-8"))}
+        if "revision" in found and found["revision"] is not None:
+            parent[found.get("down_revision")] = found["revision"]
+    chain: list[str] = []
+    revision = parent.get(None)
+    while revision is not None and len(chain) < len(parent):  # bounded: a cycle cannot loop
+        chain.append(revision)
+        revision = parent.get(revision)
+    return chain
 
 
 def check_schema(conn: Any, where: str, script_location: Path, schema: str | None = None) -> str | None:

@@ -1,6 +1,6 @@
-"""The session store's schema under alembic, on SQLite and on a real PostgreSQL: a new database is made by
-the migrations and matches the models; a database made by the earlier ``create_all`` is adopted (stamped
-at the baseline and upgraded) with its data intact."""
+"""The session store's schema under alembic, on SQLite and on a real PostgreSQL: a new database is made from
+the models and stamped at the head, and is the schema the migrations make; a database made by the earlier
+``create_all`` is adopted (stamped at the baseline and upgraded) with its data intact."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, text
 
 from ragengine.conversations import schema
+from ragengine.conversations.connect import make_engine
 from ragengine.conversations.models import Base
 from ragengine.conversations.store import SessionStore
 
@@ -40,15 +41,64 @@ def head() -> str:
     return ScriptDirectory.from_config(cfg).get_current_head()
 
 
-def test_new_database_is_made_by_the_migrations_and_matches_the_models(url):
+def _schema(engine) -> dict:
+    """Everything the inspector reads of each table: columns (type, nullability, default), keys, indexes."""
+    from sqlalchemy import inspect
+
+    with engine.connect() as conn:
+        inspector = inspect(conn)
+        return {table: {
+            "columns": [(c["name"], str(c["type"]), c["nullable"], str(c.get("default"))) for c in inspector.get_columns(table)],
+            "pk": inspector.get_pk_constraint(table)["constrained_columns"],
+            "fks": sorted((fk["constrained_columns"], fk["referred_table"], fk["referred_columns"],
+                           fk.get("options", {}).get("ondelete")) for fk in inspector.get_foreign_keys(table)),
+            "indexes": sorted((i["name"], i["column_names"], bool(i["unique"])) for i in inspector.get_indexes(table)),
+            "unique": sorted((u["column_names"]) for u in inspector.get_unique_constraints(table)),
+        } for table in sorted(inspector.get_table_names()) if table != "alembic_version"}
+
+
+def test_new_database_made_from_the_models_is_the_schema_the_migrations_make(url):
+    """An empty database is made from the models and stamped at the head (no alembic at start-up); the migrations,
+    which upgrade every older database, must make exactly that schema, and agree with the models."""
     store = SessionStore(url)
     store.create_tables()
     assert schema.current_revision(store.engine) == head()
-    with store.engine.connect() as conn:
+    migrated = make_engine(url.replace("sessions.db", "migrated.db") if url.startswith("sqlite") else _another_database(url))
+    with migrated.begin() as conn:
+        command.upgrade(schema._config(conn), "head")
+    with migrated.connect() as conn:
         diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
     assert diff == [], f"the migrations and the models disagree: {diff}"
+    assert _schema(store.engine) == _schema(migrated)
+    assert schema.current_revision(migrated) == head()
+    migrated.dispose()
+    with store.engine.begin() as conn:  # alembic takes the stamp as its own: nothing left to upgrade
+        command.upgrade(schema._config(conn), "head")
     store.create_tables()  # idempotent: a second start changes nothing
+    assert schema.current_revision(store.engine) == head()
     store.close()
+
+
+def _another_database(url: str) -> str:
+    name = f"migrated_{next(_dbs)}"
+    with psycopg.connect(url.rsplit("/", 1)[0] + "/postgres", autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return url.rsplit("/", 1)[0] + f"/{name}"
+
+
+def test_known_revisions_read_as_text_are_alembics():
+    """formats.known_revisions reads the scripts' revision lines instead of importing alembic: the same list, oldest
+    first, for both migration folders."""
+    from alembic.config import Config
+
+    from ragengine.formats import known_revisions
+    from ragengine.stores.postgres.store import MIGRATIONS
+
+    for folder in (schema.MIGRATIONS, MIGRATIONS):
+        cfg = Config()
+        cfg.set_main_option("script_location", str(folder))
+        walked = [r.revision for r in reversed(list(ScriptDirectory.from_config(cfg).walk_revisions()))]
+        assert known_revisions(folder) == walked and len(walked) >= 4
 
 
 async def test_database_from_create_all_is_adopted_with_its_data(url):

@@ -51,3 +51,51 @@ def test_the_mcp_sdk_is_imported_by_the_first_mcp_request_not_by_the_start_up():
     """Issue 45: an engine no agent talks to does not pay the SDK's import (a second or two, ~30 MiB)."""
     result = subprocess.run([sys.executable, "-c", LAZY_MCP], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
+
+
+# What a FAISS engine with a plain configuration (no PDF/office/OCR document, no Milvus or PostgreSQL, no tracing
+# endpoint, no guardrails policy or access file, no agent on /mcp) must not import, at start-up nor on its first
+# requests, nor when it restarts on what it wrote (docs/performance.md, "What a FAISS engine loads").
+NOT_LOADED = """
+import sys, tempfile
+from fastapi.testclient import TestClient
+from ragengine.app import create_app
+from ragengine.settings import EngineSettings
+
+UNUSED = {
+    "pymilvus", "psycopg", "pgvector",  # the external stores
+    "pdfplumber", "pdfminer", "pypdf", "pypdfium2", "pytesseract", "docx", "pptx", "openpyxl",  # documents, OCR
+    "alembic", "mako",  # the session store's migrations: a new database is made from the models, a current one kept
+    "opentelemetry.sdk", "opentelemetry.exporter", "opentelemetry.instrumentation",  # tracing (FastAPI itself imports the API)
+    "regex", "detect_secrets", "json_repair", "tiktoken", "yaml",  # a guardrails policy, an access file
+    "mcp", "llama_index", "tree_sitter_language_pack",  # /mcp; splitters of texts longer than one chunk, of code
+    "torch", "transformers", "sentence_transformers", "onnxruntime",  # the OpenVINO export serves the embedding
+    "hypothesis", "kopf", "kubernetes",
+}
+
+
+def loaded() -> list[str]:
+    return sorted(m for m in sys.modules if any(m == u or m.startswith(u + ".") for u in UNUSED))
+
+
+with tempfile.TemporaryDirectory() as data:
+    for start in ("new data folder", "restart on it"):
+        with TestClient(create_app(EngineSettings(data_dir=data))) as client:
+            assert client.get("/health").status_code == 200
+            assert not loaded(), (start, "at /health", loaded())
+            if start == "new data folder":
+                assert "faiss" not in sys.modules  # no index yet: FAISS loads with the first one (index/store.py)
+                r = client.post("/index", json={"index_name": "t", "documents": [{"text": "Pumps move water."}]})
+                assert r.status_code == 200, r.text
+                assert "faiss" in sys.modules
+            r = client.post("/retrieve", json={"index_name": "t", "query": "what moves water?"})
+            assert r.status_code == 200 and r.json()["results"], r.text
+            assert not loaded(), (start, "after /index and /retrieve", loaded())
+"""
+
+
+def test_a_plain_faiss_engine_imports_nothing_its_configuration_does_not_use():
+    """Issue 45: peak RSS and start-up. Each module set here loads where its feature is first used (a policy, an
+    access file, a migration to run, a document of that format, a store, an agent), never in an engine without it."""
+    result = subprocess.run([sys.executable, "-c", NOT_LOADED], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]

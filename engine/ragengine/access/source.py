@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from ragengine.access.review_budget import ReviewBudget
@@ -99,6 +98,8 @@ def unmatched_patterns(principals: list[Principal], names: list[str]) -> list[st
 
 
 def parse_rules(text: str, origin: str) -> AccessRules:
+    import yaml  # here: an engine without an access file never parses YAML
+
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

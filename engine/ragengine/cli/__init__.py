@@ -129,8 +129,9 @@ def serve(host, port, data_dir, embedding_model, embedding_url, llm_url, rerank_
         raise click.ClickException(f"cannot bind {settings.host}:{settings.port}: {exc.strerror}") from exc
     bound = sock.getsockname()[1]
     click.echo(f"listening on http://{settings.host}:{bound}", err=True)
+    # ws="none": the engine has no WebSocket route, so uvicorn need not import a WebSocket library to refuse upgrades
     config = uvicorn.Config(app, host=settings.host, port=bound, log_level=log_level.lower(), timeout_graceful_shutdown=30,
-                            log_config=None, access_log=False)
+                            log_config=None, access_log=False, ws="none")
     from ragengine.shutdown import DrainingServer
 
     DrainingServer(config, app.state.drain, settings.shutdown_drain_seconds).run(sockets=[sock])

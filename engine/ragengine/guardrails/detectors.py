@@ -19,8 +19,10 @@ import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import regex
+if TYPE_CHECKING:  # imported by secret_rules: an engine without a policy never loads regex (6 MiB)
+    import regex
 
 log = logging.getLogger("ragengine.guardrails")
 
@@ -54,6 +56,7 @@ def _confirm_with(plugin) -> Callable[[str], str | None]:
 
 @functools.cache
 def secret_rules() -> tuple[SecretRule, ...]:
+    import regex
     from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
     from detect_secrets.plugins.base import RegexBasedDetector
 

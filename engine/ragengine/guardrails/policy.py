@@ -21,8 +21,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
-
 DEFAULT_BLOCK_MESSAGE = "The model output was blocked by output guardrails."
 DEFAULT_ACTION = "redact"
 ACTIONS = ("redact", "block")
@@ -237,6 +235,8 @@ def _action(value: Any, fallback: str, warnings: list[str]) -> str:
 
 def parse_policy(text: str | bytes) -> Policy:
     """The policy in ``text``; ``Policy.warnings`` lists what was skipped and why."""
+    import yaml  # here: an engine without a policy file never parses YAML
+
     data = text.encode() if isinstance(text, str) else text
     try:
         loaded = yaml.safe_load(data.decode("utf-8")) or {}

@@ -25,13 +25,12 @@ module; the rules' matching that both use (hits, overlaps, replacement) is ``gua
 
 from __future__ import annotations
 
+import functools
 import json as jsonlib
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
-
-import regex
 
 from ragengine.guardrails.detectors import encoding, redact_secret, secret_rules
 from ragengine.guardrails.policy import (
@@ -53,7 +52,17 @@ REDACTED = "[REDACTED]"
 INVISIBLE_CATEGORIES = frozenset({"Cf", "Co", "Cn"})  # llm-guard's InvisibleText
 WORDS_PER_MINUTE = 200  # llm-guard's ReadingTime
 # llm-guard's JSON scanner's candidate pattern (balanced braces, recursive: the regex module)
-JSON_PATTERN = regex.compile(r"(?<!\\)(?:\\\\)*\{(?:[^{}]|(?R))*\}", regex.DOTALL)
+JSON_PATTERN = r"(?<!\\)(?:\\\\)*\{(?:[^{}]|(?R))*\}"
+
+# The regex module (6 MiB of Unicode tables) is imported where a policy is compiled or applied, never at import: an
+# engine without a policy does not load it (tests/engine/test_startup_imports.py).
+
+
+@functools.cache
+def _json_pattern() -> Any:
+    import regex
+
+    return regex.compile(JSON_PATTERN, regex.DOTALL)
 
 
 @dataclass
@@ -96,6 +105,8 @@ def _secret(confirm, mode: str) -> Finder:
 
 
 def ban_pattern(cfg: BanSubstringsConfig) -> str:
+    import regex
+
     parts = [regex.escape(s) for s in sorted(cfg.substrings, key=len, reverse=True)]
     if cfg.match_type == "word":  # llm-guard's word match: \b on both sides of each substring
         parts = [rf"\b{p}\b" for p in parts]
@@ -106,6 +117,8 @@ class OutputGuard:
     """A compiled policy. ``warnings``: scanners the compiler had to drop (patterns ``regex`` refuses)."""
 
     def __init__(self, policy: Policy) -> None:
+        import regex
+
         self.policy = policy
         self.rules: list[Rule] = []
         self.invisible: int | None = None
@@ -119,6 +132,8 @@ class OutputGuard:
                 self.warnings.append(f"scanners[{i}] ({spec.type}): cannot be compiled, skipped: {exc}")
 
     def _compile(self, i: int, spec: ScannerSpec) -> None:
+        import regex
+
         cfg = spec.config
         if isinstance(cfg, InvisibleTextConfig):
             self.invisible = i
@@ -217,6 +232,8 @@ class OutputGuard:
         return "".join(kept)
 
     def _whole(self, i: int, text: str, v: Verdict) -> str:
+        import regex
+
         cfg, block = self.policy.scanners[i].config, self.action_of(i) == "block"
         if isinstance(cfg, JSONConfig):
             return _json(cfg, text, v, i, block)
@@ -244,6 +261,8 @@ class OutputGuard:
         return text
 
     def _limit_whole(self, i: int, text: str, v: Verdict) -> str:
+        import regex
+
         cfg, action = self.policy.scanners[i].config, self.action_of(i)
         if isinstance(cfg, TokenLimitConfig):
             enc = encoding(cfg.encoding_name, cfg.model_name)
@@ -273,7 +292,7 @@ def _json(cfg: JSONConfig, text: str, v: Verdict, i: int, block: bool) -> str:
     if not text.strip():
         return text
     valid = invalid = repaired = 0
-    for candidate in JSON_PATTERN.findall(text):
+    for candidate in _json_pattern().findall(text):
         if _is_json(candidate):
             valid += 1
             continue

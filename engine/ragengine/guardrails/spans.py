@@ -8,9 +8,10 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import regex
+if TYPE_CHECKING:  # imported where a rule is compiled: an engine without a policy never loads regex (6 MiB)
+    import regex
 
 Finder = Callable[[Any], tuple[int, int, str] | None]  # a match -> (start, end, replacement), None = no hit
 

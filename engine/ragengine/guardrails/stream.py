@@ -14,8 +14,6 @@ stream is held to its end. Limits count the released text.
 
 from __future__ import annotations
 
-import regex
-
 from ragengine.guardrails.detectors import encoding
 from ragengine.guardrails.policy import TokenLimitConfig
 from ragengine.guardrails.scan import WORDS_PER_MINUTE, OutputGuard, Verdict
@@ -181,6 +179,8 @@ class _LimitState:
         return allowed[len(self.text):] if allowed.startswith(self.text) else ""
 
     def _words(self, piece: str) -> str:
+        import regex  # loaded by the policy's compilation already (guardrails/scan.py)
+
         max_words = int(self.cfg.max_time * WORDS_PER_MINUTE)
         for m in regex.finditer(r"\S+", piece):
             if m.start() == 0 and self.in_word:

@@ -17,15 +17,26 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import faiss as _faiss
 import numpy as np
-
-faiss: Any = _faiss  # the SWIG module's stubs miss HNSW search parameters and selectors
 
 log = logging.getLogger(__name__)
 
-# faiss 1.15 skips BLAS below 128000 queries per batch, which makes batched flat search 10x slower.
-faiss.cvar.distance_compute_blas_threshold = 20
+
+class _Faiss:
+    """faiss, imported by the first vector store made (an index created or restored): an engine with no index yet,
+    or on PostgreSQL or Milvus, does not load it (22 MiB, a tenth of the start-up's imports; docs/performance.md)."""
+
+    def __getattr__(self, name: str) -> Any:
+        global faiss
+        import faiss as module
+
+        # faiss 1.15 skips BLAS below 128000 queries per batch, which makes batched flat search 10x slower.
+        module.cvar.distance_compute_blas_threshold = 20
+        faiss = module
+        return getattr(module, name)
+
+
+faiss: Any = _Faiss()  # Any: the SWIG module's stubs miss HNSW search parameters and selectors
 
 EXACT_FRACTION = 0.1  # filtered HNSW searches allowing <= this share of vectors scan them exactly
 
