@@ -38,7 +38,10 @@ QUERY_THREADS = 1  # see the module docstring
 MAX_DEFAULT_THREADS = 8
 # Tokens per forward pass: bounds a batch's activations whatever its length. Measured on 300 passages:
 # 16,384 gave 2.7 texts/s at 1,321 MiB peak, 4,096 gave 5.5 texts/s at 503 MiB (cache-sized batches).
-TOKENS_PER_BATCH = 4_096
+# Then on 1,000 Python-docs passages, OpenVINO, 2 streams (issue 45, the engine's peak RSS): 4,096 peaked at
+# 563-568 MiB for 35.4-36.2 s of CPU, 2,048 at 504 MiB / 34.5 s, 1,024 at 449-450 MiB / 33.8-34.3 s, 512 at
+# 465 MiB / 34.1 s. Below 1,024 nothing more is saved; the CPU per passage does not grow down to it.
+TOKENS_PER_BATCH = 1_024
 
 Feed = dict[str, np.ndarray]
 Run = Callable[[Feed], np.ndarray]  # one padded batch → the last hidden state; callable from many threads
