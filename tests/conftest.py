@@ -8,7 +8,6 @@ from __future__ import annotations
 import functools
 import itertools
 import os
-import re
 from collections.abc import Iterator
 
 import httpx._transports.default
@@ -109,32 +108,19 @@ STORE_PARAMS = ("vector_store", "store", "adapter", "url")
 # run the rest (make test: -n 3 --dist loadgroup). They mostly wait on the cluster, the others on the CPU.
 # (make test runs tests/node before, alone; with -n they are in the group too.)
 CLUSTER_GROUP = ("tests/node/", "tests/operator/integration/")
-# A module with module- or class-scoped fixtures (the previous release's data folder, an engine the module's
-# tests share) is one group too: spread over the workers, each of them built the fixture again.
-SHARED_SCOPE = re.compile(r"""scope=["'](module|class|package)["']""")
 
 
 def pytest_xdist_make_scheduler(config, log):
     """``--dist loadgroup`` with the cluster's tests as one group, chosen by path. Not xdist's ``xdist_group``
     marker: xdist 3.8 renames a marked test's ``_nodeid``, which pytest 9.2 no longer reads (its node ids
-    are ``_id``), so every test ran wherever it fell and the cluster's tests ran side by side. Every other test
-    is a group of its own, but for the tests of a module with module-scoped fixtures (``SHARED_SCOPE``)."""
+    are ``_id``), so every test ran wherever it fell and the cluster's tests ran side by side."""
     if config.getvalue("dist") != "loadgroup":
         return None
     from xdist.scheduler import LoadScopeScheduling
 
-    root = config.rootpath
-
-    @functools.cache
-    def shares_fixtures(path: str) -> bool:
-        return SHARED_SCOPE.search((root / path).read_text(encoding="utf-8")) is not None
-
     class ClusterGroup(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            if nodeid.startswith(CLUSTER_GROUP):
-                return "cluster"
-            path = nodeid.split("::", 1)[0]
-            return path if shares_fixtures(path) else nodeid
+            return "cluster" if nodeid.startswith(CLUSTER_GROUP) else nodeid
 
     return ClusterGroup(config, log)
 
