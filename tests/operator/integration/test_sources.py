@@ -44,7 +44,8 @@ def test_configmap_source_follows_edits_and_removal(kube, namespace, source_engi
         "remove.md": "# Remove\n\nUninstalling deletes the program files only.\n"}})
     httpx.post(f"{source_engine}/index", json={"index_name": index, "documents": [
         {"doc_id": "by-hand", "text": "A document a user added through the API."}]}).raise_for_status()
-    kube.create_rag(ns, n, {"sources": [{"name": "faq", "index": index, "configMap": {"name": "faq"}}]})
+    # checked every 10 s (the least allowed), not the default 30 s: the edit below is found by a check, sooner
+    kube.create_rag(ns, n, {"sources": [{"name": "faq", "index": index, "interval": "10s", "configMap": {"name": "faq"}}]})
     kube.wait_ready(ns, n)
     kube.kubectl("wait", "-n", ns, "--for=condition=SourcesSynced", f"rag/{n}", "--timeout=60s")  # as users do
     version = kube.core.read_namespaced_config_map("faq", ns).metadata.resource_version
