@@ -50,38 +50,41 @@ def span_bounds(text: str, span: Any) -> tuple[int, int]:
 
 
 @dataclass(frozen=True)
-class _Structure:
+class Structure:
+    """A document's parts (index/structure.py) with their starts, for finding the parts a span holds."""
+
     parts: tuple[Part, ...]
     starts: list[int]
 
     @classmethod
-    def of(cls, every: tuple[Part, ...]) -> _Structure:
+    def of(cls, text: str) -> Structure:
+        every = compute_parts(text)
         return cls(every, [p.start for p in every])
 
 
-@lru_cache(maxsize=64)
-def _cached(text: str) -> _Structure:
-    """For retrieval: each hit asks again, and the text is the stored document's own object (no copy is kept)."""
-    return _Structure.of(compute_parts(text))
-
-
-def chunk_place(text: str, metadata: dict | None, span: Any) -> dict:
-    """The place of the chunk ``span`` of a document (keys of ``PLACE_KEYS``; empty when it has none)."""
-    return _place(text, metadata, span, None)
+def chunk_place(text: str, metadata: dict | None, span: Any, structure: Structure | None = None) -> dict:
+    """The place of the chunk ``span`` of a document (keys of ``PLACE_KEYS``; empty when it has none).
+    ``structure``: the document's, when the caller keeps it (retrieval keeps it on the stored record, so a
+    document hit again is not read again); read here otherwise."""
+    return _place(text, metadata, span, structure)
 
 
 def chunk_places(text: str, metadata: dict | None, spans: Sequence[Any]) -> list[dict]:
-    """The place of each of a document's chunks, the structure read once and not cached (a write's
-    text is not kept once it is stored)."""
-    structure = None if (metadata or {}).get("split_type") == "code" else _Structure.of(compute_parts(text))
+    """The place of each of a document's chunks, the structure read once."""
+    structure = None if is_code(metadata) else Structure.of(text)
     return [_place(text, metadata, span, structure) for span in spans]
 
 
-def _place(text: str, metadata: dict | None, span: Any, structure: _Structure | None) -> dict:
+def is_code(metadata: dict | None) -> bool:
+    """Code documents are placed by their lines and definitions, not by a structure of headings."""
+    return (metadata or {}).get("split_type") == "code"
+
+
+def _place(text: str, metadata: dict | None, span: Any, structure: Structure | None) -> dict:
     start, end = span_bounds(text, span)
-    if (metadata or {}).get("split_type") == "code":
+    if is_code(metadata):
         return _code_place(text, metadata or {}, start, end)
-    held = _held_parts(text, start, end, structure or _cached(text))
+    held = _held_parts(text, start, end, structure or Structure.of(text))
     place: dict[str, Any] = {}
     paths = list(dict.fromkeys(p.path for p in held))
     path = _with_title(document_title(metadata), _common(paths))
@@ -104,7 +107,7 @@ def _place(text: str, metadata: dict | None, span: Any, structure: _Structure | 
     return place
 
 
-def _held_parts(text: str, start: int, end: int, structure: _Structure) -> list[Part]:
+def _held_parts(text: str, start: int, end: int, structure: Structure) -> list[Part]:
     """The parts whose text the chunk holds (a part the chunk only takes a heading line of does not
     count); the part it starts in when it holds no text at all."""
     every = structure.parts

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ragengine import metrics
-from ragengine.index.places import chunk_place, node_metadata
+from ragengine.index.places import Structure, chunk_place, is_code, node_metadata
 from ragengine.index.state import IndexState, node_id
-from ragengine.index.types import RetrievedNode, cosine_to_score
+from ragengine.index.types import DocRecord, RetrievedNode, cosine_to_score
 from ragengine.observability import tracing
 from ragengine.retrieval import long_query
 from ragengine.retrieval.grouping import OVERFETCH, cap_per_document
@@ -110,7 +110,7 @@ def _fuse(state: IndexState, qvec: np.ndarray, d_slots: np.ndarray, d_cos: np.nd
         score = cosine_to_score(cos)
         span = (0, len(rec.text)) if rec.spans is None else rec.spans[i]
         # where the chunk is (heading path, page, slide, ...) and its citation text: index/places.py
-        metadata = node_metadata(rec.metadata, chunk_place(rec.text, rec.metadata, span), rec.doc_id)
+        metadata = node_metadata(rec.metadata, chunk_place(rec.text, rec.metadata, span, _structure(rec)), rec.doc_id)
         nodes.append(RetrievedNode(
             doc_id=rec.doc_id, node_id=node_id(rec.doc_id, i, text), text=text, score=score,
             metadata=metadata, dense_score=score if slot in dense else None,
@@ -118,6 +118,13 @@ def _fuse(state: IndexState, qvec: np.ndarray, d_slots: np.ndarray, d_cos: np.nd
             dense_rank=dense_ranks.get(slot), sparse_rank=sparse_ranks.get(slot), fused_score=fused.get(slot),
         ))
     return nodes
+
+
+def _structure(rec: DocRecord) -> Structure | None:
+    """The record's document structure, read once (a hit's place needs it; compute_parts was most of a fusion)."""
+    if rec.structure is None and not is_code(rec.metadata):
+        rec.structure = Structure.of(rec.text)  # a race only reads it twice: the same value
+    return rec.structure
 
 
 def _widen_for_documents(nodes: list[RetrievedNode], state: IndexState, qvec: np.ndarray, query: str, n_out: int,

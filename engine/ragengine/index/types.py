@@ -73,6 +73,9 @@ class DocRecord:
     spans: list[Any] | None  # per chunk: (start, end) into text, or the chunk's own text
     # Per tokenizer identity, the token count of each chunk (stored at ingestion; None: never counted).
     tokens: dict[str, list[int]] | None = None
+    # The document's structure (index/places.py), read by the first retrieval that places one of its chunks and
+    # kept while the record lives (a record is replaced, never edited). Not stored: it is derived from ``text``.
+    structure: Any = field(default=None, repr=False, compare=False)
 
     def chunk_tokens(self, i: int) -> dict[str, int] | None:
         if not self.tokens:
