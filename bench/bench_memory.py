@@ -133,6 +133,8 @@ def report(results: dict) -> None:
     by = {c: {r["chunks"]: r for r in results["curve"] if r["compression"] == c} for c in COMPRESSIONS}
     sizes = sorted(set(by["none"]) & set(by["sq8"]))
     print(f"\n=== FAISS index memory ({results.get('machine', '-')}) ===")
+    if results.get("curve_note"):
+        print(results["curve_note"])
     print("| chunks | MiB none | MiB sq8 | sq8 saves | MiB per 100k chunks none / sq8 | FAISS part none / sq8 (MiB) "
           "| disk none / sq8 (MiB) | dense recall@10 none / sq8 |")
     print("|---|---|---|---|---|---|---|---|")
