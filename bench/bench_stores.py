@@ -56,8 +56,8 @@ def registry_for(kind: str, settings_kw: dict, embedder):
     from ragengine.settings import EngineSettings
     from ragengine.versions import build_registry
 
-    if kind == "faiss-sq8":
-        kind, settings_kw = "faiss", {**settings_kw, "vector_compression": "sq8"}
+    if kind in ("faiss", "faiss-sq8"):  # named, not the engine's default (sq8 since issue 45): a row is one format
+        kind, settings_kw = "faiss", {"vector_compression": "sq8" if kind == "faiss-sq8" else "none", **settings_kw}
     return build_registry(EngineSettings(**settings_kw, vector_store=kind), embedder)
 
 

@@ -25,6 +25,7 @@ BENCHES = {
     "operator": "bench_operator",
     "failure_report": "bench_failure_report",
     "stores": "bench_stores",
+    "memory": "bench_memory",  # FAISS index memory per 100k chunks, none against sq8, and sq8's recall (issue 45)
     "versions": "bench_versions",
     "evaluation": "bench_evaluation",
     "sources": "bench_sources",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
 _WORDS = [
@@ -26,8 +28,9 @@ def vocabulary(size: int = 3000, seed: int = 0) -> list[str]:
     return _WORDS + sorted(made)
 
 
-def passages(n: int, words: tuple[int, int] = (20, 40), seed: int = 1) -> list[str]:
-    """``n`` pseudo-sentences of ``words`` words from a Zipf-ish vocabulary (so BM25 has real work)."""
+def passages(n: int, words: tuple[int, int] = (20, 40), seed: int = 1, first: int = 0) -> list[str]:
+    """``n`` pseudo-sentences of ``words`` words from a Zipf-ish vocabulary (so BM25 has real work), numbered
+    from ``first``."""
     vocab = vocabulary()
     rng = np.random.default_rng(seed)
     p = 1.0 / np.arange(1, len(vocab) + 1) ** 0.9
@@ -36,20 +39,29 @@ def passages(n: int, words: tuple[int, int] = (20, 40), seed: int = 1) -> list[s
     for i in range(n):
         k = int(rng.integers(words[0], words[1] + 1))
         ws = rng.choice(len(vocab), size=k, p=p)
-        out.append(f"Passage {i}: " + " ".join(vocab[w] for w in ws) + ".")
+        out.append(f"Passage {first + i}: " + " ".join(vocab[w] for w in ws) + ".")
     return out
 
 
 def clustered_unit_vectors(n: int, dim: int = 384, clusters: int = 1000, spread: float = 0.35,
                            seed: int = 2) -> np.ndarray:
     """Unit vectors around ``clusters`` random centres: closer to real embeddings than iid noise."""
+    out = np.empty((n, dim), dtype=np.float32)
+    start = 0
+    for batch in clustered_unit_batches(n, dim, clusters, spread, seed):
+        out[start : start + len(batch)] = batch
+        start += len(batch)
+    return out
+
+
+def clustered_unit_batches(n: int, dim: int = 384, clusters: int = 1000, spread: float = 0.35, seed: int = 2,
+                           step: int = 100_000) -> Iterator[np.ndarray]:
+    """``clustered_unit_vectors`` ``step`` rows at a time (the same rows for the default ``step``), so a
+    benchmark need not hold a million of them besides the index it measures."""
     rng = np.random.default_rng(seed)
     centres = rng.standard_normal((clusters, dim)).astype(np.float32)
     centres /= np.linalg.norm(centres, axis=1, keepdims=True)
-    out = np.empty((n, dim), dtype=np.float32)
-    step = 100_000
     for start in range(0, n, step):
         m = min(step, n - start)
         x = centres[rng.integers(0, clusters, m)] + spread * rng.standard_normal((m, dim)).astype(np.float32) / np.sqrt(dim)
-        out[start : start + m] = x / np.linalg.norm(x, axis=1, keepdims=True)
-    return out
+        yield x / np.linalg.norm(x, axis=1, keepdims=True)

@@ -170,9 +170,12 @@ class EngineSettings(BaseSettings):
     chunk_overlap: int = Field(32, ge=0, description="Default chunk overlap in tokens.")
     hnsw_threshold: int = Field(50_000, ge=0, description="Indexes with more vectors than this switch to HNSW.")
     vector_compression: Literal["none", "sq8"] = Field(
-        "none",
-        description="FAISS: 'sq8' keeps an HNSW index's vectors as 8-bit codes, a quarter of the memory (docs/stores.md "
-                    "measures the recall); applies to indexes as they move to HNSW or are compacted.",
+        "sq8",
+        description="FAISS: 'sq8' keeps an HNSW index's vectors as 8-bit codes, a quarter of the vectors' memory (a "
+                    "third of the index's at a million chunks, for no measured loss of recall of relevant documents: "
+                    "docs/stores.md, bench/bench_memory.py); 'none' keeps float vectors. Applies when an index's HNSW "
+                    "is built (a new index or version outgrowing hnsw_threshold); an existing HNSW index keeps the "
+                    "format it was built with.",
     )
     hnsw_m: int = Field(32, ge=4, le=128)
     hnsw_ef_search: int = Field(

@@ -169,6 +169,28 @@ def test_sq8_keeps_a_quarter_of_the_memory_and_finds_what_exact_search_finds(tmp
         VectorStore(DIM, hnsw_threshold=100, compression="pq")
 
 
+@pytest.mark.parametrize(("built", "setting"), [("none", "sq8"), ("sq8", "none")])
+def test_an_hnsw_index_keeps_the_vector_format_it_was_built_with(tmp_path, built, setting):
+    """A changed ``vector_compression`` (the default moved from none to sq8) never converts an HNSW index on disk:
+    read back and compacted, it keeps its format; only a new HNSW build (a flat index outgrowing the threshold, a
+    new index or version) takes the setting."""
+    state = IndexState("t", DIM, ChunkingConfig(), {"hnsw_threshold": 100, "compression": built})
+    adds = [{"id": f"d{i}", "text": f"text {i}", "meta": {}, "spans": [[0, len(f"text {i}")]]} for i in range(300)]
+    state.apply({"add": adds}, unit(300))
+    state.store.replace(state.store.build_hnsw(state.store.vectors()), state.store.alive[:300])  # the registry's migration
+    state.seq = 1
+    write_snapshot(state, tmp_path / "snap")
+    loaded = read_snapshot(tmp_path / "snap", "t", DIM, {"hnsw_threshold": 100, "compression": setting})
+    assert loaded.store.kind == "hnsw" and loaded.store.compressed == (built == "sq8")
+    loaded.apply({"delete": [f"d{i}" for i in range(0, 300, 2)]}, None)
+    loaded.compact()
+    assert loaded.store.kind == "hnsw" and loaded.store.compressed == (built == "sq8")
+    fresh = IndexState("u", DIM, ChunkingConfig(), {"hnsw_threshold": 100, "compression": setting})
+    fresh.apply({"add": adds}, unit(300))
+    fresh.compact()  # a new index past the threshold: built with the setting
+    assert fresh.store.kind == "hnsw" and fresh.store.compressed == (setting == "sq8")
+
+
 def test_node_ids_are_uuid5_of_the_document_position_and_text():
     """node_id writes out uuid5 by hand (issue 45: a hundred a chat turn); ids stored before must not change."""
     import uuid

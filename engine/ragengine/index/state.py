@@ -163,7 +163,9 @@ class IndexState:
         for rec in self.docs.values():
             order.extend(rec.slots)
         vectors = self.store.vectors_at(order) if order else np.zeros((0, self.dim), np.float32)
-        store = VectorStore.from_vectors(np.ascontiguousarray(vectors), dim=self.dim, **self.store_kwargs)
+        # In the store's own format: an HNSW index read from disk keeps the compression it was built with.
+        store = VectorStore.from_vectors(np.ascontiguousarray(vectors), dim=self.dim,
+                                         **{**self.store_kwargs, "compression": self.store.compression})
         self.slot_doc, self.slot_seq = [], array("I")
         pos = 0
         for rec in self.docs.values():

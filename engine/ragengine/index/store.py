@@ -6,7 +6,9 @@ an ``IDSelectorBitmap``; the registry compacts tombstones away before a snapshot
 ``hnsw_threshold`` live vectors the index is ``IndexFlatIP`` (exact); above it the vectors migrate
 once into ``IndexHNSWFlat``, or, with ``compression="sq8"``, into ``IndexHNSWSQ``: each vector kept as
 8-bit codes (a quarter of the memory; the ranges trained on the vectors at the migration), so that every
-vector read from the index is a decoded approximation (``vectors_at``). Filtered searches that HNSW
+vector read from the index is a decoded approximation (``vectors_at``). The compression is chosen when the
+HNSW index is built; one read from disk keeps its format (and a compaction rebuilds it in that format), so a
+changed setting never converts an existing HNSW index, in either direction. Filtered searches that HNSW
 cannot answer completely (a selective filter, many tombstones) fall back to an exact scan of the allowed
 vectors, so a filter always restricts the candidates before top-k is taken and never returns fewer hits
 than exist.
@@ -218,3 +220,5 @@ class VectorStore:
         if isinstance(index, faiss.IndexHNSW):
             index.hnsw.efSearch = self.ef_search
         self.replace(index, alive)
+        if self.kind == "hnsw":  # an HNSW index keeps the vector format it was built with, whatever the setting says now
+            self.compression = "sq8" if self.compressed else "none"

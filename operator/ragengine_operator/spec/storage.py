@@ -45,8 +45,9 @@ class VectorStoreSpec(SpecModel):
     hnsw: HNSWSpec = Field(default_factory=HNSWSpec, json_schema_extra={"default": {}})
     compression: Literal["none", "sq8"] | None = Field(
         None,
-        description="faiss: 'sq8' keeps each HNSW index's vectors as 8-bit codes, a quarter of the memory for a "
-                    "small loss of recall (docs/stores.md); engine default none.")
+        description="faiss: 'sq8' keeps each HNSW index's vectors as 8-bit codes, a quarter of the vectors' memory "
+                    "(docs/stores.md measures memory and recall); 'none' keeps float vectors. Engine default sq8. "
+                    "Applies when an index's HNSW is built; an existing HNSW index keeps its format.")
     keyword_index: Literal["memory", "database"] | None = Field(
         None,
         description="postgres: 'memory' answers unfiltered keyword searches from each engine replica's own BM25 "
