@@ -162,7 +162,7 @@ def test_the_model_changes_without_a_restart_through_the_embedding_file(make_ser
             embedding.write_text(json.dumps({"model": WORDLLAMA, "generation": 2}))
             deadline_health = _wait_health(base, lambda h: h["embedding"]["target"] == target_digest(ModelRef(WORDLLAMA)))
             assert deadline_health["embedding"]["generation"] == 2
-            done = wait_job(base, "kb")
+            done = wait_job(base, "kb", started=True)
             loop.wait_for(lambda a: a.version == 2)
         assert done["job"]["state"] == "succeeded" and done["embedding_model"] == WORDLLAMA
         assert [a for a in loop.answers if a.status != 200] == []

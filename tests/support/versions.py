@@ -9,14 +9,19 @@ from dataclasses import dataclass, field
 import httpx
 
 
-def wait_job(base: str, index: str, timeout_s: float = 300.0, headers: dict | None = None) -> dict:
-    """GET /indexes/{index}/reindex until no job runs; the last answer (deadline: an AssertionError)."""
+def wait_job(base: str, index: str, timeout_s: float = 300.0, headers: dict | None = None, *,
+             started: bool = False) -> dict:
+    """GET /indexes/{index}/reindex until no job runs; the last answer (deadline: an AssertionError).
+    ``started``: wait for a job to exist first (a re-index the engine starts itself, on a change of the
+    embedding target, begins on its background loop's next turn, not when /health names the target)."""
     deadline = time.monotonic() + timeout_s
     while True:
         resp = httpx.get(f"{base}/indexes/{index}/reindex", headers=headers, timeout=30)
         assert resp.status_code == 200, resp.text
         body = resp.json()
-        if body["job"] is None or body["job"]["state"] != "running":
+        if body["job"] is None and not started:
+            return body
+        if body["job"] is not None and body["job"]["state"] != "running":
             return body
         assert time.monotonic() < deadline, f"job still running after {timeout_s} s: {body['job']}"
         time.sleep(0.1)
