@@ -81,6 +81,16 @@ case $cmd in
       rm -rf "$tree"; git -C "$ROOT" worktree prune
       git -C "$ROOT" worktree add --detach "$tree" "$PREVIOUS_RELEASE" > /dev/null
     fi
+    # A release's images are made from one commit and never change: kept once built (REBUILD_PREVIOUS=1
+    # builds them again), which saves make test about 80 s on every run.
+    kept=1
+    for image in $(IMAGE_TAG=previous-${PREVIOUS_RELEASE:0:12} bash "$tree/hack/images.sh" names ${asked[@]+"${asked[@]}"}); do
+      podman image exists "$image" || kept=0
+    done
+    if [[ $kept == 1 && ${REBUILD_PREVIOUS:-0} != 1 ]]; then
+      log "the previous release ${PREVIOUS_RELEASE:0:12}: its images are already built (REBUILD_PREVIOUS=1 rebuilds them)"
+      exit 0
+    fi
     log "the previous release ${PREVIOUS_RELEASE:0:12}: its own images.sh and Dockerfiles"
     # only what was asked for: by default, the images that release has (its own default list; it may
     # predate an image, as releases before the sync image do)
