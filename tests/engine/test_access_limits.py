@@ -138,20 +138,22 @@ def test_over_the_token_limit_llm_routes_are_429_others_are_not(tmp_path, embedd
         assert httpx.post(f"{base}/v1/chat/completions", headers=headers, json=body, timeout=60).status_code == 200
         assert llm.chats()[-1]["max_tokens"] < 50
 
-        def refused() -> httpx.Response | None:  # what it spent is settled just after the answer
-            r = httpx.post(f"{base}/v1/chat/completions", headers=headers, json=body, timeout=60)
-            return r if r.status_code == 429 else None
+        def refused(path: str, payload: dict) -> httpx.Response:
+            """The route's answers until a 429: a reservation is settled just after its answer (to what the call
+            spent), so a refusal while one was outstanding can be followed by an admission of what it gave back.
+            Each admission spends, so a route under the limit reaches 429; one outside it never does."""
+            deadline = time.monotonic() + 30
+            while (r := httpx.post(f"{base}{path}", headers=headers, json=payload, timeout=60)).status_code != 429:
+                assert r.status_code == 200, r.text
+                assert time.monotonic() < deadline, f"{path}: the tokens were never charged"
+            return r
 
-        deadline = time.monotonic() + 30
-        while (r := refused()) is None:
-            assert time.monotonic() < deadline, "the tokens were never charged"
+        r = refused("/v1/chat/completions", body)
         assert "50 LLM tokens per minute" in r.json()["error"]["message"] and int(r.headers["retry-after"]) >= 1
         history = [{"role": "user", "content": "How do I restart the cooling pump?"},
                    {"role": "assistant", "content": "Close valve V-7 first."}]
-        assert httpx.post(f"{base}/v1/chat/reformulate", headers=headers, timeout=60,
-                          json={"userMessage": "and then?", "conversation": history}).status_code == 429
-        assert httpx.post(f"{base}/v1/responses", headers=headers, timeout=60,
-                          json={"input": "and then?"}).status_code == 429
+        refused("/v1/chat/reformulate", {"userMessage": "and then?", "conversation": history})
+        refused("/v1/responses", {"input": "and then?"})
         assert get(base, TALKER).status_code == 200  # no LLM, no token limit
 
 
