@@ -95,17 +95,18 @@ async def add_precomputed(state: VersionState, index_name: str, texts: list[str]
 
 
 async def update_documents(state: VersionState, index_name: str, documents: list[dict]) -> dict:
-    book = await state.book(index_name)
-    live = _writable(state, book)
-    out = await state.inner.update_documents(live.physical, documents)
-    await mirror(state, index_name, live.physical, [d["doc_id"] for d in out["updated_documents"]])
-    return out
+    return await _update(state, index_name, documents, metadata_only=False)
 
 
 async def update_metadata(state: VersionState, index_name: str, documents: list[dict]) -> dict:
-    book = await state.book(index_name)
-    live = _writable(state, book)
-    out = await state.inner.update_metadata(live.physical, documents)
+    return await _update(state, index_name, documents, metadata_only=True)
+
+
+async def _update(state: VersionState, index_name: str, documents: list[dict], *, metadata_only: bool) -> dict:
+    """An update on the live version, then mirrored to the others (the documents it updated)."""
+    live = _writable(state, await state.book(index_name))
+    update = state.inner.update_metadata if metadata_only else state.inner.update_documents
+    out = await update(live.physical, documents)
     await mirror(state, index_name, live.physical, [d["doc_id"] for d in out["updated_documents"]])
     return out
 
