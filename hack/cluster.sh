@@ -195,7 +195,11 @@ up() {
 
 node_up() {
   [[ ${RAGENGINE_REAL_NODE:-1} == 0 ]] && { log "RAGENGINE_REAL_NODE=0: no real node"; return; }
-  if API_PORT=$API_PORT "$ROOT/hack/node.sh" up; then
+  # One more try when this machine can run the node but the first start failed (what failed is in
+  # .cluster/logs/node-up.log, which the node's tests quote).
+  if API_PORT=$API_PORT "$ROOT/hack/node.sh" up \
+     || { "$ROOT/hack/node.sh" check > /dev/null && log "the real node did not start: once more" \
+          && { "$ROOT/hack/node.sh" down || true; } && API_PORT=$API_PORT "$ROOT/hack/node.sh" up; }; then
     # With the real node the working class is the default: `local` volumes get the pod's fsGroup, the
     # hostpath provisioner's root-owned 0750 directories do not (a RAGEngine with default storage would
     # crash-loop on an unwritable /data). hack/node/local_pv.py provisions them for any node.

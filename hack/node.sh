@@ -15,7 +15,7 @@
 # only pods that ask for it (the end-to-end tests, the chart's operator in them) run there; everything
 # else keeps landing on kwok's nodes. One real node per machine (kube-proxy and the firewall own global
 # iptables state): a second checkout's `up` says so and leaves the first alone.
-set -euo pipefail
+set -eEuo pipefail  # -E: the ERR trap of `up` also fires inside the functions it calls
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 STATE=${RAGENGINE_CLUSTER_DIR:-$ROOT/.cluster}
 . "$ROOT/hack/control-plane/versions.env"
@@ -34,7 +34,10 @@ PREVIOUS_TAG=previous-${PREVIOUS_RELEASE:0:12}  # hack/images.sh build-previous:
 IMAGES=(localhost/ragengine-engine:dev localhost/ragengine-operator:dev localhost/ragengine-sync:dev
         "localhost/ragengine-engine:$PREVIOUS_TAG" "localhost/ragengine-operator:$PREVIOUS_TAG")
 
-log() { echo "[node] $*" >&2; }
+# `up` also writes its lines to $LOGS/node-up.log: the node's tests quote it when the node is missing (a CI
+# log shows the tests' failures, rarely this script's output).
+UP_LOG=""
+log() { echo "[node] $*" >&2; [[ -z $UP_LOG ]] || echo "[node] $*" >> "$UP_LOG"; }
 die() { log "ERROR: $*"; exit 1; }
 
 node_ip() { ip -4 route get 1 2>/dev/null | sed -n 's/.* src \([0-9.]*\).*/\1/p' | head -1; }
@@ -94,7 +97,7 @@ wait_for() {  # wait_for SECONDS WHAT CMD...
   local t=$1 what=$2 end; shift 2
   end=$(( $(date +%s) + t ))
   until "$@" > /dev/null 2>&1; do
-    [[ $(date +%s) -lt $end ]] || die "timed out after ${t}s waiting for $what (logs: $LOGS)"
+    [[ $(date +%s) -lt $end ]] || { up_failed "$LINENO" "waiting ${t}s for $what"; die "timed out after ${t}s waiting for $what (logs: $LOGS)"; }
     sleep 0.2
   done
 }
@@ -184,10 +187,26 @@ load_images() {
 
 all_up() { for c in "${COMPONENTS[@]}"; do up_ "$c" || return 1; done; }
 
+FAILED=0
+up_failed() {  # up_failed LINE COMMAND: what failed, and the last lines of this start's logs that say why
+  [[ $FAILED == 0 ]] || return 0  # once: the ERR trap fires again in each caller the failure returns through
+  FAILED=1
+  log "ERROR: hack/node.sh line $1 failed: $2"
+  local c l; for c in containerd kubelet; do
+    [[ $LOGS/$c.log -nt $RUN/node-up.started ]] || continue  # a log of an earlier start says nothing of this one
+    log "the last lines of $LOGS/$c.log:"
+    tail -n 8 "$LOGS/$c.log" | while IFS= read -r l; do log "    $l"; done
+  done
+  return 0
+}
+
 up() {
   local why; why=$(why_not)
   [[ -z $why ]] || { log "cannot start the real node: $why"; return 1; }
   mkdir -p "$NODE"/{cni/net.d,cni/ipam,containerd,kubelet,volumes} "$LOGS" "$RUN"
+  UP_LOG=$LOGS/node-up.log; echo "--- hack/node.sh up, $(date -u +%FT%TZ)" >> "$UP_LOG"
+  touch "$RUN/node-up.started"
+  trap 'up_failed $LINENO "$BASH_COMMAND"' ERR
   if all_up; then load_images; log "already up"; return; fi
   down_processes
   local ip t0; ip=$(node_ip); t0=$(date +%s)
@@ -258,7 +277,7 @@ EOF
   start coredns "$BIN/coredns" -conf "$NODE/Corefile"
   start local-pv "$ROOT/.venv/bin/python" "$ROOT/hack/node/local_pv.py" --kubeconfig "$STATE/kubeconfig" \
     --node "$NODE_NAME" --dir "$NODE/volumes"
-  wait_for 90 "node $NODE_NAME Ready" kctl wait --for=condition=Ready "node/$NODE_NAME" --timeout=2s
+  wait_for 180 "node $NODE_NAME Ready" kctl wait --for=condition=Ready "node/$NODE_NAME" --timeout=2s
   # The firewall looks its node up at start: after the kubelet registered it.
   start kube-router "$BIN/kube-router" --kubeconfig="$STATE/kubeconfig" --hostname-override="$NODE_NAME" \
     --run-firewall=true --run-router=false --run-service-proxy=false --run-loadbalancer=false \

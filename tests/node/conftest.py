@@ -59,6 +59,14 @@ def machine_ip() -> str:
     return out.split(" src ")[1].split()[0]
 
 
+def node_up_log(lines: int = 30) -> str:
+    """The end of what `hack/node.sh up` said (the step that failed, the kubelet's last lines), for a CI log."""
+    log = ROOT / ".cluster" / "logs" / "node-up.log"
+    if not log.exists():
+        return "\n(no .cluster/logs/node-up.log: hack/node.sh up never ran)"
+    return "\nthe end of .cluster/logs/node-up.log:\n" + "\n".join(log.read_text().splitlines()[-lines:])
+
+
 @pytest.fixture(scope="session")
 def bin_dir() -> Path:
     out = subprocess.run([str(ROOT / "hack" / "cluster.sh"), "env"], capture_output=True, text=True, check=True).stdout
@@ -77,7 +85,8 @@ def kube(bin_dir, crd_webhook) -> Kube:
     except k8s.ApiException as exc:
         why = subprocess.run([str(ROOT / "hack" / "node.sh"), "check"], capture_output=True, text=True).stdout.strip()
         pytest.fail(f"the real node {NODE} is not in the cluster ({exc.status}): "
-                    f"{why or 'see .cluster/logs/kubelet.log; hack/cluster.sh up starts it'}", pytrace=False)
+                    f"{why or 'see .cluster/logs/kubelet.log; hack/cluster.sh up starts it'}{node_up_log()}",
+                    pytrace=False)
     ready = [c for c in node.status.conditions or [] if c.type == "Ready"]
     if not ready or ready[0].status != "True":
         pytest.fail(f"the real node {NODE} is not Ready: {ready[0].message if ready else 'no condition'}", pytrace=False)
