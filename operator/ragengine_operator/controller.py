@@ -189,7 +189,7 @@ class Controller:
                 if existing is not None and name_conflict(existing, owner) is None:
                     # uid precondition: never the object someone re-created since we looked
                     kube.delete(self.dyn, ref.api_version, ref.kind, owner.namespace, ref.name,
-                                uid=existing["metadata"]["uid"])
+                                uid=existing["metadata"]["uid"], propagation=ref.propagation)
             except ApiException as exc:
                 if exc.status == 403 and ref.kind in CLUSTER_SCOPED:
                     continue  # an operator without cluster-wide rights (rbac.tokenReview: false) made none

@@ -176,6 +176,17 @@ def test_plan_modes():
     assert ("NetworkPolicy", "docs-inference") in {(r.kind, r.name) for r in url.delete}
 
 
+def test_only_what_owns_pods_is_deleted_in_the_foreground():
+    """A foreground delete waits for the garbage collector, which sees a kind whose CRD was just installed
+    only at its next discovery (up to 30 s): a ServiceMonitor removed then lingered (test_monitoring failed
+    now and then). What owns no pods goes at once."""
+    refs = plan(OWNER, RAGEngineSpec.model_validate(FULL)).delete
+    refs += plan(OWNER, RAGEngineSpec.model_validate({"inference": {"url": "http://x/v1"}})).delete
+    assert {r.kind for r in refs if r.propagation == "Foreground"} == {"Deployment", "CronJob"}
+    assert {(r.kind, r.propagation) for r in refs if r.optional} == {
+        ("ScaledObject", "Background"), ("ServiceMonitor", "Background"), ("PodMonitor", "Background")}
+
+
 POSTGRES = {"storage": {"vectorStore": {"type": "postgres", "connectionSecretRef": {"name": "db"}, "hnsw": {"m": 16}}},
             "engine": {"replicas": 3}}
 

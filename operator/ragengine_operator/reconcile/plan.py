@@ -43,6 +43,7 @@ from ..spec import RAGEngineSpec, SecretKeyRef
 
 KEDA_API = "keda.sh/v1alpha1"
 OPTIONAL_APIS = frozenset({MONITORING_API, KEDA_API})  # add-ons' CRDs: a cluster may not serve them
+OWNS_PODS = frozenset({"Deployment", "StatefulSet", "CronJob", "Job"})  # deleted in the foreground
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,13 @@ class Ref:
     # A kind from an add-on's CRD (Prometheus operator, KEDA): where the cluster does not serve it there is
     # nothing to delete, and the controller does not ask.
     optional: bool = False
+
+    @property
+    def propagation(self) -> str:
+        """Foreground where the object owns what runs (a Deployment's pods go before it); Background for
+        the rest, which own nothing: a foreground delete waits for the garbage collector, which watches a
+        kind installed a moment ago (a ServiceMonitor CRD) only after its next discovery, up to 30 s on."""
+        return "Foreground" if self.kind in OWNS_PODS else "Background"
 
 
 @dataclass
