@@ -81,7 +81,9 @@ FROM deps AS app
 COPY README.md /src/
 COPY engine /src/engine
 COPY operator /src/operator
-RUN /opt/uv/bin/uv pip install -q --python /opt/venv/bin/python --target /opt/app --no-deps --no-cache /src \
+RUN --mount=type=secret,id=ca \
+    if [ -s /run/secrets/ca ]; then export SSL_CERT_FILE=/run/secrets/ca; fi; \
+    /opt/uv/bin/uv pip install -q --python /opt/venv/bin/python --target /opt/app --no-deps --no-cache /src \
  && export PYTHONPATH=/opt/app \
  && /opt/venv/bin/python -c "import ragengine.app, ragengine.stores, faiss, openvino, docx, pptx, openpyxl, pdfplumber" \
  && ! /opt/venv/bin/python -c "import torch" 2>/dev/null && ! /opt/venv/bin/python -c "import kopf" 2>/dev/null \
