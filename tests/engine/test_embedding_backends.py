@@ -130,6 +130,27 @@ def test_length_buckets_keep_the_callers_order(onnx_embedder):
     assert np.abs(together - alone).max() < tolerance
 
 
+def test_document_batches_run_at_few_shapes_queries_at_their_own_length(onnx_dir):
+    """Document passes pad to a multiple of PAD_MULTIPLE tokens (a runtime keeps kernels and buffers per input
+    shape: fewer shapes, less memory), within TOKENS_PER_BATCH counted padded; queries run unpadded."""
+    from ragengine.embedding import exported
+
+    backend = export_backend("openvino", onnx_dir)
+    shapes: list[tuple[str, tuple[int, int]]] = []
+    for name in ("_documents", "_queries"):
+        run = getattr(backend, name)
+        setattr(backend, name, lambda feed, run=run, name=name: shapes.append((name, feed["input_ids"].shape)) or run(feed))
+    texts = [" ".join(["word"] * n) for n in range(1, 300, 7)]
+    backend.embed_documents(texts)
+    docs = [shape for name, shape in shapes if name == "_documents"]
+    assert all(length % exported.PAD_MULTIPLE == 0 or length == backend.max_tokens for _, length in docs), docs
+    assert all(rows * length <= max(exported.TOKENS_PER_BATCH, length) for rows, length in docs), docs
+    assert len({length for _, length in docs}) <= -(-backend.max_tokens // exported.PAD_MULTIPLE)
+    shapes.clear()
+    backend.embed_queries(["How do I upgrade Debian?"])
+    assert shapes == [("_queries", (1, len(backend._tok.encode("How do I upgrade Debian?").ids)))]
+
+
 def test_onnx_tokenizer_counts_like_the_models_own(onnx_embedder, embedder, reference):
     long_text = SAMPLE[8]
     want = reference.tokenizer.encode(long_text, add_special_tokens=False)

@@ -77,6 +77,9 @@ def check_data_dir(path: Path) -> None:
 def serve(host, port, data_dir, embedding_model, embedding_url, llm_url, rerank_model, hnsw_threshold,
           load_sample_index, extra, log_level) -> None:
     """Run the engine's HTTP server. Flags override RAGENGINE_* environment variables."""
+    from ragengine.cli.malloc import limit_arenas
+
+    limit_arenas()  # first, before any thread allocates (cli/malloc.py)
     from pydantic import ValidationError
 
     from ragengine.settings import EngineSettings

@@ -42,6 +42,11 @@ MAX_DEFAULT_THREADS = 8
 # 563-568 MiB for 35.4-36.2 s of CPU, 2,048 at 504 MiB / 34.5 s, 1,024 at 449-450 MiB / 33.8-34.3 s, 512 at
 # 465 MiB / 34.1 s. Below 1,024 nothing more is saved; the CPU per passage does not grow down to it.
 TOKENS_PER_BATCH = 1_024
+# Document batches pad to a multiple of this many tokens (queries do not: a 14-token query would run 32).
+# OpenVINO keeps kernels and buffers for each input shape it has run, so fewer distinct shapes hold less:
+# embedding 1,000 passages on 2 streams peaked at 557 MiB unpadded, 508 padded to 32 (522 to 64), at no
+# more CPU (35.3 -> 32.6 s; issue 45, the engine's peak RSS).
+PAD_MULTIPLE = 32
 
 Feed = dict[str, np.ndarray]
 Run = Callable[[Feed], np.ndarray]  # one padded batch → the last hidden state; callable from many threads
@@ -109,9 +114,12 @@ class ExportedModel:
         waiting on each other; the model's input names)."""
         raise NotImplementedError
 
-    def _forward(self, encodings: list, run: Run) -> np.ndarray:
-        """One padded batch → pooled vectors (not normalised)."""
-        length = max(len(e.ids) for e in encodings)
+    def _padded(self, length: int, multiple: int) -> int:
+        return min(-(-length // multiple) * multiple, max(length, self.max_tokens))
+
+    def _forward(self, encodings: list, run: Run, multiple: int = 1) -> np.ndarray:
+        """One padded batch → pooled vectors (not normalised); the length padded to ``multiple``."""
+        length = self._padded(max(len(e.ids) for e in encodings), multiple)
         ids = np.zeros((len(encodings), length), dtype=np.int64)
         mask = np.zeros_like(ids)
         for row, enc in enumerate(encodings):
@@ -126,32 +134,33 @@ class ExportedModel:
         weights = mask[..., None].astype(np.float32)
         return (hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1e-9)
 
-    def _batches(self, encodings: list) -> list[list[int]]:
-        """Indexes of ``encodings`` in length-sorted batches within ``batch_size`` and ``TOKENS_PER_BATCH``."""
+    def _batches(self, encodings: list, multiple: int = 1) -> list[list[int]]:
+        """Indexes of ``encodings`` in length-sorted batches within ``batch_size`` and ``TOKENS_PER_BATCH``
+        (counted at the padded length)."""
         order = sorted(range(len(encodings)), key=lambda i: len(encodings[i].ids))
         batches, start = [], 0
         while start < len(order):
             # Longest member last (sorted): grow the batch while it stays within both limits.
             end = start + 1
             while (end < len(order) and end - start < self.batch_size
-                   and (end - start + 1) * len(encodings[order[end]].ids) <= TOKENS_PER_BATCH):
+                   and (end - start + 1) * self._padded(len(encodings[order[end]].ids), multiple) <= TOKENS_PER_BATCH):
                 end += 1
             batches.append(order[start:end])
             start = end
         return batches
 
-    def _embed(self, texts: list[str], run: Run, pool: ThreadPoolExecutor | None = None) -> np.ndarray:
+    def _embed(self, texts: list[str], run: Run, pool: ThreadPoolExecutor | None = None, multiple: int = 1) -> np.ndarray:
         encodings = self._tok.encode_batch(texts)
-        batches = self._batches(encodings)
+        batches = self._batches(encodings, multiple)
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         vectors = (pool.map if pool is not None and len(batches) > 1 else map)(
-            lambda idx: self._forward([encodings[i] for i in idx], run), batches)
+            lambda idx: self._forward([encodings[i] for i in idx], run, multiple), batches)
         for idx, batch_vectors in zip(batches, vectors, strict=True):
             out[idx] = batch_vectors
         return out
 
     def embed_documents(self, texts: list[str]) -> np.ndarray:
-        return self._embed(texts, self._documents, self._streams)
+        return self._embed(texts, self._documents, self._streams, PAD_MULTIPLE)
 
     def embed_queries(self, texts: list[str]) -> np.ndarray:
         return self._embed([self._query_prompt + t for t in texts] if self._query_prompt else texts, self._queries)
