@@ -395,7 +395,10 @@ def test_engine_not_ready_names_the_failing_dependency(kube, namespace, tmp_path
         wait_for(up, 240, "the engine process up", interval=0.5)
         assert httpx.get(f"http://{ip}:{c.ENGINE_PORT}/ready", timeout=5).status_code == 200  # the LLM is down
         embeddings.close()  # now the embeddings service goes away
-        (pod,) = wait_for(lambda: kube.pods(ns, f"{c.SELECTOR_NAME}={n},{c.SELECTOR_COMPONENT}=engine"), 30, "engine pod")
+        # kwok's "kubelet" first: it starts a pod only while the pod has no IP, so a status written before it
+        # ran left the pod Pending for good (the operator asks only running pods: failed in a full run)
+        (pod,) = wait_for(lambda: [p for p in kube.pods(ns, f"{c.SELECTOR_NAME}={n},{c.SELECTOR_COMPONENT}=engine")
+                                   if p.status.phase == "Running"], 60, "engine pod running")
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         status = {"status": {"podIP": ip, "podIPs": [{"ip": ip}], "conditions": [
             {"type": t, "status": "False", "lastTransitionTime": now, "reason": "ContainersNotReady"}
