@@ -249,9 +249,13 @@ authorization: {mode: Webhook}    # SubjectAccessReview against the cluster's RB
 registerWithTaints: [{key: node.ragengine.io/real, value: "true", effect: NoSchedule}]
 maxPods: 60
 serializeImagePulls: false
-imageGCHighThresholdPercent: 95
-imageGCLowThresholdPercent: 90
-evictionHard: {memory.available: 200Mi, nodefs.available: 5%, imagefs.available: 5%}
+# A developer's disk is shared with podman's image store, whose builds take gigabytes for a while: at the
+# kubelet's own thresholds (5% free) a build beside a run put the node under disk pressure, and its image
+# garbage collection removed every image it was not running (the previous release's included, which the
+# next `up` imported again). Absolute floors instead, for a node that holds only test pods.
+imageGCHighThresholdPercent: 99
+imageGCLowThresholdPercent: 98
+evictionHard: {memory.available: 200Mi, nodefs.available: 2Gi, imagefs.available: 2Gi}
 EOF
   log "starting kubelet as $NODE_NAME on $ip"
   start kubelet "$BIN/kubelet" --config="$NODE/kubelet.yaml" --kubeconfig="$NODE/kubelet.kubeconfig" \
