@@ -252,7 +252,7 @@ serializeImagePulls: false
 # A developer's disk is shared with podman's image store, whose builds take gigabytes for a while: at the
 # kubelet's own thresholds (5% free) a build beside a run put the node under disk pressure, and its image
 # garbage collection removed every image it was not running (the previous release's included, which the
-# next `up` imported again). Absolute floors instead, for a node that holds only test pods.
+# next start imported again). Absolute floors instead, for a node that holds only test pods.
 imageGCHighThresholdPercent: 99
 imageGCLowThresholdPercent: 98
 evictionHard: {memory.available: 200Mi, nodefs.available: 2Gi, imagefs.available: 2Gi}
