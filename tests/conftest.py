@@ -83,6 +83,25 @@ OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARAL
 _saved_env: dict[str, str | None] = {}
 
 
+# make test runs a failed test once more (pytest-rerunfailures; docs/testing.md). The plugin names such a test but
+# prints nothing of its first failure, so it is printed at the end here: a flaky test's cause is in the CI log
+# even when its second run passed.
+_RERUN_FAILURES: list = []
+
+
+def pytest_runtest_logreport(report):
+    if report.outcome == "rerun":
+        _RERUN_FAILURES.append(report)
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _RERUN_FAILURES:
+        terminalreporter.section("the first failure of each test that ran again")
+        for report in _RERUN_FAILURES:
+            terminalreporter.write_line(f"{report.nodeid} ({report.when}):")
+            terminalreporter.write_line(report.longreprtext[-4000:])
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "stores(*kinds): run only on these vector stores (default: every store)")
     config.addinivalue_line("markers", "milvus: runs on Milvus Lite (set on every milvus parametrisation)")
