@@ -38,7 +38,16 @@ alive() {
   local f=$RUN/$1.pid pid
   [[ -f $f ]] || return 1
   pid=$(cat "$f")
-  [[ -r /proc/$pid/cmdline ]] && tr '\0' ' ' < "/proc/$pid/cmdline" | grep -q "$BIN/$1"
+  local cmd  # read whole, then matched: `tr | grep -q` under pipefail could fail on grep's early exit
+  cmd=$(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null) && [[ $cmd == *"$BIN/$1"* ]]
+}
+
+# Running its own binary within 5 s: a component just started shows the shell's command line until its fork
+# has exec'd, which on a loaded machine took longer than the 0.1 s the check waited ("kwok exited" while kwok ran).
+started() {
+  local i
+  for i in $(seq 50); do alive "$1" && return 0; sleep 0.1; done
+  return 1
 }
 
 stop() {
@@ -185,7 +194,7 @@ up() {
     --manage-nodes-with-label-selector= --manage-single-node= \
     --server-address="127.0.0.1:$KWOK_PORT" \
     --cidr=10.244.0.0/16 --node-ip=10.0.0.1 --node-lease-duration-seconds=40
-  for c in "${COMPONENTS[@]}"; do sleep 0.1; alive "$c" || die "$c exited; see $LOGS/$c.log"; done
+  for c in "${COMPONENTS[@]}"; do started "$c" || die "$c exited; see $LOGS/$c.log"; done
   KUBECONFIG=$kc "$BIN/kubectl" apply -f "$ROOT/hack/control-plane/cluster-objects.yaml" > /dev/null
   wait_for 60 "fake nodes Ready" env KUBECONFIG="$kc" "$BIN/kubectl" wait --for=condition=Ready node --all --timeout=2s
   wait_for 60 "default ServiceAccount" env KUBECONFIG="$kc" "$BIN/kubectl" get serviceaccount default -n default

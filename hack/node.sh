@@ -66,7 +66,8 @@ alive() {
   local f=$RUN/$1.pid pid
   [[ -f $f ]] || return 1
   pid=$(cat "$f")
-  [[ -r /proc/$pid/cmdline ]] && tr '\0' ' ' < "/proc/$pid/cmdline" | grep -q -- "$2"
+  local cmd  # read whole, then matched: `tr | grep -q` under pipefail could fail on grep's early exit
+  cmd=$(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null) && [[ $cmd == *"$2"* ]]
 }
 ident() {  # what a component's command line contains (PIDs get reused: check it is still ours)
   case $1 in
@@ -76,6 +77,14 @@ ident() {  # what a component's command line contains (PIDs get reused: check it
   esac
 }
 up_() { alive "$1" "$(ident "$1")"; }
+# Running its own command within 5 s: a component just started shows this shell's command line until its fork
+# has exec'd (on a loaded machine longer than the 1 s the check waited: the node was given up for an "exited"
+# component that was starting).
+started() {
+  local i
+  for i in $(seq 50); do up_ "$1" && return 0; sleep 0.1; done
+  return 1
+}
 
 start() {  # start NAME CMD...: detached, PID recorded, log in $LOGS/NAME.log
   local c=$1; shift
@@ -287,7 +296,7 @@ EOF
     --run-firewall=true --run-router=false --run-service-proxy=false --run-loadbalancer=false \
     --service-cluster-ip-range="$SERVICE_CIDR" --metrics-port=0 --health-port=0
   sleep 1
-  for c in "${COMPONENTS[@]}"; do up_ "$c" || die "$c exited; see $LOGS/$c.log"; done
+  for c in "${COMPONENTS[@]}"; do started "$c" || die "$c exited; see $LOGS/$c.log"; done
   log "real node $NODE_NAME Ready in $(( $(date +%s) - t0 )) s"
 }
 
