@@ -258,6 +258,9 @@ authorization: {mode: Webhook}    # SubjectAccessReview against the cluster's RB
 registerWithTaints: [{key: node.ragengine.io/real, value: "true", effect: NoSchedule}]
 maxPods: 60
 serializeImagePulls: false
+# A ConfigMap or Secret volume is refreshed at the pod's next sync: every minute at the kubelet's default, 10 s
+# here (a test node with a few pods), so a test of a mounted edit waits seconds, not a minute per edit.
+syncFrequency: 10s
 # A developer's disk is shared with podman's image store, whose builds take gigabytes for a while: at the
 # kubelet's own thresholds (5% free) a build beside a run put the node under disk pressure, and its image
 # garbage collection removed every image it was not running (the previous release's included, which the

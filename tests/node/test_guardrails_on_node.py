@@ -1,9 +1,9 @@
 """Issue 26 on the real node: a policy ConfigMap edit reaches the running engine without a restart.
 
-The operator mounts the ConfigMap as a directory; the kubelet swaps its files when the ConfigMap changes (within
-its sync period, about a minute), and the engine re-reads the policy when the file changes. The same pod, same
-container, no restart: redaction becomes blocking, and a broken edit keeps the last good policy while the
-RAGEngine says so (GuardrailsPolicy, Degraded).
+The operator mounts the ConfigMap as a directory; the kubelet swaps its files when the ConfigMap changes (at
+the pod's next sync: a minute at the kubelet's default, 10 s on the local node, hack/node.sh), and the engine
+re-reads the policy when the file changes. The same pod, same container, no restart: redaction becomes
+blocking, and a broken edit keeps the last good policy while the RAGEngine says so (GuardrailsPolicy, Degraded).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ AUTH = {"Authorization": f"Bearer {KEY}"}
 ANSWER = "The door code is ZX-4417-QQ, keep it safe."
 REDACT = "scanners:\n  - type: regex\n    action: redact\n    patterns: ['ZX-[0-9]{4}-[A-Z]{2}']\n"
 BLOCK = "blockMessage: Not shared here.\nscanners:\n  - type: regex\n    action: block\n    patterns: ['ZX-[0-9]{4}-[A-Z]{2}']\n"
-KUBELET_SYNC = 150  # the kubelet's ConfigMap volume refresh (syncFrequency 1 m, plus its cache) with room
+KUBELET_SYNC = 150  # the kubelet's ConfigMap volume refresh (syncFrequency; 1 m on a default kubelet) with room
 
 
 def _policy(kube: Kube, ns: str, text: str) -> None:
