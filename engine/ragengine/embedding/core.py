@@ -236,10 +236,11 @@ def build_embedder(settings: EngineSettings) -> Embedder:
 
         backend = WordLlamaBackend(settings.embedding_model, settings.embedding_batch_size)
     elif kind == "openvino":
+        from ragengine.embedding.fastpath import model_cache
         from ragengine.embedding.openvino_backend import OpenVinoBackend
 
         backend = OpenVinoBackend(found[0], found[1], settings.embedding_batch_size,
-                                  settings.embedding_threads or None, settings.embedding_precision)
+                                  settings.embedding_threads or None, settings.embedding_precision, model_cache(settings))
     elif kind == "onnx":
         from ragengine.embedding.onnx_backend import OnnxBackend
 

@@ -5,7 +5,8 @@
 
 Needs torch, transformers and onnx (the ``onnx-export`` extra); the engine that runs the result needs
 neither. The output directory is self-contained: ``model.onnx`` (fp32 transformer, dynamic batch and
-length), ``tokenizer.json`` and the sentence-transformers configs (pooling, max length, prompts). The
+length), ``tokenizer.json`` and the sentence-transformers configs (pooling, max length, prompts), and, when
+OpenVINO is installed, ``openvino/<key>/model.xml`` (the same model with fp16 weights; ``openvino_ir``). The
 export is checked against sentence-transformers before it is kept: cosine >= ``MIN_COSINE`` on a
 fixed sample, else nothing is written.
 
@@ -109,6 +110,10 @@ def export(model: str, out: Path) -> float:
     if worst < MIN_COSINE:
         shutil.rmtree(tmp)
         raise SystemExit(f"ONNX export of {model} disagrees with the model: cosine {worst:.5f} < {MIN_COSINE}")
+    with contextlib.suppress(ImportError):  # OpenVINO installed: its fp16 form too, so no engine makes it at start
+        from ragengine.embedding import openvino_ir
+
+        openvino_ir.ensure(tmp / "model.onnx")
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
     return worst

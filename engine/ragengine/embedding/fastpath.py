@@ -40,9 +40,13 @@ def content_hash(folder: Path) -> str:
     return digest.hexdigest()
 
 
+def model_cache(settings: EngineSettings) -> Path:
+    """Where the engine keeps what it makes of a model (exports, their OpenVINO form): a volume in a cluster."""
+    return Path(settings.embedding_cache_dir or settings.data_dir / "models")
+
+
 def export_dir(settings: EngineSettings, folder: Path) -> Path:
-    root = settings.embedding_cache_dir or settings.data_dir / "models"
-    return Path(root) / "onnx" / content_hash(folder)[:24]
+    return model_cache(settings) / "onnx" / content_hash(folder)[:24]
 
 
 def missing_export_modules() -> list[str]:
