@@ -72,7 +72,10 @@ RUN --mount=type=secret,id=ca --mount=type=cache,target=/root/.cache/uv \
  && for so in $sp/tree_sitter_language_pack/bindings/*.so; do \
       name=$(basename "$so"); name=${name%%.*}; case "$keep" in *" $name "*) ;; *) rm -f "$so" ;; esac; done \
  && /opt/venv/bin/python -c "import pathlib, tree_sitter_language_pack as t; [t.get_parser(p.name.split('.')[0]) for p in pathlib.Path(t.__file__).parent.joinpath('bindings').glob('*.so')]" \
- && find $sp -mindepth 2 -maxdepth 2 -type d -name tests -prune -exec rm -rf {} + `# packages' own test suites` \
+ `# huggingface_hub's Xet transfer backend (11 MB): only for downloads from the Hub, which fall back to HTTP` \
+ `# without it (the image's model is in it; an engine offline reads a local path)` \
+ && rm -rf $sp/hf_xet $sp/hf_xet-*.dist-info \
+ && find $sp -mindepth 2 -type d -name tests -prune -exec rm -rf {} + `# packages' own test suites (numpy's, networkx's nested: 25 MB)` \
  && find /opt/venv -name '__pycache__' -prune -exec rm -rf {} + \
  && /opt/venv/bin/python -m compileall -q -j 0 /opt/venv/lib > /dev/null
 
