@@ -122,9 +122,17 @@ def as_served_before(after: Any, before: Any) -> Any:
     HTTP API promises additions only, docs/upgrades.md), never drop or change one."""
     if isinstance(before, dict) and isinstance(after, dict):
         return {k: as_served_before(after[k], v) if k in after else "<missing>" for k, v in before.items()}
-    if isinstance(before, list) and isinstance(after, list) and len(before) == len(after):
-        return [as_served_before(a, b) for a, b in zip(after, before, strict=True)]
+    if isinstance(before, list | tuple) and isinstance(after, list | tuple) and len(before) == len(after):
+        return type(after)(as_served_before(a, b) for a, b in zip(after, before, strict=True))
+    if isinstance(before, float) and isinstance(after, float) and abs(after - before) <= SCORE_TOLERANCE:
+        return before
     return after
+
+
+# A retrieval score may move in its fourth decimal: since the fp16 OpenVINO form of the model (issue 45) the
+# query's embedding is computed from 16-bit weights where the previous release read the ONNX file's 32-bit ones
+# (cosine 0.99997 between the two; the stored vectors are unchanged). Seen: 0.56944 -> 0.56998.
+SCORE_TOLERANCE = 2e-3
 
 
 def folder_digest(root: Path) -> dict[str, tuple]:
