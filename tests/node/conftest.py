@@ -256,6 +256,36 @@ def service_base(kube: Kube, ns: str, name: str) -> str:
     return f"http://{svc.spec.cluster_ip}:{svc.spec.ports[0].port}"
 
 
+def _ready(url: str, headers: dict[str, str] | None) -> str:
+    """``url``'s /ready answer: its status and body, or the error that kept it from answering."""
+    import httpx
+
+    try:
+        resp = httpx.get(f"{url}/ready", headers=headers, timeout=10)
+    except httpx.HTTPError as exc:
+        return repr(exc)
+    return f"{resp.status_code} {resp.text[:600]}"
+
+
+def wait_service_ready(kube: Kube, ns: str, name: str, headers: dict[str, str] | None = None) -> None:
+    """The RAGEngine's Service answers /ready, within 120 s. Ready=True says the engine's pods are ready; the
+    Service's EndpointSlice and kube-proxy's rules follow them on their own time (a full run's first request
+    was refused right after Ready=True). If it never answers: each pod's own /ready and the EndpointSlices."""
+    from ragengine_operator import constants as c
+
+    base = service_base(kube, ns, name)
+    try:
+        wait_for(lambda: _ready(base, headers).startswith("200 "), 120, f"{ns}/{name}'s Service to answer /ready",
+                 interval=0.5)
+    except AssertionError as exc:
+        pods = {p.metadata.name: _ready(f"http://{p.status.pod_ip}:{c.ENGINE_PORT}", headers)
+                for p in engine_pods(kube, ns, name)}
+        slices = kube.kubectl("get", "endpointslices", "-n", ns, "-o", "json").stdout
+        endpoints = [[(e.get("addresses"), e.get("conditions")) for e in item.get("endpoints") or []]
+                     for item in json.loads(slices)["items"]]
+        raise AssertionError(f"{exc}; each pod's /ready: {pods}; EndpointSlices: {endpoints}") from exc
+
+
 def wait_http(url: str, timeout: float, headers: dict[str, str] | None = None) -> None:
     import httpx
 

@@ -34,6 +34,7 @@ from tests.node.conftest import (
     service_base,
     wait_condition,
     wait_http,
+    wait_service_ready,
 )
 from tests.operator.integration.kube import Kube, wait_for
 from tests.support.git_server import git_http_server
@@ -55,6 +56,7 @@ def rag(kube: Kube, chart_operator, namespace, llm) -> str:
         "auth": {"apiKeySecretRef": {"name": "engine-key", "key": "key"}},
     })
     wait_condition(kube, namespace, NAME, "Ready", "True", 180)
+    wait_service_ready(kube, namespace, NAME, AUTH)
     return namespace
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.node.conftest import ON_NODE, engine_pods, service_base, wait_condition
+from tests.node.conftest import ON_NODE, engine_pods, service_base, wait_condition, wait_service_ready
 from tests.operator.integration.kube import Kube, wait_for
 
 NAME = "guarded"
@@ -42,6 +42,7 @@ def guarded(kube: Kube, chart_operator, namespace, llm) -> str:
         "guardrails": {"enabled": True, "configMapRef": {"name": "door-policy"}},
     })
     wait_condition(kube, namespace, NAME, "Ready", "True", 180)
+    wait_service_ready(kube, namespace, NAME, AUTH)
     return namespace
 
 

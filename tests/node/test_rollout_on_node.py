@@ -14,8 +14,7 @@ import time
 import httpx
 import pytest
 
-from ragengine_operator import constants as c
-from tests.node.conftest import ON_NODE, engine_pods, service_base, wait_condition
+from tests.node.conftest import ON_NODE, service_base, wait_condition, wait_service_ready
 from tests.operator.integration.kube import Kube, wait_for
 from tests.support.postgres import postgres_server
 
@@ -42,29 +41,8 @@ def replicated(kube: Kube, chart_operator, namespace, database) -> str:
         "auth": {"apiKeySecretRef": {"name": "rollout", "key": "key"}},
     })
     wait_condition(kube, namespace, NAME, "Ready", "True", 240)
-    _serving(kube, namespace)
+    wait_service_ready(kube, namespace, NAME, AUTH)
     return namespace
-
-
-def _ready(url: str) -> str:
-    """``url``'s /ready answer: its status and body, or the error that kept it from answering."""
-    try:
-        resp = httpx.get(f"{url}/ready", headers=AUTH, timeout=10)
-    except httpx.HTTPError as exc:
-        return repr(exc)
-    return f"{resp.status_code} {resp.text[:600]}"
-
-
-def _serving(kube: Kube, ns: str) -> None:
-    """The Service answers /ready before the baseline is taken; if not within 120 s, each pod's own /ready
-    says why (a full run once found both pods unready 5 s after their first ready probe and the Service
-    refusing: its first request failed with nothing to tell the cause)."""
-    base = service_base(kube, ns, NAME)
-    try:
-        wait_for(lambda: _ready(base).startswith("200 "), 120, "the engine's Service to answer /ready", interval=1)
-    except AssertionError as exc:
-        pods = {p.metadata.name: _ready(f"http://{p.status.pod_ip}:{c.ENGINE_PORT}") for p in engine_pods(kube, ns, NAME)}
-        raise AssertionError(f"{exc}; each pod's /ready: {pods}") from exc
 
 
 def _deployment_done(kube: Kube, ns: str, generation_before: int):

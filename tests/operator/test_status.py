@@ -174,6 +174,20 @@ def test_a_restarted_container_is_reported_as_restarting_not_rolling_out():
         "exit code 137)")
 
 
+def test_a_deleted_pods_ended_container_is_not_reported_as_the_restart():
+    # Seen on the real node: a pod deleted just before another's engine was killed -9 made the status say
+    # "pod <deleted> ... restarted (restart 0; last termination: Completed, exit code 0)", not the kill.
+    deleted = _pod(False, 0, None, {"terminated": {"reason": "Completed", "exitCode": 0}})
+    deleted["metadata"] = {"name": "rag-engine-old", "deletionTimestamp": "2026-11-29T03:50:00Z"}
+    killed = _pod(False, 1, {"reason": "Error", "exitCode": 137})
+    state = workload_state("engine", dep(available=0), [deleted, killed])
+    assert state.reason == "Restarting"
+    assert state.message == ("engine: 0/1 available, pod rag-engine-abc container engine restarted "
+                             "(restart 1; last termination: Error, exit code 137)")
+    # alone, it is the deletion on its way, not a restart
+    assert workload_state("engine", dep(available=0), [deleted]).reason != "Restarting"
+
+
 def test_secure_defaults_warns_when_a_spec_opts_out():
     """Issue 22, finding 5: opting out of the API key or of the engine NetworkPolicy is said, with what it
     exposes, in SecureDefaults=False (never Ready: the engine still serves)."""

@@ -57,8 +57,12 @@ def container_failure(pods: list[dict[str, Any]], pod_events: dict[str, tuple[st
 
 def restarted_container(pods: list[dict[str, Any]]) -> str | None:
     """A pod whose container died (it is terminated now, or was and is not ready again yet; the kubelet
-    restarts it in place): what ended it, so status says so rather than "rolling out"."""
+    restarts it in place): what ended it, so status says so rather than "rolling out". A pod being deleted is
+    no restart: its container's end (Completed, after the drain) is the deletion, and its replacement is what
+    to report."""
     for pod in pods:
+        if (pod.get("metadata") or {}).get("deletionTimestamp"):
+            continue
         for cs in (pod.get("status") or {}).get("containerStatuses") or []:
             ended = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get("terminated")
             if not ended or cs.get("ready"):
