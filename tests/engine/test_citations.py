@@ -91,3 +91,33 @@ def test_a_pdf_citation_names_its_page_in_every_api_that_cites(make_server):
         sources = said["assistant_message"]["metadata"]["sources"]
         restart = [s for s in sources if "red reset switch" in s["text"]]
         assert restart and restart[0]["metadata"]["citation"] == "pump.pdf, p. 2", sources
+
+
+@pytest.mark.stores("faiss")
+def test_a_chunk_hit_again_says_the_same_place_and_a_replaced_document_its_new_one(make_server):
+    """A FAISS hit's place and citation are worked out on the chunk's first hit and kept with its document
+    (index/search.py, ``_hit``): a second hit says the same, and a document whose metadata or text is updated
+    says its new place."""
+    def doc(heading: str, name: str) -> dict:
+        text = f"# {heading}\n\nThe cooling pump of line 4 is restarted every Tuesday at 06:00.\n"
+        return {"doc_id": "pump", "text": text, "metadata": {"file_name": name}}
+
+    def hit(base: str) -> dict:
+        return _hit(base, "kept", "when is the line 4 pump restarted?", "every Tuesday")
+
+    with make_server() as (base, _):
+        r = httpx.post(f"{base}/index", json={"index_name": "kept", "documents": [doc("Pumps", "pumps.md")]}, timeout=60)
+        assert r.status_code == 200, r.text
+        first = hit(base)
+        assert first["metadata"]["heading_path"] == ["Pumps"] and first["metadata"]["citation"] == "pumps.md, Pumps"
+        assert hit(base) == first
+        r = httpx.post(f"{base}/indexes/kept/documents/metadata", timeout=60,
+                       json={"documents": [{"doc_id": "pump", "metadata": {"file_name": "plant.md"}}]})
+        assert r.status_code == 200 and r.json()["updated_documents"], r.text
+        renamed = hit(base)
+        assert renamed["metadata"]["citation"] == "plant.md, Pumps" and renamed["node_id"] == first["node_id"]
+        r = httpx.post(f"{base}/indexes/kept/documents", json={"documents": [doc("Line 4", "line4.md")]}, timeout=60)
+        assert r.status_code == 200 and r.json()["updated_documents"], r.text
+        again = hit(base)
+        assert again["metadata"]["heading_path"] == ["Line 4"] and again["metadata"]["citation"] == "line4.md, Line 4"
+        assert again["node_id"] != first["node_id"]  # the chunk's text changed with its heading

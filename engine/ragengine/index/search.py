@@ -108,16 +108,29 @@ def _fuse(state: IndexState, qvec: np.ndarray, d_slots: np.ndarray, d_cos: np.nd
         rec, i, text = state.chunk(slot)
         cos = dense.get(slot, extra.get(slot, 0.0))
         score = cosine_to_score(cos)
-        span = (0, len(rec.text)) if rec.spans is None else rec.spans[i]
-        # where the chunk is (heading path, page, slide, ...) and its citation text: index/places.py
-        metadata = node_metadata(rec.metadata, chunk_place(rec.text, rec.metadata, span, _structure(rec)), rec.doc_id)
+        nid, metadata = _hit(rec, i, text)
         nodes.append(RetrievedNode(
-            doc_id=rec.doc_id, node_id=node_id(rec.doc_id, i, text), text=text, score=score,
-            metadata=metadata, dense_score=score if slot in dense else None,
+            doc_id=rec.doc_id, node_id=nid, text=text, score=score,
+            metadata=dict(metadata), dense_score=score if slot in dense else None,
             sparse_score=sparse_map.get(slot), token_counts=rec.chunk_tokens(i),
             dense_rank=dense_ranks.get(slot), sparse_rank=sparse_ranks.get(slot), fused_score=fused.get(slot),
         ))
     return nodes
+
+
+def _hit(rec: DocRecord, i: int, text: str) -> tuple[str, dict]:
+    """Chunk ``i``'s node id and metadata: where it is (heading path, page, slide, ...) and its citation text
+    (index/places.py), worked out on its first hit and kept on the record (``DocRecord.hits``). Two searches
+    placing the same chunk at once both store the same value."""
+    hits = rec.hits
+    if hits is None:
+        hits = rec.hits = {}
+    found = hits.get(i)
+    if found is None:
+        span = (0, len(rec.text)) if rec.spans is None else rec.spans[i]
+        place = chunk_place(rec.text, rec.metadata, span, _structure(rec))
+        found = hits[i] = (node_id(rec.doc_id, i, text), node_metadata(rec.metadata, place, rec.doc_id))
+    return found
 
 
 def _structure(rec: DocRecord) -> Structure | None:

@@ -76,6 +76,10 @@ class DocRecord:
     # The document's structure (index/places.py), read by the first retrieval that places one of its chunks and
     # kept while the record lives (a record is replaced, never edited). Not stored: it is derived from ``text``.
     structure: Any = field(default=None, repr=False, compare=False)
+    # Per chunk index, what a hit on it carries that never changes while the record lives: its node id and
+    # metadata (place, citation). A chat turn builds a hundred hits, mostly chunks hit before; placing each
+    # again was most of a fusion. Only chunks ever hit are kept. Not stored.
+    hits: dict[int, tuple[str, dict]] | None = field(default=None, repr=False, compare=False)
 
     def chunk_tokens(self, i: int) -> dict[str, int] | None:
         if not self.tokens:
