@@ -64,8 +64,9 @@ async def read_json(request: Request, limit: int):
         raise BadRequest(f"Malformed JSON body: {exc}") from None
 
 
-def received_at() -> float:
-    """When the handler's dependencies start: the time to first token counts the body's reading."""
+async def received_at() -> float:
+    """When the handler's dependencies start: the time to first token counts the body's reading. Async: FastAPI
+    runs a plain ``def`` dependency in its thread pool (tests/engine/test_route_dependencies.py)."""
     return time.perf_counter()
 
 
