@@ -257,7 +257,8 @@ def service_base(kube: Kube, ns: str, name: str) -> str:
 
 
 def _ready(url: str, headers: dict[str, str] | None) -> str:
-    """``url``'s /ready answer: its status and body, or the error that kept it from answering."""
+    """``url``'s /ready answer: its status and body, or the error that kept it from answering (what
+    ``wait_http`` leaves out)."""
     import httpx
 
     try:
@@ -275,8 +276,7 @@ def wait_service_ready(kube: Kube, ns: str, name: str, headers: dict[str, str] |
 
     base = service_base(kube, ns, name)
     try:
-        wait_for(lambda: _ready(base, headers).startswith("200 "), 120, f"{ns}/{name}'s Service to answer /ready",
-                 interval=0.5)
+        wait_http(f"{base}/ready", 120, headers)
     except AssertionError as exc:
         pods = {p.metadata.name: _ready(f"http://{p.status.pod_ip}:{c.ENGINE_PORT}", headers)
                 for p in engine_pods(kube, ns, name)}
