@@ -1,10 +1,12 @@
 """One workload, two RAG services: this engine and KAITO's RAG service, each as its users start it, against the
 same fake LLM (tests/llm_server) on the same corpus (bench/engine/pydocs.py).
 
-Per service, in this order: seconds from exec to the first 200 from ``/health``; the passages through
-``POST /index`` in batches of 100 (passages/s); ``/retrieve`` (top 10) and RAG chat completions one at a time
-over the FAQ's questions (client p50 / p99); chat completions from 16 concurrent clients (requests/s); the
-process's peak RSS (VmHWM) at the end. Chat requests name the served model (KAITO answers 500 without one) and
+Each service alone, one after the other (``ingest``): seconds from exec to the first 200 from ``/health``, and
+the passages through ``POST /index`` in batches of 100 (passages/s). Then, with both services up and paired so
+that the machine's drift touches both alike: ``/retrieve`` (top 10) and RAG chat completions one at a time over
+the FAQ's questions, the services taking turns block by block (client p50 / p99, ``one_client``); chat
+completions from 16 concurrent clients, the services taking turns in blocks (requests/s, ``concurrent``);
+each process's peak RSS (VmHWM) at the end. Chat requests name the served model (KAITO answers 500 without one) and
 carry no ``max_tokens``: each service budgets the context from the LLM's window itself.
 """
 
@@ -23,11 +25,12 @@ from pathlib import Path
 
 import httpx
 
-from bench.common import pct, rss_mib
+from bench.common import pct
 from tests.support.engine_process import REPO, engine_env, engine_process
 from tests.support.server import announced_port
 
 CONCURRENCY = 16
+PAIRED_BLOCK = 22  # questions per turn of a service in the paired single-client figures: 8 turns of the 176
 
 
 @dataclass
@@ -64,9 +67,10 @@ def fake_llm(work: Path, model: str) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def ours(work: Path, llm_url: str, settings: dict[str, str]) -> Iterator[Running]:
+def ours(work: Path, llm_url: str, settings: dict[str, str], source: Path = REPO) -> Iterator[Running]:
+    """This engine, from ``source`` (a checkout: its ``engine/``)."""
     t0 = time.perf_counter()
-    with engine_process(work, llm=False, settings={"llm_url": llm_url, **settings}) as engine:
+    with engine_process(work, llm=False, settings={"llm_url": llm_url, **settings}, source=source) as engine:
         yield Running(engine.base_url, engine.pid, time.perf_counter() - t0)
 
 
@@ -110,37 +114,74 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def workload(run: Running, passages: list[str], questions: list[str], c16_requests: int, model: str) -> dict:
-    out: dict = {"startup_s": round(run.startup_s, 2)}
+def ingest(run: Running, passages: list[str]) -> dict:
+    """Start-up and ingestion, measured with the service alone at work: both use every core."""
     with httpx.Client(base_url=run.base_url, timeout=600) as client:
         t = time.perf_counter()
         for start in range(0, len(passages), 100):
             client.post("/index", json={"index_name": "pydocs", "documents": [
                 {"text": text} for text in passages[start:start + 100]]}).raise_for_status()
-        out["ingest_passages_per_s"] = round(len(passages) / (time.perf_counter() - t), 1)
+        elapsed = time.perf_counter() - t
+    return {"startup_s": round(run.startup_s, 2), "ingest_passages_per_s": round(len(passages) / elapsed, 1)}
 
-        def timed(path: str, body: dict) -> float:
-            t = time.perf_counter()
-            client.post(path, json=body).raise_for_status()
-            return (time.perf_counter() - t) * 1000
 
-        def chat_body(q: str) -> dict:
-            return {"index_name": "pydocs", "model": model, "messages": [{"role": "user", "content": q}]}
+def chat_body(question: str, model: str) -> dict:
+    return {"index_name": "pydocs", "model": model, "messages": [{"role": "user", "content": question}]}
 
-        for q in questions[:10]:  # warm-up: first-use paths of both routes
-            timed("/retrieve", {"index_name": "pydocs", "query": q, "max_node_count": 10})
-            timed("/v1/chat/completions", chat_body(q))
-        retrieve = [timed("/retrieve", {"index_name": "pydocs", "query": q, "max_node_count": 10}) for q in questions]
-        chat = [timed("/v1/chat/completions", chat_body(q)) for q in questions]
-    out.update(retrieve_p50_ms=round(statistics.median(retrieve), 1), retrieve_p99_ms=round(pct(retrieve, 99), 1),
-               chat_p50_ms=round(statistics.median(chat), 1), chat_p99_ms=round(pct(chat, 99), 1))
-    bodies = [chat_body(questions[i % len(questions)]) for i in range(c16_requests)]
-    out["chat_c16_rps"] = round(asyncio.run(_concurrent(run.base_url, bodies, CONCURRENCY)), 1)
-    out["peak_rss_mib"] = round(rss_mib(run.pid, "VmHWM"))
-    return out
+
+def one_client(runs: dict[str, Running], questions: list[str], model: str) -> dict[str, dict]:
+    """``/retrieve`` and chat p50 / p99 with one client, paired: the questions go in blocks of ``PAIRED_BLOCK``
+    to every service in turn (the first service alternating), so a machine that slows down mid-run slows both
+    alike. Run one after the other, the two services' single-request figures had moved by up to 1.4x between
+    runs minutes apart. Blocks rather than single requests: what one service leaves running after its answer
+    (a pool's threads spinning down, a collection) lands on the other's next request only once a block."""
+    clients = {name: httpx.Client(base_url=run.base_url, timeout=600) for name, run in runs.items()}
+    times: dict[str, dict[str, list[float]]] = {name: {"retrieve": [], "chat": []} for name in runs}
+
+    def timed(name: str, path: str, body: dict) -> float:
+        t = time.perf_counter()
+        clients[name].post(path, json=body).raise_for_status()
+        return (time.perf_counter() - t) * 1000
+
+    def asks(question: str) -> list[tuple[str, str, dict]]:
+        return [("retrieve", "/retrieve", {"index_name": "pydocs", "query": question, "max_node_count": 10}),
+                ("chat", "/v1/chat/completions", chat_body(question, model))]
+
+    try:
+        for question in questions[:10]:  # warm-up: first-use paths of both routes
+            for name in runs:
+                for _, path, body in asks(question):
+                    timed(name, path, body)
+        for kind in ("retrieve", "chat"):
+            for b, start in enumerate(range(0, len(questions), PAIRED_BLOCK)):
+                for name in (list(runs) if b % 2 == 0 else list(runs)[::-1]):
+                    for question in questions[start:start + PAIRED_BLOCK]:
+                        path, body = next((p, b) for k, p, b in asks(question) if k == kind)
+                        times[name][kind].append(timed(name, path, body))
+    finally:
+        for client in clients.values():
+            client.close()
+    return {name: {"retrieve_p50_ms": round(statistics.median(t["retrieve"]), 1),
+                   "retrieve_p99_ms": round(pct(t["retrieve"], 99), 1),
+                   "chat_p50_ms": round(statistics.median(t["chat"]), 1), "chat_p99_ms": round(pct(t["chat"], 99), 1)}
+            for name, t in times.items()}
+
+
+def concurrent(runs: dict[str, Running], questions: list[str], requests: int, model: str,
+               rounds: int = 4) -> dict[str, float]:
+    """Chat requests/s at ``CONCURRENCY`` clients: ``requests`` per service in ``rounds`` blocks, the services
+    taking turns block by block (the first alternating), each service's rate over its own blocks' time."""
+    bodies = [chat_body(questions[i % len(questions)], model) for i in range(requests)]
+    cut = [bodies[i::rounds] for i in range(rounds)]
+    spent = dict.fromkeys(runs, 0.0)
+    for r, block in enumerate(cut):
+        for name in (list(runs) if r % 2 == 0 else list(runs)[::-1]):
+            spent[name] += asyncio.run(_concurrent(runs[name].base_url, block, CONCURRENCY))
+    return {name: round(requests / seconds, 1) for name, seconds in spent.items()}
 
 
 async def _concurrent(base: str, bodies: list[dict], concurrency: int) -> float:
+    """Seconds for ``concurrency`` clients to send ``bodies``."""
     queue = list(bodies)
     async with httpx.AsyncClient(base_url=base, timeout=600,
                                  limits=httpx.Limits(max_connections=concurrency * 2)) as client:
@@ -150,4 +191,4 @@ async def _concurrent(base: str, bodies: list[dict], concurrency: int) -> float:
 
         start = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
-        return len(bodies) / (time.perf_counter() - start)
+        return time.perf_counter() - start

@@ -96,6 +96,41 @@ def test_openvino_queries_have_their_own_model_at_one_thread(onnx_dir):
     assert ort._queries is ort._documents
 
 
+def test_a_lone_short_query_runs_a_model_of_its_own_length_and_embeds_as_the_dynamic_one(onnx_dir):
+    """OpenVINO's dynamic model re-prepares its layers whenever a query's length differs from the last one's,
+    so a lone query of up to 16 tokens runs a model compiled for exactly 16 (padded, masked). Longer queries
+    and batches of queries stay on the dynamic model; the vectors agree."""
+    from ragengine.embedding.openvino_backend import SHORT_QUERY_TOKENS, OpenVinoBackend
+
+    ov = OpenVinoBackend(onnx_dir, onnx_dir / "model.onnx", batch_size=4, threads=1)
+    assert ov._short_queries is not None and ov._short_queries[0] == SHORT_QUERY_TOKENS == 16
+    length, static = ov._short_queries
+    shapes: list[tuple[int, ...]] = []
+
+    def counted(feed):
+        shapes.append(feed["input_ids"].shape)
+        return static(feed)
+
+    ov._short_queries = length, counted
+    words = ["the", "engine", "journals", "every", "write", "before", "it", "answers", "to", "the", "client",
+             "that", "sent", "it"]
+    queries = ["a", "", *(" ".join(words[:n]) for n in (3, 8, 13, 14))]
+    tokens = [len(ov._tok.encode(q).ids) for q in queries]
+    assert max(tokens) == 16 and min(tokens) == 2  # up to the limit, [CLS] and [SEP] included
+    long_query = " ".join(words * 2)
+    assert len(ov._tok.encode(long_query).ids) > 16
+    dynamic = np.stack([ov._forward(ov._tok.encode_batch([q]), ov._queries)[0] for q in [*queries, long_query]])
+    lone = np.stack([ov.embed_queries([q])[0] for q in [*queries, long_query]])
+    assert shapes == [(1, 16)] * len(queries)  # each short one padded to 16; the long one not here
+    assert cosine(lone, dynamic).min() >= 0.9999, cosine(lone, dynamic)
+    assert cosine(ov.embed_queries(queries[2:4]), lone[2:4]).min() >= 0.9999  # a batch: the dynamic model
+    assert len(shapes) == len(queries)
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a * b).sum(axis=1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+
+
 def test_cpu_threads_honours_a_cgroup_quota(tmp_path, monkeypatch):
     """On a node whose affinity gives this process 4 cores: a pod limited to 1.5 CPUs gets 2 threads, not
     one per core; no quota, or a quota above the cores, leaves the 4."""
@@ -149,8 +184,9 @@ def test_document_batches_run_at_few_shapes_queries_at_their_own_length(onnx_dir
     assert all(rows * length <= max(exported.TOKENS_PER_BATCH, length) for rows, length in docs), docs
     assert len({length for _, length in docs}) <= -(-backend.max_tokens // exported.PAD_MULTIPLE)
     shapes.clear()
-    backend.embed_queries(["How do I upgrade Debian?"])
-    assert shapes == [("_queries", (1, len(backend._tok.encode("How do I upgrade Debian?").ids)))]
+    question = "How do I upgrade Debian to the next stable release and keep my configuration files?"
+    backend.embed_queries([question])  # over 16 tokens: the dynamic model (a shorter one runs the static one)
+    assert shapes == [("_queries", (1, len(backend._tok.encode(question).ids)))] and shapes[0][1][1] > 16
 
 
 def test_onnx_tokenizer_counts_like_the_models_own(onnx_embedder, embedder, reference):

@@ -34,7 +34,9 @@ async def test_concurrent_queries_are_batched(own):
     together = await asyncio.gather(*(own.embed_query(q) for q in queries))
     assert sum(passes) == len(queries)
     assert len(passes) < len(queries)  # at least some queries shared a pass
-    np.testing.assert_allclose(np.stack(together), one_by_one, atol=1e-5)
+    # A lone short query runs OpenVINO's static model, a batch the dynamic one: bf16 rounds differently per
+    # model and batch (up to 6e-4 per component seen, docs/performance.md); a wrong vector differs by ~0.1.
+    np.testing.assert_allclose(np.stack(together), one_by_one, atol=2e-3)
 
 
 async def test_a_failing_pass_fails_its_waiters_only(own):
@@ -64,3 +66,21 @@ async def test_a_failing_pass_fails_its_waiters_only(own):
     np.testing.assert_allclose(results[1], own.embed_query_sync("b"), atol=1e-5)
     after = await own.embed_query("after the failure")
     np.testing.assert_allclose(after, own.embed_query_sync("after the failure"), atol=1e-5)
+
+
+async def test_a_lone_query_is_in_the_thread_before_the_event_loop_turns_again(own):
+    """Nothing in flight: the query goes to the thread from ``embed_query`` itself. Handed to a drain task, it
+    waited a turn of the event loop behind whatever else was ready (0.39 ms median in bench_turn's chat turn);
+    here the loop is held after that first step, so on the old code the pass never started."""
+    started = threading.Event()
+    original = own.embed_queries_sync
+
+    def noting(texts):
+        started.set()
+        return original(texts)
+
+    own.embed_queries_sync = noting
+    task = asyncio.create_task(own.embed_query("alone"))
+    await asyncio.sleep(0)  # one turn: the task runs up to its await
+    assert started.wait(10), "the pass waited for the event loop to turn again"
+    np.testing.assert_allclose(await task, own.embed_query_sync("alone"), atol=1e-5)

@@ -1,6 +1,6 @@
 """The embedding model loaded while the rest of the engine is imported and started.
 
-Loading the model (OpenVINO's import, reading the export, compiling it twice) took about a second of a
+Loading the model (OpenVINO's import, reading the export, compiling it) took about a second of a
 three-and-a-half-second start, after seconds of imports it does not depend on. ``ragengine serve`` therefore
 starts the load in a thread as soon as its settings are read (``start``), before its other imports and
 checks; the app's start-up takes the model from there (``take``) instead of loading it again. The thread does

@@ -13,7 +13,8 @@ cgroup quota included, at most 8), each batch on one thread: data parallel, not 
 Measured with OpenVINO bf16 on 2 cores (docs/performance.md): 9,200-10,600 tokens/s against
 4,400-6,700 for one batch on two intra-op threads while another process kept a core busy, since one
 delayed thread stalls every step of an intra-op pass. Queries run on a model compiled for one thread:
-a query is short and latency-bound, and it never waits for a document batch to free a stream.
+a query is short and latency-bound, and it never waits for a document batch to free a stream (OpenVINO adds
+a model for a lone short query, ``openvino_backend``).
 ``python -m bench.bench_engine --only ingest`` prints the runtimes at 1 thread and at every core.
 """
 
@@ -42,7 +43,8 @@ MAX_DEFAULT_THREADS = 8
 # 563-568 MiB for 35.4-36.2 s of CPU, 2,048 at 504 MiB / 34.5 s, 1,024 at 449-450 MiB / 33.8-34.3 s, 512 at
 # 465 MiB / 34.1 s. Below 1,024 nothing more is saved; the CPU per passage does not grow down to it.
 TOKENS_PER_BATCH = 1_024
-# Document batches pad to a multiple of this many tokens (queries do not: a 14-token query would run 32).
+# Document batches pad to a multiple of this many tokens (queries do not: a 14-token query would run 32; a lone
+# short query pads to the length of a model compiled for it, where a runtime has one: openvino_backend).
 # OpenVINO keeps kernels and buffers for each input shape it has run, so fewer distinct shapes hold less:
 # embedding 1,000 passages on 2 streams peaked at 557 MiB unpadded, 508 padded to 32 (522 to 64), at no
 # more CPU (35.3 -> 32.6 s; issue 45, the engine's peak RSS).
@@ -82,6 +84,9 @@ class ExportedModel:
 
     name = "exported"
     precision = "f32"  # OpenVINO may pick bf16
+    # (n, a run compiled for exactly one text of n tokens): a lone query of up to n tokens is padded to n and
+    # run there; set by a runtime whose dynamic-shape model pays for every change of input length.
+    _short_queries: tuple[int, Run] | None = None
 
     def __init__(self, model_dir: str | Path, onnx_file: str | Path, batch_size: int, threads: int | None = None) -> None:
         from tokenizers import Tokenizer
@@ -163,7 +168,15 @@ class ExportedModel:
         return self._embed(texts, self._documents, self._streams, PAD_MULTIPLE)
 
     def embed_queries(self, texts: list[str]) -> np.ndarray:
-        return self._embed([self._query_prompt + t for t in texts] if self._query_prompt else texts, self._queries)
+        texts = [self._query_prompt + t for t in texts] if self._query_prompt else texts
+        short = self._short_queries if len(texts) == 1 else None
+        if short is not None:
+            length, run = short
+            encodings = self._tok.encode_batch(texts)
+            if len(encodings[0].ids) <= length:
+                return self._forward(encodings, run, length)
+            return self._forward(encodings, self._queries)
+        return self._embed(texts, self._queries)
 
     def close(self) -> None:
         if self._streams is not None:

@@ -14,10 +14,22 @@ f32 inference reads the ONNX file as before.
 Document passes use a model compiled with one stream (of one thread) per core, queries one compiled for
 a single thread, both from one read of the file, dropped once they are compiled. An infer request holds its
 own buffers and is not thread-safe, so each calling thread gets its own (the compiled model is shared).
+
+A lone query of up to ``SHORT_QUERY_TOKENS`` tokens (three quarters of the Python FAQ's questions) runs on a
+third model, compiled for exactly that shape and padded to it. The dynamic model re-prepares its layers
+whenever the input length differs from the last call's, which is nearly every query: on the FAQ's 176
+questions in the order asked, 5.5-6.6 ms per forward pass, against 4.0-5.4 ms for the same questions sorted by
+length and 3.6-4.0 ms on static models (docs/performance.md, "What was removed from the turn"). It costs about 30 MiB
+(a compiled model holds its own repacked weights) and half a second of compiling, beside the engine's imports
+at start-up (``embedding/early.py``). It runs on two threads where the documents have
+two cores: 2.0-2.7 ms against one thread's 3.0-3.6 for a 16-token pass, and no slower while two document
+streams keep both cores busy (8.2-8.9 ms against 7.9-8.2). A lone query is the case when the engine is not
+busy with other queries; under load they come in batches, which run on the dynamic model's one thread.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from pathlib import Path
 from typing import Any
@@ -26,7 +38,11 @@ import numpy as np
 
 from ragengine.embedding.exported import ExportedModel, Feed, Run
 
+log = logging.getLogger(__name__)
+
 PRECISIONS = ("auto", "f32", "bf16")
+SHORT_QUERY_TOKENS = 16  # the static model's length: see the module docstring
+SHORT_QUERY_THREADS = 2  # its threads, where the document streams have as many cores: see the module docstring
 
 
 class OpenVinoBackend(ExportedModel):
@@ -42,7 +58,20 @@ class OpenVinoBackend(ExportedModel):
         self._model: Any = None
         self.model_file = Path(onnx_file)  # the file the model is read from: the ONNX export or its fp16 IR
         super().__init__(model_dir, onnx_file, batch_size, threads)
-        self._model = None  # compiled twice from one read: 120 MiB less than compiling the file twice
+        self._short_queries = self._compile_short(self._model)
+        self._model = None  # compiled for its three roles from one read: 120 MiB less than reading it twice
+
+    def _compile_short(self, model: Any) -> tuple[int, Run] | None:
+        """The model for lone short queries. Compiled here, with the others, in the thread that loads the model
+        (the engine's start-up loads it beside its imports): compiled in a thread of its own, an interpreter
+        that exited soon after crashed in OpenVINO (exit codes -11 and -6, seen)."""
+        try:
+            short = model.clone()  # shares the read model's weights
+            short.reshape({port.get_any_name(): [1, SHORT_QUERY_TOKENS] for port in short.inputs})
+            return SHORT_QUERY_TOKENS, self._compiled(short, 1, min(SHORT_QUERY_THREADS, self.threads))[0]
+        except Exception:  # a model whose inputs are not (batch, tokens): every query runs the dynamic model
+            log.warning("no static model for short queries; every query runs the dynamic model", exc_info=True)
+            return None
 
     def _read(self, core: Any, onnx_file: Path) -> Any:
         """The model to compile: from the fp16 IR unless inference runs in f32 (forced, or OpenVINO's choice
@@ -57,15 +86,20 @@ class OpenVinoBackend(ExportedModel):
         return core.read_model(str(self.model_file))  # an IR's weights are mapped (OpenVINO's default), not read
 
     def _compile(self, onnx_file: Path, streams: int) -> tuple[Run, set[str]]:
+        if self._model is None:
+            import openvino as ov
+
+            self._model = self._read(ov.Core(), onnx_file)
+        return self._compiled(self._model, streams)
+
+    def _compiled(self, model: Any, streams: int, threads: int | None = None) -> tuple[Run, set[str]]:
+        """``streams`` streams of one thread each, or one stream of ``threads`` threads."""
         import openvino as ov
 
-        core = ov.Core()
-        if self._model is None:
-            self._model = self._read(core, onnx_file)
-        config: dict[str, Any] = {"NUM_STREAMS": streams, "INFERENCE_NUM_THREADS": streams}
+        config: dict[str, Any] = {"NUM_STREAMS": streams, "INFERENCE_NUM_THREADS": threads or streams}
         if self._precision != "auto":
             config["INFERENCE_PRECISION_HINT"] = self._precision
-        compiled = core.compile_model(self._model, "CPU", config)
+        compiled = ov.Core().compile_model(model, "CPU", config)
         self.precision = compiled.get_property("INFERENCE_PRECISION_HINT").to_string()  # what OpenVINO chose: f32, bf16
         local = threading.local()
 

@@ -15,7 +15,6 @@ embedded and the rest of a longer text is left to BM25: a pasted book must not c
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -84,8 +83,7 @@ async def embed_query(embedder: Embedder, text: str, *, windows: bool, span: Any
         tracing.annotate(span, windows=len(cut) if cut else 1)
     if cut is None:
         return await embedder.embed_query(text)
-    # Concurrent embed_query calls share one forward pass (the embedder's micro-batching).
-    vectors = await asyncio.gather(*(embedder.embed_query(piece) for piece, _ in cut))
+    vectors = await embedder.embed_query_batch([piece for piece, _ in cut])  # one forward pass
     return pool_windows(np.stack(vectors), [n for _, n in cut])
 
 
