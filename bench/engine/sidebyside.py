@@ -143,21 +143,21 @@ def one_client(runs: dict[str, Running], questions: list[str], model: str) -> di
         clients[name].post(path, json=body).raise_for_status()
         return (time.perf_counter() - t) * 1000
 
-    def asks(question: str) -> list[tuple[str, str, dict]]:
-        return [("retrieve", "/retrieve", {"index_name": "pydocs", "query": question, "max_node_count": 10}),
-                ("chat", "/v1/chat/completions", chat_body(question, model))]
+    def ask(kind: str, question: str) -> tuple[str, dict]:
+        if kind == "retrieve":
+            return "/retrieve", {"index_name": "pydocs", "query": question, "max_node_count": 10}
+        return "/v1/chat/completions", chat_body(question, model)
 
     try:
         for question in questions[:10]:  # warm-up: first-use paths of both routes
             for name in runs:
-                for _, path, body in asks(question):
-                    timed(name, path, body)
+                for kind in times[name]:
+                    timed(name, *ask(kind, question))
         for kind in ("retrieve", "chat"):
-            for b, start in enumerate(range(0, len(questions), PAIRED_BLOCK)):
-                for name in (list(runs) if b % 2 == 0 else list(runs)[::-1]):
+            for block, start in enumerate(range(0, len(questions), PAIRED_BLOCK)):
+                for name in (list(runs) if block % 2 == 0 else list(runs)[::-1]):
                     for question in questions[start:start + PAIRED_BLOCK]:
-                        path, body = next((p, b) for k, p, b in asks(question) if k == kind)
-                        times[name][kind].append(timed(name, path, body))
+                        times[name][kind].append(timed(name, *ask(kind, question)))
     finally:
         for client in clients.values():
             client.close()
