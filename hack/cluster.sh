@@ -38,8 +38,10 @@ alive() {
   local f=$RUN/$1.pid pid
   [[ -f $f ]] || return 1
   pid=$(cat "$f")
-  local cmd  # read whole, then matched: `tr | grep -q` under pipefail could fail on grep's early exit
-  cmd=$(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null) && [[ $cmd == *"$BIN/$1"* ]]
+  # Read whole, then matched: `tr | grep -q` under pipefail could fail on grep's early exit. The 2>/dev/null
+  # comes before the `<`, which fails first: a gone PID's missing file is a fact here, not an error to print.
+  local cmd
+  cmd=$(tr '\0' ' ' 2>/dev/null < "/proc/$pid/cmdline") && [[ $cmd == *"$BIN/$1"* ]]
 }
 
 # Running its own binary within 5 s: a component just started shows the shell's command line until its fork

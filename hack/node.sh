@@ -66,8 +66,10 @@ alive() {
   local f=$RUN/$1.pid pid
   [[ -f $f ]] || return 1
   pid=$(cat "$f")
-  local cmd  # read whole, then matched: `tr | grep -q` under pipefail could fail on grep's early exit
-  cmd=$(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null) && [[ $cmd == *"$2"* ]]
+  # Read whole, then matched: `tr | grep -q` under pipefail could fail on grep's early exit. The 2>/dev/null
+  # comes before the `<`, which fails first: a gone PID's missing file is a fact here, not an error to print.
+  local cmd
+  cmd=$(tr '\0' ' ' 2>/dev/null < "/proc/$pid/cmdline") && [[ $cmd == *"$2"* ]]
 }
 ident() {  # what a component's command line contains (PIDs get reused: check it is still ours)
   case $1 in
