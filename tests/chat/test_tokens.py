@@ -1,12 +1,20 @@
-"""Token counting: the server's tokenizer (vLLM or llama.cpp), a local one, or the documented estimate."""
+"""Token counting: the server's tokenizer (vLLM or llama.cpp), a local one, or the documented estimate.
+
+The servers are real HTTP servers on loopback, each answering through a small handler function (an
+``httpx.Request`` in, an ``httpx.Response`` out), asked through the engine's own LLM client (llm/http.py)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
 
+from ragengine.llm.http import LLMHttp
 from ragengine.llm.tokens import MESSAGE_OVERHEAD_TOKENS, TokenCounter, estimate_tokens
 from tests.chat.conftest import tokens
 from tests.support.stores import ON_FAISS
@@ -14,20 +22,66 @@ from tests.support.stores import ON_FAISS
 # Fake indexes or none: nothing here depends on the store.
 pytestmark = ON_FAISS
 
+Handler = Callable[[httpx.Request], httpx.Response]
 
-def counter(handler, local=None, roots=("http://llm",)) -> tuple[TokenCounter, list]:
-    calls: list = []
 
-    def wrapped(request: httpx.Request) -> httpx.Response:
-        calls.append((request.url.path, request.content))
-        return handler(request)
+@contextlib.contextmanager
+def serving(handler: Handler) -> Iterator[str]:
+    """``handler`` answering POSTs on a free loopback port (its base URL); a handler that raises makes the
+    server drop the connection without an answer."""
 
-    http = httpx.AsyncClient(transport=httpx.MockTransport(wrapped))
+    class Answer(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
 
-    async def model_name():
-        return "m"
+        def log_message(self, *args) -> None:
+            pass
 
-    return TokenCounter(http, list(roots), model_name, local), calls
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            try:
+                response = handler(httpx.Request("POST", f"http://llm{self.path}", content=body))
+            except Exception:
+                self.close_connection = True
+                return
+            self.send_response(response.status_code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(response.content)))
+            self.end_headers()
+            self.wfile.write(response.content)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+async def counter():
+    """``counter(handler, local=None)``: a TokenCounter asking a server that answers with ``handler``, and the
+    list of (path, body) that server received."""
+    clients: list[LLMHttp] = []
+    with contextlib.ExitStack() as servers:
+        def make(handler: Handler, local: str | None = None) -> tuple[TokenCounter, list]:
+            calls: list = []
+
+            def wrapped(request: httpx.Request) -> httpx.Response:
+                calls.append((request.url.path, request.content))
+                return handler(request)
+
+            clients.append(LLMHttp({}, 30, 5))
+
+            async def model_name():
+                return "m"
+
+            return TokenCounter(clients[-1], [servers.enter_context(serving(wrapped))], model_name, local), calls
+
+        yield make
+        for client in clients:
+            await client.aclose()
 
 
 def vllm(request: httpx.Request) -> httpx.Response:
@@ -48,7 +102,7 @@ def llama_cpp(request: httpx.Request) -> httpx.Response:
     return httpx.Response(200, json={"count": len(json.loads(request.content)["input"].split()) * 2})
 
 
-async def test_vllm_tokenize_and_cache():
+async def test_vllm_tokenize_and_cache(counter):
     tc, calls = counter(vllm)
     assert await tc.count("a b c") == 3 and tc.method == "vllm"
     assert await tc.count("a b c") == 3 and len(calls) == 1  # cached
@@ -56,14 +110,14 @@ async def test_vllm_tokenize_and_cache():
     assert await tc.count_many(["a", "a b", "a"]) == [1, 2, 1]
 
 
-async def test_llama_cpp_count_endpoint():
+async def test_llama_cpp_count_endpoint(counter):
     tc, _ = counter(llama_cpp)
     assert await tc.count("a b c") == 6 and tc.method == "llama.cpp"
     msgs = [{"role": "system", "content": "s t"}, {"role": "user", "content": [{"type": "text", "text": "u"}]}]
     assert await tc.count(msgs) == 4 + 2 + 2 * MESSAGE_OVERHEAD_TOKENS
 
 
-async def test_no_tokenize_endpoint_uses_local_tokenizer(tmp_path):
+async def test_no_tokenize_endpoint_uses_local_tokenizer(tmp_path, counter):
     from tokenizers import Tokenizer
     from tokenizers.models import WordLevel
     from tokenizers.pre_tokenizers import Whitespace
@@ -76,15 +130,15 @@ async def test_no_tokenize_endpoint_uses_local_tokenizer(tmp_path):
     assert await tc.count("hello big world!") == 4 and tc.method == "local"
 
 
-async def test_estimate_when_nothing_else():
+async def test_estimate_when_nothing_else(counter):
     tc, _ = counter(lambda r: httpx.Response(404))
     text = "The quick brown fox jumps over the lazy dog."
     assert await tc.count(text) == estimate_tokens(text) == 15 and tc.method == "estimate"
 
 
-async def test_unreachable_server_is_not_asked_on_every_call():
+async def test_unreachable_server_is_not_asked_on_every_call(counter):
     def down(request):
-        raise httpx.ConnectError("refused")
+        raise ConnectionResetError("the server drops the connection")
 
     tc, calls = counter(down)
     assert await tc.count("a b") == estimate_tokens("a b")
@@ -105,7 +159,8 @@ def tokenize_calls(llm) -> list[dict]:
 async def test_concurrent_requests_share_one_call_per_text(llm_server, fake_llm):
     """16 requests needing the same 20 uncounted chunks: each text goes to /tokenize once, not 16 times."""
     _, base = llm_server
-    async with httpx.AsyncClient() as http:
+    http = LLMHttp({}, 30, 5)
+    try:
         async def model_name():
             return fake_llm.model
 
@@ -117,6 +172,8 @@ async def test_concurrent_requests_share_one_call_per_text(llm_server, fake_llm)
         fake_llm.reset()
         assert await tc.count_many(texts) == [tokens(t) for t in texts]
         assert tokenize_calls(fake_llm) == []  # known counts: no round trip
+    finally:
+        await http.aclose()
 
 
 async def test_counts_follow_the_served_model():
@@ -139,14 +196,16 @@ async def test_counts_follow_the_served_model():
     async def model_name():
         return served["name"]
 
-    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
-        tc = TokenCounter(http, ["http://llm"], model_name)
+    http = LLMHttp({}, 30, 5)
+    with serving(handler) as base:
+        tc = TokenCounter(http, [base], model_name)
         assert await tc.count_many(["a b", "c d e"]) == [2, 3]
         served["name"] = "big"
         assert await tc.count_many(["a b", "c d e"]) == [6, 9]
         n = len(calls)
         served["name"] = "small"  # back again: the first model's counts are still known
         assert await tc.count_many(["a b", "c d e"]) == [2, 3] and len(calls) == n
+    await http.aclose()
 
 
 def test_budget_holds_with_counts_far_above_the_estimate(engine, fake_llm):
@@ -175,7 +234,7 @@ def test_budget_holds_with_counts_far_above_the_estimate(engine, fake_llm):
 
 
 # --- a local tokenizer of the served model: no round trip (issue 45) ------------------------------
-async def test_a_local_tokenizer_is_used_before_the_servers_endpoint(tmp_path):
+async def test_a_local_tokenizer_is_used_before_the_servers_endpoint(tmp_path, counter):
     """With ``llm_tokenizer`` set, texts and conversations are counted locally although the server has
     /tokenize: no request leaves the engine. A text longer than INLINE_CHARS counts the same (off the loop)."""
     from ragengine.llm.tokens import INLINE_CHARS

@@ -127,6 +127,23 @@ def test_a_lone_short_query_runs_a_model_of_its_own_length_and_embeds_as_the_dyn
     assert len(shapes) == len(queries)
 
 
+def test_a_deferred_lone_query_model_is_compiled_by_finish_and_queries_run_meanwhile(onnx_dir):
+    """The engine's start-up takes the model before its lone-query model is compiled (embedding/early.py: the
+    half second it took was the last thing /health waited for). Queries run on the dynamic model until
+    ``finish`` compiles it; then the read model is let go, and a second ``finish`` does nothing."""
+    from ragengine.embedding.openvino_backend import OpenVinoBackend
+
+    ov = OpenVinoBackend(onnx_dir, onnx_dir / "model.onnx", batch_size=4, threads=1, defer=True)
+    assert ov._short_queries is None and ov._model is not None
+    before = ov.embed_queries(["how does the engine journal a write"])
+    ov.finish()
+    assert ov._short_queries is not None and ov._model is None
+    compiled = ov._short_queries
+    ov.finish()
+    assert ov._short_queries is compiled
+    assert cosine(ov.embed_queries(["how does the engine journal a write"]), before).min() >= 0.9999
+
+
 def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a * b).sum(axis=1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
 

@@ -93,7 +93,7 @@ def test_open_probes_show_status_only_without_the_key(make_server, dead_port):
 
 def test_credentials_in_llm_and_embedding_urls_are_never_echoed(make_server, caplog, dead_port):
     """Issue 22: ``/ready`` said ``LLM at http://svc-user:Pa55w0rd@... is unreachable``, and the HTTP
-    client logs every request's full URL. Userinfo and key-like query values are masked everywhere."""
+    client (httpx then) logged every request's full URL. Userinfo and key-like query values are masked everywhere."""
     caplog.set_level(logging.INFO)
     with serve_app(create_llm_app(FakeLLM(model="qwen"))) as llm:
         port = llm.rsplit(":", 1)[1]
@@ -110,7 +110,7 @@ def test_credentials_in_llm_and_embedding_urls_are_never_echoed(make_server, cap
             assert "api_key=***" in ready.json()["checks"]["embeddings"], ready.text
             seen = ready.text + chat.text
     seen += caplog.text
-    assert "HTTP Request: POST http://***@127.0.0.1" in caplog.text  # the client's own log line, masked
+    assert "LLM endpoint failed: http://***@127.0.0.1" in caplog.text  # the fallback chain's log line, masked
     assert "Pa55w0rd" not in seen and "sk-live-123" not in seen
 
 

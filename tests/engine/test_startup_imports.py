@@ -99,3 +99,25 @@ def test_a_plain_faiss_engine_imports_nothing_its_configuration_does_not_use():
     access file, a migration to run, a document of that format, a store, an agent), never in an engine without it."""
     result = subprocess.run([sys.executable, "-c", NOT_LOADED], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
+
+
+CLI_BEFORE_SERVE = """
+import sys
+import ragengine.cli
+loaded = sorted(m for m in ("fastapi", "httpx", "numpy", "ragengine.evaluation.cli", "ragengine.cli.archive")
+                if m in sys.modules)
+assert not loaded, loaded
+from click.testing import CliRunner
+listing = CliRunner().invoke(ragengine.cli.main, ["--help"]).output
+assert all(name in listing for name in ("eval", "export", "import", "index", "migrate", "serve")), listing
+assert "Score INDEX on a golden set" in CliRunner().invoke(ragengine.cli.main, ["eval", "--help"]).output
+"""
+
+
+def test_the_cli_imports_its_commands_modules_only_when_they_run():
+    """``ragengine serve`` starts loading the embedding model once its settings are read (embedding/early.py).
+    The ``eval``, ``export`` and ``import`` commands' modules (FastAPI among their imports) used to be imported
+    before that, with ``ragengine.cli`` itself: the model's load started most of a second later. They are listed
+    and run as before."""
+    result = subprocess.run([sys.executable, "-c", CLI_BEFORE_SERVE], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]

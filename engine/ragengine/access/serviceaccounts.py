@@ -41,12 +41,14 @@ import time
 from collections.abc import Callable, Container
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 from cachetools import TLRUCache
 
 from ragengine.access.review_budget import ReviewBudget, ReviewThrottled
+
+if TYPE_CHECKING:
+    import httpx
 
 log = logging.getLogger("ragengine.access")
 MAX_ENTRIES = 10_000  # accepted tokens cached
@@ -141,6 +143,8 @@ class TokenReviewer:
         self.cache_s, self.stale_s = cache_s, stale_s
         self.clock = clock
         self.budget = budget or ReviewBudget(60, 1200)
+        import httpx  # here, not at import: an engine without ServiceAccount access never loads it at start-up
+
         verify: ssl.SSLContext | bool = ssl.create_default_context(cafile=str(ca_file)) if ca_file else True
         self._http = httpx.AsyncClient(verify=verify, timeout=timeout_s)
         # TLRU: each entry's own time-to-use (its expiry), least recently used out first when full.
@@ -216,6 +220,8 @@ class TokenReviewer:
         body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
                 "spec": {"token": token, "audiences": [audience]}}
         self.reviews += 1
+        import httpx
+
         try:
             resp = await self._http.post(self.api_url + REVIEW_PATH, json=body,
                                          headers={"Authorization": f"Bearer {self._own_token()}"})

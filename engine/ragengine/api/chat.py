@@ -18,7 +18,6 @@ from ragengine.chat.turn import JSONOutcome
 from ragengine.errors import BadRequest, PayloadTooLarge
 from ragengine.guardrails.runtime import Guardrails
 from ragengine.llm.client import LLMClient
-from ragengine.observability.tracing import instrument
 from ragengine.protocol.errors import error_responses
 from ragengine.protocol.openai import MODEL_ALIAS_PREFIX, ChatCompletionRequest, ModelCard, ModelList
 from ragengine.settings import EngineSettings
@@ -32,7 +31,8 @@ async def startup(app: FastAPI, settings: EngineSettings, stack: AsyncExitStack)
     llm: LLMClient | None = getattr(app.state, "llm", None)
     if llm is None:
         llm = LLMClient(settings)
-        instrument(llm.http, app.state.tracing)  # traceparent to the LLM: vLLM's spans join the request's trace
+        if app.state.tracing.enabled:  # a client span per call, its traceparent sent: vLLM's spans join the trace
+            llm.http.tracing = app.state.tracing
         stack.push_async_callback(llm.aclose)
         app.state.llm = llm
     registry = getattr(app.state, "registry", None)

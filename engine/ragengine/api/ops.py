@@ -17,7 +17,6 @@ import hashlib
 import hmac
 from typing import Any
 
-import httpx
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -107,6 +106,8 @@ async def _check_llm(settings: EngineSettings) -> str | None:
     """None when the LLM answers ``GET /models`` and lists the configured model; else why not."""
     base = settings.llm_url.rstrip("/").removesuffix("/chat/completions")  # type: ignore[union-attr]
     headers = {"Authorization": f"Bearer {settings.llm_api_key}"} if settings.llm_api_key else {}
+    import httpx  # at the first /ready, not at start-up (0.3 s of import)
+
     try:
         async with httpx.AsyncClient(timeout=READY_TIMEOUT_S, headers=headers) as http:
             resp = await http.get(f"{base}/models")
@@ -131,6 +132,8 @@ async def _check_embeddings(request: Request, settings: EngineSettings) -> str |
     by_file = getattr(registry, "generation", None) is not None
     url = target.url if target is not None and by_file else settings.embedding_url
     if url:
+        import httpx
+
         base = url.rstrip("/")
         try:
             async with httpx.AsyncClient(timeout=READY_TIMEOUT_S) as http:

@@ -16,7 +16,31 @@ from ragengine.cli.http import API_KEY_FLAG_WARNING, API_KEY_HELP, api_key_from,
 __all__ = ["API_KEY_FLAG_WARNING", "main"]
 
 
-@click.group()
+class _LazyGroup(click.Group):
+    """Commands from other modules, imported only when named or listed (click's own pattern for lazy
+    subcommands). ``ragengine serve`` starts loading the embedding model as soon as its settings are read
+    (embedding/early.py); importing ``eval``'s modules first (FastAPI among them) held that start back by
+    most of a second."""
+
+    def __init__(self, *args: Any, lazy: dict[str, str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy = lazy  # command name -> "module:attribute"
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *self.lazy])
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in self.lazy:
+            return super().get_command(ctx, name)
+        import importlib
+
+        module, attribute = self.lazy[name].split(":")
+        return getattr(importlib.import_module(module), attribute)
+
+
+@click.group(cls=_LazyGroup, lazy={"export": "ragengine.cli.archive:export_command",
+                                   "import": "ragengine.cli.archive:import_command",
+                                   "eval": "ragengine.evaluation.cli:eval_command"})
 @click.version_option(package_name="ragengine")
 def main() -> None:
     """ragengine: retrieval-augmented generation as a service."""
@@ -271,13 +295,3 @@ def migrate(source: str, target: str, prefix: str, only: tuple[str, ...]) -> Non
         click.echo(f"{name}: {counts['documents']} documents ({counts['chunks']} chunks) copied, "
                    f"{counts['skipped']} already there, {counts['conflicts']} conflicting (left as they are)")
 
-
-def _add_commands() -> None:
-    from ragengine.cli.archive import export_command, import_command
-    from ragengine.evaluation.cli import eval_command
-
-    for command in (export_command, import_command, eval_command):
-        main.add_command(command)
-
-
-_add_commands()

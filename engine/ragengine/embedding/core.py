@@ -174,6 +174,12 @@ class Embedder:
                         future.set_result(vector)
             running = self._next_query_pass(loop) if self._pending_queries else None
 
+    def finish(self) -> None:
+        """What ``build_embedder(defer=True)`` left (blocking; a no-op for the backends that left nothing)."""
+        finish = getattr(self.backend, "finish", None)
+        if finish is not None:
+            finish()
+
     def close(self) -> None:
         self._docs_pool.shutdown(wait=False, cancel_futures=True)
         self._query_pool.shutdown(wait=False, cancel_futures=True)
@@ -233,8 +239,9 @@ def choose_backend(settings: EngineSettings) -> tuple[str, Any]:
     return "torch", None
 
 
-def build_embedder(settings: EngineSettings) -> Embedder:
-    """Load the configured embedding model (local by path/package/name, or remote by URL)."""
+def build_embedder(settings: EngineSettings, *, defer: bool = False) -> Embedder:
+    """Load the configured embedding model (local by path/package/name, or remote by URL). ``defer``: leave what
+    can wait until the engine serves to ``Embedder.finish()`` (OpenVINO's lone-query model)."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     kind, found = choose_backend(settings)
     note = None
@@ -260,8 +267,8 @@ def build_embedder(settings: EngineSettings) -> Embedder:
         from ragengine.embedding.fastpath import model_cache
         from ragengine.embedding.openvino_backend import OpenVinoBackend
 
-        backend = OpenVinoBackend(found[0], found[1], settings.embedding_batch_size,
-                                  settings.embedding_threads or None, settings.embedding_precision, model_cache(settings))
+        backend = OpenVinoBackend(found[0], found[1], settings.embedding_batch_size, settings.embedding_threads or None,
+                                  settings.embedding_precision, model_cache(settings), defer=defer)
     elif kind == "onnx":
         from ragengine.embedding.onnx_backend import OnnxBackend
 

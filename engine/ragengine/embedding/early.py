@@ -12,6 +12,11 @@ export into the data folder) is left to the start-up, after the checks of what t
 (ragengine.preflight). The start-up takes the early model only when it was loaded for exactly the settings it
 would use (the target model may come from the embedding file: it is read the same way); otherwise, or when
 the early load failed, it loads its own as before (and reports its own error).
+
+What the engine can serve without is left until the start-up has the model: the thread hands the model over,
+then finishes it (``Embedder.finish``: OpenVINO's lone-query model, half a second of compiling that was the
+last thing /health waited for). Queries run on the dynamic model until then. The interpreter waits for this
+thread at exit, so nothing native is left running when it tears down.
 """
 
 from __future__ import annotations
@@ -36,9 +41,17 @@ def start(settings: Any) -> None:
 
     def load() -> None:
         try:
-            future.set_result(_load(settings))
+            loaded = _load(settings)
         except BaseException as exc:  # the start-up loads again, and reports its own error
             future.set_exception(exc)
+            return
+        future.set_result(loaded)
+        if loaded is not None:  # the start-up goes on with the model; what it can do without comes after
+            try:
+                loaded[1].finish()
+            except Exception:
+                log.warning("finishing the embedding model's load failed; it runs without what was left",
+                            exc_info=True)
 
     _pending = future
     thread = threading.Thread(target=load, name="embedder-early", daemon=True)
@@ -60,7 +73,7 @@ def _load(settings: Any) -> tuple[str, Any] | None:
     if (choose_backend(wanted)[0] == "torch" and wanted.embedding_backend == "auto" and wanted.device != "cuda"
             and not model.startswith(PACKAGE_PREFIX) and os.path.isdir(model)):
         return None  # a folder to export first: that writes, so it waits for the start-up's checks
-    return wanted.model_dump_json(), build_embedder(wanted)
+    return wanted.model_dump_json(), build_embedder(wanted, defer=True)
 
 
 async def take(wanted: Any) -> Any | None:

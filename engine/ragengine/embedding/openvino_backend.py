@@ -49,8 +49,10 @@ class OpenVinoBackend(ExportedModel):
     name = "openvino"
 
     def __init__(self, model_dir: str | Path, onnx_file: str | Path, batch_size: int, threads: int | None = None,
-                 precision: str = "auto", cache_dir: str | Path | None = None) -> None:
-        """``cache_dir``: where the fp16 OpenVINO form is made when the export's folder cannot hold it."""
+                 precision: str = "auto", cache_dir: str | Path | None = None, defer: bool = False) -> None:
+        """``cache_dir``: where the fp16 OpenVINO form is made when the export's folder cannot hold it.
+        ``defer``: the lone-query model is compiled by ``finish()``, not here (the engine's start-up: it
+        serves on the dynamic model meanwhile)."""
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, not {precision!r}")
         self._precision = precision
@@ -58,13 +60,20 @@ class OpenVinoBackend(ExportedModel):
         self._model: Any = None
         self.model_file = Path(onnx_file)  # the file the model is read from: the ONNX export or its fp16 IR
         super().__init__(model_dir, onnx_file, batch_size, threads)
-        self._short_queries = self._compile_short(self._model)
-        self._model = None  # compiled for its three roles from one read: 120 MiB less than reading it twice
+        if not defer:
+            self.finish()
+
+    def finish(self) -> None:
+        """Compile the lone-query model, then drop the read model (compiled for its three roles from one read:
+        120 MiB less than reading it twice). Once; a later call does nothing."""
+        model, self._model = self._model, None
+        if model is not None:
+            self._short_queries = self._compile_short(model)
 
     def _compile_short(self, model: Any) -> tuple[int, Run] | None:
-        """The model for lone short queries. Compiled here, with the others, in the thread that loads the model
-        (the engine's start-up loads it beside its imports): compiled in a thread of its own, an interpreter
-        that exited soon after crashed in OpenVINO (exit codes -11 and -6, seen)."""
+        """The model for lone short queries. Compiled with the others, or by ``finish`` in the thread that loaded
+        them (embedding/early.py: a thread the interpreter waits for at exit). Compiled in a thread of its own,
+        an interpreter that exited soon after crashed in OpenVINO (exit codes -11 and -6, seen)."""
         try:
             short = model.clone()  # shares the read model's weights
             short.reshape({port.get_any_name(): [1, SHORT_QUERY_TOKENS] for port in short.inputs})

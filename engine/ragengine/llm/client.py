@@ -26,19 +26,21 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from ragengine import __version__
 from ragengine.access import usage
 from ragengine.errors import UpstreamError
+from ragengine.llm import http
 from ragengine.llm.availability import LLMAvailability
 from ragengine.llm.tokens import TokenCounter, estimate_tokens, message_text
 from ragengine.metrics import LLM_FALLBACKS, LLM_REQUESTS
 from ragengine.observability import tracing
 from ragengine.redact import redact_text, redact_url
 from ragengine.settings import EngineSettings
+
+if TYPE_CHECKING:
+    import aiohttp  # imported at the first call (llm/http.py)
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +80,7 @@ def usage_attributes(body: Any) -> dict[str, Any]:
 class LLMStream:
     """An open upstream SSE response: iterate for parsed chunk dicts; ``aclose()`` cancels upstream."""
 
-    def __init__(self, response: httpx.Response, endpoint: str, started: float, prompt_tokens: int = 0,
+    def __init__(self, response: aiohttp.ClientResponse, endpoint: str, started: float, prompt_tokens: int = 0,
                  span: Any = None, hold: usage.Hold | None = None) -> None:
         self.response = response
         self.endpoint = endpoint
@@ -104,7 +106,7 @@ class LLMStream:
         reported, said = None, 0
         failure: BaseException | None = None
         try:
-            async for line in self.response.aiter_lines():
+            async for line in http.lines(self.response):
                 if not line.startswith("data:"):
                     continue  # blank separators, comments, "event:" lines
                 data = line[5:].strip()
@@ -125,10 +127,10 @@ class LLMStream:
                 said += sum(estimate_tokens((c.get("delta") or {}).get("content") or "")
                             for c in chunk.get("choices") or [] if isinstance(c, dict))
                 yield chunk
-        except httpx.TimeoutException:
+        except http.TimedOut:
             failure = LLMUnavailable(f"LLM at {self.endpoint} stopped sending (read timeout).", status_code=504)
             raise failure from None
-        except httpx.HTTPError as exc:
+        except http.TransportFailed as exc:
             failure = LLMUnavailable(f"LLM stream from {self.endpoint} broke: {redact_text(repr(exc))}")
             raise failure from exc
         except Exception as exc:
@@ -137,13 +139,19 @@ class LLMStream:
         finally:
             self._settle(reported or self.prompt_tokens + said)
             self._end(failure)
-            await self.response.aclose()
+            http.close(self.response)
 
     async def aclose(self) -> None:
         if not self._read:  # closed before it was read: the prompt was processed all the same
             self._settle(self.prompt_tokens)
         self._end()
-        await self.response.aclose()
+        http.close(self.response)
+
+
+def _cause(exc: BaseException) -> str:
+    """The wire error's own class name (``ClientConnectorError``, ``ConnectionTimeoutError``) for messages."""
+    cause = exc.__cause__
+    return type(cause).__name__ if cause is not None else type(exc).__name__
 
 
 def _total_tokens(body: Any) -> int | None:
@@ -183,15 +191,17 @@ def _error_of(body: Any, status: int) -> tuple[int, str]:
     return status, str(body)[:500]
 
 
-def _message_of(response: httpx.Response) -> str:
+async def _message_of(response: aiohttp.ClientResponse) -> str:
+    """An error answer's message; the body is read, so the connection goes back to the pool."""
+    text = await http.read_text(response, 100_000)
     try:
-        return _error_of(response.json(), response.status_code)[1]
+        return _error_of(json.loads(text), response.status)[1]
     except ValueError:
-        return response.text[:500] or response.reason_phrase
+        return text[:500] or response.reason or str(response.status)
 
 
 class LLMClient:
-    def __init__(self, settings: EngineSettings, *, transport: httpx.AsyncBaseTransport | None = None) -> None:
+    def __init__(self, settings: EngineSettings) -> None:
         self.settings = settings
         # Base URLs ending in /v1; a KAITO-style full ".../v1/chat/completions" URL is accepted too.
         self.endpoints: list[str] = [u.rstrip("/").removesuffix("/chat/completions")
@@ -201,9 +211,7 @@ class LLMClient:
         headers = {"User-Agent": f"ragengine/{__version__}"}
         if settings.llm_api_key:
             headers["Authorization"] = f"Bearer {settings.llm_api_key}"
-        timeout = httpx.Timeout(settings.llm_timeout_s, connect=settings.llm_connect_timeout_s)
-        limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
-        self._http = httpx.AsyncClient(headers=headers, timeout=timeout, limits=limits, transport=transport)
+        self._http = http.LLMHttp(headers, settings.llm_timeout_s, settings.llm_connect_timeout_s)
         self._down_until: dict[str, float] = {}
         self._models: dict[str, list[dict[str, Any]]] = {}
         self._discovery_retry_at = 0.0
@@ -213,7 +221,7 @@ class LLMClient:
         self.tokens = TokenCounter(self._http, roots, self.model_name, settings.llm_tokenizer)
 
     @property
-    def http(self) -> httpx.AsyncClient:
+    def http(self) -> http.LLMHttp:
         """The client of every call to the LLM (completions, discovery, token counts)."""
         return self._http
 
@@ -231,10 +239,11 @@ class LLMClient:
             return []
         for endpoint in self._ordered():
             try:
-                resp = await self._http.get(f"{endpoint}/models", timeout=self.settings.llm_connect_timeout_s + 5)
-                resp.raise_for_status()
-                data = resp.json().get("data") or []
-            except (httpx.HTTPError, ValueError, AttributeError) as exc:
+                resp = await self._http.send("GET", f"{endpoint}/models", timeout_s=self.settings.llm_connect_timeout_s + 5)
+                if resp.status >= 400:
+                    raise http.TransportFailed(f"HTTP {resp.status}: {await _message_of(resp)}")
+                data = (await http.read_json(resp)).get("data") or []
+            except (http.TransportFailed, ValueError, AttributeError) as exc:
                 log.warning("model discovery at %s failed: %s", redact_url(endpoint), redact_text(str(exc)))
                 continue
             self._models[endpoint] = [m for m in data if isinstance(m, dict) and m.get("id")]
@@ -288,7 +297,7 @@ class LLMClient:
             with tracing.stage("llm_call", **call_attributes(payload, stream=False)) as span:
                 response, endpoint, started = await self._send(payload, stream=False)
                 try:
-                    body = response.json()
+                    body = await http.read_json(response)  # read by _send already: no I/O here
                 except ValueError:
                     raise UpstreamError(f"LLM at {endpoint} answered with invalid JSON.") from None
                 tracing.annotate(span, **usage_attributes(body))
@@ -318,7 +327,7 @@ class LLMClient:
         healthy = [e for e in self.endpoints if self._down_until.get(e, 0) <= now]
         return healthy + [e for e in self.endpoints if e not in healthy]
 
-    async def _send(self, payload: dict[str, Any], *, stream: bool) -> tuple[httpx.Response, str, float]:
+    async def _send(self, payload: dict[str, Any], *, stream: bool) -> tuple[aiohttp.ClientResponse, str, float]:
         if not self.configured:
             raise LLMUnavailable("No LLM is configured (set RAGENGINE_LLM_URL).", status_code=503)
         failures: list[str] = []
@@ -330,24 +339,25 @@ class LLMClient:
             for attempt in range(self.settings.llm_retries + 1):
                 started = time.perf_counter()
                 attempts += 1
-                request = self._http.build_request("POST", f"{endpoint}/chat/completions", json=payload)
                 try:
-                    response = await self._http.send(request, stream=stream)
-                except httpx.ConnectError as exc:
+                    response = await self._http.send("POST", f"{endpoint}/chat/completions", body=payload)
+                    if not stream and response.status < 400:
+                        await http.read_body(response)  # an answer that breaks off moves on along the chain too
+                except http.ConnectFailed as exc:
                     LLM_REQUESTS.labels(shown, "connect_error").inc()
-                    failure, timed_out = f"{shown}: cannot connect ({exc.__class__.__name__})", False
+                    failure, timed_out = f"{shown}: cannot connect ({_cause(exc)})", False
                     if attempt < self.settings.llm_retries:
                         await asyncio.sleep(0.05 * 2**attempt)
                         continue
-                except httpx.TimeoutException as exc:
+                except http.TimedOut as exc:
                     LLM_REQUESTS.labels(shown, "timeout").inc()
-                    failure, timed_out = f"{shown}: timed out ({exc.__class__.__name__})", True
-                except httpx.HTTPError as exc:
+                    failure, timed_out = f"{shown}: timed out ({_cause(exc)})", True
+                except http.TransportFailed as exc:
                     LLM_REQUESTS.labels(shown, "error").inc()
-                    failure, timed_out = f"{shown}: {redact_text(repr(exc))}", False
+                    failure, timed_out = f"{shown}: {redact_text(str(exc))}", False
                 else:
-                    LLM_REQUESTS.labels(shown, f"{response.status_code // 100}xx").inc()
-                    if response.status_code < 400:
+                    LLM_REQUESTS.labels(shown, f"{response.status // 100}xx").inc()
+                    if response.status < 400:
                         self._down_until.pop(endpoint, None)
                         self.availability.ok()
                         if failures:  # an endpoint further down the chain answered
@@ -355,19 +365,19 @@ class LLMClient:
                         tracing.annotate(**{"llm.endpoint": shown, "llm.attempts": attempts,
                                             "llm.fallback": bool(failures), "llm.failures": len(failures) or None})
                         return response, shown, started
-                    if stream:
-                        await response.aread()
-                        await response.aclose()
-                    message = _message_of(response)
-                    failure = f"{shown}: HTTP {response.status_code}: {message}"
-                    timed_out = response.status_code == 504
-                    if response.status_code < 500:
+                    try:
+                        message = await _message_of(response)
+                    except http.TransportFailed as exc:  # the error's body broke off: its status still says it
+                        message = redact_text(str(exc))
+                    failure = f"{shown}: HTTP {response.status}: {message}"
+                    timed_out = response.status == 504
+                    if response.status < 500:
                         # A 4xx moves on along the chain too (another endpoint may hold a valid key, have
                         # quota left or a longer window); only a refusal about the endpoint itself
                         # (401, 403, 429) puts it last for a while, a 400 is about this request.
-                        rejected = (response.status_code, message)
+                        rejected = (response.status, message)
                         failures.append(failure)
-                        if response.status_code in (401, 403, 429):
+                        if response.status in (401, 403, 429):
                             self._down_until[endpoint] = time.monotonic() + COOLDOWN_S
                         log.warning("LLM endpoint refused the request: %s", failure)
                         break

@@ -38,7 +38,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
-import httpx
+from ragengine.llm.http import LLMHttp, TransportFailed, read_body, read_json, read_text
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ class TokenCounter:
 
     def __init__(
         self,
-        http: httpx.AsyncClient,
+        http: LLMHttp,
         roots: list[str],
         model_name: Callable[[], Awaitable[str | None]],
         local_tokenizer: str | None = None,
@@ -307,26 +307,30 @@ class TokenCounter:
                         body.update(messages=messages, add_generation_prompt=True)
                     else:
                         body.update(prompt=text, add_special_tokens=False)
-                    resp = await self._http.post(f"{root}/tokenize", json=body)
-                    if resp.status_code in (404, 405) and probing:
-                        raise _NotSupported
-                    resp.raise_for_status()
-                    data = resp.json()
+                    data = await self._post(f"{root}/tokenize", body, probing)
                     self.last_method = "vllm"
                     return int(data["count"]) if "count" in data else len(data["tokens"])
-                resp = await self._http.post(f"{root}/extras/tokenize/count", json={"input": text})
-                if resp.status_code in (404, 405) and probing:
-                    raise _NotSupported
-                resp.raise_for_status()
+                data = await self._post(f"{root}/extras/tokenize/count", {"input": text}, probing)
                 self.last_method = "llama.cpp"
-                return int(resp.json()["count"])
+                return int(data["count"])
             except _NotSupported:
                 raise
-            except (httpx.HTTPError, ValueError, KeyError) as exc:
+            except (TransportFailed, ValueError, KeyError, TypeError) as exc:
                 log.debug("tokenize at %s failed: %s", root, exc)
                 continue
         self._skip_remote_until = time.monotonic() + UNREACHABLE_COOLDOWN_S
         return None
+
+
+    async def _post(self, url: str, body: dict[str, Any], probing: bool) -> Any:
+        """The endpoint's JSON answer; _NotSupported for a 404/405 while probing, ValueError for another error."""
+        resp = await self._http.send("POST", url, body=body)
+        if resp.status in (404, 405) and probing:
+            await read_body(resp)
+            raise _NotSupported
+        if resp.status >= 400:
+            raise ValueError(f"HTTP {resp.status}: {await read_text(resp)}")
+        return await read_json(resp)
 
 
 class _NotSupported(Exception):
