@@ -67,6 +67,8 @@ def mapped() -> Iterator[None]:
 
 
 class LLMHttp:
+    """The session to the LLM's endpoints, with their headers (the engine's User-Agent, the API key)."""
+
     def __init__(self, headers: dict[str, str], timeout_s: float, connect_timeout_s: float) -> None:
         self._headers = headers
         self._timeouts = (timeout_s, connect_timeout_s)
@@ -78,7 +80,7 @@ class LLMHttp:
     def _open(self) -> aiohttp.ClientSession:
         loop = asyncio.get_running_loop()
         if self._session is None or self._session.closed or self._loop is not loop:
-            # Imported here, at the first call (0.3 s of a start-up otherwise; api/chat.py warms it after it).
+            # Imported here, at the first call: 0.3 s of import that the engine's start-up does not pay.
             import aiohttp
 
             timeout_s, connect_s = self._timeouts
