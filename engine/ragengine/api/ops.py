@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import json
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -102,21 +103,22 @@ def _llm_report(request: Request) -> dict[str, Any]:
     return {"llm": {k: redact_text(v) if isinstance(v, str) else v for k, v in report.items()}}
 
 
-async def _check_llm(settings: EngineSettings) -> str | None:
-    """None when the LLM answers ``GET /models`` and lists the configured model; else why not."""
-    base = settings.llm_url.rstrip("/").removesuffix("/chat/completions")  # type: ignore[union-attr]
-    headers = {"Authorization": f"Bearer {settings.llm_api_key}"} if settings.llm_api_key else {}
-    import httpx  # at the first /ready, not at start-up (0.3 s of import)
+async def _check_llm(llm: Any, settings: EngineSettings) -> str | None:
+    """None when the LLM answers ``GET /models`` and lists the configured model; else why not. Asked through
+    the LLM client's own session (its key, proxy and connections: no new client and TLS context per probe)."""
+    from ragengine.llm import http
 
+    base = settings.llm_url.rstrip("/").removesuffix("/chat/completions")  # type: ignore[union-attr]
     try:
-        async with httpx.AsyncClient(timeout=READY_TIMEOUT_S, headers=headers) as http:
-            resp = await http.get(f"{base}/models")
-    except httpx.HTTPError as exc:
-        return f"LLM at {base} is unreachable: {type(exc).__name__}: {exc}".rstrip(": ")
-    if resp.status_code >= 400:
-        return f"LLM at {base} answered GET /models with HTTP {resp.status_code}"
+        resp = await llm.http.send("GET", f"{base}/models", timeout_s=READY_TIMEOUT_S)
+        status = resp.status
+        body = await http.read_body(resp)
+    except http.TransportFailed as exc:
+        return f"LLM at {base} is unreachable: {exc}".rstrip(": ")
+    if status >= 400:
+        return f"LLM at {base} answered GET /models with HTTP {status}"
     try:
-        served = [str(m.get("id")) for m in resp.json().get("data") or [] if isinstance(m, dict)]
+        served = [str(m.get("id")) for m in json.loads(body).get("data") or [] if isinstance(m, dict)]
     except (ValueError, AttributeError):
         return f"LLM at {base} answered GET /models with something that is not a model list"
     if settings.llm_model and settings.llm_model not in served:
@@ -164,7 +166,7 @@ async def _observe_llm(request: Request, settings: EngineSettings) -> None:
     llm = getattr(request.app.state, "llm", None)
     if llm is None or not settings.llm_url:
         return
-    why = await _check_llm(settings)
+    why = await _check_llm(llm, settings)
     if why is None:
         llm.availability.ok()
     else:
