@@ -321,7 +321,6 @@ class TokenCounter:
         self._skip_remote_until = time.monotonic() + UNREACHABLE_COOLDOWN_S
         return None
 
-
     async def _post(self, url: str, body: dict[str, Any], probing: bool) -> Any:
         """The endpoint's JSON answer; _NotSupported for a 404/405 while probing, ValueError for another error."""
         resp = await self._http.send("POST", url, body=body)
